@@ -1,0 +1,307 @@
+"""Configuration: ``jianmu.yaml`` read into frozen dataclasses and validated.
+
+Lookup order for the file: the explicit path, ``$KB_CONFIG``, ``./jianmu.yaml``, then the user
+config dir (``$XDG_CONFIG_HOME/kbcli/jianmu.yaml``, default ``~/.config/kbcli/jianmu.yaml``).
+No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db``.
+
+Relative paths in the file are taken relative to the folder holding the file. Unknown top-level
+sections are ignored (the file may be shared with other jianmu tools); unknown keys inside the
+sections kbcli reads are errors, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_FILENAME = "jianmu.yaml"
+EMBEDDING_PROVIDERS = ("auto", "openai", "gemini", "local", "simple")
+CHUNKERS = ("structure", "simple")
+ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
+
+
+def user_config_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "kbcli"
+
+
+def user_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kbcli"
+
+
+def default_db_path() -> Path:
+    """Where the knowledge database lives when nothing else says: the user data dir."""
+    return user_data_dir() / "knowledge.db"
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """``rag.embedding``: which embedder to use.
+
+    ``provider`` defaults to ``"openai"``; when no file sets it (``provider_set`` is False),
+    :func:`kbcli.embedders.resolve_embedder` picks by the API keys present and falls back to the
+    built-in simple embedder.
+    """
+
+    provider: str = "openai"
+    model: str | None = None
+    base_url: str | None = None
+    dimensions: int | None = None
+    batch_size: int = 64
+    max_retries: int = 5
+    timeout: float = 60.0
+    device: str = "cpu"
+    provider_set: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class RAGConfig:
+    """``rag``: embedding settings and the chunker choice."""
+
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    chunker: str = "structure"
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """``limits``: chunking sizes, fusion weight and per-file safety limits."""
+
+    chunk_size: int = 500
+    chunk_overlap: int = 50
+    rerank_alpha: float = 0.6
+    max_file_mb: float = 200.0
+    file_timeout: float = 120.0
+
+
+@dataclass(frozen=True)
+class PathsConfig:
+    """``paths``: where the knowledge database lives."""
+
+    knowledge_db: Path = field(default_factory=default_db_path)
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """``analysis``: how text is split into keyword-search terms (index and query alike)."""
+
+    language: str = "auto"
+    stem: bool = True
+    stopwords: bool = True
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration; ``source`` is the file it came from, if any."""
+
+    rag: RAGConfig = field(default_factory=RAGConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    source: Path | None = None
+
+
+def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Return the configuration file to read, or None when there is none."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"Config file {p} does not exist: fix the path or drop --config")
+        return p
+    env = os.environ.get("KB_CONFIG")
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"Config file {p} (from $KB_CONFIG) does not exist: fix or unset KB_CONFIG")
+        return p
+    for candidate in (Path.cwd() / CONFIG_FILENAME, user_config_dir() / CONFIG_FILENAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read, validate and return the configuration (see module docstring for the lookup)."""
+    file = find_config_file(path)
+    data: dict[str, Any] = {}
+    if file is not None:
+        data = _read_yaml(file)
+    config = _build(data, file)
+    env_db = os.environ.get("KB_DB")
+    if env_db:
+        config = replace(config, paths=PathsConfig(knowledge_db=Path(env_db).expanduser()))
+    return config
+
+
+def _read_yaml(file: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Cannot read config file {file}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"Config file {file} is not valid YAML{where}: fix the syntax") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {file} must hold a mapping of sections (rag, limits, paths)")
+    return data
+
+
+class _Reader:
+    """Validates one section of the file, naming the key and the file in every error."""
+
+    def __init__(self, file: Path | None):
+        self.file = file
+
+    def fail(self, key: str, message: str) -> ConfigError:
+        where = f" in {self.file}" if self.file else ""
+        return ConfigError(f"Config key {key}{where}: {message}")
+
+    def section(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        value = data.get(key.rsplit(".", 1)[-1])
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(key, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def check_keys(self, section: dict[str, Any], prefix: str, allowed: list[str]) -> None:
+        import difflib
+
+        for key in section:
+            if key not in allowed:
+                near = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {near[0]}?" if near else f"known keys: {', '.join(allowed)}"
+                raise self.fail(f"{prefix}.{key}", f"unknown key ({hint})")
+
+    def integer(self, section: dict, prefix: str, key: str, default: int, minimum: int) -> int:
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"{prefix}.{key}", f"must be a whole number, got {value!r}")
+        if value < minimum:
+            raise self.fail(f"{prefix}.{key}", f"must be at least {minimum}, got {value}")
+        return value
+
+    def number(
+        self, section: dict, prefix: str, key: str, default: float, lo: float, hi: float | None
+    ) -> float:
+        value = section.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(f"{prefix}.{key}", f"must be a number, got {value!r}")
+        if value < lo or (hi is not None and value > hi):
+            bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+            raise self.fail(f"{prefix}.{key}", f"must be {bound}, got {value}")
+        return float(value)
+
+    def string(self, section: dict, prefix: str, key: str, default: str | None) -> str | None:
+        value = section.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise self.fail(f"{prefix}.{key}", f"must be a string, got {value!r}")
+        return value or default
+
+    def choice(self, section: dict, prefix: str, key: str, default: str, choices) -> str:
+        value = self.string(section, prefix, key, default)
+        value = str(value).strip().lower()
+        if value not in choices:
+            raise self.fail(f"{prefix}.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def boolean(self, section: dict, prefix: str, key: str, default: bool) -> bool:
+        value = section.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(f"{prefix}.{key}", f"must be true or false, got {value!r}")
+        return value
+
+
+def _build(data: dict[str, Any], file: Path | None) -> Config:
+    r = _Reader(file)
+    base = file.parent if file is not None else Path.cwd()
+
+    rag = r.section(data, "rag")
+    r.check_keys(rag, "rag", ["embedding", "chunker"])
+    emb = r.section(rag, "rag.embedding")
+    emb_keys = [f.name for f in fields(EmbeddingConfig) if f.name != "provider_set"]
+    r.check_keys(emb, "rag.embedding", emb_keys)
+    d = EmbeddingConfig()
+    dimensions = emb.get("dimensions")
+    if dimensions is not None:
+        dimensions = r.integer(emb, "rag.embedding", "dimensions", 0, 1)
+    embedding = EmbeddingConfig(
+        provider=r.choice(emb, "rag.embedding", "provider", d.provider, EMBEDDING_PROVIDERS),
+        model=r.string(emb, "rag.embedding", "model", None),
+        base_url=r.string(emb, "rag.embedding", "base_url", None),
+        dimensions=dimensions,
+        batch_size=r.integer(emb, "rag.embedding", "batch_size", d.batch_size, 1),
+        max_retries=r.integer(emb, "rag.embedding", "max_retries", d.max_retries, 0),
+        timeout=r.number(emb, "rag.embedding", "timeout", d.timeout, 0.001, None),
+        device=r.string(emb, "rag.embedding", "device", d.device) or d.device,
+        provider_set="provider" in emb and emb["provider"] is not None,
+    )
+    rag_config = RAGConfig(
+        embedding=embedding,
+        chunker=r.choice(rag, "rag", "chunker", RAGConfig.chunker, CHUNKERS),
+    )
+
+    lim = r.section(data, "limits")
+    r.check_keys(lim, "limits", [f.name for f in fields(LimitsConfig)])
+    ld = LimitsConfig()
+    chunk_size = r.integer(lim, "limits", "chunk_size", ld.chunk_size, 1)
+    overlap = r.integer(lim, "limits", "chunk_overlap", ld.chunk_overlap, 0)
+    if overlap >= chunk_size:
+        raise r.fail(
+            "limits.chunk_overlap",
+            f"must be smaller than limits.chunk_size ({overlap} >= {chunk_size})",
+        )
+    limits = LimitsConfig(
+        chunk_size=chunk_size,
+        chunk_overlap=overlap,
+        rerank_alpha=r.number(lim, "limits", "rerank_alpha", ld.rerank_alpha, 0.0, 1.0),
+        max_file_mb=r.number(lim, "limits", "max_file_mb", ld.max_file_mb, 0.001, None),
+        file_timeout=r.number(lim, "limits", "file_timeout", ld.file_timeout, 0.001, None),
+    )
+
+    pth = r.section(data, "paths")
+    r.check_keys(pth, "paths", ["knowledge_db"])
+    db = r.string(pth, "paths", "knowledge_db", None)
+    if db is not None:
+        db_path = Path(os.path.expandvars(db)).expanduser()
+        paths = PathsConfig(knowledge_db=db_path if db_path.is_absolute() else base / db_path)
+    else:
+        paths = PathsConfig()
+
+    ana = r.section(data, "analysis")
+    r.check_keys(ana, "analysis", [f.name for f in fields(AnalysisConfig)])
+    ad = AnalysisConfig()
+    analysis = AnalysisConfig(
+        language=r.choice(ana, "analysis", "language", ad.language, ANALYZER_LANGUAGES),
+        stem=r.boolean(ana, "analysis", "stem", ad.stem),
+        stopwords=r.boolean(ana, "analysis", "stopwords", ad.stopwords),
+    )
+    return Config(rag=rag_config, limits=limits, paths=paths, analysis=analysis, source=file)
+
+
+_cached: Config | None = None
+
+
+def get_config() -> Config:
+    """The configuration found by the default lookup, read once per process."""
+    global _cached
+    if _cached is None:
+        _cached = load_config()
+    return _cached
+
+
+def reset_config_cache() -> None:
+    """Forget the cached configuration (tests, or after changing the environment)."""
+    global _cached
+    _cached = None

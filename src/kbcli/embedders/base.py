@@ -1,0 +1,71 @@
+"""Shared behaviour for embedders: batching over one ``_embed_batch`` and an identity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EmbedderInfo:
+    """What an index records about the embedder that built it."""
+
+    provider: str
+    model: str
+    dimension: int | None
+
+    def describe(self) -> str:
+        dim = f", {self.dimension} dimensions" if self.dimension else ""
+        return f"{self.provider}/{self.model}{dim}"
+
+
+class BaseEmbedder:
+    """Implements ``embed_documents`` in batches of ``batch_size`` on top of ``_embed_batch``.
+
+    Subclasses set ``provider`` and ``model`` and implement ``_embed_batch(texts)``; they may
+    override ``embed_query`` when queries are embedded differently from passages.
+    """
+
+    provider: str = "custom"
+    model: str = "custom"
+    batch_size: int = 64
+    dimension: int | None = None
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        raise NotImplementedError
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed ``texts`` in order, ``batch_size`` at a time."""
+        out: list[list[float]] = []
+        for start in range(0, len(texts), max(1, self.batch_size)):
+            batch = texts[start : start + self.batch_size]
+            vectors = self._embed_batch(batch)
+            if len(vectors) != len(batch):
+                raise RuntimeError(
+                    f"{self.provider} returned {len(vectors)} vectors for {len(batch)} texts"
+                )
+            out.extend(vectors)
+        if out and self.dimension is None:
+            self.dimension = len(out[0])
+        return out
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return self.embed_documents([text])[0]
+
+    @property
+    def info(self) -> EmbedderInfo:
+        """Provider, model and (once known) dimension of this embedder."""
+        return EmbedderInfo(self.provider, self.model, self.dimension)
+
+
+def embedder_info(embedder: object) -> EmbedderInfo:
+    """The identity of any embedder, including user classes that only follow the protocol."""
+    info = getattr(embedder, "info", None)
+    if isinstance(info, EmbedderInfo):
+        return info
+    cls = type(embedder)
+    return EmbedderInfo(
+        provider=str(getattr(embedder, "provider", f"{cls.__module__}.{cls.__qualname__}")),
+        model=str(getattr(embedder, "model", cls.__qualname__)),
+        dimension=getattr(embedder, "dimension", None),
+    )

@@ -1,0 +1,87 @@
+"""Errors raised by kbcli.
+
+Every error a user can cause or fix derives from :class:`KBError`; its message is one line that
+names the problem and the fix. The CLI prints that line and exits non-zero; anything else is a
+bug and keeps its traceback.
+
+    KBError
+    ├── ConfigError            bad jianmu.yaml value or file (also ValueError)
+    ├── InvalidOptionError     bad search mode, fusion, filter, k ... (also ValueError)
+    │   └── FilterError        a metadata filter that cannot be applied
+    ├── MissingDependencyError an optional package is not installed (also ImportError)
+    ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
+    ├── LoaderError            a file could not be read into text
+    │   └── UnsupportedFormatError
+    ├── StoreError             the knowledge database cannot be used
+    │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
+    │   ├── DatabaseLockedError     another process holds the write lock too long
+    │   └── IndexMismatchError      index built with another embedder or analyzer
+    └── NotFoundError          an id or source that is not in the index
+"""
+
+from __future__ import annotations
+
+
+class KBError(Exception):
+    """Base class of every error a user can cause or fix."""
+
+
+class ConfigError(KBError, ValueError):
+    """A configuration file or value is wrong."""
+
+
+class InvalidOptionError(KBError, ValueError):
+    """An option passed to the library or CLI is not valid."""
+
+
+class FilterError(InvalidOptionError):
+    """A metadata filter is malformed or uses an unknown operator."""
+
+
+class MissingDependencyError(KBError, ImportError):
+    """An optional dependency is needed but not installed."""
+
+
+class EmbedderError(KBError, RuntimeError):
+    """An embedder is not configured (no key) or its provider failed."""
+
+
+class LoaderError(KBError):
+    """A document could not be loaded."""
+
+
+class UnsupportedFormatError(LoaderError):
+    """No loader handles this file type."""
+
+
+class StoreError(KBError):
+    """The knowledge database cannot be used."""
+
+
+class NotAKnowledgeBaseError(StoreError):
+    """The file is not a kb database, or it is corrupt."""
+
+
+class DatabaseLockedError(StoreError):
+    """Another process kept the database locked for longer than we may wait."""
+
+
+class IndexMismatchError(StoreError):
+    """The index was built with another embedder or analyzer than the one in use."""
+
+
+class NotFoundError(KBError):
+    """An id or source is not in the index."""
+
+
+def require(module: str, *, extra: str, feature: str | None = None):
+    """Import an optional dependency, or raise MissingDependencyError with the install command."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        what = feature or f"This feature"
+        raise MissingDependencyError(
+            f"{what} needs the '{module}' package: pip install 'kbcli[{extra}]'"
+        ) from None

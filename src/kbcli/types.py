@@ -1,0 +1,96 @@
+"""Plain data types shared by every part of kbcli."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from .errors import InvalidOptionError
+
+MODES = ("keyword", "semantic", "hybrid")
+MODE_ALIASES = {"vector": "semantic", "dense": "semantic", "sparse": "keyword"}
+FUSIONS = ("weighted", "rrf")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Document:
+    """A piece of text (usually one chunk of a file) with its metadata and optional embedding."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=_now)
+    embedding: list[float] | None = None
+
+
+@dataclass
+class SearchResult:
+    """One hit: a document and its score (higher is better; meaning depends on the mode)."""
+
+    document: Document
+    score: float
+    explain: dict[str, Any] | None = None
+
+
+def normalize_mode(mode: str) -> str:
+    """Return the canonical mode name for ``mode`` or raise naming the valid ones."""
+    name = str(mode).strip().lower()
+    name = MODE_ALIASES.get(name, name)
+    if name not in MODES:
+        aliases = ", ".join(f"{a} (= {m})" for a, m in MODE_ALIASES.items())
+        raise InvalidOptionError(
+            f"Unknown search mode {mode!r}: choose one of {', '.join(MODES)} (aliases: {aliases})"
+        )
+    return name
+
+
+@dataclass
+class SearchOptions:
+    """How to search.
+
+    ``alpha`` weights the dense route in weighted hybrid fusion (``None``: ``limits.rerank_alpha``
+    from the configuration, 0.6 by default). ``fusion`` is ``"weighted"`` (min-max normalised,
+    ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
+    ``filter`` is a metadata filter applied before scoring. ``min_score`` drops hits scoring below it.
+    """
+
+    k: int = 5
+    mode: str = "hybrid"
+    alpha: float | None = None
+    filter: dict[str, Any] | None = None
+    fusion: str = "weighted"
+    min_score: float | None = None
+    explain: bool = False
+
+    def __post_init__(self) -> None:
+        self.mode = normalize_mode(self.mode)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise InvalidOptionError(f"k must be a positive whole number, got {self.k!r}")
+        if self.alpha is not None:
+            if not isinstance(self.alpha, (int, float)) or not 0.0 <= float(self.alpha) <= 1.0:
+                raise InvalidOptionError(f"alpha must be between 0 and 1, got {self.alpha!r}")
+            self.alpha = float(self.alpha)
+        fusion = str(self.fusion).strip().lower()
+        if fusion not in FUSIONS:
+            raise InvalidOptionError(
+                f"Unknown fusion {self.fusion!r}: choose one of {', '.join(FUSIONS)}"
+            )
+        self.fusion = fusion
+
+
+@dataclass
+class Section:
+    """A span of a loaded file or a chunk of it: text plus structural metadata.
+
+    Loaders return sections (a page of a PDF, a heading's body in markdown) with metadata such
+    as ``page`` and ``heading``; chunkers turn sections into chunk sections that add
+    ``char_start`` / ``char_end`` (offsets into the loaded text).
+    """
+
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
