@@ -116,7 +116,9 @@ def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
     if env:
         p = Path(env).expanduser()
         if not p.is_file():
-            raise ConfigError(f"Config file {p} (from $KB_CONFIG) does not exist: fix or unset KB_CONFIG")
+            raise ConfigError(
+                f"Config file {p} (from $KB_CONFIG) does not exist: fix or unset KB_CONFIG"
+            )
         return p
     for candidate in (Path.cwd() / CONFIG_FILENAME, user_config_dir() / CONFIG_FILENAME):
         if candidate.is_file():
@@ -153,7 +155,9 @@ def _read_yaml(file: Path) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError(f"Config file {file} must hold a mapping of sections (rag, limits, paths)")
+        raise ConfigError(
+            f"Config file {file} must hold a mapping of sections (rag, limits, paths)"
+        )
     return data
 
 
@@ -213,7 +217,9 @@ class _Reader:
         value = self.string(section, prefix, key, default)
         value = str(value).strip().lower()
         if value not in choices:
-            raise self.fail(f"{prefix}.{key}", f"must be one of {', '.join(choices)}, got {value!r}")
+            raise self.fail(
+                f"{prefix}.{key}", f"must be one of {', '.join(choices)}, got {value!r}"
+            )
         return value
 
     def boolean(self, section: dict, prefix: str, key: str, default: bool) -> bool:

@@ -81,7 +81,7 @@ def require(module: str, *, extra: str, feature: str | None = None):
     try:
         return importlib.import_module(module)
     except ImportError:
-        what = feature or f"This feature"
+        what = feature or "This feature"
         raise MissingDependencyError(
             f"{what} needs the '{module}' package: pip install 'kbcli[{extra}]'"
         ) from None

@@ -1,4 +1,4 @@
-"""The seven contracts of kbcli. Any object with these methods plugs in; behaviour is in the docstrings."""
+"""The seven contracts of kbcli: any object with these methods plugs in (see docstrings)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class VectorStoreProtocol(Protocol):
     def search(
         self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None
     ) -> list[SearchResult]:
-        """Return the ``k`` documents most similar to ``query_vec`` among those passing ``filter``."""
+        """The ``k`` documents most similar to ``query_vec`` among those passing ``filter``."""
         ...
 
     def delete(self, ids: list[str]) -> bool:

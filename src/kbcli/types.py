@@ -56,7 +56,7 @@ class SearchOptions:
     ``alpha`` weights the dense route in weighted hybrid fusion (``None``: ``limits.rerank_alpha``
     from the configuration, 0.6 by default). ``fusion`` is ``"weighted"`` (min-max normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
-    ``filter`` is a metadata filter applied before scoring. ``min_score`` drops hits scoring below it.
+    ``filter`` is a metadata filter applied before scoring; ``min_score`` drops weaker hits.
     """
 
     k: int = 5

@@ -1,0 +1,224 @@
+"""Metadata filters: validation, matching in Python, and compilation to SQL.
+
+A filter is a dict. ``{"lang": "en", "year": 2024}`` means every key equals its value.
+Operators (Chroma style) go in a nested dict or at the top::
+
+    {"year": {"$gte": 2020, "$lt": 2025}}
+    {"$or": [{"lang": "en"}, {"lang": {"$in": ["zh", "ja"]}}]}
+    {"draft": {"$exists": False}}
+
+Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists`` on a key; ``$and $or`` over a list of
+filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals ``True``. ``$ne``
+and ``$nin`` match documents that lack the key. Ordering operators compare numbers with numbers
+and strings with strings; other documents do not match. Keys are bound as SQL parameters, never
+spliced into SQL text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import FilterError
+
+KEY_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+LOGICAL_OPERATORS = ("$and", "$or")
+_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+_MISSING = object()
+Scalar = (str, int, float, bool, type(None))
+
+
+def validate_filter(filter: Any) -> dict[str, Any] | None:
+    """Return ``filter`` if well formed (None and {} mean no filter); else raise FilterError."""
+    if filter is None:
+        return None
+    if not isinstance(filter, dict):
+        raise FilterError(f"A filter must be a dict like {{'source': 'a.md'}}, got {filter!r}")
+    _check(filter)
+    return filter or None
+
+
+def _check(filter: dict[str, Any]) -> None:
+    for key, value in filter.items():
+        if not isinstance(key, str) or not key:
+            raise FilterError(f"Filter keys must be non-empty strings, got {key!r}")
+        if key in LOGICAL_OPERATORS:
+            if not isinstance(value, list) or not value:
+                raise FilterError(f"{key} needs a non-empty list of filters, got {value!r}")
+            for sub in value:
+                if not isinstance(sub, dict):
+                    raise FilterError(f"{key} items must be filters (dicts), got {sub!r}")
+                _check(sub)
+        elif key.startswith("$"):
+            known = ", ".join(KEY_OPERATORS + LOGICAL_OPERATORS)
+            raise FilterError(f"Unknown filter operator {key!r}: use one of {known}")
+        else:
+            _check_key(key)
+            if isinstance(value, dict):
+                if not value:
+                    raise FilterError(f"Filter on {key!r} has no operator")
+                for op, operand in value.items():
+                    _check_operator(key, op, operand)
+            else:
+                _check_operand(key, "$eq", value)
+
+
+def _check_key(key: str) -> None:
+    if '"' in key or any(ord(c) < 32 for c in key):
+        raise FilterError(f"Filter key {key!r} may not contain quotes or control characters")
+
+
+def _check_operator(key: str, op: str, operand: Any) -> None:
+    if op not in KEY_OPERATORS:
+        raise FilterError(
+            f"Unknown filter operator {op!r} on {key!r}: use one of {', '.join(KEY_OPERATORS)}"
+        )
+    if op in ("$in", "$nin"):
+        if not isinstance(operand, (list, tuple)) or not operand:
+            raise FilterError(f"{op} on {key!r} needs a non-empty list, got {operand!r}")
+        for item in operand:
+            _check_operand(key, op, item)
+    elif op == "$exists":
+        if not isinstance(operand, bool):
+            raise FilterError(f"$exists on {key!r} needs true or false, got {operand!r}")
+    elif op in _ORDER:
+        if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
+            raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
+    else:
+        _check_operand(key, op, operand)
+
+
+def _check_operand(key: str, op: str, operand: Any) -> None:
+    if not isinstance(operand, Scalar):
+        raise FilterError(
+            f"{op} on {key!r} needs a string, number, boolean or null, got {operand!r}"
+        )
+
+
+# --- matching in Python ---------------------------------------------------------------------
+
+
+def matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:
+    """True when ``metadata`` passes ``filter`` (None or {} passes everything)."""
+    if not filter:
+        return True
+    for key, value in filter.items():
+        if key == "$and":
+            if not all(matches(metadata, sub) for sub in value):
+                return False
+        elif key == "$or":
+            if not any(matches(metadata, sub) for sub in value):
+                return False
+        else:
+            actual = metadata.get(key, _MISSING)
+            ops = value if isinstance(value, dict) else {"$eq": value}
+            if not all(_apply(op, actual, operand) for op, operand in ops.items()):
+                return False
+    return True
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return "other"
+
+
+def _equal(actual: Any, expected: Any) -> bool:
+    return actual is not _MISSING and _kind(actual) == _kind(expected) and actual == expected
+
+
+def _apply(op: str, actual: Any, operand: Any) -> bool:
+    if op == "$eq":
+        return _equal(actual, operand)
+    if op == "$ne":
+        return not _equal(actual, operand)
+    if op == "$in":
+        return any(_equal(actual, item) for item in operand)
+    if op == "$nin":
+        return not any(_equal(actual, item) for item in operand)
+    if op == "$exists":
+        return (actual is not _MISSING) == operand
+    kind = _kind(operand)
+    if actual is _MISSING or _kind(actual) != kind:
+        return False
+    if op == "$gt":
+        return actual > operand
+    if op == "$gte":
+        return actual >= operand
+    if op == "$lt":
+        return actual < operand
+    return actual <= operand
+
+
+# --- compilation to SQLite SQL over a JSON metadata column ------------------------------------
+
+
+def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tuple[str, list[Any]]:
+    """Return ``(sql, params)``: a boolean SQL expression equivalent to :func:`matches`.
+
+    ``column`` is a trusted column name chosen by the caller, never user input.
+    """
+    if not filter:
+        return "1", []
+    params: list[Any] = []
+    sql = _compile(filter, column, params)
+    return sql, params
+
+
+def _path(key: str) -> str:
+    return '$."' + key + '"'
+
+
+def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
+    parts: list[str] = []
+    for key, value in filter.items():
+        if key in LOGICAL_OPERATORS:
+            joiner = " AND " if key == "$and" else " OR "
+            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
+            continue
+        ops = value if isinstance(value, dict) else {"$eq": value}
+        for op, operand in ops.items():
+            parts.append(_compile_op(column, key, op, operand, params))
+    return "(" + " AND ".join(parts) + ")" if parts else "1"
+
+
+def _typed_equal(column: str, key: str, value: Any, params: list[Any]) -> str:
+    kind = _kind(value)
+    if kind == "null":
+        params.append(_path(key))
+        return f"json_type({column}, ?) = 'null'"
+    if kind == "bool":
+        params.append(_path(key))
+        return f"json_type({column}, ?) = '{'true' if value else 'false'}'"
+    if kind == "number":
+        params.extend([_path(key), _path(key), value])
+        return f"(json_type({column}, ?) IN ('integer', 'real') AND json_extract({column}, ?) = ?)"
+    params.extend([_path(key), _path(key), value])
+    return f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) = ?)"
+
+
+def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any]) -> str:
+    if op == "$eq":
+        return _typed_equal(column, key, operand, params)
+    if op == "$ne":
+        return "NOT " + _typed_equal(column, key, operand, params)
+    if op in ("$in", "$nin"):
+        inner = " OR ".join(_typed_equal(column, key, item, params) for item in operand)
+        return f"({inner})" if op == "$in" else f"NOT ({inner})"
+    if op == "$exists":
+        params.append(_path(key))
+        return f"(json_type({column}, ?) IS {'NOT ' if operand else ''}NULL)"
+    types = "('integer', 'real')" if _kind(operand) == "number" else "('text')"
+    params.extend([_path(key), _path(key), operand])
+    return f"(json_type({column}, ?) IN {types} AND json_extract({column}, ?) {_ORDER[op]} ?)"
+
+
+def dumps_metadata(metadata: dict[str, Any]) -> str:
+    """JSON for a metadata dict (non-JSON values are stored as their string form)."""
+    return json.dumps(metadata, ensure_ascii=False, default=str, separators=(",", ":"))

@@ -1,0 +1,344 @@
+"""The ingest pipeline (load -> normalise -> chunk -> embed -> store), the search pipeline
+(recall -> fuse -> rerank -> threshold) and the KnowledgeBase facade over both."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .embedders.base import EmbedderInfo, embedder_info
+from .types import Document, SearchOptions, SearchResult, Section
+
+RERANK_POOL_MIN = 20
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class LazyEmbedder:
+    """Resolves the configured embedder on first use, so keyword-only work never needs an API
+    key or a model. ``on_note`` receives the one-line note when the choice was automatic."""
+
+    def __init__(self, config: Any = None, on_note: Callable[[str], None] | None = None):
+        self._config = config
+        self._on_note = on_note
+        self._embedder: Any = None
+
+    @property
+    def resolved(self) -> Any:
+        """The real embedder (resolved now if needed)."""
+        if self._embedder is None:
+            from .config import get_config
+            from .embedders.resolve import choose_embedder
+
+            embedder, note = choose_embedder(self._config or get_config())
+            if note and self._on_note:
+                self._on_note(note)
+            self._embedder = embedder
+        return self._embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed passages with the resolved embedder."""
+        return self.resolved.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed a query with the resolved embedder."""
+        return self.resolved.embed_query(text)
+
+    @property
+    def info(self) -> EmbedderInfo:
+        """Identity of the resolved embedder."""
+        return embedder_info(self.resolved)
+
+    @property
+    def weak(self) -> bool:
+        """True when the resolved embedder captures spelling rather than meaning."""
+        return bool(getattr(self.resolved, "weak", False))
+
+
+class IngestPipeline:
+    """Turns text and files into stored, embedded chunks.
+
+    Defaults: :class:`~kbcli.embedders.SimpleEmbedder`, :class:`~kbcli.stores.InMemoryStore`,
+    the default loader, and the configured chunker with ``limits.chunk_size`` /
+    ``limits.chunk_overlap``. Structure-aware chunkers (with ``chunk_sections``) see the text as
+    loaded and the normaliser cleans each chunk; plain chunkers get normalised text (reference).
+    """
+
+    def __init__(
+        self,
+        embedder: Any = None,
+        store: Any = None,
+        loader: Any = None,
+        normalizer: Any = None,
+        chunker: Any = None,
+    ):
+        from .config import get_config
+
+        config = None
+        if embedder is None:
+            from .embedders import SimpleEmbedder
+
+            embedder = SimpleEmbedder()
+        if store is None:
+            from .stores import InMemoryStore
+
+            store = InMemoryStore()
+        if loader is None or chunker is None or normalizer is None:
+            config = get_config()
+        if loader is None:
+            from .ingest import DefaultDocumentLoader
+
+            loader = DefaultDocumentLoader(
+                max_file_mb=config.limits.max_file_mb, timeout=config.limits.file_timeout
+            )
+        if chunker is None:
+            from .ingest import make_chunker
+
+            chunker = make_chunker(
+                config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
+            )
+        if normalizer is None:
+            from .ingest import WhitespaceNormalizer
+
+            normalizer = WhitespaceNormalizer()
+        self.embedder = embedder
+        self.store = store
+        self.loader = loader
+        self.normalizer = normalizer
+        self.chunker = chunker
+
+    # --- chunking ----------------------------------------------------------------------------
+
+    def chunk_sections(self, sections: list[Section]) -> list[Section]:
+        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...)."""
+        if hasattr(self.chunker, "chunk_sections"):
+            chunks = self.chunker.chunk_sections(sections)
+            cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
+        else:
+            cleaned = []
+            for section in sections:
+                text = self.normalizer.normalize(section.text)
+                cleaned.extend(Section(c, dict(section.metadata)) for c in self.chunker.chunk(text))
+        return [c for c in cleaned if c.text.strip()]
+
+    def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
+        """Load a file as sections (one section when the loader has no structure)."""
+        if hasattr(self.loader, "load_sections"):
+            return list(self.loader.load_sections(path))
+        return [Section(self.loader.load(path), {})]
+
+    # --- embedding and storing ---------------------------------------------------------------
+
+    def _check_embedder(self) -> EmbedderInfo:
+        info = embedder_info(self.embedder)
+        check = getattr(self.store, "check_embedder", None)
+        if check is not None:
+            check(info)
+        return info
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for ``texts``, reusing the store's embedding cache where it has one."""
+        if not texts:
+            return []
+        cache_get = getattr(self.store, "cached_embeddings", None)
+        if cache_get is None:
+            return self.embedder.embed_documents(texts)
+        key = embedder_info(self.embedder)
+        cached = cache_get(key, texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in cached]
+        if missing:
+            fresh = self.embedder.embed_documents(missing)
+            cached.update(zip(missing, fresh))
+            self.store.cache_embeddings(embedder_info(self.embedder), dict(zip(missing, fresh)))
+        return [cached[t] for t in texts]
+
+    def build_documents(
+        self, chunks: list[Section], metadata: dict[str, Any] | None
+    ) -> list[Document]:
+        """Documents for chunks: shared metadata + chunk metadata + ``chunk_index``."""
+        now = datetime.now(timezone.utc)
+        docs = []
+        for index, chunk in enumerate(chunks):
+            meta = {**(metadata or {}), **chunk.metadata, "chunk_index": index}
+            docs.append(Document(id=_new_id(), text=chunk.text, metadata=meta, created_at=now))
+        return docs
+
+    def _store(self, docs: list[Document], source: str | None = None) -> list[str]:
+        info = self._check_embedder()
+        vectors = self.embed([d.text for d in docs])
+        info = embedder_info(self.embedder) if info.dimension is None else info
+        kwargs = {"embedder": info} if _accepts_embedder(self.store) else {}
+        if source is not None and hasattr(self.store, "replace_source"):
+            return self.store.replace_source(source, docs, vectors, **kwargs)
+        if source is not None and hasattr(self.store, "delete_where"):
+            self.store.delete_where({"source": source})
+        if not docs:
+            return []
+        return self.store.add(docs, vectors, **kwargs)
+
+    # --- public API --------------------------------------------------------------------------
+
+    def ingest_text(self, text: str, metadata: dict[str, Any] | None = None) -> list[str]:
+        """Normalise, chunk (metadata gets ``chunk_index``), batch-embed and store ``text``."""
+        chunks = self.chunk_sections([Section(text, {})])
+        if not chunks:
+            return []
+        return self._store(self.build_documents(chunks, metadata))
+
+    def ingest_file(
+        self, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Load, chunk, embed and store a file; metadata gets ``source`` (the absolute path).
+
+        The file's previous chunks (same ``source``) are replaced in one step.
+        """
+        resolved = Path(path).expanduser().resolve()
+        chunks = self.chunk_sections(self.load_sections(resolved))
+        source = str(resolved)
+        docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
+        return self._store(docs, source=source)
+
+
+def _accepts_embedder(store: Any) -> bool:
+    import inspect
+
+    try:
+        return "embedder" in inspect.signature(store.add).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class RAGPipeline:
+    """Search pipeline: recall with ``retriever``; with a ``reranker``, recall a wider pool
+    (at least 2×k), rerank it and keep ``k``; finally drop hits below ``options.min_score``."""
+
+    def __init__(self, retriever: Any, reranker: Any = None):
+        self.retriever = retriever
+        self.reranker = reranker
+
+    def search(self, query: str, options: SearchOptions | None = None) -> list[SearchResult]:
+        """Run the search described by ``options`` (default :class:`SearchOptions`)."""
+        options = options or SearchOptions()
+        k = options.k
+        if self.reranker is not None:
+            pool = max(2 * k, RERANK_POOL_MIN)
+            results = self.reranker.rerank(query, self.retriever.search(query, pool, options))[:k]
+        else:
+            results = self.retriever.search(query, k, options)
+        if options.min_score is not None:
+            results = [r for r in results if r.score >= options.min_score]
+        return results[:k]
+
+
+class KnowledgeBase:
+    """One object to add, ingest and search knowledge.
+
+    Defaults: an :class:`~kbcli.stores.InMemoryStore`, the :class:`~kbcli.embedders.SimpleEmbedder`
+    and a :class:`~kbcli.retrievers.HybridRetriever` over them. Use :meth:`open` for the
+    persistent SQLite knowledge base configured in ``jianmu.yaml``.
+    """
+
+    def __init__(
+        self,
+        store: Any = None,
+        embedder: Any = None,
+        retriever: Any = None,
+        reranker: Any = None,
+        loader: Any = None,
+        normalizer: Any = None,
+        chunker: Any = None,
+    ):
+        from .embedders import SimpleEmbedder
+        from .retrievers import HybridRetriever
+        from .stores import InMemoryStore
+
+        self.store = store if store is not None else InMemoryStore()
+        self.embedder = embedder if embedder is not None else SimpleEmbedder()
+        self.retriever = retriever or HybridRetriever(self.store, self.embedder)
+        self.reranker = reranker
+        self.ingestor = IngestPipeline(self.embedder, self.store, loader, normalizer, chunker)
+        self.pipeline = RAGPipeline(self.retriever, reranker)
+
+    @classmethod
+    def open(
+        cls,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        config: Any = None,
+        embedder: Any = None,
+        reranker: Any = None,
+        on_note: Callable[[str], None] | None = None,
+        busy_timeout: float | None = None,
+    ) -> KnowledgeBase:
+        """The SQLite knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config.
+
+        The embedder is resolved lazily, so keyword search and listing never need an API key.
+        """
+        from .analysis import Analyzer
+        from .config import get_config
+        from .retrievers import HybridRetriever
+        from .stores import SQLiteStore
+
+        config = config or get_config()
+        analyzer = Analyzer(
+            language=config.analysis.language,
+            stem=config.analysis.stem,
+            stopwords=config.analysis.stopwords,
+        )
+        kwargs = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
+        store = SQLiteStore(db or config.paths.knowledge_db, analyzer=analyzer, **kwargs)
+        embedder = embedder if embedder is not None else LazyEmbedder(config, on_note)
+        retriever = HybridRetriever(store, embedder, alpha=config.limits.rerank_alpha)
+        return cls(store=store, embedder=embedder, retriever=retriever, reranker=reranker)
+
+    def add(self, text: str, metadata: dict[str, Any] | None = None, id: str | None = None) -> str:
+        """Store ``text`` as one document (not chunked) and return its id."""
+        doc = Document(id=id or _new_id(), text=text, metadata=dict(metadata or {}))
+        return self.ingestor._store([doc])[0]
+
+    def ingest_text(self, text: str, metadata: dict[str, Any] | None = None) -> list[str]:
+        """Chunk, embed and store ``text``; returns the chunk ids."""
+        return self.ingestor.ingest_text(text, metadata)
+
+    def ingest_file(
+        self, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Load, chunk, embed and store a file (replacing its earlier chunks); returns chunk ids."""
+        return self.ingestor.ingest_file(path, metadata)
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        filter: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> list[SearchResult]:
+        """Search; extra keyword arguments are :class:`SearchOptions` fields (alpha, fusion...)."""
+        return self.pipeline.search(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
+
+    def search_with(self, query: str, options: SearchOptions) -> list[SearchResult]:
+        """Search with a ready :class:`SearchOptions`."""
+        return self.pipeline.search(query, options)
+
+    def delete(self, ids: list[str]) -> bool:
+        """Delete documents by id; True when at least one existed."""
+        return self.store.delete(list(ids))
+
+    def as_tool(self) -> Any:
+        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents."""
+        from .tools import KnowledgeSearchTool
+
+        return KnowledgeSearchTool(self)
+
+    def close(self) -> None:
+        """Release the store's resources (closes the SQLite connection)."""
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,201 @@
+"""Retrievers: BM25 (keyword), dense (semantic) and hybrid (fusion of both)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from .analysis import Analyzer
+from .filters import matches, validate_filter
+from .scoring import bm25_idf, bm25_term, rrf_fusion, weighted_fusion
+from .types import Document, SearchOptions, SearchResult
+
+# Candidates recalled per route before fusion: enough that fusion can promote a document that
+# one route ranks modestly, small enough to stay fast.
+FUSION_POOL_MIN = 50
+FUSION_POOL_FACTOR = 4
+
+
+class _MemoryBM25Index:
+    """An in-memory inverted index over documents, for stores without their own."""
+
+    def __init__(self, docs: list[Document], analyzer: Analyzer):
+        self.docs = docs
+        self.lengths: list[int] = []
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        for i, doc in enumerate(docs):
+            counts = Counter(analyzer.terms(doc.text))
+            self.lengths.append(sum(counts.values()))
+            for term, tf in counts.items():
+                self.postings.setdefault(term, []).append((i, tf))
+        self.avgdl = sum(self.lengths) / len(docs) if docs else 0.0
+
+    def search(
+        self, query_counts: Counter[str], k: int, filter: dict[str, Any] | None, k1: float, b: float
+    ) -> list[SearchResult]:
+        n = len(self.docs)
+        scores: dict[int, float] = {}
+        for term, qtf in query_counts.items():
+            plist = self.postings.get(term)
+            if not plist:
+                continue
+            idf = bm25_idf(n, len(plist)) * qtf
+            for i, tf in plist:
+                if filter and not matches(self.docs[i].metadata, filter):
+                    continue
+                scores[i] = scores.get(i, 0.0) + idf * bm25_term(
+                    tf, self.lengths[i], self.avgdl, k1, b
+                )
+        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
+        return [SearchResult(self.docs[i], score) for i, score in best]
+
+
+class BM25Retriever:
+    """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference).
+
+    Uses the store's persistent index when it has one (``keyword_search``); otherwise indexes
+    ``store.list_all()`` in memory, rebuilt only when the store's ``version`` changes.
+    """
+
+    def __init__(
+        self, store: Any, k1: float = 1.5, b: float = 0.75, analyzer: Analyzer | None = None
+    ):
+        self.store = store
+        self.k1 = k1
+        self.b = b
+        self.analyzer = analyzer or getattr(store, "analyzer", None) or Analyzer()
+        self._cache: tuple[Any, _MemoryBM25Index] | None = None
+
+    def search(
+        self, query: str, k: int = 5, options: SearchOptions | None = None
+    ) -> list[SearchResult]:
+        """The ``k`` best BM25 matches among documents passing ``options.filter``."""
+        filter = validate_filter(options.filter if options else None)
+        if hasattr(self.store, "keyword_search"):
+            return self.store.keyword_search(query, k, filter, k1=self.k1, b=self.b)
+        query_counts = Counter(self.analyzer.terms(query))
+        if not query_counts:
+            return []
+        return self._index().search(query_counts, k, filter, self.k1, self.b)
+
+    def _index(self) -> _MemoryBM25Index:
+        version = getattr(self.store, "version", None)
+        if self._cache is None or version is None or self._cache[0] != version:
+            self._cache = (version, _MemoryBM25Index(self.store.list_all(), self.analyzer))
+        return self._cache[1]
+
+
+class DenseRetriever:
+    """Semantic search: embeds the query and asks the store for the nearest vectors."""
+
+    def __init__(self, store: Any, embedder: Any):
+        self.store = store
+        self.embedder = embedder
+
+    def search(
+        self, query: str, k: int = 5, options: SearchOptions | None = None
+    ) -> list[SearchResult]:
+        """The ``k`` nearest documents (cosine) among those passing ``options.filter``."""
+        filter = validate_filter(options.filter if options else None)
+        if not query.strip():
+            return []
+        check = getattr(self.store, "check_embedder", None)
+        if check is not None:
+            from .embedders.base import embedder_info
+
+            check(embedder_info(self.embedder))
+        return self.store.search(self.embedder.embed_query(query), k, filter)
+
+
+class HybridRetriever:
+    """Keyword, semantic or hybrid search over one store, chosen per query by ``options.mode``.
+
+    Hybrid recalls a candidate pool from both routes and fuses them: ``weighted`` min-max
+    normalises each route and combines ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums
+    ``1 / (60 + rank)``. A document found by one route only still counts. ``alpha`` None takes
+    ``limits.rerank_alpha`` from the configuration.
+    """
+
+    def __init__(self, store: Any, embedder: Any = None, alpha: float | None = None):
+        if embedder is None:
+            from .embedders import SimpleEmbedder
+
+            embedder = SimpleEmbedder()
+        if alpha is not None and not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+        self.store = store
+        self.embedder = embedder
+        self.alpha = alpha
+        self.keyword = BM25Retriever(store)
+        self.dense = DenseRetriever(store, embedder)
+
+    def default_alpha(self) -> float:
+        """The alpha used when neither the options nor the constructor set one."""
+        if self.alpha is not None:
+            return self.alpha
+        from .config import get_config
+
+        return get_config().limits.rerank_alpha
+
+    def search(
+        self, query: str, k: int = 5, options: SearchOptions | None = None
+    ) -> list[SearchResult]:
+        """Search in ``options.mode`` (hybrid by default) and return the ``k`` best results."""
+        options = options or SearchOptions(k=k)
+        if options.mode == "keyword":
+            return self._label(self.keyword.search(query, k, options), "keyword", options)
+        if options.mode == "semantic":
+            return self._label(self.dense.search(query, k, options), "dense", options)
+        pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN)
+        keyword_hits = self.keyword.search(query, pool, options)
+        dense_hits = self.dense.search(query, pool, options)
+        return fuse(keyword_hits, dense_hits, k, options, self.default_alpha())
+
+    @staticmethod
+    def _label(hits: list[SearchResult], route: str, options: SearchOptions) -> list[SearchResult]:
+        if options.explain:
+            for rank, hit in enumerate(hits, start=1):
+                hit.explain = {route: {"rank": rank, "score": hit.score}, "fused": hit.score}
+        return hits
+
+
+def fuse(
+    keyword_hits: list[SearchResult],
+    dense_hits: list[SearchResult],
+    k: int,
+    options: SearchOptions,
+    default_alpha: float,
+) -> list[SearchResult]:
+    """Combine two ranked lists as ``options.fusion`` says; ties broken by document id."""
+    docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
+    keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
+    dense_scores = {hit.document.id: hit.score for hit in dense_hits}
+    if options.fusion == "rrf":
+        fused = rrf_fusion(
+            [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]
+        )
+    else:
+        alpha = options.alpha if options.alpha is not None else default_alpha
+        fused = weighted_fusion(dense_scores, keyword_scores, alpha)
+    best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
+    results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
+    if options.explain:
+        keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
+        dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
+        for hit in results:
+            doc_id = hit.document.id
+            hit.explain = {
+                "keyword": _route(keyword_rank, keyword_scores, doc_id),
+                "dense": _route(dense_rank, dense_scores, doc_id),
+                "fused": hit.score,
+                "fusion": options.fusion,
+            }
+    return results
+
+
+def _route(ranks: dict[str, int], scores: dict[str, float], doc_id: str) -> dict[str, Any] | None:
+    if doc_id not in ranks:
+        return None
+    score = scores[doc_id]
+    return {"rank": ranks[doc_id], "score": score if math.isfinite(score) else None}

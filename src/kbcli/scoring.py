@@ -1,0 +1,53 @@
+"""Scoring formulas as small pure functions: BM25 and score fusion."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+RRF_K = 60
+
+
+def bm25_idf(n_docs: int, df: int) -> float:
+    """BM25 idf, Lucene form (never negative): ``ln((N - df + 0.5) / (df + 0.5) + 1)``."""
+    return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
+
+
+def bm25_term(tf: float, dl: float, avgdl: float, k1: float = 1.5, b: float = 0.75) -> float:
+    """BM25 term-frequency part: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``."""
+    norm = 1.0 - b + b * (dl / avgdl if avgdl > 0 else 0.0)
+    return tf * (k1 + 1.0) / (tf + k1 * norm)
+
+
+def min_max(scores: Mapping[str, float]) -> dict[str, float]:
+    """Scale scores to [0, 1]; when all are equal every score becomes 1.0."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    if hi - lo <= 1e-12:
+        return {key: 1.0 for key in scores}
+    span = hi - lo
+    return {key: (value - lo) / span for key, value in scores.items()}
+
+
+def weighted_fusion(
+    dense: Mapping[str, float], keyword: Mapping[str, float], alpha: float
+) -> dict[str, float]:
+    """``alpha * dense + (1 - alpha) * keyword`` over min-max normalised routes.
+
+    A document found by one route only gets 0 from the other.
+    """
+    nd, nk = min_max(dense), min_max(keyword)
+    return {
+        key: alpha * nd.get(key, 0.0) + (1.0 - alpha) * nk.get(key, 0.0)
+        for key in set(nd) | set(nk)
+    }
+
+
+def rrf_fusion(*rankings: list[str], k: int = RRF_K) -> dict[str, float]:
+    """Reciprocal rank fusion (Cormack et al. 2009): ``sum 1 / (k + rank)``, rank from 1."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
+    return fused

@@ -1,0 +1,864 @@
+"""SQLiteStore: documents, float32 vectors and a BM25 inverted index in one SQLite file.
+
+Layout (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`, ``application_id`` = :data:`APP_ID`):
+
+- ``chunks``: one row per document (chunk): id, text, metadata JSON, source, text hash, term
+  count (BM25 document length) and a packed forward index (term id, tf) used to undo postings
+  exactly on delete.
+- ``vectors``: float32 BLOB per chunk.
+- ``terms`` (term, df) and ``postings`` (term, doc, tf, dl) clustered by term: the inverted index.
+  ``stats`` holds N, the total length and a generation counter bumped by every write.
+- ``files``: what ``kb ingest`` indexed from which file (used for incremental sync).
+- ``embedding_cache``: vectors by (embedder, text hash), so unchanged text is never re-embedded.
+- ``meta``: the embedder and analyzer the index was built with, last ingest time.
+
+Every write runs in one ``BEGIN IMMEDIATE`` transaction, so the statistics stay exact after any
+mix of adds, upserts and deletes, and a crash leaves the file at the previous commit. Slow work
+(tokenising) happens before the write lock is taken. Reads run in a deferred transaction so a
+query sees one consistent snapshot while a writer works (WAL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..analysis import Analyzer
+from ..embedders.base import EmbedderInfo
+from ..errors import (
+    DatabaseLockedError,
+    IndexMismatchError,
+    NotAKnowledgeBaseError,
+    StoreError,
+)
+from ..filters import compile_sql, dumps_metadata, validate_filter
+from ..scoring import bm25_idf
+from ..types import Document, SearchResult
+
+SCHEMA_VERSION = 1
+APP_ID = 0x4B42_4C49  # "KBLI"
+DEFAULT_BUSY_TIMEOUT = 60.0
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE chunks (
+    doc INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    created_at TEXT NOT NULL,
+    source TEXT,
+    text_hash TEXT NOT NULL,
+    length INTEGER NOT NULL,
+    terms BLOB NOT NULL
+);
+CREATE INDEX chunks_source ON chunks (source);
+CREATE TABLE vectors (doc INTEGER PRIMARY KEY, vec BLOB NOT NULL);
+CREATE TABLE terms (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL);
+CREATE TABLE postings (
+    term INTEGER NOT NULL,
+    doc INTEGER NOT NULL,
+    tf INTEGER NOT NULL,
+    dl INTEGER NOT NULL,
+    PRIMARY KEY (term, doc)
+) WITHOUT ROWID;
+CREATE TABLE stats (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    n INTEGER NOT NULL,
+    total_length INTEGER NOT NULL,
+    generation INTEGER NOT NULL
+);
+INSERT INTO stats VALUES (1, 0, 0, 0);
+CREATE TABLE files (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    settings TEXT NOT NULL,
+    chunk_ids TEXT NOT NULL,
+    indexed_at TEXT NOT NULL
+);
+CREATE TABLE embedding_cache (
+    embedder TEXT NOT NULL,
+    text_hash TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    PRIMARY KEY (embedder, text_hash)
+) WITHOUT ROWID;
+"""
+
+# Migrations from version N to N+1, run in one transaction when user_version says so.
+_MIGRATIONS: dict[int, str] = {}
+
+
+def text_hash(text: str) -> str:
+    """Stable hash of a chunk's text (key of the embedding cache)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _pack_vector(vec: Iterable[float]) -> bytes:
+    return array("f", vec).tobytes()
+
+
+def _unpack_vector(blob: bytes) -> list[float]:
+    out = array("f")
+    out.frombytes(blob)
+    return out.tolist()
+
+
+def _pack_terms(counts: dict[int, int]) -> bytes:
+    flat = array("q")
+    for term_id, tf in counts.items():
+        flat.append(term_id)
+        flat.append(tf)
+    return flat.tobytes()
+
+
+def _unpack_terms(blob: bytes) -> list[tuple[int, int]]:
+    flat = array("q")
+    flat.frombytes(blob)
+    return list(zip(flat[0::2], flat[1::2]))
+
+
+def _now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+class SQLiteStore:
+    """A persistent store with an exact BM25 index and vectorised dense search.
+
+    ``path`` defaults to ``paths.knowledge_db`` from the configuration; parent folders are
+    created. ``analyzer`` tokenises text for the keyword index (default: :class:`Analyzer()`);
+    the index records its signature and refuses to mix two analyzers. ``busy_timeout`` is how
+    many seconds a writer waits for another writer before :class:`DatabaseLockedError`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        analyzer: Analyzer | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
+    ):
+        if path is None:
+            from ..config import get_config
+
+            path = get_config().paths.knowledge_db
+        self.path = Path(path).expanduser()
+        self.analyzer = analyzer or Analyzer()
+        self.busy_timeout = busy_timeout
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._matrix: tuple[int, Any, Any] | None = None
+        self._conn = self._open(create)
+
+    # --- opening, schema, transactions -------------------------------------------------------
+
+    def _open(self, create: bool) -> sqlite3.Connection:
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        if not exists and not create:
+            raise StoreError(f"No knowledge base at {self.path}: run 'kb ingest' first")
+        if self.path.is_dir():
+            raise NotAKnowledgeBaseError(f"{self.path} is a folder, not a kb database file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"Cannot create the folder for {self.path}: {exc.strerror}") from None
+        try:
+            conn = sqlite3.connect(
+                str(self.path),
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"Cannot open {self.path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            self._check_and_migrate(conn)
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise DatabaseLockedError(
+                    f"{self.path} stayed locked by another kb process for "
+                    f"{self.busy_timeout:g} s: try again when it finishes"
+                ) from None
+            raise NotAKnowledgeBaseError(
+                f"{self.path} is not a kb database ({exc}): choose another --db path"
+            ) from None
+        return conn
+
+    def _check_and_migrate(self, conn: sqlite3.Connection) -> None:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if app_id == APP_ID and version == SCHEMA_VERSION:
+            return
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app_id != APP_ID and tables:
+            raise NotAKnowledgeBaseError(
+                f"{self.path} is an SQLite database of another program, not a kb database: "
+                "choose another --db path"
+            )
+        if version > SCHEMA_VERSION:
+            raise NotAKnowledgeBaseError(
+                f"{self.path} was written by a newer kbcli (schema {version}, this one reads "
+                f"{SCHEMA_VERSION}): upgrade kbcli"
+            )
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Re-read under the write lock: another process may have created it meanwhile.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id != APP_ID:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APP_ID}")
+                version = SCHEMA_VERSION
+            while version < SCHEMA_VERSION:
+                for statement in _MIGRATIONS[version].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                version += 1
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        """Close the connection (the store cannot be used afterwards)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; nested calls join the outer one. Commits or rolls back whole."""
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self._conn
+                finally:
+                    self._depth -= 1
+                return
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise DatabaseLockedError(
+                        f"{self.path} is locked by another writer (waited "
+                        f"{self.busy_timeout:g} s): try again when it finishes"
+                    ) from None
+                raise
+            self._depth = 1
+            try:
+                yield self._conn
+                self._conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            finally:
+                self._depth = 0
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several SELECTs (joins an open write transaction)."""
+        with self._lock:
+            if self._depth:
+                yield self._conn
+                return
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                self._conn.execute("COMMIT")
+
+    # --- meta: embedder and analyzer bookkeeping ---------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        """A value from the ``meta`` table."""
+        with self._lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value in the ``meta`` table."""
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    @property
+    def embedder_info(self) -> EmbedderInfo | None:
+        """The embedder recorded for this index, if any vectors were stored."""
+        raw = self.get_meta("embedder")
+        if not raw:
+            return None
+        data = json.loads(raw)
+        return EmbedderInfo(data["provider"], data["model"], data.get("dimension"))
+
+    def check_embedder(self, info: EmbedderInfo) -> None:
+        """Raise IndexMismatchError when the index was built with another embedder."""
+        recorded = self.embedder_info
+        if recorded is None:
+            return
+        same = recorded.provider == info.provider and recorded.model == info.model
+        if same and info.dimension and recorded.dimension and info.dimension != recorded.dimension:
+            same = False
+        if not same:
+            raise IndexMismatchError(
+                f"The index at {self.path} was built with {recorded.describe()} but the "
+                f"configured embedder is {info.describe()}: set rag.embedding back, or "
+                "re-embed everything with 'kb ingest --rebuild'"
+            )
+
+    def _record_embedder(self, conn: sqlite3.Connection, info: EmbedderInfo, dim: int) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+        if row is None:
+            value = {"provider": info.provider, "model": info.model, "dimension": dim}
+            conn.execute("INSERT INTO meta VALUES ('embedder', ?)", (json.dumps(value),))
+            return
+        recorded = json.loads(row[0])
+        if (recorded["provider"], recorded["model"]) != (info.provider, info.model):
+            self.check_embedder(EmbedderInfo(info.provider, info.model, dim))
+
+    def _check_analyzer(self, conn: sqlite3.Connection, *, writing: bool) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+        signature = self.analyzer.signature
+        if row is None:
+            if writing:
+                conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
+            return
+        if row[0] != signature:
+            n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+            if n == 0 and writing:
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
+                return
+            raise IndexMismatchError(
+                f"The keyword index at {self.path} was built with analyzer [{row[0]}] but the "
+                f"configured one is [{signature}]: rebuild it with 'kb ingest --rebuild' "
+                "(or restore the analysis settings)"
+            )
+
+    # --- writes ------------------------------------------------------------------------------
+
+    def add(
+        self,
+        docs: list[Document],
+        embeddings: list[list[float]] | None = None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> list[str]:
+        """Insert or replace ``docs`` (and their vectors) in one transaction; return their ids.
+
+        Vectors come from ``embeddings[i]`` or ``doc.embedding``; all must have one length.
+        ``embedder`` is recorded on first use and checked afterwards.
+        """
+        if embeddings is not None and len(embeddings) != len(docs):
+            raise ValueError(f"{len(docs)} documents but {len(embeddings)} embeddings")
+        prepared = []
+        for i, doc in enumerate(docs):
+            vec = embeddings[i] if embeddings is not None else doc.embedding
+            counts = Counter(self.analyzer.terms(doc.text))
+            prepared.append((doc, vec, counts))
+        dims = {len(v) for _, v, _ in prepared if v is not None}
+        if len(dims) > 1:
+            raise IndexMismatchError(f"Vectors of different lengths in one batch: {sorted(dims)}")
+        with self.transaction() as conn:
+            self._check_analyzer(conn, writing=True)
+            if dims:
+                dim = dims.pop()
+                index_dim = self._index_dimension(conn)
+                if index_dim is not None and index_dim != dim:
+                    raise IndexMismatchError(
+                        f"New vectors have {dim} dimensions but the index at {self.path} has "
+                        f"{index_dim}: use the embedder that built it or 'kb ingest --rebuild'"
+                    )
+                if embedder is not None:
+                    self._record_embedder(conn, embedder, dim)
+            self._delete_ids(conn, [doc.id for doc, _, _ in prepared])
+            self._insert(conn, prepared)
+        return [doc.id for doc in docs]
+
+    def _index_dimension(self, conn: sqlite3.Connection) -> int | None:
+        row = conn.execute("SELECT vec FROM vectors LIMIT 1").fetchone()
+        return len(row[0]) // 4 if row else None
+
+    def _term_ids(self, conn: sqlite3.Connection, terms: set[str]) -> dict[str, int]:
+        ids: dict[str, int] = {}
+        pending = list(terms)
+        for start in range(0, len(pending), 500):
+            part = pending[start : start + 500]
+            marks = ",".join("?" * len(part))
+            ids.update(conn.execute(f"SELECT term, id FROM terms WHERE term IN ({marks})", part))
+        missing = [t for t in pending if t not in ids]
+        if missing:
+            next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM terms").fetchone()[0]
+            new = {t: next_id + i for i, t in enumerate(missing)}
+            conn.executemany("INSERT INTO terms VALUES (?, ?, 0)", new.items())
+            ids.update(new)
+        return ids
+
+    def _insert(self, conn: sqlite3.Connection, prepared: list) -> None:
+        vocab = set()
+        for _, _, counts in prepared:
+            vocab.update(counts)
+        term_ids = self._term_ids(conn, vocab)
+        df_delta: Counter[int] = Counter()
+        postings = []
+        vectors = []
+        total = 0
+        for doc, vec, counts in prepared:
+            length = sum(counts.values())
+            by_id = {term_ids[t]: tf for t, tf in counts.items()}
+            metadata = dict(doc.metadata)
+            source = metadata.get("source")
+            cur = conn.execute(
+                "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
+                " terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    doc.id,
+                    doc.text,
+                    dumps_metadata(metadata),
+                    doc.created_at.isoformat(),
+                    str(source) if source is not None else None,
+                    text_hash(doc.text),
+                    length,
+                    _pack_terms(by_id),
+                ),
+            )
+            rowid = cur.lastrowid
+            postings.extend((tid, rowid, tf, length) for tid, tf in by_id.items())
+            df_delta.update(by_id.keys())
+            total += length
+            if vec is not None:
+                vectors.append((rowid, _pack_vector(vec)))
+        conn.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", postings)
+        conn.executemany(
+            "UPDATE terms SET df = df + ? WHERE id = ?", ((d, t) for t, d in df_delta.items())
+        )
+        conn.executemany("INSERT INTO vectors VALUES (?, ?)", vectors)
+        conn.execute(
+            "UPDATE stats SET n = n + ?, total_length = total_length + ? WHERE id = 1",
+            (len(prepared), total),
+        )
+
+    def delete(self, ids: list[str]) -> bool:
+        """Delete documents by id in one transaction; True when at least one existed."""
+        if not ids:
+            return False
+        with self.transaction() as conn:
+            return self._delete_ids(conn, list(ids)) > 0
+
+    def _delete_ids(self, conn: sqlite3.Connection, ids: list[str]) -> int:
+        rows = []
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows.extend(
+                conn.execute(
+                    f"SELECT doc, length, terms FROM chunks WHERE id IN ({marks})", part
+                ).fetchall()
+            )
+        return self._delete_rows(conn, rows)
+
+    def _delete_rows(self, conn: sqlite3.Connection, rows: list[tuple[int, int, bytes]]) -> int:
+        if not rows:
+            return 0
+        df_delta: Counter[int] = Counter()
+        doomed_postings = []
+        total = 0
+        for doc, length, packed in rows:
+            pairs = _unpack_terms(packed)
+            doomed_postings.extend((term_id, doc) for term_id, _ in pairs)
+            df_delta.update(term_id for term_id, _ in pairs)
+            total += length
+        conn.executemany("DELETE FROM postings WHERE term = ? AND doc = ?", doomed_postings)
+        conn.executemany(
+            "UPDATE terms SET df = df - ? WHERE id = ?", ((d, t) for t, d in df_delta.items())
+        )
+        conn.executemany("DELETE FROM terms WHERE id = ? AND df <= 0", ((t,) for t in df_delta))
+        docs = [(r[0],) for r in rows]
+        conn.executemany("DELETE FROM vectors WHERE doc = ?", docs)
+        conn.executemany("DELETE FROM chunks WHERE doc = ?", docs)
+        conn.execute(
+            "UPDATE stats SET n = n - ?, total_length = total_length - ? WHERE id = 1",
+            (len(rows), total),
+        )
+        return len(rows)
+
+    def delete_source(self, source: str) -> int:
+        """Delete every chunk of ``source`` and its file record; returns the chunk count."""
+        with self.transaction() as conn:
+            rows = conn.execute(
+                "SELECT doc, length, terms FROM chunks WHERE source = ?", (source,)
+            ).fetchall()
+            conn.execute("DELETE FROM files WHERE path = ?", (source,))
+            return self._delete_rows(conn, rows)
+
+    def delete_where(self, filter: dict[str, Any]) -> int:
+        """Delete every chunk whose metadata passes ``filter``; returns how many."""
+        where, params = compile_sql(validate_filter(filter))
+        with self.transaction() as conn:
+            rows = conn.execute(
+                f"SELECT doc, length, terms FROM chunks WHERE {where}", params
+            ).fetchall()
+            return self._delete_rows(conn, rows)
+
+    def replace_source(
+        self,
+        source: str,
+        docs: list[Document],
+        embeddings: list[list[float]] | None = None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> list[str]:
+        """Atomically swap the chunks of ``source`` for ``docs``: no reader sees both or neither."""
+        with self.transaction() as conn:
+            rows = conn.execute(
+                "SELECT doc, length, terms FROM chunks WHERE source = ?", (source,)
+            ).fetchall()
+            self._delete_rows(conn, rows)
+            return self.add(docs, embeddings, embedder=embedder)
+
+    def rebuild_keyword_index(self) -> int:
+        """Re-tokenise every chunk with the current analyzer (no re-embedding); returns count."""
+        with self.transaction() as conn:
+            conn.execute("DELETE FROM postings")
+            conn.execute("DELETE FROM terms")
+            rows = conn.execute("SELECT doc, text FROM chunks").fetchall()
+            vocab: set[str] = set()
+            counted = []
+            for doc, text in rows:
+                counts = Counter(self.analyzer.terms(text))
+                vocab.update(counts)
+                counted.append((doc, counts))
+            term_ids = self._term_ids(conn, vocab)
+            df: Counter[int] = Counter()
+            total = 0
+            for doc, counts in counted:
+                length = sum(counts.values())
+                by_id = {term_ids[t]: tf for t, tf in counts.items()}
+                conn.executemany(
+                    "INSERT INTO postings VALUES (?, ?, ?, ?)",
+                    ((tid, doc, tf, length) for tid, tf in by_id.items()),
+                )
+                conn.execute(
+                    "UPDATE chunks SET length = ?, terms = ? WHERE doc = ?",
+                    (length, _pack_terms(by_id), doc),
+                )
+                df.update(by_id.keys())
+                total += length
+            conn.executemany(
+                "UPDATE terms SET df = ? WHERE id = ?", ((d, t) for t, d in df.items())
+            )
+            conn.execute("UPDATE stats SET total_length = ? WHERE id = 1", (total,))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.analyzer.signature,)
+            )
+            return len(rows)
+
+    # --- embedding cache ---------------------------------------------------------------------
+
+    @staticmethod
+    def _cache_key(info: EmbedderInfo) -> str:
+        return f"{info.provider}/{info.model}"
+
+    def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+        """Vectors already computed by this embedder for any of ``texts``, by text."""
+        key = self._cache_key(info)
+        by_hash = {text_hash(t): t for t in texts}
+        found: dict[str, list[float]] = {}
+        hashes = list(by_hash)
+        with self._read() as conn:
+            for start in range(0, len(hashes), 500):
+                part = hashes[start : start + 500]
+                marks = ",".join("?" * len(part))
+                for h, blob in conn.execute(
+                    "SELECT text_hash, vec FROM embedding_cache"
+                    f" WHERE embedder = ? AND text_hash IN ({marks})",
+                    [key, *part],
+                ):
+                    found[by_hash[h]] = _unpack_vector(blob)
+        return found
+
+    def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
+        """Remember vectors by (embedder, text hash) so unchanged text is never re-embedded."""
+        key = self._cache_key(info)
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)",
+                ((key, text_hash(t), _pack_vector(v)) for t, v in vectors.items()),
+            )
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def _rows_to_documents(self, rows: Iterable[tuple]) -> list[Document]:
+        return [
+            Document(
+                id=row[0],
+                text=row[1],
+                metadata=json.loads(row[2]),
+                created_at=datetime.fromisoformat(row[3]),
+            )
+            for row in rows
+        ]
+
+    _DOC_COLUMNS = "id, text, metadata, created_at"
+
+    def _documents_by_rowid(
+        self, conn: sqlite3.Connection, rowids: list[int]
+    ) -> dict[int, Document]:
+        out: dict[int, Document] = {}
+        for start in range(0, len(rowids), 500):
+            part = rowids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            rows = conn.execute(
+                f"SELECT doc, {self._DOC_COLUMNS} FROM chunks WHERE doc IN ({marks})", part
+            ).fetchall()
+            for row, doc in zip(rows, self._rows_to_documents(r[1:] for r in rows)):
+                out[row[0]] = doc
+        return out
+
+    def get(self, ids: list[str], *, with_embeddings: bool = False) -> list[Document]:
+        """The stored documents among ``ids``, in the order asked."""
+        found: dict[str, Document] = {}
+        with self._read() as conn:
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows = conn.execute(
+                    f"SELECT {self._DOC_COLUMNS}, vec FROM chunks LEFT JOIN vectors USING (doc)"
+                    f" WHERE id IN ({marks})",
+                    part,
+                ).fetchall()
+                for row, doc in zip(rows, self._rows_to_documents(rows)):
+                    if with_embeddings and row[4] is not None:
+                        doc.embedding = _unpack_vector(row[4])
+                    found[doc.id] = doc
+        return [found[i] for i in ids if i in found]
+
+    def list_all(self) -> list[Document]:
+        """Every stored document, oldest first."""
+        return list(self.iter_documents())
+
+    def iter_documents(
+        self,
+        filter: dict[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Document]:
+        """Documents passing ``filter`` (and of ``source``), oldest first, at most ``limit``."""
+        where, params = compile_sql(validate_filter(filter))
+        if source is not None:
+            where += " AND source = ?"
+            params.append(source)
+        sql = f"SELECT {self._DOC_COLUMNS} FROM chunks WHERE {where} ORDER BY doc"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        with self._read() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        yield from self._rows_to_documents(rows)
+
+    def count(self) -> int:
+        """Number of stored documents."""
+        with self._lock:
+            return self._conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+
+    def __len__(self) -> int:
+        return self.count()
+
+    @property
+    def version(self) -> int:
+        """Generation counter: changes after every committed write."""
+        with self._lock:
+            return self._conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+
+    def sources(self) -> list[tuple[str, int]]:
+        """Each source with its number of chunks, sorted by source."""
+        with self._lock:
+            return self._conn.execute(
+                "SELECT source, count(*) FROM chunks WHERE source IS NOT NULL"
+                " GROUP BY source ORDER BY source"
+            ).fetchall()
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and settings of the index (for ``kb stats``)."""
+        with self._read() as conn:
+            n, total, generation = conn.execute(
+                "SELECT n, total_length, generation FROM stats WHERE id = 1"
+            ).fetchone()
+            sources = conn.execute(
+                "SELECT count(DISTINCT source) FROM chunks WHERE source IS NOT NULL"
+            ).fetchone()[0]
+            vocabulary = conn.execute("SELECT count(*) FROM terms").fetchone()[0]
+            vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+            files = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        embedder = json.loads(meta["embedder"]) if "embedder" in meta else None
+        return {
+            "path": str(self.path),
+            "chunks": n,
+            "sources": sources,
+            "files": files,
+            "vectors": vectors,
+            "vocabulary": vocabulary,
+            "avg_chunk_terms": (total / n) if n else 0.0,
+            "size_bytes": size,
+            "embedder": embedder,
+            "analyzer": meta.get("analyzer"),
+            "last_ingest": meta.get("last_ingest"),
+            "schema_version": SCHEMA_VERSION,
+            "generation": generation,
+        }
+
+    # --- keyword search ----------------------------------------------------------------------
+
+    def keyword_search(
+        self,
+        query: str,
+        k: int = 5,
+        filter: dict[str, Any] | None = None,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> list[SearchResult]:
+        """BM25 over the persistent inverted index; ``filter`` applies before ranking.
+
+        Each query term counts as often as it occurs in the query (as the plain formula does).
+        """
+        filter = validate_filter(filter)
+        query_counts = Counter(self.analyzer.terms(query))
+        if not query_counts:
+            return []
+        with self._read() as conn:
+            self._check_analyzer(conn, writing=False)
+            n, total = conn.execute("SELECT n, total_length FROM stats WHERE id = 1").fetchone()
+            if n == 0:
+                return []
+            avgdl = total / n
+            wanted = list(query_counts)[: max(1, len(query_counts))]
+            marks = ",".join("?" * len(wanted))
+            found = conn.execute(
+                f"SELECT id, term, df FROM terms WHERE term IN ({marks})", wanted
+            ).fetchall()
+            if not found:
+                return []
+            # Bound the work for pasted paragraphs: keep the rarest terms.
+            found.sort(key=lambda row: row[2])
+            found = found[:32]
+            weights = {tid: bm25_idf(n, df) * query_counts[term] for tid, term, df in found}
+            case = " ".join("WHEN ? THEN ?" for _ in weights)
+            params: list[Any] = [x for tid, w in weights.items() for x in (tid, w)]
+            params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
+            term_marks = ",".join("?" * len(weights))
+            params += list(weights)
+            filter_sql = ""
+            if filter:
+                where, fparams = compile_sql(filter)
+                filter_sql = f" AND doc IN (SELECT doc FROM chunks WHERE {where})"
+                params += fparams
+            params.append(int(k))
+            rows = conn.execute(
+                f"SELECT doc, sum((CASE term {case} END) * tf * ? / (tf + ? * (? + ? * dl)))"
+                f" AS score FROM postings WHERE term IN ({term_marks}){filter_sql}"
+                " GROUP BY doc ORDER BY score DESC, doc LIMIT ?",
+                params,
+            ).fetchall()
+            docs = self._documents_by_rowid(conn, [r[0] for r in rows])
+        return [SearchResult(docs[doc], float(score)) for doc, score in rows if doc in docs]
+
+    # --- dense search ------------------------------------------------------------------------
+
+    def _unit_matrix(self, conn: sqlite3.Connection) -> tuple[Any, Any]:
+        import numpy as np
+
+        generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+        if self._matrix is None or self._matrix[0] != generation:
+            from ..vectors import as_unit_matrix
+
+            rows = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
+            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            if rows:
+                blob = b"".join(r[1] for r in rows)
+                matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(rows), -1).copy()
+                matrix = as_unit_matrix(matrix)
+            else:
+                matrix = np.zeros((0, 0), dtype=np.float32)
+            self._matrix = (generation, rowids, matrix)
+        return self._matrix[1], self._matrix[2]
+
+    def search(
+        self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None
+    ) -> list[SearchResult]:
+        """Cosine similarity over every stored vector that passes ``filter``, best first."""
+        filter = validate_filter(filter)
+        from ..vectors import top_k_cosine
+
+        with self._read() as conn:
+            rowids, matrix = self._unit_matrix(conn)
+            if rowids.shape[0] == 0:
+                return []
+            mask = None
+            if filter:
+                import numpy as np
+
+                where, params = compile_sql(filter)
+                allowed = np.fromiter(
+                    (r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)),
+                    dtype=np.int64,
+                )
+                mask = np.isin(rowids, allowed)
+            hits = top_k_cosine(matrix, query_vec, k, mask)
+            docs = self._documents_by_rowid(conn, [int(rowids[i]) for i, _ in hits])
+        return [
+            SearchResult(docs[int(rowids[i])], score) for i, score in hits if int(rowids[i]) in docs
+        ]
+
+    # --- integrity ---------------------------------------------------------------------------
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's integrity check plus kbcli's own invariants; empty list when all is well."""
+        problems: list[str] = []
+        with self._read() as conn:
+            result = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
+            if result != ["ok"]:
+                problems.extend(result)
+            n, total = conn.execute("SELECT n, total_length FROM stats WHERE id = 1").fetchone()
+            real_n, real_total = conn.execute(
+                "SELECT count(*), coalesce(sum(length), 0) FROM chunks"
+            ).fetchone()
+            if (n, total) != (real_n, real_total):
+                problems.append(
+                    f"stats say {n} chunks/{total} terms, table has {real_n}/{real_total}"
+                )
+            bad_df = conn.execute(
+                "SELECT count(*) FROM terms t WHERE df != (SELECT count(*) FROM postings p"
+                " WHERE p.term = t.id)"
+            ).fetchone()[0]
+            if bad_df:
+                problems.append(f"{bad_df} terms have a wrong document frequency")
+        return problems
