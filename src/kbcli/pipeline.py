@@ -78,9 +78,6 @@ class IngestPipeline:
         normalizer: Any = None,
         chunker: Any = None,
     ):
-        from .config import get_config
-
-        config = None
         if embedder is None:
             from .embedders import SimpleEmbedder
 
@@ -89,29 +86,48 @@ class IngestPipeline:
             from .stores import InMemoryStore
 
             store = InMemoryStore()
-        if loader is None or chunker is None or normalizer is None:
-            config = get_config()
-        if loader is None:
-            from .ingest import DefaultDocumentLoader
-
-            loader = DefaultDocumentLoader(
-                max_file_mb=config.limits.max_file_mb, timeout=config.limits.file_timeout
-            )
-        if chunker is None:
-            from .ingest import make_chunker
-
-            chunker = make_chunker(
-                config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
-            )
-        if normalizer is None:
-            from .ingest import WhitespaceNormalizer
-
-            normalizer = WhitespaceNormalizer()
         self.embedder = embedder
         self.store = store
-        self.loader = loader
-        self.normalizer = normalizer
-        self.chunker = chunker
+        # Loader, normaliser and chunker defaults are built on first use: constructing a
+        # pipeline (every KnowledgeBase does) must stay cheap and need no parser.
+        self._loader = loader
+        self._normalizer = normalizer
+        self._chunker = chunker
+
+    @property
+    def loader(self) -> Any:
+        """The document loader (default: :class:`~kbcli.ingest.DefaultDocumentLoader`)."""
+        if self._loader is None:
+            from .config import get_config
+            from .ingest import DefaultDocumentLoader
+
+            limits = get_config().limits
+            self._loader = DefaultDocumentLoader(
+                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout
+            )
+        return self._loader
+
+    @property
+    def chunker(self) -> Any:
+        """The chunker (default: ``rag.chunker`` with ``limits.chunk_size/chunk_overlap``)."""
+        if self._chunker is None:
+            from .config import get_config
+            from .ingest import make_chunker
+
+            config = get_config()
+            self._chunker = make_chunker(
+                config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
+            )
+        return self._chunker
+
+    @property
+    def normalizer(self) -> Any:
+        """The normaliser applied to each chunk (default: whitespace collapsing)."""
+        if self._normalizer is None:
+            from .ingest import WhitespaceNormalizer
+
+            self._normalizer = WhitespaceNormalizer()
+        return self._normalizer
 
     # --- chunking ----------------------------------------------------------------------------
 

@@ -1,0 +1,42 @@
+"""Test isolation: every test gets its own config, database and user dirs, and no API keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbcli.config import reset_config_cache
+
+API_KEY_VARS = (
+    "OPENAI_API_KEY",
+    "API_KEY",
+    "GOOGLE_API_KEY",
+    "GEMINI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "BASE_URL",
+    "EMBEDDING_BASE_URL",
+    "OPENAI_EMBED_MODEL",
+    "GEMINI_EMBED_MODEL",
+    "EMBEDDING_MODEL",
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    """Point config, database and XDG dirs into tmp_path; drop provider keys and settings."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("KB_DB", str(tmp_path / "kb.db"))
+    monkeypatch.delenv("KB_CONFIG", raising=False)
+    for var in API_KEY_VARS:
+        monkeypatch.delenv(var, raising=False)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    reset_config_cache()
+    yield
+    reset_config_cache()
