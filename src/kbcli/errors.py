@@ -23,15 +23,25 @@ from __future__ import annotations
 
 
 class KBError(Exception):
-    """Base class of every error a user can cause or fix."""
+    """Base class of every error a user can cause or fix.
+
+    ``exit_code`` is what the ``kb`` command exits with: 1 for a failure, 2 for a usage error
+    (bad option, filter, config or database path), 3 when the database stayed locked.
+    """
+
+    exit_code = 1
 
 
 class ConfigError(KBError, ValueError):
     """A configuration file or value is wrong."""
 
+    exit_code = 2
+
 
 class InvalidOptionError(KBError, ValueError):
     """An option passed to the library or CLI is not valid."""
+
+    exit_code = 2
 
 
 class FilterError(InvalidOptionError):
@@ -61,9 +71,13 @@ class StoreError(KBError):
 class NotAKnowledgeBaseError(StoreError):
     """The file is not a kb database, or it is corrupt."""
 
+    exit_code = 2
+
 
 class DatabaseLockedError(StoreError):
     """Another process kept the database locked for longer than we may wait."""
+
+    exit_code = 3
 
 
 class IndexMismatchError(StoreError):

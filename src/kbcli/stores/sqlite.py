@@ -465,10 +465,14 @@ class SQLiteStore:
 
     def delete(self, ids: list[str]) -> bool:
         """Delete documents by id in one transaction; True when at least one existed."""
+        return self.remove(ids) > 0
+
+    def remove(self, ids: list[str]) -> int:
+        """Delete documents by id in one transaction; returns how many existed."""
         if not ids:
-            return False
+            return 0
         with self.transaction() as conn:
-            return self._delete_ids(conn, list(ids)) > 0
+            return self._delete_ids(conn, list(ids))
 
     def _delete_ids(self, conn: sqlite3.Connection, ids: list[str]) -> int:
         rows = []
