@@ -415,9 +415,7 @@ class SQLiteStore:
         if missing:
             next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM terms").fetchone()[0]
             new = {t: next_id + i for i, t in enumerate(missing)}
-            conn.executemany(
-                "INSERT INTO terms VALUES (?, ?, 0)", ((i, t) for t, i in new.items())
-            )
+            conn.executemany("INSERT INTO terms VALUES (?, ?, 0)", ((i, t) for t, i in new.items()))
             ids.update(new)
         return ids
 
