@@ -381,6 +381,8 @@ class SQLiteStore:
             vec = embeddings[i] if embeddings is not None else doc.embedding
             counts = Counter(self.analyzer.terms(doc.text))
             prepared.append((doc, vec, counts))
+        # The same id twice in one batch: the last one wins, as if added one by one.
+        prepared = list({doc.id: (doc, vec, c) for doc, vec, c in prepared}.values())
         dims = {len(v) for _, v, _ in prepared if v is not None}
         if len(dims) > 1:
             raise IndexMismatchError(f"Vectors of different lengths in one batch: {sorted(dims)}")
@@ -415,7 +417,7 @@ class SQLiteStore:
         if missing:
             next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM terms").fetchone()[0]
             new = {t: next_id + i for i, t in enumerate(missing)}
-            conn.executemany("INSERT INTO terms VALUES (?, ?, 0)", new.items())
+            conn.executemany("INSERT INTO terms (term, id, df) VALUES (?, ?, 0)", new.items())
             ids.update(new)
         return ids
 
