@@ -3,8 +3,8 @@ import sqlite3
 from collections import Counter
 
 import pytest
-from bm25_plain import plain_bm25
 
+from bm25_plain import plain_bm25
 from kbcli import (
     Analyzer,
     BM25Retriever,
