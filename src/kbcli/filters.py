@@ -190,6 +190,11 @@ def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
 
 
 def _typed_equal(column: str, key: str, value: Any, params: list[Any]) -> str:
+    # coalesce: a missing key yields NULL, and NOT NULL would drop it from $ne / $nin.
+    return f"coalesce({_typed_equal_raw(column, key, value, params)}, 0)"
+
+
+def _typed_equal_raw(column: str, key: str, value: Any, params: list[Any]) -> str:
     kind = _kind(value)
     if kind == "null":
         params.append(_path(key))
@@ -217,7 +222,10 @@ def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any])
         return f"(json_type({column}, ?) IS {'NOT ' if operand else ''}NULL)"
     types = "('integer', 'real')" if _kind(operand) == "number" else "('text')"
     params.extend([_path(key), _path(key), operand])
-    return f"(json_type({column}, ?) IN {types} AND json_extract({column}, ?) {_ORDER[op]} ?)"
+    return (
+        f"coalesce(json_type({column}, ?) IN {types} AND json_extract({column}, ?) {_ORDER[op]} ?,"
+        " 0)"
+    )
 
 
 def dumps_metadata(metadata: dict[str, Any]) -> str:

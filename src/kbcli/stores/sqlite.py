@@ -29,6 +29,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,19 @@ CREATE TABLE embedding_cache (
 
 # Migrations from version N to N+1, run in one transaction when user_version says so.
 _MIGRATIONS: dict[int, str] = {}
+
+
+@dataclass
+class FileRecord:
+    """What the index knows about one ingested file."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    settings: str
+    chunk_ids: list[str] = field(default_factory=list)
+    indexed_at: str = ""
 
 
 def text_hash(text: str) -> str:
@@ -381,6 +395,8 @@ class SQLiteStore:
             vec = embeddings[i] if embeddings is not None else doc.embedding
             counts = Counter(self.analyzer.terms(doc.text))
             prepared.append((doc, vec, counts))
+        # The same id twice in one batch: the last one wins, as if added one by one.
+        prepared = list({doc.id: (doc, vec, c) for doc, vec, c in prepared}.values())
         dims = {len(v) for _, v, _ in prepared if v is not None}
         if len(dims) > 1:
             raise IndexMismatchError(f"Vectors of different lengths in one batch: {sorted(dims)}")
@@ -415,7 +431,7 @@ class SQLiteStore:
         if missing:
             next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM terms").fetchone()[0]
             new = {t: next_id + i for i, t in enumerate(missing)}
-            conn.executemany("INSERT INTO terms VALUES (?, ?, 0)", ((i, t) for t, i in new.items()))
+            conn.executemany("INSERT INTO terms (term, id, df) VALUES (?, ?, 0)", new.items())
             ids.update(new)
         return ids
 
@@ -581,6 +597,112 @@ class SQLiteStore:
                 "INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.analyzer.signature,)
             )
             return len(rows)
+
+    # --- file records (incremental sync) ------------------------------------------------------
+
+    def file_records(self) -> dict[str, FileRecord]:
+        """Every indexed file, by absolute path."""
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT path, size, mtime_ns, sha256, settings, chunk_ids, indexed_at FROM files"
+            ).fetchall()
+        return {
+            r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows
+        }
+
+    def replace_file(
+        self,
+        record: FileRecord,
+        docs: list[Document],
+        embeddings: list[list[float]] | None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> int:
+        """Swap a file's chunks and record in one transaction; returns the chunks removed."""
+        with self.transaction() as conn:
+            rows = conn.execute(
+                "SELECT doc, length, terms FROM chunks WHERE source = ?", (record.path,)
+            ).fetchall()
+            removed = self._delete_rows(conn, rows)
+            if docs:
+                self.add(docs, embeddings, embedder=embedder)
+            self._put_record(conn, record)
+            return removed
+
+    def touch_file(self, record: FileRecord) -> None:
+        """Update a file's record (new mtime, same content) without touching its chunks."""
+        with self.transaction() as conn:
+            self._put_record(conn, record)
+
+    @staticmethod
+    def _put_record(conn: sqlite3.Connection, record: FileRecord) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.path,
+                record.size,
+                record.mtime_ns,
+                record.sha256,
+                record.settings,
+                json.dumps(record.chunk_ids),
+                record.indexed_at,
+            ),
+        )
+
+    # --- re-embedding (kb ingest --rebuild) ----------------------------------------------------
+
+    def reembed(
+        self,
+        embed: Any,
+        info: EmbedderInfo,
+        *,
+        batch_size: int = 256,
+        progress: Any = None,
+    ) -> int:
+        """Re-embed every chunk with ``embed`` (texts -> vectors) and switch the index to ``info``.
+
+        New vectors go to a staging table, committed batch by batch, so an interrupted run
+        resumes where it stopped; the switch to the new vectors is one transaction, so searches
+        never see a mix of two embedders. Returns the number of chunks embedded in this run.
+        """
+        target = json.dumps({"provider": info.provider, "model": info.model})
+        with self.transaction() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS vectors_staging (doc INTEGER PRIMARY KEY, vec BLOB)"
+            )
+            row = conn.execute("SELECT value FROM meta WHERE key = 'reembed_target'").fetchone()
+            if row is None or row[0] != target:
+                conn.execute("DELETE FROM vectors_staging")
+                conn.execute("INSERT OR REPLACE INTO meta VALUES ('reembed_target', ?)", (target,))
+        with self._read() as conn:
+            todo = conn.execute(
+                "SELECT doc, text FROM chunks WHERE doc NOT IN (SELECT doc FROM vectors_staging)"
+                " ORDER BY doc"
+            ).fetchall()
+            total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+        done_before = total - len(todo)
+        for start in range(0, len(todo), batch_size):
+            part = todo[start : start + batch_size]
+            vectors = embed([text for _, text in part])
+            with self.transaction() as conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO vectors_staging VALUES (?, ?)",
+                    ((doc, _pack_vector(v)) for (doc, _), v in zip(part, vectors)),
+                )
+            if progress is not None:
+                progress(done_before + start + len(part), total)
+        with self.transaction() as conn:
+            dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vec) FROM vectors_staging")}
+            conn.execute("DELETE FROM vectors")
+            conn.execute(
+                "INSERT INTO vectors SELECT doc, vec FROM vectors_staging"
+                " WHERE doc IN (SELECT doc FROM chunks)"
+            )
+            conn.execute("DROP TABLE vectors_staging")
+            conn.execute("DELETE FROM meta WHERE key IN ('reembed_target', 'embedder')")
+            if dims:
+                self._record_embedder(conn, info, dims.pop() // 4)
+        return len(todo)
 
     # --- embedding cache ---------------------------------------------------------------------
 
@@ -841,6 +963,12 @@ class SQLiteStore:
         return [
             SearchResult(docs[int(rowids[i])], score) for i, score in hits if int(rowids[i]) in docs
         ]
+
+    def checkpoint(self) -> None:
+        """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""
+        with self._lock:
+            if not self._depth:
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     # --- integrity ---------------------------------------------------------------------------
 

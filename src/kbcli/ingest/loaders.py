@@ -1,0 +1,281 @@
+"""Document loaders and the extension registry.
+
+:class:`DefaultDocumentLoader` picks a loader by file extension from a registry that users can
+extend with :func:`register_loader`. Every error is a one-line :class:`LoaderError`:
+``"<path>: <problem>[: <fix>]"``. Non-fatal problems (a scanned PDF, a page that could not be
+read) are reported in ``last_warnings`` (see :class:`DefaultDocumentLoader`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import LoaderError, UnsupportedFormatError, require
+from ..types import Section
+from .bounded import run_bounded
+from .markdown import HEADING_SEPARATOR
+from .normalizers import StructurePreservingNormalizer
+from .office import check_docx_zip, extract_docx, extract_pdf
+from .text_encoding import read_text
+
+SECTION_SEPARATOR = "\n\n"
+
+
+class BuiltinLoader:
+    """Base of the built-in loaders: ``load`` joins what ``load_sections`` returns.
+
+    ``last_warnings`` holds the warnings of the latest call (empty when all went well).
+    """
+
+    def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
+        self.encoding = encoding
+        self.timeout = timeout
+        self.last_warnings: list[str] = []
+
+    def configured(self, encoding: str, timeout: float | None) -> BuiltinLoader:
+        """A fresh copy of this loader using ``encoding`` and ``timeout``."""
+        return type(self)(encoding=encoding, timeout=timeout)
+
+    def load(self, path: str | Path) -> str:
+        """The whole text: the sections' texts joined by a blank line."""
+        return SECTION_SEPARATOR.join(s.text for s in self.load_sections(path))
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        """The file as sections of text with structural metadata."""
+        raise NotImplementedError
+
+
+class TextLoader(BuiltinLoader):
+    """Plain text, markdown and reStructuredText, as one section (headings are found later,
+    by the chunker). Encoding: BOM, then ``encoding``, then detection (GB18030 for Chinese)."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        self.last_warnings = []
+        return [Section(read_text(path, self.encoding))]
+
+
+class PdfLoader(BuiltinLoader):
+    """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        self.last_warnings = []
+        sections, warnings = run_bounded(
+            extract_pdf, (str(path),), timeout=self.timeout, label=str(path),
+            file_size=_size(path),
+        )
+        self.last_warnings = warnings
+        return [Section(text, meta) for text, meta in sections]
+
+
+class DocxLoader(BuiltinLoader):
+    """Word .docx: paragraphs in order, tables as rows of cells joined by " | ", one section
+    per heading (Heading 1-9 and Title styles) with its ``heading`` path."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        self.last_warnings = []
+        check_docx_zip(str(path))
+        sections, warnings = run_bounded(
+            extract_docx, (str(path),), timeout=self.timeout, label=str(path),
+            file_size=_size(path),
+        )
+        self.last_warnings = warnings
+        return [Section(text, meta) for text, meta in sections]
+
+
+class DocLoader(BuiltinLoader):
+    """Legacy Word .doc files are not read; the error says how to convert them."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        raise UnsupportedFormatError(
+            f"{path}: .doc (Word 97-2003) files are not supported: convert it to .docx "
+            "(Word: Save As .docx, or: soffice --headless --convert-to docx FILE.doc)"
+        )
+
+
+_HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
+_BLOCK_TAGS = (
+    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul",
+    "ol", "dl", "dt", "dd", "table", "tr", "blockquote", "pre", "figure", "figcaption", "form",
+    "br", "hr", "address", "details", "summary", "caption",
+)
+_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_MARK = "\x00"
+_LINE_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+
+
+class HtmlLoader(BuiltinLoader):
+    """Visible text of an HTML page (no script, style or head), one section per h1-h6 heading
+    with its ``heading`` path. Needs beautifulsoup4 (the ``html`` extra)."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        self.last_warnings = []
+        bs4 = require("bs4", extra="html", feature="Loading HTML files")
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+        soup = bs4.BeautifulSoup(raw, "html.parser")
+        for tag in soup.find_all(_HIDDEN_TAGS):
+            tag.decompose()
+        for node in soup.find_all(string=lambda s: isinstance(s, bs4.element.PreformattedString)):
+            node.extract()  # comments, CDATA, doctype, processing instructions
+        for node in soup.find_all(string=True):
+            clean = str(node).replace(_MARK, "")
+            if node.find_parent("pre") is None:
+                clean = " ".join(clean.split()) if clean.strip() else " "
+            node.replace_with(clean)
+        for tag in soup.find_all(("td", "th")):
+            tag.insert_after(" | ")
+        for tag in soup.find_all(_BLOCK_TAGS):
+            tag.insert_before("\n\n")
+            tag.insert_after("\n\n")
+        for tag in soup.find_all(_HEADING_TAGS):
+            title = " ".join(tag.get_text(" ").split())
+            tag.replace_with(f"\n\n{_MARK}{tag.name[1]}{_MARK}{title}{_MARK}\n\n" if title else "")
+        text = soup.get_text()
+        text = re.sub(r"(?: \| )+(?=\n|$)", "", _LINE_EDGES.sub("", text))
+        return _html_sections(text)
+
+
+def _html_sections(text: str) -> list[Section]:
+    parts = text.split(_MARK)
+    sections = [Section(parts[0])]
+    stack: list[tuple[int, str]] = []
+    for i in range(1, len(parts) - 2, 3):
+        level, title, body = int(parts[i]), parts[i + 1], parts[i + 2]
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        heading = HEADING_SEPARATOR.join(t for _, t in stack)
+        sections.append(Section(f"{title}\n\n{body}", {"heading": heading}))
+    return [s for s in sections if s.text.strip()]
+
+
+_LOADERS: dict[str, Any] = {}
+
+
+def _extension(ext: str) -> str:
+    ext = str(ext).strip().lower()
+    if not ext or ext == ".":
+        raise ValueError("an extension must not be empty, e.g. '.csv'")
+    return ext if ext.startswith(".") else "." + ext
+
+
+def register_loader(extensions: list[str] | str, loader: Any) -> None:
+    """Make ``loader`` handle files with these extensions (``".csv"`` or ``"csv"``).
+
+    ``loader`` is an object with ``load(path) -> str`` and optionally
+    ``load_sections(path) -> list[Section]`` and ``last_warnings``; a plain-``load`` loader's
+    text becomes one section. Registering an extension again replaces its loader, built-in
+    ones included.
+    """
+    if isinstance(loader, type):
+        raise TypeError(f"register_loader needs a loader instance, got the class {loader.__name__}: "
+                        f"pass {loader.__name__}()")
+    if not callable(getattr(loader, "load", None)) and not callable(
+        getattr(loader, "load_sections", None)
+    ):
+        raise TypeError(f"{loader!r} has no load(path) method, so it cannot be a loader")
+    for ext in [extensions] if isinstance(extensions, str) else list(extensions):
+        _LOADERS[_extension(ext)] = loader
+
+
+def supported_extensions() -> list[str]:
+    """Every registered extension, sorted (".docx", ".htm", ...)."""
+    return sorted(_LOADERS)
+
+
+def loader_for(path: str | Path) -> Any:
+    """The loader registered for ``path``'s extension; UnsupportedFormatError when none is."""
+    ext = Path(path).suffix.lower()
+    loader = _LOADERS.get(ext)
+    if loader is None:
+        what = f"unsupported file type '{ext}'" if ext else "no file extension"
+        raise UnsupportedFormatError(
+            f"{path}: {what}: supported types are {', '.join(supported_extensions())} "
+            "(add one with kbcli.ingest.register_loader)"
+        )
+    return loader
+
+
+def _size(path: str | Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+register_loader([".txt", ".text", ".md", ".markdown", ".rst"], TextLoader())
+register_loader(".pdf", PdfLoader())
+register_loader(".docx", DocxLoader())
+register_loader(".doc", DocLoader())
+register_loader([".html", ".htm"], HtmlLoader())
+
+
+class DefaultDocumentLoader:
+    """Load any registered file type, within a size limit and a parse-time limit.
+
+    ``encoding`` is the first guess for text files; ``max_file_mb`` rejects bigger files
+    (config ``limits.max_file_mb``); ``timeout`` bounds PDF and DOCX parsing in seconds
+    (``limits.file_timeout``). ``None`` means no limit.
+
+    Section texts are normalised with :class:`StructurePreservingNormalizer` and empty ones
+    dropped; :meth:`load` returns them joined by ``"\\n\\n"``, the text chunk offsets refer to.
+    After each call, ``last_warnings`` lists non-fatal problems (e.g. a PDF that looks scanned).
+    """
+
+    def __init__(
+        self, encoding: str = "utf-8", max_file_mb: float | None = None,
+        timeout: float | None = None,
+    ):
+        if max_file_mb is not None and max_file_mb <= 0:
+            raise ValueError(f"max_file_mb must be positive, got {max_file_mb}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.encoding = encoding
+        self.max_file_mb = max_file_mb
+        self.timeout = timeout
+        self.last_warnings: list[str] = []
+        self._normalizer = StructurePreservingNormalizer()
+
+    def load(self, path: str | Path) -> str:
+        """The whole text of the file: its sections' texts joined by ``"\\n\\n"``."""
+        return SECTION_SEPARATOR.join(s.text for s in self.load_sections(path))
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        """The file as normalised, non-empty sections with ``page``/``heading`` metadata."""
+        self.last_warnings = []
+        path = Path(path)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise LoaderError(f"{path}: no such file") from None
+        except OSError as exc:
+            raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+        if not path.is_file():
+            raise LoaderError(f"{path}: not a regular file")
+        loader = loader_for(path)
+        if self.max_file_mb is not None and st.st_size > self.max_file_mb * (1 << 20):
+            raise LoaderError(
+                f"{path}: the file is {st.st_size / (1 << 20):.1f} MB, over the "
+                f"{self.max_file_mb:g} MB limit: raise limits.max_file_mb to load it"
+            )
+        if isinstance(loader, BuiltinLoader):
+            loader = loader.configured(self.encoding, self.timeout)
+        try:
+            if callable(getattr(loader, "load_sections", None)):
+                sections = list(loader.load_sections(path))
+            else:
+                sections = [Section(loader.load(path))]
+        except (OSError, UnicodeError) as exc:
+            raise LoaderError(f"{path}: cannot read the file ({exc})") from None
+        self.last_warnings = list(getattr(loader, "last_warnings", None) or [])
+        out = []
+        for section in sections:
+            text = self._normalizer.normalize(section.text)
+            if text.strip():
+                out.append(Section(text, dict(section.metadata)))
+        return out

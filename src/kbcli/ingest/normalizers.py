@@ -1,0 +1,53 @@
+"""Text normalizers: one that keeps structure (before chunking), one that flattens (per chunk)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_BREAKS = re.compile(r"\r\n?|[\x0b\x0c\x85\u2028\u2029]")
+# Control characters other than tab and newline, plus the zero-width space and stray BOMs that
+# PDF and Word text often carries.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
+_TRAILING = re.compile(r"[ \t\u00a0\u3000]+$", re.MULTILINE)
+_BLANK_RUNS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+_WHITESPACE = re.compile(r"\s+")
+
+
+class WhitespaceNormalizer:
+    """Strip the text and collapse every run of whitespace (newlines included) to one space.
+
+    Used on each chunk after chunking; running it before chunking would erase the line breaks
+    the structure-aware chunker needs.
+    """
+
+    def normalize(self, text: str) -> str:
+        """Return ``text`` stripped, with each whitespace run replaced by a single space."""
+        return _WHITESPACE.sub(" ", text).strip()
+
+
+class StructurePreservingNormalizer:
+    """Clean text but keep its lines, paragraphs and headings.
+
+    Applies Unicode NFC, turns ``\\r\\n``, ``\\r``, form feeds and Unicode line separators into
+    ``\\n``, removes other control characters, strips trailing spaces on every line, collapses
+    runs of blank lines into one blank line and drops blank lines at the start and end.
+    Idempotent: normalising twice gives the same text, which is what keeps chunk offsets valid
+    when the loader has already normalised a file.
+    """
+
+    def normalize(self, text: str) -> str:
+        """Return the cleaned ``text`` (see the class docstring for the steps)."""
+        # Each step first checks whether it has anything to do, so a clean 50 MB text is not
+        # copied five times.
+        if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            text = unicodedata.normalize("NFC", text)
+        if _BREAKS.search(text):
+            text = _BREAKS.sub("\n", text)
+        if _CONTROL.search(text):
+            text = _CONTROL.sub("", text)
+        if _TRAILING.search(text):
+            text = _TRAILING.sub("", text)
+        if _BLANK_RUNS.search(text):
+            text = _BLANK_RUNS.sub("\n\n", text)
+        return text.strip("\n")

@@ -1,0 +1,119 @@
+"""Reading text files: BOM sniffing, a first-guess encoding, then charset detection.
+
+The file is decoded strictly in blocks (never ``errors="replace"``), so a file is either read
+exactly or rejected with a :class:`~kbcli.errors.LoaderError` naming it.
+"""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+
+from ..errors import LoaderError
+
+BLOCK_SIZE = 1 << 20
+SAMPLE_SIZE = 1 << 20
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# GB2312 and GBK are subsets of GB18030, so decoding them as GB18030 is never worse.
+_GB_FAMILY = {"gb2312", "gbk", "gb18030", "hz", "hz_gb_2312", "cp936"}
+_WIDE = ("utf_16", "utf_32")
+_FIX = "save it as UTF-8 and load it again"
+
+
+def bom_encoding(head: bytes) -> str | None:
+    """The encoding announced by a byte-order mark at the start of ``head``, if any."""
+    for bom, name in _BOMS:
+        if head.startswith(bom):
+            return name
+    return None
+
+
+def read_text(path: str | Path, encoding: str = "utf-8") -> str:
+    """Return the text of ``path``: BOM first, then ``encoding``, then a detected encoding."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            sample = fh.read(SAMPLE_SIZE)
+    except OSError as exc:
+        raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    if not sample:
+        return ""
+    declared = bom_encoding(sample[:4])
+    if declared is not None:
+        text = _decode_file(path, declared)
+        if text is None:
+            raise LoaderError(f"{path}: the file starts with a {declared} byte-order mark but "
+                              f"is not valid {declared}: {_FIX}")
+        return text
+    if b"\x00" in sample[:8192]:
+        raise LoaderError(
+            f"{path}: looks like a binary file (NUL bytes), not text: "
+            "load the original document, or save it as UTF-8 text"
+        )
+    tried = []
+    for candidate in (encoding, None):
+        name = candidate or detect_encoding(sample, len(sample) == SAMPLE_SIZE)
+        if name is None or _codec(name) in tried:
+            continue
+        tried.append(_codec(name))
+        text = _decode_file(path, name)
+        if text is not None:
+            return text
+    raise LoaderError(
+        f"{path}: cannot decode the text (tried {', '.join(tried)}; no other encoding fits): {_FIX}"
+    )
+
+
+def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
+    """Guess the encoding of ``sample`` with charset-normalizer, preferring GB18030 for Chinese."""
+    import charset_normalizer
+
+    if truncated:
+        # Cut at a newline so the sample does not end inside a multi-byte character;
+        # 0x0A is never a trail byte in the legacy CJK or single-byte encodings.
+        cut = sample.rfind(b"\n")
+        if cut > 0:
+            sample = sample[: cut + 1]
+    matches = [m for m in charset_normalizer.from_bytes(sample) if not m.encoding.startswith(_WIDE)]
+    if not matches:
+        return None
+    best = matches[0]
+    for match in matches:
+        if match.encoding in _GB_FAMILY and match.chaos <= best.chaos + 0.05:
+            return "gb18030"
+    return best.encoding
+
+
+def _codec(name: str) -> str:
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return name
+
+
+def _decode_file(path: Path, encoding: str) -> str | None:
+    """Decode the whole file strictly, block by block; None when it is not valid ``encoding``."""
+    try:
+        decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
+    except LookupError:
+        raise LoaderError(f"{path}: unknown text encoding {encoding!r}: use a name such as "
+                          "utf-8 or gb18030") from None
+    parts: list[str] = []
+    try:
+        with path.open("rb") as fh:
+            while block := fh.read(BLOCK_SIZE):
+                parts.append(decoder.decode(block))
+            parts.append(decoder.decode(b"", final=True))
+    except UnicodeDecodeError:
+        return None
+    except OSError as exc:
+        raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    text = "".join(parts)
+    del parts
+    return text

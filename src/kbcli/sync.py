@@ -1,0 +1,425 @@
+"""Incremental, crash-safe sync of folders into a knowledge base (what ``kb ingest`` runs).
+
+For each file found under the given paths:
+
+- size and mtime match the record, settings unchanged: skipped without reading it;
+- otherwise its content hash is compared: the same bytes only refresh the record;
+- changed or new: loaded, chunked and embedded *before* the write lock is taken (unchanged
+  chunk texts come from the embedding cache), then its old chunks, new chunks and file record
+  are swapped in one transaction, so a search sees the old version or the new one, never both,
+  and ``kill -9`` at any moment leaves each file at its old version, its new one, or absent.
+
+Files recorded under the given roots that no longer exist or no longer match the extensions
+are *stale*: counted, and removed with ``prune=True``. One ingest runs at a time per database
+(an advisory lock file beside it); a second one waits ``wait`` seconds, then fails with
+:class:`~kbcli.errors.DatabaseLockedError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import DatabaseLockedError, InvalidOptionError, KBError, LoaderError
+from .stores.sqlite import FileRecord
+
+DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
+IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})
+IGNORE_FILE = ".kbignore"
+CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class FileFailure:
+    """A file that could not be indexed, and why."""
+
+    path: str
+    error: str
+
+
+@dataclass
+class SyncReport:
+    """What one sync did (``to_dict`` is the ``kb ingest --json`` summary)."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    stale: int = 0
+    skipped: int = 0
+    failed: list[FileFailure] = field(default_factory=list)
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    rebuilt: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON-ready data."""
+        data = asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        return data
+
+
+def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``".md,PDF, txt"`` -> ``(".md", ".pdf", ".txt")``; an empty list is an error."""
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for part in parts:
+        ext = part.strip().lower()
+        if not ext:
+            continue
+        if not ext.startswith("."):
+            ext = "." + ext
+        if ext not in out:
+            out.append(ext)
+    if not out:
+        raise InvalidOptionError(f"No file extensions in {spec!r}: use e.g. --ext .md,.pdf")
+    return tuple(out)
+
+
+# --- finding files ------------------------------------------------------------------------
+
+
+@dataclass
+class Discovery:
+    """Files to index, the roots they were found under, and how many were passed over."""
+
+    files: list[Path]
+    dir_roots: list[tuple[Path, bool]]  # (folder, recursive)
+    file_roots: list[Path]
+    skipped: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+    def covers(self, path: str) -> bool:
+        """True when ``path`` lies where this discovery looked (so it can be stale)."""
+        p = Path(path)
+        if p in self.file_roots:
+            return True
+        for root, recursive in self.dir_roots:
+            if recursive and p.is_relative_to(root) and p != root:
+                return True
+            if not recursive and p.parent == root:
+                return True
+        return False
+
+
+class _IgnoreRules:
+    """``.kbignore`` files (gitignore syntax), each applying below its own folder."""
+
+    def __init__(self) -> None:
+        self.specs: list[tuple[Path, Any]] = []
+
+    def load(self, folder: Path) -> None:
+        file = folder / IGNORE_FILE
+        if not file.is_file():
+            return
+        import pathspec
+
+        try:
+            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return
+        self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
+
+    def ignored(self, path: Path, is_dir: bool) -> bool:
+        for folder, spec in self.specs:
+            if path.is_relative_to(folder):
+                rel = path.relative_to(folder).as_posix() + ("/" if is_dir else "")
+                if spec.match_file(rel):
+                    return True
+        return False
+
+
+def discover(
+    paths: list[Path],
+    extensions: tuple[str, ...],
+    *,
+    recursive: bool = True,
+    include_hidden: bool = False,
+) -> Discovery:
+    """Walk ``paths`` and return the files to index (sorted, resolved, no duplicates).
+
+    Skips ``.git``, ``node_modules`` and hidden folders (unless ``include_hidden``) and what
+    ``.kbignore`` files exclude; follows symlinked folders once (never loops).
+    """
+    missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
+    if missing:
+        raise InvalidOptionError(f"Path not found: {missing[0]} (check the path and try again)")
+    found: dict[Path, None] = {}
+    discovery = Discovery([], [], [])
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if path.is_file():
+            discovery.file_roots.append(path)
+            if path.suffix.lower() in extensions:
+                found[path] = None
+            else:
+                discovery.skipped += 1
+                discovery.warnings.append(
+                    f"{path}: skipped, extension {path.suffix or '(none)'} is not in --ext"
+                )
+            continue
+        discovery.dir_roots.append((path, recursive))
+        for file in _walk(path, extensions, recursive, include_hidden, discovery):
+            found[file] = None
+    discovery.files = sorted(found)
+    return discovery
+
+
+def _walk(
+    root: Path, extensions: tuple[str, ...], recursive: bool, include_hidden: bool, d: Discovery
+) -> Iterator[Path]:
+    rules = _IgnoreRules()
+    seen_dirs: set[tuple[int, int]] = set()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = folder.stat()
+        except OSError as exc:
+            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror})")
+            continue
+        if (st.st_dev, st.st_ino) in seen_dirs:
+            continue  # a symlink loop or a folder reached twice
+        seen_dirs.add((st.st_dev, st.st_ino))
+        rules.load(folder)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError as exc:
+            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror})")
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            hidden = entry.name.startswith(".")
+            try:
+                is_dir = entry.is_dir()  # follows symlinks
+            except OSError:
+                continue
+            if is_dir:
+                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
+                    continue
+                if (hidden and not include_hidden) or rules.ignored(path, True):
+                    continue
+                stack.append(path)
+                continue
+            if entry.name == IGNORE_FILE or (hidden and not include_hidden):
+                continue
+            if rules.ignored(path, False):
+                d.skipped += 1
+                continue
+            if path.suffix.lower() not in extensions:
+                d.skipped += 1
+                continue
+            yield path.resolve() if entry.is_symlink() else path
+
+
+# --- the sync -----------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def chunk_settings(kb: Any) -> str:
+    """What, besides the file's bytes, decides its chunks: loader, normaliser and chunker."""
+    ingestor = kb.ingestor
+    chunker = ingestor.chunker
+    parts = {
+        "loader": type(ingestor.loader).__name__,
+        "normalizer": type(ingestor.normalizer).__name__,
+        "chunker": type(chunker).__name__,
+        "chunk_size": getattr(chunker, "chunk_size", None),
+        "chunk_overlap": getattr(chunker, "chunk_overlap", getattr(chunker, "overlap", None)),
+        "version": 1,
+    }
+    return json.dumps(parts, sort_keys=True)
+
+
+@contextmanager
+def ingest_lock(db_path: Path, wait: float) -> Iterator[None]:
+    """Hold the one-ingest-at-a-time lock for ``db_path`` (a lock file beside it).
+
+    A separate file, never the database itself: closing a descriptor on the database would
+    drop SQLite's own POSIX locks.
+    """
+    import fcntl
+
+    lock_path = Path(f"{db_path}.ingest-lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + max(0.0, wait)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise DatabaseLockedError(
+                        f"Another kb ingest is writing to {db_path}; waited {wait:g} s. "
+                        "Try again when it finishes, or raise --wait"
+                    ) from None
+                time.sleep(0.1)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def sync(
+    kb: Any,
+    paths: list[Path],
+    *,
+    extensions: tuple[str, ...] | list[str] | str = DEFAULT_EXTENSIONS,
+    recursive: bool = True,
+    metadata: dict[str, Any] | None = None,
+    prune: bool = False,
+    include_hidden: bool = False,
+    rebuild: bool = False,
+    wait: float = 60.0,
+    progress: Progress | None = None,
+) -> SyncReport:
+    """Bring the index in line with the files under ``paths`` (see the module docstring).
+
+    ``rebuild`` re-tokenises the keyword index, re-embeds every chunk with the configured
+    embedder (resumable) and re-reads every file under ``paths``.
+    """
+    started = time.monotonic()
+    store = kb.store
+    extensions = parse_extensions(extensions)
+    found = discover(list(paths), extensions, recursive=recursive, include_hidden=include_hidden)
+    report = SyncReport(skipped=found.skipped, warnings=list(found.warnings))
+    with ingest_lock(store.path, wait):
+        if rebuild:
+            report.rebuilt = _rebuild_index(kb)
+        settings = chunk_settings(kb)
+        kb.ingestor._check_embedder()
+        records = store.file_records()
+        total = len(found.files)
+        for done, path in enumerate(found.files, start=1):
+            _sync_file(kb, path, records.get(str(path)), settings, metadata, rebuild, report)
+            if progress is not None:
+                progress(str(path), done, total)
+            if done % CHECKPOINT_EVERY == 0:
+                store.checkpoint()
+        present = {str(p) for p in found.files}
+        stale = [p for p in records if p not in present and found.covers(p)]
+        report.stale = len(stale)
+        if prune:
+            for path in stale:
+                report.chunks_removed += store.delete_source(path)
+                report.removed += 1
+            report.stale = 0
+        store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        store.checkpoint()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _sync_file(
+    kb: Any,
+    path: Path,
+    record: FileRecord | None,
+    settings: str,
+    metadata: dict[str, Any] | None,
+    force: bool,
+    report: SyncReport,
+) -> None:
+    store = kb.store
+    try:
+        st = path.stat()
+        if (
+            record is not None
+            and not force
+            and record.settings == settings
+            and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
+        ):
+            report.unchanged += 1
+            return
+        digest = _sha256(path)
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        if (
+            record is not None
+            and not force
+            and (record.sha256, record.settings)
+            == (
+                digest,
+                settings,
+            )
+        ):
+            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+            store.touch_file(record)
+            report.unchanged += 1
+            return
+        ingestor = kb.ingestor
+        sections = ingestor.load_sections(path)
+        report.warnings.extend(_loader_warnings(ingestor.loader, path))
+        chunks = ingestor.chunk_sections(sections)
+        docs = ingestor.build_documents(chunks, {**(metadata or {}), "source": str(path)})
+        vectors = ingestor.embed([d.text for d in docs])
+    except LoaderError as exc:
+        report.failed.append(FileFailure(str(path), _one_line(exc, path)))
+        return
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        report.failed.append(FileFailure(str(path), f"{path}: {reason}"))
+        return
+    except KBError:
+        raise  # index-wide problems (embedder, lock) stop the run
+    new_record = FileRecord(
+        str(path), st.st_size, st.st_mtime_ns, digest, settings, [d.id for d in docs], now
+    )
+    info = _embedder_info(kb)
+    report.chunks_removed += store.replace_file(new_record, docs, vectors, embedder=info)
+    report.chunks_added += len(docs)
+    if record is None:
+        report.added += 1
+    else:
+        report.updated += 1
+
+
+def _embedder_info(kb: Any) -> Any:
+    from .embedders.base import embedder_info
+
+    return embedder_info(kb.embedder)
+
+
+def _loader_warnings(loader: Any, path: Path) -> list[str]:
+    warnings = getattr(loader, "last_warnings", None) or []
+    return [w if str(path) in w else f"{path}: {w}" for w in warnings]
+
+
+def _one_line(exc: Exception, path: Path) -> str:
+    text = " ".join(str(exc).split())
+    return text if str(path) in text else f"{path}: {text}"
+
+
+def _rebuild_index(kb: Any) -> int:
+    """Re-tokenise and re-embed every chunk; returns how many chunks were embedded."""
+    store = kb.store
+    store.rebuild_keyword_index()
+    info = _embedder_info(kb)
+    recorded = store.embedder_info
+    embedded = store.reembed(kb.ingestor.embed, info)
+    if recorded is None and not store.count():
+        return 0
+    return embedded

@@ -1,0 +1,111 @@
+from pathlib import Path
+
+import pytest
+
+from kbcli.config import ConfigError, default_db_path, load_config
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_any_file(monkeypatch):
+    monkeypatch.delenv("KB_DB")
+    config = load_config()
+    assert config.source is None
+    assert (config.limits.chunk_size, config.limits.chunk_overlap) == (500, 50)
+    assert config.limits.rerank_alpha == 0.6
+    assert config.rag.embedding.provider == "openai" and not config.rag.embedding.provider_set
+    assert config.paths.knowledge_db == default_db_path()
+    assert str(default_db_path()).endswith("kbcli/knowledge.db")
+
+
+def test_lookup_precedence(tmp_path, monkeypatch):
+    user = write(Path.home() / ".config" / "kbcli" / "jianmu.yaml", "limits: {chunk_size: 100}")
+    assert load_config().source == user
+    local = write(Path.cwd() / "jianmu.yaml", "limits: {chunk_size: 200}")
+    assert load_config().source == local and load_config().limits.chunk_size == 200
+    env = write(tmp_path / "env.yaml", "limits: {chunk_size: 300}")
+    monkeypatch.setenv("KB_CONFIG", str(env))
+    assert load_config().limits.chunk_size == 300
+    explicit = write(tmp_path / "explicit.yaml", "limits: {chunk_size: 400}")
+    assert load_config(explicit).limits.chunk_size == 400
+
+
+def test_relative_db_path_is_relative_to_the_file_and_kb_db_wins(tmp_path, monkeypatch):
+    cfg = write(tmp_path / "conf" / "jianmu.yaml", "paths: {knowledge_db: data/kb.db}")
+    monkeypatch.delenv("KB_DB")
+    assert load_config(cfg).paths.knowledge_db == tmp_path / "conf" / "data" / "kb.db"
+    monkeypatch.setenv("KB_DB", str(tmp_path / "other.db"))
+    assert load_config(cfg).paths.knowledge_db == tmp_path / "other.db"
+
+
+def test_full_file_is_read(tmp_path):
+    cfg = write(
+        tmp_path / "j.yaml",
+        """
+rag:
+  embedding: {provider: gemini, model: m1, base_url: "http://x", batch_size: 8}
+  chunker: simple
+limits: {chunk_size: 800, chunk_overlap: 100, rerank_alpha: 0.3}
+analysis: {language: zh, stem: false}
+other_tool: {anything: 1}
+""",
+    )
+    c = load_config(cfg)
+    assert c.rag.embedding.provider == "gemini" and c.rag.embedding.provider_set
+    assert (c.rag.embedding.model, c.rag.embedding.base_url, c.rag.embedding.batch_size) == (
+        "m1",
+        "http://x",
+        8,
+    )
+    assert c.rag.chunker == "simple"
+    assert (c.limits.chunk_size, c.limits.chunk_overlap, c.limits.rerank_alpha) == (800, 100, 0.3)
+    assert c.analysis.language == "zh" and c.analysis.stem is False
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("limits: {chunk_size: -5}", "limits.chunk_size"),
+        ("limits: {chunk_size: 100, chunk_overlap: 100}", "limits.chunk_overlap"),
+        ("limits: {rerank_alpha: 1.5}", "limits.rerank_alpha"),
+        ("limits: {rerank_alpha: -0.1}", "limits.rerank_alpha"),
+        ("limits: {chunk_size: big}", "limits.chunk_size"),
+        ("limits: {chunk_sise: 10}", "limits.chunk_sise"),
+        ("rag: {embedding: {provider: cohere}}", "rag.embedding.provider"),
+        ("rag: {embedding: []}", "rag.embedding"),
+        ("paths: {knowledge_db: 5}", "paths.knowledge_db"),
+        ("analysis: {stem: maybe}", "analysis.stem"),
+    ],
+)
+def test_bad_values_name_key_and_file(tmp_path, text, key):
+    cfg = write(tmp_path / "bad.yaml", text)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert key in str(err.value) and str(cfg) in str(err.value)
+
+
+def test_typo_gets_a_suggestion(tmp_path):
+    cfg = write(tmp_path / "bad.yaml", "limits: {chunk_sise: 10}")
+    with pytest.raises(ConfigError, match="did you mean chunk_size"):
+        load_config(cfg)
+
+
+def test_invalid_yaml_and_missing_files(tmp_path, monkeypatch):
+    cfg = write(tmp_path / "bad.yaml", "limits: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(cfg)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    monkeypatch.setenv("KB_CONFIG", str(tmp_path / "nope.yaml"))
+    with pytest.raises(ConfigError, match="KB_CONFIG"):
+        load_config()
+
+
+def test_shipped_jianmu_yaml_is_valid():
+    repo_file = Path(__file__).resolve().parents[1] / "jianmu.yaml"
+    config = load_config(repo_file)
+    assert config.limits.chunk_size == 500 and config.limits.chunk_overlap == 50

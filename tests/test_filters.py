@@ -1,0 +1,116 @@
+import json
+import random
+import sqlite3
+
+import pytest
+
+from kbcli.errors import FilterError
+from kbcli.filters import compile_sql, matches, validate_filter
+
+DOCS = [
+    {"lang": "en", "year": 2020, "draft": True, "tags": "a"},
+    {"lang": "zh", "year": 2024, "draft": False},
+    {"lang": "en", "year": 2024.5, "n": None},
+    {"lang": "ja", "year": "2024"},
+    {"year": 1999, "page": 3},
+    {"lang": "en", "page": "3"},
+    {},
+]
+
+FILTERS = [
+    {"lang": "en"},
+    {"lang": "en", "year": 2020},
+    {"year": 2024},
+    {"year": "2024"},
+    {"draft": True},
+    {"draft": False},
+    {"n": None},
+    {"lang": {"$ne": "en"}},
+    {"lang": {"$in": ["zh", "ja"]}},
+    {"lang": {"$nin": ["zh", "ja"]}},
+    {"year": {"$gt": 2020}},
+    {"year": {"$gte": 2020, "$lt": 2024.5}},
+    {"year": {"$lte": "2024"}},
+    {"page": {"$in": [3, "3"]}},
+    {"draft": {"$exists": True}},
+    {"lang": {"$exists": False}},
+    {"$or": [{"lang": "zh"}, {"year": {"$lt": 2000}}]},
+    {"$and": [{"lang": "en"}, {"$or": [{"year": 2020}, {"page": "3"}]}]},
+    {"$and": [{"lang": {"$eq": "en"}}], "year": {"$exists": True}},
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=[json.dumps(f) for f in FILTERS])
+def test_sql_and_python_agree(flt):
+    validate_filter(flt)
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (i INTEGER, metadata TEXT)")
+    conn.executemany(
+        "INSERT INTO t VALUES (?, ?)", [(i, json.dumps(d)) for i, d in enumerate(DOCS)]
+    )
+    sql, params = compile_sql(flt)
+    from_sql = {r[0] for r in conn.execute(f"SELECT i FROM t WHERE {sql}", params)}
+    from_python = {i for i, d in enumerate(DOCS) if matches(d, flt)}
+    assert from_sql == from_python
+
+
+def test_expected_semantics():
+    assert [i for i, d in enumerate(DOCS) if matches(d, {"year": 2024})] == [1]
+    assert [i for i, d in enumerate(DOCS) if matches(d, {"lang": {"$ne": "en"}})] == [1, 3, 4, 6]
+    assert [i for i, d in enumerate(DOCS) if matches(d, {"year": {"$gt": 2020}})] == [1, 2]
+    assert matches({}, None) and matches({"a": 1}, {})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "lang=en",
+        {"lang": {"$regex": "x"}},
+        {"$not": {"a": 1}},
+        {"$or": {"a": 1}},
+        {"$or": []},
+        {"a": {"$in": "x"}},
+        {"a": {"$in": []}},
+        {"a": {"$gt": [1]}},
+        {"a": {"$exists": "yes"}},
+        {"a": {}},
+        {"a": [1, 2]},
+        {'a"b': 1},
+        {"": 1},
+    ],
+)
+def test_invalid_filters_raise_clear_errors(bad):
+    with pytest.raises(FilterError):
+        validate_filter(bad)
+
+
+def test_keys_are_never_spliced_into_sql():
+    hostile = "x') OR 1=1 --"
+    sql, params = compile_sql({hostile: "v"})
+    assert hostile not in sql and any(hostile in str(p) for p in params)
+
+
+def test_random_filters_agree():
+    rng = random.Random(7)
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (i INTEGER, metadata TEXT)")
+    docs = [
+        {"a": rng.choice([1, 2, "1", True, None, 2.5]), "b": rng.choice(["x", "y"])}
+        for _ in range(60)
+    ]
+    for i in range(len(docs)):
+        if rng.random() < 0.2:
+            docs[i].pop("a")
+    conn.executemany(
+        "INSERT INTO t VALUES (?, ?)", [(i, json.dumps(d)) for i, d in enumerate(docs)]
+    )
+    ops = ["$eq", "$ne", "$gt", "$lte"]
+    for _ in range(200):
+        op = rng.choice(ops)
+        value = rng.choice(
+            [1, 2, "1", "x"] if op in ("$gt", "$lte") else [1, 2, "1", True, None, 2.5]
+        )
+        flt = {"$or": [{"a": {op: value}}, {"b": rng.choice(["x", "y"])}]}
+        sql, params = compile_sql(flt)
+        got = {r[0] for r in conn.execute(f"SELECT i FROM t WHERE {sql}", params)}
+        assert got == {i for i, d in enumerate(docs) if matches(d, flt)}, flt
