@@ -239,12 +239,16 @@ def ingest(
                 prune=prune,
                 include_hidden=include_hidden,
                 rebuild=rebuild,
+                wait=wait,
                 progress=on_progress,
             )
     finally:
         kb.close()
     for failure in report.failed:
-        render.message(f"Failed: {render.shorten_source(failure.path, 200)}: {failure.error}")
+        reason = (
+            failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
+        )
+        render.message(f"Failed: {reason}")
     if not state.quiet:
         for text in report.warnings:
             render.warning(text)

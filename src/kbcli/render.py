@@ -184,11 +184,11 @@ def search_table(results: Sequence[Any], terms: Sequence[str], explain: bool = F
     table = Table(show_lines=True, expand=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("Score", justify="right", no_wrap=True)
-    table.add_column("Source", overflow="fold", max_width=40)
+    table.add_column("Source", overflow="fold", max_width=32)
     table.add_column("Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", min_width=30)
+    table.add_column("Snippet", overflow="fold", ratio=1)
     if explain:
-        table.add_column("Explain", overflow="fold")
+        table.add_column("Explain", no_wrap=True)
     for rank, r in enumerate(results, 1):
         meta = r.document.metadata
         row = [
@@ -215,9 +215,17 @@ def _chunk_label(meta: dict[str, Any]) -> str:
 def _explain_text(explain: Any) -> str:
     if not explain:
         return "-"
-    if isinstance(explain, dict):
-        return "\n".join(f"{k}: {_fmt(v)}" for k, v in explain.items())
-    return str(explain)
+    if not isinstance(explain, dict):
+        return str(explain)
+    lines = []
+    for key, value in explain.items():
+        if isinstance(value, dict) and "rank" in value:
+            lines.append(f"{key} #{value['rank']} ({_fmt(value.get('score'))})")
+        elif value is None:
+            lines.append(f"{key} -")
+        else:
+            lines.append(f"{key} {_fmt(value)}")
+    return "\n".join(lines)
 
 
 def _fmt(value: Any) -> str:
@@ -243,9 +251,9 @@ def documents_table(docs: Sequence[Any]) -> None:
 
     table = Table()
     table.add_column("ID", no_wrap=True)
-    table.add_column("Source", overflow="fold", max_width=40)
+    table.add_column("Source", overflow="fold", max_width=32)
     table.add_column("Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", min_width=30)
+    table.add_column("Snippet", overflow="fold", ratio=1)
     for d in docs:
         text, _ = snippet(d.text, None, 80)
         source = shorten_source(d.metadata.get("source"))
@@ -325,6 +333,9 @@ def ingest_summary(report: Any) -> list[str]:
         f"{report.unchanged} unchanged; {report.chunks_added} chunk{_s(report.chunks_added)} "
         f"added, {report.chunks_removed} removed."
     ]
+    rebuilt = getattr(report, "rebuilt", 0)
+    if rebuilt:
+        lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")
     if report.removed:
         lines.append(f"Removed {report.removed} file{_s(report.removed)} that no longer exist.")
     if report.skipped:
