@@ -33,9 +33,7 @@ def make_tree(root: Path, n: int = 5) -> list[Path]:
         sub = root / ("sub" if i % 2 else "")
         sub.mkdir(parents=True, exist_ok=True)
         f = sub / f"doc{i}.md"
-        f.write_text(
-            f"# Doc {i}\n\nParagraph one of document {i} about topic{i}.\n\nMore text {i}.\n"
-        )
+        f.write_text(f"# Doc {i}\n\nParagraph one of document {i} about topic{i}.\n\nMore text {i}.\n")
         files.append(f)
     return files
 
