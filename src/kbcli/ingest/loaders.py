@@ -63,7 +63,10 @@ class PdfLoader(BuiltinLoader):
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
         sections, warnings = run_bounded(
-            extract_pdf, (str(path),), timeout=self.timeout, label=str(path),
+            extract_pdf,
+            (str(path),),
+            timeout=self.timeout,
+            label=str(path),
             file_size=_size(path),
         )
         self.last_warnings = warnings
@@ -78,7 +81,10 @@ class DocxLoader(BuiltinLoader):
         self.last_warnings = []
         check_docx_zip(str(path))
         sections, warnings = run_bounded(
-            extract_docx, (str(path),), timeout=self.timeout, label=str(path),
+            extract_docx,
+            (str(path),),
+            timeout=self.timeout,
+            label=str(path),
             file_size=_size(path),
         )
         self.last_warnings = warnings
@@ -97,9 +103,34 @@ class DocLoader(BuiltinLoader):
 
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
 _BLOCK_TAGS = (
-    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul",
-    "ol", "dl", "dt", "dd", "table", "tr", "blockquote", "pre", "figure", "figcaption", "form",
-    "br", "hr", "address", "details", "summary", "caption",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "header",
+    "footer",
+    "nav",
+    "aside",
+    "li",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "table",
+    "tr",
+    "blockquote",
+    "pre",
+    "figure",
+    "figcaption",
+    "form",
+    "br",
+    "hr",
+    "address",
+    "details",
+    "summary",
+    "caption",
 )
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _MARK = "\x00"
@@ -173,8 +204,10 @@ def register_loader(extensions: list[str] | str, loader: Any) -> None:
     ones included.
     """
     if isinstance(loader, type):
-        raise TypeError(f"register_loader needs a loader instance, got the class {loader.__name__}: "
-                        f"pass {loader.__name__}()")
+        raise TypeError(
+            f"register_loader needs a loader instance, got the class {loader.__name__}: "
+            f"pass {loader.__name__}()"
+        )
     if not callable(getattr(loader, "load", None)) and not callable(
         getattr(loader, "load_sections", None)
     ):
@@ -228,7 +261,9 @@ class DefaultDocumentLoader:
     """
 
     def __init__(
-        self, encoding: str = "utf-8", max_file_mb: float | None = None,
+        self,
+        encoding: str = "utf-8",
+        max_file_mb: float | None = None,
         timeout: float | None = None,
     ):
         if max_file_mb is not None and max_file_mb <= 0:

@@ -36,8 +36,17 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
     # pypdf reports malformed input through its own errors but also through built-in ones
     # (KeyError for a missing dictionary entry, TypeError for an object of the wrong kind...).
     # These are caught only around calls into pypdf, never around our own code.
-    return (PyPdfError, ValueError, KeyError, TypeError, IndexError, AttributeError,
-            zlib.error, RecursionError, OSError)
+    return (
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        zlib.error,
+        RecursionError,
+        OSError,
+    )
 
 
 def extract_pdf(path: str) -> Extracted:
@@ -57,7 +66,9 @@ def extract_pdf(path: str) -> Extracted:
             "(e.g. qpdf --decrypt --password=... in.pdf out.pdf) and load that"
         ) from None
     except DependencyError as exc:
-        raise LoaderError(f"{path}: cannot decrypt the PDF ({exc}): pip install cryptography") from None
+        raise LoaderError(
+            f"{path}: cannot decrypt the PDF ({exc}): pip install cryptography"
+        ) from None
     except errors as exc:
         raise LoaderError(
             f"{path}: not a readable PDF, it may be truncated or corrupt ({_reason(exc)}): "
@@ -151,8 +162,14 @@ def extract_docx(path: str) -> Extracted:
     try:
         document = docx.Document(path)
         body = list(document.iter_inner_content())
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, LxmlError,
-            zlib.error) as exc:
+    except (
+        PackageNotFoundError,
+        zipfile.BadZipFile,
+        KeyError,
+        ValueError,
+        LxmlError,
+        zlib.error,
+    ) as exc:
         raise LoaderError(
             f"{path}: not a readable .docx file ({_reason(exc)}): open it in Word and save it "
             "again as .docx"

@@ -48,8 +48,10 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
     if declared is not None:
         text = _decode_file(path, declared)
         if text is None:
-            raise LoaderError(f"{path}: the file starts with a {declared} byte-order mark but "
-                              f"is not valid {declared}: {_FIX}")
+            raise LoaderError(
+                f"{path}: the file starts with a {declared} byte-order mark but "
+                f"is not valid {declared}: {_FIX}"
+            )
         return text
     if b"\x00" in sample[:8192]:
         raise LoaderError(
@@ -102,8 +104,9 @@ def _decode_file(path: Path, encoding: str) -> str | None:
     try:
         decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     except LookupError:
-        raise LoaderError(f"{path}: unknown text encoding {encoding!r}: use a name such as "
-                          "utf-8 or gb18030") from None
+        raise LoaderError(
+            f"{path}: unknown text encoding {encoding!r}: use a name such as utf-8 or gb18030"
+        ) from None
     parts: list[str] = []
     try:
         with path.open("rb") as fh:

@@ -902,16 +902,20 @@ class SQLiteStore:
             params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
             term_marks = ",".join("?" * len(weights))
             params += list(weights)
-            filter_sql = ""
+            join, filter_sql = "", ""
             if filter:
-                where, fparams = compile_sql(filter)
-                filter_sql = f" AND doc IN (SELECT doc FROM chunks WHERE {where})"
+                # CROSS JOIN keeps postings as the outer loop: the filter is checked only for
+                # documents that contain a query term, not for the whole table.
+                where, fparams = compile_sql(filter, "c.metadata")
+                join = " CROSS JOIN chunks c ON c.doc = p.doc"
+                filter_sql = f" AND {where}"
                 params += fparams
             params.append(int(k))
             rows = conn.execute(
-                f"SELECT doc, sum((CASE term {case} END) * tf * ? / (tf + ? * (? + ? * dl)))"
-                f" AS score FROM postings WHERE term IN ({term_marks}){filter_sql}"
-                " GROUP BY doc ORDER BY score DESC, doc LIMIT ?",
+                "SELECT p.doc, sum((CASE p.term " + case + " END)"
+                " * p.tf * ? / (p.tf + ? * (? + ? * p.dl))) AS score"
+                f" FROM postings p{join} WHERE p.term IN ({term_marks}){filter_sql}"
+                " GROUP BY p.doc ORDER BY score DESC, p.doc LIMIT ?",
                 params,
             ).fetchall()
             docs = self._documents_by_rowid(conn, [r[0] for r in rows])
@@ -948,17 +952,10 @@ class SQLiteStore:
             rowids, matrix = self._unit_matrix(conn)
             if rowids.shape[0] == 0:
                 return []
-            mask = None
             if filter:
-                import numpy as np
-
-                where, params = compile_sql(filter)
-                allowed = np.fromiter(
-                    (r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)),
-                    dtype=np.int64,
-                )
-                mask = np.isin(rowids, allowed)
-            hits = top_k_cosine(matrix, query_vec, k, mask)
+                hits = self._filtered_top_k(conn, rowids, matrix, query_vec, k, filter)
+            else:
+                hits = top_k_cosine(matrix, query_vec, k)
             docs = self._documents_by_rowid(conn, [int(rowids[i]) for i, _ in hits])
         return [
             SearchResult(docs[int(rowids[i])], score) for i, score in hits if int(rowids[i]) in docs
@@ -969,6 +966,62 @@ class SQLiteStore:
         with self._lock:
             if not self._depth:
                 self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _filtered_top_k(
+        self,
+        conn: sqlite3.Connection,
+        rowids: Any,
+        matrix: Any,
+        query_vec: Any,
+        k: int,
+        filter: dict,
+    ) -> list[tuple[int, float]]:
+        """Exact top-k among documents passing ``filter``.
+
+        Walks the ranking best-first, checking the filter on growing slices of candidates, so a
+        filter that most documents pass costs a few metadata lookups instead of a JSON scan of
+        the whole table; a very selective filter falls back to computing the allowed set.
+        """
+        import numpy as np
+
+        from ..filters import matches
+        from ..vectors import cosine_scores, top_k_scores
+
+        scores = cosine_scores(matrix, query_vec)
+        total = rowids.shape[0]
+        checked = 0
+        passing: list[tuple[int, float]] = []
+        window = max(4 * k, 64)
+        while checked < total and window <= 4096:
+            ranked = top_k_scores(scores, min(total, checked + window))
+            fresh = ranked[checked:]
+            metas = self._metadata_by_rowid(conn, [int(rowids[i]) for i, _ in fresh])
+            passing.extend(
+                (i, score) for i, score in fresh if matches(metas.get(int(rowids[i]), {}), filter)
+            )
+            checked += len(fresh)
+            if len(passing) >= k:
+                return passing[:k]
+            window *= 4
+        if checked >= total:
+            return passing[:k]
+        where, params = compile_sql(filter)
+        allowed = np.fromiter(
+            (r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)),
+            dtype=np.int64,
+        )
+        return top_k_scores(scores, k, np.isin(rowids, allowed))
+
+    def _metadata_by_rowid(self, conn: sqlite3.Connection, rowids: list[int]) -> dict[int, dict]:
+        out: dict[int, dict] = {}
+        for start in range(0, len(rowids), 500):
+            part = rowids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for doc, meta in conn.execute(
+                f"SELECT doc, metadata FROM chunks WHERE doc IN ({marks})", part
+            ):
+                out[doc] = json.loads(meta)
+        return out
 
     # --- integrity ---------------------------------------------------------------------------
 
