@@ -50,7 +50,9 @@ def _strip(text: str, start: int, end: int) -> Span:
     return start, end
 
 
-def _heading_blocks(text: str, label: str | None, detect: bool) -> list[tuple[int, int, str | None]]:
+def _heading_blocks(
+    text: str, label: str | None, detect: bool
+) -> list[tuple[int, int, str | None]]:
     """Split ``text`` at markdown headings: (start, end, heading label) per block."""
     headings: list[Heading] = find_headings(text) if detect else []
     blocks = []
@@ -164,8 +166,11 @@ class StructureAwareChunker(_BaseChunker):
         lo, hi = _strip(text, lo, hi)
         while hi - lo > size:
             limit = lo + size
-            cut = max(text.rfind(" ", lo + 1, limit + 1), text.rfind("\n", lo + 1, limit + 1),
-                      text.rfind("\t", lo + 1, limit + 1))
+            cut = max(
+                text.rfind(" ", lo + 1, limit + 1),
+                text.rfind("\n", lo + 1, limit + 1),
+                text.rfind("\t", lo + 1, limit + 1),
+            )
             if cut <= lo:
                 cut = limit
             yield _strip(text, lo, cut)

@@ -63,7 +63,10 @@ class PdfLoader(BuiltinLoader):
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
         sections, warnings = run_bounded(
-            extract_pdf, (str(path),), timeout=self.timeout, label=str(path),
+            extract_pdf,
+            (str(path),),
+            timeout=self.timeout,
+            label=str(path),
             file_size=_size(path),
         )
         self.last_warnings = warnings
@@ -78,7 +81,10 @@ class DocxLoader(BuiltinLoader):
         self.last_warnings = []
         check_docx_zip(str(path))
         sections, warnings = run_bounded(
-            extract_docx, (str(path),), timeout=self.timeout, label=str(path),
+            extract_docx,
+            (str(path),),
+            timeout=self.timeout,
+            label=str(path),
             file_size=_size(path),
         )
         self.last_warnings = warnings
@@ -97,13 +103,40 @@ class DocLoader(BuiltinLoader):
 
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
 _BLOCK_TAGS = (
-    "p", "div", "section", "article", "main", "header", "footer", "nav", "aside", "li", "ul",
-    "ol", "dl", "dt", "dd", "table", "tr", "blockquote", "pre", "figure", "figcaption", "form",
-    "br", "hr", "address", "details", "summary", "caption",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "header",
+    "footer",
+    "nav",
+    "aside",
+    "li",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "table",
+    "tr",
+    "blockquote",
+    "pre",
+    "figure",
+    "figcaption",
+    "form",
+    "br",
+    "hr",
+    "address",
+    "details",
+    "summary",
+    "caption",
 )
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _MARK = "\x00"
 _LINE_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+_WS_RUN = re.compile(r"\s+")
+_INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
 
 
 class HtmlLoader(BuiltinLoader):
@@ -125,10 +158,12 @@ class HtmlLoader(BuiltinLoader):
         for node in soup.find_all(string=True):
             clean = str(node).replace(_MARK, "")
             if node.find_parent("pre") is None:
-                clean = " ".join(clean.split()) if clean.strip() else " "
+                clean = _WS_RUN.sub(" ", clean)
             node.replace_with(clean)
         for tag in soup.find_all(("td", "th")):
             tag.insert_after(" | ")
+        for tag in soup.find_all("tr"):
+            tag.insert_after("\n")
         for tag in soup.find_all(_BLOCK_TAGS):
             tag.insert_before("\n\n")
             tag.insert_after("\n\n")
@@ -136,7 +171,8 @@ class HtmlLoader(BuiltinLoader):
             title = " ".join(tag.get_text(" ").split())
             tag.replace_with(f"\n\n{_MARK}{tag.name[1]}{_MARK}{title}{_MARK}\n\n" if title else "")
         text = soup.get_text()
-        text = re.sub(r"(?: \| )+(?=\n|$)", "", _LINE_EDGES.sub("", text))
+        text = _INNER_SPACES.sub(" ", _LINE_EDGES.sub("", text))
+        text = re.sub(r"(?: ?\|)+$", "", text, flags=re.MULTILINE)
         return _html_sections(text)
 
 
@@ -173,8 +209,10 @@ def register_loader(extensions: list[str] | str, loader: Any) -> None:
     ones included.
     """
     if isinstance(loader, type):
-        raise TypeError(f"register_loader needs a loader instance, got the class {loader.__name__}: "
-                        f"pass {loader.__name__}()")
+        raise TypeError(
+            f"register_loader needs a loader instance, got the class {loader.__name__}: "
+            f"pass {loader.__name__}()"
+        )
     if not callable(getattr(loader, "load", None)) and not callable(
         getattr(loader, "load_sections", None)
     ):
@@ -228,7 +266,9 @@ class DefaultDocumentLoader:
     """
 
     def __init__(
-        self, encoding: str = "utf-8", max_file_mb: float | None = None,
+        self,
+        encoding: str = "utf-8",
+        max_file_mb: float | None = None,
         timeout: float | None = None,
     ):
         if max_file_mb is not None and max_file_mb <= 0:
