@@ -102,35 +102,9 @@ class DocLoader(BuiltinLoader):
 
 
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
-_BLOCK_TAGS = (
-    "p",
-    "div",
-    "section",
-    "article",
-    "main",
-    "header",
-    "footer",
-    "nav",
-    "aside",
-    "li",
-    "ul",
-    "ol",
-    "dl",
-    "dt",
-    "dd",
-    "table",
-    "tr",
-    "blockquote",
-    "pre",
-    "figure",
-    "figcaption",
-    "form",
-    "br",
-    "hr",
-    "address",
-    "details",
-    "summary",
-    "caption",
+_BLOCK_TAGS = tuple(
+    "p div section article main header footer nav aside li ul ol dl dt dd table blockquote pre "
+    "figure figcaption form hr address details summary caption".split()
 )
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _MARK = "\x00"
@@ -162,7 +136,7 @@ class HtmlLoader(BuiltinLoader):
             node.replace_with(clean)
         for tag in soup.find_all(("td", "th")):
             tag.insert_after(" | ")
-        for tag in soup.find_all("tr"):
+        for tag in soup.find_all(("tr", "br")):
             tag.insert_after("\n")
         for tag in soup.find_all(_BLOCK_TAGS):
             tag.insert_before("\n\n")
