@@ -210,8 +210,11 @@ class StructureAwareChunker(_BaseChunker):
         if best < prev_end:
             return best
         # No whole sentence fits: start at a word, or hard at the floor (e.g. Chinese).
-        space = _SPACE.search(text, floor, prev_end)
-        candidate = _strip(text, space.end() if space else floor, prev_end)[0]
+        if text[floor - 1].isspace():
+            candidate = floor
+        else:
+            space = _SPACE.search(text, floor, prev_end)
+            candidate = _strip(text, space.end() if space else floor, prev_end)[0]
         return candidate if candidate < prev_end else lo
 
 

@@ -125,6 +125,11 @@ class HtmlLoader(BuiltinLoader):
         except OSError as exc:
             raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
         soup = bs4.BeautifulSoup(raw, "html.parser")
+        if getattr(soup, "contains_replacement_characters", False):
+            self.last_warnings.append(
+                f"{path}: some bytes did not decode as {soup.original_encoding}; they were "
+                "replaced by U+FFFD: declare the page's charset or save it as UTF-8"
+            )
         for tag in soup.find_all(_HIDDEN_TAGS):
             tag.decompose()
         for node in soup.find_all(string=lambda s: isinstance(s, bs4.element.PreformattedString)):

@@ -29,9 +29,10 @@ class WhitespaceNormalizer:
 class StructurePreservingNormalizer:
     """Clean text but keep its lines, paragraphs and headings.
 
-    Applies Unicode NFC, turns ``\\r\\n``, ``\\r``, form feeds and Unicode line separators into
+    Turns ``\\r\\n``, ``\\r``, form feeds and Unicode line separators into
     ``\\n``, removes other control characters, strips trailing spaces on every line, collapses
-    runs of blank lines into one blank line and drops blank lines at the start and end.
+    runs of blank lines into one blank line, drops blank lines at the start and end and
+    applies Unicode NFC.
     Idempotent: normalising twice gives the same text, which is what keeps chunk offsets valid
     when the loader has already normalised a file.
     """
@@ -40,8 +41,6 @@ class StructurePreservingNormalizer:
         """Return the cleaned ``text`` (see the class docstring for the steps)."""
         # Each step first checks whether it has anything to do, so a clean 50 MB text is not
         # copied five times.
-        if not text.isascii() and not unicodedata.is_normalized("NFC", text):
-            text = unicodedata.normalize("NFC", text)
         if _BREAKS.search(text):
             text = _BREAKS.sub("\n", text)
         if _CONTROL.search(text):
@@ -50,4 +49,7 @@ class StructurePreservingNormalizer:
             text = _TRAILING.sub("", text)
         if _BLANK_RUNS.search(text):
             text = _BLANK_RUNS.sub("\n\n", text)
+        # NFC last: removing a control character can bring a letter and an accent together.
+        if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+            text = unicodedata.normalize("NFC", text)
         return text.strip("\n")
