@@ -127,6 +127,12 @@ def test_setext_headings_and_code_fences() -> None:
     assert "# not a heading" in chunks[1].text and "## nor this" in chunks[1].text
 
 
+def test_thematic_break_after_a_blank_line_is_not_a_heading() -> None:
+    text = "Para one.\n\n---\n\nPara two.\n***\n"
+    chunks = StructureAwareChunker(chunk_size=500, chunk_overlap=0).chunk_sections([Section(text)])
+    assert [c.metadata.get("heading") for c in chunks] == [None]
+
+
 def test_front_matter_is_not_a_heading() -> None:
     text = "---\ntitle: x\n---\n\nBody text."
     chunks = StructureAwareChunker(chunk_size=500, chunk_overlap=0).chunk_sections([Section(text)])
