@@ -17,6 +17,7 @@ from kbcli.ingest import (
     make_chunker,
     make_normalizer,
 )
+from kbcli.protocols import TextChunkerProtocol
 from kbcli.types import Section
 
 NESTED = """Preamble line.
@@ -152,6 +153,21 @@ def test_chunks_never_cross_a_heading() -> None:
     assert {c.metadata["heading"] for c in chunks} == {"One", "One > Two", "Three"}
 
 
+@pytest.mark.parametrize("heading", ["## Heading words here", "Heading words here\n------"])
+def test_overlap_never_reaches_into_the_heading_line(heading: str) -> None:
+    text = f"{heading}\nShort one. Another short sentence follows here. And a third one."
+    chunks = StructureAwareChunker(chunk_size=48, chunk_overlap=40).chunk(text)
+    assert len(chunks) > 1
+    assert chunks[0].startswith(heading)
+    assert not any("Heading" in c or "---" in c for c in chunks[1:]), chunks
+
+
+def test_crlf_paragraphs_split_even_without_normalising() -> None:
+    text = "First paragraph here.\r\n\r\nSecond paragraph here."
+    chunks = StructureAwareChunker(chunk_size=30, chunk_overlap=0).chunk(text)
+    assert chunks == ["First paragraph here.", "Second paragraph here."]
+
+
 def test_section_heading_from_the_loader_wins_over_detection() -> None:
     sections = [Section("# looks like markdown\nbody", {"heading": "Real > Path", "page": 4})]
     chunks = StructureAwareChunker(chunk_size=100, chunk_overlap=0).chunk_sections(sections)
@@ -264,6 +280,11 @@ def test_empty_and_blank_text_give_no_chunks() -> None:
 # --- factory -----------------------------------------------------------------------------------
 
 
+def test_chunkers_satisfy_the_protocol() -> None:
+    assert isinstance(make_chunker("structure"), TextChunkerProtocol)
+    assert isinstance(make_chunker("simple"), TextChunkerProtocol)
+
+
 def test_make_chunker_by_name() -> None:
     default = make_chunker()
     assert isinstance(default, StructureAwareChunker)
@@ -342,3 +363,26 @@ def test_chunking_time_is_linear() -> None:
     small = min(seconds(unit * 2_000) for _ in range(3))
     large = min(seconds(unit * 16_000) for _ in range(3))
     assert large < small * 8 * 2.5, f"8x the text took {large / small:.1f}x the time"
+
+
+@settings(max_examples=150, deadline=2000)
+@given(
+    texts=st.lists(text_strategy, max_size=4),
+    size=st.integers(1, 40),
+    simple=st.booleans(),
+)
+def test_offsets_index_the_joined_sections(texts: list[str], size: int, simple: bool) -> None:
+    sections = [Section(t, {"n": i}) for i, t in enumerate(texts)]
+    chunker = (
+        SimpleTextChunker(size, size // 3) if simple else StructureAwareChunker(size, size // 3)
+    )
+    chunks = chunker.chunk_sections(sections)
+    joined = "\n\n".join(texts)
+    check_chunks(joined, chunks, size)
+    bounds, pos = [], 0
+    for text in texts:
+        bounds.append((pos, pos + len(text)))
+        pos += len(text) + 2
+    for chunk in chunks:
+        lo, hi = bounds[chunk.metadata["n"]]
+        assert lo <= chunk.metadata["char_start"] < chunk.metadata["char_end"] <= hi

@@ -23,6 +23,7 @@ from kbcli.ingest import (
 )
 from kbcli.ingest import loaders as loaders_module
 from kbcli.ingest.bounded import run_bounded
+from kbcli.protocols import DocumentLoaderProtocol
 from kbcli.types import Section
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -566,7 +567,19 @@ def test_builtin_extensions_are_supported() -> None:
     assert supported_extensions() == sorted(supported_extensions())
 
 
+def test_loaders_satisfy_the_protocol() -> None:
+    assert isinstance(DefaultDocumentLoader(), DocumentLoaderProtocol)
+    for ext in supported_extensions():
+        assert isinstance(loader_for(f"x{ext}"), DocumentLoaderProtocol)
+
+
 def test_text_loader_standalone_reads_raw_text(tmp_path: Path) -> None:
     path = tmp_path / "a.txt"
     path.write_bytes(b"line  \r\n")
     assert TextLoader().load(path) == "line  \r\n"
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_file_mb", 0), ("timeout", -1)])
+def test_default_loader_validates_limits(option: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"{option} must be positive"):
+        DefaultDocumentLoader(**{option: value})

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import LoaderError, UnsupportedFormatError, require
+from ..errors import InvalidOptionError, LoaderError, UnsupportedFormatError, require
 from ..types import Section
 from .bounded import run_bounded
 from .markdown import HEADING_SEPARATOR
@@ -251,9 +251,9 @@ class DefaultDocumentLoader:
         timeout: float | None = None,
     ):
         if max_file_mb is not None and max_file_mb <= 0:
-            raise ValueError(f"max_file_mb must be positive, got {max_file_mb}")
+            raise InvalidOptionError(f"max_file_mb must be positive, got {max_file_mb}")
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise InvalidOptionError(f"timeout must be positive, got {timeout}")
         self.encoding = encoding
         self.max_file_mb = max_file_mb
         self.timeout = timeout
