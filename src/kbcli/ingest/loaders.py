@@ -28,6 +28,8 @@ class BuiltinLoader:
     """Base of the built-in loaders: ``load`` joins what ``load_sections`` returns.
 
     ``last_warnings`` holds the warnings of the latest call (empty when all went well).
+    :class:`DefaultDocumentLoader` passes its ``encoding`` and ``timeout`` through
+    :meth:`configured`, so a subclass must accept both as keyword arguments.
     """
 
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
@@ -290,7 +292,8 @@ class DefaultDocumentLoader:
             else:
                 sections = [Section(loader.load(path))]
         except (OSError, UnicodeError) as exc:
-            raise LoaderError(f"{path}: cannot read the file ({exc})") from None
+            reason = " ".join(str(exc).split())
+            raise LoaderError(f"{path}: cannot read the file ({reason})") from None
         self.last_warnings = list(getattr(loader, "last_warnings", None) or [])
         out = []
         for section in sections:
