@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from .types import MODES, SearchOptions
@@ -89,4 +88,6 @@ class KnowledgeSearchTool:
         An empty query (also looked up in ``kwargs["input"]``) gives ``Error: No query provided``;
         no hits give ``No relevant knowledge found.``
         """
+        import asyncio
+
         return await asyncio.to_thread(self.run_sync, query, k, mode, **kwargs)
