@@ -165,3 +165,20 @@ def test_search_modes_on_sqlite(tmp_path, mode):
     kb.ingest_text("Tomorrow's weather forecast: sunny and warm.", {"source": "b"})
     hits = kb.search("reset password", k=1, mode=mode)
     assert hits and hits[0].document.metadata["source"] == "a"
+
+
+def test_tool_access_filter_cannot_be_widened():
+    from kbcli import KnowledgeSearchTool
+
+    kb = KnowledgeBase()
+    kb.add("public password reset guide", {"team": "public"})
+    kb.add("secret password vault keys", {"team": "secret"})
+    tool = KnowledgeSearchTool(kb, access_filter={"team": "public"})
+    out = asyncio.run(tool.run("password", k=5, mode="keyword"))
+    assert "public" in out and "secret" not in out
+    widened = asyncio.run(
+        tool.run("password", k=5, mode="keyword", filter={"$or": [{"team": "secret"}, {}]})
+    )
+    assert "secret" not in widened
+    narrowed = asyncio.run(tool.run("password", mode="keyword", filter={"team": "secret"}))
+    assert narrowed == "No relevant knowledge found."
