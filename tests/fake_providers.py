@@ -49,10 +49,14 @@ class FakeServer:
         self.shuffle = False
         self.stalls: list[float] = []  # seconds to wait before answering the next requests
         self.echo_key_in_errors = False
+        self.error_code: str | None = None  # OpenAI's error.code, e.g. "insufficient_quota"
+        self.force_float = False  # answer JSON floats even when base64 is asked for
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -140,7 +144,7 @@ class FakeServer:
             def _error(self, status: int, message: str) -> dict[str, Any]:
                 if "batchEmbedContents" in self.path:
                     return {"error": {"code": status, "message": message, "status": "ERROR"}}
-                return {"error": {"message": message, "type": "error", "code": None}}
+                return {"error": {"message": message, "type": "error", "code": server.error_code}}
 
             def _openai(self, body: dict[str, Any]) -> None:
                 inputs = body.get("input")
@@ -153,7 +157,7 @@ class FakeServer:
                 data = []
                 for i, text in enumerate(inputs):
                     vec = fake_vector(text, dim)
-                    if body.get("encoding_format") == "base64":
+                    if body.get("encoding_format") == "base64" and not server.force_float:
                         emb: Any = base64.b64encode(struct.pack(f"<{dim}f", *vec)).decode()
                     else:
                         emb = vec
@@ -189,3 +193,46 @@ class FakeServer:
                 self.wfile.write(data)
 
         return Handler
+
+
+PROVIDER_ENV = (
+    "OPENAI_API_KEY",
+    "API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "BASE_URL",
+    "OPENAI_EMBED_MODEL",
+    "EMBEDDING_MODEL",
+    "GOOGLE_API_KEY",
+    "GEMINI_API_KEY",
+    "EMBEDDING_BASE_URL",
+    "GEMINI_EMBED_MODEL",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "KB_CONFIG",
+)
+
+
+def clean_env(monkeypatch: Any, tmp_path: Any) -> None:
+    """No provider variables and no config file from the developer's machine."""
+    from kbcli.config import reset_config_cache
+
+    for name in PROVIDER_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.chdir(tmp_path)
+    reset_config_cache()
+
+
+class EchoEmbedder:
+    """A user's own embedder class, selected by its dotted path in tests."""
+
+    provider = "echo"
+
+    def __init__(self, model: str = "echo-1") -> None:
+        self.model = model
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[float(len(t))] for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [float(len(text))]
