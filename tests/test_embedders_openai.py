@@ -5,7 +5,9 @@ Only ``kbcli.embedders.retry.sleep`` is replaced (by a recorder), so retries don
 
 from __future__ import annotations
 
+import email.utils
 import math
+import time
 
 import pytest
 
@@ -281,3 +283,20 @@ def test_config_numbers_apply(server, sleeps):
     server.always = 503
     with pytest.raises(EmbedderError, match="2 attempts"):
         embedder.embed_query("x")
+
+
+def test_backoff_grows_is_capped_and_jittered():
+    policy = retry.RetryPolicy(base_delay=1.0, max_delay=8.0)
+    assert [policy.delay(n, rand=lambda: 1.0) for n in range(1, 7)] == [1, 2, 4, 8, 8, 8]
+    assert [policy.delay(n, rand=lambda: 0.0) for n in range(1, 5)] == [0.5, 1, 2, 4]
+    assert policy.delay(1, retry_after=20.0, rand=lambda: 0.0) == 20.0
+    assert policy.delay(1, retry_after=1e6) == policy.max_retry_after
+
+
+def test_retry_after_header_forms():
+    assert retry.parse_retry_after({"retry-after": "3"}) == 3.0
+    assert retry.parse_retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 < retry.parse_retry_after({"retry-after": later}) <= 30
+    assert retry.parse_retry_after({"retry-after": "soon"}) is None
+    assert retry.parse_retry_after({}) is None

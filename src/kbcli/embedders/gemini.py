@@ -182,10 +182,13 @@ class GeminiEmbedder(BaseEmbedder):
                 f"gemini embedding request failed after {attempts} attempts ({what}) for "
                 f"{where}{detail}; try again later or raise rag.embedding.max_retries"
             )
-        if status in (401, 403) or (status == 400 and "api key" in failure.detail.lower()):
+        key_from = self.key_source or "GOOGLE_API_KEY"
+        if status == 401 or (status == 400 and "api key" in failure.detail.lower()):
+            return f"gemini rejected the API key (status {status} at {self.host}): check {key_from}"
+        if status == 403:
             return (
-                f"gemini rejected the API key (status {status} at {self.host}): check "
-                f"{self.key_source or 'GOOGLE_API_KEY'}"
+                f"gemini refused access (status 403) to {where}: check that the key from "
+                f"{key_from} may use the Generative Language API{detail}"
             )
         if status == 404:
             return (
