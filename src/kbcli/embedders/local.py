@@ -166,6 +166,12 @@ class SentenceTransformerModel:
 
     def __init__(self, name_or_path: str, device: str):
         st = _require("sentence_transformers")
+        try:  # no "Loading weights" progress bar on stderr (it floods logs and transcripts)
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except (ImportError, AttributeError):
+            pass
         try:
             self.model = st.SentenceTransformer(name_or_path, device=device)
         except (OSError, ValueError) as exc:
