@@ -33,7 +33,9 @@ def make_tree(root: Path, n: int = 5) -> list[Path]:
         sub = root / ("sub" if i % 2 else "")
         sub.mkdir(parents=True, exist_ok=True)
         f = sub / f"doc{i}.md"
-        f.write_text(f"# Doc {i}\n\nParagraph one of document {i} about topic{i}.\n\nMore text {i}.\n")
+        f.write_text(
+            f"# Doc {i}\n\nParagraph one of document {i} about topic{i}.\n\nMore text {i}.\n"
+        )
         files.append(f)
     return files
 
@@ -97,7 +99,7 @@ def test_changed_file_replaced_and_only_new_text_embedded(tmp_path):
     assert (report.updated, report.chunks_added, report.chunks_removed) == (1, 6, 6)
     assert kb.embedder.embedded - before == 1  # only the changed chunk
     texts = chunks_by_source(kb)[str(f.resolve())]
-    assert "Section 2 now says something entirely different." in texts
+    assert any("now says something entirely different" in t for t in texts)
     assert not any("explains step 2" in t for t in texts)
     assert kb.store.count() == 6 and kb.store.integrity_check() == []
 
@@ -106,8 +108,8 @@ def _paragraph_chunker():
     class ParagraphChunker:
         chunk_size, chunk_overlap = 1000, 0
 
-        def chunk(self, text):
-            return [p for p in text.split("\n\n") if p.strip()]
+        def chunk(self, text):  # text arrives whitespace-normalised: split on sentences
+            return [p for p in text.split(". ") if p.strip()]
 
     return ParagraphChunker()
 
@@ -278,7 +280,7 @@ def test_reader_never_sees_both_versions(tmp_path):
     f = docs / "v.md"
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=CountingEmbedder())
     kb.ingestor._chunker = _paragraph_chunker()
-    f.write_text("\n\n".join(f"version0 part{i}" for i in range(8)))
+    f.write_text("\n\n".join(f"version0 part{i}." for i in range(8)))
     sync(kb, [docs])
     reader = KnowledgeBase.open(tmp_path / "kb.db", embedder=CountingEmbedder())
     seen_bad: list[set[str]] = []
@@ -293,7 +295,7 @@ def test_reader_never_sees_both_versions(tmp_path):
     t = threading.Thread(target=read)
     t.start()
     for v in range(1, 15):
-        f.write_text("\n\n".join(f"version{v} part{i}" for i in range(8)))
+        f.write_text("\n\n".join(f"version{v} part{i}." for i in range(8)))
         sync(kb, [docs])
     stop.set()
     t.join()

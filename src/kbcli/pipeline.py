@@ -22,11 +22,23 @@ def _new_id() -> str:
 
 class LazyEmbedder:
     """Resolves the configured embedder on first use, so keyword-only work never needs an API
-    key or a model. ``on_note`` receives the one-line note when the choice was automatic."""
+    key or a model.
 
-    def __init__(self, config: Any = None, on_note: Callable[[str], None] | None = None):
+    With no provider named in the configuration, an index that already records an embedder
+    keeps using that one (an API key appearing in the environment later must not switch it);
+    otherwise the choice is automatic. ``on_note`` receives a one-line note whenever the
+    choice was not explicit.
+    """
+
+    def __init__(
+        self,
+        config: Any = None,
+        on_note: Callable[[str], None] | None = None,
+        recorded: Callable[[], EmbedderInfo | None] | None = None,
+    ):
         self._config = config
         self._on_note = on_note
+        self._recorded = recorded
         self._embedder: Any = None
 
     @property
@@ -36,7 +48,14 @@ class LazyEmbedder:
             from .config import get_config
             from .embedders.resolve import choose_embedder
 
-            embedder, note = choose_embedder(self._config or get_config())
+            config = self._config or get_config()
+            recorded = self._recorded() if self._recorded is not None else None
+            if recorded is not None and not config.rag.embedding.provider_set:
+                model = recorded.model if recorded.provider in ("openai", "gemini") else None
+                embedder, _ = choose_embedder(config, recorded.provider, model)
+                note = f"Using {recorded.describe()}, the embedder this index was built with"
+            else:
+                embedder, note = choose_embedder(config)
             if note and self._on_note:
                 self._on_note(note)
             self._embedder = embedder
@@ -309,7 +328,8 @@ class KnowledgeBase:
         )
         kwargs = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
         store = SQLiteStore(db or config.paths.knowledge_db, analyzer=analyzer, **kwargs)
-        embedder = embedder if embedder is not None else LazyEmbedder(config, on_note)
+        if embedder is None:
+            embedder = LazyEmbedder(config, on_note, lambda: store.embedder_info)
         retriever = HybridRetriever(store, embedder, alpha=config.limits.rerank_alpha)
         return cls(store=store, embedder=embedder, retriever=retriever, reranker=reranker)
 

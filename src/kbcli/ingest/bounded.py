@@ -65,7 +65,11 @@ def _worker(conn: Any, func: Callable[..., Any], args: tuple, budget: int | None
 
 
 def run_bounded(
-    func: Callable[..., T], args: tuple, *, timeout: float | None, label: str,
+    func: Callable[..., T],
+    args: tuple,
+    *,
+    timeout: float | None,
+    label: str,
     file_size: int = 0,
 ) -> T:
     """Return ``func(*args)``, computed in a child process killed after ``timeout`` seconds.

@@ -7,6 +7,7 @@ process, so they take a path string and return plain picklable data:
 
 from __future__ import annotations
 
+import logging
 import re
 import zipfile
 import zlib
@@ -36,12 +37,33 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
     # pypdf reports malformed input through its own errors but also through built-in ones
     # (KeyError for a missing dictionary entry, TypeError for an object of the wrong kind...).
     # These are caught only around calls into pypdf, never around our own code.
-    return (PyPdfError, ValueError, KeyError, TypeError, IndexError, AttributeError,
-            zlib.error, RecursionError, OSError)
+    return (
+        PyPdfError,
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        zlib.error,
+        RecursionError,
+        OSError,
+    )
 
 
 def extract_pdf(path: str) -> Extracted:
     """Text of each page with ``{"page": n}`` (1-based); pages without text are left out."""
+
+    # pypdf logs its repairs ("EOF marker not found"...) as warnings; our errors say it better.
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _extract_pdf(path)
+    finally:
+        logger.setLevel(level)
+
+
+def _extract_pdf(path: str) -> Extracted:
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
@@ -57,7 +79,9 @@ def extract_pdf(path: str) -> Extracted:
             "(e.g. qpdf --decrypt --password=... in.pdf out.pdf) and load that"
         ) from None
     except DependencyError as exc:
-        raise LoaderError(f"{path}: cannot decrypt the PDF ({exc}): pip install cryptography") from None
+        raise LoaderError(
+            f"{path}: cannot decrypt the PDF ({exc}): pip install cryptography"
+        ) from None
     except errors as exc:
         raise LoaderError(
             f"{path}: not a readable PDF, it may be truncated or corrupt ({_reason(exc)}): "
@@ -151,8 +175,14 @@ def extract_docx(path: str) -> Extracted:
     try:
         document = docx.Document(path)
         body = list(document.iter_inner_content())
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, LxmlError,
-            zlib.error) as exc:
+    except (
+        PackageNotFoundError,
+        zipfile.BadZipFile,
+        KeyError,
+        ValueError,
+        LxmlError,
+        zlib.error,
+    ) as exc:
         raise LoaderError(
             f"{path}: not a readable .docx file ({_reason(exc)}): open it in Word and save it "
             "again as .docx"

@@ -20,8 +20,14 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-# GB2312 and GBK are subsets of GB18030, so decoding them as GB18030 is never worse.
-_GB_FAMILY = {"gb2312", "gbk", "gb18030", "hz", "hz_gb_2312", "cp936"}
+# When one of these is (nearly) as plausible as the best guess, it wins: detection on short
+# samples is weak, and these are by far the most common legacy encodings of Chinese and
+# Western text. GB2312 and GBK are subsets of GB18030, so decoding them as GB18030 is safe.
+_PREFERRED = (
+    ({"gb2312", "gbk", "gb18030", "hz", "hz_gb_2312", "cp936"}, "gb18030"),
+    ({"cp1252", "latin_1", "iso8859_1", "iso8859_15"}, "cp1252"),
+)
+_MARGIN = 0.1
 _WIDE = ("utf_16", "utf_32")
 _FIX = "save it as UTF-8 and load it again"
 
@@ -48,8 +54,10 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
     if declared is not None:
         text = _decode_file(path, declared)
         if text is None:
-            raise LoaderError(f"{path}: the file starts with a {declared} byte-order mark but "
-                              f"is not valid {declared}: {_FIX}")
+            raise LoaderError(
+                f"{path}: the file starts with a {declared} byte-order mark but "
+                f"is not valid {declared}: {_FIX}"
+            )
         return text
     if b"\x00" in sample[:8192]:
         raise LoaderError(
@@ -71,7 +79,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
 
 
 def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
-    """Guess the encoding of ``sample`` with charset-normalizer, preferring GB18030 for Chinese."""
+    """Guess the encoding of ``sample`` (charset-normalizer), preferring GB18030 and cp1252."""
     import charset_normalizer
 
     if truncated:
@@ -84,9 +92,9 @@ def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
     if not matches:
         return None
     best = matches[0]
-    for match in matches:
-        if match.encoding in _GB_FAMILY and match.chaos <= best.chaos + 0.05:
-            return "gb18030"
+    for family, choice in _PREFERRED:
+        if any(m.encoding in family and m.chaos <= best.chaos + _MARGIN for m in matches):
+            return choice
     return best.encoding
 
 
@@ -102,8 +110,9 @@ def _decode_file(path: Path, encoding: str) -> str | None:
     try:
         decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
     except LookupError:
-        raise LoaderError(f"{path}: unknown text encoding {encoding!r}: use a name such as "
-                          "utf-8 or gb18030") from None
+        raise LoaderError(
+            f"{path}: unknown text encoding {encoding!r}: use a name such as utf-8 or gb18030"
+        ) from None
     parts: list[str] = []
     try:
         with path.open("rb") as fh:
