@@ -1,14 +1,11 @@
-"""Shared pieces for the CLI tests: a runner, a sample folder with every supported format, and
-a stand-in embedder resolver while ``kbcli.embedders.resolve`` has not landed on this branch."""
+"""Shared pieces for the CLI tests: an in-process runner, seeded knowledge bases and a sample
+folder with one file of every supported format."""
 
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from kbcli.cli import app
@@ -32,33 +29,6 @@ def run_json(*args: str):
     result = run(*args)
     assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
     return json.loads(result.stdout), result
-
-
-def resolver_available() -> bool:
-    try:
-        import kbcli.embedders.resolve  # noqa: F401
-    except ModuleNotFoundError:
-        return False
-    return True
-
-
-@pytest.fixture
-def embedder_resolver(monkeypatch):
-    """The real ``choose_embedder`` when present; otherwise a stand-in with the same contract
-    (no API keys in tests: the simple embedder and a note)."""
-    if resolver_available():
-        yield
-        return
-    from kbcli.embedders import SimpleEmbedder
-
-    module = types.ModuleType("kbcli.embedders.resolve")
-
-    def choose_embedder(config=None, *args, **kwargs):
-        return SimpleEmbedder(), "Using the built-in simple embedder (stand-in resolver)"
-
-    module.choose_embedder = choose_embedder
-    monkeypatch.setitem(sys.modules, "kbcli.embedders.resolve", module)
-    yield
 
 
 def minimal_pdf(text: str) -> bytes:

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from cli_helpers import embedder_resolver, run, run_json  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("embedder_resolver")
+from cli_helpers import run, run_json
 
 
 def test_add_prints_the_id_and_the_text_is_searchable():

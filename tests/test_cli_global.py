@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-from cli_helpers import SAMPLE, embedder_resolver, run, run_json, seed  # noqa: F401
+from cli_helpers import SAMPLE, run, run_json, seed
 from kbcli.errors import NotAKnowledgeBaseError
 from kbcli.pipeline import KnowledgeBase
-
-pytestmark = pytest.mark.usefixtures("embedder_resolver")
 
 
 def _one_error_line(result) -> str:

@@ -6,9 +6,7 @@ import json
 
 import pytest
 
-from cli_helpers import embedder_resolver, make_corpus, run, run_json  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("embedder_resolver")
+from cli_helpers import make_corpus, run, run_json
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_helpers import SAMPLE, embedder_resolver, run, run_json, seed  # noqa: F401
-
-pytestmark = pytest.mark.usefixtures("embedder_resolver")
+from cli_helpers import SAMPLE, run, run_json, seed
 
 
 @pytest.fixture
@@ -123,8 +121,8 @@ def test_missing_database_is_an_error_and_not_created(tmp_path):
 def test_automatic_embedder_note_goes_to_stderr_unless_quiet(ids):
     result = run("search", "password", "--json")
     assert result.exit_code == 0
-    assert "simple embedder" in result.stderr
+    assert "Using simple/char-hash-64" in result.stderr
     quiet = run("-q", "search", "password", "--json")
     assert quiet.exit_code == 0
-    assert "simple embedder" not in quiet.stderr
+    assert "Using" not in quiet.stderr
     assert quiet.stdout == result.stdout
