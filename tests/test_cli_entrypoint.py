@@ -209,3 +209,5 @@ def test_keyword_search_imports_nothing_heavy(kb_exe, kb_python, corpus):
     assert "kbcli.stores.sqlite" in names
     assert _heavy(names) == []
     assert "password.md" in done.stdout
+    # Typer would build Pydantic adapters for every option; kb converts its plain options itself.
+    assert "pydantic" not in names

@@ -9,8 +9,6 @@ Start-up: module-level imports are typer and the standard library only; the libr
 anything heavy are imported inside the command that needs them.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from dataclasses import dataclass
@@ -18,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 EXIT_INTERRUPTED = 130
 
@@ -46,8 +44,89 @@ class State:
     debug: bool = False
 
 
+class _PlainCoercion:
+    """Converts str, int, float and Path option values (and lists of them) without Pydantic.
+
+    Typer coerces every non-flag value through a Pydantic ``TypeAdapter``; importing Pydantic
+    and building the adapters costs a few hundred milliseconds per ``kb`` run. Our options only
+    need these plain conversions, so each parameter gets one of these instead; a parameter of
+    any other type (or a Typer without this hook) keeps Typer's own coercion.
+    """
+
+    SIMPLE = (str, int, float, Path, bool)
+    TRUE = ("1", "true", "yes", "on", "y", "t")
+    FALSE = ("0", "false", "no", "off", "n", "f")
+
+    def __init__(self, kind: type, minimum: Any = None, maximum: Any = None):
+        self.kind = kind
+        self.minimum = minimum
+        self.maximum = maximum
+
+    @classmethod
+    def install(cls, params: list[Any]) -> None:
+        for param in params:
+            descriptor = getattr(param, "type_descriptor", None)
+            if descriptor is None or getattr(param, "_runtime_param", None) is not None:
+                continue
+            annotation = descriptor.annotation
+            if getattr(annotation, "__origin__", None) is list:
+                annotation = annotation.__args__[0]
+            if annotation not in cls.SIMPLE:
+                continue
+            info = descriptor.parameter_info
+            param._runtime_param = cls(annotation, info.min, info.max)
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        many = param.multiple or param.nargs == -1
+        if value is None:
+            return () if many else None
+        if many:
+            if isinstance(value, str):
+                raise typer.BadParameter("Value must be an iterable.", ctx=ctx, param=param)
+            return [self.convert(item, param, ctx) for item in value]
+        return self.convert(value, param, ctx)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, bytes):
+            value = os.fsdecode(value)
+        if self.kind is str:
+            return str(value)
+        if self.kind is bool:
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word in self.TRUE or word in self.FALSE:
+                return word in self.TRUE
+            raise typer.BadParameter(f"{value!r} is not a valid boolean.", ctx=ctx, param=param)
+        if self.kind is Path:
+            return value if isinstance(value, Path) else Path(value)
+        try:
+            number = self.kind(value)
+        except (TypeError, ValueError):
+            name = "integer" if self.kind is int else "number"
+            raise typer.BadParameter(
+                f"{value!r} is not a valid {name}.", ctx=ctx, param=param
+            ) from None
+        low, high = self.minimum, self.maximum
+        if (low is not None and number < low) or (high is not None and number > high):
+            bounds = " and ".join(
+                part
+                for part in (
+                    f"at least {low}" if low is not None else "",
+                    f"at most {high}" if high is not None else "",
+                )
+                if part
+            )
+            raise typer.BadParameter(f"{value} must be {bounds}.", ctx=ctx, param=param)
+        return number
+
+
 class KBGroup(TyperGroup):
     """The one place that turns library errors into a message and an exit code."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _PlainCoercion.install(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         from .errors import KBError
@@ -65,6 +144,14 @@ class KBGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+class KBCommand(TyperCommand):
+    """A command whose options are converted without Pydantic (see :class:`_PlainCoercion`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        _PlainCoercion.install(self.get_params(ctx))
+        return super().parse_args(ctx, args)
 
 
 app = typer.Typer(
@@ -175,10 +262,11 @@ def _resolve_source(path: Path) -> str:
 
 
 @app.command(
+    cls=KBCommand,
     epilog=_example(
         "kb ingest ~/notes docs/manual.pdf --ext .md,.pdf --meta project=apollo",
         "kb ingest ~/notes --prune --json",
-    )
+    ),
 )
 def ingest(
     ctx: typer.Context,
@@ -262,10 +350,11 @@ def ingest(
 
 
 @app.command(
+    cls=KBCommand,
     epilog=_example(
         'kb add "The VPN gateway is vpn.example.com" --meta topic=network',
         "cat note.txt | kb add - --id note-1",
-    )
+    ),
 )
 def add(
     ctx: typer.Context,
@@ -297,10 +386,11 @@ def add(
 
 
 @app.command(
+    cls=KBCommand,
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
         'kb search "quarterly revenue" --filter year>=2023 --filter lang=en,de --json',
-    )
+    ),
 )
 def search(
     ctx: typer.Context,
@@ -370,10 +460,11 @@ def search(
 
 
 @app.command(
+    cls=KBCommand,
     epilog=_example(
         "kb delete 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
         "kb delete --source notes/old-plan.md",
-    )
+    ),
 )
 def delete(
     ctx: typer.Context,
@@ -419,6 +510,7 @@ def delete(
 
 
 @app.command(
+    cls=KBCommand,
     name="list",
     epilog=_example(
         "kb list --source notes/setup.md",
@@ -465,7 +557,7 @@ def list_(
         render.documents_table(docs)
 
 
-@app.command(epilog=_example("kb stats", "kb --db team.db stats --json"))
+@app.command(cls=KBCommand, epilog=_example("kb stats", "kb --db team.db stats --json"))
 def stats(
     ctx: typer.Context,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
