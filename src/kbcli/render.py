@@ -194,7 +194,7 @@ def search_table(results: Sequence[Any], terms: Sequence[str], explain: bool = F
         row = [
             str(rank),
             f"{r.score:.3f}",
-            shorten_source(meta.get("source")),
+            shorten_source(meta.get("source"), 32),
             _chunk_label(meta),
             _rich_snippet(r.document.text, pattern),
         ]
@@ -256,7 +256,7 @@ def documents_table(docs: Sequence[Any]) -> None:
     table.add_column("Snippet", overflow="fold", ratio=1)
     for d in docs:
         text, _ = snippet(d.text, None, 80)
-        source = shorten_source(d.metadata.get("source"))
+        source = shorten_source(d.metadata.get("source"), 32)
         table.add_row(d.id, source, _chunk_label(d.metadata), text)
     _console().print(table)
 
