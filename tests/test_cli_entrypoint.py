@@ -211,3 +211,28 @@ def test_keyword_search_imports_nothing_heavy(kb_exe, kb_python, corpus):
     assert "password.md" in done.stdout
     # Typer would build Pydantic adapters for every option; kb converts its plain options itself.
     assert "pydantic" not in names
+
+
+def test_progress_bar_is_drawn_when_stderr_is_a_terminal(kb_exe, corpus):
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [str(kb_exe), "ingest", str(corpus)], stdout=subprocess.PIPE, stderr=follower
+    )
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed when kb exited
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    stdout = process.stdout.read().decode()
+    process.stdout.close()
+    assert process.wait(timeout=120) == 1  # broken.pdf
+    assert b"Indexing" in drawn and b"\x1b[" in drawn
+    assert "Indexed 4 files" in stdout and "\x1b[" not in stdout
