@@ -103,3 +103,15 @@ def test_usage_errors_from_typer_exit_2():
     assert run("search").exit_code == 2
     assert run("search", "x", "-k", "zero").exit_code == 2
     assert run("frobnicate").exit_code == 2
+
+
+def test_config_option_reaches_chunking(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("limits: {chunk_size: 60, chunk_overlap: 0}\nrag: {chunker: simple}\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "long.md").write_text("word " * 100)
+    result = run("--config", str(cfg), "ingest", str(docs), "--json")
+    assert result.exit_code == 0, result.stderr
+    rows, _ = run_json("list", "--json", "--limit", "100")
+    assert len(rows) > 5 and all(len(r["text"]) <= 60 for r in rows)

@@ -215,13 +215,6 @@ def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
-    if config is not None:
-        # The ingest pipeline reads chunking and loader limits from the process-wide config;
-        # pointing $KB_CONFIG at the file makes every part of the library see the same one.
-        os.environ["KB_CONFIG"] = str(config.expanduser().resolve())
-        from .config import reset_config_cache
-
-        reset_config_cache()
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug)
 
 
@@ -233,16 +226,11 @@ def _state(ctx: typer.Context) -> State:
 def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one."""
     from .config import load_config
-    from .errors import StoreError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
     config = load_config(state.config)
     db = Path(state.db or config.paths.knowledge_db).expanduser()
-    if not create and not db.exists():
-        raise StoreError(
-            f"No knowledge base at {db}: run 'kb ingest PATH' first, or point --db at one"
-        )
 
     def note(text: str) -> None:
         if not state.quiet:
@@ -250,7 +238,9 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
             render.message(text)
 
-    return KnowledgeBase.open(db, config=config, on_note=note, busy_timeout=busy_timeout)
+    return KnowledgeBase.open(
+        db, config=config, on_note=note, busy_timeout=busy_timeout, create=create
+    )
 
 
 def _resolve_source(path: Path) -> str:

@@ -227,7 +227,10 @@ class SQLiteStore:
     def _open(self, create: bool) -> sqlite3.Connection:
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
-            raise StoreError(f"No knowledge base at {self.path}: run 'kb ingest' first")
+            raise StoreError(
+                f"No knowledge base at {self.path}: run 'kb ingest PATH' first, or point --db "
+                "at one"
+            )
         if self.path.is_dir():
             raise NotAKnowledgeBaseError(f"{self.path} is a folder, not a kb database file")
         try:
