@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from ..config import Config, EmbeddingConfig, get_config
@@ -22,6 +23,37 @@ def embedding_settings(provider: str, config: Config | None) -> EmbeddingConfig:
 
         return replace(emb, model=None, base_url=None, dimensions=None)
     return emb
+
+
+def find_api_key(api_key: str | None, env_names: tuple[str, ...]) -> tuple[str | None, str]:
+    """The key and its origin: the argument, else the first set variable of ``env_names``."""
+    if api_key:
+        return api_key, "the api_key argument"
+    key, name = first_env(*env_names)
+    return key, name or ""
+
+
+def apply_request_settings(
+    embedder: Any,
+    settings: EmbeddingConfig,
+    *,
+    dimensions: int | None,
+    batch_size: int | None,
+    max_retries: int | None,
+    timeout: float | None,
+) -> None:
+    """Set ``dimensions``, ``batch_size`` (capped by the provider), ``retry_policy`` and
+    ``timeout`` on a provider embedder: the argument wins, else ``rag.embedding``."""
+    from .retry import RetryPolicy
+
+    embedder.dimensions = dimensions if dimensions is not None else settings.dimensions
+    if embedder.dimensions is not None and embedder.dimensions < 1:
+        raise ValueError(f"dimensions must be at least 1, got {embedder.dimensions}")
+    size = batch_size or settings.batch_size
+    embedder.batch_size = max(1, min(size, embedder.max_inputs_per_request))
+    retries = max_retries if max_retries is not None else settings.max_retries
+    embedder.retry_policy = RetryPolicy(max_retries=max(0, retries))
+    embedder.timeout = float(timeout if timeout is not None else settings.timeout)
 
 
 def first_env(*names: str) -> tuple[str | None, str | None]:

@@ -22,11 +22,19 @@ from typing import Any
 
 from ..config import Config
 from ..errors import EmbedderError, MissingDependencyError
-from ._settings import embedding_settings, first_env, host_of, plan_batches, redact, short
+from ._settings import (
+    apply_request_settings,
+    embedding_settings,
+    find_api_key,
+    first_env,
+    host_of,
+    plan_batches,
+    redact,
+    short,
+)
 from .base import BaseEmbedder
 from .retry import (
     Failure,
-    RetryPolicy,
     call_with_retries,
     is_retryable_status,
     parse_retry_after,
@@ -85,28 +93,25 @@ class OpenAIEmbedder(BaseEmbedder):
         config: Config | None = None,
     ) -> None:
         settings = embedding_settings(self.provider, config)
-        if api_key:
-            key, source = api_key, "the api_key argument"
-        else:
-            key, source = first_env(*KEY_ENV)
+        key, source = find_api_key(api_key, KEY_ENV)
         if not key:
             raise EmbedderError(
                 "OpenAI API key not found (OPENAI_API_KEY/API_KEY): set one, or choose another "
                 "provider in rag.embedding (gemini, local, simple)"
             )
-        self.key_source = source or ""
+        self.key_source = source
         self.base_url = (
             base_url or settings.base_url or first_env(*BASE_URL_ENV)[0] or DEFAULT_BASE_URL
         ).rstrip("/")
         self.model = model or settings.model or first_env(*MODEL_ENV)[0] or DEFAULT_MODEL
-        self.dimensions = dimensions if dimensions is not None else settings.dimensions
-        if self.dimensions is not None and self.dimensions < 1:
-            raise ValueError(f"dimensions must be at least 1, got {self.dimensions}")
-        size = batch_size or settings.batch_size
-        self.batch_size = max(1, min(size, self.max_inputs_per_request))
-        retries = max_retries if max_retries is not None else settings.max_retries
-        self.retry_policy = RetryPolicy(max_retries=max(0, retries))
-        self.timeout = float(timeout if timeout is not None else settings.timeout)
+        apply_request_settings(
+            self,
+            settings,
+            dimensions=dimensions,
+            batch_size=batch_size,
+            max_retries=max_retries,
+            timeout=timeout,
+        )
         self.dimension = self.dimensions or KNOWN_DIMENSIONS.get(self.model)
         self._api_key = key
         self._client = self._make_client()
