@@ -34,3 +34,17 @@ def test_simple_embedder_batches_and_info():
     assert (emb.info.provider, emb.info.dimension) == ("simple", 16)
     with pytest.raises(ValueError):
         SimpleEmbedder(dim=0)
+
+
+def test_batch_path_is_bit_identical_to_the_reference_formula():
+    import random
+
+    rng = random.Random(3)
+    alphabet = "abcXYZ 0123中文ΩЖé\U0001f600\n\t."
+    texts = ["", "A", "Hello World"] + [
+        "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 2000))) for _ in range(40)
+    ]
+    for dim in (7, 64, 384):
+        assert SimpleEmbedder(dim).embed_documents(texts) == [
+            simple_embedding(t, dim) for t in texts
+        ]

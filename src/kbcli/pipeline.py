@@ -185,8 +185,12 @@ class IngestPipeline:
             check(info)
         return info
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        """Vectors for ``texts``, reusing the store's embedding cache where it has one."""
+    def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
+        """Vectors for ``texts``, reusing the store's embedding cache where it has one.
+
+        ``remember=False`` leaves writing new vectors to the cache to the caller (the store's
+        ``replace_file`` does it in the same transaction as the chunks).
+        """
         if not texts:
             return []
         cache_get = getattr(self.store, "cached_embeddings", None)
@@ -198,7 +202,8 @@ class IngestPipeline:
         if missing:
             fresh = self.embedder.embed_documents(missing)
             cached.update(zip(missing, fresh))
-            self.store.cache_embeddings(embedder_info(self.embedder), dict(zip(missing, fresh)))
+            if remember:
+                self.store.cache_embeddings(embedder_info(self.embedder), dict(zip(missing, fresh)))
         return [cached[t] for t in texts]
 
     def build_documents(

@@ -671,7 +671,10 @@ class SQLiteStore:
         *,
         embedder: EmbedderInfo | None = None,
     ) -> int:
-        """Swap a file's chunks and record in one transaction; returns the chunks removed."""
+        """Swap a file's chunks and record in one transaction; returns the chunks removed.
+
+        With ``embedder``, the vectors also go to the embedding cache, in the same transaction.
+        """
         with self.transaction() as conn:
             rows = conn.execute(
                 "SELECT doc, length, terms FROM chunks WHERE source = ?", (record.path,)
@@ -679,6 +682,8 @@ class SQLiteStore:
             removed = self._delete_rows(conn, rows)
             if docs:
                 self.add(docs, embeddings, embedder=embedder)
+                if embedder is not None and embeddings is not None:
+                    self.cache_embeddings(embedder, {d.text: v for d, v in zip(docs, embeddings)})
             self._put_record(conn, record)
             return removed
 
