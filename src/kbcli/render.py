@@ -271,12 +271,10 @@ def describe_embedder(embedder: dict[str, Any] | None) -> str:
 
 
 def stats_table(stats: dict[str, Any]) -> None:
-    """The index's counts and settings as a two-column table."""
-    from rich.table import Table
+    """The index's counts and settings, one ``Label  value`` line each (never wrapped, so a
+    path stays whole for copying)."""
+    from rich.text import Text
 
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
     rows = [
         ("Chunks", str(stats["chunks"])),
         ("Sources", f"{stats['sources']} ({stats.get('files', 0)} indexed files)"),
@@ -287,9 +285,11 @@ def stats_table(stats: dict[str, Any]) -> None:
         ("Last ingest", stats.get("last_ingest") or "never"),
         ("Database", str(stats["path"])),
     ]
+    console = _console()
     for key, value in rows:
-        table.add_row(key, value)
-    _console().print(table)
+        line = Text(f"{key:<13} ", style="bold")
+        line.append(value)
+        console.print(line, soft_wrap=True)
 
 
 @contextmanager
