@@ -8,7 +8,7 @@ identifiers such as ``v2.3.1``); then per token:
   characters plus bigrams, needs no dictionary and works for Simplified and Traditional alike;
 - an identifier (``ERR_5001``, ``v2.3.1``, ``password_reset_timeout``) is kept whole, as
   written, and its parts are added as ordinary words, so both ``password_reset_timeout`` and
-  ``password reset`` find it;
+  ``password reset`` find it; hyphenated words only give their parts;
 - an ordinary word is dropped when it is an English stopword and stemmed (Snowball English,
   PyStemmer) otherwise.
 
@@ -85,12 +85,14 @@ def stemmer_available() -> bool:
 class Analyzer:
     """Splits text into index terms (the same way for documents and queries).
 
-    ``language``: ``auto`` (default: English rules for words in Latin script, CJK runs by
-    ``cjk``), ``en`` (the same rules; kept for configs that say so), ``zh`` (Chinese words by
-    jieba for CJK runs, needs ``jieba``) or ``none`` (plain lower-cased ``\\w+`` runs, no
-    stemming, no stopwords, no CJK splitting: the reference tokenizer). ``stem`` applies the
-    Snowball English stemmer; ``stopwords`` drops Lucene's English stopwords. ``cjk`` overrides
-    the CJK scheme (one of :data:`CJK_SCHEMES`).
+    ``language``: ``auto``, ``en`` and ``zh`` all apply English rules to words in Latin script
+    and split CJK runs into characters plus bigrams: measured best for Simplified and
+    Traditional Chinese and harmless for English (docs/quality.md), so one index serves mixed
+    text and the three names build the same index. ``none`` gives plain lower-cased ``\\w+``
+    runs (no stemming, stopwords or CJK splitting: the reference tokenizer). ``stem`` applies the
+    Snowball English stemmer (PyStemmer); ``stopwords`` drops Lucene's English stopwords.
+    ``cjk`` overrides the CJK scheme, one of :data:`CJK_SCHEMES` (``jieba`` needs jieba and
+    loads its dictionary, about 1 s, on first use).
     """
 
     language: str = "auto"
@@ -110,21 +112,17 @@ class Analyzer:
 
     @property
     def cjk_scheme(self) -> str:
-        """The CJK scheme in effect: ``cjk`` if set, ``jieba`` for ``zh``, else the default."""
-        if self.cjk is not None:
-            return self.cjk
-        return "jieba" if self.language == "zh" else DEFAULT_CJK
+        """The CJK scheme in effect: ``cjk`` if set, else :data:`DEFAULT_CJK`."""
+        return self.cjk if self.cjk is not None else DEFAULT_CJK
 
     @property
     def signature(self) -> str:
-        """A string that changes whenever the terms this analyzer produces would change."""
+        """A string that changes whenever the terms this analyzer produces would change
+        (settings that give the same terms give the same signature)."""
         if self.language == "none":
-            return f"v{ANALYZER_VERSION};lang=none"
+            return f"v{ANALYZER_VERSION};plain"
         stem = int(self.stem and stemmer_available())
-        return (
-            f"v{ANALYZER_VERSION};lang={self.language};cjk={self.cjk_scheme};"
-            f"stem={stem};stop={int(self.stopwords)}"
-        )
+        return f"v{ANALYZER_VERSION};cjk={self.cjk_scheme};stem={stem};stop={int(self.stopwords)}"
 
     def terms(self, text: str) -> list[str]:
         """The index terms of ``text``, in order, repeats kept (term frequency counts them)."""
@@ -200,7 +198,10 @@ def _compound_terms(token: str, word: Any) -> list[str]:
             term = word(token)
             return [term] if term else []
     parts = _PART.findall(token)
-    out = [token] if parts != [token] and parts else []
+    # Hyphenated words are prose (state-of-the-art, IL-6): only their parts count; measured
+    # better than keeping the whole word too. Identifiers with "_" or "." are kept whole.
+    whole = parts and parts != [token] and ("_" in token or "." in token)
+    out = [token] if whole else []
     for part in parts:
         term = word(part)
         if term:

@@ -2,8 +2,9 @@
 
 MMR (Carbonell & Goldstein 1998) picks, one at a time, the candidate maximising
 ``lambda * relevance - (1 - lambda) * max similarity to the results already picked``.
-Relevance is the hit's score min-max scaled to [0, 1] over the pool, so one lambda means the
-same in every mode. Similarity is the cosine of stored vectors when every candidate has one,
+Relevance is the hit's score divided by the best score in the pool (min-max scaled instead
+if any score is negative), so one lambda means about the same in every mode, and the weakest
+candidate is not treated as irrelevant. Similarity is the cosine of stored vectors when every candidate has one,
 otherwise the Jaccard overlap of the analyzer's term sets (keyword mode needs no vectors).
 """
 
@@ -13,7 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .scoring import min_max
+from .scoring import max_scale, min_max
 from .types import SearchResult
 
 Similarity = Callable[[int, int], float]
@@ -103,7 +104,8 @@ def mmr_rerank(
     """
     if not hits:
         return []
-    scores = min_max({str(i): h.score for i, h in enumerate(hits)})
+    raw = {str(i): h.score for i, h in enumerate(hits)}
+    scores = max_scale(raw) if min(raw.values()) >= 0 else min_max(raw)
     relevance = [scores[str(i)] for i in range(len(hits))]
     if vectors is not None and all(v is not None and len(v) for v in vectors):
         similarity = vector_similarity(vectors)  # type: ignore[arg-type]

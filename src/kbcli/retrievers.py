@@ -8,7 +8,7 @@ from typing import Any
 
 from .analysis import Analyzer
 from .filters import matches, validate_filter
-from .scoring import bm25_idf, bm25_term, rrf_fusion, weighted_fusion
+from .scoring import bm25_idf, bm25_term, keyword_first_fusion, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
@@ -182,7 +182,9 @@ class HybridRetriever:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
             keyword_hits = self.keyword.search(query, pool, options)
             dense_hits = self.dense.search(query, pool, options)
-            hits = fuse(keyword_hits, dense_hits, fetch, options, self.effective_alpha(options))
+            weak = options.alpha is None and self.weak_embedder
+            alpha = self.effective_alpha(options)
+            hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
         if options.dedupe:
             from .diversity import collapse_duplicates
 
@@ -218,12 +220,15 @@ def fuse(
     k: int,
     options: SearchOptions,
     default_alpha: float,
+    *,
+    keyword_first: bool = False,
 ) -> list[SearchResult]:
     """Combine two ranked lists as ``options.fusion`` says; ties broken by document id.
 
-    ``options.alpha`` overrides ``default_alpha`` for weighted fusion. With ``options.explain``
-    each hit records each route's rank and raw score (None when that route missed it), the
-    fused score, the fusion and (weighted) the alpha used.
+    ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
+    dense route) uses :func:`~kbcli.scoring.keyword_first_fusion` instead of min-max for the
+    keyword side. With ``options.explain`` each hit records each route's rank and raw score
+    (None when that route missed it), the fused score, the fusion and (weighted) the alpha.
     """
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
@@ -233,6 +238,8 @@ def fuse(
         fused = rrf_fusion(
             [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]
         )
+    elif keyword_first:
+        fused = keyword_first_fusion(dense_scores, keyword_scores, alpha)
     else:
         fused = weighted_fusion(dense_scores, keyword_scores, alpha)
     best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
@@ -250,6 +257,8 @@ def fuse(
             }
             if options.fusion == "weighted":
                 hit.explain["alpha"] = alpha
+                if keyword_first:
+                    hit.explain["keyword_first"] = True
     return results
 
 
