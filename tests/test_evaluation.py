@@ -133,7 +133,9 @@ def test_evaluate_reuses_a_kept_database(beir, tmp_path):
     db = tmp_path / "eval.db"
     first = evaluate(beir, mode="keyword", db=db, config=Config())
     calls = []
-    second = evaluate(beir, mode="keyword", db=db, config=Config(), progress=lambda *a: calls.append(a))
+    second = evaluate(
+        beir, mode="keyword", db=db, config=Config(), progress=lambda *a: calls.append(a)
+    )
     assert first["ndcg@10"] == second["ndcg@10"]
     assert not [c for c in calls if c[0] == "index"]  # not indexed again
     other = tmp_path / "other"

@@ -2,10 +2,11 @@
 
 MMR (Carbonell & Goldstein 1998) picks, one at a time, the candidate maximising
 ``lambda * relevance - (1 - lambda) * max similarity to the results already picked``.
-Relevance is the hit's score divided by the best score in the pool (min-max scaled instead
-if any score is negative), so one lambda means about the same in every mode, and the weakest
-candidate is not treated as irrelevant. Similarity is the cosine of stored vectors when every candidate has one,
-otherwise the Jaccard overlap of the analyzer's term sets (keyword mode needs no vectors).
+Relevance is the hit's score divided by the best score in the pool (min-max scaled if any
+score is negative), so one lambda means about the same in every mode and the weakest candidate
+is not treated as irrelevant. Similarity is the cosine of stored vectors when every candidate
+has one, otherwise the Jaccard overlap of the analyzer's term sets (keyword mode needs no
+vectors).
 """
 
 from __future__ import annotations

@@ -134,7 +134,9 @@ def load_qrels(path: str | Path) -> dict[str, dict[str, int]]:
             except ValueError:
                 if number == 1:
                     continue  # header
-                raise DatasetError(f"{path} line {number}: score {fields[2]!r} is not a number")
+                raise DatasetError(
+                    f"{path} line {number}: score {fields[2]!r} is not a number"
+                ) from None
             qrels.setdefault(fields[0], {})[fields[1]] = grade
     return qrels
 
@@ -378,9 +380,7 @@ def _run_queries(
         start = time.perf_counter()
         hits = kb.search_with(data.queries[qid], options)
         latencies.append((time.perf_counter() - start) * 1000.0)
-        run[qid] = rank_documents(
-            (str(h.document.metadata.get("doc_id")), h.score) for h in hits
-        )
+        run[qid] = rank_documents((str(h.document.metadata.get("doc_id")), h.score) for h in hits)
         if progress is not None and (done % 20 == 0 or done == len(judged)):
             progress("search", done, len(judged))
     return run, latencies

@@ -14,11 +14,12 @@ from .types import Document, SearchOptions, SearchResult
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
 # one route ranks modestly, small enough to stay fast.
 FUSION_POOL_MIN = 50
-FUSION_POOL_FACTOR = 4
+FUSION_POOL_FACTOR = 2
 # Dense weight used when the embedder is weak (spelling, not meaning) and the search does not
-# set alpha: keyword ranking decides, the dense route only breaks near-ties and fills up when
-# keywords find too little. Chosen by measurement (docs/quality.md).
-WEAK_DENSE_ALPHA = 0.05
+# set alpha: keyword ranking decides, the dense route only breaks (near-)ties and ranks what the
+# keywords did not find. Measured: any larger weight (0.02, 0.05) already lost to keyword
+# ranking on Cranfield (docs/quality.md).
+WEAK_DENSE_ALPHA = 0.001
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
 
