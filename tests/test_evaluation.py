@@ -129,6 +129,16 @@ def test_evaluate_end_to_end(beir, mode):
         assert result["recall@10"] == pytest.approx(4 / 5)
 
 
+class Other:
+    provider, model = "other", "m"
+
+    def embed_documents(self, texts):
+        return [[1.0, float(len(t))] for t in texts]
+
+    def embed_query(self, text):
+        return [1.0, 0.0]
+
+
 def test_evaluate_reuses_a_kept_database(beir, tmp_path):
     db = tmp_path / "eval.db"
     first = evaluate(beir, mode="keyword", db=db, config=Config())
@@ -138,6 +148,8 @@ def test_evaluate_reuses_a_kept_database(beir, tmp_path):
     )
     assert first["ndcg@10"] == second["ndcg@10"]
     assert not [c for c in calls if c[0] == "index"]  # not indexed again
+    with pytest.raises(DatasetError, match="indexed with embedder simple/char-hash-64"):
+        evaluate(beir, mode="keyword", db=db, config=Config(), embedder=Other())
     other = tmp_path / "other"
     write_beir(other, {"x": ("t", "different corpus")}, {"q": "x"}, {"q": {"x": 1}})
     with pytest.raises(DatasetError, match="already holds other documents"):

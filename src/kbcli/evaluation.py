@@ -315,6 +315,7 @@ def _open_index(
     kb = KnowledgeBase(store=store, embedder=embedder, retriever=retriever, chunker=chunker)
     recorded = store.get_meta(FINGERPRINT_KEY)
     if recorded == fingerprint:
+        _check_reuse(kb, path)
         return kb
     if recorded is not None or store.count():
         kb.close()
@@ -328,6 +329,29 @@ def _open_index(
         raise
     store.set_meta(FINGERPRINT_KEY, fingerprint)
     return kb
+
+
+def _check_reuse(kb: Any, path: Path) -> None:
+    """A kept index must match the analyzer and embedder of this run."""
+    from .embedders.base import embedder_info
+
+    store = kb.store
+    analyzer = store.get_meta("analyzer")
+    recorded = store.embedder_info
+    info = embedder_info(kb.embedder)
+    problem = None
+    if analyzer is not None and analyzer != store.analyzer.signature:
+        problem = f"analyzer [{analyzer}], not [{store.analyzer.signature}]"
+    elif recorded is not None and (recorded.provider, recorded.model) != (
+        info.provider,
+        info.model,
+    ):
+        problem = f"embedder {recorded.describe()}, not {info.describe()}"
+    if problem:
+        kb.close()
+        raise DatasetError(
+            f"{path} was indexed with {problem}: give another --db path or delete it"
+        )
 
 
 def _default_embedder(config: Any, mode: str) -> Any:
