@@ -72,8 +72,10 @@ def _jieba() -> Any:
     return jieba
 
 
+@lru_cache(maxsize=1)
 def stemmer_available() -> bool:
-    """True when PyStemmer can be imported (stemming is skipped without it)."""
+    """True when PyStemmer can be imported (stemming is skipped without it, and the signature
+    says so, so an index built with stemming is never queried without)."""
     try:
         _stemmer()
     except ImportError:
