@@ -165,3 +165,37 @@ def test_search_modes_on_sqlite(tmp_path, mode):
     kb.ingest_text("Tomorrow's weather forecast: sunny and warm.", {"source": "b"})
     hits = kb.search("reset password", k=1, mode=mode)
     assert hits and hits[0].document.metadata["source"] == "a"
+
+
+def test_tool_access_filter_cannot_be_widened():
+    from kbcli import KnowledgeSearchTool
+
+    kb = KnowledgeBase()
+    kb.add("public password reset guide", {"team": "public"})
+    kb.add("secret password vault keys", {"team": "secret"})
+    tool = KnowledgeSearchTool(kb, access_filter={"team": "public"})
+    out = asyncio.run(tool.run("password", k=5, mode="keyword"))
+    assert "public" in out and "secret" not in out
+    widened = asyncio.run(
+        tool.run("password", k=5, mode="keyword", filter={"$or": [{"team": "secret"}, {}]})
+    )
+    assert "secret" not in widened
+    narrowed = asyncio.run(tool.run("password", mode="keyword", filter={"team": "secret"}))
+    assert narrowed == "No relevant knowledge found."
+
+
+def test_unconfigured_index_keeps_the_embedder_it_was_built_with(tmp_path, monkeypatch):
+    db = tmp_path / "kb.db"
+    notes = []
+    kb = KnowledgeBase.open(db, on_note=notes.append)
+    kb.add("reset the password from settings")
+    assert kb.store.embedder_info.provider == "simple"
+    assert "simple" in notes[0]
+    kb.close()
+    # A key appears later (say, set for another tool): the index must not switch embedders.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    notes.clear()
+    kb = KnowledgeBase.open(db, on_note=notes.append)
+    hits = kb.search("password settings", mode="semantic", k=1)
+    assert hits and "built with" in notes[0]
+    assert kb.embedder.info.provider == "simple"

@@ -246,3 +246,35 @@ def test_stats_counts(tmp_path):
     assert (s["chunks"], s["sources"], s["vectors"], s["vocabulary"]) == (2, 1, 2, 3)
     assert s["size_bytes"] > 0
     assert Counter(store.analyzer.terms("x y y")) == {"x": 1, "y": 2}
+
+
+def test_vector_cache_file_is_used_refreshed_and_never_trusted_blindly(tmp_path, monkeypatch):
+    path = tmp_path / "kb.db"
+    store = SQLiteStore(path)
+    store.add([Document("a", "x"), Document("b", "y")], [[1.0, 0.0], [0.0, 1.0]])
+    assert store.search([1.0, 0.0], k=1)[0].document.id == "a"
+    assert store.vector_cache_path.exists()
+
+    def no_table_read(self, conn):
+        raise AssertionError("should come from the cache file")
+
+    monkeypatch.setattr(SQLiteStore, "_load_matrix", no_table_read)
+    fresh = SQLiteStore(path)  # like a new `kb search` process
+    assert fresh.search([0.0, 1.0], k=1)[0].document.id == "b"
+    monkeypatch.undo()
+
+    store.add([Document("c", "z")], [[0.6, 0.8]])  # vectors changed: the cache is stale
+    assert [h.document.id for h in SQLiteStore(path).search([0.6, 0.8], k=1)] == ["c"]
+
+    store.vector_cache_path.write_bytes(b"garbage")
+    assert SQLiteStore(path).search([0.6, 0.8], k=1)[0].document.id == "c"
+
+    # A new database at the same path must not pick up the old cache.
+    store.close()
+    cache = store.vector_cache_path.read_bytes()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"kb.db{suffix}").unlink(missing_ok=True)
+    new = SQLiteStore(path)
+    new.add([Document("z", "q")], [[0.0, 1.0]])
+    store.vector_cache_path.write_bytes(cache)
+    assert [h.document.id for h in SQLiteStore(path).search([1.0, 0.0], k=5)] == ["z"]

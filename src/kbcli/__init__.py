@@ -6,89 +6,89 @@ numpy, SDKs and parsers load when first used.
 
 from __future__ import annotations
 
-from .analysis import Analyzer
-from .config import Config, load_config
-from .embedders import (
-    BaseEmbedder,
-    EmbedderInfo,
-    SimpleEmbedder,
-    cosine_similarity,
-    simple_embedding,
-)
-from .errors import (
-    ConfigError,
-    DatabaseLockedError,
-    EmbedderError,
-    FilterError,
-    IndexMismatchError,
-    InvalidOptionError,
-    KBError,
-    LoaderError,
-    MissingDependencyError,
-    NotAKnowledgeBaseError,
-    NotFoundError,
-    StoreError,
-    UnsupportedFormatError,
-)
-from .pipeline import IngestPipeline, KnowledgeBase, RAGPipeline
-from .protocols import (
-    DocumentLoaderProtocol,
-    EmbedderProtocol,
-    RerankerProtocol,
-    RetrieverProtocol,
-    TextChunkerProtocol,
-    TextNormalizerProtocol,
-    VectorStoreProtocol,
-)
-from .rerankers import PassthroughReranker
-from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever
-from .stores import InMemoryStore, SQLiteStore
-from .tools import KnowledgeSearchTool
-from .types import Document, SearchOptions, SearchResult, Section
+from typing import TYPE_CHECKING, Any
+
+# name -> submodule. Importing kbcli stays near-free (the `kb` command starts fast); each name
+# loads its module on first access (PEP 562).
+_EXPORTS = {
+    "Analyzer": "analysis",
+    "Config": "config",
+    "load_config": "config",
+    "BaseEmbedder": "embedders",
+    "EmbedderInfo": "embedders",
+    "SimpleEmbedder": "embedders",
+    "cosine_similarity": "embedders",
+    "simple_embedding": "embedders",
+    "OpenAIEmbedder": "embedders",
+    "GeminiEmbedder": "embedders",
+    "LocalEmbedder": "embedders",
+    "resolve_embedder": "embedders",
+    "choose_embedder": "embedders",
+    "ConfigError": "errors",
+    "DatabaseLockedError": "errors",
+    "EmbedderError": "errors",
+    "FilterError": "errors",
+    "IndexMismatchError": "errors",
+    "InvalidOptionError": "errors",
+    "KBError": "errors",
+    "LoaderError": "errors",
+    "MissingDependencyError": "errors",
+    "NotAKnowledgeBaseError": "errors",
+    "NotFoundError": "errors",
+    "StoreError": "errors",
+    "UnsupportedFormatError": "errors",
+    "DefaultDocumentLoader": "ingest",
+    "SimpleTextChunker": "ingest",
+    "StructureAwareChunker": "ingest",
+    "StructurePreservingNormalizer": "ingest",
+    "WhitespaceNormalizer": "ingest",
+    "register_loader": "ingest",
+    "IngestPipeline": "pipeline",
+    "KnowledgeBase": "pipeline",
+    "RAGPipeline": "pipeline",
+    "DocumentLoaderProtocol": "protocols",
+    "EmbedderProtocol": "protocols",
+    "RerankerProtocol": "protocols",
+    "RetrieverProtocol": "protocols",
+    "TextChunkerProtocol": "protocols",
+    "TextNormalizerProtocol": "protocols",
+    "VectorStoreProtocol": "protocols",
+    "PassthroughReranker": "rerankers",
+    "BM25Retriever": "retrievers",
+    "DenseRetriever": "retrievers",
+    "HybridRetriever": "retrievers",
+    "InMemoryStore": "stores",
+    "SQLiteStore": "stores",
+    "KnowledgeSearchTool": "tools",
+    "Document": "types",
+    "SearchOptions": "types",
+    "SearchResult": "types",
+    "Section": "types",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kbcli' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_EXPORTS))
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .analysis import Analyzer  # noqa: F401
+    from .pipeline import IngestPipeline, KnowledgeBase, RAGPipeline  # noqa: F401
+    from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever  # noqa: F401
+    from .stores import InMemoryStore, SQLiteStore  # noqa: F401
+    from .types import Document, SearchOptions, SearchResult, Section  # noqa: F401
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Analyzer",
-    "BM25Retriever",
-    "BaseEmbedder",
-    "Config",
-    "ConfigError",
-    "DatabaseLockedError",
-    "DenseRetriever",
-    "Document",
-    "DocumentLoaderProtocol",
-    "EmbedderError",
-    "EmbedderInfo",
-    "EmbedderProtocol",
-    "FilterError",
-    "HybridRetriever",
-    "InMemoryStore",
-    "IndexMismatchError",
-    "IngestPipeline",
-    "InvalidOptionError",
-    "KBError",
-    "KnowledgeBase",
-    "KnowledgeSearchTool",
-    "LoaderError",
-    "MissingDependencyError",
-    "NotAKnowledgeBaseError",
-    "NotFoundError",
-    "PassthroughReranker",
-    "RAGPipeline",
-    "RerankerProtocol",
-    "RetrieverProtocol",
-    "SQLiteStore",
-    "SearchOptions",
-    "SearchResult",
-    "Section",
-    "SimpleEmbedder",
-    "StoreError",
-    "TextChunkerProtocol",
-    "TextNormalizerProtocol",
-    "UnsupportedFormatError",
-    "VectorStoreProtocol",
-    "cosine_similarity",
-    "load_config",
-    "simple_embedding",
-]
+__all__ = sorted(_EXPORTS)

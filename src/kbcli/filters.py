@@ -17,6 +17,7 @@ spliced into SQL text.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from .errors import FilterError
@@ -230,3 +231,92 @@ def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any])
 def dumps_metadata(metadata: dict[str, Any]) -> str:
     """JSON for a metadata dict (non-JSON values are stored as their string form)."""
     return json.dumps(metadata, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+# --- the command-line syntax: key=value, key!=value, key>=3 ... ------------------------------
+
+FILTER_SYNTAX = "key=value, key!=value, key=a,b (any of), key>3, key>=3, key<3, key<=3"
+_EXPRESSION = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$", re.DOTALL)
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+_WORDS = {"true": True, "false": False, "null": None}
+
+
+def _typed(text: str) -> Any:
+    """``true``/``false``/``null``, an int or a float when it looks like one; else the string."""
+    lowered = text.lower()
+    if lowered in _WORDS:
+        return _WORDS[lowered]
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    return text
+
+
+def _forms(text: str) -> list[Any]:
+    """The values ``text`` may be stored as: typed (int page from a loader) and as a string
+    (``--meta page=3`` stores "3")."""
+    value = _typed(text)
+    return [value] if isinstance(value, str) else [value, text]
+
+
+def _parse_one(expr: str) -> dict[str, Any]:
+    match = _EXPRESSION.match(expr)
+    if not match or not match.group(3):
+        raise FilterError(f"Cannot read filter {expr!r}: use {FILTER_SYNTAX}")
+    key, op, raw = match.groups()
+    if op in ("=", "!="):
+        values: list[Any] = []
+        for part in raw.split(","):
+            part = part.strip()
+            if not part:
+                raise FilterError(f"Empty value in filter {expr!r}: use {FILTER_SYNTAX}")
+            values.extend(v for v in _forms(part) if not any(_same(v, w) for w in values))
+        if len(values) == 1:
+            return {key: values[0]} if op == "=" else {key: {"$ne": values[0]}}
+        return {key: {"$in" if op == "=" else "$nin": values}}
+    value = _typed(raw)
+    if value is None or isinstance(value, bool):
+        raise FilterError(
+            f"Filter {expr!r} compares with {raw!r}: {op} needs a number or a text value"
+        )
+    return {key: {{">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}[op]: value}}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return _kind(a) == _kind(b) and a == b
+
+
+def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
+    """Turn repeated ``--filter`` expressions into one filter (all must hold); None for none.
+
+    Accepted: ``key=value``, ``key!=value``, ``key=a,b`` (any of), ``key>3``, ``key>=3``,
+    ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and floats are typed, anything
+    else is a string. ``=`` and ``!=`` with a typed value also match its string form, so
+    ``page=3`` finds ``{"page": 3}`` and ``{"page": "3"}``. Raises :class:`FilterError`.
+    """
+    filters = [_parse_one(expr) for expr in exprs or ()]
+    if not filters:
+        return None
+    result = filters[0] if len(filters) == 1 else {"$and": filters}
+    return validate_filter(result)
+
+
+def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
+    """Turn repeated ``--meta key=value`` options into a dict (values stay strings).
+
+    Raises :class:`InvalidOptionError` for an expression without ``=`` or with an empty key.
+    """
+    from .errors import InvalidOptionError
+
+    out: dict[str, str] = {}
+    for expr in exprs or ():
+        key, sep, value = expr.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidOptionError(f"Cannot read --meta {expr!r}: use key=value, e.g. lang=en")
+        if '"' in key or any(ord(c) < 32 for c in key):
+            raise InvalidOptionError(f"--meta key {key!r} may not contain quotes or control codes")
+        out[key] = value
+    return out

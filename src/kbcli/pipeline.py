@@ -22,11 +22,23 @@ def _new_id() -> str:
 
 class LazyEmbedder:
     """Resolves the configured embedder on first use, so keyword-only work never needs an API
-    key or a model. ``on_note`` receives the one-line note when the choice was automatic."""
+    key or a model.
 
-    def __init__(self, config: Any = None, on_note: Callable[[str], None] | None = None):
+    With no provider named in the configuration, an index that already records an embedder
+    keeps using that one (an API key appearing in the environment later must not switch it);
+    otherwise the choice is automatic. ``on_note`` receives a one-line note whenever the
+    choice was not explicit.
+    """
+
+    def __init__(
+        self,
+        config: Any = None,
+        on_note: Callable[[str], None] | None = None,
+        recorded: Callable[[], EmbedderInfo | None] | None = None,
+    ):
         self._config = config
         self._on_note = on_note
+        self._recorded = recorded
         self._embedder: Any = None
 
     @property
@@ -36,7 +48,14 @@ class LazyEmbedder:
             from .config import get_config
             from .embedders.resolve import choose_embedder
 
-            embedder, note = choose_embedder(self._config or get_config())
+            config = self._config or get_config()
+            recorded = self._recorded() if self._recorded is not None else None
+            if recorded is not None and not config.rag.embedding.provider_set:
+                model = recorded.model if recorded.provider in ("openai", "gemini") else None
+                embedder, _ = choose_embedder(config, recorded.provider, model)
+                note = f"Using {recorded.describe()}, the embedder this index was built with"
+            else:
+                embedder, note = choose_embedder(config)
             if note and self._on_note:
                 self._on_note(note)
             self._embedder = embedder
@@ -77,7 +96,10 @@ class IngestPipeline:
         loader: Any = None,
         normalizer: Any = None,
         chunker: Any = None,
+        *,
+        config: Any = None,
     ):
+        self.config = config  # None: the configuration found by the default lookup
         if embedder is None:
             from .embedders import SimpleEmbedder
 
@@ -98,10 +120,9 @@ class IngestPipeline:
     def loader(self) -> Any:
         """The document loader (default: :class:`~kbcli.ingest.DefaultDocumentLoader`)."""
         if self._loader is None:
-            from .config import get_config
             from .ingest import DefaultDocumentLoader
 
-            limits = get_config().limits
+            limits = self._config().limits
             self._loader = DefaultDocumentLoader(
                 max_file_mb=limits.max_file_mb, timeout=limits.file_timeout
             )
@@ -111,14 +132,20 @@ class IngestPipeline:
     def chunker(self) -> Any:
         """The chunker (default: ``rag.chunker`` with ``limits.chunk_size/chunk_overlap``)."""
         if self._chunker is None:
-            from .config import get_config
             from .ingest import make_chunker
 
-            config = get_config()
+            config = self._config()
             self._chunker = make_chunker(
                 config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
             )
         return self._chunker
+
+    def _config(self) -> Any:
+        if self.config is None:
+            from .config import get_config
+
+            return get_config()
+        return self.config
 
     @property
     def normalizer(self) -> Any:
@@ -269,6 +296,8 @@ class KnowledgeBase:
         loader: Any = None,
         normalizer: Any = None,
         chunker: Any = None,
+        *,
+        config: Any = None,
     ):
         from .embedders import SimpleEmbedder
         from .retrievers import HybridRetriever
@@ -278,7 +307,9 @@ class KnowledgeBase:
         self.embedder = embedder if embedder is not None else SimpleEmbedder()
         self.retriever = retriever or HybridRetriever(self.store, self.embedder)
         self.reranker = reranker
-        self.ingestor = IngestPipeline(self.embedder, self.store, loader, normalizer, chunker)
+        self.ingestor = IngestPipeline(
+            self.embedder, self.store, loader, normalizer, chunker, config=config
+        )
         self.pipeline = RAGPipeline(self.retriever, reranker)
 
     @classmethod
@@ -291,10 +322,13 @@ class KnowledgeBase:
         reranker: Any = None,
         on_note: Callable[[str], None] | None = None,
         busy_timeout: float | None = None,
+        create: bool = True,
     ) -> KnowledgeBase:
         """The SQLite knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config.
 
         The embedder is resolved lazily, so keyword search and listing never need an API key.
+        ``create=False`` raises :class:`~kbcli.errors.StoreError` instead of creating a new
+        database when none exists.
         """
         from .analysis import Analyzer
         from .config import get_config
@@ -308,10 +342,15 @@ class KnowledgeBase:
             stopwords=config.analysis.stopwords,
         )
         kwargs = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
-        store = SQLiteStore(db or config.paths.knowledge_db, analyzer=analyzer, **kwargs)
-        embedder = embedder if embedder is not None else LazyEmbedder(config, on_note)
+        store = SQLiteStore(
+            db or config.paths.knowledge_db, analyzer=analyzer, create=create, **kwargs
+        )
+        if embedder is None:
+            embedder = LazyEmbedder(config, on_note, lambda: store.embedder_info)
         retriever = HybridRetriever(store, embedder, alpha=config.limits.rerank_alpha)
-        return cls(store=store, embedder=embedder, retriever=retriever, reranker=reranker)
+        return cls(
+            store=store, embedder=embedder, retriever=retriever, reranker=reranker, config=config
+        )
 
     def add(self, text: str, metadata: dict[str, Any] | None = None, id: str | None = None) -> str:
         """Store ``text`` as one document (not chunked) and return its id."""

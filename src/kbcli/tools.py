@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from .types import MODES, SearchOptions
@@ -16,7 +15,9 @@ class KnowledgeSearchTool:
 
     ``pipeline`` is anything with ``search``: a :class:`~kbcli.pipeline.KnowledgeBase`
     (``search(query, k=, mode=)``) or a :class:`~kbcli.pipeline.RAGPipeline`
-    (``search(query, options)``).
+    (``search(query, options)``). ``access_filter`` restricts every search to documents that
+    pass it; a caller can only narrow it (a caller's ``filter`` argument is ANDed with it),
+    never widen it.
     """
 
     name = "knowledge_search"
@@ -25,8 +26,18 @@ class KnowledgeSearchTool:
         "numbered list of the best matching passages, each with its source file when known."
     )
 
-    def __init__(self, pipeline: Any, *, default_k: int = 3, default_mode: str = "hybrid"):
+    def __init__(
+        self,
+        pipeline: Any,
+        *,
+        default_k: int = 3,
+        default_mode: str = "hybrid",
+        access_filter: dict[str, Any] | None = None,
+    ):
+        from .filters import validate_filter
+
         self.pipeline = pipeline
+        self.access_filter = validate_filter(access_filter)
         self.default_k = default_k
         self.default_mode = default_mode
 
@@ -43,6 +54,10 @@ class KnowledgeSearchTool:
                     "default": self.default_k,
                     "minimum": 1,
                     "maximum": 50,
+                },
+                "filter": {
+                    "type": "object",
+                    "description": 'Optional metadata filter, e.g. {"source": "/docs/a.md"}.',
                 },
                 "mode": {
                     "type": "string",
@@ -67,7 +82,11 @@ class KnowledgeSearchTool:
             query = kwargs.get("input")
         if not isinstance(query, str) or not query.strip():
             return NO_QUERY
-        options = SearchOptions(k=int(k or self.default_k), mode=mode or self.default_mode)
+        filters = [f for f in (self.access_filter, kwargs.get("filter")) if f]
+        combined = filters[0] if len(filters) == 1 else ({"$and": filters} if filters else None)
+        options = SearchOptions(
+            k=int(k or self.default_k), mode=mode or self.default_mode, filter=combined
+        )
         if hasattr(self.pipeline, "search_with"):
             results = self.pipeline.search_with(query, options)
         else:
@@ -89,4 +108,6 @@ class KnowledgeSearchTool:
         An empty query (also looked up in ``kwargs["input"]``) gives ``Error: No query provided``;
         no hits give ``No relevant knowledge found.``
         """
+        import asyncio
+
         return await asyncio.to_thread(self.run_sync, query, k, mode, **kwargs)

@@ -20,7 +20,7 @@ from .normalizers import StructurePreservingNormalizer
 
 SECTION_SEPARATOR = "\n\n"
 
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r]*\n\s*")
 _CLOSERS = "\"'”’)\\]}」』》）】〉"
 _SENTENCE_END = re.compile(rf"(?:[.!?]+[{_CLOSERS}]*(?=\s|$)|[。！？；]+[{_CLOSERS}]*)")
 _SPACE = re.compile(r"\s")
@@ -52,17 +52,29 @@ def _strip(text: str, start: int, end: int) -> Span:
 
 def _heading_blocks(
     text: str, label: str | None, detect: bool
-) -> list[tuple[int, int, str | None]]:
-    """Split ``text`` at markdown headings: (start, end, heading label) per block."""
+) -> list[tuple[int, int, int, str | None]]:
+    """Split ``text`` at markdown headings: (start, body start, end, heading label) per block.
+
+    The body starts after the heading line (and a setext underline), so that an overlap
+    never begins inside a heading.
+    """
     headings: list[Heading] = find_headings(text) if detect else []
     blocks = []
-    start = 0
+    start = body = 0
     for heading in headings:
         if heading.start > start:
-            blocks.append((start, heading.start, label))
+            blocks.append((start, body, heading.start, label))
         start, label = heading.start, heading.label
-    blocks.append((start, len(text), label))
+        body = _line_end(text, start)
+        if not text[start:body].lstrip().startswith("#"):
+            body = _line_end(text, body + 1)  # setext: skip the underline too
+    blocks.append((start, body, len(text), label))
     return blocks
+
+
+def _line_end(text: str, pos: int) -> int:
+    end = text.find("\n", pos)
+    return len(text) if end < 0 else end
 
 
 class _BaseChunker:
@@ -136,8 +148,8 @@ class StructureAwareChunker(_BaseChunker):
         self.chunk_overlap = chunk_overlap
 
     def _spans(self, text: str, heading: str | None) -> Iterator[tuple[int, int, str | None]]:
-        for lo, hi, label in _heading_blocks(text, heading, detect=heading is None):
-            for start, end in self._pack(text, self._units(text, lo, hi)):
+        for lo, body, hi, label in _heading_blocks(text, heading, detect=heading is None):
+            for start, end in self._pack(text, self._units(text, lo, hi), body):
                 yield start, end, label
 
     def _units(self, text: str, lo: int, hi: int) -> Iterator[Span]:
@@ -178,7 +190,7 @@ class StructureAwareChunker(_BaseChunker):
         if lo < hi:
             yield lo, hi
 
-    def _pack(self, text: str, units: Iterator[Span]) -> Iterator[Span]:
+    def _pack(self, text: str, units: Iterator[Span], body: int) -> Iterator[Span]:
         start = end = -1
         for lo, hi in units:
             if start < 0:
@@ -187,7 +199,7 @@ class StructureAwareChunker(_BaseChunker):
                 end = hi
             else:
                 yield start, end
-                start, end = self._overlap_start(text, start, end, lo, hi), hi
+                start, end = self._overlap_start(text, max(start, body), end, lo, hi), hi
         if start >= 0:
             yield start, end
 
@@ -210,8 +222,11 @@ class StructureAwareChunker(_BaseChunker):
         if best < prev_end:
             return best
         # No whole sentence fits: start at a word, or hard at the floor (e.g. Chinese).
-        space = _SPACE.search(text, floor, prev_end)
-        candidate = _strip(text, space.end() if space else floor, prev_end)[0]
+        if text[floor - 1].isspace():
+            candidate = floor
+        else:
+            space = _SPACE.search(text, floor, prev_end)
+            candidate = _strip(text, space.end() if space else floor, prev_end)[0]
         return candidate if candidate < prev_end else lo
 
 

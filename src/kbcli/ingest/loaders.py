@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import LoaderError, UnsupportedFormatError, require
+from ..errors import InvalidOptionError, LoaderError, UnsupportedFormatError, require
 from ..types import Section
 from .bounded import run_bounded
 from .markdown import HEADING_SEPARATOR
@@ -28,6 +28,8 @@ class BuiltinLoader:
     """Base of the built-in loaders: ``load`` joins what ``load_sections`` returns.
 
     ``last_warnings`` holds the warnings of the latest call (empty when all went well).
+    :class:`DefaultDocumentLoader` passes its ``encoding`` and ``timeout`` through
+    :meth:`configured`, so a subclass must accept both as keyword arguments.
     """
 
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
@@ -102,39 +104,15 @@ class DocLoader(BuiltinLoader):
 
 
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
-_BLOCK_TAGS = (
-    "p",
-    "div",
-    "section",
-    "article",
-    "main",
-    "header",
-    "footer",
-    "nav",
-    "aside",
-    "li",
-    "ul",
-    "ol",
-    "dl",
-    "dt",
-    "dd",
-    "table",
-    "tr",
-    "blockquote",
-    "pre",
-    "figure",
-    "figcaption",
-    "form",
-    "br",
-    "hr",
-    "address",
-    "details",
-    "summary",
-    "caption",
+_BLOCK_TAGS = tuple(
+    "p div section article main header footer nav aside li ul ol dl dt dd table blockquote pre "
+    "figure figcaption form hr address details summary caption".split()
 )
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _MARK = "\x00"
 _LINE_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
+_WS_RUN = re.compile(r"\s+")
+_INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
 
 
 class HtmlLoader(BuiltinLoader):
@@ -149,6 +127,11 @@ class HtmlLoader(BuiltinLoader):
         except OSError as exc:
             raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
         soup = bs4.BeautifulSoup(raw, "html.parser")
+        if getattr(soup, "contains_replacement_characters", False):
+            self.last_warnings.append(
+                f"{path}: some bytes did not decode as {soup.original_encoding}; they were "
+                "replaced by U+FFFD: declare the page's charset or save it as UTF-8"
+            )
         for tag in soup.find_all(_HIDDEN_TAGS):
             tag.decompose()
         for node in soup.find_all(string=lambda s: isinstance(s, bs4.element.PreformattedString)):
@@ -156,10 +139,12 @@ class HtmlLoader(BuiltinLoader):
         for node in soup.find_all(string=True):
             clean = str(node).replace(_MARK, "")
             if node.find_parent("pre") is None:
-                clean = " ".join(clean.split()) if clean.strip() else " "
+                clean = _WS_RUN.sub(" ", clean)
             node.replace_with(clean)
         for tag in soup.find_all(("td", "th")):
             tag.insert_after(" | ")
+        for tag in soup.find_all(("tr", "br")):
+            tag.insert_after("\n")
         for tag in soup.find_all(_BLOCK_TAGS):
             tag.insert_before("\n\n")
             tag.insert_after("\n\n")
@@ -167,7 +152,8 @@ class HtmlLoader(BuiltinLoader):
             title = " ".join(tag.get_text(" ").split())
             tag.replace_with(f"\n\n{_MARK}{tag.name[1]}{_MARK}{title}{_MARK}\n\n" if title else "")
         text = soup.get_text()
-        text = re.sub(r"(?: \| )+(?=\n|$)", "", _LINE_EDGES.sub("", text))
+        text = _INNER_SPACES.sub(" ", _LINE_EDGES.sub("", text))
+        text = re.sub(r"(?: ?\|)+$", "", text, flags=re.MULTILINE)
         return _html_sections(text)
 
 
@@ -267,9 +253,9 @@ class DefaultDocumentLoader:
         timeout: float | None = None,
     ):
         if max_file_mb is not None and max_file_mb <= 0:
-            raise ValueError(f"max_file_mb must be positive, got {max_file_mb}")
+            raise InvalidOptionError(f"max_file_mb must be positive, got {max_file_mb}")
         if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise InvalidOptionError(f"timeout must be positive, got {timeout}")
         self.encoding = encoding
         self.max_file_mb = max_file_mb
         self.timeout = timeout
@@ -306,7 +292,8 @@ class DefaultDocumentLoader:
             else:
                 sections = [Section(loader.load(path))]
         except (OSError, UnicodeError) as exc:
-            raise LoaderError(f"{path}: cannot read the file ({exc})") from None
+            reason = " ".join(str(exc).split())
+            raise LoaderError(f"{path}: cannot read the file ({reason})") from None
         self.last_warnings = list(getattr(loader, "last_warnings", None) or [])
         out = []
         for section in sections:

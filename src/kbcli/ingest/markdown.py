@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 HEADING_SEPARATOR = " > "
 
+# Setext underlines are matched alone and their title line is looked up backwards: a pattern
+# spanning two lines would scan every line of the text in full.
 _LINES = re.compile(
     r"^(?P<fence>```|~~~)[^\n]*$"
     r"|^ {0,3}(?P<hashes>#{1,6})(?:[ \t]+(?P<title>[^\n]*?))?(?:[ \t]+#+)?[ \t]*$"
-    r"|^(?P<stext>[ \t]{0,3}\S[^\n]*)\n[ \t]{0,3}(?P<under>={3,}|-{3,})[ \t]*$",
+    r"|^[ \t]{0,3}(?P<under>={3,}|-{3,})[ \t]*$",
     re.MULTILINE,
 )
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?\n(?:---|\.\.\.)[ \t]*(?:\n|\Z)", re.DOTALL)
@@ -55,18 +57,25 @@ def find_headings(text: str, parents: tuple[str, ...] = ()) -> list[Heading]:
             continue
         if fence is not None:
             continue
+        start = m.start()
         if m.group("hashes"):
             level = len(m.group("hashes"))
             title = (m.group("title") or "").strip()
         else:
-            title = m.group("stext").strip()
-            if title.startswith(("#", "```", "~~~", "- ", "* ", "|")):
+            if m.start() == 0:
+                continue
+            line_start = text.rfind("\n", 0, m.start() - 1) + 1
+            title = text[line_start : m.start() - 1].strip()
+            if title.startswith(("#", "```", "~~~", "- ", "* ", "|", "=", "---")):
+                continue
+            if headings and headings[-1].start == line_start:
                 continue
             level = 1 if m.group("under").startswith("=") else 2
+            start = line_start
         if not title:
             continue
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
-        headings.append(Heading(m.start(), level, parents + tuple(t for _, t in stack)))
+        headings.append(Heading(start, level, parents + tuple(t for _, t in stack)))
     return headings

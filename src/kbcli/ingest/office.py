@@ -7,6 +7,7 @@ process, so they take a path string and return plain picklable data:
 
 from __future__ import annotations
 
+import logging
 import re
 import zipfile
 import zlib
@@ -51,6 +52,18 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
 
 def extract_pdf(path: str) -> Extracted:
     """Text of each page with ``{"page": n}`` (1-based); pages without text are left out."""
+
+    # pypdf logs its repairs ("EOF marker not found"...) as warnings; our errors say it better.
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return _extract_pdf(path)
+    finally:
+        logger.setLevel(level)
+
+
+def _extract_pdf(path: str) -> Extracted:
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 

@@ -20,8 +20,14 @@ _BOMS = (
     (codecs.BOM_UTF16_LE, "utf-16"),
     (codecs.BOM_UTF16_BE, "utf-16"),
 )
-# GB2312 and GBK are subsets of GB18030, so decoding them as GB18030 is never worse.
-_GB_FAMILY = {"gb2312", "gbk", "gb18030", "hz", "hz_gb_2312", "cp936"}
+# When one of these is (nearly) as plausible as the best guess, it wins: detection on short
+# samples is weak, and these are by far the most common legacy encodings of Chinese and
+# Western text. GB2312 and GBK are subsets of GB18030, so decoding them as GB18030 is safe.
+_PREFERRED = (
+    ({"gb2312", "gbk", "gb18030", "hz", "hz_gb_2312", "cp936"}, "gb18030"),
+    ({"cp1252", "latin_1", "iso8859_1", "iso8859_15"}, "cp1252"),
+)
+_MARGIN = 0.1
 _WIDE = ("utf_16", "utf_32")
 _FIX = "save it as UTF-8 and load it again"
 
@@ -73,7 +79,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
 
 
 def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
-    """Guess the encoding of ``sample`` with charset-normalizer, preferring GB18030 for Chinese."""
+    """Guess the encoding of ``sample`` (charset-normalizer), preferring GB18030 and cp1252."""
     import charset_normalizer
 
     if truncated:
@@ -86,9 +92,9 @@ def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
     if not matches:
         return None
     best = matches[0]
-    for match in matches:
-        if match.encoding in _GB_FAMILY and match.chaos <= best.chaos + 0.05:
-            return "gb18030"
+    for family, choice in _PREFERRED:
+        if any(m.encoding in family and m.chaos <= best.chaos + _MARGIN for m in matches):
+            return choice
     return best.encoding
 
 

@@ -10,7 +10,13 @@ Layout (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`, ``application_id`` = :
   ``stats`` holds N, the total length and a generation counter bumped by every write.
 - ``files``: what ``kb ingest`` indexed from which file (used for incremental sync).
 - ``embedding_cache``: vectors by (embedder, text hash), so unchanged text is never re-embedded.
-- ``meta``: the embedder and analyzer the index was built with, last ingest time.
+- ``meta``: the embedder and analyzer the index was built with, last ingest time, and a random
+  ``index_id`` that names this index (so a cache file can never be mistaken for another's).
+
+Dense search reads all vectors as one float32 matrix. A cache file beside the database
+(``<db>.vectors-cache``) holds that matrix for the current ``vector_generation``, so a new
+process (each ``kb search``) maps it in milliseconds instead of reading every row; it is only a
+cache: any write that changes vectors makes it stale, and deleting it is always safe.
 
 Every write runs in one ``BEGIN IMMEDIATE`` transaction, so the statistics stay exact after any
 mix of adds, upserts and deletes, and a crash leaves the file at the previous commit. Slow work
@@ -77,9 +83,10 @@ CREATE TABLE stats (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     n INTEGER NOT NULL,
     total_length INTEGER NOT NULL,
-    generation INTEGER NOT NULL
+    generation INTEGER NOT NULL,
+    vector_generation INTEGER NOT NULL
 );
-INSERT INTO stats VALUES (1, 0, 0, 0);
+INSERT INTO stats VALUES (1, 0, 0, 0, 0);
 CREATE TABLE files (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -143,6 +150,45 @@ def _unpack_terms(blob: bytes) -> list[tuple[int, int]]:
     return list(zip(flat[0::2], flat[1::2]))
 
 
+_CACHE_MAGIC = b"KBVECS1\n"
+
+
+def _read_matrix_cache(path: Path, tag: str) -> tuple[Any, Any] | None:
+    """(rowids, unit matrix) from the cache file when it was written for ``tag``, else None."""
+    import numpy as np
+
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(len(_CACHE_MAGIC)) != _CACHE_MAGIC:
+                return None
+            header = json.loads(fh.readline())
+            if header.get("tag") != tag:
+                return None
+            offset = fh.tell()
+        n, dim = int(header["n"]), int(header["dim"])
+        rowids = np.fromfile(path, dtype=np.int64, count=n, offset=offset)
+        matrix = np.fromfile(path, dtype=np.float32, count=n * dim, offset=offset + 8 * n)
+        if rowids.shape[0] != n or matrix.shape[0] != n * dim:
+            return None
+        return rowids, matrix.reshape(n, dim)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _write_matrix_cache(path: Path, tag: str, rowids: Any, matrix: Any) -> None:
+    """Write the cache atomically (temp file + rename); a failure only costs speed."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        header = json.dumps({"tag": tag, "n": int(rowids.shape[0]), "dim": int(matrix.shape[1])})
+        with open(tmp, "wb") as fh:
+            fh.write(_CACHE_MAGIC + header.encode() + b"\n")
+            fh.write(rowids.astype("<i8").tobytes())
+            fh.write(matrix.astype("<f4").tobytes())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
 def _now_iso() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -181,7 +227,10 @@ class SQLiteStore:
     def _open(self, create: bool) -> sqlite3.Connection:
         exists = self.path.exists() and self.path.stat().st_size > 0
         if not exists and not create:
-            raise StoreError(f"No knowledge base at {self.path}: run 'kb ingest' first")
+            raise StoreError(
+                f"No knowledge base at {self.path}: run 'kb ingest PATH' first, or point --db "
+                "at one"
+            )
         if self.path.is_dir():
             raise NotAKnowledgeBaseError(f"{self.path} is a folder, not a kb database file")
         try:
@@ -242,6 +291,7 @@ class SQLiteStore:
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APP_ID}")
+                conn.execute("INSERT INTO meta VALUES ('index_id', ?)", (os.urandom(16).hex(),))
                 version = SCHEMA_VERSION
             while version < SCHEMA_VERSION:
                 for statement in _MIGRATIONS[version].split(";"):
@@ -474,6 +524,8 @@ class SQLiteStore:
             "UPDATE terms SET df = df + ? WHERE id = ?", ((d, t) for t, d in df_delta.items())
         )
         conn.executemany("INSERT INTO vectors VALUES (?, ?)", vectors)
+        if vectors:
+            conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
         conn.execute(
             "UPDATE stats SET n = n + ?, total_length = total_length + ? WHERE id = 1",
             (len(prepared), total),
@@ -520,6 +572,7 @@ class SQLiteStore:
         conn.executemany("DELETE FROM terms WHERE id = ? AND df <= 0", ((t,) for t in df_delta))
         docs = [(r[0],) for r in rows]
         conn.executemany("DELETE FROM vectors WHERE doc = ?", docs)
+        conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
         conn.executemany("DELETE FROM chunks WHERE doc = ?", docs)
         conn.execute(
             "UPDATE stats SET n = n - ?, total_length = total_length - ? WHERE id = 1",
@@ -699,6 +752,7 @@ class SQLiteStore:
                 " WHERE doc IN (SELECT doc FROM chunks)"
             )
             conn.execute("DROP TABLE vectors_staging")
+            conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
             conn.execute("DELETE FROM meta WHERE key IN ('reembed_target', 'embedder')")
             if dims:
                 self._record_embedder(conn, info, dims.pop() // 4)
@@ -923,23 +977,34 @@ class SQLiteStore:
 
     # --- dense search ------------------------------------------------------------------------
 
+    @property
+    def vector_cache_path(self) -> Path:
+        """The cache file holding the dense matrix (safe to delete at any time)."""
+        return Path(f"{self.path}.vectors-cache")
+
     def _unit_matrix(self, conn: sqlite3.Connection) -> tuple[Any, Any]:
+        generation = conn.execute("SELECT vector_generation FROM stats WHERE id = 1").fetchone()[0]
+        if self._matrix is None or self._matrix[0] != generation:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchone()
+            tag = f"{row[0] if row else ''}:{generation}"
+            cached = _read_matrix_cache(self.vector_cache_path, tag)
+            if cached is None:
+                cached = self._load_matrix(conn)
+                _write_matrix_cache(self.vector_cache_path, tag, *cached)
+            self._matrix = (generation, *cached)
+        return self._matrix[1], self._matrix[2]
+
+    def _load_matrix(self, conn: sqlite3.Connection) -> tuple[Any, Any]:
         import numpy as np
 
-        generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
-        if self._matrix is None or self._matrix[0] != generation:
-            from ..vectors import as_unit_matrix
+        from ..vectors import as_unit_matrix
 
-            rows = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
-            rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            if rows:
-                blob = b"".join(r[1] for r in rows)
-                matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(rows), -1).copy()
-                matrix = as_unit_matrix(matrix)
-            else:
-                matrix = np.zeros((0, 0), dtype=np.float32)
-            self._matrix = (generation, rowids, matrix)
-        return self._matrix[1], self._matrix[2]
+        rows = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
+        rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        if not rows:
+            return rowids, np.zeros((0, 0), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+        return rowids, as_unit_matrix(matrix.reshape(len(rows), -1).copy())
 
     def search(
         self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None

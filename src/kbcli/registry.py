@@ -1,0 +1,72 @@
+"""Backends chosen by name at the edge.
+
+Each family is a dict of ``name -> "module:Class"`` strings, so importing kbcli imports no
+optional backend; a class is imported only when :func:`load_class` asks for it. The "choose
+from" list in errors is built from the dict, so it never drifts. A dotted
+``"package.module:Class"`` path selects a user's own class instead of a registered name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import InvalidOptionError, MissingDependencyError
+
+EMBEDDERS: dict[str, str] = {
+    "simple": "kbcli.embedders.simple:SimpleEmbedder",
+    "openai": "kbcli.embedders.openai:OpenAIEmbedder",
+    "gemini": "kbcli.embedders.gemini:GeminiEmbedder",
+    "local": "kbcli.embedders.local:LocalEmbedder",
+}
+
+
+def choices(registry: Mapping[str, str]) -> str:
+    """The registered names, comma-separated, for messages."""
+    return ", ".join(registry)
+
+
+def load_class(
+    name: str, registry: Mapping[str, str] = EMBEDDERS, *, kind: str = "embedder"
+) -> Any:
+    """The class registered as ``name`` in ``registry``, or at the path ``"package.module:Class"``.
+
+    Raises :class:`InvalidOptionError` for an unknown name or a path that cannot be imported,
+    and lets :class:`MissingDependencyError` through for a registered backend's missing extra.
+    """
+    key = name.strip()
+    registered = registry.get(key.lower())
+    target = registered or key
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidOptionError(
+            f"Unknown {kind} {name!r}: choose from {choices(registry)}, "
+            "or give a class path as 'package.module:Class'"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except MissingDependencyError:
+        raise
+    except ImportError as exc:
+        if registered:
+            raise
+        raise InvalidOptionError(
+            f"Cannot import module {module_name!r} for {kind} {name!r}: {exc}"
+        ) from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise InvalidOptionError(
+                f"Module {module_name!r} has no {attr!r} (for {kind} {name!r})"
+            ) from None
+    if not callable(obj):
+        raise InvalidOptionError(f"{target!r} is not a class (for {kind} {name!r})")
+    return obj
+
+
+def load_embedder_class(name: str) -> Any:
+    """The embedder class for a registered name or a ``"package.module:Class"`` path."""
+    return load_class(name, EMBEDDERS, kind="embedder")

@@ -1,0 +1,117 @@
+"""Global options and the one place errors become messages and exit codes."""
+
+from __future__ import annotations
+
+from cli_helpers import SAMPLE, run, run_json, seed
+from kbcli.errors import NotAKnowledgeBaseError
+from kbcli.pipeline import KnowledgeBase
+
+
+def _one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: ")
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_db_option_overrides_env(tmp_path):
+    other = tmp_path / "other.db"
+    seed([("only in other", {})], db=other)
+    hits, _ = run_json("--db", str(other), "search", "other", "--mode", "keyword", "--json")
+    assert [h["text"] for h in hits] == ["only in other"]
+
+
+def test_not_a_kb_database_exits_2(tmp_path):
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("just some text, definitely not SQLite\n" * 100)
+    result = run("--db", str(bogus), "search", "x")
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert str(bogus) in line and "--db" in line
+
+
+def test_sqlite_file_of_another_program_exits_2(tmp_path):
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    result = run("--db", str(other), "stats")
+    assert result.exit_code == 2
+    assert "not a kb database" in _one_error_line(result)
+
+
+def test_debug_reraises(tmp_path):
+    bogus = tmp_path / "bogus.db"
+    bogus.write_text("nope" * 500)
+    result = run("--debug", "--db", str(bogus), "stats")
+    assert isinstance(result.exception, NotAKnowledgeBaseError)
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path):
+    config = tmp_path / "jianmu.yaml"
+    config.write_text("limits:\n  chunk_sise: 100\n")
+    result = run("--config", str(config), "stats")
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert "limits.chunk_sise" in line and "chunk_size" in line
+
+
+def test_missing_config_file_exits_2(tmp_path):
+    result = run("--config", str(tmp_path / "missing.yaml"), "stats")
+    assert result.exit_code == 2
+    assert "missing.yaml" in _one_error_line(result)
+
+
+def test_config_file_sets_the_database(tmp_path, monkeypatch):
+    monkeypatch.delenv("KB_DB")
+    config = tmp_path / "jianmu.yaml"
+    config.write_text("paths:\n  knowledge_db: from-config.db\n")
+    seed([("configured", {})], db=tmp_path / "from-config.db")
+    figures, _ = run_json("--config", str(config), "stats", "--json")
+    assert figures["path"] == str(tmp_path / "from-config.db")
+    assert figures["chunks"] == 1
+
+
+def test_ctrl_c_exits_130_quietly(monkeypatch):
+    seed(SAMPLE)
+
+    def interrupted(self, query, options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(KnowledgeBase, "search_with", interrupted)
+    result = run("search", "password")
+    assert result.exit_code == 130
+    assert "Traceback" not in result.stderr
+    assert "Aborted" not in result.stderr
+
+
+def test_unexpected_exceptions_are_not_swallowed(monkeypatch):
+    seed(SAMPLE)
+
+    def broken(self, query, options):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(KnowledgeBase, "search_with", broken)
+    result = run("search", "password")
+    assert isinstance(result.exception, RuntimeError)
+    assert result.exit_code == 1
+
+
+def test_usage_errors_from_typer_exit_2():
+    assert run("search").exit_code == 2
+    assert run("search", "x", "-k", "zero").exit_code == 2
+    assert run("frobnicate").exit_code == 2
+
+
+def test_config_option_reaches_chunking(tmp_path):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text("limits: {chunk_size: 60, chunk_overlap: 0}\nrag: {chunker: simple}\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "long.md").write_text("word " * 100)
+    result = run("--config", str(cfg), "ingest", str(docs), "--json")
+    assert result.exit_code == 0, result.stderr
+    rows, _ = run_json("list", "--json", "--limit", "100")
+    assert len(rows) > 5 and all(len(r["text"]) <= 60 for r in rows)

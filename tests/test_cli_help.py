@@ -1,0 +1,47 @@
+"""Every command has help with an example; --version."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+
+from cli_helpers import run
+from kbcli import __version__
+from kbcli.cli import app
+
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+def test_the_expected_commands_are_registered():
+    assert COMMANDS == ["add", "delete", "ingest", "list", "search", "stats"]
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_has_help_with_an_example(name):
+    command = typer.main.get_command(app).commands[name]
+    assert (command.help or "").strip(), f"{name} has no help text"
+    result = run(name, "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout
+    assert f"kb {name}" in result.stdout.split("Example:", 1)[1]
+
+
+def test_top_level_help_lists_commands_and_an_example():
+    result = run("--help")
+    assert result.exit_code == 0
+    for name in COMMANDS:
+        assert name in result.stdout
+    assert "Example:" in result.stdout
+    for option in ("--db", "--config", "--version", "--quiet", "--debug"):
+        assert option in result.stdout
+
+
+def test_no_arguments_shows_help():
+    result = run()
+    assert "Commands:" in result.stdout + result.stderr
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"kb {__version__}"

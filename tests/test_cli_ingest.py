@@ -1,0 +1,123 @@
+"""kb ingest: summary, JSON report, failures, stale files, --ext, --meta, lock waiting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_helpers import make_corpus, run, run_json
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return make_corpus(tmp_path / "docs")
+
+
+def test_ingest_all_formats_prints_a_summary(corpus):
+    result = run("ingest", str(corpus))
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert "Indexed 4 files (4 new, 0 changed), 0 unchanged" in result.stdout
+    docs, _ = run_json("list", "--limit", "0", "--json")
+    sources = {d["metadata"]["source"].rsplit("/", 1)[1] for d in docs}
+    assert sources == {"password.md", "garden.txt", "invoice.pdf", "travel.docx"}
+
+
+def test_second_run_reports_unchanged(corpus):
+    run("ingest", str(corpus))
+    result = run("ingest", str(corpus))
+    assert result.exit_code == 0
+    assert "Indexed 0 files (0 new, 0 changed), 4 unchanged; 0 chunks added" in result.stdout
+
+
+def test_json_is_one_object_with_the_report(corpus):
+    report, result = run_json("ingest", str(corpus), "--json")
+    assert report["added"] == 4 and report["failed"] == [] and report["chunks_added"] >= 4
+    for key in ("updated", "unchanged", "removed", "stale", "skipped", "chunks_removed"):
+        assert report[key] == 0
+    assert "Indexed" not in result.stdout
+
+
+def test_failed_file_is_reported_and_the_run_goes_on_exit_1(tmp_path):
+    corpus = make_corpus(tmp_path / "docs", corrupt_pdf=True)
+    result = run("ingest", str(corpus))
+    assert result.exit_code == 1
+    failures = [line for line in result.stderr.splitlines() if line.startswith("Failed:")]
+    assert len(failures) == 1 and "broken.pdf" in failures[0]
+    assert "Indexed 4 files" in result.stdout
+    assert "Failed 1 file" in result.stdout
+
+
+def test_failed_file_in_json_report(tmp_path):
+    corpus = make_corpus(tmp_path / "docs", corrupt_pdf=True)
+    result = run("ingest", str(corpus), "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [f["path"].rsplit("/", 1)[1] for f in report["failed"]] == ["broken.pdf"]
+    assert report["failed"][0]["error"]
+
+
+def test_stale_files_are_counted_and_pruned(corpus):
+    run("ingest", str(corpus))
+    (corpus / "garden.txt").unlink()
+    result = run("ingest", str(corpus))
+    assert "1 indexed file no longer exists; run with --prune" in result.stdout
+    report, _ = run_json("ingest", str(corpus), "--prune", "--json")
+    assert report["removed"] == 1 and report["stale"] == 0
+
+
+def test_ext_and_meta(corpus):
+    report, _ = run_json("ingest", str(corpus), "--ext", "md,TXT", "--meta", "team=ops", "--json")
+    assert report["added"] == 2
+    docs, _ = run_json("list", "--filter", "team=ops", "--json")
+    assert {d["metadata"]["source"].rsplit(".", 1)[1] for d in docs} == {"md", "txt"}
+
+
+def test_bad_ext_and_meta_are_usage_errors(corpus):
+    assert run("ingest", str(corpus), "--ext", ",").exit_code == 2
+    assert run("ingest", str(corpus), "--meta", "oops").exit_code == 2
+
+
+def test_missing_path_exits_2_with_one_line(tmp_path):
+    result = run("ingest", str(tmp_path / "nowhere"))
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "nowhere" in result.stderr
+
+
+def test_no_recursive_skips_subfolders(corpus):
+    sub = corpus / "sub"
+    sub.mkdir()
+    (sub / "deep.md").write_text("deep down", encoding="utf-8")
+    report, _ = run_json("ingest", str(corpus), "--no-recursive", "--json")
+    assert report["added"] == 4
+    report, _ = run_json("ingest", str(corpus), "--json")
+    assert report["added"] == 1
+
+
+def test_quiet_prints_no_summary_or_note(corpus):
+    result = run("-q", "ingest", str(corpus))
+    assert result.exit_code == 0
+    assert result.stdout == "" and result.stderr == ""
+
+
+def test_no_progress_animation_when_stderr_is_not_a_terminal(corpus):
+    result = run("ingest", str(corpus))
+    assert "\r" not in result.stderr and "\x1b" not in result.stderr
+
+
+def test_locked_database_exits_3_after_wait(corpus, tmp_path):
+    import os
+    from pathlib import Path
+
+    from kbcli.sync import ingest_lock
+
+    with ingest_lock(Path(os.environ["KB_DB"]), 0):
+        result = run("ingest", str(corpus), "--wait", "0.3")
+    assert result.exit_code == 3
+    assert "--wait" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_acceptance_reset_password_first(corpus):
+    run("ingest", str(corpus))
+    hits, _ = run_json("search", "reset password", "--mode", "keyword", "-k", "5", "--json")
+    assert hits[0]["metadata"]["source"].endswith("password.md")

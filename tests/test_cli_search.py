@@ -1,0 +1,128 @@
+"""kb search: table and JSON output, modes, filters, no hits, option errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_helpers import SAMPLE, run, run_json, seed
+
+
+@pytest.fixture
+def ids():
+    return seed(SAMPLE)
+
+
+def test_json_is_an_array_of_hits_and_nothing_else(ids):
+    hits, result = run_json("search", "reset password", "--mode", "keyword", "--json")
+    assert [h["id"] for h in hits][0] == ids[0]
+    assert set(hits[0]) == {"id", "score", "text", "metadata"}
+    assert hits[0]["metadata"]["source"] == "/docs/password.md"
+    assert isinstance(hits[0]["score"], float)
+
+
+def test_json_with_explain_adds_the_explain_field(ids):
+    hits, _ = run_json("search", "reset password", "--json", "--explain")
+    assert hits and all("explain" in h for h in hits)
+
+
+def test_k_limits_the_hits(ids):
+    hits, _ = run_json("search", "invoices password tomatoes", "-k", "2", "--json")
+    assert len(hits) == 2
+
+
+def test_table_shows_rank_source_chunk_and_highlighted_snippet(ids):
+    result = run("search", "reset password", "--mode", "keyword")
+    assert result.exit_code == 0, result.stderr
+    first_row = next(line for line in result.stdout.splitlines() if "password.md" in line)
+    assert "1" in first_row.split("│")[1]
+    assert "/docs/password.md" in result.stdout
+    assert "Reset" in result.stdout or "reset" in result.stdout
+    assert result.stderr == ""
+
+
+def test_no_hits_message_on_stderr_exit_0(ids):
+    result = run("search", "zyzzyva", "--mode", "keyword")
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert "No relevant knowledge found." in result.stderr
+
+
+def test_no_hits_json_prints_empty_array(ids):
+    hits, result = run_json("search", "zyzzyva", "--mode", "keyword", "--json")
+    assert hits == []
+    assert "No relevant knowledge found." in result.stderr
+
+
+def test_filter_narrows_hits(ids):
+    hits, _ = run_json("search", "invoices", "--mode", "keyword", "--filter", "page=2", "--json")
+    assert [h["id"] for h in hits] == [ids[3]]
+    hits, _ = run_json(
+        "search", "invoices", "--mode", "keyword", "-f", "lang=de", "-f", "page<2", "--json"
+    )
+    assert [h["id"] for h in hits] == [ids[2]]
+
+
+@pytest.mark.parametrize("alias", ["sparse", "dense", "vector", "SEMANTIC", "hybrid"])
+def test_mode_aliases_are_accepted(ids, alias):
+    result = run("search", "password", "--mode", alias, "--json")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_unknown_mode_exits_2_with_the_valid_list(ids):
+    result = run("search", "password", "--mode", "fuzzy")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "fuzzy" in lines[0] and "keyword, semantic, hybrid" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_filter_exits_2_naming_the_expression(ids):
+    result = run("search", "password", "--filter", "lang")
+    assert result.exit_code == 2
+    assert "'lang'" in result.stderr and "key=value" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_fusion_exits_2(ids):
+    result = run("search", "password", "--fusion", "max")
+    assert result.exit_code == 2
+    assert "weighted, rrf" in result.stderr
+
+
+def test_alpha_out_of_range_is_a_usage_error(ids):
+    result = run("search", "password", "--alpha", "1.5")
+    assert result.exit_code == 2
+
+
+def test_min_score_drops_weak_hits(ids):
+    all_hits, _ = run_json("search", "invoices", "--mode", "keyword", "--json")
+    best = max(h["score"] for h in all_hits)
+    hits, _ = run_json(
+        "search", "invoices", "--mode", "keyword", "--min-score", str(best), "--json"
+    )
+    assert len(hits) == 1 < len(all_hits)
+
+
+def test_fusion_rrf_runs(ids):
+    hits, _ = run_json("search", "reset password", "--fusion", "rrf", "--json")
+    assert hits[0]["id"] == ids[0]
+
+
+def test_missing_database_is_an_error_and_not_created(tmp_path):
+    db = tmp_path / "none.db"
+    result = run("--db", str(db), "search", "x")
+    assert result.exit_code == 1
+    assert "No knowledge base" in result.stderr and "kb ingest" in result.stderr
+    assert not db.exists()
+
+
+def test_automatic_embedder_note_goes_to_stderr_unless_quiet(ids):
+    result = run("search", "password", "--json")
+    assert result.exit_code == 0
+    assert "Using simple/char-hash-64" in result.stderr
+    quiet = run("-q", "search", "password", "--json")
+    assert quiet.exit_code == 0
+    assert "Using" not in quiet.stderr
+    assert quiet.stdout == result.stdout

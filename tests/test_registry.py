@@ -1,0 +1,85 @@
+"""The embedder registry: names to lazily imported classes, and users' own dotted paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fake_providers import EchoEmbedder
+from kbcli import registry
+from kbcli.embedders.simple import SimpleEmbedder
+from kbcli.errors import InvalidOptionError
+
+
+def test_registered_names():
+    assert list(registry.EMBEDDERS) == ["simple", "openai", "gemini", "local"]
+
+
+@pytest.mark.parametrize("name", list(registry.EMBEDDERS))
+def test_every_registered_embedder_loads(name):
+    cls = registry.load_embedder_class(name)
+    assert cls.provider == name
+
+
+def test_names_are_case_insensitive():
+    assert registry.load_embedder_class(" Simple ") is SimpleEmbedder
+
+
+def test_dotted_path():
+    assert registry.load_embedder_class("kbcli.embedders.simple:SimpleEmbedder") is SimpleEmbedder
+    assert registry.load_embedder_class("fake_providers:EchoEmbedder") is EchoEmbedder
+
+
+def test_unknown_name_lists_choices_from_the_dict(monkeypatch):
+    monkeypatch.setitem(registry.EMBEDDERS, "extra-one", "fake_providers:EchoEmbedder")
+    with pytest.raises(InvalidOptionError) as info:
+        registry.load_embedder_class("nope")
+    message = str(info.value)
+    for name in registry.EMBEDDERS:
+        assert name in message
+    assert "package.module:Class" in message
+
+
+@pytest.mark.parametrize(
+    "path,words",
+    [
+        ("no_such_module_xyz:Thing", "Cannot import"),
+        ("fake_providers:NoSuchClass", "has no"),
+        ("fake_providers:PROVIDER_ENV", "not a class"),
+    ],
+)
+def test_bad_paths_are_clear(path, words):
+    with pytest.raises(InvalidOptionError, match=words):
+        registry.load_embedder_class(path)
+
+
+def test_other_families_can_use_load_class():
+    stores = {"echo": "fake_providers:EchoEmbedder"}
+    assert registry.load_class("echo", stores, kind="store") is EchoEmbedder
+    with pytest.raises(InvalidOptionError, match="Unknown store 'x': choose from echo"):
+        registry.load_class("x", stores, kind="store")
+
+
+def test_importing_embedders_and_registry_is_light():
+    code = (
+        "import sys, kbcli.embedders, kbcli.registry; kbcli.embedders.resolve_embedder;"
+        "heavy = ('openai', 'google.genai', 'numpy', 'onnxruntime', 'torch', 'tokenizers');"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_provider_classes_are_lazy_attributes():
+    import kbcli.embedders as embedders
+
+    assert embedders.OpenAIEmbedder.provider == "openai"
+    assert embedders.GeminiEmbedder.provider == "gemini"
+    assert embedders.LocalEmbedder.provider == "local"
+    with pytest.raises(AttributeError):
+        embedders.NoSuchEmbedder  # noqa: B018

