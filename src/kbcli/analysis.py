@@ -1,84 +1,265 @@
 """Text analysis for keyword search: one analyzer, used at index time and at query time.
 
+Steps, in order: NFKC normalisation (full-width letters and digits become ASCII) and
+lower-casing; splitting into tokens (runs of word characters, joined by ``.`` or ``-`` inside
+identifiers such as ``v2.3.1``); then per token:
+
+- CJK runs (Han, kana) become terms by the CJK scheme (see :data:`CJK_SCHEMES`); the default,
+  characters plus bigrams, needs no dictionary and works for Simplified and Traditional alike;
+- an identifier (``ERR_5001``, ``v2.3.1``, ``password_reset_timeout``) is kept whole, as
+  written, and its parts are added as ordinary words, so both ``password_reset_timeout`` and
+  ``password reset`` find it; hyphenated words only give their parts;
+- an ordinary word is dropped when it is an English stopword and stemmed (Snowball English,
+  PyStemmer) otherwise.
+
 The index records the analyzer's ``signature``; a store opened with a different analyzer refuses
-to mix the two (terms would not match).
+to mix the two (terms would not match). Bump :data:`ANALYZER_VERSION` whenever the output of
+:meth:`Analyzer.terms` changes for some input.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
-ANALYZER_VERSION = 1
-MAX_QUERY_TERMS = 64
+from .errors import InvalidOptionError
+
+ANALYZER_VERSION = 2
+# Distinct query terms looked up at most; the store then scores only the rarest 32 of them.
+MAX_QUERY_TERMS = 256
+LANGUAGES = ("auto", "en", "zh", "none")
+CJK_SCHEMES = ("chars+bigrams", "bigrams", "chars", "jieba")
+DEFAULT_CJK = "chars+bigrams"
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ebef]+")
+_TOKEN = re.compile(r"\w+(?:['’]\w+)*(?:[.\-]\w+(?:['’]\w+)*)*")
+_PART = re.compile(r"[^\W_]+")
+_APOSTROPHE = re.compile(r"['’]")
+_CJK_CLASS = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs (ext. A, unified, compatibility)
+    "\U00020000-\U0002ebef\U00030000-\U0003134f"  # ext. B-F, G
+)
+_CJK = re.compile(f"[{_CJK_CLASS}]+")
 
+# Lucene's English stop set (also bm25s's "en" list).
 ENGLISH_STOPWORDS = frozenset(
     """a an and are as at be but by for if in into is it no not of on or such that the their
     then there these they this to was will with""".split()
 )
 
 
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import Stemmer  # PyStemmer
+
+    return Stemmer.Stemmer("english")
+
+
+@lru_cache(maxsize=1)
+def _jieba() -> Any:
+    from .errors import require
+
+    jieba = require("jieba", extra="zh", feature="The jieba Chinese tokenizer")
+    import logging
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()  # loads the dictionary once (about 1 s)
+    return jieba
+
+
+@lru_cache(maxsize=1)
+def stemmer_available() -> bool:
+    """True when PyStemmer can be imported (stemming is skipped without it, and the signature
+    says so, so an index built with stemming is never queried without)."""
+    try:
+        _stemmer()
+    except ImportError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Analyzer:
-    """Splits text into index terms.
+    """Splits text into index terms (the same way for documents and queries).
 
-    ``language``: ``auto`` (English rules plus CJK handling), ``en``, ``zh`` or ``none`` (plain
-    lower-cased ``\\w+`` words). ``stopwords`` drops very common English words.
+    ``language``: ``auto``, ``en`` and ``zh`` all apply English rules to words in Latin script
+    and split CJK runs into characters plus bigrams: measured best for Simplified and
+    Traditional Chinese and harmless for English (docs/quality.md), so one index serves mixed
+    text and the three names build the same index. ``none`` gives plain lower-cased ``\\w+``
+    runs (no stemming, stopwords or CJK splitting: the reference tokenizer). ``stem`` applies the
+    Snowball English stemmer (PyStemmer); ``stopwords`` drops Lucene's English stopwords.
+    ``cjk`` overrides the CJK scheme, one of :data:`CJK_SCHEMES` (``jieba`` needs jieba and
+    loads its dictionary, about 1 s, on first use).
     """
 
     language: str = "auto"
     stem: bool = True
     stopwords: bool = True
+    cjk: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise InvalidOptionError(
+                f"Unknown analyzer language {self.language!r}: choose one of {', '.join(LANGUAGES)}"
+            )
+        if self.cjk is not None and self.cjk not in CJK_SCHEMES:
+            raise InvalidOptionError(
+                f"Unknown CJK scheme {self.cjk!r}: choose one of {', '.join(CJK_SCHEMES)}"
+            )
+
+    @property
+    def cjk_scheme(self) -> str:
+        """The CJK scheme in effect: ``cjk`` if set, else :data:`DEFAULT_CJK`."""
+        return self.cjk if self.cjk is not None else DEFAULT_CJK
 
     @property
     def signature(self) -> str:
-        """A string that changes whenever the terms this analyzer produces would change."""
-        return (
-            f"v{ANALYZER_VERSION};lang={self.language};"
-            f"stem={int(self.stem)};stop={int(self.stopwords)}"
-        )
+        """A string that changes whenever the terms this analyzer produces would change
+        (settings that give the same terms give the same signature)."""
+        if self.language == "none":
+            return f"v{ANALYZER_VERSION};plain"
+        stem = int(self.stem and stemmer_available())
+        return f"v{ANALYZER_VERSION};cjk={self.cjk_scheme};stem={stem};stop={int(self.stopwords)}"
 
     def terms(self, text: str) -> list[str]:
         """The index terms of ``text``, in order, repeats kept (term frequency counts them)."""
+        if self.language == "none":
+            return reference_terms(text)
+        text = unicodedata.normalize("NFKC", text).lower()
+        stem = self.stem and stemmer_available()
+        word = self._word_function(stem, self.stopwords)
+        scheme = self.cjk_scheme
         out: list[str] = []
-        plain = self.language == "none"
-        drop = ENGLISH_STOPWORDS if self.stopwords and not plain else frozenset()
-        for word in _WORD.findall(text.lower()):
-            if not plain and _CJK.search(word):
-                out.extend(_split_mixed(word))
-            elif word not in drop:
-                out.append(word)
+        append, extend = out.append, out.extend
+        for token in _TOKEN.findall(text):
+            if _CJK.search(token):
+                extend(_mixed_terms(token, scheme, word))
+            elif token.isalnum():
+                term = word(token)
+                if term:
+                    append(term)
+            else:
+                extend(_compound_terms(token, word))
         return out
+
+    def query_counts(self, text: str) -> Counter[str]:
+        """Query terms with their counts, at most :data:`MAX_QUERY_TERMS` distinct ones
+        (the first seen): a pasted paragraph stays a fast query."""
+        counts: Counter[str] = Counter()
+        for term in self.terms(text):
+            if term in counts or len(counts) < MAX_QUERY_TERMS:
+                counts[term] += 1
+        return counts
 
     def query_terms(self, text: str) -> list[str]:
         """Distinct terms of a query, first occurrence order, at most ``MAX_QUERY_TERMS``."""
-        seen: dict[str, None] = {}
-        for term in self.terms(text):
-            seen.setdefault(term, None)
-            if len(seen) >= MAX_QUERY_TERMS:
-                break
-        return list(seen)
+        return list(self.query_counts(text))
+
+    @staticmethod
+    def _word_function(stem: bool, stopwords: bool) -> Any:
+        return _WORD_FUNCTIONS[(stem, stopwords)]
 
 
-def _split_mixed(word: str) -> list[str]:
-    """Split a word holding CJK runs: other runs stay whole, CJK runs become chars + bigrams."""
+def _plain(word: str) -> str:
+    return word
+
+
+def _make_word(stem: bool, stopwords: bool) -> Any:
+    """A function mapping one lower-cased alphanumeric word to its term ('' to drop it)."""
+    drop = ENGLISH_STOPWORDS if stopwords else frozenset()
+
+    if not stem:
+        return lambda w: "" if w in drop else w
+
+    @lru_cache(maxsize=200_000)
+    def stemmed(w: str) -> str:
+        if w in drop:
+            return ""
+        return _stemmer().stemWord(w) if not w.isdigit() else w
+
+    return stemmed
+
+
+_WORD_FUNCTIONS = {(s, t): _make_word(s, t) for s in (False, True) for t in (False, True)}
+
+
+def _compound_terms(token: str, word: Any) -> list[str]:
+    """Terms of a token that is not one plain word: identifiers, dotted versions, hyphenations,
+    apostrophes. Possessive ``'s`` is dropped and other apostrophes removed (``don't`` ->
+    ``dont``); otherwise the token is kept whole as written, plus its parts as words."""
+    token = token.replace("’", "'")
+    if "'" in token:
+        token = re.sub(r"'s\b", "", token)
+        token = _APOSTROPHE.sub("", token)
+        if token.isalnum():
+            term = word(token)
+            return [term] if term else []
+    parts = _PART.findall(token)
+    # Hyphenated words are prose (state-of-the-art, IL-6): only their parts count; measured
+    # better than keeping the whole word too. Identifiers with "_" or "." are kept whole.
+    whole = parts and parts != [token] and ("_" in token or "." in token)
+    out = [token] if whole else []
+    for part in parts:
+        term = word(part)
+        if term:
+            out.append(term)
+    return out
+
+
+def _mixed_terms(token: str, scheme: str, word: Any) -> list[str]:
+    """Split a token holding CJK runs: CJK runs by ``scheme``, the rest as ordinary tokens."""
     out: list[str] = []
     pos = 0
-    for m in _CJK.finditer(word):
+    for m in _CJK.finditer(token):
         if m.start() > pos:
-            out.append(word[pos : m.start()])
-        run = m.group()
-        out.extend(run)
-        out.extend(run[i : i + 2] for i in range(len(run) - 1))
+            out.extend(_rest_terms(token[pos : m.start()], word))
+        out.extend(cjk_terms(m.group(), scheme))
         pos = m.end()
-    if pos < len(word):
-        out.append(word[pos:])
-    return [t for t in out if t.strip("_")]
+    if pos < len(token):
+        out.extend(_rest_terms(token[pos:], word))
+    return out
+
+
+def _rest_terms(piece: str, word: Any) -> list[str]:
+    out: list[str] = []
+    for token in _TOKEN.findall(piece):
+        if token.isalnum():
+            term = word(token)
+            if term:
+                out.append(term)
+        else:
+            out.extend(_compound_terms(token, word))
+    return out
+
+
+def cjk_terms(run: str, scheme: str = DEFAULT_CJK) -> list[str]:
+    """Terms of one run of CJK characters under ``scheme`` (see :data:`CJK_SCHEMES`).
+
+    ``bigrams``: overlapping character pairs (a single character stays itself);
+    ``chars+bigrams``: every character and every pair; ``chars``: every character;
+    ``jieba``: jieba's search-mode words (words plus their dictionary sub-words).
+    """
+    if scheme == "chars":
+        return list(run)
+    if scheme == "jieba":
+        return [w for w in _jieba().cut_for_search(run) if w.strip()]
+    bigrams = [run[i : i + 2] for i in range(len(run) - 1)]
+    if scheme == "bigrams":
+        return bigrams or [run]
+    return [*run, *bigrams]
 
 
 def reference_terms(text: str) -> list[str]:
     """The reference tokenizer: lower-cased ``\\w+`` runs."""
     return _WORD.findall(text.lower())
+
+
+def analyzer_from_config(config: Any) -> Analyzer:
+    """The analyzer described by ``config.analysis`` (a :class:`~kbcli.config.Config`)."""
+    a = config.analysis
+    return Analyzer(language=a.language, stem=a.stem, stopwords=a.stopwords)

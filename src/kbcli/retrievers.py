@@ -8,13 +8,20 @@ from typing import Any
 
 from .analysis import Analyzer
 from .filters import matches, validate_filter
-from .scoring import bm25_idf, bm25_term, rrf_fusion, weighted_fusion
+from .scoring import bm25_idf, bm25_term, keyword_first_fusion, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
 # one route ranks modestly, small enough to stay fast.
 FUSION_POOL_MIN = 50
-FUSION_POOL_FACTOR = 4
+FUSION_POOL_FACTOR = 2
+# Dense weight used when the embedder is weak (spelling, not meaning) and the search does not
+# set alpha: keyword ranking decides, the dense route only breaks (near-)ties and ranks what the
+# keywords did not find. Measured: any larger weight (0.02, 0.05) already lost to keyword
+# ranking on Cranfield (docs/quality.md).
+WEAK_DENSE_ALPHA = 0.001
+# Extra hits fetched so that collapsing duplicates still leaves k results.
+DEDUPE_MARGIN = 10
 
 
 class _MemoryBM25Index:
@@ -74,7 +81,7 @@ class BM25Retriever:
         filter = validate_filter(options.filter if options else None)
         if hasattr(self.store, "keyword_search"):
             return self.store.keyword_search(query, k, filter, k1=self.k1, b=self.b)
-        query_counts = Counter(self.analyzer.terms(query))
+        query_counts = self.analyzer.query_counts(query)
         if not query_counts:
             return []
         return self._index().search(query_counts, k, filter, self.k1, self.b)
@@ -113,8 +120,15 @@ class HybridRetriever:
 
     Hybrid recalls a candidate pool from both routes and fuses them: ``weighted`` min-max
     normalises each route and combines ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums
-    ``1 / (60 + rank)``. A document found by one route only still counts. ``alpha`` None takes
-    ``limits.rerank_alpha`` from the configuration.
+    ``1 / (60 + rank)``. A document found by one route only still counts.
+
+    Alpha: ``options.alpha`` when the search sets it; otherwise, with a *weak* embedder (one
+    with ``weak = True``, such as the built-in simple embedder) :data:`WEAK_DENSE_ALPHA`, so the
+    keyword ranking decides and the dense route only breaks near-ties and fills up; otherwise
+    the constructor's ``alpha``, else ``limits.rerank_alpha`` from the configuration.
+
+    After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
+    ``options.mmr`` re-orders the candidate pool for diversity (see :mod:`kbcli.diversity`).
     """
 
     def __init__(self, store: Any, embedder: Any = None, alpha: float | None = None):
@@ -138,19 +152,60 @@ class HybridRetriever:
 
         return get_config().limits.rerank_alpha
 
+    @property
+    def weak_embedder(self) -> bool:
+        """True when the embedder says its vectors capture spelling rather than meaning."""
+        return bool(getattr(self.embedder, "weak", False))
+
+    def effective_alpha(self, options: SearchOptions) -> float:
+        """The dense weight weighted fusion uses for ``options`` (see the class docstring)."""
+        if options.alpha is not None:
+            return options.alpha
+        if self.weak_embedder:
+            return WEAK_DENSE_ALPHA
+        return self.default_alpha()
+
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
     ) -> list[SearchResult]:
         """Search in ``options.mode`` (hybrid by default) and return the ``k`` best results."""
         options = options or SearchOptions(k=k)
+        fetch = k
+        if options.mmr is not None:
+            fetch = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN)
+        elif options.dedupe:
+            fetch = k + max(k, DEDUPE_MARGIN)
         if options.mode == "keyword":
-            return self._label(self.keyword.search(query, k, options), "keyword", options)
-        if options.mode == "semantic":
-            return self._label(self.dense.search(query, k, options), "dense", options)
-        pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN)
-        keyword_hits = self.keyword.search(query, pool, options)
-        dense_hits = self.dense.search(query, pool, options)
-        return fuse(keyword_hits, dense_hits, k, options, self.default_alpha())
+            hits = self._label(self.keyword.search(query, fetch, options), "keyword", options)
+        elif options.mode == "semantic":
+            hits = self._label(self.dense.search(query, fetch, options), "dense", options)
+        else:
+            pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
+            keyword_hits = self.keyword.search(query, pool, options)
+            dense_hits = self.dense.search(query, pool, options)
+            weak = options.alpha is None and self.weak_embedder
+            alpha = self.effective_alpha(options)
+            hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
+        if options.dedupe:
+            from .diversity import collapse_duplicates
+
+            hits = collapse_duplicates(hits, explain=options.explain)
+        if options.mmr is not None:
+            hits = self._mmr(hits, k, options)
+        return hits[:k]
+
+    def _mmr(self, hits: list[SearchResult], k: int, options: SearchOptions) -> list[SearchResult]:
+        from .diversity import mmr_rerank
+
+        vectors = None
+        if options.mode != "keyword" and hasattr(self.store, "get"):
+            ids = [h.document.id for h in hits]
+            by_id = {d.id: d.embedding for d in self.store.get(ids, with_embeddings=True)}
+            vectors = [by_id.get(i) for i in ids]
+        analyzer = getattr(self.store, "analyzer", None) or self.keyword.analyzer
+        return mmr_rerank(
+            hits, options.mmr or 0.0, k, vectors=vectors, analyzer=analyzer, explain=options.explain
+        )
 
     @staticmethod
     def _label(hits: list[SearchResult], route: str, options: SearchOptions) -> list[SearchResult]:
@@ -166,17 +221,27 @@ def fuse(
     k: int,
     options: SearchOptions,
     default_alpha: float,
+    *,
+    keyword_first: bool = False,
 ) -> list[SearchResult]:
-    """Combine two ranked lists as ``options.fusion`` says; ties broken by document id."""
+    """Combine two ranked lists as ``options.fusion`` says; ties broken by document id.
+
+    ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
+    dense route) uses :func:`~kbcli.scoring.keyword_first_fusion` instead of min-max for the
+    keyword side. With ``options.explain`` each hit records each route's rank and raw score
+    (None when that route missed it), the fused score, the fusion and (weighted) the alpha.
+    """
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
     dense_scores = {hit.document.id: hit.score for hit in dense_hits}
+    alpha = options.alpha if options.alpha is not None else default_alpha
     if options.fusion == "rrf":
         fused = rrf_fusion(
             [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]
         )
+    elif keyword_first:
+        fused = keyword_first_fusion(dense_scores, keyword_scores, alpha)
     else:
-        alpha = options.alpha if options.alpha is not None else default_alpha
         fused = weighted_fusion(dense_scores, keyword_scores, alpha)
     best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
     results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
@@ -191,6 +256,10 @@ def fuse(
                 "fused": hit.score,
                 "fusion": options.fusion,
             }
+            if options.fusion == "weighted":
+                hit.explain["alpha"] = alpha
+                if keyword_first:
+                    hit.explain["keyword_first"] = True
     return results
 
 

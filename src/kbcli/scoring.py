@@ -44,6 +44,30 @@ def weighted_fusion(
     }
 
 
+def max_scale(scores: Mapping[str, float]) -> dict[str, float]:
+    """Divide non-negative scores by the largest, so every found document keeps a score > 0."""
+    top = max(scores.values(), default=0.0)
+    if top <= 0.0:
+        return {key: 0.0 for key in scores}
+    return {key: max(value, 0.0) / top for key, value in scores.items()}
+
+
+def keyword_first_fusion(
+    dense: Mapping[str, float], keyword: Mapping[str, float], alpha: float
+) -> dict[str, float]:
+    """``alpha * dense + (1 - alpha) * keyword`` for a weak dense route and a small ``alpha``.
+
+    Keyword (BM25) scores are divided by the best one instead of min-max scaled, so the weakest
+    keyword match is not treated as absent; dense scores are min-max scaled. The dense route
+    then only reorders near-ties and ranks the documents keywords did not find.
+    """
+    nd, nk = min_max(dense), max_scale(keyword)
+    return {
+        key: alpha * nd.get(key, 0.0) + (1.0 - alpha) * nk.get(key, 0.0)
+        for key in set(nd) | set(nk)
+    }
+
+
 def rrf_fusion(*rankings: list[str], k: int = RRF_K) -> dict[str, float]:
     """Reciprocal rank fusion (Cormack et al. 2009): ``sum 1 / (k + rank)``, rank from 1."""
     fused: dict[str, float] = {}

@@ -57,6 +57,9 @@ class SearchOptions:
     from the configuration, 0.6 by default). ``fusion`` is ``"weighted"`` (min-max normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
     ``filter`` is a metadata filter applied before scoring; ``min_score`` drops weaker hits.
+    ``mmr`` (lambda in [0, 1]) re-orders the candidate pool by maximal marginal relevance:
+    1 is pure relevance, lower values favour results unlike those already chosen. ``dedupe``
+    collapses chunks with identical text (copied files) to their best hit.
     """
 
     k: int = 5
@@ -66,6 +69,8 @@ class SearchOptions:
     fusion: str = "weighted"
     min_score: float | None = None
     explain: bool = False
+    mmr: float | None = None
+    dedupe: bool = True
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
@@ -75,6 +80,14 @@ class SearchOptions:
             if not isinstance(self.alpha, (int, float)) or not 0.0 <= float(self.alpha) <= 1.0:
                 raise InvalidOptionError(f"alpha must be between 0 and 1, got {self.alpha!r}")
             self.alpha = float(self.alpha)
+        if self.mmr is not None:
+            if (
+                isinstance(self.mmr, bool)
+                or not isinstance(self.mmr, (int, float))
+                or not 0.0 <= float(self.mmr) <= 1.0
+            ):
+                raise InvalidOptionError(f"mmr lambda must be between 0 and 1, got {self.mmr!r}")
+            self.mmr = float(self.mmr)
         fusion = str(self.fusion).strip().lower()
         if fusion not in FUSIONS:
             raise InvalidOptionError(

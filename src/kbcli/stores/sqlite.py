@@ -936,7 +936,7 @@ class SQLiteStore:
         Each query term counts as often as it occurs in the query (as the plain formula does).
         """
         filter = validate_filter(filter)
-        query_counts = Counter(self.analyzer.terms(query))
+        query_counts = self.analyzer.query_counts(query)
         if not query_counts:
             return []
         with self._read() as conn:

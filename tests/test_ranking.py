@@ -1,0 +1,197 @@
+"""Ranking behaviour of the hybrid retriever: weak-embedder default, dedupe, MMR, explain."""
+
+import pytest
+
+from kbcli import (
+    Document,
+    HybridRetriever,
+    InMemoryStore,
+    KnowledgeBase,
+    SearchOptions,
+    SimpleEmbedder,
+    SQLiteStore,
+)
+from kbcli.evaluation import ndcg_at_k
+from kbcli.retrievers import WEAK_DENSE_ALPHA
+
+
+class WeakTable:
+    """A weak embedder with known vectors: it prefers the wrong documents."""
+
+    provider, model, weak = "table", "weak", True
+
+    def __init__(self, table):
+        self.table = table
+
+    def embed_documents(self, texts):
+        return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]
+
+    def embed_query(self, text):
+        return self.table.get(text, [0.0, 0.0, 1.0])
+
+
+class StrongTable(WeakTable):
+    weak = False
+
+
+TEXTS = {
+    "best": "reset password steps: reset the password from the settings page",
+    "good": "password reset is under settings",
+    "ok": "reset button on the router",
+    "dense": "completely unrelated words that spell alike",
+}
+QUERY = "reset password"
+TABLE = {
+    QUERY: [1.0, 0.0, 0.0],
+    TEXTS["dense"]: [1.0, 0.0, 0.0],  # the embedder loves the unrelated text
+    TEXTS["ok"]: [0.9, 0.4, 0.0],
+    TEXTS["good"]: [0.2, 1.0, 0.0],
+    TEXTS["best"]: [0.0, 1.0, 0.0],
+}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request, tmp_path):
+    s = InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "kb.db")
+    emb = WeakTable(TABLE)
+    s.add([Document(i, t) for i, t in TEXTS.items()], emb.embed_documents(list(TEXTS.values())))
+    return s
+
+
+def ids(hits):
+    return [h.document.id for h in hits]
+
+
+def test_weak_embedder_default_keeps_the_keyword_order_and_fills_up(store):
+    r = HybridRetriever(store, WeakTable(TABLE), alpha=0.6)  # configured alpha: not for weak
+    keyword = ids(r.search(QUERY, 4, SearchOptions(mode="keyword")))
+    hybrid = ids(r.search(QUERY, 4, SearchOptions(mode="hybrid")))
+    assert keyword == ["best", "good", "ok"]
+    assert hybrid == keyword + ["dense"]  # dense only fills the place keywords left empty
+    assert r.effective_alpha(SearchOptions()) == WEAK_DENSE_ALPHA
+
+
+def test_explicit_alpha_is_honoured_even_for_a_weak_embedder(store):
+    r = HybridRetriever(store, WeakTable(TABLE))
+    assert ids(r.search(QUERY, 1, SearchOptions(alpha=0.9))) == ["dense"]
+
+
+def test_strong_embedder_uses_configured_alpha(store):
+    r = HybridRetriever(store, StrongTable(TABLE), alpha=0.9)
+    assert r.effective_alpha(SearchOptions()) == 0.9
+    assert ids(r.search(QUERY, 1, SearchOptions())) == ["dense"]
+
+
+def test_explain_in_hybrid_mode(store):
+    r = HybridRetriever(store, WeakTable(TABLE))
+    hits = r.search(QUERY, 4, SearchOptions(explain=True))
+    top = hits[0].explain
+    assert top["keyword"]["rank"] == 1 and top["dense"]["rank"] == 4
+    assert top["fused"] == pytest.approx(hits[0].score)
+    assert (top["fusion"], top["alpha"]) == ("weighted", WEAK_DENSE_ALPHA)
+    assert hits[-1].explain["keyword"] is None  # found by the dense route only
+    assert all(0.0 <= h.score <= 1.0 for h in hits)  # weighted scores live in [0, 1]
+
+
+def test_explain_in_single_route_modes(store):
+    r = HybridRetriever(store, WeakTable(TABLE))
+    hit = r.search(QUERY, 1, SearchOptions(mode="keyword", explain=True))[0]
+    assert hit.explain == {"keyword": {"rank": 1, "score": hit.score}, "fused": hit.score}
+    rrf = r.search(QUERY, 1, SearchOptions(fusion="rrf", explain=True))[0]
+    assert rrf.explain["fusion"] == "rrf" and "alpha" not in rrf.explain
+
+
+def test_simple_embedder_hybrid_default_not_worse_than_keyword(tmp_path):
+    texts = {
+        "pw": "To reset a forgotten password open Settings, choose Security, click Reset.",
+        "bill": "Invoices are emailed monthly. Update the billing address under Account.",
+        "ship": "Orders ship from the nearest warehouse within two business days.",
+        "err": "Error ERR_5001 means the password reset token has expired; ask for a new link.",
+        "vpn": "Connect to the office VPN with the client certificate before the intranet.",
+        "spell": "Passwords, passports and pass-through settings: similar-looking words.",
+        "db": "Back up the database nightly with pg_dump and keep seven daily copies.",
+        "mail": "Configure the SMTP relay host and port 587 for outgoing mail.",
+    }
+    queries = {
+        "how do I reset my password": {"pw": 2, "err": 1},
+        "billing address": {"bill": 1},
+        "expired reset token": {"err": 1},
+        "vpn certificate": {"vpn": 1},
+        "nightly database backup": {"db": 1},
+        "outgoing mail relay": {"mail": 1},
+        "warehouse shipping time": {"ship": 1},
+    }
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"), embedder=SimpleEmbedder())
+    for doc_id, text in texts.items():
+        kb.add(text, id=doc_id)
+
+    def mean_ndcg(**options):
+        return sum(
+            ndcg_at_k(ids(kb.search(q, k=5, **options)), rels, 5) for q, rels in queries.items()
+        ) / len(queries)
+
+    assert mean_ndcg(mode="hybrid") >= mean_ndcg(mode="keyword") == pytest.approx(1.0)
+
+
+def test_duplicates_collapse_by_default(tmp_path):
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"))
+    kb.add("rotate the API keys every ninety days", {"source": "a.md"}, id="a")
+    kb.add("rotate the API keys every ninety days", {"source": "copy/a.md"}, id="b")
+    kb.add("keys for the office are at the front desk", id="c")
+    for mode in ("keyword", "semantic", "hybrid"):
+        hits = kb.search("rotate API keys", k=3, mode=mode, explain=True)
+        assert len({h.document.text for h in hits}) == len(hits) == 2
+        assert hits[0].explain["duplicates"] in (["a"], ["b"])
+    both = kb.search("rotate API keys", k=3, mode="keyword", dedupe=False)
+    assert {"a", "b"} <= set(ids(both))
+
+
+def test_dedupe_still_returns_k_results(tmp_path):
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"))
+    for i in range(5):
+        kb.add("same chunk about tokens", id=f"dup{i}")
+    for i in range(5):
+        kb.add(f"tokens of kind {i}", id=f"u{i}")
+    hits = kb.search("tokens", k=4, mode="keyword")
+    assert len(hits) == 4 and len({h.document.text for h in hits}) == 4
+
+
+class CopyEmbedder(StrongTable):
+    """Near-identical vectors for the copies, a different one for the router text."""
+
+    def __init__(self):
+        super().__init__({})
+
+    def embed_documents(self, texts):
+        return [self._vector(t) for t in texts]
+
+    @staticmethod
+    def _vector(text):
+        if "router" in text:
+            return [0.3, 1.0, 0.0]
+        if "weather" in text:
+            return [0.0, 0.0, 1.0]
+        return [1.0, 0.01 * len(text), 0.0]
+
+    def embed_query(self, text):
+        return [1.0, 0.5, 0.0]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "semantic", "hybrid"])
+def test_mmr_spreads_near_identical_chunks(tmp_path, mode):
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"), embedder=CopyEmbedder())
+    kb.add("how to reset your password from the account settings page", id="p1")
+    kb.add("how to reset your password from the account settings page.", id="p2x")
+    kb.add("how to reset your password from the account settings page now", id="p3")
+    kb.add("reset the router: hold the button for ten seconds", id="router")
+    kb.add("weather tomorrow: light rain", id="weather")
+    query = "reset password settings"
+    plain = ids(kb.search(query, k=2, mode=mode, dedupe=False))
+    diverse = kb.search(query, k=2, mode=mode, mmr=0.3, explain=True)
+    assert set(plain) <= {"p1", "p2x", "p3"}  # relevance alone: two copies
+    copies = {"p1", "p2x", "p3"}
+    assert len(copies & set(ids(diverse))) == 1  # MMR: one copy and something else
+    assert ids(diverse)[0] in copies
+    expected = "jaccard" if mode == "keyword" else "cosine"
+    assert diverse[0].explain["mmr"]["similarity"] == expected
+    assert ids(kb.search(query, k=2, mode=mode, mmr=1.0)) == ids(kb.search(query, k=2, mode=mode))
