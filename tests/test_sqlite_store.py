@@ -278,3 +278,17 @@ def test_vector_cache_file_is_used_refreshed_and_never_trusted_blindly(tmp_path,
     new.add([Document("z", "q")], [[0.0, 1.0]])
     store.vector_cache_path.write_bytes(cache)
     assert [h.document.id for h in SQLiteStore(path).search([1.0, 0.0], k=5)] == ["z"]
+
+
+def test_heading_path_is_searchable_in_every_store(tmp_path):
+    from kbcli import InMemoryStore
+
+    docs = [
+        Document("a", "Use apt to install the package.", {"heading": "Setup > Linux"}),
+        Document("b", "Drag the app to Applications.", {"heading": "Setup > macOS"}),
+    ]
+    for store in (SQLiteStore(tmp_path / "kb.db"), InMemoryStore()):
+        store.add(docs)
+        hits = BM25Retriever(store).search("linux", k=5)
+        assert [h.document.id for h in hits] == ["a"]
+        assert hits[0].document.text == "Use apt to install the package."  # text unchanged

@@ -263,3 +263,16 @@ def analyzer_from_config(config: Any) -> Analyzer:
     """The analyzer described by ``config.analysis`` (a :class:`~kbcli.config.Config`)."""
     a = config.analysis
     return Analyzer(language=a.language, stem=a.stem, stopwords=a.stopwords)
+
+
+# What a chunk contributes to the keyword index besides its text. The heading path gives every
+# chunk of a section the words of its headings ("Install > Linux"), so a query naming the
+# section finds chunks that never repeat it (measured: +0.02 nDCG@10 on SciFact, +0.008 on
+# Cranfield with 500-character chunks; see docs/quality.md).
+KEYWORD_FIELDS = "text+heading"
+
+
+def keyword_text(text: str, metadata: dict | None) -> str:
+    """The text indexed for keyword search: the chunk's text plus its heading path."""
+    heading = (metadata or {}).get("heading")
+    return f"{text}\n{heading}" if isinstance(heading, str) and heading else text

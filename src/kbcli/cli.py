@@ -416,6 +416,16 @@ def search(
     explain: Annotated[
         bool, typer.Option("--explain", help="Show how each score was made.")
     ] = False,
+    mmr: Annotated[
+        float | None,
+        typer.Option(
+            "--mmr",
+            metavar="LAMBDA",
+            min=0.0,
+            max=1.0,
+            help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
+        ),
+    ] = None,
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Print a JSON array of {id, score, text, metadata}."),
@@ -434,6 +444,7 @@ def search(
         fusion=fusion,
         min_score=min_score,
         explain=explain,
+        mmr=mmr,
     )
     kb = _open(ctx, create=False)
     try:
@@ -564,6 +575,79 @@ def stats(
         render.print_json(figures)
     else:
         render.stats_table(figures)
+
+
+@app.command(
+    "eval",
+    cls=KBCommand,
+    epilog=_example(
+        "kb eval ../shared/eval/scifact --split train --mode keyword",
+        "kb eval ./my-beir-set --mode hybrid --db /tmp/eval.db --json",
+    ),
+)
+def eval_(
+    ctx: typer.Context,
+    dataset: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DATASET_DIR",
+            help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.",
+        ),
+    ],
+    split: Annotated[
+        str | None,
+        typer.Option("--split", metavar="NAME", help="qrels split [default: test, dev, train]."),
+    ] = None,
+    mode: Annotated[
+        str, typer.Option("--mode", "-m", metavar="MODE", help="keyword, semantic or hybrid.")
+    ] = "hybrid",
+    k: Annotated[
+        int, typer.Option("-k", "--k", metavar="N", min=1, help="Cut-off of nDCG, MRR, recall.")
+    ] = 10,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            metavar="PATH",
+            help="Index into this file and keep it (reused for the same corpus) "
+            "[default: a temporary database]. Never your knowledge base.",
+        ),
+    ] = None,
+    alpha: Annotated[
+        float | None,
+        typer.Option("--alpha", metavar="F", min=0.0, max=1.0, help="Hybrid dense weight."),
+    ] = None,
+    fusion: Annotated[
+        str | None, typer.Option("--fusion", metavar="NAME", help="weighted or rrf.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure retrieval quality on a BEIR collection: nDCG, recall, MRR and latency.
+
+    Each document's title and text go through the normal ingest path (chunked like any file);
+    documents are ranked by their best chunk; trec_eval conventions.
+    """
+    from . import render
+    from .config import load_config
+    from .evaluation import evaluate
+
+    state = _state(ctx)
+    extra = {key: v for key, v in (("alpha", alpha), ("fusion", fusion)) if v is not None}
+    with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
+        result = evaluate(
+            dataset,
+            split=split,
+            mode=mode,
+            k=k,
+            db=db,
+            config=load_config(state.config),
+            progress=bar,
+            search_options=extra,
+        )
+    if json_out:
+        render.print_json(result)
+    else:
+        render.eval_summary(result)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -340,8 +340,8 @@ def _check_reuse(kb: Any, path: Path) -> None:
     recorded = store.embedder_info
     info = embedder_info(kb.embedder)
     problem = None
-    if analyzer is not None and analyzer != store.analyzer.signature:
-        problem = f"analyzer [{analyzer}], not [{store.analyzer.signature}]"
+    if analyzer is not None and analyzer != store.keyword_signature:
+        problem = f"analyzer [{analyzer}], not [{store.keyword_signature}]"
     elif recorded is not None and (recorded.provider, recorded.model) != (
         info.provider,
         info.model,
@@ -381,7 +381,7 @@ def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> Non
     for start in range(0, total, INGEST_BATCH):
         docs = []
         for doc_id, (title, text) in items[start : start + INGEST_BATCH]:
-            body = f"{title}\n\n{text}" if title else text
+            body = f"# {title}\n\n{text}" if title else text
             chunks = ingestor.chunk_sections([Section(body, {})])
             docs.extend(ingestor.build_documents(chunks, {"doc_id": doc_id}))
         if docs:

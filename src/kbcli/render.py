@@ -325,6 +325,28 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         yield update
 
 
+def eval_summary(result: dict[str, Any]) -> None:
+    """``kb eval`` figures, one ``label  value`` line each."""
+    from rich.text import Text
+
+    console = _console()
+    latency = result.get("latency_ms", {})
+    rows = [("Dataset", f"{result['dataset']} ({result['split']}, {result['queries']} queries)")]
+    rows.append(("Mode", str(result["mode"])))
+    rows += [
+        (key, f"{value:.4f}")
+        for key, value in result.items()
+        if "@" in key and isinstance(value, float)
+    ]
+    rows.append(
+        ("Latency", f"mean {latency.get('mean', 0):.1f} ms, p95 {latency.get('p95', 0):.1f} ms")
+    )
+    for key, value in rows:
+        line = Text(f"{key:<11} ", style="bold")
+        line.append(value)
+        console.print(line, soft_wrap=True)
+
+
 def ingest_summary(report: Any) -> list[str]:
     """The human summary of a sync report, one line per fact worth saying."""
     indexed = report.added + report.updated

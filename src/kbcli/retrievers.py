@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from .analysis import Analyzer
+from .analysis import Analyzer, keyword_text
 from .filters import matches, validate_filter
 from .scoring import bm25_idf, bm25_term, keyword_first_fusion, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
@@ -32,7 +32,7 @@ class _MemoryBM25Index:
         self.lengths: list[int] = []
         self.postings: dict[str, list[tuple[int, int]]] = {}
         for i, doc in enumerate(docs):
-            counts = Counter(analyzer.terms(doc.text))
+            counts = Counter(analyzer.terms(keyword_text(doc.text, doc.metadata)))
             self.lengths.append(sum(counts.values()))
             for term, tf in counts.items():
                 self.postings.setdefault(term, []).append((i, tf))

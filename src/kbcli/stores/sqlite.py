@@ -40,7 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..analysis import Analyzer
+from ..analysis import KEYWORD_FIELDS, Analyzer, keyword_text
 from ..embedders.base import EmbedderInfo
 from ..errors import (
     DatabaseLockedError,
@@ -361,6 +361,11 @@ class SQLiteStore:
 
     # --- meta: embedder and analyzer bookkeeping ---------------------------------------------
 
+    @property
+    def keyword_signature(self) -> str:
+        """What the keyword index depends on: the analyzer and the indexed fields."""
+        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+
     def get_meta(self, key: str) -> str | None:
         """A value from the ``meta`` table."""
         with self._lock:
@@ -408,7 +413,7 @@ class SQLiteStore:
 
     def _check_analyzer(self, conn: sqlite3.Connection, *, writing: bool) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
-        signature = self.analyzer.signature
+        signature = self.keyword_signature
         if row is None:
             if writing:
                 conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
@@ -443,7 +448,7 @@ class SQLiteStore:
         prepared = []
         for i, doc in enumerate(docs):
             vec = embeddings[i] if embeddings is not None else doc.embedding
-            counts = Counter(self.analyzer.terms(doc.text))
+            counts = Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
             prepared.append((doc, vec, counts))
         # The same id twice in one batch: the last one wins, as if added one by one.
         prepared = list({doc.id: (doc, vec, c) for doc, vec, c in prepared}.values())
@@ -619,11 +624,11 @@ class SQLiteStore:
         with self.transaction() as conn:
             conn.execute("DELETE FROM postings")
             conn.execute("DELETE FROM terms")
-            rows = conn.execute("SELECT doc, text FROM chunks").fetchall()
+            rows = conn.execute("SELECT doc, text, metadata FROM chunks").fetchall()
             vocab: set[str] = set()
             counted = []
-            for doc, text in rows:
-                counts = Counter(self.analyzer.terms(text))
+            for doc, text, metadata in rows:
+                counts = Counter(self.analyzer.terms(keyword_text(text, json.loads(metadata))))
                 vocab.update(counts)
                 counted.append((doc, counts))
             term_ids = self._term_ids(conn, vocab)
@@ -647,7 +652,7 @@ class SQLiteStore:
             )
             conn.execute("UPDATE stats SET total_length = ? WHERE id = 1", (total,))
             conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.analyzer.signature,)
+                "INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.keyword_signature,)
             )
             return len(rows)
 

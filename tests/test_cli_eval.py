@@ -1,0 +1,67 @@
+"""kb eval: a tiny BEIR collection built by the test, scored end to end through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+from cli_helpers import run
+
+
+def make_beir(folder):
+    folder.mkdir()
+    corpus = [
+        {"_id": "d1", "title": "Password reset", "text": "Open settings and reset the password."},
+        {"_id": "d2", "title": "Weather", "text": "Sunny tomorrow with light wind."},
+        {"_id": "d3", "title": "Billing", "text": "Invoices arrive monthly by email."},
+    ]
+    queries = [{"_id": "q1", "text": "reset password"}, {"_id": "q2", "text": "invoice email"}]
+    (folder / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in corpus))
+    (folder / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries))
+    (folder / "qrels").mkdir()
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
+    return folder
+
+
+def test_eval_json_shape_and_perfect_scores(tmp_path):
+    data = make_beir(tmp_path / "tiny")
+    result = run("eval", str(data), "--mode", "keyword", "--json")
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert set(out) == {
+        "dataset",
+        "split",
+        "mode",
+        "queries",
+        "ndcg@10",
+        "recall@10",
+        "recall@100",
+        "mrr@10",
+        "latency_ms",
+    }
+    assert (out["dataset"], out["split"], out["mode"], out["queries"]) == (
+        "tiny",
+        "test",
+        "keyword",
+        2,
+    )
+    assert out["ndcg@10"] == 1.0 and out["mrr@10"] == 1.0
+    assert set(out["latency_ms"]) == {"mean", "p95"}
+
+
+def test_eval_keeps_and_reuses_db_and_never_touches_the_knowledge_base(tmp_path):
+    import os
+
+    data = make_beir(tmp_path / "tiny")
+    keep = tmp_path / "eval.db"
+    assert run("eval", str(data), "--mode", "keyword", "--db", str(keep)).exit_code == 0
+    assert keep.exists() and not os.path.exists(os.environ["KB_DB"])
+    again = run("eval", str(data), "--mode", "keyword", "--db", str(keep))
+    assert again.exit_code == 0 and "ndcg@10" in again.stdout
+
+
+def test_eval_errors_are_one_line(tmp_path):
+    result = run("eval", str(tmp_path / "missing"))
+    assert result.exit_code == 2 and result.stderr.startswith("Error: ")
+    data = make_beir(tmp_path / "tiny")
+    bad = run("eval", str(data), "--split", "nope")
+    assert bad.exit_code == 2 and "nope" in bad.stderr and "test" in bad.stderr
