@@ -271,7 +271,7 @@ def _save(key: str, value: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/eval"))
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "eval")
     parser.add_argument("--db-dir", type=Path, default=ROOT / ".bench-cache")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "quality.md")
     parser.add_argument("--only", nargs="*", help="collections to run")
