@@ -195,3 +195,22 @@ def test_mmr_spreads_near_identical_chunks(tmp_path, mode):
     expected = "jaccard" if mode == "keyword" else "cosine"
     assert diverse[0].explain["mmr"]["similarity"] == expected
     assert ids(kb.search(query, k=2, mode=mode, mmr=1.0)) == ids(kb.search(query, k=2, mode=mode))
+
+
+def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
+    from kbcli import Document, SimpleEmbedder, SQLiteStore
+    from kbcli.retrievers import HybridRetriever
+
+    store = SQLiteStore(tmp_path / "kb.db")
+    emb = SimpleEmbedder()
+    texts = [f"password reset step {i} " + "filler " * i for i in range(12)]
+    texts += ["pass word re set", "completely unrelated weather text"]
+    store.add([Document(f"d{i}", t) for i, t in enumerate(texts)], emb.embed_documents(texts))
+    r = HybridRetriever(store, emb)
+    keyword = [h.document.id for h in r.search("password reset", 20, SearchOptions(mode="keyword"))]
+    hybrid = r.search("password reset", 20, SearchOptions(mode="hybrid", dedupe=False))
+    ids = [h.document.id for h in hybrid]
+    assert ids[: len(keyword)] == keyword  # keyword hits first, in keyword order
+    assert set(ids[len(keyword) :]) <= {"d12", "d13"}  # then what only the dense route found
+    scores = [h.score for h in hybrid]
+    assert scores == sorted(scores, reverse=True)

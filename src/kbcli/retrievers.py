@@ -8,7 +8,14 @@ from typing import Any
 
 from .analysis import Analyzer, keyword_text
 from .filters import matches, validate_filter
-from .scoring import bm25_idf, bm25_term, keyword_first_fusion, rrf_fusion, weighted_fusion
+from .scoring import (
+    bm25_idf,
+    bm25_term,
+    keyword_first_fusion,
+    min_max,
+    rrf_fusion,
+    weighted_fusion,
+)
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
@@ -243,7 +250,9 @@ def fuse(
         fused = keyword_first_fusion(dense_scores, keyword_scores, alpha)
     else:
         fused = weighted_fusion(dense_scores, keyword_scores, alpha)
-    best = sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:k]
+    tie_break = min_max(dense_scores) if keyword_first and options.fusion != "rrf" else {}
+    best = sorted(fused.items(), key=lambda item: (-item[1], -tie_break.get(item[0], 0.0), item[0]))
+    best = best[:k]
     results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
     if options.explain:
         keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}

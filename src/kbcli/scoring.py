@@ -55,15 +55,16 @@ def max_scale(scores: Mapping[str, float]) -> dict[str, float]:
 def keyword_first_fusion(
     dense: Mapping[str, float], keyword: Mapping[str, float], alpha: float
 ) -> dict[str, float]:
-    """``alpha * dense + (1 - alpha) * keyword`` for a weak dense route and a small ``alpha``.
+    """Fusion for a weak dense route: the keyword ranking decides, the dense route fills in.
 
-    Keyword (BM25) scores are divided by the best one instead of min-max scaled, so the weakest
-    keyword match is not treated as absent; dense scores are min-max scaled. The dense route
-    then only reorders near-ties and ranks the documents keywords did not find.
+    Keyword hits score ``alpha + (1 - alpha) * keyword / best_keyword`` (in ``[alpha, 1]``),
+    documents only the dense route found score ``alpha * dense`` (min-max scaled, so in
+    ``[0, alpha]``): every keyword hit ranks above every dense-only document, in keyword
+    order; callers break exact keyword ties with the dense score.
     """
     nd, nk = min_max(dense), max_scale(keyword)
     return {
-        key: alpha * nd.get(key, 0.0) + (1.0 - alpha) * nk.get(key, 0.0)
+        key: alpha + (1.0 - alpha) * nk[key] if key in nk else alpha * nd.get(key, 0.0)
         for key in set(nd) | set(nk)
     }
 
