@@ -214,3 +214,22 @@ def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
     assert set(ids[len(keyword) :]) <= {"d12", "d13"}  # then what only the dense route found
     scores = [h.score for h in hybrid]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path, monkeypatch):
+    from kbcli import Document, SimpleEmbedder, SQLiteStore
+    from kbcli.retrievers import DenseRetriever, HybridRetriever
+
+    store = SQLiteStore(tmp_path / "kb.db")
+    emb = SimpleEmbedder()
+    texts = [f"password note {i}" for i in range(30)] + ["unrelated weather"]
+    store.add([Document(f"d{i}", t) for i, t in enumerate(texts)], emb.embed_documents(texts))
+    calls = []
+    real = DenseRetriever.search
+    monkeypatch.setattr(
+        DenseRetriever, "search", lambda self, *a, **k: calls.append(a) or real(self, *a, **k)
+    )
+    r = HybridRetriever(store, emb)
+    assert len(r.search("password", 5, SearchOptions(k=5))) == 5 and calls == []
+    few = r.search("weather", 5, SearchOptions(k=5))  # one keyword hit: dense fills the page
+    assert len(calls) == 1 and few[0].document.id == "d30" and len(few) == 5

@@ -189,8 +189,13 @@ class HybridRetriever:
         else:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
             keyword_hits = self.keyword.search(query, pool, options)
-            dense_hits = self.dense.search(query, pool, options)
             weak = options.alpha is None and self.weak_embedder
+            if weak and options.fusion != "rrf" and len(keyword_hits) >= fetch:
+                # A weak dense route could only break exact keyword ties here: skip it (no
+                # vector load, no numpy), it is needed only to fill up a short keyword list.
+                dense_hits = []
+            else:
+                dense_hits = self.dense.search(query, pool, options)
             alpha = self.effective_alpha(options)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
         if options.dedupe:
