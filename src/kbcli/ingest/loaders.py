@@ -49,6 +49,14 @@ class BuiltinLoader:
         """The file as sections of text with structural metadata."""
         raise NotImplementedError
 
+    def _extract_bounded(self, extract: Any, path: str | Path) -> list[Section]:
+        """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
+        self.last_warnings = []
+        sections, self.last_warnings = run_bounded(
+            extract, (str(path),), timeout=self.timeout, label=str(path), file_size=_size(path)
+        )
+        return [Section(text, meta) for text, meta in sections]
+
 
 class TextLoader(BuiltinLoader):
     """Plain text, markdown and reStructuredText, as one section (headings are found later,
@@ -63,16 +71,7 @@ class PdfLoader(BuiltinLoader):
     """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
-        self.last_warnings = []
-        sections, warnings = run_bounded(
-            extract_pdf,
-            (str(path),),
-            timeout=self.timeout,
-            label=str(path),
-            file_size=_size(path),
-        )
-        self.last_warnings = warnings
-        return [Section(text, meta) for text, meta in sections]
+        return self._extract_bounded(extract_pdf, path)
 
 
 class DocxLoader(BuiltinLoader):
@@ -80,17 +79,8 @@ class DocxLoader(BuiltinLoader):
     per heading (Heading 1-9 and Title styles) with its ``heading`` path."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
-        self.last_warnings = []
         check_docx_zip(str(path))
-        sections, warnings = run_bounded(
-            extract_docx,
-            (str(path),),
-            timeout=self.timeout,
-            label=str(path),
-            file_size=_size(path),
-        )
-        self.last_warnings = warnings
-        return [Section(text, meta) for text, meta in sections]
+        return self._extract_bounded(extract_docx, path)
 
 
 class DocLoader(BuiltinLoader):
