@@ -5,7 +5,6 @@ import pytest
 from kbcli import (
     Document,
     HybridRetriever,
-    InMemoryStore,
     KnowledgeBase,
     SearchOptions,
     SimpleEmbedder,
@@ -13,25 +12,17 @@ from kbcli import (
 )
 from kbcli.evaluation import ndcg_at_k
 from kbcli.retrievers import WEAK_DENSE_ALPHA
+from table_embedder import TableEmbedder, table_store
 
 
-class WeakTable:
+class WeakTable(TableEmbedder):
     """A weak embedder with known vectors: it prefers the wrong documents."""
 
-    provider, model, weak = "table", "weak", True
-
-    def __init__(self, table):
-        self.table = table
-
-    def embed_documents(self, texts):
-        return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]
-
-    def embed_query(self, text):
-        return self.table.get(text, [0.0, 0.0, 1.0])
+    model, weak = "weak", True
 
 
-class StrongTable(WeakTable):
-    weak = False
+class StrongTable(TableEmbedder):
+    model = "weak"
 
 
 TEXTS = {
@@ -52,10 +43,7 @@ TABLE = {
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request, tmp_path):
-    s = InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "kb.db")
-    emb = WeakTable(TABLE)
-    s.add([Document(i, t) for i, t in TEXTS.items()], emb.embed_documents(list(TEXTS.values())))
-    return s
+    return table_store(request.param, tmp_path, TEXTS, WeakTable(TABLE))
 
 
 def ids(hits):
@@ -198,7 +186,7 @@ def test_mmr_spreads_near_identical_chunks(tmp_path, mode):
 
 
 def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
-    from kbcli import Document, SimpleEmbedder, SQLiteStore
+    from kbcli import SimpleEmbedder, SQLiteStore
     from kbcli.retrievers import HybridRetriever
 
     store = SQLiteStore(tmp_path / "kb.db")
@@ -217,7 +205,7 @@ def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
 
 
 def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path, monkeypatch):
-    from kbcli import Document, SimpleEmbedder, SQLiteStore
+    from kbcli import SimpleEmbedder, SQLiteStore
     from kbcli.retrievers import DenseRetriever, HybridRetriever
 
     store = SQLiteStore(tmp_path / "kb.db")

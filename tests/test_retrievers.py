@@ -2,29 +2,12 @@ import pytest
 
 from kbcli import (
     DenseRetriever,
-    Document,
     HybridRetriever,
     InMemoryStore,
     SearchOptions,
-    SQLiteStore,
 )
 from kbcli.scoring import min_max, rrf_fusion, weighted_fusion
-
-
-class TableEmbedder:
-    """A fixed text -> vector table, so the dense route's ranking is known in advance."""
-
-    provider, model = "table", "t"
-
-    def __init__(self, table):
-        self.table = table
-
-    def embed_documents(self, texts):
-        return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]
-
-    def embed_query(self, text):
-        return self.table.get(text, [0.0, 0.0, 1.0])
-
+from table_embedder import TableEmbedder, table_store
 
 TEXTS = {
     "kw": "reset password steps",  # keyword-only match
@@ -43,10 +26,7 @@ TABLE = {
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request, tmp_path):
-    s = InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "kb.db")
-    emb = TableEmbedder(TABLE)
-    s.add([Document(i, t) for i, t in TEXTS.items()], emb.embed_documents(list(TEXTS.values())))
-    return s
+    return table_store(request.param, tmp_path, TEXTS, TableEmbedder(TABLE))
 
 
 def test_modes_route_correctly(store):
