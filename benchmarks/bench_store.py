@@ -4,10 +4,11 @@
     python benchmarks/bench_store.py --chunks 20000 --db /tmp/kb-bench.db --keep
 
 Text: words drawn from a Zipf(1.1) distribution over a 50,000-word synthetic vocabulary,
-40-90 words per chunk. Keyword queries: 2-4 words drawn uniformly from vocabulary ranks
-50-5,000 (content words; the top 50 ranks play the role of stopwords), plus a separate figure
-for queries made of the most common words (worst case: long posting lists). Dense: 384-d
-random unit vectors (speed does not depend on what the vectors mean). Latency is measured
+40-90 words per chunk, ``--chunks-per-file`` chunks per source file. Keyword queries: 2-4
+words drawn uniformly from vocabulary ranks 50-5,000 (content words; the top 50 ranks play
+the role of stopwords), plus a separate figure for queries made of the most common words
+(worst case: long posting lists), each also with source context off. Dense: 384-d random unit
+vectors (speed does not depend on what the vectors mean). Latency is measured
 in-process, after one warm-up query, over --queries queries.
 """
 
@@ -62,6 +63,7 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--chunks-per-file", type=int, default=10)
     ap.add_argument("--db", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="reuse/keep the database at --db")
     args = ap.parse_args()
@@ -85,17 +87,24 @@ def main() -> None:
             docs = []
             for i in range(n):
                 words = rng.choices(vocab, cum_weights=cum, k=rng.randint(40, 90))
-                docs.append(Document(f"c{start + i}", " ".join(words), {"group": (start + i) % 10}))
+                meta = {
+                    "group": (start + i) % 10,
+                    "source": f"/docs/file{(start + i) // args.chunks_per_file}.md",
+                }
+                docs.append(Document(f"c{start + i}", " ".join(words), meta))
             vecs = nprng.standard_normal((n, args.dim)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             store.add(docs, vecs.tolist())
         build = time.perf_counter() - started
-        print(f"built {args.chunks:,} chunks in {build:.1f} s ({args.chunks / build:,.0f} chunks/s)")
+        rate = args.chunks / build
+        print(f"built {args.chunks:,} chunks in {build:.1f} s ({rate:,.0f} chunks/s)")
     size = db.stat().st_size / 1e6
     print(f"database: {db} ({size:,.0f} MB), vocabulary {store.stats()['vocabulary']:,}")
 
     qrng = random.Random(11)
-    content = [" ".join(qrng.sample(vocab[50:5000], qrng.randint(2, 4))) for _ in range(args.queries)]
+    content = [
+        " ".join(qrng.sample(vocab[50:5000], qrng.randint(2, 4))) for _ in range(args.queries)
+    ]
     common = [" ".join(qrng.sample(vocab[:50], 3)) for _ in range(max(20, args.queries // 10))]
     report("keyword, content-word queries", timed(lambda q: store.keyword_search(q, 5), content))
     report(
@@ -103,6 +112,15 @@ def main() -> None:
         timed(lambda q: store.keyword_search(q, 5, {"group": 3}), content),
     )
     report("keyword, most-common-word queries", timed(lambda q: store.keyword_search(q, 5), common))
+    chunk_only = {"source_weight": 0.0}
+    report(
+        "keyword, chunk only, content words",
+        timed(lambda q: store.keyword_search(q, 5, **chunk_only), content),
+    )
+    report(
+        "keyword, chunk only, common words",
+        timed(lambda q: store.keyword_search(q, 5, **chunk_only), common),
+    )
 
     store.vector_cache_path.unlink(missing_ok=True)
     t = time.perf_counter()

@@ -24,3 +24,25 @@ def plain_bm25(
                 s = idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
                 scores[doc_id] = scores.get(doc_id, 0.0) + s
     return scores
+
+
+def plain_bm25_with_sources(
+    query_terms: list[str],
+    docs: dict[str, list[str]],
+    sources: dict[str, str | None],
+    weight: float,
+    k1=1.5,
+    b=0.75,
+) -> dict[str, float]:
+    """Chunk BM25 plus ``weight`` times the BM25 of the chunk's source, where a source is the
+    concatenation of its chunks' terms (a chunk without a source is a source of its own)."""
+    groups: dict[str, list[str]] = {}
+    group_of = {}
+    for doc_id, terms in docs.items():
+        key = sources.get(doc_id)
+        key = f"\0{doc_id}" if key is None else key
+        groups.setdefault(key, []).extend(terms)
+        group_of[doc_id] = key
+    chunk = plain_bm25(query_terms, docs, k1, b)
+    source = plain_bm25(query_terms, groups, k1, b)
+    return {d: s + weight * source[group_of[d]] for d, s in chunk.items()}

@@ -84,7 +84,12 @@ def test_explain_in_hybrid_mode(store):
 def test_explain_in_single_route_modes(store):
     r = HybridRetriever(store, WeakTable(TABLE))
     hit = r.search(QUERY, 1, SearchOptions(mode="keyword", explain=True))[0]
-    assert hit.explain == {"keyword": {"rank": 1, "score": hit.score}, "fused": hit.score}
+    parts = hit.explain["keyword"]
+    assert (parts["rank"], parts["score"], hit.explain["fused"]) == (1, hit.score, hit.score)
+    assert parts["score"] == pytest.approx(
+        parts["bm25_chunk"] + parts["source_weight"] * parts["bm25_source"]
+    )
+    assert r.search(QUERY, 1, SearchOptions(mode="keyword"))[0].explain is None
     rrf = r.search(QUERY, 1, SearchOptions(fusion="rrf", explain=True))[0]
     assert rrf.explain["fusion"] == "rrf" and "alpha" not in rrf.explain
 
@@ -221,3 +226,57 @@ def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path,
     assert len(r.search("password", 5, SearchOptions(k=5))) == 5 and calls == []
     few = r.search("weather", 5, SearchOptions(k=5))  # one keyword hit: dense fills the page
     assert len(calls) == 1 and few[0].document.id == "d30" and len(few) == 5
+
+
+# --- source context: a chunk's file counts in its keyword score ------------------------------
+
+FILES = {
+    # a file about passwords: only its second chunk says "reset"
+    "pw-1": ("/kb/passwords.md", 1, "Password rules: a password needs twelve characters."),
+    "pw-2": ("/kb/passwords.md", 2, "Forgot it? Use reset on the sign-in page."),
+    # a file about routers that mentions "reset" once
+    "router": ("/kb/router.md", 1, "Hold the button to reset the router."),
+}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def files_store(request, tmp_path):
+    from kbcli import InMemoryStore
+
+    store = InMemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "kb.db")
+    store.add(
+        [Document(i, text, {"source": src, "page": page}) for i, (src, page, text) in FILES.items()]
+    )
+    return store
+
+
+def test_source_context_lifts_the_chunk_of_the_file_about_the_query(files_store):
+    from kbcli import BM25Retriever
+
+    plain = BM25Retriever(files_store, source_weight=0.0).search("reset password", 3)
+    assert ids(plain)[:1] == ["pw-1"]  # "password" twice beats "reset"...
+    # ...and chunk-only scoring cannot tell the two "reset" chunks apart by their files
+    with_source = BM25Retriever(files_store).search("reset password", 3)
+    assert ids(with_source).index("pw-2") < ids(with_source).index("router")
+    assert ids(plain).index("pw-2") > ids(plain).index("router")
+
+
+def test_source_context_counts_only_chunks_the_filter_lets_through(files_store):
+    from kbcli import BM25Retriever
+
+    r = BM25Retriever(files_store)
+    both = {h.document.id: h.explain for h in r.search("password", 3)}
+    page2 = r.search("password reset", 3, SearchOptions(filter={"page": 2}))
+    assert ids(page2) == ["pw-2"]
+    # page 1 (which says "password") is not visible, so it adds nothing to pw-2's file score
+    assert page2[0].explain["bm25_source"] == pytest.approx(
+        r.search("reset", 3, SearchOptions(filter={"page": 2}))[0].explain["bm25_source"]
+    )
+    assert both["pw-1"]["bm25_source"] > 0
+
+
+def test_source_weight_option_overrides_the_retriever(files_store):
+    r = HybridRetriever(files_store, WeakTable({}))
+    off = r.search("reset password", 3, SearchOptions(mode="keyword", source_weight=0.0))
+    on = r.search("reset password", 3, SearchOptions(mode="keyword"))
+    assert ids(off) != ids(on)

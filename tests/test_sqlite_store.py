@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from bm25_plain import plain_bm25
+from bm25_plain import plain_bm25, plain_bm25_with_sources
 from kbcli import (
     Analyzer,
     BM25Retriever,
@@ -15,6 +15,8 @@ from kbcli import (
     SQLiteStore,
 )
 from kbcli.embedders.base import EmbedderInfo
+from kbcli.scoring import SOURCE_WEIGHT
+from kbcli.stores.sqlite import SCHEMA_VERSION
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron".split()
 
@@ -25,12 +27,22 @@ def random_text(rng: random.Random) -> str:
     )
 
 
-def check_parity(store: SQLiteStore, expected_docs: dict[str, str], query: str) -> None:
+def check_parity(
+    store: SQLiteStore,
+    expected_docs: dict[str, str],
+    query: str,
+    sources: dict[str, str | None] | None = None,
+) -> None:
     analyzer = store.analyzer
     docs = {i: analyzer.terms(t) for i, t in expected_docs.items()}
-    expected = plain_bm25(analyzer.terms(query), docs)
+    expected = plain_bm25_with_sources(analyzer.terms(query), docs, sources or {}, SOURCE_WEIGHT)
     got = store.keyword_search(query, k=len(expected_docs) + 5)
     assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
+    for r in got:  # the score is exactly its two explained parts
+        parts = r.explain
+        assert r.score == pytest.approx(
+            parts["bm25_chunk"] + parts["source_weight"] * parts["bm25_source"]
+        )
     scores = [r.score for r in got]
     assert scores == sorted(scores, reverse=True)
 
@@ -39,23 +51,32 @@ def test_bm25_matches_plain_formula_after_adds_upserts_and_deletes(tmp_path):
     rng = random.Random(42)
     store = SQLiteStore(tmp_path / "kb.db")
     live: dict[str, str] = {}
+    source_of: dict[str, str | None] = {}
     for step in range(40):
         batch = []
         for _ in range(rng.randint(1, 6)):
             doc_id = f"d{rng.randint(0, 60)}"  # collisions make upserts
-            text = random_text(rng)
-            batch.append(Document(doc_id, text))
+            source = rng.choice(["/s0.md", "/s1.md", "/s2.md", "/s3.md", None])
+            meta = {"source": source} if source else {}
+            batch.append(Document(doc_id, random_text(rng), meta))
         # last write of an id in a batch wins, as in the store
         store.add(batch)
         for d in batch:
             live[d.id] = d.text
+            source_of[d.id] = d.metadata.get("source")
         if step % 3 == 2:
             doomed = rng.sample(sorted(live), k=min(3, len(live)))
             store.delete(doomed)
             for d in doomed:
                 live.pop(d)
+        if step % 7 == 6:
+            gone = rng.choice(["/s0.md", "/s1.md"])
+            store.delete_source(gone)
+            for d in [d for d in live if source_of[d] == gone]:
+                live.pop(d)
         query = " ".join(rng.sample(WORDS, 3)) + " alpha alpha"
-        check_parity(store, live, query)
+        check_parity(store, live, query, source_of)
+        assert store.integrity_check() == []
     assert store.integrity_check() == []
     assert store.count() == len(live)
 
@@ -171,7 +192,7 @@ def test_not_a_kb_database(tmp_path):
 def test_schema_version_and_wal(tmp_path):
     store = SQLiteStore(tmp_path / "kb.db")
     conn = sqlite3.connect(tmp_path / "kb.db")
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     store.close()
 
@@ -216,19 +237,27 @@ def test_delete_source_replace_source_and_listing(tmp_path):
 def test_bm25_retriever_uses_the_store_index_and_memory_fallback(tmp_path):
     from kbcli import InMemoryStore
 
-    texts = {f"d{i}": t for i, t in enumerate(["cat sat", "cat cat dog", "dog", "bird"])}
+    texts = {f"d{i}": t for i, t in enumerate(["cat sat", "cat cat dog", "dog", "bird", "cat"])}
+    sources = {"d0": "/a.md", "d1": "/a.md", "d2": "/b.md", "d3": None, "d4": None}
     sql, mem = SQLiteStore(tmp_path / "kb.db"), InMemoryStore()
     for store in (sql, mem):
-        store.add([Document(i, t) for i, t in texts.items()])
+        store.add(
+            [Document(i, t, {"source": sources[i]} if sources[i] else {}) for i, t in texts.items()]
+        )
     a = [(r.document.id, r.score) for r in BM25Retriever(sql).search("cat dog", k=10)]
     b = [(r.document.id, r.score) for r in BM25Retriever(mem).search("cat dog", k=10)]
     assert [x[0] for x in a] == [x[0] for x in b]
     assert [x[1] for x in a] == pytest.approx([x[1] for x in b])
     analyzer = Analyzer()
-    expected = plain_bm25(
-        analyzer.terms("cat dog"), {i: analyzer.terms(t) for i, t in texts.items()}
+    expected = plain_bm25_with_sources(
+        analyzer.terms("cat dog"), {i: analyzer.terms(t) for i, t in texts.items()}, sources, 2.0
     )
     assert dict(b) == pytest.approx(expected)
+    # source_weight 0 is plain chunk BM25
+    plain = plain_bm25(analyzer.terms("cat dog"), {i: analyzer.terms(t) for i, t in texts.items()})
+    for store in (sql, mem):
+        hits = BM25Retriever(store, source_weight=0.0).search("cat dog", k=10)
+        assert {h.document.id: h.score for h in hits} == pytest.approx(plain)
 
 
 def test_long_query_is_bounded(tmp_path):

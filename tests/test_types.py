@@ -26,7 +26,19 @@ def test_unknown_mode_names_valid_ones():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"k": 0}, {"k": -1}, {"alpha": 1.5}, {"alpha": -0.1}, {"fusion": "max"}]
+    "kwargs",
+    [
+        {"k": 0},
+        {"k": -1},
+        {"alpha": 1.5},
+        {"alpha": -0.1},
+        {"fusion": "max"},
+        {"source_weight": -1},
+        {"source_weight": float("inf")},
+        {"source_weight": float("nan")},
+        {"source_weight": True},
+        {"source_weight": "2"},
+    ],
 )
 def test_invalid_options(kwargs):
     with pytest.raises(InvalidOptionError):

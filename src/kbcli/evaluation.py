@@ -307,7 +307,7 @@ def _open_index(
     if embedder is None:
         embedder = _default_embedder(config, mode)
     limits = config.limits
-    chunking = f"{config.rag.chunker}:{limits.chunk_size}:{limits.chunk_overlap}"
+    chunking = f"{config.rag.chunker}:{limits.chunk_size}:{limits.chunk_overlap};source=doc_id"
     fingerprint = corpus_fingerprint(data.path, chunking)
     store = SQLiteStore(path, analyzer=analyzer_from_config(config))
     chunker = make_chunker(config.rag.chunker, limits.chunk_size, limits.chunk_overlap)
@@ -383,7 +383,8 @@ def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> Non
         for doc_id, (title, text) in items[start : start + INGEST_BATCH]:
             body = f"# {title}\n\n{text}" if title else text
             chunks = ingestor.chunk_sections([Section(body, {})])
-            docs.extend(ingestor.build_documents(chunks, {"doc_id": doc_id}))
+            # The document is the chunks' source, as a file is for ingested files.
+            docs.extend(ingestor.build_documents(chunks, {"doc_id": doc_id, "source": doc_id}))
         if docs:
             ingestor._store(docs)
         if progress is not None:

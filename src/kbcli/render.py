@@ -220,7 +220,13 @@ def _explain_text(explain: Any) -> str:
     lines = []
     for key, value in explain.items():
         if isinstance(value, dict) and "rank" in value:
-            lines.append(f"{key} #{value['rank']} ({_fmt(value.get('score'))})")
+            line = f"{key} #{value['rank']} ({_fmt(value.get('score'))}"
+            if "bm25_chunk" in value:
+                line += (
+                    f" = chunk {_fmt(value['bm25_chunk'])}"
+                    f" + {_fmt(value['source_weight'])}×file {_fmt(value['bm25_source'])}"
+                )
+            lines.append(line + ")")
         elif value is None:
             lines.append(f"{key} -")
         else:

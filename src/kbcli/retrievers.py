@@ -9,6 +9,7 @@ from typing import Any
 from .analysis import Analyzer, keyword_text
 from .filters import matches, validate_filter
 from .scoring import (
+    SOURCE_WEIGHT,
     bm25_idf,
     bm25_term,
     keyword_first_fusion,
@@ -27,57 +28,110 @@ FUSION_POOL_FACTOR = 2
 # keywords did not find. Measured: any larger weight (0.02, 0.05) already lost to keyword
 # ranking on Cranfield (docs/quality.md).
 WEAK_DENSE_ALPHA = 0.001
+# Query terms that reach the index at most (the rarest ones): pasted paragraphs stay fast.
+MAX_QUERY_TERMS = 32
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
 
 
 class _MemoryBM25Index:
-    """An in-memory inverted index over documents, for stores without their own."""
+    """An in-memory inverted index over documents, for stores without their own.
+
+    Scores like :meth:`SQLiteStore.keyword_search`: chunk BM25 plus ``source_weight`` times
+    the BM25 of the chunk's source (``metadata["source"]``; a chunk without one is its own).
+    """
 
     def __init__(self, docs: list[Document], analyzer: Analyzer):
         self.docs = docs
         self.lengths: list[int] = []
         self.postings: dict[str, list[tuple[int, int]]] = {}
+        self.source_of: list[int] = []
+        source_ids: dict[str, int] = {}
         for i, doc in enumerate(docs):
             counts = Counter(analyzer.terms(keyword_text(doc.text, doc.metadata)))
             self.lengths.append(sum(counts.values()))
             for term, tf in counts.items():
                 self.postings.setdefault(term, []).append((i, tf))
+            source = doc.metadata.get("source")
+            key = str(source) if source is not None else f"\0{i}"
+            self.source_of.append(source_ids.setdefault(key, len(source_ids)))
+        self.source_lengths = [0] * len(source_ids)
+        for i, length in enumerate(self.lengths):
+            self.source_lengths[self.source_of[i]] += length
         self.avgdl = sum(self.lengths) / len(docs) if docs else 0.0
+        self.avgsl = sum(self.lengths) / len(source_ids) if source_ids else 0.0
 
     def search(
-        self, query_counts: Counter[str], k: int, filter: dict[str, Any] | None, k1: float, b: float
+        self,
+        query_counts: Counter[str],
+        k: int,
+        filter: dict[str, Any] | None,
+        k1: float,
+        b: float,
+        source_weight: float,
     ) -> list[SearchResult]:
-        n = len(self.docs)
-        scores: dict[int, float] = {}
-        for term, qtf in query_counts.items():
-            plist = self.postings.get(term)
-            if not plist:
-                continue
-            idf = bm25_idf(n, len(plist)) * qtf
-            for i, tf in plist:
-                if filter and not matches(self.docs[i].metadata, filter):
-                    continue
-                scores[i] = scores.get(i, 0.0) + idf * bm25_term(
+        n, n_sources = len(self.docs), len(self.source_lengths)
+        found = sorted((len(self.postings[t]), t) for t in query_counts if t in self.postings)[
+            :MAX_QUERY_TERMS
+        ]
+        chunk: dict[int, float] = {}
+        source: dict[int, float] = {}
+        for _, term in found:
+            visible = [
+                (i, tf)
+                for i, tf in self.postings[term]
+                if not filter or matches(self.docs[i].metadata, filter)
+            ]
+            idf = bm25_idf(n, len(self.postings[term])) * query_counts[term]
+            per_source: Counter[int] = Counter()
+            for i, tf in visible:
+                chunk[i] = chunk.get(i, 0.0) + idf * bm25_term(
                     tf, self.lengths[i], self.avgdl, k1, b
                 )
-        best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:k]
-        return [SearchResult(self.docs[i], score) for i, score in best]
+                per_source[self.source_of[i]] += tf
+            sdf = len({self.source_of[i] for i, _ in self.postings[term]})
+            source_idf = bm25_idf(n_sources, sdf) * query_counts[term]
+            for src, tf in per_source.items():
+                source[src] = source.get(src, 0.0) + source_idf * bm25_term(
+                    tf, self.source_lengths[src], self.avgsl, k1, b
+                )
+        scores = {
+            i: (c + source_weight * source[self.source_of[i]], c, source[self.source_of[i]])
+            for i, c in chunk.items()
+        }
+        best = sorted(scores.items(), key=lambda item: (-item[1][0], item[0]))[:k]
+        return [
+            SearchResult(
+                self.docs[i],
+                total,
+                {"bm25_chunk": c, "bm25_source": s, "source_weight": source_weight},
+            )
+            for i, (total, c, s) in best
+        ]
 
 
 class BM25Retriever:
-    """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference).
+    """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference), with
+    source context: a chunk scores its own BM25 plus ``source_weight`` times its source's.
 
     Uses the store's persistent index when it has one (``keyword_search``); otherwise indexes
     ``store.list_all()`` in memory, rebuilt only when the store's ``version`` changes.
     """
 
     def __init__(
-        self, store: Any, k1: float = 1.5, b: float = 0.75, analyzer: Analyzer | None = None
+        self,
+        store: Any,
+        k1: float = 1.5,
+        b: float = 0.75,
+        analyzer: Analyzer | None = None,
+        source_weight: float = SOURCE_WEIGHT,
     ):
+        if source_weight < 0:
+            raise ValueError(f"source_weight must be 0 or more, got {source_weight}")
         self.store = store
         self.k1 = k1
         self.b = b
+        self.source_weight = source_weight
         self.analyzer = analyzer or getattr(store, "analyzer", None) or Analyzer()
         self._cache: tuple[Any, _MemoryBM25Index] | None = None
 
@@ -86,12 +140,17 @@ class BM25Retriever:
     ) -> list[SearchResult]:
         """The ``k`` best BM25 matches among documents passing ``options.filter``."""
         filter = validate_filter(options.filter if options else None)
+        weight = self.source_weight
+        if options is not None and options.source_weight is not None:
+            weight = options.source_weight
         if hasattr(self.store, "keyword_search"):
-            return self.store.keyword_search(query, k, filter, k1=self.k1, b=self.b)
+            return self.store.keyword_search(
+                query, k, filter, k1=self.k1, b=self.b, source_weight=weight
+            )
         query_counts = self.analyzer.query_counts(query)
         if not query_counts:
             return []
-        return self._index().search(query_counts, k, filter, self.k1, self.b)
+        return self._index().search(query_counts, k, filter, self.k1, self.b, weight)
 
     def _index(self) -> _MemoryBM25Index:
         version = getattr(self.store, "version", None)
@@ -221,9 +280,12 @@ class HybridRetriever:
 
     @staticmethod
     def _label(hits: list[SearchResult], route: str, options: SearchOptions) -> list[SearchResult]:
-        if options.explain:
-            for rank, hit in enumerate(hits, start=1):
-                hit.explain = {route: {"rank": rank, "score": hit.score}, "fused": hit.score}
+        for rank, hit in enumerate(hits, start=1):
+            if options.explain:
+                detail = {"rank": rank, "score": hit.score, **(hit.explain or {})}
+                hit.explain = {route: detail, "fused": hit.score}
+            else:
+                hit.explain = None
         return hits
 
 
@@ -262,10 +324,14 @@ def fuse(
     if options.explain:
         keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
         dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
+        keyword_parts = {h.document.id: h.explain or {} for h in keyword_hits}
         for hit in results:
             doc_id = hit.document.id
+            keyword = _route(keyword_rank, keyword_scores, doc_id)
+            if keyword is not None:
+                keyword.update(keyword_parts[doc_id])
             hit.explain = {
-                "keyword": _route(keyword_rank, keyword_scores, doc_id),
+                "keyword": keyword,
                 "dense": _route(dense_rank, dense_scores, doc_id),
                 "fused": hit.score,
                 "fusion": options.fusion,

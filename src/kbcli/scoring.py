@@ -6,6 +6,11 @@ import math
 from collections.abc import Mapping
 
 RRF_K = 60
+# Keyword search scores a chunk as its own BM25 plus SOURCE_WEIGHT times the BM25 of its whole
+# source (file). Chunks are short, so a query's words are often spread over a file's chunks;
+# the source part lets the file's evidence count. Measured with 500-character chunks (nDCG@10,
+# docs/quality.md): SciFact train 0.670 -> 0.696, Cranfield 0.358 -> 0.377 at 2.0.
+SOURCE_WEIGHT = 2.0
 
 
 def bm25_idf(n_docs: int, df: int) -> float:

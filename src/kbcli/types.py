@@ -59,7 +59,9 @@ class SearchOptions:
     ``filter`` is a metadata filter applied before scoring; ``min_score`` drops weaker hits.
     ``mmr`` (lambda in [0, 1]) re-orders the candidate pool by maximal marginal relevance:
     1 is pure relevance, lower values favour results unlike those already chosen. ``dedupe``
-    collapses chunks with identical text (copied files) to their best hit.
+    collapses chunks with identical text (copied files) to their best hit. ``source_weight``
+    is how much a chunk's whole source (file) counts in its keyword score, ``chunk BM25 +
+    source_weight * source BM25`` (``None``: the retriever's, 2.0 by default; 0: chunk only).
     """
 
     k: int = 5
@@ -71,6 +73,7 @@ class SearchOptions:
     explain: bool = False
     mmr: float | None = None
     dedupe: bool = True
+    source_weight: float | None = None
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
@@ -88,6 +91,16 @@ class SearchOptions:
             ):
                 raise InvalidOptionError(f"mmr lambda must be between 0 and 1, got {self.mmr!r}")
             self.mmr = float(self.mmr)
+        if self.source_weight is not None:
+            if (
+                isinstance(self.source_weight, bool)
+                or not isinstance(self.source_weight, (int, float))
+                or not 0.0 <= float(self.source_weight) < float("inf")
+            ):
+                raise InvalidOptionError(
+                    f"source_weight must be a number, 0 or more, got {self.source_weight!r}"
+                )
+            self.source_weight = float(self.source_weight)
         fusion = str(self.fusion).strip().lower()
         if fusion not in FUSIONS:
             raise InvalidOptionError(

@@ -49,12 +49,14 @@ from ..errors import (
     StoreError,
 )
 from ..filters import compile_sql, dumps_metadata, validate_filter
-from ..scoring import bm25_idf
+from ..scoring import SOURCE_WEIGHT, bm25_idf
 from ..types import Document, SearchResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APP_ID = 0x4B42_4C49  # "KBLI"
 DEFAULT_BUSY_TIMEOUT = 60.0
+# Query terms that reach the index at most (the rarest ones): pasted paragraphs stay fast.
+MAX_QUERY_TERMS = 32
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -67,26 +69,40 @@ CREATE TABLE chunks (
     source TEXT,
     text_hash TEXT NOT NULL,
     length INTEGER NOT NULL,
-    terms BLOB NOT NULL
+    terms BLOB NOT NULL,
+    src INTEGER NOT NULL
 );
 CREATE INDEX chunks_source ON chunks (source);
+CREATE TABLE sources (
+    id INTEGER PRIMARY KEY,
+    source TEXT UNIQUE,
+    length INTEGER NOT NULL,
+    chunks INTEGER NOT NULL
+);
 CREATE TABLE vectors (doc INTEGER PRIMARY KEY, vec BLOB NOT NULL);
-CREATE TABLE terms (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE, df INTEGER NOT NULL);
+CREATE TABLE terms (
+    id INTEGER PRIMARY KEY,
+    term TEXT NOT NULL UNIQUE,
+    df INTEGER NOT NULL,
+    sdf INTEGER NOT NULL DEFAULT 0
+);
 CREATE TABLE postings (
     term INTEGER NOT NULL,
+    src INTEGER NOT NULL,
     doc INTEGER NOT NULL,
     tf INTEGER NOT NULL,
     dl INTEGER NOT NULL,
-    PRIMARY KEY (term, doc)
+    PRIMARY KEY (term, src, doc)
 ) WITHOUT ROWID;
 CREATE TABLE stats (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     n INTEGER NOT NULL,
     total_length INTEGER NOT NULL,
     generation INTEGER NOT NULL,
-    vector_generation INTEGER NOT NULL
+    vector_generation INTEGER NOT NULL,
+    sources INTEGER NOT NULL DEFAULT 0
 );
-INSERT INTO stats VALUES (1, 0, 0, 0, 0);
+INSERT INTO stats (id, n, total_length, generation, vector_generation) VALUES (1, 0, 0, 0, 0);
 CREATE TABLE files (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -104,8 +120,52 @@ CREATE TABLE embedding_cache (
 ) WITHOUT ROWID;
 """
 
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Schema 2 groups chunks by source for source-level BM25: a ``sources`` table, ``src`` on
+    chunks and postings (postings re-clustered by term, source, chunk), ``terms.sdf``."""
+    conn.execute(
+        "CREATE TABLE sources (id INTEGER PRIMARY KEY, source TEXT UNIQUE,"
+        " length INTEGER NOT NULL, chunks INTEGER NOT NULL)"
+    )
+    conn.execute(
+        "INSERT INTO sources (source, length, chunks) SELECT source, sum(length), count(*)"
+        " FROM chunks WHERE source IS NOT NULL GROUP BY source ORDER BY min(doc)"
+    )
+    conn.execute("ALTER TABLE chunks ADD COLUMN src INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE chunks SET src = (SELECT id FROM sources s WHERE s.source = chunks.source)"
+        " WHERE source IS NOT NULL"
+    )
+    # A chunk without a source is a source of its own.
+    loose = conn.execute("SELECT doc, length FROM chunks WHERE source IS NULL ORDER BY doc")
+    for doc, length in loose.fetchall():
+        src = conn.execute(
+            "INSERT INTO sources (source, length, chunks) VALUES (NULL, ?, 1)", (length,)
+        ).lastrowid
+        conn.execute("UPDATE chunks SET src = ? WHERE doc = ?", (src, doc))
+    conn.execute(
+        "CREATE TABLE postings_v2 (term INTEGER NOT NULL, src INTEGER NOT NULL,"
+        " doc INTEGER NOT NULL, tf INTEGER NOT NULL, dl INTEGER NOT NULL,"
+        " PRIMARY KEY (term, src, doc)) WITHOUT ROWID"
+    )
+    conn.execute(
+        "INSERT INTO postings_v2 SELECT p.term, c.src, p.doc, p.tf, p.dl"
+        " FROM postings p JOIN chunks c ON c.doc = p.doc"
+    )
+    conn.execute("DROP TABLE postings")
+    conn.execute("ALTER TABLE postings_v2 RENAME TO postings")
+    conn.execute("ALTER TABLE terms ADD COLUMN sdf INTEGER NOT NULL DEFAULT 0")
+    conn.execute(
+        "UPDATE terms SET sdf ="
+        " (SELECT count(DISTINCT src) FROM postings p WHERE p.term = terms.id)"
+    )
+    conn.execute("ALTER TABLE stats ADD COLUMN sources INTEGER NOT NULL DEFAULT 0")
+    conn.execute("UPDATE stats SET sources = (SELECT count(*) FROM sources)")
+
+
 # Migrations from version N to N+1, run in one transaction when user_version says so.
-_MIGRATIONS: dict[int, str] = {}
+_MIGRATIONS: dict[int, Any] = {1: _migrate_1_to_2}
 
 
 @dataclass
@@ -255,6 +315,12 @@ class SQLiteStore:
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
+            if "readonly" in str(exc):
+                raise StoreError(
+                    f"Cannot write {self.path} ({exc}): kb needs write access to open it (a "
+                    "one-time upgrade of its format, or its write-ahead log); check the "
+                    "permissions of the file and its folder"
+                ) from None
             if "locked" in str(exc) or "busy" in str(exc):
                 raise DatabaseLockedError(
                     f"{self.path} stayed locked by another kb process for "
@@ -294,9 +360,7 @@ class SQLiteStore:
                 conn.execute("INSERT INTO meta VALUES ('index_id', ?)", (os.urandom(16).hex(),))
                 version = SCHEMA_VERSION
             while version < SCHEMA_VERSION:
-                for statement in _MIGRATIONS[version].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                _MIGRATIONS[version](conn)
                 version += 1
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -499,42 +563,95 @@ class SQLiteStore:
         postings = []
         vectors = []
         total = 0
+        src_ids: dict[str, int] = {}
+        new_srcs: set[int] = set()
+        src_terms: dict[int, set[int]] = {}
+        src_growth: Counter[int] = Counter()
+        src_chunks: Counter[int] = Counter()
         for doc, vec, counts in prepared:
             length = sum(counts.values())
             by_id = {term_ids[t]: tf for t, tf in counts.items()}
             metadata = dict(doc.metadata)
             source = metadata.get("source")
+            source = str(source) if source is not None else None
+            src = self._source_id(conn, source, src_ids, new_srcs)
             cur = conn.execute(
                 "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
-                " terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     doc.id,
                     doc.text,
                     dumps_metadata(metadata),
                     doc.created_at.isoformat(),
-                    str(source) if source is not None else None,
+                    source,
                     text_hash(doc.text),
                     length,
                     _pack_terms(by_id),
+                    src,
                 ),
             )
             rowid = cur.lastrowid
-            postings.extend((tid, rowid, tf, length) for tid, tf in by_id.items())
+            postings.extend((tid, src, rowid, tf, length) for tid, tf in by_id.items())
             df_delta.update(by_id.keys())
+            src_terms.setdefault(src, set()).update(by_id)
+            src_growth[src] += length
+            src_chunks[src] += 1
             total += length
             if vec is not None:
                 vectors.append((rowid, _pack_vector(vec)))
-        conn.executemany("INSERT INTO postings VALUES (?, ?, ?, ?)", postings)
+        # A term's source frequency grows for each source that did not contain it before
+        # (checked before the new postings go in; a new source contained nothing).
+        sdf_delta: Counter[int] = Counter()
+        for src, term_set in src_terms.items():
+            if src in new_srcs:
+                sdf_delta.update(term_set)
+                continue
+            for tid in term_set:
+                had = conn.execute(
+                    "SELECT 1 FROM postings WHERE term = ? AND src = ? LIMIT 1", (tid, src)
+                ).fetchone()
+                if had is None:
+                    sdf_delta[tid] += 1
+        conn.executemany("INSERT INTO postings VALUES (?, ?, ?, ?, ?)", postings)
         conn.executemany(
-            "UPDATE terms SET df = df + ? WHERE id = ?", ((d, t) for t, d in df_delta.items())
+            "UPDATE terms SET df = df + ?, sdf = sdf + ? WHERE id = ?",
+            ((d, sdf_delta.get(t, 0), t) for t, d in df_delta.items()),
+        )
+        conn.executemany(
+            "UPDATE sources SET length = length + ?, chunks = chunks + ? WHERE id = ?",
+            ((src_growth[src], src_chunks[src], src) for src in src_chunks),
         )
         conn.executemany("INSERT INTO vectors VALUES (?, ?)", vectors)
         if vectors:
             conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
         conn.execute(
-            "UPDATE stats SET n = n + ?, total_length = total_length + ? WHERE id = 1",
-            (len(prepared), total),
+            "UPDATE stats SET n = n + ?, total_length = total_length + ?, sources = sources + ?"
+            " WHERE id = 1",
+            (len(prepared), total, len(new_srcs)),
         )
+
+    @staticmethod
+    def _source_id(
+        conn: sqlite3.Connection, source: str | None, known: dict[str, int], new: set[int]
+    ) -> int:
+        """The ``sources`` row of ``source``, created when missing (``new`` collects those).
+
+        A chunk without a source is a source of its own."""
+        if source is not None and source in known:
+            return known[source]
+        row = None
+        if source is not None:
+            row = conn.execute("SELECT id FROM sources WHERE source = ?", (source,)).fetchone()
+        if row is not None:
+            src = row[0]
+        else:
+            src = conn.execute(
+                "INSERT INTO sources (source, length, chunks) VALUES (?, 0, 0)", (source,)
+            ).lastrowid
+            new.add(src)
+        if source is not None:
+            known[source] = src
+        return src
 
     def delete(self, ids: list[str]) -> bool:
         """Delete documents by id in one transaction; True when at least one existed."""
@@ -554,34 +671,69 @@ class SQLiteStore:
             marks = ",".join("?" * len(part))
             rows.extend(
                 conn.execute(
-                    f"SELECT doc, length, terms FROM chunks WHERE id IN ({marks})", part
+                    f"SELECT doc, length, terms, src FROM chunks WHERE id IN ({marks})", part
                 ).fetchall()
             )
         return self._delete_rows(conn, rows)
 
-    def _delete_rows(self, conn: sqlite3.Connection, rows: list[tuple[int, int, bytes]]) -> int:
+    def _delete_rows(
+        self, conn: sqlite3.Connection, rows: list[tuple[int, int, bytes, int]]
+    ) -> int:
         if not rows:
             return 0
         df_delta: Counter[int] = Counter()
         doomed_postings = []
+        src_terms: dict[int, set[int]] = {}
+        src_shrink: Counter[int] = Counter()
+        src_chunks: Counter[int] = Counter()
         total = 0
-        for doc, length, packed in rows:
+        for doc, length, packed, src in rows:
             pairs = _unpack_terms(packed)
-            doomed_postings.extend((term_id, doc) for term_id, _ in pairs)
+            doomed_postings.extend((term_id, src, doc) for term_id, _ in pairs)
             df_delta.update(term_id for term_id, _ in pairs)
+            src_terms.setdefault(src, set()).update(term_id for term_id, _ in pairs)
+            src_shrink[src] += length
+            src_chunks[src] += 1
             total += length
-        conn.executemany("DELETE FROM postings WHERE term = ? AND doc = ?", doomed_postings)
         conn.executemany(
-            "UPDATE terms SET df = df - ? WHERE id = ?", ((d, t) for t, d in df_delta.items())
+            "DELETE FROM postings WHERE term = ? AND src = ? AND doc = ?", doomed_postings
+        )
+        # A term's source frequency drops for each source left without it; a source that
+        # loses all its chunks loses every term, so only partial deletes need checking.
+        emptied = set()
+        for src, count in src_chunks.items():
+            left = conn.execute("SELECT chunks FROM sources WHERE id = ?", (src,)).fetchone()
+            if left is None or left[0] <= count:
+                emptied.add(src)
+        sdf_delta: Counter[int] = Counter()
+        for src, term_set in src_terms.items():
+            if src in emptied:
+                sdf_delta.update(term_set)
+                continue
+            for tid in term_set:
+                left = conn.execute(
+                    "SELECT 1 FROM postings WHERE term = ? AND src = ? LIMIT 1", (tid, src)
+                ).fetchone()
+                if left is None:
+                    sdf_delta[tid] += 1
+        conn.executemany(
+            "UPDATE terms SET df = df - ?, sdf = sdf - ? WHERE id = ?",
+            ((d, sdf_delta.get(t, 0), t) for t, d in df_delta.items()),
         )
         conn.executemany("DELETE FROM terms WHERE id = ? AND df <= 0", ((t,) for t in df_delta))
+        conn.executemany("DELETE FROM sources WHERE id = ?", ((src,) for src in emptied))
+        conn.executemany(
+            "UPDATE sources SET length = length - ?, chunks = chunks - ? WHERE id = ?",
+            ((src_shrink[s], src_chunks[s], s) for s in src_chunks if s not in emptied),
+        )
         docs = [(r[0],) for r in rows]
         conn.executemany("DELETE FROM vectors WHERE doc = ?", docs)
         conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
         conn.executemany("DELETE FROM chunks WHERE doc = ?", docs)
         conn.execute(
-            "UPDATE stats SET n = n - ?, total_length = total_length - ? WHERE id = 1",
-            (len(rows), total),
+            "UPDATE stats SET n = n - ?, total_length = total_length - ?, sources = sources - ?"
+            " WHERE id = 1",
+            (len(rows), total, len(emptied)),
         )
         return len(rows)
 
@@ -589,7 +741,7 @@ class SQLiteStore:
         """Delete every chunk of ``source`` and its file record; returns the chunk count."""
         with self.transaction() as conn:
             rows = conn.execute(
-                "SELECT doc, length, terms FROM chunks WHERE source = ?", (source,)
+                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (source,)
             ).fetchall()
             conn.execute("DELETE FROM files WHERE path = ?", (source,))
             return self._delete_rows(conn, rows)
@@ -599,7 +751,7 @@ class SQLiteStore:
         where, params = compile_sql(validate_filter(filter))
         with self.transaction() as conn:
             rows = conn.execute(
-                f"SELECT doc, length, terms FROM chunks WHERE {where}", params
+                f"SELECT doc, length, terms, src FROM chunks WHERE {where}", params
             ).fetchall()
             return self._delete_rows(conn, rows)
 
@@ -614,7 +766,7 @@ class SQLiteStore:
         """Atomically swap the chunks of ``source`` for ``docs``: no reader sees both or neither."""
         with self.transaction() as conn:
             rows = conn.execute(
-                "SELECT doc, length, terms FROM chunks WHERE source = ?", (source,)
+                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (source,)
             ).fetchall()
             self._delete_rows(conn, rows)
             return self.add(docs, embeddings, embedder=embedder)
@@ -624,31 +776,43 @@ class SQLiteStore:
         with self.transaction() as conn:
             conn.execute("DELETE FROM postings")
             conn.execute("DELETE FROM terms")
-            rows = conn.execute("SELECT doc, text, metadata FROM chunks").fetchall()
+            rows = conn.execute("SELECT doc, text, metadata, src FROM chunks").fetchall()
             vocab: set[str] = set()
             counted = []
-            for doc, text, metadata in rows:
+            for doc, text, metadata, src in rows:
                 counts = Counter(self.analyzer.terms(keyword_text(text, json.loads(metadata))))
                 vocab.update(counts)
-                counted.append((doc, counts))
+                counted.append((doc, src, counts))
             term_ids = self._term_ids(conn, vocab)
             df: Counter[int] = Counter()
+            source_terms: dict[int, set[int]] = {}
+            source_length: Counter[int] = Counter()
             total = 0
-            for doc, counts in counted:
+            for doc, src, counts in counted:
                 length = sum(counts.values())
                 by_id = {term_ids[t]: tf for t, tf in counts.items()}
                 conn.executemany(
-                    "INSERT INTO postings VALUES (?, ?, ?, ?)",
-                    ((tid, doc, tf, length) for tid, tf in by_id.items()),
+                    "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
+                    ((tid, src, doc, tf, length) for tid, tf in by_id.items()),
                 )
                 conn.execute(
                     "UPDATE chunks SET length = ?, terms = ? WHERE doc = ?",
                     (length, _pack_terms(by_id), doc),
                 )
                 df.update(by_id.keys())
+                source_terms.setdefault(src, set()).update(by_id)
+                source_length[src] += length
                 total += length
+            sdf: Counter[int] = Counter()
+            for term_set in source_terms.values():
+                sdf.update(term_set)
             conn.executemany(
-                "UPDATE terms SET df = ? WHERE id = ?", ((d, t) for t, d in df.items())
+                "UPDATE terms SET df = ?, sdf = ? WHERE id = ?",
+                ((d, sdf[t], t) for t, d in df.items()),
+            )
+            conn.executemany(
+                "UPDATE sources SET length = ? WHERE id = ?",
+                ((length, src) for src, length in source_length.items()),
             )
             conn.execute("UPDATE stats SET total_length = ? WHERE id = 1", (total,))
             conn.execute(
@@ -682,7 +846,7 @@ class SQLiteStore:
         """
         with self.transaction() as conn:
             rows = conn.execute(
-                "SELECT doc, length, terms FROM chunks WHERE source = ?", (record.path,)
+                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (record.path,)
             ).fetchall()
             removed = self._delete_rows(conn, rows)
             if docs:
@@ -890,8 +1054,7 @@ class SQLiteStore:
         """Each source with its number of chunks, sorted by source."""
         with self._lock:
             return self._conn.execute(
-                "SELECT source, count(*) FROM chunks WHERE source IS NOT NULL"
-                " GROUP BY source ORDER BY source"
+                "SELECT source, chunks FROM sources WHERE source IS NOT NULL ORDER BY source"
             ).fetchall()
 
     def stats(self) -> dict[str, Any]:
@@ -901,7 +1064,7 @@ class SQLiteStore:
                 "SELECT n, total_length, generation FROM stats WHERE id = 1"
             ).fetchone()
             sources = conn.execute(
-                "SELECT count(DISTINCT source) FROM chunks WHERE source IS NOT NULL"
+                "SELECT count(*) FROM sources WHERE source IS NOT NULL"
             ).fetchone()[0]
             vocabulary = conn.execute("SELECT count(*) FROM terms").fetchone()[0]
             vectors = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
@@ -935,10 +1098,15 @@ class SQLiteStore:
         *,
         k1: float = 1.5,
         b: float = 0.75,
+        source_weight: float = SOURCE_WEIGHT,
     ) -> list[SearchResult]:
         """BM25 over the persistent inverted index; ``filter`` applies before ranking.
 
-        Each query term counts as often as it occurs in the query (as the plain formula does).
+        A chunk scores its own BM25 plus ``source_weight`` times the BM25 of its whole source
+        (its file: all its chunks as one text, scored among all sources), so a chunk of a file
+        about the query outranks a chunk that only mentions it. With a filter, the source part
+        counts only the chunks that pass it. Each query term counts as often as it occurs in
+        the query (as the plain formula does). Every hit's ``explain`` holds both parts.
         """
         filter = validate_filter(filter)
         query_counts = self.analyzer.query_counts(query)
@@ -946,44 +1114,107 @@ class SQLiteStore:
             return []
         with self._read() as conn:
             self._check_analyzer(conn, writing=False)
-            n, total = conn.execute("SELECT n, total_length FROM stats WHERE id = 1").fetchone()
+            n, total, n_sources = conn.execute(
+                "SELECT n, total_length, sources FROM stats WHERE id = 1"
+            ).fetchone()
             if n == 0:
                 return []
-            avgdl = total / n
-            wanted = list(query_counts)[: max(1, len(query_counts))]
+            wanted = list(query_counts)
             marks = ",".join("?" * len(wanted))
             found = conn.execute(
-                f"SELECT id, term, df FROM terms WHERE term IN ({marks})", wanted
+                f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})", wanted
             ).fetchall()
             if not found:
                 return []
             # Bound the work for pasted paragraphs: keep the rarest terms.
             found.sort(key=lambda row: row[2])
-            found = found[:32]
-            weights = {tid: bm25_idf(n, df) * query_counts[term] for tid, term, df in found}
-            case = " ".join("WHEN ? THEN ?" for _ in weights)
-            params: list[Any] = [x for tid, w in weights.items() for x in (tid, w)]
-            params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
-            term_marks = ",".join("?" * len(weights))
-            params += list(weights)
-            join, filter_sql = "", ""
-            if filter:
-                # CROSS JOIN keeps postings as the outer loop: the filter is checked only for
-                # documents that contain a query term, not for the whole table.
-                where, fparams = compile_sql(filter, "c.metadata")
-                join = " CROSS JOIN chunks c ON c.doc = p.doc"
-                filter_sql = f" AND {where}"
-                params += fparams
-            params.append(int(k))
-            rows = conn.execute(
-                "SELECT p.doc, sum((CASE p.term " + case + " END)"
-                " * p.tf * ? / (p.tf + ? * (? + ? * p.dl))) AS score"
-                f" FROM postings p{join} WHERE p.term IN ({term_marks}){filter_sql}"
-                " GROUP BY p.doc ORDER BY score DESC, p.doc LIMIT ?",
-                params,
-            ).fetchall()
+            found = found[:MAX_QUERY_TERMS]
+            chunk_w = {tid: bm25_idf(n, df) * query_counts[t] for tid, t, df, _ in found}
+            source_w = {tid: bm25_idf(n_sources, sdf) * query_counts[t] for tid, t, _, sdf in found}
+            rows = self._bm25_rows(
+                conn,
+                chunk_w,
+                source_w,
+                filter,
+                k,
+                k1,
+                b,
+                total / n,
+                total / max(n_sources, 1),
+                source_weight,
+            )
             docs = self._documents_by_rowid(conn, [r[0] for r in rows])
-        return [SearchResult(docs[doc], float(score)) for doc, score in rows if doc in docs]
+        results = []
+        for doc, score, chunk_score, source_score in rows:
+            if doc in docs:
+                explain = {
+                    "bm25_chunk": chunk_score,
+                    "bm25_source": source_score,
+                    "source_weight": source_weight,
+                }
+                results.append(SearchResult(docs[doc], float(score), explain))
+        return results
+
+    @staticmethod
+    def _bm25_rows(
+        conn: sqlite3.Connection,
+        chunk_w: dict[int, float],
+        source_w: dict[int, float],
+        filter: dict[str, Any] | None,
+        k: int,
+        k1: float,
+        b: float,
+        avgdl: float,
+        avgsl: float,
+        source_weight: float,
+    ) -> list[tuple[int, float, float, float]]:
+        """``(chunk rowid, score, chunk BM25, source BM25)`` of the ``k`` best chunks."""
+        term_marks = ",".join("?" * len(chunk_w))
+        hits_params: list[Any] = list(chunk_w)
+        hits_sql = "SELECT p.term, p.src, p.doc, p.tf, p.dl FROM postings p"
+        where = f" WHERE p.term IN ({term_marks})"
+        if filter:
+            # CROSS JOIN keeps postings as the outer loop: the filter is checked only for
+            # chunks that contain a query term, not for the whole table.
+            fsql, fparams = compile_sql(filter, "c.metadata")
+            hits_sql += " CROSS JOIN chunks c ON c.doc = p.doc"
+            where += f" AND {fsql}"
+            hits_params += fparams
+        hits_sql += where
+
+        def weight_case(weights: dict[int, float]) -> tuple[str, list[Any]]:
+            sql = "CASE h.term " + " ".join("WHEN ? THEN ?" for _ in weights) + " END"
+            return sql, [x for tid, w in weights.items() for x in (tid, w)]
+
+        chunk_case, chunk_params = weight_case(chunk_w)
+        chunk_sql = (
+            f"SELECT h.doc AS doc, h.src AS src, sum(({chunk_case}) * h.tf * ?"
+            " / (h.tf + ? * (? + ? * h.dl))) AS score FROM hits h GROUP BY h.doc"
+        )
+        chunk_params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
+        if source_weight == 0.0:
+            sql = (
+                f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql})"
+                " SELECT doc, score, score, 0.0 FROM per_chunk ORDER BY score DESC, doc LIMIT ?"
+            )
+            return conn.execute(sql, [*hits_params, *chunk_params, int(k)]).fetchall()
+        source_case, source_params = weight_case(source_w)
+        source_sql = (
+            f"SELECT h.src AS src, sum(({source_case}) * h.tf * ?"
+            " / (h.tf + ? * (? + ? * s.length))) AS score"
+            " FROM (SELECT term, src, sum(tf) AS tf FROM hits GROUP BY term, src) h"
+            " JOIN sources s ON s.id = h.src GROUP BY h.src"
+        )
+        source_params += [k1 + 1.0, k1, 1.0 - b, b / avgsl if avgsl else 0.0]
+        sql = (
+            f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql}),"
+            f" per_source AS ({source_sql})"
+            " SELECT c.doc, c.score + ? * s.score AS total, c.score, s.score"
+            " FROM per_chunk c JOIN per_source s ON s.src = c.src"
+            " ORDER BY total DESC, c.doc LIMIT ?"
+        )
+        params = [*hits_params, *chunk_params, *source_params, source_weight, int(k)]
+        return conn.execute(sql, params).fetchall()
 
     # --- dense search ------------------------------------------------------------------------
 
@@ -1121,4 +1352,37 @@ class SQLiteStore:
             ).fetchone()[0]
             if bad_df:
                 problems.append(f"{bad_df} terms have a wrong document frequency")
+            problems.extend(self._source_problems(conn))
+        return problems
+
+    @staticmethod
+    def _source_problems(conn: sqlite3.Connection) -> list[str]:
+        """Invariants of the source grouping (source-level BM25)."""
+        problems = []
+        real = {
+            src: (length, count)
+            for src, length, count in conn.execute(
+                "SELECT src, sum(length), count(*) FROM chunks GROUP BY src"
+            )
+        }
+        recorded = {
+            src: (length, count)
+            for src, length, count in conn.execute("SELECT id, length, chunks FROM sources")
+        }
+        if real != recorded:
+            problems.append(f"{len(set(real.items()) ^ set(recorded.items()))} sources are off")
+        stated = conn.execute("SELECT sources FROM stats WHERE id = 1").fetchone()[0]
+        if stated != len(recorded):
+            problems.append(f"stats say {stated} sources, table has {len(recorded)}")
+        misplaced = conn.execute(
+            "SELECT count(*) FROM postings p JOIN chunks c ON c.doc = p.doc WHERE p.src != c.src"
+        ).fetchone()[0]
+        if misplaced:
+            problems.append(f"{misplaced} postings name the wrong source")
+        bad_sdf = conn.execute(
+            "SELECT count(*) FROM terms t WHERE sdf != (SELECT count(DISTINCT src)"
+            " FROM postings p WHERE p.term = t.id)"
+        ).fetchone()[0]
+        if bad_sdf:
+            problems.append(f"{bad_sdf} terms have a wrong source frequency")
         return problems
