@@ -42,6 +42,7 @@ def test_default_is_the_onnx_route_on_the_packaged_model(embedder):
     assert embedder.info.provider == "local"
     assert embedder.info.model == "all-MiniLM-L6-v2"
     assert embedder.info.dimension == 384
+    assert embedder.languages == frozenset({"en"})  # hybrid distrusts it on Chinese queries
 
 
 def test_meaning_beats_spelling(embedder):
@@ -91,6 +92,7 @@ def test_onnx_folder_route(tmp_path):
     e = LocalEmbedder(str(folder))
     assert e.backend == "onnx"
     assert e.info.model == "my-minilm"
+    assert e.languages is None  # a user's model: no claim about its languages
     q, near, far = e.embed_documents([QUERY, NEAR, FAR])
     assert cos(q, near) > cos(q, far)
 
@@ -143,3 +145,12 @@ def test_sentence_transformers_route_agrees_with_onnx(embedder):
     a = np.array(st.embed_documents(texts))
     b = np.array(embedder.embed_documents(texts))
     assert np.all((a * b).sum(axis=1) > 0.99)
+
+
+def test_lazy_embedder_reports_the_local_models_languages():
+    from kbcli.config import Config, EmbeddingConfig, RAGConfig
+    from kbcli.pipeline import LazyEmbedder
+
+    embedding = EmbeddingConfig(provider="local", provider_set=True)
+    lazy = LazyEmbedder(Config(rag=RAGConfig(embedding=embedding)))
+    assert lazy.languages == frozenset({"en"})

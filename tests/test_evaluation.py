@@ -190,3 +190,27 @@ def test_bad_qrels_line(tmp_path, beir):
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\thigh\n")
     with pytest.raises(DatasetError, match="line 2: score 'high' is not a number"):
         load_beir(beir)
+
+
+def test_ranking_goes_deep_enough_for_recall_when_documents_have_many_chunks(tmp_path, monkeypatch):
+    import kbcli.evaluation as ev
+
+    # 12 documents of 3 chunks each that all match; a pool of 4 chunks names at most 4 documents
+    corpus = {
+        f"d{i:02}": (
+            f"Doc {i}",
+            "\n\n".join(f"paragraph {p} about turbines " * 12 for p in range(3)),
+        )
+        for i in range(12)
+    }
+    root = tmp_path / "deep"
+    write_beir(root, corpus, {"q": "turbines"}, {"q": {d: 1 for d in corpus}})
+    monkeypatch.setattr(ev, "CHUNK_POOL", 4)
+    monkeypatch.setattr(ev, "RANKING_DEPTH", 10)
+    calls = []
+    original = ev._documents_of
+    monkeypatch.setattr(ev, "_documents_of", lambda hits: calls.append(len(hits)) or original(hits))
+    result = evaluate(root, mode="keyword", k=2, config=Config())
+    assert calls[0] == 4 and len(calls) > 1  # the timed search, then deeper ones
+    assert result["recall@100"] == 1.0
+    assert result["recall@2"] == round(2 / 12, 4)  # @k follows k

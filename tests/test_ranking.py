@@ -280,3 +280,41 @@ def test_source_weight_option_overrides_the_retriever(files_store):
     off = r.search("reset password", 3, SearchOptions(mode="keyword", source_weight=0.0))
     on = r.search("reset password", 3, SearchOptions(mode="keyword"))
     assert ids(off) != ids(on)
+
+
+# --- an embedder that does not know the query's language --------------------------------------
+
+ZH_TEXTS = {
+    "zh-best": "重置密码：在设置页面选择安全，然后点击重置密码。",
+    "zh-ok": "密码至少需要十二个字符。",
+    "zh-dense": "路由器的指示灯说明。",
+}
+ZH_QUERY = "重置密码"
+ZH_TABLE = {
+    ZH_QUERY: [1.0, 0.0],
+    ZH_TEXTS["zh-dense"]: [1.0, 0.0],  # the English-only model confuses the unrelated text
+    ZH_TEXTS["zh-ok"]: [0.0, 1.0],
+    ZH_TEXTS["zh-best"]: [0.1, 1.0],
+}
+
+
+class EnglishOnly(TableEmbedder):
+    model, languages = "english-only", frozenset({"en"})
+
+
+class Multilingual(TableEmbedder):
+    model, languages = "multi", frozenset({"en", "zh"})
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_chinese_query_keeps_keyword_order_with_an_english_only_embedder(kind, tmp_path):
+    store = table_store(kind, tmp_path, ZH_TEXTS, EnglishOnly(ZH_TABLE))
+    r = HybridRetriever(store, EnglishOnly(ZH_TABLE), alpha=0.6)
+    keyword = ids(r.search(ZH_QUERY, 3, SearchOptions(mode="keyword")))
+    assert ids(r.search(ZH_QUERY, 3, SearchOptions())) == keyword + ["zh-dense"]
+    assert r.effective_alpha(SearchOptions(), ZH_QUERY) == WEAK_DENSE_ALPHA
+    assert r.effective_alpha(SearchOptions(), "reset password") == 0.6
+    # a model that knows Chinese keeps its say, and so does an explicit alpha
+    multi = HybridRetriever(store, Multilingual(ZH_TABLE), alpha=0.6)
+    assert ids(multi.search(ZH_QUERY, 1, SearchOptions()))[0] == "zh-dense"
+    assert ids(r.search(ZH_QUERY, 1, SearchOptions(alpha=0.6)))[0] == "zh-dense"

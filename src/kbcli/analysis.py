@@ -259,6 +259,11 @@ def reference_terms(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
+def has_cjk(text: str) -> bool:
+    """True when ``text`` contains Chinese characters or Japanese kana."""
+    return _CJK.search(text) is not None
+
+
 def analyzer_from_config(config: Any) -> Analyzer:
     """The analyzer described by ``config.analysis`` (a :class:`~kbcli.config.Config`)."""
     a = config.analysis

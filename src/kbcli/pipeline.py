@@ -79,6 +79,11 @@ class LazyEmbedder:
         """True when the resolved embedder captures spelling rather than meaning."""
         return bool(getattr(self.resolved, "weak", False))
 
+    @property
+    def languages(self) -> frozenset[str] | None:
+        """The languages the resolved embedder knows (None: any)."""
+        return getattr(self.resolved, "languages", None)
+
 
 class IngestPipeline:
     """Turns text and files into stored, embedded chunks.

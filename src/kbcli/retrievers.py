@@ -6,7 +6,7 @@ import math
 from collections import Counter
 from typing import Any
 
-from .analysis import Analyzer, keyword_text
+from .analysis import Analyzer, has_cjk, keyword_text
 from .filters import matches, validate_filter
 from .scoring import (
     SOURCE_WEIGHT,
@@ -30,6 +30,8 @@ FUSION_POOL_FACTOR = 2
 WEAK_DENSE_ALPHA = 0.001
 # Query terms that reach the index at most (the rarest ones): pasted paragraphs stay fast.
 MAX_QUERY_TERMS = 32
+# Language codes that make an embedder's ``languages`` cover Chinese/Japanese script queries.
+CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
 
@@ -189,7 +191,8 @@ class HybridRetriever:
     ``1 / (60 + rank)``. A document found by one route only still counts.
 
     Alpha: ``options.alpha`` when the search sets it; otherwise, with a *weak* embedder (one
-    with ``weak = True``, such as the built-in simple embedder) :data:`WEAK_DENSE_ALPHA`, so the
+    with ``weak = True``, such as the built-in simple embedder, or one whose ``languages`` do
+    not include the query's script, see :meth:`weak_for`) :data:`WEAK_DENSE_ALPHA`, so the
     keyword ranking decides and the dense route only breaks near-ties and fills up; otherwise
     the constructor's ``alpha``, else ``limits.rerank_alpha`` from the configuration.
 
@@ -223,11 +226,23 @@ class HybridRetriever:
         """True when the embedder says its vectors capture spelling rather than meaning."""
         return bool(getattr(self.embedder, "weak", False))
 
-    def effective_alpha(self, options: SearchOptions) -> float:
-        """The dense weight weighted fusion uses for ``options`` (see the class docstring)."""
+    def weak_for(self, query: str) -> bool:
+        """True when the dense route cannot be trusted for ``query``: the embedder is weak, or
+        it declares the ``languages`` it knows, none of them Chinese or Japanese, and the query
+        is written in those scripts (all-MiniLM-L6-v2 on Chinese: CMRC nDCG@10 0.10)."""
+        if self.weak_embedder:
+            return True
+        languages = getattr(self.embedder, "languages", None)
+        if languages is None or set(languages) & CJK_LANGUAGES:
+            return False
+        return has_cjk(query)
+
+    def effective_alpha(self, options: SearchOptions, query: str = "") -> float:
+        """The dense weight weighted fusion uses for ``options`` and ``query`` (see the class
+        docstring)."""
         if options.alpha is not None:
             return options.alpha
-        if self.weak_embedder:
+        if self.weak_for(query):
             return WEAK_DENSE_ALPHA
         return self.default_alpha()
 
@@ -248,14 +263,14 @@ class HybridRetriever:
         else:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
             keyword_hits = self.keyword.search(query, pool, options)
-            weak = options.alpha is None and self.weak_embedder
+            weak = options.alpha is None and self.weak_for(query)
             if weak and options.fusion != "rrf" and len(keyword_hits) >= fetch:
                 # A weak dense route could only break exact keyword ties here: skip it (no
                 # vector load, no numpy), it is needed only to fill up a short keyword list.
                 dense_hits = []
             else:
                 dense_hits = self.dense.search(query, pool, options)
-            alpha = self.effective_alpha(options)
+            alpha = self.effective_alpha(options, query)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
         if options.dedupe:
             from .diversity import collapse_duplicates

@@ -23,12 +23,15 @@ class BaseEmbedder:
 
     Subclasses set ``provider`` and ``model`` and implement ``_embed_batch(texts)``; they may
     override ``embed_query`` when queries are embedded differently from passages.
+    ``languages``: the language codes the model was trained for, or None (any, or unknown);
+    hybrid search does not trust the dense route for a query in a script none of them uses.
     """
 
     provider: str = "custom"
     model: str = "custom"
     batch_size: int = 64
     dimension: int | None = None
+    languages: frozenset[str] | None = None
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         raise NotImplementedError
