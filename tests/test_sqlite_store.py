@@ -79,6 +79,10 @@ def test_bm25_matches_plain_formula_after_adds_upserts_and_deletes(tmp_path):
         assert store.integrity_check() == []
     assert store.integrity_check() == []
     assert store.count() == len(live)
+    # re-tokenising everything rebuilds the same index
+    store.rebuild_keyword_index()
+    assert store.integrity_check() == []
+    check_parity(store, live, "alpha beta gamma", source_of)
 
 
 def test_upsert_replaces_text_metadata_vector_and_index(tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 from .analysis import Analyzer, has_cjk, keyword_text
 from .filters import matches, validate_filter
 from .scoring import (
+    MAX_SCORED_TERMS,
     SOURCE_WEIGHT,
     bm25_idf,
     bm25_term,
@@ -28,8 +29,6 @@ FUSION_POOL_FACTOR = 2
 # keywords did not find. Measured: any larger weight (0.02, 0.05) already lost to keyword
 # ranking on Cranfield (docs/quality.md).
 WEAK_DENSE_ALPHA = 0.001
-# Query terms that reach the index at most (the rarest ones): pasted paragraphs stay fast.
-MAX_QUERY_TERMS = 32
 # Language codes that make an embedder's ``languages`` cover Chinese/Japanese script queries.
 CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 # Extra hits fetched so that collapsing duplicates still leaves k results.
@@ -60,6 +59,10 @@ class _MemoryBM25Index:
         self.source_lengths = [0] * len(source_ids)
         for i, length in enumerate(self.lengths):
             self.source_lengths[self.source_of[i]] += length
+        self.source_df = {
+            term: len({self.source_of[i] for i, _ in plist})
+            for term, plist in self.postings.items()
+        }
         self.avgdl = sum(self.lengths) / len(docs) if docs else 0.0
         self.avgsl = sum(self.lengths) / len(source_ids) if source_ids else 0.0
 
@@ -74,7 +77,7 @@ class _MemoryBM25Index:
     ) -> list[SearchResult]:
         n, n_sources = len(self.docs), len(self.source_lengths)
         found = sorted((len(self.postings[t]), t) for t in query_counts if t in self.postings)[
-            :MAX_QUERY_TERMS
+            :MAX_SCORED_TERMS
         ]
         chunk: dict[int, float] = {}
         source: dict[int, float] = {}
@@ -91,8 +94,7 @@ class _MemoryBM25Index:
                     tf, self.lengths[i], self.avgdl, k1, b
                 )
                 per_source[self.source_of[i]] += tf
-            sdf = len({self.source_of[i] for i, _ in self.postings[term]})
-            source_idf = bm25_idf(n_sources, sdf) * query_counts[term]
+            source_idf = bm25_idf(n_sources, self.source_df[term]) * query_counts[term]
             for src, tf in per_source.items():
                 source[src] = source.get(src, 0.0) + source_idf * bm25_term(
                     tf, self.source_lengths[src], self.avgsl, k1, b

@@ -49,14 +49,12 @@ from ..errors import (
     StoreError,
 )
 from ..filters import compile_sql, dumps_metadata, validate_filter
-from ..scoring import SOURCE_WEIGHT, bm25_idf
+from ..scoring import MAX_SCORED_TERMS, SOURCE_WEIGHT, bm25_idf
 from ..types import Document, SearchResult
 
 SCHEMA_VERSION = 2
 APP_ID = 0x4B42_4C49  # "KBLI"
 DEFAULT_BUSY_TIMEOUT = 60.0
-# Query terms that reach the index at most (the rarest ones): pasted paragraphs stay fast.
-MAX_QUERY_TERMS = 32
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -1128,7 +1126,7 @@ class SQLiteStore:
                 return []
             # Bound the work for pasted paragraphs: keep the rarest terms.
             found.sort(key=lambda row: row[2])
-            found = found[:MAX_QUERY_TERMS]
+            found = found[:MAX_SCORED_TERMS]
             chunk_w = {tid: bm25_idf(n, df) * query_counts[t] for tid, t, df, _ in found}
             source_w = {tid: bm25_idf(n_sources, sdf) * query_counts[t] for tid, t, _, sdf in found}
             rows = self._bm25_rows(
