@@ -73,6 +73,7 @@ class MiniLMEmbedder:
         self._model = LocalEmbedder()
         self.provider, self.model = self._model.provider, self._model.model
         self.dimension, self.weak = self._model.dimension, False
+        self.languages = self._model.languages  # English: hybrid distrusts it on Chinese
         self._queries: dict[str, list[float]] = {}
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
