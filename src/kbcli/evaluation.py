@@ -3,8 +3,9 @@
 A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
 (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``, one header
 line). Each document (title + blank line + text) goes through the normal ingest path (chunked
-like any file) with metadata ``doc_id``; each judged query is searched for a pool of chunks and
-documents are ranked by their best chunk.
+like any file) with metadata ``doc_id`` and the document as the chunks' ``source`` (as a file
+is); each judged query is searched for a pool of chunks and documents are ranked by their best
+chunk.
 
 Metrics follow trec_eval: ties broken by document id (ascending), a query with no results
 scores 0, nDCG@k uses the graded judgment itself as the gain (``gain = rel``, as trec_eval's
