@@ -3,11 +3,14 @@
 Layout (``PRAGMA user_version`` = :data:`SCHEMA_VERSION`, ``application_id`` = :data:`APP_ID`):
 
 - ``chunks``: one row per document (chunk): id, text, metadata JSON, source, text hash, term
-  count (BM25 document length) and a packed forward index (term id, tf) used to undo postings
-  exactly on delete.
+  count (BM25 document length), a packed forward index (term id, tf) used to undo postings
+  exactly on delete, and ``src``, its row in ``sources``.
+- ``sources``: one row per source (file) with its total length and chunk count; a chunk with
+  no source is a source of its own. Keyword search adds each chunk's source-level BM25.
 - ``vectors``: float32 BLOB per chunk.
-- ``terms`` (term, df) and ``postings`` (term, doc, tf, dl) clustered by term: the inverted index.
-  ``stats`` holds N, the total length and a generation counter bumped by every write.
+- ``terms`` (term, df, sdf: chunk and source frequencies) and ``postings`` (term, src, doc, tf,
+  dl) clustered by term then source: the inverted index, read at both levels. ``stats`` holds
+  N, the total length, the number of sources and generation counters bumped by writes.
 - ``files``: what ``kb ingest`` indexed from which file (used for incremental sync).
 - ``embedding_cache``: vectors by (embedder, text hash), so unchanged text is never re-embedded.
 - ``meta``: the embedder and analyzer the index was built with, last ingest time, and a random
