@@ -17,6 +17,7 @@ def test_defaults_without_any_file(monkeypatch):
     assert config.source is None
     assert (config.limits.chunk_size, config.limits.chunk_overlap) == (500, 50)
     assert config.limits.rerank_alpha == 0.6
+    assert config.limits.source_weight == 2.0
     assert config.rag.embedding.provider == "openai" and not config.rag.embedding.provider_set
     assert config.paths.knowledge_db == default_db_path()
     assert str(default_db_path()).endswith("kbcli/knowledge.db")
@@ -49,7 +50,7 @@ def test_full_file_is_read(tmp_path):
 rag:
   embedding: {provider: gemini, model: m1, base_url: "http://x", batch_size: 8}
   chunker: simple
-limits: {chunk_size: 800, chunk_overlap: 100, rerank_alpha: 0.3}
+limits: {chunk_size: 800, chunk_overlap: 100, rerank_alpha: 0.3, source_weight: 0.5}
 analysis: {language: zh, stem: false}
 other_tool: {anything: 1}
 """,
@@ -63,6 +64,7 @@ other_tool: {anything: 1}
     )
     assert c.rag.chunker == "simple"
     assert (c.limits.chunk_size, c.limits.chunk_overlap, c.limits.rerank_alpha) == (800, 100, 0.3)
+    assert c.limits.source_weight == 0.5
     assert c.analysis.language == "zh" and c.analysis.stem is False
 
 
@@ -73,6 +75,8 @@ other_tool: {anything: 1}
         ("limits: {chunk_size: 100, chunk_overlap: 100}", "limits.chunk_overlap"),
         ("limits: {rerank_alpha: 1.5}", "limits.rerank_alpha"),
         ("limits: {rerank_alpha: -0.1}", "limits.rerank_alpha"),
+        ("limits: {source_weight: -1}", "limits.source_weight"),
+        ("limits: {source_weight: lots}", "limits.source_weight"),
         ("limits: {chunk_size: big}", "limits.chunk_size"),
         ("limits: {chunk_sise: 10}", "limits.chunk_sise"),
         ("rag: {embedding: {provider: cohere}}", "rag.embedding.provider"),

@@ -199,3 +199,18 @@ def test_unconfigured_index_keeps_the_embedder_it_was_built_with(tmp_path, monke
     hits = kb.search("password settings", mode="semantic", k=1)
     assert hits and "built with" in notes[0]
     assert kb.embedder.info.provider == "simple"
+
+
+def test_open_takes_ranking_weights_from_the_given_config(tmp_path):
+    from dataclasses import replace
+
+    from kbcli import KnowledgeBase
+    from kbcli.config import Config, LimitsConfig
+
+    config = replace(Config(), limits=LimitsConfig(rerank_alpha=0.3, source_weight=0.0))
+    kb = KnowledgeBase.open(tmp_path / "kb.db", config=config)
+    try:
+        assert kb.retriever.default_alpha() == 0.3
+        assert kb.retriever.keyword.default_source_weight() == 0.0
+    finally:
+        kb.close()

@@ -318,3 +318,20 @@ def test_chinese_query_keeps_keyword_order_with_an_english_only_embedder(kind, t
     multi = HybridRetriever(store, Multilingual(ZH_TABLE), alpha=0.6)
     assert ids(multi.search(ZH_QUERY, 1, SearchOptions()))[0] == "zh-dense"
     assert ids(r.search(ZH_QUERY, 1, SearchOptions(alpha=0.6)))[0] == "zh-dense"
+
+
+def test_configured_source_weight_is_the_default(files_store, tmp_path, monkeypatch):
+    from kbcli import BM25Retriever
+    from kbcli.config import reset_config_cache
+
+    (tmp_path / "jianmu.yaml").write_text("limits: {source_weight: 0}\n", encoding="utf-8")
+    monkeypatch.setenv("KB_CONFIG", str(tmp_path / "jianmu.yaml"))
+    reset_config_cache()
+    try:
+        hits = BM25Retriever(files_store).search("reset password", 3)
+        assert all(h.explain["source_weight"] == 0.0 for h in hits)
+        explicit = BM25Retriever(files_store, source_weight=2.0).search("reset password", 3)
+        assert all(h.explain["source_weight"] == 2.0 for h in explicit)
+    finally:
+        monkeypatch.delenv("KB_CONFIG")
+        reset_config_cache()

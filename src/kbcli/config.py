@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .scoring import SOURCE_WEIGHT
 
 CONFIG_FILENAME = "jianmu.yaml"
 EMBEDDING_PROVIDERS = ("auto", "openai", "gemini", "local", "simple")
@@ -69,11 +70,12 @@ class RAGConfig:
 
 @dataclass(frozen=True)
 class LimitsConfig:
-    """``limits``: chunking sizes, fusion weight and per-file safety limits."""
+    """``limits``: chunking sizes, ranking weights and per-file safety limits."""
 
     chunk_size: int = 500
     chunk_overlap: int = 50
     rerank_alpha: float = 0.6
+    source_weight: float = SOURCE_WEIGHT
     max_file_mb: float = 200.0
     file_timeout: float = 120.0
 
@@ -272,6 +274,7 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         chunk_size=chunk_size,
         chunk_overlap=overlap,
         rerank_alpha=r.number(lim, "limits", "rerank_alpha", ld.rerank_alpha, 0.0, 1.0),
+        source_weight=r.number(lim, "limits", "source_weight", ld.source_weight, 0.0, 100.0),
         max_file_mb=r.number(lim, "limits", "max_file_mb", ld.max_file_mb, 0.001, None),
         file_timeout=r.number(lim, "limits", "file_timeout", ld.file_timeout, 0.001, None),
     )

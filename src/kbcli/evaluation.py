@@ -315,7 +315,9 @@ def _open_index(
     fingerprint = corpus_fingerprint(data.path, chunking)
     store = SQLiteStore(path, analyzer=analyzer_from_config(config))
     chunker = make_chunker(config.rag.chunker, limits.chunk_size, limits.chunk_overlap)
-    retriever = HybridRetriever(store, embedder)
+    retriever = HybridRetriever(
+        store, embedder, alpha=limits.rerank_alpha, source_weight=limits.source_weight
+    )
     kb = KnowledgeBase(store=store, embedder=embedder, retriever=retriever, chunker=chunker)
     recorded = store.get_meta(FINGERPRINT_KEY)
     if recorded == fingerprint:

@@ -357,7 +357,12 @@ class KnowledgeBase:
         )
         if embedder is None:
             embedder = LazyEmbedder(config, on_note, lambda: store.embedder_info)
-        retriever = HybridRetriever(store, embedder, alpha=config.limits.rerank_alpha)
+        retriever = HybridRetriever(
+            store,
+            embedder,
+            alpha=config.limits.rerank_alpha,
+            source_weight=config.limits.source_weight,
+        )
         return cls(
             store=store, embedder=embedder, retriever=retriever, reranker=reranker, config=config
         )

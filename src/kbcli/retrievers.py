@@ -10,7 +10,6 @@ from .analysis import Analyzer, has_cjk, keyword_text
 from .filters import matches, validate_filter
 from .scoring import (
     MAX_SCORED_TERMS,
-    SOURCE_WEIGHT,
     bm25_idf,
     bm25_term,
     keyword_first_fusion,
@@ -116,7 +115,8 @@ class _MemoryBM25Index:
 
 class BM25Retriever:
     """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference), with
-    source context: a chunk scores its own BM25 plus ``source_weight`` times its source's.
+    source context: a chunk scores its own BM25 plus ``source_weight`` times its source's
+    (``None``: ``limits.source_weight`` from the configuration, 2.0 by default).
 
     Uses the store's persistent index when it has one (``keyword_search``); otherwise indexes
     ``store.list_all()`` in memory, rebuilt only when the store's ``version`` changes.
@@ -128,9 +128,9 @@ class BM25Retriever:
         k1: float = 1.5,
         b: float = 0.75,
         analyzer: Analyzer | None = None,
-        source_weight: float = SOURCE_WEIGHT,
+        source_weight: float | None = None,
     ):
-        if source_weight < 0:
+        if source_weight is not None and source_weight < 0:
             raise ValueError(f"source_weight must be 0 or more, got {source_weight}")
         self.store = store
         self.k1 = k1
@@ -144,7 +144,7 @@ class BM25Retriever:
     ) -> list[SearchResult]:
         """The ``k`` best BM25 matches among documents passing ``options.filter``."""
         filter = validate_filter(options.filter if options else None)
-        weight = self.source_weight
+        weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
         if hasattr(self.store, "keyword_search"):
@@ -155,6 +155,14 @@ class BM25Retriever:
         if not query_counts:
             return []
         return self._index().search(query_counts, k, filter, self.k1, self.b, weight)
+
+    def default_source_weight(self) -> float:
+        """The constructor's ``source_weight``, else ``limits.source_weight`` (2.0 by default)."""
+        if self.source_weight is not None:
+            return self.source_weight
+        from .config import get_config
+
+        return get_config().limits.source_weight
 
     def _index(self) -> _MemoryBM25Index:
         version = getattr(self.store, "version", None)
@@ -197,12 +205,19 @@ class HybridRetriever:
     not include the query's script, see :meth:`weak_for`) :data:`WEAK_DENSE_ALPHA`, so the
     keyword ranking decides and the dense route only breaks near-ties and fills up; otherwise
     the constructor's ``alpha``, else ``limits.rerank_alpha`` from the configuration.
+    ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
     ``options.mmr`` re-orders the candidate pool for diversity (see :mod:`kbcli.diversity`).
     """
 
-    def __init__(self, store: Any, embedder: Any = None, alpha: float | None = None):
+    def __init__(
+        self,
+        store: Any,
+        embedder: Any = None,
+        alpha: float | None = None,
+        source_weight: float | None = None,
+    ):
         if embedder is None:
             from .embedders import SimpleEmbedder
 
@@ -212,7 +227,7 @@ class HybridRetriever:
         self.store = store
         self.embedder = embedder
         self.alpha = alpha
-        self.keyword = BM25Retriever(store)
+        self.keyword = BM25Retriever(store, source_weight=source_weight)
         self.dense = DenseRetriever(store, embedder)
 
     def default_alpha(self) -> float:

@@ -61,7 +61,8 @@ class SearchOptions:
     1 is pure relevance, lower values favour results unlike those already chosen. ``dedupe``
     collapses chunks with identical text (copied files) to their best hit. ``source_weight``
     is how much a chunk's whole source (file) counts in its keyword score, ``chunk BM25 +
-    source_weight * source BM25`` (``None``: the retriever's, 2.0 by default; 0: chunk only).
+    source_weight * source BM25`` (``None``: the retriever's, else ``limits.source_weight``, 2.0
+    by default; 0: chunk only).
     """
 
     k: int = 5
