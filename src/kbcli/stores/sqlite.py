@@ -741,11 +741,14 @@ class SQLiteStore:
     def delete_source(self, source: str) -> int:
         """Delete every chunk of ``source`` and its file record; returns the chunk count."""
         with self.transaction() as conn:
-            rows = conn.execute(
-                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (source,)
-            ).fetchall()
             conn.execute("DELETE FROM files WHERE path = ?", (source,))
-            return self._delete_rows(conn, rows)
+            return self._delete_source_rows(conn, source)
+
+    def _delete_source_rows(self, conn: sqlite3.Connection, source: str) -> int:
+        rows = conn.execute(
+            "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (source,)
+        ).fetchall()
+        return self._delete_rows(conn, rows)
 
     def delete_where(self, filter: dict[str, Any]) -> int:
         """Delete every chunk whose metadata passes ``filter``; returns how many."""
@@ -766,10 +769,7 @@ class SQLiteStore:
     ) -> list[str]:
         """Atomically swap the chunks of ``source`` for ``docs``: no reader sees both or neither."""
         with self.transaction() as conn:
-            rows = conn.execute(
-                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (source,)
-            ).fetchall()
-            self._delete_rows(conn, rows)
+            self._delete_source_rows(conn, source)
             return self.add(docs, embeddings, embedder=embedder)
 
     def rebuild_keyword_index(self) -> int:
@@ -846,10 +846,7 @@ class SQLiteStore:
         With ``embedder``, the vectors also go to the embedding cache, in the same transaction.
         """
         with self.transaction() as conn:
-            rows = conn.execute(
-                "SELECT doc, length, terms, src FROM chunks WHERE source = ?", (record.path,)
-            ).fetchall()
-            removed = self._delete_rows(conn, rows)
+            removed = self._delete_source_rows(conn, record.path)
             if docs:
                 self.add(docs, embeddings, embedder=embedder)
                 if embedder is not None and embeddings is not None:
