@@ -214,3 +214,23 @@ def test_ranking_goes_deep_enough_for_recall_when_documents_have_many_chunks(tmp
     assert calls[0] == 4 and len(calls) > 1  # the timed search, then deeper ones
     assert result["recall@100"] == 1.0
     assert result["recall@2"] == round(2 / 12, 4)  # @k follows k
+
+
+def test_an_interrupted_kept_index_is_rebuilt_on_the_next_run(beir, tmp_path):
+    db = tmp_path / "eval.db"
+
+    def interrupt(stage, done, total):
+        if stage == "index":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(beir, mode="keyword", db=db, config=Config(), progress=interrupt)
+    # half-written: the next run of the same corpus starts over instead of refusing
+    again = evaluate(beir, mode="keyword", db=db, config=Config())
+    clean = evaluate(beir, mode="keyword", config=Config())
+    assert again["ndcg@10"] == clean["ndcg@10"] and again["mrr@10"] == clean["mrr@10"]
+    # another corpus still may not use it
+    other = tmp_path / "other"
+    write_beir(other, {"x": ("t", "different corpus")}, {"q": "x"}, {"q": {"x": 1}})
+    with pytest.raises(DatasetError, match="already holds other documents"):
+        evaluate(other, mode="keyword", db=db, config=Config())

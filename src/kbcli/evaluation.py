@@ -36,6 +36,7 @@ CHUNK_POOL = 200
 RANKING_DEPTH = 100
 INGEST_BATCH = 64
 FINGERPRINT_KEY = "eval_corpus"
+INCOMPLETE = "incomplete:"  # fingerprint prefix while a corpus is being indexed
 
 Progress = Callable[[str, int, int], None]
 
@@ -323,12 +324,16 @@ def _open_index(
     if recorded == fingerprint:
         _check_reuse(kb, path)
         return kb
-    if recorded is not None or store.count():
+    unfinished = INCOMPLETE + fingerprint
+    if recorded == unfinished:  # an earlier run of this corpus was interrupted: start over
+        store.delete_where({})
+    elif recorded is not None or store.count():
         kb.close()
         raise DatasetError(
             f"{path} already holds other documents: give a new --db path for {data.name}"
         )
     try:
+        store.set_meta(FINGERPRINT_KEY, unfinished)
         _ingest_corpus(kb, data, progress)
     except BaseException:
         kb.close()
