@@ -259,7 +259,8 @@ def evaluate(
     """Index a BEIR collection and measure retrieval quality and latency in ``mode``.
 
     ``db``: a database file to index into and keep; reused when it already holds this corpus
-    (same file, same chunk settings), an error when it holds anything else. Without it a
+    (same file, same chunk settings), indexed again when a run indexing this corpus into it
+    was interrupted, an error when it holds anything else. Without it a
     temporary database is used. ``embedder``: default the configured one (the built-in simple
     embedder for ``keyword`` mode, where vectors do not matter). ``progress(stage, done,
     total)`` is called as documents are indexed (``"index"``) and queries run (``"search"``).
