@@ -602,17 +602,7 @@ class SQLiteStore:
                 vectors.append((rowid, _pack_vector(vec)))
         # A term's source frequency grows for each source that did not contain it before
         # (checked before the new postings go in; a new source contained nothing).
-        sdf_delta: Counter[int] = Counter()
-        for src, term_set in src_terms.items():
-            if src in new_srcs:
-                sdf_delta.update(term_set)
-                continue
-            for tid in term_set:
-                had = conn.execute(
-                    "SELECT 1 FROM postings WHERE term = ? AND src = ? LIMIT 1", (tid, src)
-                ).fetchone()
-                if had is None:
-                    sdf_delta[tid] += 1
+        sdf_delta = self._sources_without(conn, src_terms, new_srcs)
         conn.executemany("INSERT INTO postings VALUES (?, ?, ?, ?, ?)", postings)
         conn.executemany(
             "UPDATE terms SET df = df + ?, sdf = sdf + ? WHERE id = ?",
@@ -630,6 +620,25 @@ class SQLiteStore:
             " WHERE id = 1",
             (len(prepared), total, len(new_srcs)),
         )
+
+    @staticmethod
+    def _sources_without(
+        conn: sqlite3.Connection, src_terms: dict[int, set[int]], empty: set[int]
+    ) -> Counter[int]:
+        """Per term id, how many of ``src_terms``' sources have no posting of it: sources in
+        ``empty`` count for all their terms without a lookup."""
+        counts: Counter[int] = Counter()
+        for src, term_set in src_terms.items():
+            if src in empty:
+                counts.update(term_set)
+                continue
+            for tid in term_set:
+                found = conn.execute(
+                    "SELECT 1 FROM postings WHERE term = ? AND src = ? LIMIT 1", (tid, src)
+                ).fetchone()
+                if found is None:
+                    counts[tid] += 1
+        return counts
 
     @staticmethod
     def _source_id(
@@ -706,17 +715,7 @@ class SQLiteStore:
             left = conn.execute("SELECT chunks FROM sources WHERE id = ?", (src,)).fetchone()
             if left is None or left[0] <= count:
                 emptied.add(src)
-        sdf_delta: Counter[int] = Counter()
-        for src, term_set in src_terms.items():
-            if src in emptied:
-                sdf_delta.update(term_set)
-                continue
-            for tid in term_set:
-                left = conn.execute(
-                    "SELECT 1 FROM postings WHERE term = ? AND src = ? LIMIT 1", (tid, src)
-                ).fetchone()
-                if left is None:
-                    sdf_delta[tid] += 1
+        sdf_delta = self._sources_without(conn, src_terms, emptied)
         conn.executemany(
             "UPDATE terms SET df = df - ?, sdf = sdf - ? WHERE id = ?",
             ((d, sdf_delta.get(t, 0), t) for t, d in df_delta.items()),
