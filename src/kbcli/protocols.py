@@ -1,11 +1,24 @@
-"""The seven contracts of kbcli: any object with these methods plugs in (see docstrings)."""
+"""The contracts of kbcli: any object with these methods plugs in (see docstrings).
+
+The seven reference protocols (embedder, vector store, retriever, reranker, document loader,
+text normalizer, text chunker) keep the reference shapes. The storage capabilities below them
+(:class:`DocumentCatalog`, :class:`KeywordIndex`, :class:`VectorIndex`, :class:`FileLedger`,
+:class:`EmbeddingCache`) say what else a store can do; code outside ``stores/`` only talks to a
+store through these.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .types import Document, SearchOptions, SearchResult
+from .types import Document, FileRecord, SearchOptions, SearchResult
+
+if TYPE_CHECKING:
+    from .analysis import Analyzer
+    from .embedders.base import EmbedderInfo
 
 
 @runtime_checkable
@@ -93,4 +106,269 @@ class TextChunkerProtocol(Protocol):
 
     def chunk(self, text: str) -> list[str]:
         """Return the chunks of ``text`` in order."""
+        ...
+
+
+# --- storage capabilities ------------------------------------------------------------------------
+#
+# What a store can do beyond the reference VectorStoreProtocol, as small runtime-checkable
+# contracts. Retrievers, sync, the CLI and evaluation dispatch on them with isinstance(); a store
+# implements those it supports. The shared test suites in kbcli.testing check each one.
+
+
+@runtime_checkable
+class DocumentCatalog(Protocol):
+    """The documents (chunks) of an index, their metadata, and the index's own metadata.
+
+    The catalog is the source of truth: keyword and vector indexes are derived from it and
+    change in the same transaction as the documents they index. Filters follow
+    :mod:`kbcli.filters` and are applied before anything is counted, listed or deleted.
+    Documents keep insertion order ("oldest first"); adding an existing id replaces that
+    document everywhere and makes it the newest.
+    """
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction: every change inside commits whole or not at all. Nested
+        calls join the outer transaction."""
+        ...
+
+    def add(
+        self,
+        docs: list[Document],
+        embeddings: list[list[float]] | None = None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> list[str]:
+        """Insert or replace ``docs`` (vector: ``embeddings[i]`` or ``doc.embedding``); return
+        their ids. ``embedder`` is recorded with the first vectors and checked afterwards."""
+        ...
+
+    def replace_source(
+        self,
+        source: str,
+        docs: list[Document],
+        embeddings: list[list[float]] | None = None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> list[str]:
+        """Atomically swap every document whose ``metadata["source"]`` is ``source`` for
+        ``docs``: a reader sees the old set or the new one, never both or neither."""
+        ...
+
+    def get(self, ids: list[str], *, with_embeddings: bool = False) -> list[Document]:
+        """The stored documents among ``ids``, in the order asked (unknown ids are skipped);
+        with ``with_embeddings`` each carries its stored vector (None when it has none)."""
+        ...
+
+    def iter_documents(
+        self,
+        filter: dict[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        limit: int | None = None,
+        with_embeddings: bool = False,
+    ) -> Iterator[Document]:
+        """Documents passing ``filter`` (and of ``source``), oldest first, at most ``limit``."""
+        ...
+
+    def list_all(self) -> list[Document]:
+        """Every stored document, oldest first, with its embedding."""
+        ...
+
+    def count(self, filter: dict[str, Any] | None = None) -> int:
+        """How many documents pass ``filter`` (all of them without one)."""
+        ...
+
+    def remove(self, ids: list[str]) -> int:
+        """Delete documents by id in one transaction; returns how many existed."""
+        ...
+
+    def delete(self, ids: list[str]) -> bool:
+        """Delete documents by id; True when at least one existed (the reference shape)."""
+        ...
+
+    def delete_source(self, source: str) -> int:
+        """Delete every document of ``source`` (and its file record); returns how many."""
+        ...
+
+    def delete_where(self, filter: dict[str, Any]) -> int:
+        """Delete every document passing ``filter``; returns how many."""
+        ...
+
+    def sources(self) -> list[tuple[str, int]]:
+        """Each source with its number of documents, sorted by source."""
+        ...
+
+    def get_meta(self, key: str) -> str | None:
+        """A value of the index's own metadata (last ingest time, evaluation fingerprint...)."""
+        ...
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a value of the index's own metadata."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """A counter that changes after every committed write (derived caches key on it)."""
+        ...
+
+    @property
+    def embedder_info(self) -> EmbedderInfo | None:
+        """The embedder recorded with the index's vectors, or None before the first vector."""
+        ...
+
+    def check_embedder(self, info: EmbedderInfo) -> None:
+        """Raise :class:`~kbcli.errors.IndexMismatchError` when ``info`` is not the embedder
+        the index was built with (provider and model differ, or both dimensions are known and
+        differ)."""
+        ...
+
+    def reembed(
+        self,
+        embed: Callable[[list[str]], list[list[float]]],
+        info: EmbedderInfo,
+        *,
+        batch_size: int = 256,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> int:
+        """Re-embed every document with ``embed`` and switch the index to ``info`` in one
+        step (searches never see two embedders' vectors); returns how many were embedded."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and settings of the index (``chunks``, ``sources``, ``files``, ``vectors``,
+        ``embedder``, ``analyzer``, ``last_ingest`` ...) for ``kb stats``."""
+        ...
+
+    def close(self) -> None:
+        """Release the store's resources; it cannot be used afterwards."""
+        ...
+
+
+@runtime_checkable
+class KeywordIndex(Protocol):
+    """BM25 keyword search over a catalog's documents, kept exact on every change.
+
+    Scores follow :mod:`kbcli.bm25` (Lucene idf, chunk BM25 plus ``source_weight`` times the
+    BM25 of the chunk's whole source); a store either computes them with that module or is
+    checked against it by the parity test. The postings change of a write (computed with
+    :func:`kbcli.bm25.plan_addition` / :func:`kbcli.bm25.plan_removal`) is applied inside the
+    catalog's transaction. ``filter`` is a pre-filter: chunks it hides are neither scored nor
+    counted in their source's score.
+    """
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """The analyzer that turns documents and queries into terms."""
+        ...
+
+    @property
+    def keyword_signature(self) -> str:
+        """What the index's terms depend on (analyzer and indexed fields); recorded with it."""
+        ...
+
+    def keyword_search(
+        self,
+        query: str,
+        k: int = 5,
+        filter: dict[str, Any] | None = None,
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        source_weight: float = 2.0,
+    ) -> list[SearchResult]:
+        """The ``k`` best BM25 matches among documents passing ``filter``; every hit's
+        ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``."""
+        ...
+
+    def rebuild_keyword_index(self) -> int:
+        """Re-analyse every document with the current analyzer; returns how many."""
+        ...
+
+
+@runtime_checkable
+class VectorIndex(Protocol):
+    """Nearest-neighbour search over vectors keyed by a store's integer row ids.
+
+    A derived structure: the catalog holds the vectors, the index can always be rebuilt from
+    it. ``allowed`` is a pre-filter: only those ids are candidates, so a search returns
+    ``min(k, len(allowed))`` hits whenever that many have vectors (never a post-filtered top
+    k). Scores are cosine similarities (or the index's metric), best first, ties by id.
+    ``exact`` says whether results equal a brute-force scan.
+    """
+
+    @property
+    def exact(self) -> bool:
+        """True when search results equal a brute-force scan of every vector."""
+        ...
+
+    def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
+        """Insert or replace the vectors of ``ids``."""
+        ...
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Remove the vectors of ``ids`` (unknown ids are ignored); other vectors stay."""
+        ...
+
+    def search(
+        self, query: Sequence[float], k: int, allowed: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """``(id, score)`` of the ``k`` nearest vectors among ``allowed`` (all without it)."""
+        ...
+
+    def __len__(self) -> int:
+        """How many vectors the index holds."""
+        ...
+
+
+@runtime_checkable
+class FileLedger(Protocol):
+    """What ``kb ingest`` indexed from which file, for incremental sync, and the writer lock.
+
+    ``replace_file`` swaps one file's documents and its record in one transaction, so a crash
+    leaves the file at its old version or its new one; several calls inside one
+    :meth:`DocumentCatalog.transaction` commit together.
+    """
+
+    def writer_lock(self, wait: float) -> AbstractContextManager[None]:
+        """Hold the one-writer-at-a-time lock of this index, waiting up to ``wait`` seconds
+        before :class:`~kbcli.errors.DatabaseLockedError`."""
+        ...
+
+    def file_records(self) -> dict[str, FileRecord]:
+        """Every indexed file's record, by absolute path."""
+        ...
+
+    def replace_file(
+        self,
+        record: FileRecord,
+        docs: list[Document],
+        embeddings: list[list[float]] | None,
+        *,
+        embedder: EmbedderInfo | None = None,
+    ) -> int:
+        """Swap the documents of ``record.path`` for ``docs`` and store ``record``, atomically;
+        with ``embedder`` the vectors also go to the embedding cache. Returns how many
+        documents were removed."""
+        ...
+
+    def touch_file(self, record: FileRecord) -> None:
+        """Update a file's record (new mtime, same content) without touching its documents."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Let the store fold its write-ahead log during a long ingest (may do nothing)."""
+        ...
+
+
+@runtime_checkable
+class EmbeddingCache(Protocol):
+    """Vectors by (embedder, text), so unchanged text is never embedded twice."""
+
+    def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+        """Vectors already computed by ``info``'s embedder for any of ``texts``, by text."""
+        ...
+
+    def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
+        """Remember ``vectors`` (text -> vector) for ``info``'s embedder."""
         ...

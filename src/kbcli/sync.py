@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatabaseLockedError, InvalidOptionError, KBError, LoaderError
-from .stores.sqlite import FileRecord
+from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
 IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})

@@ -121,3 +121,16 @@ class Section:
 
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FileRecord:
+    """What an index knows about one ingested file (the file ledger's row)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    settings: str
+    chunk_ids: list[str] = field(default_factory=list)
+    indexed_at: str = ""

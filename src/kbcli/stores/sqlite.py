@@ -38,7 +38,6 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,7 @@ from ..errors import (
 )
 from ..filters import compile_sql, dumps_metadata, validate_filter
 from ..scoring import MAX_SCORED_TERMS, SOURCE_WEIGHT, bm25_idf
-from ..types import Document, SearchResult
+from ..types import Document, FileRecord, SearchResult
 
 SCHEMA_VERSION = 2
 APP_ID = 0x4B42_4C49  # "KBLI"
@@ -167,19 +166,6 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
 
 # Migrations from version N to N+1, run in one transaction when user_version says so.
 _MIGRATIONS: dict[int, Any] = {1: _migrate_1_to_2}
-
-
-@dataclass
-class FileRecord:
-    """What the index knows about one ingested file."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-    settings: str
-    chunk_ids: list[str] = field(default_factory=list)
-    indexed_at: str = ""
 
 
 def text_hash(text: str) -> str:
