@@ -22,6 +22,27 @@ EMBEDDERS: dict[str, str] = {
 }
 
 
+STORES: dict[str, str] = {
+    "sqlite": "kbcli.stores.sqlite:SQLiteStore",
+    "memory": "kbcli.stores.memory:InMemoryStore",
+}
+
+CHUNKERS: dict[str, str] = {
+    "structure": "kbcli.ingest.chunkers:StructureAwareChunker",
+    "simple": "kbcli.ingest.chunkers:SimpleTextChunker",
+}
+
+RERANKERS: dict[str, str] = {
+    "passthrough": "kbcli.rerankers:PassthroughReranker",
+}
+
+
+def is_class_path(name: str) -> bool:
+    """True for a user's ``"package.module:Class"`` path (as opposed to a registered name)."""
+    module, sep, attr = name.strip().partition(":")
+    return bool(sep and module and attr)
+
+
 def choices(registry: Mapping[str, str]) -> str:
     """The registered names, comma-separated, for messages."""
     return ", ".join(registry)
