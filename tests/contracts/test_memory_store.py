@@ -1,0 +1,25 @@
+"""The contract suites against InMemoryStore (no persistence: it keeps nothing on disk)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbcli import InMemoryStore
+from kbcli.testing import DocumentCatalogContract, KeywordIndexContract, VectorStoreContract
+
+
+@pytest.fixture
+def store():
+    return InMemoryStore()
+
+
+class TestVectorStore(VectorStoreContract):
+    pass
+
+
+class TestCatalog(DocumentCatalogContract):
+    pass
+
+
+class TestKeyword(KeywordIndexContract):
+    pass
