@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from kbcli import InMemoryStore
-from kbcli.testing import DocumentCatalogContract, KeywordIndexContract, VectorStoreContract
+from kbcli.testing import (  # no PersistenceContract: nothing is kept on disk
+    DocumentCatalogContract,
+    EmbeddingCacheContract,
+    FileLedgerContract,
+    KeywordIndexContract,
+    RoutesContract,
+    VectorStoreContract,
+)
 
 
 @pytest.fixture
@@ -22,4 +29,16 @@ class TestCatalog(DocumentCatalogContract):
 
 
 class TestKeyword(KeywordIndexContract):
+    pass
+
+
+class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestEmbeddingCache(EmbeddingCacheContract):
+    pass
+
+
+class TestRoutes(RoutesContract):
     pass

@@ -26,12 +26,22 @@ tests: ``import kbcli`` never imports it).
 
 from __future__ import annotations
 
+from ._common import TableEmbedder
+from .cache import EmbeddingCacheContract
 from .catalog import DocumentCatalogContract
 from .keyword import KeywordIndexContract
+from .ledger import FileLedgerContract
+from .persistence import PersistenceContract
+from .routes import RoutesContract
 from .vector_store import VectorStoreContract
 
 __all__ = [
     "DocumentCatalogContract",
+    "EmbeddingCacheContract",
+    "FileLedgerContract",
     "KeywordIndexContract",
+    "PersistenceContract",
+    "RoutesContract",
+    "TableEmbedder",
     "VectorStoreContract",
 ]

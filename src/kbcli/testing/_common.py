@@ -39,3 +39,33 @@ def ids(docs: Any) -> list[str]:
 
 class Boom(Exception):
     """Raised inside a transaction to make it roll back."""
+
+
+class TableEmbedder:
+    """A deterministic embedder for the suites: known texts map to given vectors, any other
+    text to a bag of its words hashed into ``dim`` numbers (stable across processes)."""
+
+    provider = "contract"
+    languages = None
+
+    def __init__(self, table: dict[str, list[float]] | None = None, dim: int = 3):
+        self.table = dict(table or {})
+        self.dim = dim
+        self.dimension = dim
+        self.model = f"table-{dim}"
+
+    def _embed(self, text: str) -> list[float]:
+        if text in self.table:
+            return list(self.table[text])
+        vec = [0.0] * self.dim
+        for word in text.lower().split():
+            vec[sum(map(ord, word)) % self.dim] += 1.0
+        return vec
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text."""
+        return [self._embed(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of one query."""
+        return self._embed(text)
