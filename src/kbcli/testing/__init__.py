@@ -19,6 +19,8 @@ A backend's test module defines the fixtures and subclasses the mixins it suppor
     class TestKeyword(KeywordIndexContract): ...
     class TestPersistence(PersistenceContract): ...
 
+A standalone vector index (:class:`~kbcli.protocols.VectorIndex`) runs
+:class:`VectorIndexContract` with a ``vector_index`` fixture (an empty index) instead.
 A store that cannot persist leaves out :class:`PersistenceContract`; a test is overridden only
 where a backend legitimately differs, saying why. The mixins need pytest (this package is for
 tests: ``import kbcli`` never imports it).
@@ -34,6 +36,7 @@ from .ledger import FileLedgerContract
 from .persistence import PersistenceContract
 from .routes import RoutesContract
 from .vector_store import VectorStoreContract
+from .vectors import VectorIndexContract
 
 __all__ = [
     "DocumentCatalogContract",
@@ -43,5 +46,6 @@ __all__ = [
     "PersistenceContract",
     "RoutesContract",
     "TableEmbedder",
+    "VectorIndexContract",
     "VectorStoreContract",
 ]
