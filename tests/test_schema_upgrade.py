@@ -55,7 +55,8 @@ def test_upgrade_keeps_every_chunk_and_builds_sources(old_db):
     assert {s for s, _ in store.sources()} == files
     assert store.stats()["sources"] == len(files)
     # every loose chunk is a source of its own
-    assert conn.execute("SELECT sources FROM stats").fetchone()[0] == len(files) + loose
+    stated = sqlite3.connect(old_db).execute("SELECT sources FROM stats").fetchone()[0]
+    assert stated == len(files) + loose
     store.close()
 
 
