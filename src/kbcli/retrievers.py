@@ -145,10 +145,11 @@ class HybridRetriever:
     ``1 / (60 + rank)``. A document found by one route only still counts.
 
     Alpha: ``options.alpha`` when the search chose it (``alpha_chosen``); otherwise, with a
-    *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one whose ``languages`` do
-    not include the query's script, see :meth:`weak_for`) :data:`WEAK_DENSE_ALPHA`, so the
-    keyword ranking decides and the dense route only breaks near-ties and fills up; otherwise
-    the constructor's ``alpha``, else ``limits.rerank_alpha`` from the configuration.
+    *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
+    whose ``languages`` do not include the query's script, see :meth:`weak_for`)
+    :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
+    near-ties and fills up; otherwise the constructor's ``alpha``, else ``options.alpha``
+    (``limits.rerank_alpha`` from the configuration).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
