@@ -226,6 +226,7 @@ def _state(ctx: typer.Context) -> State:
 def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one."""
     from .config import load_config
+    from .errors import ConfigError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
@@ -238,9 +239,18 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
             render.message(text)
 
-    return KnowledgeBase.open(
-        db, config=config, on_note=note, busy_timeout=busy_timeout, create=create
+    kb = KnowledgeBase.from_config(
+        config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
     )
+    from .protocols import DocumentCatalog
+
+    if not isinstance(kb.store, DocumentCatalog):
+        kb.close()
+        raise ConfigError(
+            f"store.backend {config.store.backend!r} is not a document catalog (see "
+            "kbcli.protocols.DocumentCatalog): kb needs one to list, delete and ingest"
+        )
+    return kb
 
 
 def _resolve_source(path: Path) -> str:
@@ -449,7 +459,7 @@ def search(
     kb = _open(ctx, create=False)
     try:
         results = kb.search_with(query, options)
-        terms = kb.store.analyzer.query_terms(query)
+        terms = kb.analyzer.query_terms(query)
     finally:
         kb.close()
     if json_out:

@@ -10,7 +10,7 @@ bug and keeps its traceback.
     │   └── FilterError        a metadata filter that cannot be applied
     ├── MissingDependencyError an optional package is not installed (also ImportError)
     ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
-    ├── LoaderError            a file could not be read into text
+    ├── LoaderError            a file could not be read into text (also RuntimeError)
     │   └── UnsupportedFormatError
     ├── StoreError             the knowledge database cannot be used
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
@@ -56,8 +56,8 @@ class EmbedderError(KBError, RuntimeError):
     """An embedder is not configured (no key) or its provider failed."""
 
 
-class LoaderError(KBError):
-    """A document could not be loaded."""
+class LoaderError(KBError, RuntimeError):
+    """A document could not be loaded (also a RuntimeError, as reference code expects)."""
 
 
 class UnsupportedFormatError(LoaderError):

@@ -405,6 +405,17 @@ class KnowledgeBase:
         )
 
     @property
+    def analyzer(self) -> Any:
+        """The analyzer of the store's keyword index (the default one for a plain store)."""
+        from .protocols import KeywordIndex
+
+        if isinstance(self.store, KeywordIndex):
+            return self.store.analyzer
+        from .analysis import Analyzer
+
+        return Analyzer()
+
+    @property
     def _ingest(self) -> IngestPipeline:
         """The ingest pipeline (the reference's attribute name)."""
         return self.ingestor

@@ -32,7 +32,6 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 KEY_ENV = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 BASE_URL_ENV = ("EMBEDDING_BASE_URL", "BASE_URL")
 MODEL_ENV = ("GEMINI_EMBED_MODEL", "EMBEDDING_MODEL")
-KNOWN_DIMENSIONS = {"text-embedding-004": 768, "gemini-embedding-001": 3072}
 INSTALL = "pip install google-genai"
 
 
@@ -79,7 +78,9 @@ class GeminiEmbedder(BaseEmbedder):
             max_retries=max_retries,
             timeout=timeout,
         )
-        self.dimension = self.dimensions or KNOWN_DIMENSIONS.get(self.model)
+        # Only a requested or a returned size is this embedder's identity, never a guess from the
+        # model's name: a compatible server may serve another size under the same name.
+        self.dimension = self.dimensions
         self._api_key = key
         self._client = self._make_client()
 
