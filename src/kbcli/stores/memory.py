@@ -45,6 +45,7 @@ class InMemoryStore:
         self._rowid: dict[str, int] = {}
         self._next_rowid = 1
         self._sources: dict[str, int] = {}  # source -> src id
+        self._next_src = 1
         self._vectors = NumpyVectorIndex()
         self._keywords.clear()
         self._records: dict[str, FileRecord] = {}
@@ -93,6 +94,7 @@ class InMemoryStore:
             "rowid": dict(self._rowid),
             "next": self._next_rowid,
             "sources": dict(self._sources),
+            "next_src": self._next_src,
             "records": dict(self._records),
             "cache": dict(self._cache),
             "meta": dict(self._meta),
@@ -104,7 +106,7 @@ class InMemoryStore:
         version = saved["version"]
         self._reset_state()
         self._next_rowid = saved["next"]
-        self._sources = saved["sources"]
+        self._sources, self._next_src = saved["sources"], saved["next_src"]
         for doc in saved["docs"].values():
             self._index(doc, saved["rowid"][doc.id])
         self._records, self._cache = saved["records"], saved["cache"]
@@ -155,7 +157,10 @@ class InMemoryStore:
         self._rowid[doc.id] = rowid
         source = doc.metadata.get("source")
         key = str(source) if source is not None else f"\0{doc.id}"
-        src = self._sources.setdefault(key, len(self._sources) + 1)
+        src = self._sources.get(key)
+        if src is None:
+            src = self._sources[key] = self._next_src
+            self._next_src += 1
         self._keywords.add([ChunkTerms(rowid, src, self._keywords.terms_of(doc))])
         if doc.embedding is not None:
             self._vectors.upsert([rowid], [doc.embedding])
