@@ -168,3 +168,22 @@ def test_hybrid_retriever_over_a_store_without_keywords_never_crashes():
         store.add([Document("a", "x")], [SimpleEmbedder().embed_query("x")])
         hits = HybridRetriever(store, SimpleEmbedder()).search("x", k=1)
         assert [h.document.id for h in hits] == ["a"]
+
+
+def test_one_optional_import_helper_names_the_real_install_command(monkeypatch):
+    import sys
+
+    from kbcli.errors import MissingDependencyError, require
+
+    monkeypatch.setitem(sys.modules, "jieba", None)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'kbcli\[zh\]'"):
+        require("jieba", extra="zh", feature="The jieba Chinese tokenizer")
+    from pathlib import Path
+
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "zh" in extras["project"]["optional-dependencies"]
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with pytest.raises(MissingDependencyError, match="pip install openai$"):
+        require("openai", feature="The openai embedder")

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from ..config import Config
-from ..errors import EmbedderError, MissingDependencyError
+from ..errors import EmbedderError, require
 from ._settings import (
     apply_request_settings,
     embedding_settings,
@@ -113,12 +113,7 @@ class OpenAIEmbedder(BaseEmbedder):
         self._client = self._make_client()
 
     def _make_client(self) -> Any:
-        try:
-            import openai
-        except ImportError:
-            raise MissingDependencyError(
-                "The openai embedder needs the 'openai' package: pip install openai"
-            ) from None
+        openai = require("openai", feature="The openai embedder")
         self._openai = openai
         # max_retries=0: retries are ours (kbcli.embedders.retry), bounded and testable.
         return openai.OpenAI(
