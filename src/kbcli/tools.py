@@ -27,12 +27,15 @@ from .types import MODES, SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
 NO_QUERY = "Error: No query provided"
+NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
+NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
 MAX_K = 50
 MAX_QUERY_CHARS = 2000
 MAX_FILTER_CHARS = 4000
 MAX_ID_CHARS = 200
 MAX_PATH_CHARS = 4096
 MAX_LINES = 2000
+LINE_WIDTH = 100  # indexed text often has its line breaks collapsed: long lines are wrapped
 
 logger = logging.getLogger("kbcli.tools")
 
@@ -379,7 +382,8 @@ class KnowledgeSearchTool(KnowledgeTool):
 class KnowledgeGetTool(KnowledgeTool):
     """``knowledge_get``: one chunk by ``id``, or the indexed text of a file by ``path`` with an
     optional ``start_line``/``end_line`` range (1-based, inclusive), within the scope. The file
-    on disk is never read: the text is its indexed chunks, overlaps joined."""
+    on disk is never read: the text is its indexed chunks, overlaps joined, lines longer than
+    ``line_width`` wrapped; at most ``max_lines`` lines per call."""
 
     name = "knowledge_get"
     description = (
@@ -388,9 +392,10 @@ class KnowledgeGetTool(KnowledgeTool):
         "end_line. Give either id or path."
     )
 
-    def __init__(self, view: Any, *, max_lines: int = MAX_LINES):
+    def __init__(self, view: Any, *, max_lines: int = MAX_LINES, line_width: int = LINE_WIDTH):
         self.view = _reader(view)
         self.max_lines = max_lines
+        self.line_width = line_width
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -439,7 +444,8 @@ class KnowledgeGetTool(KnowledgeTool):
     def _chunk(self, chunk_id: str) -> ToolResult:
         docs = self.view.get([chunk_id])
         if not docs:
-            return _error(f"No chunk with id {chunk_id!r} in this knowledge base")
+            # The id is not echoed: a hidden id and an unknown one get the very same answer.
+            return _error(NO_CHUNK)
         doc = docs[0]
         hit = SearchResult(doc, 1.0)
         citation = Citation.from_result(1, hit)
@@ -460,9 +466,9 @@ class KnowledgeGetTool(KnowledgeTool):
                 raise ToolArgumentError(f"end_line ({end}) is before start_line ({start})")
         try:
             source, text = self.view.file_text(path)
-        except NotFoundError as exc:
-            return _error(str(exc))
-        lines = text.splitlines()
+        except NotFoundError:
+            return _error(NO_FILE)
+        lines = _lines(text, self.line_width)
         total = len(lines)
         if start > total:
             raise ToolArgumentError(f"start_line {start} is past the end ({total} lines)")
@@ -472,6 +478,20 @@ class KnowledgeGetTool(KnowledgeTool):
         header = f"[source: {source}; lines {start}-{last} of {total}{more}]"
         citation = Citation(number=1, id="", text=body, source=source)
         return ToolResult(f"{header}\n{body}", [citation])
+
+
+def _lines(text: str, width: int) -> list[str]:
+    """The lines of ``text``, each longer than ``width`` wrapped at spaces (stable numbers for
+    paging through text whose line breaks the index collapsed)."""
+    import textwrap
+
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+        else:
+            out.extend(textwrap.wrap(line, width, break_long_words=True, break_on_hyphens=False))
+    return out
 
 
 class KnowledgeStatsTool(KnowledgeTool):
