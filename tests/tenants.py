@@ -99,9 +99,7 @@ def build(folder: Path) -> Tenants:
         acme.write_text(ACME_FILE, encoding="utf-8")
         tenants.allowed_ids += kb.ingest_file(acme, {"tenant": "acme"})
         globex = files / "globex-handbook.md"
-        globex.write_text(
-            ACME_FILE.replace("Section", f"Section {CANARIES[0]}"), encoding="utf-8"
-        )
+        globex.write_text(ACME_FILE.replace("Section", f"Section {CANARIES[0]}"), encoding="utf-8")
         tenants.forbidden_ids += kb.ingest_file(globex, {"tenant": "globex"})
         tenants.acme_file = str(acme.resolve())
         tenants.globex_file = str(globex.resolve())
