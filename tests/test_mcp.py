@@ -386,3 +386,20 @@ def test_token_file_errors(tmp_path, content, message):
     tokens.write_text(content, encoding="utf-8")
     result = run("mcp", "--http", "127.0.0.1:8765", "--tokens", str(tokens))
     assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_the_start_up_filter_and_a_token_scope_combine(tmp_path):
+    from kbcli import KnowledgeBase
+    from kbcli.mcp_server import Identity, KnowledgeMCP
+
+    kb = KnowledgeBase()
+    kb.add("ops password guide", {"team": "ops", "lang": "en"})
+    kb.add("ops password guide in german", {"team": "ops", "lang": "de"})
+    kb.add("sales password guide", {"team": "sales", "lang": "en"})
+    server = KnowledgeMCP(kb, {"team": "ops"})
+    everything = server.tools_for(Identity("admin", None))["knowledge_search"]
+    english = server.tools_for(Identity("en", {"lang": "en"}))["knowledge_search"]
+    query = {"query": "password guide", "k": 10, "mode": "keyword"}
+    assert len(everything.call(query).citations) == 2  # --filter team=ops holds for admin too
+    assert [c.text for c in english.call(query).citations] == ["ops password guide"]
+    assert server.tools_for(Identity("en", {"lang": "en"}))["knowledge_search"] is english
