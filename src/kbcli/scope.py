@@ -246,11 +246,15 @@ def join_chunks(docs: list[Document]) -> str:
     return "\n".join(parts)
 
 
-def _overlap(before: str, after: str, limit: int = 2000) -> int:
-    """Length of the longest suffix of ``before`` that is a prefix of ``after`` (at least 8
-    characters, so a shared word is not taken for a chunk overlap)."""
-    longest = min(len(before), len(after), limit)
-    for size in range(longest, 7, -1):
-        if before.endswith(after[:size]):
-            return size
+def _overlap(before: str, after: str, limit: int = 4000, shortest: int = 8) -> int:
+    """Length of the longest suffix of ``before`` that is a prefix of ``after`` (at least
+    ``shortest`` characters, so a shared word is not taken for a chunk overlap)."""
+    if len(after) < shortest:
+        return 0
+    probe = after[:shortest]
+    at = before.find(probe, max(0, len(before) - min(limit, len(after))))
+    while at != -1:
+        if after.startswith(before[at:]):
+            return len(before) - at
+        at = before.find(probe, at + 1)
     return 0

@@ -259,9 +259,11 @@ class KnowledgeSearchTool(KnowledgeTool):
         max_query_chars: int = MAX_QUERY_CHARS,
     ):
         from .filters import validate_filter
+        from .pipeline import KnowledgeBase
+        from .scope import ScopedKnowledgeBase
 
         self.access_filter = validate_filter(access_filter)
-        if self.access_filter and hasattr(pipeline, "scoped"):
+        if self.access_filter and isinstance(pipeline, (KnowledgeBase, ScopedKnowledgeBase)):
             pipeline = pipeline.scoped(self.access_filter)
         self.pipeline = pipeline
         self.max_k = max_k
