@@ -372,6 +372,8 @@ def test_mcp_usage_errors(args, message):
         ("tokens: []\n", "needs a 'tokens:' list"),
         ("tokens:\n  - {token: short, filter: {}}\n", "16+ characters"),
         ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa}\n", "no filter"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: }\n", "filter is empty"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: []}\n", "filter is empty"),
         ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: {a: {$x: 1}}}\n", "Unknown filter"),
         (
             "tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: {}}\n"

@@ -57,6 +57,9 @@ class Identity:
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
     from .filters import parse_filter_expressions, validate_filter
 
+    if value is None or value == [] or value == "":
+        # "filter:" with the value forgotten must not mean "everything".
+        raise ConfigError(f"{where}: filter is empty (write filter: {{}} for the whole index)")
     try:
         if isinstance(value, str):
             value = [value]
