@@ -21,9 +21,19 @@ def setup(tmp_path_factory):
     return shared.build(tmp_path_factory.mktemp("tenants"))
 
 
-@pytest.fixture
-def kb(setup):
-    kb = KnowledgeBase(store=SQLiteStore(setup.db), embedder=SimpleEmbedder())
+@pytest.fixture(params=["sqlite", "memory"])
+def kb(setup, request):
+    sqlite = SQLiteStore(setup.db)
+    if request.param == "sqlite":
+        store = sqlite
+    else:  # the same documents and vectors in an InMemoryStore
+        from kbcli import InMemoryStore
+
+        store = InMemoryStore()
+        docs = list(sqlite.iter_documents(with_embeddings=True))
+        store.add(docs, [d.embedding for d in docs], embedder=sqlite.embedder_info)
+        sqlite.close()
+    kb = KnowledgeBase(store=store, embedder=SimpleEmbedder())
     yield kb
     kb.close()
 

@@ -10,7 +10,8 @@ exactly like an unknown id; lists, counts, stats and a file's indexed text only 
 scope. A caller's filter can only narrow the view: it is validated and ANDed, never merged.
 
 The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalog` reads
-(``get``, ``iter_documents``) and the retrieval pipeline.
+(``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
+only has ``list_all`` is filtered in Python with :func:`kbcli.filters.matches`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from .errors import FilterError, NotFoundError
 from .filters import matches, validate_filter
+from .protocols import DocumentCatalog, KeywordIndex
 from .types import Document, SearchOptions, SearchResult
 
 
@@ -99,7 +101,13 @@ class ScopedKnowledgeBase:
         wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str)]
         if not wanted:
             return []
-        return [d for d in self.kb.store.get(wanted) if self.visible(d)]
+        store = self.kb.store
+        if isinstance(store, DocumentCatalog):
+            docs = store.get(wanted)
+        else:
+            docs = [d for d in store.list_all() if d.id in set(wanted)]
+            docs.sort(key=lambda d: wanted.index(d.id))
+        return [d for d in docs if self.visible(d)]
 
     def iter_documents(
         self,
@@ -110,11 +118,9 @@ class ScopedKnowledgeBase:
     ) -> Iterator[Document]:
         """Documents in scope passing ``filter`` (and of ``source``), oldest first."""
         combined = self.narrow(filter)
-        kwargs: dict[str, Any] = {"source": source, "limit": limit}
-        iterate = getattr(self.kb.store, "iter_documents", None)
-        if iterate is not None:
-            docs = iterate(combined, **kwargs)
-        else:  # a reference store with only list_all (InMemoryStore)
+        if isinstance(self.kb.store, DocumentCatalog):
+            docs = self.kb.store.iter_documents(combined, source=source, limit=limit)
+        else:  # a reference VectorStoreProtocol store: only list_all
             docs = self._filtered_list(combined, source, limit)
         for doc in docs:
             if self.visible(doc):
@@ -145,8 +151,8 @@ class ScopedKnowledgeBase:
 
     def count(self, filter: dict[str, Any] | None = None) -> int:
         """How many documents in scope pass ``filter``."""
-        # DocumentCatalog.count(filter) will count in the store; today's stores count only
-        # everything, so the view counts what it iterates.
+        if isinstance(self.kb.store, DocumentCatalog):
+            return self.kb.store.count(self.narrow(filter))
         return sum(1 for _ in self.iter_documents(filter))
 
     def sources(self) -> list[tuple[str, int]]:
@@ -172,14 +178,14 @@ class ScopedKnowledgeBase:
             if doc.created_at is not None and (newest is None or doc.created_at > newest):
                 newest = doc.created_at
         store = self.kb.store
-        info = getattr(store, "embedder_info", None)
-        analyzer = getattr(store, "analyzer", None)
+        info = store.embedder_info if isinstance(store, DocumentCatalog) else None
+        analyzer = store.analyzer.signature if isinstance(store, KeywordIndex) else None
         return {
             "scoped": self.filter is not None,
             "chunks": chunks,
             "sources": len(sources),
             "embedder": _embedder_dict(info),
-            "analyzer": getattr(analyzer, "signature", None) if analyzer is not None else None,
+            "analyzer": analyzer,
             "last_ingest": newest.isoformat() if newest is not None else None,
         }
 
