@@ -98,8 +98,6 @@ def test_hidden_chunks_do_not_lift_their_source(kb):
         if h.document.metadata["source"] == "/acme/doc0.md"
     )
     parts = hit.explain["keyword"]
-    alone = KnowledgeBase(embedder=SimpleEmbedder())
-    alone.add(hit.document.text, {"source": "/acme/doc0.md"})
     unscoped = kb.search("reset password settings", k=50, mode="keyword", explain=True)
     lifted = next(h for h in unscoped if h.document.id == hit.document.id)
     assert lifted.explain["keyword"]["bm25_source"] > parts["bm25_source"]
