@@ -660,6 +660,61 @@ def eval_(
         render.eval_summary(result)
 
 
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb mcp --filter team=ops",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+    ),
+)
+def mcp(
+    ctx: typer.Context,
+    filter: FilterOption = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.",
+        ),
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            metavar="FILE",
+            help="YAML file mapping bearer tokens to scopes (required with --http).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the knowledge base to agents over MCP: knowledge_search, knowledge_get and
+    knowledge_stats, limited to the --filter scope (and, over HTTP, each token's scope)."""
+    from .errors import InvalidOptionError, require
+    from .filters import parse_filter_expressions
+
+    require("mcp", extra="mcp", feature="kb mcp")
+    from .mcp_server import KnowledgeMCP, load_tokens, parse_host_port
+
+    scope = parse_filter_expressions(filter)
+    if http is None and tokens is not None:
+        raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
+    address = parse_host_port(http) if http is not None else None
+    if address is not None and tokens is None:
+        raise InvalidOptionError(
+            "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
+        )
+    identities = load_tokens(tokens) if tokens is not None else {}
+    kb = _open(ctx, create=False)
+    try:
+        server = KnowledgeMCP(kb, scope)
+        if address is None:
+            server.run_stdio()
+        else:
+            server.run_http(*address, identities)
+    finally:
+        kb.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``kb`` console script."""
     try:

@@ -459,11 +459,23 @@ class KnowledgeBase:
         """Delete documents by id; True when at least one existed."""
         return self.store.delete(list(ids))
 
-    def as_tool(self) -> Any:
-        """The search pipeline as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents."""
+    def scoped(self, filter: dict[str, Any]) -> Any:
+        """A read-only :class:`~kbcli.scope.ScopedKnowledgeBase` that only sees documents
+        passing ``filter``, on every search route, listing, count and lookup."""
+        from .errors import FilterError
+        from .filters import validate_filter
+        from .scope import ScopedKnowledgeBase
+
+        if not validate_filter(filter):
+            raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
+        return ScopedKnowledgeBase(self, filter)
+
+    def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> Any:
+        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents;
+        with ``filter`` the tool reads through :meth:`scoped` and no argument can widen it."""
         from .tools import KnowledgeSearchTool
 
-        return KnowledgeSearchTool(self.pipeline)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
 
     def close(self) -> None:
         """Release the store's resources (closes the SQLite connection)."""

@@ -95,9 +95,7 @@ class BM25Retriever:
         docs = self.store.list_all()
         index = index_documents(docs, self.analyzer)
         allowed = (lambda i: matches(docs[i].metadata, filter)) if filter else None
-        scored = index.search(
-            query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed
-        )
+        scored = index.search(query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed)
         return [
             SearchResult(
                 docs[s.doc],

@@ -8,6 +8,7 @@ from .bm25 import MAX_SCORED_TERMS, SOURCE_WEIGHT, bm25_idf, bm25_term  # noqa: 
 
 RRF_K = 60
 
+
 def min_max(scores: Mapping[str, float]) -> dict[str, float]:
     """Scale scores to [0, 1]; when all are equal every score becomes 1.0."""
     if not scores:
