@@ -137,8 +137,11 @@ def test_reference_aliases_and_as_tool_wraps_the_search_pipeline():
     assert kb._ingest is kb.ingestor and kb._rag is kb.pipeline
     kb.add("the vpn password rotates every 90 days")
     tool = kb.as_tool()
-    assert tool.pipeline is kb.pipeline
+    calls = []
+    search = kb.pipeline.search
+    kb.pipeline.search = lambda query, options=None: calls.append(query) or search(query, options)
     assert "90 days" in asyncio.run(tool.run("vpn password"))
+    assert calls == ["vpn password"]  # the tool searches through the search pipeline
 
 
 def test_learned_dimension_is_not_refused_later_by_a_name_table(monkeypatch, tmp_path):
