@@ -54,8 +54,13 @@ class SQLiteStore:
         self.path = Path(path).expanduser()
         self.busy_timeout = busy_timeout
         self._keywords = KeywordTables(analyzer or Analyzer(), self.path)
-        self._matrix = vectors.MatrixCache(self.path)
         self._db = Database(self.path, busy_timeout=busy_timeout, create=create)
+        self._matrix = self._open_vectors()
+
+    def _open_vectors(self) -> vectors.DerivedVectors:
+        """The seam for another vector index: the structure dense search runs on, derived from
+        the ``vectors`` table (a subclass returns its own, e.g. a FAISS index file)."""
+        return vectors.MatrixCache(self.path)
 
     @property
     def analyzer(self) -> Analyzer:
@@ -74,6 +79,7 @@ class SQLiteStore:
 
     def close(self) -> None:
         """Close the connection (the store cannot be used afterwards)."""
+        self._matrix.close()
         self._db.close()
 
     def __enter__(self) -> SQLiteStore:

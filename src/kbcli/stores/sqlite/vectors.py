@@ -16,11 +16,12 @@ import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
 from ..common import check_embedder, pack_vector
+from ...protocols import VectorIndex
 from ..numpy_index import NumpyVectorIndex
 
 CACHE_MAGIC = b"KBVECS2\n"
@@ -93,6 +94,78 @@ def generation_tag(conn: sqlite3.Connection) -> str:
     return f"{row[0] if row else ''}:{generation}"
 
 
+class DerivedVectors(Protocol):
+    """What :class:`~kbcli.stores.sqlite.SQLiteStore` runs dense search on: a vector index
+    derived from the ``vectors`` table, current as of a connection's snapshot (keyed by
+    :func:`generation_tag`). ``path`` is its file (safe to delete); ``close`` releases it."""
+
+    path: Path
+
+    def index(self, conn: sqlite3.Connection) -> VectorIndex:
+        """The index of the vectors as of ``conn``'s snapshot (loaded, updated or rebuilt)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the index holds (files, clients)."""
+        ...
+
+
+def stamps(conn: sqlite3.Connection) -> dict[int, int]:
+    """Which chunk's vector each rowid holds: a stamp of the chunk's id and creation time.
+
+    Rowids are reused after the newest chunks are deleted, so an index that is brought up to
+    date by difference compares stamps, not only rowids."""
+    import zlib
+
+    rows = conn.execute(
+        "SELECT v.doc, c.id, c.created_at FROM vectors v JOIN chunks c ON c.doc = v.doc"
+    )
+    return {doc: zlib.crc32(f"{cid}\0{created}".encode()) for doc, cid, created in rows}
+
+
+def read_vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> tuple[Any, Any]:
+    """``(ids, matrix)`` of the stored vectors of ``rowids`` (all when empty), sorted by id."""
+    import numpy as np
+
+    dim = dimension(conn) or 0
+    if rowids:
+        wanted = sorted(set(int(r) for r in rowids))
+        found: list[tuple[int, bytes]] = []
+        for start in range(0, len(wanted), 900):
+            part = wanted[start : start + 900]
+            marks = ",".join("?" * len(part))
+            found.extend(
+                conn.execute(f"SELECT doc, vec FROM vectors WHERE doc IN ({marks})", part)
+            )
+        found.sort()
+    else:
+        found = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
+    ids = np.fromiter((d for d, _ in found), np.int64, len(found))
+    if not found:
+        return ids, np.zeros((0, dim), np.float32)
+    matrix = np.frombuffer(b"".join(v for _, v in found), np.float32).reshape(-1, dim)
+    return ids, matrix
+
+
+def write_atomic(path: Path, chunks: Sequence[bytes]) -> bool:
+    """Write ``chunks`` to ``path`` as temp file -> fsync -> rename -> fsync(folder), so a
+    reader (or a crash) only ever sees the old file or the whole new one. False when the
+    folder is not writable (a derived file then lives in memory only)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            for chunk in chunks:
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    _fsync_dir(path.parent)
+    return True
+
+
 class MatrixCache:
     """The unit-row matrix of one database's vectors, mapped from its cache file."""
 
@@ -109,6 +182,10 @@ class MatrixCache:
                 arrays = self._build(conn, tag)
             self._index = (tag, NumpyVectorIndex(*arrays))
         return self._index[1]
+
+    def close(self) -> None:
+        """Drop the mapped matrix."""
+        self._index = None
 
     def _map(self, tag: str) -> tuple[Any, Any] | None:
         import numpy as np

@@ -1,0 +1,446 @@
+"""FaissStore: an SQLiteStore whose dense search runs on a FAISS index (extra ``kbcli[faiss]``).
+
+Documents, the keyword index, the file ledger and the vectors themselves stay in the SQLite file
+(the truth). The FAISS index is derived from the ``vectors`` table: an ``IndexIDMap2`` (ids are
+the catalog's rowids) over the chosen ``index_factory``, kept in ``<db>.faiss`` with the vectors
+generation it was built for. A stale file is brought up to date by difference (``remove_ids``
+for vectors that went, ``add_with_ids`` for new ones; indexes that cannot remove, such as HNSW,
+are rebuilt), a missing or corrupt one is rebuilt from the catalog, and every write of the file
+goes temp -> fsync -> rename -> fsync(folder), so a killed process never leaves a half file in
+use. Filtered search hands FAISS an id selector (a pre-filter), never a post-filtered top k.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..analysis import Analyzer
+from ..errors import IndexMismatchError, InvalidOptionError, require
+from ..types import Document
+from .common import vector_dimensions
+from .sqlite import SQLiteStore
+from .sqlite import vectors as sqlite_vectors
+from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
+
+FILE_MAGIC = b"KBFAISS1"
+METRICS = ("ip", "cosine", "l2")
+TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
+REBUILD_SHARE = 0.5  # a difference touching more than this share of vectors rebuilds instead
+
+
+def _faiss() -> Any:
+    return require("faiss", extra="faiss", feature="The faiss store", package="faiss-cpu")
+
+
+def resolve_metric(metric: str | None, normalize: bool) -> str:
+    """``"ip"`` (inner product: cosine on normalised vectors) or ``"l2"``; None means ip."""
+    name = (metric or "ip").strip().lower()
+    if name not in METRICS:
+        raise InvalidOptionError(f"Unknown faiss metric {metric!r}: choose from ip, cosine, l2")
+    return "ip" if name == "cosine" else name
+
+
+class FaissVectorIndex:
+    """A :class:`~kbcli.protocols.VectorIndex` on FAISS: ``IndexIDMap2`` over ``index_factory``.
+
+    ``normalize`` makes rows and queries unit length, so the inner product is the cosine; with
+    the ``l2`` metric on normalised vectors scores are turned back into cosines
+    (``1 - d²/2``), without normalisation they are ``-d²``. Factories that need training (IVF)
+    are trained on the first vectors once there are enough; until then an exact flat index
+    holds them. ``exact`` is True for a flat index.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        index_factory: str = "Flat",
+        normalize: bool = True,
+        metric: str | None = None,
+    ):
+        self._faiss = _faiss()
+        import numpy as np
+
+        self._np = np
+        self.dim = dim
+        self.index_factory = index_factory.strip() or "Flat"
+        self.normalize = normalize
+        self.metric = resolve_metric(metric, normalize)
+        self._index: Any = None
+        self._flat_standin = False
+
+    @property
+    def exact(self) -> bool:
+        """True for a flat (brute-force) index."""
+        return self.index_factory.lower() == "flat" or self._flat_standin
+
+    @property
+    def faiss_index(self) -> Any:
+        """The underlying ``faiss.IndexIDMap2`` (None while empty)."""
+        return self._index
+
+    def _metric_type(self) -> int:
+        f = self._faiss
+        return f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2
+
+    def _new(self, matrix: Any) -> Any:
+        f = self._faiss
+        inner = f.index_factory(self.dim, self.index_factory, self._metric_type())
+        self._flat_standin = False
+        if not inner.is_trained:
+            try:
+                if len(matrix) < 4 * max(1, _nlist(inner)):
+                    raise RuntimeError("too few vectors to train")
+                inner.train(matrix)
+            except RuntimeError:
+                inner = f.index_factory(self.dim, "Flat", self._metric_type())
+                self._flat_standin = True
+        index = f.IndexIDMap2(inner)  # faiss keeps a reference to inner
+        return index
+
+    def _prepare(self, vectors: Any) -> Any:
+        matrix = self._np.ascontiguousarray(self._np.asarray(vectors, dtype=self._np.float32))
+        if matrix.ndim != 2:
+            matrix = matrix.reshape(len(matrix), -1)
+        if self.dim is None:
+            self.dim = int(matrix.shape[1])
+        if matrix.shape[1] != self.dim:
+            raise IndexMismatchError(
+                f"Vectors have {matrix.shape[1]} dimensions but the faiss index has {self.dim}"
+            )
+        if self.normalize and len(matrix):
+            matrix = matrix.copy()
+            self._faiss.normalize_L2(matrix)
+        return matrix
+
+    def build(self, ids: Any, vectors: Any) -> None:
+        """Replace the whole index with ``vectors`` under ``ids`` (trains when needed)."""
+        np = self._np
+        ids = np.asarray(ids, dtype=np.int64)
+        matrix = self._prepare(vectors) if len(ids) else None
+        if matrix is None:
+            self._index = None
+            return
+        self._index = self._new(matrix)
+        self._index.add_with_ids(matrix, ids)
+
+    def ids(self) -> Any:
+        """The ids in the index (int64 array, unsorted)."""
+        if self._index is None:
+            return self._np.zeros(0, self._np.int64)
+        return self._faiss.vector_to_array(self._index.id_map).astype(self._np.int64)
+
+    def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
+        """Insert or replace the vectors of ``ids`` (the last of a repeated id wins)."""
+        np = self._np
+        if not len(ids):
+            return
+        last = {int(i): n for n, i in enumerate(ids)}
+        order = list(last.values())
+        id_arr = np.asarray(list(last), dtype=np.int64)
+        matrix = self._prepare(np.asarray(vectors, dtype=np.float32)[order])
+        if self._index is None:
+            self._index = self._new(matrix)
+        else:
+            self.remove(id_arr)
+            if self._index is None:
+                self._index = self._new(matrix)
+        self._index.add_with_ids(matrix, id_arr)
+
+    def remove(self, ids: Sequence[int]) -> None:
+        """Remove the vectors of ``ids`` with ``remove_ids`` (unknown ids are ignored); an
+        index type that cannot remove (HNSW) is rebuilt from its remaining vectors."""
+        np = self._np
+        if self._index is None or not len(ids):
+            return
+        gone = np.asarray(ids, dtype=np.int64)
+        try:
+            self._index.remove_ids(gone)
+        except RuntimeError:
+            present = self.ids()
+            keep = present[~np.isin(present, gone)]
+            if len(keep) == len(present):
+                return
+            kept = np.vstack([self._index.reconstruct(int(i)) for i in keep]) if len(keep) else None
+            if kept is None:
+                self._index = None
+                return
+            self._index = self._new(kept)
+            self._index.add_with_ids(kept, keep)
+        if self._index.ntotal == 0:
+            self._index = None
+
+    def __len__(self) -> int:
+        return 0 if self._index is None else int(self._index.ntotal)
+
+    def _params(self, selector: Any, k: int) -> Any:
+        f = self._faiss
+        inner = f.downcast_index(self._index.index)
+        if isinstance(inner, f.IndexHNSW):
+            return f.SearchParametersHNSW(sel=selector, efSearch=max(inner.hnsw.efSearch, 2 * k))
+        if isinstance(inner, f.IndexIVF):
+            # every list: the selector then sees every allowed vector (no short answer)
+            return f.SearchParametersIVF(sel=selector, nprobe=inner.nlist)
+        return f.SearchParameters(sel=selector)
+
+    def search(
+        self, query: Sequence[float], k: int, allowed: Sequence[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """``(id, score)`` of the ``k`` nearest vectors among ``allowed``, best first, ties by
+        id. ``allowed`` becomes a FAISS ``IDSelectorBatch`` (a pre-filter); an approximate
+        index that still answers short falls back to an exact scan of the allowed vectors."""
+        np = self._np
+        if self._index is None or k <= 0:
+            return []
+        q = self._prepare(np.asarray(query, dtype=np.float32).reshape(1, -1))
+        params = None
+        pool = len(self)
+        if allowed is not None:
+            wanted = np.unique(np.asarray(list(allowed), dtype=np.int64))
+            wanted = wanted[np.isin(wanted, self.ids())]
+            if not len(wanted):
+                return []
+            pool = len(wanted)
+            params = self._params(self._faiss.IDSelectorBatch(wanted), k)
+        fetch = min(pool, k + TIE_SLACK)
+        distances, found = self._index.search(q, fetch, params=params)
+        hits = [(int(i), self._score(float(d))) for d, i in zip(distances[0], found[0]) if i >= 0]
+        if allowed is not None and len(hits) < min(k, pool) and not self.exact:
+            hits = self._scan(q, wanted)
+        hits.sort(key=lambda h: (-h[1], h[0]))
+        return hits[:k]
+
+    def _scan(self, q: Any, wanted: Any) -> list[tuple[int, float]]:
+        np = self._np
+        try:
+            rows = np.vstack([self._index.reconstruct(int(i)) for i in wanted])
+        except RuntimeError:  # an index that cannot give vectors back: widest search instead
+            distances, found = self._index.search(q, len(self))
+            keep = set(wanted.tolist())
+            return [
+                (int(i), self._score(float(d)))
+                for d, i in zip(distances[0], found[0])
+                if int(i) in keep
+            ]
+        if self.metric == "ip":
+            raw = rows @ q[0]
+        else:
+            raw = ((rows - q[0]) ** 2).sum(axis=1)
+        return [(int(i), self._score(float(d))) for i, d in zip(wanted, raw)]
+
+    def _score(self, distance: float) -> float:
+        if self.metric == "ip":
+            return distance
+        return 1.0 - distance / 2.0 if self.normalize else -distance
+
+    def to_bytes(self) -> bytes:
+        """The index serialised by FAISS (empty bytes while empty)."""
+        if self._index is None:
+            return b""
+        return self._faiss.serialize_index(self._index).tobytes()
+
+    def load_bytes(self, data: bytes, dim: int | None, flat_standin: bool) -> None:
+        """Replace the index with one serialised by :meth:`to_bytes`."""
+        np = self._np
+        self.dim = dim
+        self._flat_standin = flat_standin
+        if not data:
+            self._index = None
+            return
+        index = self._faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
+        if not isinstance(index, self._faiss.IndexIDMap2):
+            raise ValueError("not an IndexIDMap2")
+        self._index = index
+
+
+def _nlist(inner: Any) -> int:
+    """How many lists an IVF index has (1 for other indexes that need training)."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(inner)
+    return int(ivf.nlist) if ivf is not None else 1
+
+
+class FaissFile:
+    """The FAISS index of one database's vectors, kept in ``<db>.faiss`` (a derived file).
+
+    The file holds a header (magic, JSON with the generation tag, the index settings, the
+    embedder and the stamps of the vectors it holds) followed by the serialised index. A
+    header that does not match, a truncated or unreadable file is treated as missing.
+    """
+
+    def __init__(self, db_path: Path, dim: int | None, factory: str, normalize: bool, metric: str):
+        self.path = Path(f"{db_path}.faiss")
+        self.settings = {"factory": factory, "normalize": normalize, "metric": metric}
+        self.dim = dim
+        self._current: tuple[str, FaissVectorIndex, dict[int, int], str] | None = None
+        self.rebuilds = 0  # full rebuilds from the catalog (for tests and stats)
+
+    def _fresh(self) -> FaissVectorIndex:
+        s = self.settings
+        return FaissVectorIndex(self.dim, s["factory"], s["normalize"], s["metric"])
+
+    def index(self, conn: sqlite3.Connection) -> FaissVectorIndex:
+        """The index as of ``conn``'s snapshot: the one in memory, the file, brought up to date
+        by difference, or rebuilt from the catalog; written back when it changed."""
+        tag = sqlite_vectors.generation_tag(conn)
+        if self._current is not None and self._current[0] == tag:
+            return self._current[1]
+        embedder = _embedder_key(conn)
+        base = self._current if self._current is not None else self._load()
+        current = sqlite_vectors.stamps(conn)
+        if base is not None and base[0] == tag:
+            self._current = base
+            return base[1]
+        if base is None or base[3] != embedder:
+            index = self._rebuild(conn)
+        else:
+            index, held = base[1], base[2]
+            gone = [r for r, s in held.items() if current.get(r) != s]
+            new = [r for r, s in current.items() if held.get(r) != s]
+            if len(gone) + len(new) > REBUILD_SHARE * max(len(current), 1):
+                index = self._rebuild(conn)
+            else:
+                index.remove(gone)
+                if new:
+                    ids, matrix = sqlite_vectors.read_vectors(conn, new)
+                    index.upsert(ids, matrix)
+        self._current = (tag, index, current, embedder)
+        self._save()
+        return index
+
+    def _rebuild(self, conn: sqlite3.Connection) -> FaissVectorIndex:
+        self.rebuilds += 1
+        index = self._fresh()
+        ids, matrix = sqlite_vectors.read_vectors(conn, [])
+        index.build(ids, matrix)
+        return index
+
+    def _save(self) -> None:
+        assert self._current is not None
+        tag, index, held, embedder = self._current
+        body = index.to_bytes()
+        rows = sorted(held.items())
+        import numpy as np
+
+        stamp_bytes = np.asarray(rows, dtype="<i8").reshape(-1, 2).tobytes()
+        header = json.dumps(
+            {
+                "tag": tag,
+                "settings": self.settings,
+                "embedder": embedder,
+                "dim": index.dim,
+                "flat_standin": index._flat_standin,
+                "stamps": len(rows),
+                "body": len(body),
+            }
+        ).encode()
+        head = FILE_MAGIC + len(header).to_bytes(8, "little") + header
+        sqlite_vectors.write_atomic(self.path, [head, stamp_bytes, body])
+
+    def _load(self) -> tuple[str, FaissVectorIndex, dict[int, int], str] | None:
+        import numpy as np
+
+        try:
+            data = self.path.read_bytes()
+            if not data.startswith(FILE_MAGIC):
+                return None
+            size = int.from_bytes(data[8:16], "little")
+            header = json.loads(data[16 : 16 + size])
+            if header.get("settings") != self.settings:
+                return None
+            start = 16 + size
+            n = int(header["stamps"])
+            stamp_end = start + 16 * n
+            if len(data) != stamp_end + int(header["body"]):
+                return None
+            pairs = np.frombuffer(data[start:stamp_end], dtype="<i8").reshape(-1, 2)
+            index = self._fresh()
+            index.load_bytes(data[stamp_end:], header["dim"], bool(header["flat_standin"]))
+            held = {int(r): int(s) for r, s in pairs}
+            if len(index) != len(held):
+                return None
+            return str(header["tag"]), index, held, str(header["embedder"])
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError):
+            return None
+
+    def close(self) -> None:
+        """Drop the index held in memory."""
+        self._current = None
+
+
+def _embedder_key(conn: sqlite3.Connection) -> str:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    return row[0] if row else ""
+
+
+class FaissStore(SQLiteStore):
+    """SQLite catalog, keyword index and file ledger; dense search on a FAISS index.
+
+    ``dim``: the vectors' length (None: taken from the first vectors; checked on every add).
+    ``index_factory``: a FAISS factory string (``"Flat"`` exact; ``"IVF256,Flat"``,
+    ``"HNSW32"`` approximate). ``normalize``: unit-length vectors, so inner product is cosine.
+    ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``path``: the SQLite file (default
+    ``paths.knowledge_db``); the index lives in ``<path>.faiss``.
+    """
+
+    def __init__(
+        self,
+        dim: int | None = None,
+        index_factory: str = "Flat",
+        normalize: bool = True,
+        metric: str | None = None,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        analyzer: Analyzer | None = None,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        create: bool = True,
+    ):
+        _faiss()
+        self.dim = dim
+        self.index_factory = index_factory
+        self.normalize = normalize
+        self.metric = resolve_metric(metric, normalize)
+        super().__init__(path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
+
+    def _open_vectors(self) -> FaissFile:
+        return FaissFile(self.path, self.dim, self.index_factory, self.normalize, self.metric)
+
+    @property
+    def faiss_path(self) -> Path:
+        """The derived FAISS index file (safe to delete: it is rebuilt from the catalog)."""
+        return self._matrix.path
+
+    def add(
+        self,
+        docs: list[Document],
+        embeddings: list[list[float]] | None = None,
+        *,
+        embedder: Any = None,
+    ) -> list[str]:
+        """As :meth:`SQLiteStore.add`; vectors must have ``dim`` numbers when it is set."""
+        if self.dim is not None:
+            vecs = embeddings if embeddings is not None else [d.embedding for d in docs]
+            got = vector_dimensions(vecs)
+            if got is not None and got != self.dim:
+                raise IndexMismatchError(
+                    f"New vectors have {got} dimensions but the faiss store at {self.path} "
+                    f"is set to {self.dim}: set store.dim or use the embedder that built it"
+                )
+        return super().add(docs, embeddings, embedder=embedder)
+
+    def stats(self) -> dict[str, Any]:
+        """As :meth:`SQLiteStore.stats`, plus the FAISS index settings and file."""
+        out = super().stats()
+        out["vector_index"] = {
+            "backend": "faiss",
+            "index_factory": self.index_factory,
+            "metric": self.metric,
+            "normalize": self.normalize,
+            "file": str(self.faiss_path),
+        }
+        return out

@@ -1,0 +1,78 @@
+"""The contract suites against FaissStore (SQLite catalog, FAISS vector index) and the
+VectorIndex suite against FaissVectorIndex, exact (Flat) and approximate (HNSW, IVF)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("faiss")
+
+from kbcli.stores.faiss_store import FaissStore, FaissVectorIndex  # noqa: E402
+from kbcli.testing import (  # noqa: E402
+    DocumentCatalogContract,
+    EmbeddingCacheContract,
+    FileLedgerContract,
+    KeywordIndexContract,
+    PersistenceContract,
+    RoutesContract,
+    VectorIndexContract,
+    VectorStoreContract,
+)
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = FaissStore(path=tmp_path / "kb.db", busy_timeout=0.05)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def reopen(store):
+    """Close the store last returned (at first the fixture's) and open the file again."""
+    current = [store]
+    yield lambda: _swap(current)
+    current[-1].close()
+
+
+def _swap(current: list[FaissStore]) -> FaissStore:
+    current[-1].close()
+    current.append(FaissStore(path=current[-1].path, busy_timeout=0.05))
+    return current[-1]
+
+
+@pytest.fixture(params=["Flat", "HNSW16", "IVF2,Flat"])
+def vector_index(request):
+    return FaissVectorIndex(index_factory=request.param)
+
+
+class TestFaissVectorIndex(VectorIndexContract):
+    pass
+
+
+class TestVectorStore(VectorStoreContract):
+    pass
+
+
+class TestCatalog(DocumentCatalogContract):
+    pass
+
+
+class TestKeyword(KeywordIndexContract):
+    pass
+
+
+class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestEmbeddingCache(EmbeddingCacheContract):
+    pass
+
+
+class TestRoutes(RoutesContract):
+    pass
+
+
+class TestPersistence(PersistenceContract):
+    pass
