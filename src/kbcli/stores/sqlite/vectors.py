@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
-from ..common import check_embedder, pack_vector
 from ...protocols import VectorIndex
+from ..common import check_embedder, pack_vector
 from ..numpy_index import NumpyVectorIndex
 
 CACHE_MAGIC = b"KBVECS2\n"

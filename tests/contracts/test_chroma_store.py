@@ -1,0 +1,91 @@
+"""The contract suites against ChromaStore (SQLite catalog, Chroma collection as the vector
+index) and the VectorIndex suite against ChromaVectorIndex."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("chromadb")
+
+from kbcli.stores.chroma_store import ChromaStore, ChromaVectorIndex  # noqa: E402
+from kbcli.testing import (  # noqa: E402
+    DocumentCatalogContract,
+    EmbeddingCacheContract,
+    FileLedgerContract,
+    KeywordIndexContract,
+    PersistenceContract,
+    RoutesContract,
+    VectorIndexContract,
+    VectorStoreContract,
+)
+
+
+@pytest.fixture
+def store(tmp_path):
+    opened = ChromaStore(tmp_path / "chroma", busy_timeout=0.05)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def reopen(store):
+    """Close the store last returned (at first the fixture's) and open the folder again."""
+    current = [store]
+    yield lambda: _swap(current)
+    current[-1].close()
+
+
+def _swap(current: list[ChromaStore]) -> ChromaStore:
+    current[-1].close()
+    current.append(ChromaStore(current[-1].chroma_path, busy_timeout=0.05))
+    return current[-1]
+
+
+@pytest.fixture(scope="module")
+def _client():
+    import chromadb
+    from chromadb.config import Settings
+
+    return chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+
+
+@pytest.fixture
+def vector_index(_client):
+    collection = _client.create_collection(
+        f"c{uuid.uuid4().hex}", embedding_function=None, metadata={"hnsw:space": "cosine"}
+    )
+    return ChromaVectorIndex(collection)
+
+
+class TestChromaVectorIndex(VectorIndexContract):
+    pass
+
+
+class TestVectorStore(VectorStoreContract):
+    pass
+
+
+class TestCatalog(DocumentCatalogContract):
+    pass
+
+
+class TestKeyword(KeywordIndexContract):
+    pass
+
+
+class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestEmbeddingCache(EmbeddingCacheContract):
+    pass
+
+
+class TestRoutes(RoutesContract):
+    pass
+
+
+class TestPersistence(PersistenceContract):
+    pass
