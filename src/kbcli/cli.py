@@ -42,6 +42,7 @@ class State:
     config: Path | None = None
     quiet: bool = False
     debug: bool = False
+    store: str | None = None
 
 
 class _PlainCoercion:
@@ -213,9 +214,17 @@ def _root(
         ),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="NAME",
+            help="Store backend: sqlite, memory, faiss, chroma [default: store.backend].",
+        ),
+    ] = None,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
-    ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug)
+    ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
 
 
 def _state(ctx: typer.Context) -> State:
@@ -223,14 +232,22 @@ def _state(ctx: typer.Context) -> State:
     return obj if obj is not None else State()
 
 
+def _load_config(state: State) -> Any:
+    """The configuration, with ``--store`` overriding ``store.backend`` (settings are kept
+    when it names the configured backend)."""
+    from .config import load_config, with_store
+
+    config = load_config(state.config)
+    return with_store(config, state.store) if state.store else config
+
+
 def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one."""
-    from .config import load_config
     from .errors import ConfigError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
-    config = load_config(state.config)
+    config = _load_config(state)
     db = Path(state.db or config.paths.knowledge_db).expanduser()
 
     def note(text: str) -> None:
@@ -638,7 +655,6 @@ def eval_(
     documents are ranked by their best chunk; trec_eval conventions.
     """
     from . import render
-    from .config import load_config
     from .evaluation import evaluate
 
     state = _state(ctx)
@@ -650,7 +666,7 @@ def eval_(
             mode=mode,
             k=k,
             db=db,
-            config=load_config(state.config),
+            config=_load_config(state),
             progress=bar,
             search_options=extra,
         )

@@ -26,10 +26,19 @@ EMBEDDING_PROVIDERS = ("auto", *EMBEDDERS)
 CHUNKERS = tuple(CHUNKER_REGISTRY)
 STORE_BACKENDS = tuple(STORES)
 ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
-# The settings each registered store accepts under ``store:`` (a user's class takes any).
-STORE_SETTINGS: dict[str, dict[str, type]] = {
+# The settings each registered store accepts under ``store:`` (a user's class takes any):
+# a type, or a tuple of the allowed names.
+STORE_SETTINGS: dict[str, dict[str, Any]] = {
     "sqlite": {"busy_timeout": float},
     "memory": {"max_size": int},
+    "faiss": {
+        "busy_timeout": float,
+        "dim": int,
+        "index_factory": str,
+        "normalize": bool,
+        "metric": ("ip", "cosine", "l2"),
+    },
+    "chroma": {"busy_timeout": float, "path": str, "collection": str},
 }
 
 
@@ -349,9 +358,33 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
         if key in section:
             if kind is int:
                 settings[key] = r.integer(section, "store", key, 0, 1)
+            elif kind is str:
+                settings[key] = r.string(section, "store", key, None)
+            elif kind is bool:
+                settings[key] = r.boolean(section, "store", key, True)
+            elif isinstance(kind, tuple):
+                settings[key] = r.choice(section, "store", key, kind[0], kind)
             else:
                 settings[key] = r.number(section, "store", key, 0.0, 0.0, None)
     return StoreConfig(backend, settings)
+
+
+def with_store(config: Config, backend: str) -> Config:
+    """``config`` with ``store.backend`` set to ``backend`` (``kb --store``): its settings are
+    kept when it is the configured backend, else the new backend's defaults apply."""
+    from dataclasses import replace
+
+    name = backend.strip()
+    if not is_class_path(name):
+        name = name.lower()
+        if name not in STORE_BACKENDS:
+            raise ConfigError(
+                f"Unknown store {backend!r}: choose from {', '.join(STORE_BACKENDS)}, "
+                "or give a class path as 'package.module:Class'"
+            )
+    if name == config.store.backend:
+        return config
+    return replace(config, store=StoreConfig(name, {}))
 
 
 _cached: Config | None = None

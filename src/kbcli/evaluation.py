@@ -312,8 +312,11 @@ def _open_index(
     limits = config.limits
     chunking = f"{config.rag.chunker}:{limits.chunk_size}:{limits.chunk_overlap};source=doc_id"
     fingerprint = corpus_fingerprint(data.path, chunking)
-    # Always a local SQLite file of its own, whatever store the knowledge base uses.
-    local = replace(config, store=StoreConfig("sqlite", {}))
+    # Always a local file of its own: SQLite, or the SQLite catalog of a FAISS or Chroma store
+    # (its vector index beside the file) when that is the configured store.
+    backend = config.store.backend if config.store.backend in ("faiss", "chroma") else "sqlite"
+    settings = {k: v for k, v in config.store.settings.items() if k != "path"}
+    local = replace(config, store=StoreConfig(backend, settings if backend != "sqlite" else {}))
     kb = KnowledgeBase.from_config(local, db=path, embedder=embedder)
     store = kb.store
     recorded = store.get_meta(FINGERPRINT_KEY)

@@ -25,6 +25,8 @@ EMBEDDERS: dict[str, str] = {
 STORES: dict[str, str] = {
     "sqlite": "kbcli.stores.sqlite:SQLiteStore",
     "memory": "kbcli.stores.memory:InMemoryStore",
+    "faiss": "kbcli.stores.faiss_store:FaissStore",
+    "chroma": "kbcli.stores.chroma_store:ChromaStore",
 }
 
 CHUNKERS: dict[str, str] = {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from .memory import InMemoryStore
@@ -21,9 +22,11 @@ def build_store(
 ) -> Any:
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
-    The SQLite store opens ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to
-    create a missing database and ``busy_timeout`` overrides ``store.busy_timeout``. A user's
-    class (``package.module:Class``) is called with the ``store`` settings as keyword arguments.
+    The SQLite store (and FAISS and Chroma, which keep their catalog in SQLite beside the vector
+    index: ``<db>.faiss``, ``<db>.chroma/`` unless ``store.path``) opens ``db`` (default
+    ``paths.knowledge_db``); ``create=False`` refuses to create a missing database and
+    ``busy_timeout`` overrides ``store.busy_timeout``. A user's class
+    (``package.module:Class``) is called with the ``store`` settings as keyword arguments.
     """
     from ..analysis import analyzer_from_config
     from ..registry import STORES, load_class
@@ -37,4 +40,14 @@ def build_store(
         return SQLiteStore(path, analyzer=analyzer_from_config(config), create=create, **settings)
     if backend == "memory":
         return InMemoryStore(analyzer=analyzer_from_config(config), **settings)
+    if backend in ("faiss", "chroma"):  # SQLite beside a vector index: opened like SQLite
+        if busy_timeout is not None:
+            settings["busy_timeout"] = busy_timeout
+        path = Path(db if db is not None else config.paths.knowledge_db).expanduser()
+        cls = load_class(backend, STORES, kind="store")
+        common = {"analyzer": analyzer_from_config(config), "create": create}
+        if backend == "faiss":
+            return cls(path=path, **common, **settings)
+        chroma = Path(settings.pop("path", None) or f"{path}.chroma").expanduser()
+        return cls(chroma, db=path, **common, **settings)
     return load_class(backend, STORES, kind="store")(**settings)

@@ -91,9 +91,7 @@ def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
 def chroma_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """The scalar part of a chunk's metadata (what Chroma can store and ``where`` can test);
     None when nothing is left (Chroma refuses empty metadata)."""
-    out = {
-        k: v for k, v in metadata.items() if isinstance(v, (str, int, float, bool)) and k
-    }
+    out = {k: v for k, v in metadata.items() if isinstance(v, (str, int, float, bool)) and k}
     return out or None
 
 

@@ -134,9 +134,7 @@ def read_vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> tuple[Any, 
         for start in range(0, len(wanted), 900):
             part = wanted[start : start + 900]
             marks = ",".join("?" * len(part))
-            found.extend(
-                conn.execute(f"SELECT doc, vec FROM vectors WHERE doc IN ({marks})", part)
-            )
+            found.extend(conn.execute(f"SELECT doc, vec FROM vectors WHERE doc IN ({marks})", part))
         found.sort()
     else:
         found = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
