@@ -731,6 +731,74 @@ def mcp(
         kb.close()
 
 
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb copy --to faiss --to-db ~/kb/team-faiss.db",
+        "kb --store faiss --db ~/kb/team-faiss.db copy --to sqlite --to-db ~/kb/back.db",
+        "kb copy --to chroma --to-db ~/kb/c.db --to-set path=~/kb/chroma --json",
+    ),
+)
+def copy(
+    ctx: typer.Context,
+    to: Annotated[
+        str,
+        typer.Option("--to", metavar="BACKEND", help="Target store: sqlite, faiss, chroma ..."),
+    ],
+    to_db: Annotated[
+        Path | None,
+        typer.Option("--to-db", metavar="PATH", dir_okay=False, help="Target database file."),
+    ] = None,
+    to_set: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--to-set",
+            metavar="KEY=VALUE",
+            help="A setting of the target store (as under store: in jianmu.yaml); repeatable.",
+        ),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Copy the whole index (chunks, vectors, file records) into another, empty store without
+    re-embedding, then check it: counts, and a sample of searches give the same results."""
+    from . import render
+    from .config import target_store_config
+    from .errors import InvalidOptionError, StoreError
+    from .stores import build_store
+    from .transfer import copy_index
+
+    state = _state(ctx)
+    kb = _open(ctx, create=False)
+    try:
+        config = target_store_config(_load_config(state), to, to_set or [])
+        if to_db is None and config.store.backend not in ("memory",):
+            raise InvalidOptionError("kb copy needs --to-db PATH for the target database")
+        source_path = getattr(kb.store, "path", None)
+        if to_db is not None and source_path is not None:
+            if Path(to_db).expanduser().resolve() == Path(source_path).resolve():
+                raise InvalidOptionError("--to-db is the source database: give another path")
+        target = build_store(config, db=to_db)
+        try:
+            report = copy_index(kb.store, target)
+        finally:
+            target.close()
+    finally:
+        kb.close()
+    if json_out:
+        render.print_json({"to": config.store.backend, "db": str(to_db), **report.as_dict()})
+    elif not state.quiet:
+        render.message(
+            f"Copied {report.documents} chunks ({report.vectors} vectors, {report.files} "
+            f"files) to {config.store.backend} at {to_db}"
+        )
+    if not report.ok:
+        raise StoreError("The copy differs from the source: " + "; ".join(report.problems))
+    if not json_out and not state.quiet:
+        render.message(
+            f"Checked: counts equal, {report.searches} sampled searches give the same results"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``kb`` console script."""
     try:

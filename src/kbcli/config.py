@@ -372,8 +372,6 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
 def with_store(config: Config, backend: str) -> Config:
     """``config`` with ``store.backend`` set to ``backend`` (``kb --store``): its settings are
     kept when it is the configured backend, else the new backend's defaults apply."""
-    from dataclasses import replace
-
     name = backend.strip()
     if not is_class_path(name):
         name = name.lower()
@@ -385,6 +383,21 @@ def with_store(config: Config, backend: str) -> Config:
     if name == config.store.backend:
         return config
     return replace(config, store=StoreConfig(name, {}))
+
+
+def target_store_config(config: Config, backend: str, sets: list[str]) -> Config:
+    """``config`` with the store ``backend`` and the ``KEY=VALUE`` settings of ``kb copy
+    --to-set``, checked like the ``store:`` section (values are read as YAML scalars)."""
+    import yaml
+
+    target = with_store(config, backend)
+    section: dict[str, Any] = {"backend": target.store.backend, **target.store.settings}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--to-set needs KEY=VALUE, got {item!r}")
+        section[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return replace(target, store=_store_config(_Reader(None), {"store": section}))
 
 
 _cached: Config | None = None
