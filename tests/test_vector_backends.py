@@ -1,0 +1,246 @@
+"""FAISS and Chroma stores beyond the contract suites: filtered dense search keeps k on every
+store, the derived FAISS file (stale, missing, corrupt, half-written), the Chroma sync, the
+where compiler, missing extras and the store settings."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from kbcli import Document, InMemoryStore, SQLiteStore
+from kbcli.config import load_config
+from kbcli.errors import ConfigError, FilterError, MissingDependencyError
+from kbcli.filters import matches
+
+faiss = pytest.importorskip("faiss")
+chromadb = pytest.importorskip("chromadb")
+
+from kbcli.stores.chroma_store import ChromaStore, compile_where  # noqa: E402
+from kbcli.stores.faiss_store import FaissStore  # noqa: E402
+
+DIM = 8
+
+
+def _docs(n: int = 60, seed: int = 3) -> tuple[list[Document], list[list[float]]]:
+    rng = random.Random(seed)
+    docs = [
+        Document(f"d{i}", f"chunk number {i}", {"source": f"s{i % 6}.md", "n": i, "hot": i < 10})
+        for i in range(n)
+    ]
+    vecs = [[rng.uniform(-1, 1) for _ in range(DIM)] for _ in docs]
+    return docs, vecs
+
+
+STORES = {
+    "memory": lambda tmp: InMemoryStore(),
+    "sqlite": lambda tmp: SQLiteStore(tmp / "kb.db"),
+    "faiss": lambda tmp: FaissStore(path=tmp / "kb.db"),
+    "faiss-hnsw": lambda tmp: FaissStore(index_factory="HNSW16", path=tmp / "kb.db"),
+    "faiss-ivf": lambda tmp: FaissStore(index_factory="IVF4,Flat", path=tmp / "kb.db"),
+    "faiss-l2": lambda tmp: FaissStore(metric="l2", path=tmp / "kb.db"),
+    "chroma": lambda tmp: ChromaStore(tmp / "chroma"),
+}
+
+
+APPROXIMATE = {"faiss-hnsw", "faiss-ivf", "chroma"}  # k allowed hits, not always the exact k
+
+
+@pytest.mark.parametrize("name", list(STORES))
+def test_filtered_dense_search_keeps_k_when_the_nearest_are_filtered_out(tmp_path, name):
+    store = STORES[name](tmp_path)
+    docs, vecs = _docs(200)
+    query = [1.0] * DIM
+    # the 10 "hot" chunks sit right on the query: all of them are filtered out below
+    vecs[:10] = [[1.0 + 0.01 * i] * DIM for i in range(10)]
+    store.add(docs, vecs)
+    for flt in ({"hot": False, "n": {"$lt": 40}}, {"source": "s1.md", "hot": {"$ne": True}}):
+        hits = store.search(query, k=5, filter=flt)
+        assert len(hits) == 5
+        assert all(matches(h.document.metadata, flt) for h in hits)
+        allowed = [(d, v) for d, v in zip(docs, vecs) if matches(d.metadata, flt)]
+        want = sorted(allowed, key=lambda dv: -_cos(query, dv[1]))[:5]
+        same = {h.document.id for h in hits} & {d.id for d, _ in want}
+        assert len(same) == 5 if name not in APPROXIMATE else len(same) >= 3
+    # a filter that needs the exact fallback on Chroma ($exists) keeps k too
+    hits = store.search(query, k=4, filter={"n": {"$gte": 100}, "source": {"$exists": True}})
+    assert len(hits) == 4 and all(h.document.metadata["n"] >= 100 for h in hits)
+    store.close()
+
+
+def _cos(a, b):
+    dot = sum(x * y for x, y in zip(a, b))
+    return dot / (sum(x * x for x in a) ** 0.5 * sum(y * y for y in b) ** 0.5)
+
+
+# --- the derived FAISS file -------------------------------------------------------------------
+
+
+def _faiss_store(path):
+    store = FaissStore(path=path)
+    docs, vecs = _docs()
+    store.add(docs, vecs)
+    return store, docs, vecs
+
+
+def _top(store, vec, k=5):
+    return [h.document.id for h in store.search(vec, k=k)]
+
+
+def test_faiss_file_is_written_tagged_and_reused(tmp_path):
+    store, docs, vecs = _faiss_store(tmp_path / "kb.db")
+    first = _top(store, vecs[7])
+    assert first[0] == "d7" and store.faiss_path.exists()
+    store.close()
+    again = FaissStore(path=tmp_path / "kb.db")
+    assert _top(again, vecs[7]) == first
+    assert again._matrix.rebuilds == 0  # read from the file, not rebuilt
+    again.close()
+
+
+def test_stale_faiss_file_is_updated_by_difference(tmp_path):
+    store, docs, vecs = _faiss_store(tmp_path / "kb.db")
+    _top(store, vecs[0])
+    store.remove(["d7", "d59"])  # d59 is the newest: its rowid is reused below
+    store.add([Document("new", "a new chunk", {})], [vecs[7]])
+    assert _top(store, vecs[7], 1) == ["new"]
+    assert len(store._matrix._current[1]) == 59
+    assert store._matrix.rebuilds == 1  # only the first build: the rest by difference
+    store.close()
+    other = FaissStore(path=tmp_path / "kb.db")  # a stale file seen by another process
+    writer = SQLiteStore(tmp_path / "kb.db")  # a plain SQLite writer: the file is stale
+    writer.remove(["d3"])
+    writer.close()
+    assert "d3" not in _top(other, vecs[3], 10)
+    assert other._matrix.rebuilds == 0
+    other.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "garbage"])
+def test_missing_or_corrupt_faiss_file_is_rebuilt(tmp_path, damage):
+    store, docs, vecs = _faiss_store(tmp_path / "kb.db")
+    want = _top(store, vecs[11])
+    path = store.faiss_path
+    store.close()
+    if damage == "missing":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        path.write_bytes(b"KBFAISS1" + b"\xff" * 64)
+    again = FaissStore(path=tmp_path / "kb.db")
+    assert _top(again, vecs[11]) == want
+    assert again._matrix.rebuilds == 1
+    again.close()
+    assert FaissStore(path=tmp_path / "kb.db")._matrix.path.stat().st_size > 1000
+
+
+def test_a_half_written_temp_file_is_never_used(tmp_path):
+    store, docs, vecs = _faiss_store(tmp_path / "kb.db")
+    want = _top(store, vecs[5])
+    path = store.faiss_path
+    store.close()
+    good = path.read_bytes()
+    # a writer killed mid-write leaves only its temp file; the real name is untouched
+    (path.parent / f"{path.name}.99999.tmp").write_bytes(good[: len(good) // 2])
+    path.unlink()
+    again = FaissStore(path=tmp_path / "kb.db")
+    assert _top(again, vecs[5]) == want
+    assert again._matrix.rebuilds == 1
+    assert path.read_bytes()[:8] == b"KBFAISS1"
+    again.close()
+
+
+def test_faiss_settings_change_rebuilds_and_dim_is_checked(tmp_path):
+    store, docs, vecs = _faiss_store(tmp_path / "kb.db")
+    _top(store, vecs[0])
+    store.close()
+    hnsw = FaissStore(index_factory="HNSW16", path=tmp_path / "kb.db")
+    assert _top(hnsw, vecs[9], 1) == ["d9"] and hnsw._matrix.rebuilds == 1
+    assert hnsw.stats()["vector_index"]["index_factory"] == "HNSW16"
+    hnsw.close()
+    fixed = FaissStore(dim=4, path=tmp_path / "other.db")
+    with pytest.raises(Exception, match="dimensions"):
+        fixed.add([Document("x", "x", {})], [[1.0] * DIM])
+    fixed.close()
+
+
+# --- Chroma -----------------------------------------------------------------------------------
+
+
+def test_chroma_collection_follows_writes_and_an_interrupted_sync_is_redone(tmp_path):
+    store = ChromaStore(tmp_path / "chroma")
+    docs, vecs = _docs()
+    store.add(docs, vecs)
+    assert _top(store, vecs[4], 1) == ["d4"]
+    store.remove(["d4"])
+    assert "d4" not in _top(store, vecs[4], 10)
+    coll = store._matrix
+    assert coll.rebuilds == 1 and len(coll._index) == 59
+    store.close()
+    # a sync killed half-way leaves its state marked dirty: the next one starts over
+    state = coll.state_path.read_bytes()
+    coll.state_path.write_bytes(state.replace(b'"dirty": false', b'"dirty": true'))
+    writer = SQLiteStore(tmp_path / "chroma" / "kbcli.db")
+    writer.add([Document("late", "late chunk", {"n": 1})], [vecs[4]])
+    writer.close()
+    again = ChromaStore(tmp_path / "chroma")
+    assert _top(again, vecs[4], 1) == ["late"]
+    assert again._matrix.rebuilds == 1 and len(again._matrix._index) == 60
+    again.close()
+
+
+def test_where_compiler():
+    assert compile_where({"lang": "en"}) == {"lang": {"$eq": "en"}}
+    assert compile_where({"a": 1, "b": {"$gte": 2, "$lt": 5}}) == {
+        "$and": [{"a": {"$eq": 1}}, {"$and": [{"b": {"$gte": 2}}, {"b": {"$lt": 5}}]}]
+    }
+    assert compile_where({"$or": [{"a": 1}, {"b": {"$nin": ["x", 2]}}]}) == {
+        "$or": [{"a": {"$eq": 1}}, {"$and": [{"b": {"$nin": ["x"]}}, {"b": {"$nin": [2]}}]}]
+    }
+    assert compile_where({"k": {"$in": ["x", 1]}}) == {
+        "$or": [{"k": {"$in": ["x"]}}, {"k": {"$in": [1]}}]
+    }
+    assert compile_where(None) is None
+    for bad in ({"a": {"$exists": True}}, {"a": None}, {"a": {"$gt": "m"}}):
+        with pytest.raises(FilterError):
+            compile_where(bad)
+
+
+# --- extras and settings ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module, make, extra",
+    [
+        ("faiss", lambda p: FaissStore(path=p / "kb.db"), "faiss"),
+        ("chromadb", lambda p: ChromaStore(p / "c"), "chroma"),
+    ],
+)
+def test_missing_extra_names_the_pip_command(tmp_path, monkeypatch, module, make, extra):
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(MissingDependencyError) as info:
+        make(tmp_path)
+    assert str(info.value).endswith(f"pip install 'kbcli[{extra}]'")
+    assert "\n" not in str(info.value)
+
+
+def test_store_settings_are_validated(tmp_path):
+    cfg = tmp_path / "jianmu.yaml"
+    cfg.write_text("store: {backend: faiss, dim: 384, index_factory: HNSW32, metric: l2}\n")
+    store = load_config(cfg).store
+    assert store.backend == "faiss"
+    assert store.settings == {"dim": 384, "index_factory": "HNSW32", "metric": "l2"}
+    cfg.write_text("store: {backend: chroma, path: /tmp/c, collection: notes}\n")
+    assert load_config(cfg).store.settings == {"path": "/tmp/c", "collection": "notes"}
+    bad_sections = (
+        "{backend: faiss, metric: cos}",
+        "{backend: faiss, dim: 0}",
+        "{backend: chroma, index_factory: Flat}",
+        "{backend: faiss, normalize: 3}",
+    )
+    for bad in bad_sections:
+        cfg.write_text(f"store: {bad}\n")
+        with pytest.raises(ConfigError):
+            load_config(cfg)
