@@ -21,6 +21,14 @@ EMBEDDERS: dict[str, str] = {
     "local": "kbcli.embedders.local:LocalEmbedder",
 }
 
+#: Second-stage rerankers (``rag.rerank.provider``; ``none`` switches reranking off).
+RERANKERS: dict[str, str] = {
+    "passthrough": "kbcli.rerankers:PassthroughReranker",
+    "cross-encoder": "kbcli.rerankers.cross_encoder:CrossEncoderReranker",
+    "api": "kbcli.rerankers.api:APIReranker",
+    "llm": "kbcli.rerankers.llm:LLMReranker",
+}
+
 
 def choices(registry: Mapping[str, str]) -> str:
     """The registered names, comma-separated, for messages."""
@@ -70,3 +78,8 @@ def load_class(
 def load_embedder_class(name: str) -> Any:
     """The embedder class for a registered name or a ``"package.module:Class"`` path."""
     return load_class(name, EMBEDDERS, kind="embedder")
+
+
+def load_reranker_class(name: str) -> Any:
+    """The reranker class for a registered name or a ``"package.module:Class"`` path."""
+    return load_class(name, RERANKERS, kind="reranker")
