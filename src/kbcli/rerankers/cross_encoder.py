@@ -247,7 +247,9 @@ class _SentenceTransformersRunner:
             ) from None
         limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         if isinstance(limit, int) and max_length > limit:
-            self.model.max_length = limit
+            # sentence-transformers 5+ calls it max_seq_length; older versions max_length.
+            name = "max_seq_length" if hasattr(self.model, "max_seq_length") else "max_length"
+            setattr(self.model, name, limit)
 
     def relevance(self, query: str, texts: list[str], batch_size: int) -> list[float]:
         logits = self.model.predict(
@@ -301,7 +303,10 @@ def export_onnx(model_dir: str | Path, output_dir: str | Path | None = None) -> 
 
     axes = {name: {0: "batch", 1: "sequence"} for name in names}
     axes["logits"] = {0: "batch"}
-    with torch.no_grad():
+    import warnings
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings are about other models' code
         torch.onnx.export(
             _Logits(model),
             tuple(sample[n] for n in names),
