@@ -134,3 +134,21 @@ class FakeRerankServer(FakeServer):
                 self.wfile.write(data)
 
         return Handler
+
+
+class OverlapReranker:
+    """A user's own reranker, selected in jianmu.yaml by ``fake_rerank:OverlapReranker``: scores
+    each hit by word overlap with the query."""
+
+    instances = 0
+
+    def __init__(self) -> None:
+        OverlapReranker.instances += 1
+
+    def rerank(self, query: str, results: list) -> list:
+        from kbcli import SearchResult
+
+        scored = [
+            SearchResult(r.document, overlap(query, r.document.text), r.explain) for r in results
+        ]
+        return sorted(scored, key=lambda r: -r.score)
