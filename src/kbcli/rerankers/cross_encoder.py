@@ -236,6 +236,11 @@ class _SentenceTransformersRunner:
         import torch
 
         self.identity = torch.nn.Identity()
+        # No "Loading weights" bar on stderr: kb's stderr is for messages (agents read it).
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
         try:
             self.model = st.CrossEncoder(
                 model, device=device, max_length=max_length, local_files_only=True
@@ -245,6 +250,9 @@ class _SentenceTransformersRunner:
                 f"Cannot load cross-encoder {model!r} (nothing is downloaded: give a local "
                 f"folder or a model already in the Hugging Face cache): {_one_line(exc)}"
             ) from None
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         if isinstance(limit, int) and max_length > limit:
             # sentence-transformers 5+ calls it max_seq_length; older versions max_length.
