@@ -116,12 +116,14 @@ def test_a_wrong_answer_is_an_error_not_a_crash(server, monkeypatch):
         reranker.rerank("q", hits())
 
 
-def test_tei_style_answers_are_read(server, monkeypatch):
-    reranker = APIReranker(server.url)
+def test_tei_style_requests_and_answers(server, monkeypatch):
+    reranker = APIReranker(server.url, documents_field="texts")
+    sent = []
     answer = [{"index": 2, "score": 0.9}, {"index": 0, "score": 0.1}]
-    monkeypatch.setattr(reranker._endpoint, "post", lambda payload: answer)
+    monkeypatch.setattr(reranker._endpoint, "post", lambda payload: sent.append(payload) or answer)
     out = reranker.rerank("q", hits(DOCS[:3]))
     assert [h.document.id for h in out] == ["d2", "d0"]
+    assert sent[0]["texts"] == DOCS[:3] and "documents" not in sent[0]
 
 
 def test_unreachable_server_is_retried_then_one_line(no_waiting):

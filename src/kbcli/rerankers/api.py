@@ -2,8 +2,9 @@
 
 ``POST {base_url}/rerank`` with ``{"model", "query", "documents": [str, ...], "top_n"}``
 answering ``{"results": [{"index", "relevance_score"}, ...]}``: the protocol of Cohere, Jina,
-SiliconFlow, Infinity and vLLM (and TEI's answers, a bare list of ``{index, score}``, are
-read too). ``base_url`` may end with ``/rerank`` already (Cohere's is
+SiliconFlow, Infinity and vLLM. Text Embeddings Inference's own ``/rerank`` takes the texts
+as ``texts`` (``documents_field="texts"``) and answers a bare list of ``{index, score}``,
+which is read too. ``base_url`` may end with ``/rerank`` already (Cohere's is
 ``https://api.cohere.com/v2/rerank``).
 
 Requests follow the embedders' policy (:mod:`kbcli.remote`): timeout, retries with backoff on
@@ -34,6 +35,7 @@ class APIReranker:
     ``RERANK_MODEL``; the key from the argument, else ``RERANK_API_KEY`` (a local server may
     need none). ``top_n`` asks the server for only the best ``top_n`` (None: all); documents
     longer than ``max_chars`` characters are cut (servers truncate to the model's limit anyway).
+    ``documents_field`` names the request's list of texts (``texts`` for TEI).
     """
 
     def __init__(
@@ -47,6 +49,7 @@ class APIReranker:
         max_chars: int = 8000,
         timeout: float = 30.0,
         max_retries: int = 3,
+        documents_field: str = "documents",
     ) -> None:
         url = base_url or first_env(*BASE_URL_ENV)[0]
         if not url:
@@ -59,6 +62,7 @@ class APIReranker:
         self.top_n = top_n
         self.batch_size = max(1, int(batch_size))
         self.max_chars = max(1, int(max_chars))
+        self.documents_field = documents_field
         key, source = find_api_key(api_key, KEY_ENV)
         label = f"rerank API (model {self.model})" if self.model else "rerank API"
         self._endpoint = JSONEndpoint(
@@ -93,7 +97,7 @@ class APIReranker:
         for start in range(0, len(texts), self.batch_size):
             batch = [t[: self.max_chars] for t in texts[start : start + self.batch_size]]
             top_n = len(batch) if self.top_n is None else min(self.top_n, len(batch))
-            payload: dict[str, Any] = {"query": query, "documents": batch, "top_n": top_n}
+            payload: dict[str, Any] = {"query": query, self.documents_field: batch, "top_n": top_n}
             if self.model:
                 payload["model"] = self.model
             for index, value in self._parse(self._endpoint.post(payload), len(batch)):
