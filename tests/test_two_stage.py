@@ -214,3 +214,18 @@ def test_open_builds_the_configured_reranker_only_when_a_search_reranks(tmp_path
         assert list(refused) == [] and refused.refused and refused.min_relevance == 0.6
     finally:
         kb.close()
+
+
+def test_every_built_in_reranker_meets_the_protocol(tmp_path):
+    from kbcli import RerankerProtocol
+    from kbcli.rerankers import CrossEncoderReranker, LLMReranker
+
+    built = [
+        PassthroughReranker(),
+        CrossEncoderReranker(tmp_path),  # nothing is loaded until rerank
+        APIReranker("http://127.0.0.1:1"),
+        LLMReranker("m", "http://127.0.0.1:1"),
+        OverlapReranker(),
+    ]
+    assert all(isinstance(r, RerankerProtocol) for r in built)
+    assert all(r.rerank("q", []) == [] for r in built)
