@@ -288,10 +288,12 @@ def test_vector_cache_file_is_used_refreshed_and_never_trusted_blindly(tmp_path,
     assert store.search([1.0, 0.0], k=1)[0].document.id == "a"
     assert store.vector_cache_path.exists()
 
-    def no_table_read(self, conn):
+    from kbcli.stores.sqlite.vectors import MatrixCache
+
+    def no_table_read(self, conn, tag):
         raise AssertionError("should come from the cache file")
 
-    monkeypatch.setattr(SQLiteStore, "_load_matrix", no_table_read)
+    monkeypatch.setattr(MatrixCache, "_build", no_table_read)
     fresh = SQLiteStore(path)  # like a new `kb search` process
     assert fresh.search([0.0, 1.0], k=1)[0].document.id == "b"
     monkeypatch.undo()

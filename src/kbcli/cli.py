@@ -226,6 +226,7 @@ def _state(ctx: typer.Context) -> State:
 def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one."""
     from .config import load_config
+    from .errors import ConfigError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
@@ -238,9 +239,18 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
             render.message(text)
 
-    return KnowledgeBase.open(
-        db, config=config, on_note=note, busy_timeout=busy_timeout, create=create
+    kb = KnowledgeBase.from_config(
+        config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
     )
+    from .protocols import DocumentCatalog
+
+    if not isinstance(kb.store, DocumentCatalog):
+        kb.close()
+        raise ConfigError(
+            f"store.backend {config.store.backend!r} is not a document catalog (see "
+            "kbcli.protocols.DocumentCatalog): kb needs one to list, delete and ingest"
+        )
+    return kb
 
 
 def _resolve_source(path: Path) -> str:
@@ -488,7 +498,7 @@ def search(
     kb = _open(ctx, create=False)
     try:
         results = kb.search_with(query, options)
-        terms = kb.store.analyzer.query_terms(query)
+        terms = kb.analyzer.query_terms(query)
     finally:
         kb.close()
     if json_out:
@@ -687,6 +697,61 @@ def eval_(
         render.print_json(result)
     else:
         render.eval_summary(result)
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb mcp --filter team=ops",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+    ),
+)
+def mcp(
+    ctx: typer.Context,
+    filter: FilterOption = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.",
+        ),
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            metavar="FILE",
+            help="YAML file mapping bearer tokens to scopes (required with --http).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the knowledge base to agents over MCP: knowledge_search, knowledge_get and
+    knowledge_stats, limited to the --filter scope (and, over HTTP, each token's scope)."""
+    from .errors import InvalidOptionError, require
+    from .filters import parse_filter_expressions
+
+    require("mcp", extra="mcp", feature="kb mcp")
+    from .mcp_server import KnowledgeMCP, load_tokens, parse_host_port
+
+    scope = parse_filter_expressions(filter)
+    if http is None and tokens is not None:
+        raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
+    address = parse_host_port(http) if http is not None else None
+    if address is not None and tokens is None:
+        raise InvalidOptionError(
+            "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
+        )
+    identities = load_tokens(tokens) if tokens is not None else {}
+    kb = _open(ctx, create=False)
+    try:
+        server = KnowledgeMCP(kb, scope)
+        if address is None:
+            server.run_stdio()
+        else:
+            server.run_http(*address, identities)
+    finally:
+        kb.close()
 
 
 def main(argv: list[str] | None = None) -> None:

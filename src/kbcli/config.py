@@ -16,15 +16,23 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .bm25 import SOURCE_WEIGHT
 from .errors import ConfigError
-from .scoring import SOURCE_WEIGHT
+from .registry import CHUNKERS as CHUNKER_REGISTRY
+from .registry import EMBEDDERS, STORES, is_class_path
 from .types import REWRITE_MODES
 
 CONFIG_FILENAME = "jianmu.yaml"
-EMBEDDING_PROVIDERS = ("auto", "openai", "gemini", "local", "simple")
-CHUNKERS = ("structure", "simple")
+EMBEDDING_PROVIDERS = ("auto", *EMBEDDERS)
+CHUNKERS = tuple(CHUNKER_REGISTRY)
+STORE_BACKENDS = tuple(STORES)
 ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
 LLM_RERANK_METHODS = ("pointwise", "listwise")
+# The settings each registered store accepts under ``store:`` (a user's class takes any).
+STORE_SETTINGS: dict[str, dict[str, type]] = {
+    "sqlite": {"busy_timeout": float},
+    "memory": {"max_size": int},
+}
 
 
 def user_config_dir() -> Path:
@@ -136,10 +144,24 @@ class AnalysisConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """``store``: which store backend holds the index, and its settings.
+
+    ``backend`` is a registered name (:data:`kbcli.registry.STORES`) or a user class as
+    ``"package.module:Class"``; ``settings`` are passed to it as keyword arguments. The SQLite
+    store's file is ``paths.knowledge_db``.
+    """
+
+    backend: str = "sqlite"
+    settings: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole configuration; ``source`` is the file it came from, if any."""
 
     rag: RAGConfig = field(default_factory=RAGConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
@@ -254,12 +276,18 @@ class _Reader:
             raise self.fail(f"{prefix}.{key}", f"must be a string, got {value!r}")
         return value or default
 
-    def choice(self, section: dict, prefix: str, key: str, default: str, choices) -> str:
-        value = self.string(section, prefix, key, default)
-        value = str(value).strip().lower()
+    def choice(
+        self, section: dict, prefix: str, key: str, default: str, choices, *, paths: bool = False
+    ) -> str:
+        """A name from ``choices``; with ``paths`` also a ``package.module:Class`` path."""
+        value = str(self.string(section, prefix, key, default)).strip()
+        if paths and is_class_path(value):
+            return value
+        value = value.lower()
         if value not in choices:
+            extra = " or a class path 'package.module:Class'" if paths else ""
             raise self.fail(
-                f"{prefix}.{key}", f"must be one of {', '.join(choices)}, got {value!r}"
+                f"{prefix}.{key}", f"must be one of {', '.join(choices)}{extra}, got {value!r}"
             )
         return value
 
@@ -284,7 +312,9 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
     if dimensions is not None:
         dimensions = r.integer(emb, "rag.embedding", "dimensions", 0, 1)
     embedding = EmbeddingConfig(
-        provider=r.choice(emb, "rag.embedding", "provider", d.provider, EMBEDDING_PROVIDERS),
+        provider=r.choice(
+            emb, "rag.embedding", "provider", d.provider, EMBEDDING_PROVIDERS, paths=True
+        ),
         model=r.string(emb, "rag.embedding", "model", None),
         base_url=r.string(emb, "rag.embedding", "base_url", None),
         dimensions=dimensions,
@@ -296,7 +326,7 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
     )
     rag_config = RAGConfig(
         embedding=embedding,
-        chunker=r.choice(rag, "rag", "chunker", RAGConfig.chunker, CHUNKERS),
+        chunker=r.choice(rag, "rag", "chunker", RAGConfig.chunker, CHUNKERS, paths=True),
         rerank=_rerank_section(r, r.section(rag, "rag.rerank"), base),
         rewrite=_rewrite_section(r, r.section(rag, "rag.rewrite")),
     )
@@ -337,7 +367,32 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         stem=r.boolean(ana, "analysis", "stem", ad.stem),
         stopwords=r.boolean(ana, "analysis", "stopwords", ad.stopwords),
     )
-    return Config(rag=rag_config, limits=limits, paths=paths, analysis=analysis, source=file)
+    return Config(
+        rag=rag_config,
+        store=_store_config(r, data),
+        limits=limits,
+        paths=paths,
+        analysis=analysis,
+        source=file,
+    )
+
+
+def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
+    section = dict(r.section(data, "store"))
+    backend = r.choice(section, "store", "backend", "sqlite", STORE_BACKENDS, paths=True)
+    section.pop("backend", None)
+    allowed = STORE_SETTINGS.get(backend)
+    if allowed is None:  # a user's class: its own settings, passed as they are
+        return StoreConfig(backend, section)
+    r.check_keys(section, "store", ["backend", *allowed])
+    settings: dict[str, Any] = {}
+    for key, kind in allowed.items():
+        if key in section:
+            if kind is int:
+                settings[key] = r.integer(section, "store", key, 0, 1)
+            else:
+                settings[key] = r.number(section, "store", key, 0.0, 0.0, None)
+    return StoreConfig(backend, settings)
 
 
 def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:

@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from .embedders.base import EmbedderInfo, embedder_info
+from .protocols import (
+    DocumentCatalog,
+    EmbeddingCache,
+    SectionChunkerProtocol,
+    SectionLoaderProtocol,
+)
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
 
@@ -162,20 +168,31 @@ class IngestPipeline:
     # --- chunking ----------------------------------------------------------------------------
 
     def chunk_sections(self, sections: list[Section]) -> list[Section]:
-        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...)."""
-        if hasattr(self.chunker, "chunk_sections"):
-            chunks = self.chunker.chunk_sections(sections)
+        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...).
+
+        A chunker that reads structure (``normalize_first`` False) sees the text as loaded and
+        each chunk is normalised; otherwise each section is normalised, then chunked (the
+        reference order)."""
+        chunker = self.chunker
+        if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
+            chunks = chunker.chunk_sections(sections)
             cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
         else:
-            cleaned = []
-            for section in sections:
-                text = self.normalizer.normalize(section.text)
-                cleaned.extend(Section(c, dict(section.metadata)) for c in self.chunker.chunk(text))
+            normalize = self.normalizer.normalize
+            normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
+            if isinstance(chunker, SectionChunkerProtocol):
+                cleaned = chunker.chunk_sections(normalized)
+            else:
+                cleaned = [
+                    Section(c, dict(section.metadata))
+                    for section in normalized
+                    for c in chunker.chunk(section.text)
+                ]
         return [c for c in cleaned if c.text.strip()]
 
     def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
         """Load a file as sections (one section when the loader has no structure)."""
-        if hasattr(self.loader, "load_sections"):
+        if isinstance(self.loader, SectionLoaderProtocol):
             return list(self.loader.load_sections(path))
         return [Section(self.loader.load(path), {})]
 
@@ -183,9 +200,8 @@ class IngestPipeline:
 
     def _check_embedder(self) -> EmbedderInfo:
         info = embedder_info(self.embedder)
-        check = getattr(self.store, "check_embedder", None)
-        if check is not None:
-            check(info)
+        if isinstance(self.store, DocumentCatalog):
+            self.store.check_embedder(info)
         return info
 
     def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
@@ -196,11 +212,10 @@ class IngestPipeline:
         """
         if not texts:
             return []
-        cache_get = getattr(self.store, "cached_embeddings", None)
-        if cache_get is None:
+        if not isinstance(self.store, EmbeddingCache):
             return self.embedder.embed_documents(texts)
         key = embedder_info(self.embedder)
-        cached = cache_get(key, texts)
+        cached = self.store.cached_embeddings(key, texts)
         missing = [t for t in dict.fromkeys(texts) if t not in cached]
         if missing:
             fresh = self.embedder.embed_documents(missing)
@@ -224,14 +239,12 @@ class IngestPipeline:
         info = self._check_embedder()
         vectors = self.embed([d.text for d in docs])
         info = embedder_info(self.embedder) if info.dimension is None else info
-        kwargs = {"embedder": info} if _accepts_embedder(self.store) else {}
-        if source is not None and hasattr(self.store, "replace_source"):
-            return self.store.replace_source(source, docs, vectors, **kwargs)
-        if source is not None and hasattr(self.store, "delete_where"):
-            self.store.delete_where({"source": source})
-        if not docs:
-            return []
-        return self.store.add(docs, vectors, **kwargs)
+        if isinstance(self.store, DocumentCatalog):
+            if source is not None:
+                return self.store.replace_source(source, docs, vectors, embedder=info)
+            return self.store.add(docs, vectors, embedder=info) if docs else []
+        # A plain reference store: add only (it cannot replace a file's earlier chunks).
+        return self.store.add(docs, vectors) if docs else []
 
     # --- public API --------------------------------------------------------------------------
 
@@ -254,15 +267,6 @@ class IngestPipeline:
         source = str(resolved)
         docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
         return self._store(docs, source=source)
-
-
-def _accepts_embedder(store: Any) -> bool:
-    import inspect
-
-    try:
-        return "embedder" in inspect.signature(store.add).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 class RAGPipeline:
@@ -528,6 +532,63 @@ class KnowledgeBase:
         self.pipeline = RAGPipeline(self.retriever, reranker, config=config)
 
     @classmethod
+    def from_config(cls, config: Any = None, **overrides: Any) -> KnowledgeBase:
+        """A knowledge base built from ``jianmu.yaml``: the one place that wires the parts.
+
+        ``config`` defaults to the configuration found by the usual lookup. Each part comes
+        from the configuration unless given in ``overrides``: ``store`` (else ``store.backend``
+        with its settings, opening ``db`` or ``paths.knowledge_db``; ``create``,
+        ``busy_timeout``), ``embedder`` (else the configured one, resolved lazily so keyword
+        search never needs an API key or a model; ``on_note`` receives its one-line note),
+        ``retriever`` (else hybrid with ``limits.rerank_alpha`` and ``limits.source_weight``),
+        ``reranker``, ``loader``, ``normalizer`` and ``chunker`` (else ``rag.chunker`` with the
+        ``limits`` sizes).
+        """
+        from .config import get_config
+        from .retrievers import HybridRetriever
+        from .stores import build_store
+
+        allowed = {
+            "store", "embedder", "retriever", "reranker", "loader", "normalizer", "chunker",
+            "db", "create", "busy_timeout", "on_note",
+        }  # fmt: skip
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise TypeError(f"from_config() got unexpected overrides: {', '.join(unknown)}")
+        config = config or get_config()
+        store = overrides.get("store")
+        if store is None:
+            store = build_store(
+                config,
+                db=overrides.get("db"),
+                create=overrides.get("create", True),
+                busy_timeout=overrides.get("busy_timeout"),
+            )
+        embedder = overrides.get("embedder")
+        if embedder is None:
+            recorded = (lambda: store.embedder_info) if isinstance(store, DocumentCatalog) else None
+            embedder = LazyEmbedder(config, overrides.get("on_note"), recorded)
+        retriever = overrides.get("retriever") or HybridRetriever(
+            store,
+            embedder,
+            alpha=config.limits.rerank_alpha,
+            source_weight=config.limits.source_weight,
+        )
+        kb = cls(
+            store=store,
+            embedder=embedder,
+            retriever=retriever,
+            reranker=overrides.get("reranker"),
+            loader=overrides.get("loader"),
+            normalizer=overrides.get("normalizer"),
+            chunker=overrides.get("chunker"),
+            config=config,
+        )
+        # rag.rerank / rag.rewrite: built on the first search that uses them.
+        kb.pipeline = RAGPipeline.configured(retriever, config, overrides.get("reranker"))
+        return kb
+
+    @classmethod
     def open(
         cls,
         db: str | os.PathLike[str] | None = None,
@@ -539,41 +600,38 @@ class KnowledgeBase:
         busy_timeout: float | None = None,
         create: bool = True,
     ) -> KnowledgeBase:
-        """The SQLite knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config.
+        """The knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config
+        (see :meth:`from_config`). ``create=False`` raises :class:`~kbcli.errors.StoreError`
+        instead of creating a new database when none exists."""
+        overrides = {"embedder": embedder, "reranker": reranker, "on_note": on_note}
+        return cls.from_config(
+            config,
+            db=db,
+            create=create,
+            busy_timeout=busy_timeout,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
 
-        The embedder is resolved lazily, so keyword search and listing never need an API key.
-        ``create=False`` raises :class:`~kbcli.errors.StoreError` instead of creating a new
-        database when none exists.
-        """
+    @property
+    def analyzer(self) -> Any:
+        """The analyzer of the store's keyword index (the default one for a plain store)."""
+        from .protocols import KeywordIndex
+
+        if isinstance(self.store, KeywordIndex):
+            return self.store.analyzer
         from .analysis import Analyzer
-        from .config import get_config
-        from .retrievers import HybridRetriever
-        from .stores import SQLiteStore
 
-        config = config or get_config()
-        analyzer = Analyzer(
-            language=config.analysis.language,
-            stem=config.analysis.stem,
-            stopwords=config.analysis.stopwords,
-        )
-        kwargs = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
-        store = SQLiteStore(
-            db or config.paths.knowledge_db, analyzer=analyzer, create=create, **kwargs
-        )
-        if embedder is None:
-            embedder = LazyEmbedder(config, on_note, lambda: store.embedder_info)
-        retriever = HybridRetriever(
-            store,
-            embedder,
-            alpha=config.limits.rerank_alpha,
-            source_weight=config.limits.source_weight,
-        )
-        kb = cls(
-            store=store, embedder=embedder, retriever=retriever, reranker=reranker, config=config
-        )
-        # rag.rerank / rag.rewrite: built on the first search that uses them.
-        kb.pipeline = RAGPipeline.configured(retriever, config, reranker)
-        return kb
+        return Analyzer()
+
+    @property
+    def _ingest(self) -> IngestPipeline:
+        """The ingest pipeline (the reference's attribute name)."""
+        return self.ingestor
+
+    @property
+    def _rag(self) -> RAGPipeline:
+        """The search pipeline (the reference's attribute name)."""
+        return self.pipeline
 
     def add(self, text: str, metadata: dict[str, Any] | None = None, id: str | None = None) -> str:
         """Store ``text`` as one document (not chunked) and return its id."""
@@ -609,14 +667,25 @@ class KnowledgeBase:
         """Delete documents by id; True when at least one existed."""
         return self.store.delete(list(ids))
 
-    def as_tool(self) -> Any:
-        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents."""
+    def scoped(self, filter: dict[str, Any]) -> Any:
+        """A read-only :class:`~kbcli.scope.ScopedKnowledgeBase` that only sees documents
+        passing ``filter``, on every search route, listing, count and lookup."""
+        from .errors import FilterError
+        from .filters import validate_filter
+        from .scope import ScopedKnowledgeBase
+
+        if not validate_filter(filter):
+            raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
+        return ScopedKnowledgeBase(self, filter)
+
+    def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> Any:
+        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents;
+        with ``filter`` the tool reads through :meth:`scoped` and no argument can widen it."""
         from .tools import KnowledgeSearchTool
 
-        return KnowledgeSearchTool(self)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
 
     def close(self) -> None:
         """Release the store's resources (closes the SQLite connection)."""
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            close()
+        if isinstance(self.store, DocumentCatalog):
+            self.store.close()

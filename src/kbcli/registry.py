@@ -21,6 +21,16 @@ EMBEDDERS: dict[str, str] = {
     "local": "kbcli.embedders.local:LocalEmbedder",
 }
 
+STORES: dict[str, str] = {
+    "sqlite": "kbcli.stores.sqlite:SQLiteStore",
+    "memory": "kbcli.stores.memory:InMemoryStore",
+}
+
+CHUNKERS: dict[str, str] = {
+    "structure": "kbcli.ingest.chunkers:StructureAwareChunker",
+    "simple": "kbcli.ingest.chunkers:SimpleTextChunker",
+}
+
 #: Second-stage rerankers (``rag.rerank.provider``; ``none`` switches reranking off).
 RERANKERS: dict[str, str] = {
     "passthrough": "kbcli.rerankers:PassthroughReranker",
@@ -28,6 +38,12 @@ RERANKERS: dict[str, str] = {
     "api": "kbcli.rerankers.api:APIReranker",
     "llm": "kbcli.rerankers.llm:LLMReranker",
 }
+
+
+def is_class_path(name: str) -> bool:
+    """True for a user's ``"package.module:Class"`` path (as opposed to a registered name)."""
+    module, sep, attr = name.strip().partition(":")
+    return bool(sep and module and attr)
 
 
 def choices(registry: Mapping[str, str]) -> str:

@@ -17,19 +17,19 @@ are *stale*: counted, and removed with ``prune=True``. One ingest runs at a time
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import DatabaseLockedError, InvalidOptionError, KBError, LoaderError
+from .errors import InvalidOptionError, KBError, LoaderError
+from .protocols import DocumentCatalog, FileLedger
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -256,38 +256,12 @@ def chunk_settings(kb: Any) -> str:
     return json.dumps(parts, sort_keys=True)
 
 
-@contextmanager
-def ingest_lock(db_path: Path, wait: float) -> Iterator[None]:
-    """Hold the one-ingest-at-a-time lock for ``db_path`` (a lock file beside it).
+def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
+    """The one-ingest-at-a-time lock of the SQLite database at ``db_path`` (a lock file beside
+    it), as :meth:`SQLiteStore.writer_lock` takes it."""
+    from .stores.common import lock_file
 
-    A separate file, never the database itself: closing a descriptor on the database would
-    drop SQLite's own POSIX locks.
-    """
-    import fcntl
-
-    lock_path = Path(f"{db_path}.ingest-lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + max(0.0, wait)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise DatabaseLockedError(
-                        f"Another kb ingest is writing to {db_path}; waited {wait:g} s. "
-                        "Try again when it finishes, or raise --wait"
-                    ) from None
-                time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        yield
-    finally:
-        os.close(fd)  # releases the flock
+    return lock_file(Path(f"{db_path}.ingest-lock"), wait, str(db_path))
 
 
 def sync(
@@ -310,10 +284,15 @@ def sync(
     """
     started = time.monotonic()
     store = kb.store
+    if not isinstance(store, FileLedger) or not isinstance(store, DocumentCatalog):
+        raise InvalidOptionError(
+            f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
+            "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
+        )
     extensions = parse_extensions(extensions)
     found = discover(list(paths), extensions, recursive=recursive, include_hidden=include_hidden)
     report = SyncReport(skipped=found.skipped, warnings=list(found.warnings))
-    with ingest_lock(store.path, wait):
+    with store.writer_lock(wait):
         if rebuild:
             report.rebuilt = _rebuild_index(kb)
         settings = chunk_settings(kb)

@@ -54,8 +54,10 @@ def normalize_mode(mode: str) -> str:
 class SearchOptions:
     """How to search.
 
-    ``alpha`` weights the dense route in weighted hybrid fusion (``None``: ``limits.rerank_alpha``
-    from the configuration, 0.6 by default). ``fusion`` is ``"weighted"`` (min-max normalised,
+    ``alpha`` weights the dense route in weighted hybrid fusion; left out it is
+    ``limits.rerank_alpha`` from the configuration (0.6 by default) and ``alpha_chosen`` is
+    False, so a retriever may still protect a weak dense route (see
+    :class:`~kbcli.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
     ``filter`` is a metadata filter applied before scoring; ``min_score`` drops weaker hits.
     ``mmr`` (lambda in [0, 1]) re-orders the candidate pool by maximal marginal relevance:
@@ -82,6 +84,7 @@ class SearchOptions:
     mmr: float | None = None
     dedupe: bool = True
     source_weight: float | None = None
+    alpha_chosen: bool | None = field(default=None, repr=False, compare=False)
     rerank: bool | None = None
     candidates: int | None = None
     min_relevance: float | None = None
@@ -89,6 +92,12 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
+        if self.alpha_chosen is None:
+            self.alpha_chosen = self.alpha is not None
+        if self.alpha is None:
+            from .config import get_config
+
+            self.alpha = get_config().limits.rerank_alpha
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise InvalidOptionError(f"k must be a positive whole number, got {self.k!r}")
         if self.alpha is not None:
