@@ -229,3 +229,22 @@ def test_every_built_in_reranker_meets_the_protocol(tmp_path):
     ]
     assert all(isinstance(r, RerankerProtocol) for r in built)
     assert all(r.rerank("q", []) == [] for r in built)
+
+
+def test_a_scoped_view_keeps_the_reranker_and_rewrites_inside_the_scope():
+    seen = []
+
+    class Spy(OverlapReranker):
+        def rerank(self, query, results):
+            seen.extend(r.document.metadata["team"] for r in results)
+            return super().rerank(query, results)
+
+    class Rewriter:
+        def routes(self, query, mode):
+            return [("other", "reset password dev team", mode)]
+
+    kb = _kb(Spy())
+    kb.pipeline.rewriter = Rewriter()
+    hits = kb.scoped({"team": "ops"}).search("reset password", k=3)
+    assert len(hits) == 3 and {h.document.metadata["team"] for h in hits} == {"ops"}
+    assert set(seen) == {"ops"}  # neither route leaked another team's chunk to the reranker

@@ -405,7 +405,7 @@ def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig
     d = RerankConfig()
     provider = (r.string(sec, prefix, "provider", d.provider) or d.provider).strip()
     names = ("none", *RERANKERS)
-    if ":" not in provider:
+    if not is_class_path(provider):
         provider = provider.lower()
         if provider not in names:
             raise r.fail(
