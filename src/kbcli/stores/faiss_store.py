@@ -406,6 +406,19 @@ class FaissStore(SQLiteStore):
         self.normalize = normalize
         self.metric = resolve_metric(metric, normalize)
         super().__init__(path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
+        self._opened_at: str | None = self._vectors_tag()
+
+    def _vectors_tag(self) -> str:
+        with self._db.read() as conn:
+            return sqlite_vectors.generation_tag(conn)
+
+    def close(self) -> None:
+        """Write the FAISS file if this store's vectors changed since it was opened (so the
+        next process finds it current), then close."""
+        if self._opened_at is not None and self._vectors_tag() != self._opened_at:
+            self.refresh_vector_index()
+        self._opened_at = None  # closed: a second close only closes
+        super().close()
 
     def _open_vectors(self) -> FaissFile:
         return FaissFile(self.path, self.dim, self.index_factory, self.normalize, self.metric)

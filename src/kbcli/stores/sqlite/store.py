@@ -411,3 +411,9 @@ class SQLiteStore:
         """SQLite's integrity check plus kbcli's own invariants; empty list when all is well."""
         with self._db.read() as conn:
             return integrity.problems(conn)
+
+    def refresh_vector_index(self) -> None:
+        """Bring the derived vector index (matrix cache, FAISS file, Chroma collection) up to
+        date now instead of at the next dense search."""
+        with self._db.read() as conn:
+            self._matrix.index(conn)
