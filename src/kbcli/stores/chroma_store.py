@@ -32,7 +32,7 @@ from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
 
 STATE_MAGIC = b"KBCHROMA"
-SYNC_BATCH = 2048  # rows per Chroma upsert (below its maximum batch size)
+SYNC_BATCH = 5000  # rows per Chroma upsert (its maximum batch size is 5461)
 
 
 def _chromadb() -> Any:
@@ -118,13 +118,18 @@ class ChromaVectorIndex:
         metadatas: Sequence[dict[str, Any] | None] | None = None,
     ) -> None:
         """Insert or replace the vectors (and copied metadata) of ``ids``."""
+        import numpy as np
+
         last = {int(i): n for n, i in enumerate(ids)}
-        for start in range(0, len(last), SYNC_BATCH):
-            part = list(last.items())[start : start + SYNC_BATCH]
+        matrix = np.asarray(vectors, dtype=np.float32)
+        items = list(last.items())
+        for start in range(0, len(items), SYNC_BATCH):
+            part = items[start : start + SYNC_BATCH]
+            rows = [n for _, n in part]
             self.collection.upsert(
                 ids=[str(i) for i, _ in part],
-                embeddings=[[float(x) for x in vectors[n]] for _, n in part],
-                metadatas=[metadatas[n] for _, n in part] if metadatas is not None else None,
+                embeddings=matrix[rows],
+                metadatas=[metadatas[n] for n in rows] if metadatas is not None else None,
             )
 
     def remove(self, ids: Sequence[int]) -> None:
@@ -237,7 +242,7 @@ class ChromaCollection:
             metas = catalog.metadata_by_rowid(conn, [int(i) for i in ids])
             index.upsert(
                 [int(i) for i in ids],
-                matrix.tolist(),
+                matrix,
                 [chroma_metadata(metas.get(int(i), {})) for i in ids],
             )
         self._save(tag, current, embedder, dirty=False)
