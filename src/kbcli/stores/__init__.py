@@ -10,7 +10,18 @@ from typing import Any
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
 
-__all__ = ["InMemoryStore", "SQLiteStore", "build_store"]
+__all__ = ["ChromaStore", "FaissStore", "InMemoryStore", "SQLiteStore", "build_store"]
+
+_OPTIONAL = {"FaissStore": ".faiss_store", "ChromaStore": ".chroma_store"}
+
+
+def __getattr__(name: str) -> Any:
+    # FaissStore and ChromaStore import their modules (and so their extras) only when asked for
+    if name in _OPTIONAL:
+        import importlib
+
+        return getattr(importlib.import_module(_OPTIONAL[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_store(
