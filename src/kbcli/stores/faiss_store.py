@@ -307,12 +307,12 @@ class FaissFile:
         tag = sqlite_vectors.generation_tag(conn)
         if self._current is not None and self._current[0] == tag:
             return self._current[1]
-        embedder = _embedder_key(conn)
         base = self._current if self._current is not None else self._load()
-        current = sqlite_vectors.stamps(conn)
         if base is not None and base[0] == tag:
             self._current = base
             return base[1]
+        embedder = _embedder_key(conn)
+        current = sqlite_vectors.stamps(conn)
         if base is None or base[3] != embedder:
             index = self._rebuild(conn)
         else:
