@@ -244,3 +244,24 @@ def test_store_settings_are_validated(tmp_path):
         cfg.write_text(f"store: {bad}\n")
         with pytest.raises(ConfigError):
             load_config(cfg)
+
+
+@pytest.mark.parametrize("backend", ["faiss", "chroma"])
+def test_an_ingest_leaves_the_derived_index_current(tmp_path, backend):
+    from kbcli.types import FileRecord
+
+    make = (
+        (lambda: FaissStore(path=tmp_path / "kb.db"))
+        if backend == "faiss"
+        else (lambda: ChromaStore(tmp_path / "chroma"))
+    )
+    store = make()
+    docs, vecs = _docs(20)
+    record = FileRecord("/d/a.md", 1, 1, "x" * 64, "{}", [d.id for d in docs])
+    store.replace_file(record, [Document(d.id, d.text, {**d.metadata, "source": "/d/a.md"})
+                                for d in docs], vecs)  # fmt: skip
+    store.close()  # an ingest's writer: brings the index up to date before closing
+    again = make()
+    assert _top(again, vecs[3], 1) == ["d3"]
+    assert again._matrix.rebuilds == 0  # current: nothing rebuilt by the reader
+    again.close()

@@ -27,6 +27,7 @@ from ..errors import FilterError, require
 from ..filters import validate_filter
 from ..types import SearchResult
 from .common import lock_file
+from .derived import RefreshAfterIngest
 from .sqlite import SQLiteStore, catalog
 from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
@@ -291,7 +292,7 @@ def _embedder_key(conn: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-class ChromaStore(SQLiteStore):
+class ChromaStore(RefreshAfterIngest, SQLiteStore):
     """SQLite catalog, keyword index and file ledger; dense search on a Chroma collection.
 
     ``path``: the Chroma folder; ``collection``: the collection's name. ``db``: the SQLite file
@@ -313,19 +314,6 @@ class ChromaStore(SQLiteStore):
         self.collection = collection
         db_path = Path(db).expanduser() if db is not None else self.chroma_path / "kbcli.db"
         super().__init__(db_path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
-        self._opened_at: str | None = self._vectors_tag()
-
-    def _vectors_tag(self) -> str:
-        with self._db.read() as conn:
-            return sqlite_vectors.generation_tag(conn)
-
-    def close(self) -> None:
-        """Sync the collection if the vectors changed since the store was opened (a writer
-        leaves Chroma in step, so the next search does not pay for it), then close."""
-        if self._opened_at is not None and self._vectors_tag() != self._opened_at:
-            self.refresh_vector_index()
-        self._opened_at = None  # closed: a second close only closes
-        super().close()
 
     def _open_vectors(self) -> ChromaCollection:
         return ChromaCollection(self.chroma_path, self.collection)

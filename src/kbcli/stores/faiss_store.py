@@ -25,6 +25,7 @@ from ..errors import IndexMismatchError, InvalidOptionError, require
 from ..filters import validate_filter
 from ..types import Document, SearchResult
 from .common import vector_dimensions
+from .derived import RefreshAfterIngest
 from .sqlite import SQLiteStore, catalog
 from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
@@ -395,7 +396,7 @@ def _embedder_key(conn: sqlite3.Connection) -> str:
     return row[0] if row else ""
 
 
-class FaissStore(SQLiteStore):
+class FaissStore(RefreshAfterIngest, SQLiteStore):
     """SQLite catalog, keyword index and file ledger; dense search on a FAISS index.
 
     ``dim``: the vectors' length (None: taken from the first vectors; checked on every add).
@@ -423,19 +424,6 @@ class FaissStore(SQLiteStore):
         self.normalize = normalize
         self.metric = resolve_metric(metric, normalize)
         super().__init__(path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
-        self._opened_at: str | None = self._vectors_tag()
-
-    def _vectors_tag(self) -> str:
-        with self._db.read() as conn:
-            return sqlite_vectors.generation_tag(conn)
-
-    def close(self) -> None:
-        """Write the FAISS file if this store's vectors changed since it was opened (so the
-        next process finds it current), then close."""
-        if self._opened_at is not None and self._vectors_tag() != self._opened_at:
-            self.refresh_vector_index()
-        self._opened_at = None  # closed: a second close only closes
-        super().close()
 
     def _open_vectors(self) -> FaissFile:
         return FaissFile(self.path, self.dim, self.index_factory, self.normalize, self.metric)
