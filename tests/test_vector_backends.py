@@ -265,3 +265,52 @@ def test_an_ingest_leaves_the_derived_index_current(tmp_path, backend):
     assert _top(again, vecs[3], 1) == ["d3"]
     assert again._matrix.rebuilds == 0  # current: nothing rebuilt by the reader
     again.close()
+
+
+WRITER_SCRIPT = """
+import random, sys
+from kbcli import Document
+from kbcli.stores.faiss_store import FaissStore
+
+store = FaissStore(path=sys.argv[1])
+rng = random.Random(int(sys.argv[2]))
+print("started", flush=True)
+for i in range(100_000):
+    vecs = [[rng.uniform(-1, 1) for _ in range(64)] for _ in range(200)]
+    store.add([Document(f"k{sys.argv[2]}-{i}-{j}", "x", {}) for j in range(200)], vecs)
+    store.search(vecs[0], k=3)  # writes <db>.faiss: temp -> fsync -> rename
+"""
+
+
+def test_kill_minus_nine_never_leaves_a_faiss_file_in_use_half_written(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    db = tmp_path / "kb.db"
+    rng = random.Random(11)
+    for run in range(3):
+        child = subprocess.Popen(
+            [sys.executable, "-c", WRITER_SCRIPT, str(db), str(run)],
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": src},
+        )
+        assert child.stdout.readline().strip() == b"started"
+        time.sleep(rng.uniform(0.3, 1.2))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        store = FaissStore(path=db)
+        faiss_file = store._matrix
+        if faiss_file.path.exists():
+            assert faiss_file._load() is not None  # whole (maybe stale), never half a file
+        with store._db.read() as conn:
+            held = len(store._matrix.index(conn).ids())
+        assert held == store.count()
+        query = [1.0] * 64
+        exact = SQLiteStore(db)
+        assert _top(store, query, 5) == _top(exact, query, 5)
+        exact.close()
+        store.close()
