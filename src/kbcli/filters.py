@@ -7,11 +7,18 @@ Operators (Chroma style) go in a nested dict or at the top::
     {"$or": [{"lang": "en"}, {"lang": {"$in": ["zh", "ja"]}}]}
     {"draft": {"$exists": False}}
 
-Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists`` on a key; ``$and $or`` over a list of
-filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals ``True``. ``$ne``
+Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists $prefix`` on a key; ``$and $or`` over a
+list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals ``True``. ``$ne``
 and ``$nin`` match documents that lack the key. Ordering operators compare numbers with numbers
 and strings with strings; other documents do not match. Keys are bound as SQL parameters, never
 spliced into SQL text.
+
+``$prefix`` (``{"source": {"$prefix": "/docs/guide/"}}``) matches text values that start with the
+operand, compared character by character and case-sensitively (no wildcards: ``%`` and ``_``
+are ordinary characters); a non-text value or a missing key does not match. The operand is a
+non-empty string. ``kb search --in DIR`` uses it on ``source`` with the folder's absolute path
+and a trailing separator, so ``/docs/a`` does not match ``/docs/ab/x.md``. In SQL it is
+``substr(value, 1, length(?)) = ?`` with the operand bound (never ``LIKE``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from typing import Any
 
 from .errors import FilterError
 
-KEY_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+KEY_OPERATORS = (
+    "$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$prefix",
+)  # fmt: skip
 LOGICAL_OPERATORS = ("$and", "$or")
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _MISSING = object()
@@ -82,6 +91,9 @@ def _check_operator(key: str, op: str, operand: Any) -> None:
     elif op == "$exists":
         if not isinstance(operand, bool):
             raise FilterError(f"$exists on {key!r} needs true or false, got {operand!r}")
+    elif op == "$prefix":
+        if not isinstance(operand, str) or not operand:
+            raise FilterError(f"$prefix on {key!r} needs a non-empty string, got {operand!r}")
     elif op in _ORDER:
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
@@ -145,6 +157,8 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
         return not any(_equal(actual, item) for item in operand)
     if op == "$exists":
         return (actual is not _MISSING) == operand
+    if op == "$prefix":
+        return isinstance(actual, str) and actual.startswith(operand)
     kind = _kind(operand)
     if actual is _MISSING or _kind(actual) != kind:
         return False
@@ -220,6 +234,12 @@ def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any])
     if op == "$exists":
         params.append(_path(key))
         return f"(json_type({column}, ?) IS {'NOT ' if operand else ''}NULL)"
+    if op == "$prefix":
+        params.extend([_path(key), _path(key), operand, operand])
+        return (
+            f"coalesce(json_type({column}, ?) = 'text'"
+            f" AND substr(json_extract({column}, ?), 1, length(?)) = ?, 0)"
+        )
     types = "('integer', 'real')" if _kind(operand) == "number" else "('text')"
     params.extend([_path(key), _path(key), operand])
     return (
