@@ -118,7 +118,11 @@ def test_missing_database_is_an_error_and_not_created(tmp_path):
     assert not db.exists()
 
 
-def test_automatic_embedder_note_goes_to_stderr_unless_quiet(ids):
+def test_embedder_note_only_when_the_choice_changed(ids, monkeypatch):
+    plain = run("search", "password", "--json")
+    assert plain.exit_code == 0
+    assert "Using" not in plain.stderr  # the index's own embedder, nothing changed
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
     result = run("search", "password", "--json")
     assert result.exit_code == 0
     assert "Using simple/char-hash-64" in result.stderr

@@ -32,8 +32,9 @@ class LazyEmbedder:
 
     With no provider named in the configuration, an index that already records an embedder
     keeps using that one (an API key appearing in the environment later must not switch it);
-    otherwise the choice is automatic. ``on_note`` receives a one-line note whenever the
-    choice was not explicit.
+    otherwise the choice is automatic. ``on_note`` receives a one-line note when the choice was
+    automatic and the index records no embedder yet (its first ingest), or when the index keeps
+    its recorded embedder although the automatic choice would now be another one.
     """
 
     def __init__(
@@ -59,7 +60,10 @@ class LazyEmbedder:
             if recorded is not None and not config.rag.embedding.provider_set:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None
                 embedder, _ = choose_embedder(config, recorded.provider, model)
-                note = f"Using {recorded.describe()}, the embedder this index was built with"
+                note = None
+                if _automatic_provider() != recorded.provider:
+                    # Only worth saying when the automatic choice would now be another one.
+                    note = f"Using {recorded.describe()}, the embedder this index was built with"
             else:
                 embedder, note = choose_embedder(config)
             if note and self._on_note:
@@ -89,6 +93,17 @@ class LazyEmbedder:
     def languages(self) -> frozenset[str] | None:
         """The languages the resolved embedder knows (None: any)."""
         return getattr(self.resolved, "languages", None)
+
+
+def _automatic_provider() -> str:
+    """The provider an automatic choice would pick now (by API keys), without building it."""
+    from .embedders._settings import first_env
+    from .embedders.resolve import AUTO_ORDER, KEY_ENV
+
+    for candidate in AUTO_ORDER:
+        if candidate == "simple" or first_env(*KEY_ENV[candidate])[1]:
+            return candidate
+    return "simple"
 
 
 class IngestPipeline:
