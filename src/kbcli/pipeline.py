@@ -106,6 +106,25 @@ def _automatic_provider() -> str:
     return "simple"
 
 
+def _add_lines(chunks: list[Section], sections: list[Section]) -> None:
+    """Give each chunk with ``char_start``/``char_end`` its ``line``/``line_end`` (1-based) in
+    the text its offsets point into: the sections joined by a blank line, as loaded."""
+    from .ingest.chunkers import SECTION_SEPARATOR
+
+    text = SECTION_SEPARATOR.join(s.text for s in sections)
+    at, line = 0, 1  # chunks come in order: count newlines once, incrementally
+    for chunk in chunks:
+        start, end = chunk.metadata.get("char_start"), chunk.metadata.get("char_end")
+        if not isinstance(start, int) or not isinstance(end, int):
+            continue
+        if start < at:
+            at, line = 0, 1
+        line += text.count("\n", at, start)
+        at = start
+        chunk.metadata["line"] = line
+        chunk.metadata["line_end"] = line + text.count("\n", start, max(start, end - 1))
+
+
 class IngestPipeline:
     """Turns text and files into stored, embedded chunks.
 
@@ -193,12 +212,14 @@ class IngestPipeline:
         chunker = self.chunker
         if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
             chunks = chunker.chunk_sections(sections)
+            _add_lines(chunks, sections)
             cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
         else:
             normalize = self.normalizer.normalize
             normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
             if isinstance(chunker, SectionChunkerProtocol):
                 cleaned = chunker.chunk_sections(normalized)
+                _add_lines(cleaned, normalized)
             else:
                 cleaned = [
                     Section(c, dict(section.metadata))

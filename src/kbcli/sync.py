@@ -251,7 +251,7 @@ def chunk_settings(kb: Any) -> str:
         "chunker": type(chunker).__name__,
         "chunk_size": getattr(chunker, "chunk_size", None),
         "chunk_overlap": getattr(chunker, "chunk_overlap", getattr(chunker, "overlap", None)),
-        "version": 1,
+        "version": 2,  # 2: chunks record line / line_end
     }
     return json.dumps(parts, sort_keys=True)
 
