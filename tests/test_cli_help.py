@@ -13,7 +13,10 @@ COMMANDS = sorted(typer.main.get_command(app).commands)
 
 
 def test_the_expected_commands_are_registered():
-    assert COMMANDS == ["add", "delete", "eval", "ingest", "list", "mcp", "search", "stats"]
+    assert COMMANDS == [
+        "add", "config", "delete", "eval", "get", "ingest", "init", "list", "mcp", "search",
+        "stats",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("name", COMMANDS)

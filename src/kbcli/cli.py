@@ -389,12 +389,21 @@ def add(
     cls=KBCommand,
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
-        'kb search "quarterly revenue" --filter year>=2023 --filter lang=en,de --json',
+        'kb search "quarterly revenue" --filter "year>=2023" --filter "lang=en,de" --json',
+        'kb search \'"reset link" password -sms\' --by chunk --format csv',
+        'kb search "install" --in docs --format files',
+        'kb search -- "-v flag"',
     ),
 )
 def search(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
+    query: Annotated[
+        str,
+        typer.Argument(
+            metavar="QUERY",
+            help='What to look for: "a phrase" must appear, -word excludes (after --).',
+        ),
+    ],
     k: Annotated[int, typer.Option("-k", "--k", metavar="N", min=1, help="How many results.")] = 5,
     mode: Annotated[
         str,
@@ -405,6 +414,23 @@ def search(
             help="keyword, semantic or hybrid (aliases: sparse, vector, dense).",
         ),
     ] = "hybrid",
+    by: Annotated[
+        str,
+        typer.Option(
+            "--by",
+            metavar="UNIT",
+            help="file: one hit per file (its best chunk, how many chunks matched); "
+            "chunk: every chunk.",
+        ),
+    ] = "file",
+    in_: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--in",
+            metavar="DIR",
+            help="Only files under this folder (repeatable: any of them); applied before ranking.",
+        ),
+    ] = None,
     filter: FilterOption = None,
     alpha: Annotated[
         float | None,
@@ -436,21 +462,32 @@ def search(
             help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
         ),
     ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="table, json, jsonl, csv, md, or files (one path per line).",
+        ),
+    ] = "table",
     json_out: Annotated[
         bool,
-        typer.Option("--json", help="Print a JSON array of {id, score, text, metadata}."),
+        typer.Option("--json", help="Same as --format json: an array of hits."),
     ] = False,
 ) -> None:
-    """Search the knowledge base."""
+    """Search the knowledge base; each hit shows path:line (open it with $EDITOR +LINE path)."""
     from . import render
     from .filters import parse_filter_expressions
+    from .query import search as run_search
     from .types import SearchOptions
 
+    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    unit = _unit(by)
     options = SearchOptions(
         k=k,
         mode=mode,
         alpha=alpha,
-        filter=parse_filter_expressions(filter),
+        filter=_search_filter(parse_filter_expressions(filter), in_),
         fusion=fusion,
         min_score=min_score,
         explain=explain,
@@ -458,16 +495,54 @@ def search(
     )
     kb = _open(ctx, create=False)
     try:
-        results = kb.search_with(query, options)
+        hits = run_search(kb, query, options, by=unit)
         terms = kb.analyzer.query_terms(query)
     finally:
         kb.close()
-    if json_out:
-        render.print_json(render.search_json(results, explain))
-    if not results:
+    if fmt != "table":
+        render.search_output(hits, fmt, unit, explain)
+    if not hits:
         render.message("No relevant knowledge found.")
-    elif not json_out:
-        render.search_table(results, terms, explain)
+    elif fmt == "table":
+        render.search_table(hits, terms, explain, unit)
+
+
+def _format(fmt: str, json_out: bool, allowed: tuple[str, ...]) -> str:
+    """The output format: ``--json`` is ``--format json``."""
+    fmt = fmt.strip().lower()
+    if fmt not in allowed:
+        raise typer.BadParameter(
+            f"{fmt!r} is not one of {', '.join(allowed)}.", param_hint="'--format'"
+        )
+    if json_out:
+        if fmt not in ("table", "json"):
+            raise typer.BadParameter(
+                "--json is --format json: give one of them", param_hint="'--json'"
+            )
+        return "json"
+    return fmt
+
+
+def _unit(by: str) -> str:
+    unit = by.strip().lower()
+    if unit in ("files", "file"):
+        return "file"
+    if unit in ("chunks", "chunk"):
+        return "chunk"
+    raise typer.BadParameter(f"{by!r} is not file or chunk.", param_hint="'--by'")
+
+
+def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
+    """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
+    ``--in`` folders."""
+    from .filters import under_folders, validate_filter, with_source_paths
+
+    where = with_source_paths(where, lambda value: _resolve_source(Path(value)))
+    scope = under_folders([_resolve_source(folder) for folder in folders or []])
+    parts = [part for part in (where, scope) if part]
+    if not parts:
+        return None
+    return validate_filter(parts[0] if len(parts) == 1 else {"$and": parts})
 
 
 @app.command(
@@ -475,6 +550,7 @@ def search(
     epilog=_example(
         "kb delete 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
         "kb delete --source notes/old-plan.md",
+        "kb delete --source notes/archive --yes",
     ),
 )
 def delete(
@@ -485,10 +561,17 @@ def delete(
     ] = None,
     source: Annotated[
         Path | None,
-        typer.Option("--source", metavar="PATH", help="Delete every chunk of this file."),
+        typer.Option(
+            "--source",
+            metavar="PATH",
+            help="Delete every chunk of this file, or of every file under this folder.",
+        ),
     ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete a folder's files without asking.")
+    ] = False,
 ) -> None:
-    """Delete chunks by id, or every chunk of a source file."""
+    """Delete chunks by id, every chunk of a file, or every file under a folder."""
     from . import render
     from .errors import NotFoundError
 
@@ -498,6 +581,7 @@ def delete(
     kb = _open(ctx, create=False)
     missing: list[str] = []
     deleted = 0
+    files = 0
     try:
         if ids:
             wanted = list(dict.fromkeys(ids))
@@ -507,17 +591,81 @@ def delete(
         if source is not None:
             path = _resolve_source(source)
             removed = kb.store.delete_source(path)
-            if not removed:
-                missing.append(f"--source {path}")
-            deleted += removed
+            if removed:
+                deleted += removed
+            else:
+                under = _sources_under(kb, path)
+                if not under:
+                    missing.append(f"--source {path}")
+                elif yes or _confirm_folder(path, under):
+                    with kb.store.transaction():
+                        for name, _count in under:
+                            deleted += kb.store.delete_source(name)
+                    files = len(under)
+                else:
+                    render.message("Nothing deleted.")
+                    raise typer.Exit(1)
     finally:
         kb.close()
     if deleted or not missing:
-        render.result(f"Deleted {deleted} chunk{'' if deleted == 1 else 's'}.")
+        what = f" from {files} file{'' if files == 1 else 's'}" if files else ""
+        render.result(f"Deleted {deleted} chunk{'' if deleted == 1 else 's'}{what}.")
     if missing:
         raise NotFoundError(
             f"Nothing indexed under {', '.join(missing)}: see 'kb list' for ids and sources"
         )
+
+
+def _sources_under(kb: Any, folder: str) -> list[tuple[str, int]]:
+    """Indexed sources below ``folder`` (an absolute path), with their chunk counts."""
+    prefix = folder if folder.endswith(os.sep) else folder + os.sep
+    return [(name, count) for name, count in kb.store.sources() if name.startswith(prefix)]
+
+
+def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
+    chunks = sum(count for _, count in under)
+    return typer.confirm(
+        f"Delete {len(under)} file{'' if len(under) == 1 else 's'} ({chunks} chunk"
+        f"{'' if chunks == 1 else 's'}) under {folder}?",
+        default=False,
+        err=True,
+    )
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb get docs/guide.md",
+        "kb get docs/guide.md:40:10",
+        "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
+    ),
+)
+def get(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH[:LINE[:COUNT]]|ID",
+            help="An indexed file (optionally from LINE, COUNT lines) or a chunk id.",
+        ),
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show a file's indexed text with line numbers, or one chunk by id."""
+    from . import render
+    from .reading import read_target
+
+    kb = _open(ctx, create=False)
+    try:
+        shown = read_target(kb, target)
+    finally:
+        kb.close()
+    if json_out:
+        render.print_json(shown.to_dict())
+        return
+    for note in shown.notes:
+        render.message(note)
+    render.numbered(shown)
 
 
 @app.command(

@@ -8,10 +8,10 @@ Operators (Chroma style) go in a nested dict or at the top::
     {"draft": {"$exists": False}}
 
 Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists $prefix`` on a key; ``$and $or`` over a
-list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals ``True``. ``$ne``
-and ``$nin`` match documents that lack the key. Ordering operators compare numbers with numbers
-and strings with strings; other documents do not match. Keys are bound as SQL parameters, never
-spliced into SQL text.
+list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals
+``True``. ``$ne`` and ``$nin`` match documents that lack the key. Ordering operators compare
+numbers with numbers and strings with strings; other documents do not match. Keys are bound as
+SQL parameters, never spliced into SQL text.
 
 ``$prefix`` (``{"source": {"$prefix": "/docs/guide/"}}``) matches text values that start with the
 operand, compared character by character and case-sensitively (no wildcards: ``%`` and ``_``
@@ -340,3 +340,69 @@ def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
             raise InvalidOptionError(f"--meta key {key!r} may not contain quotes or control codes")
         out[key] = value
     return out
+
+
+def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, Any] | None:
+    """``filter`` where every text value compared with ``source`` (``=``, ``!=``, any of,
+    none of) also matches ``resolve(value)``: ``source=docs/a.md`` finds the file that ingest
+    recorded as ``/home/me/docs/a.md``, as ``kb list --source docs/a.md`` does. A value that
+    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged.
+    """
+    if not filter:
+        return filter
+
+    def forms(value: Any) -> list[Any]:
+        if not isinstance(value, str) or not value:
+            return [value]
+        resolved = resolve(value)
+        return [value] if resolved == value else [value, resolved]
+
+    def widen(values: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for value in values:
+            out.extend(v for v in forms(value) if not any(_same(v, w) for w in out))
+        return out
+
+    def walk(node: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                out[key] = [walk(sub) for sub in value]
+            elif key != "source":
+                out[key] = value
+            elif not isinstance(value, dict):
+                values = widen([value])
+                out[key] = values[0] if len(values) == 1 else {"$in": values}
+            else:
+                ops: dict[str, Any] = {}
+                for op, operand in value.items():
+                    if op in ("$eq", "$ne"):
+                        values = widen([operand])
+                        if len(values) == 1:
+                            ops[op] = operand
+                        else:
+                            ops["$in" if op == "$eq" else "$nin"] = values
+                    elif op in ("$in", "$nin"):
+                        ops[op] = widen(list(operand))
+                    else:
+                        ops[op] = operand
+                out[key] = ops
+        return out
+
+    return walk(filter)
+
+
+def under_folders(folders: list[str]) -> dict[str, Any] | None:
+    """A filter for documents whose ``source`` lies under any of ``folders`` (absolute paths):
+    ``$prefix`` with a trailing separator, so ``/docs/a`` never matches ``/docs/ab/x.md``."""
+    import os
+
+    prefixes = []
+    for folder in folders:
+        prefix = folder if folder.endswith(os.sep) else folder + os.sep
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+    if not prefixes:
+        return None
+    parts = [{"source": {"$prefix": p}} for p in prefixes]
+    return parts[0] if len(parts) == 1 else {"$or": parts}

@@ -46,9 +46,18 @@ def result(text: str) -> None:
     typer.echo(text)
 
 
-def print_json(data: Any) -> None:
-    """``data`` as JSON on stdout (the only thing ``--json`` writes there)."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+def print_json(data: Any, *, one_line: bool = False) -> None:
+    """``data`` as JSON on stdout (the only thing ``--json`` writes there); ``one_line`` for
+    logs that take one line per run."""
+    indent = None if one_line else 2
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=indent, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_jsonl(items: Sequence[Any]) -> None:
+    """One JSON object per line on stdout."""
+    for item in items:
+        sys.stdout.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
 
 
@@ -176,32 +185,97 @@ def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str,
     return out
 
 
-def search_table(results: Sequence[Any], terms: Sequence[str], explain: bool = False) -> None:
-    """Rank, score, source, chunk and a highlighted snippet for each hit."""
-    from rich.table import Table
+SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 
+
+def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
+    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line}``, with
+    ``matched_chunks`` for file hits and ``explain`` when asked."""
+    r = hit.result
+    item: dict[str, Any] = {
+        "id": r.document.id,
+        "score": r.score,
+        "text": r.document.text,
+        "metadata": r.document.metadata,
+        "unit": unit,
+        "location": hit.location,
+        "line": hit.line,
+    }
+    if unit == "file":
+        item["matched_chunks"] = hit.matched
+    if explain:
+        item["explain"] = r.explain
+    return item
+
+
+def search_output(hits: Sequence[Any], fmt: str, unit: str, explain: bool) -> None:
+    """Search hits on stdout as ``fmt`` (every format but ``table``)."""
+    if fmt == "json":
+        print_json([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "jsonl":
+        print_jsonl([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "files":
+        for source in dict.fromkeys(h.source for h in hits if h.source is not None):
+            result(source)
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["rank", "score", "location", "source", "line", "chunk", "matched", "id"]
+                        + ["text"])  # fmt: skip
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            writer.writerow(
+                [rank, f"{h.result.score:.4f}", h.location, h.source or "", h.line or "",
+                 meta.get("chunk_index", ""), h.matched, h.result.document.id,
+                 " ".join(h.result.document.text.split())]
+            )  # fmt: skip
+    elif fmt == "md":
+        result(f"| # | Score | Location | {'Chunks' if unit == 'file' else 'Chunk'} | Text |")
+        result("|---:|---:|---|---:|---|")
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            text, _ = snippet(h.result.document.text, None, SNIPPET_WIDTH)
+            count = str(h.matched) if unit == "file" else _chunk_label(meta)
+            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count, text]
+            result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
+def search_table(
+    hits: Sequence[Any], terms: Sequence[str], explain: bool = False, unit: str = "chunk"
+) -> None:
+    """Rank, score, ``path:line``, chunk (or matched chunks) and a highlighted snippet for each
+    hit. ``explain`` goes under the snippet, so the table keeps its columns at 80 columns."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    narrow = console.width < 100
+    source_width = 24 if narrow else 40
     pattern = term_pattern(terms)
     table = Table(show_lines=True, expand=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("Score", justify="right", no_wrap=True)
-    table.add_column("Source", overflow="fold", max_width=32)
-    table.add_column("Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", ratio=1)
-    if explain:
-        table.add_column("Explain", no_wrap=True)
-    for rank, r in enumerate(results, 1):
+    table.add_column("Location", overflow="fold", max_width=source_width)
+    table.add_column("Chunks" if unit == "file" else "Chunk", justify="right", no_wrap=True)
+    table.add_column("Snippet", overflow="fold", ratio=1, min_width=20)
+    for rank, hit in enumerate(hits, 1):
+        r = hit.result
         meta = r.document.metadata
-        row = [
-            str(rank),
-            f"{r.score:.3f}",
-            shorten_source(meta.get("source"), 32),
-            _chunk_label(meta),
-            _rich_snippet(r.document.text, pattern),
-        ]
+        location = shorten_source(meta.get("source"), 200)
+        if hit.line is not None:
+            location += f":{hit.line}"
+        count = str(hit.matched) if unit == "file" else _chunk_label(meta)
+        if unit == "file" and meta.get("page") is not None:
+            count += f" (p. {meta['page']})"
+        body: Any = _rich_snippet(r.document.text, pattern)
         if explain:
-            row.append(_explain_text(r.explain))
-        table.add_row(*row)
-    _console().print(table)
+            body = Group(body, Text(_explain_text(r.explain), style="dim"))
+        table.add_row(str(rank), f"{r.score:.3f}", location, count, body)
+    console.print(table)
 
 
 def _chunk_label(meta: dict[str, Any]) -> str:
@@ -236,6 +310,24 @@ def _explain_text(explain: Any) -> str:
 
 def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def numbered(shown: Any) -> None:
+    """``kb get`` output: a ``path:line`` header for a chunk, then ``NUMBER  text`` lines."""
+    if shown.origin == "chunk":
+        meta = shown.metadata or {}
+        where = shown.source or "-"
+        if isinstance(meta.get("line"), int):
+            end = meta.get("line_end")
+            where += f":{meta['line']}" + (f"-{end}" if isinstance(end, int) else "")
+        result(f"{where} (chunk {_chunk_label(meta)}, id {shown.id})")
+        result(shown.lines[0][1] if shown.lines else "")
+        return
+    width = len(str(max((n for n, _ in shown.lines), default=1)))
+    out = sys.stdout
+    for number, text in shown.lines:
+        out.write(f"{number:>{width}}  {text}\n")
+    out.flush()
 
 
 def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
