@@ -121,12 +121,77 @@ class _PlainCoercion:
         return number
 
 
+# Global options accepted after the command too: flags, and options taking a value.
+GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
+GLOBAL_VALUES = ("--db", "--config")
+# Commands with an option of the same name that means something else there.
+OWN_OPTIONS = {"eval": ("--db",)}
+
+
+def hoist_global_options(args: list[str], commands: Any) -> list[str]:
+    """Move global options written after the command to before it (``kb search x -q`` is
+    ``kb -q search x``), and a ``--json`` written before the command to after it. Nothing
+    after ``--`` moves; a command's own option of the same name (``kb eval --db``) stays."""
+    index, i = None, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg in GLOBAL_VALUES:
+            i += 2
+            continue
+        if not arg.startswith("-") and arg in commands:
+            index = i
+            break
+        i += 1
+    if index is None:
+        return args
+    before, name, after = list(args[:index]), args[index], list(args[index + 1 :])
+    moved_json = [a for a in before if a == "--json"]
+    before = [a for a in before if a != "--json"]
+    own = OWN_OPTIONS.get(name, ())
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(after):
+        arg = after[i]
+        if arg == "--":
+            rest.extend(after[i:])
+            break
+        option = arg.split("=", 1)[0]
+        if arg in GLOBAL_FLAGS and arg not in own:
+            hoisted.append(arg)
+        elif option in GLOBAL_VALUES and option not in own:
+            if "=" in arg:
+                hoisted.append(arg)
+            else:
+                hoisted.extend(after[i : i + 2])
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return before + hoisted + [name] + moved_json + rest
+
+
 class KBGroup(TyperGroup):
     """The one place that turns library errors into a message and an exit code."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         _PlainCoercion.install(self.get_params(ctx))
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, hoist_global_options(list(args), self.commands))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its whole one-line description (Click cuts them at 45 chars)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = command.short_help or (command.help or "").strip().split("\n\n")[0]
+            rows.append((name, " ".join(text.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: Any) -> Any:
         from .errors import KBError
@@ -146,11 +211,34 @@ class KBGroup(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
+def _plain_arguments(params: list[Any]) -> None:
+    """Show each argument by its metavar alone (``QUERY``, ``PATH...``), not Typer's
+    ``{QUERY}`` and ``<list[Path]>`` type names."""
+    from typer.core import TyperArgument
+
+    for param in params:
+        if not isinstance(param, TyperArgument) or param.metavar is None:
+            continue
+        metavar = param.metavar
+
+        def usage(metavar: str = metavar) -> str:
+            return metavar
+
+        def record(ctx: Any, param: Any = param, metavar: str = metavar) -> tuple[str, str]:
+            return metavar, (param.help or "") + ("" if param.required else "  [optional]")
+
+        param._usage_display_name = usage
+        param.get_help_record = record
+
+
 class KBCommand(TyperCommand):
-    """A command whose options are converted without Pydantic (see :class:`_PlainCoercion`)."""
+    """A command whose options are converted without Pydantic (see :class:`_PlainCoercion`)
+    and whose arguments show their metavars."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _PlainCoercion.install(self.get_params(ctx))
+        params = self.get_params(ctx)
+        _PlainCoercion.install(params)
+        _plain_arguments(params)
         return super().parse_args(ctx, args)
 
 
@@ -160,10 +248,10 @@ app = typer.Typer(
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
     epilog=('\b\nExample:\n  kb ingest ~/notes\n  kb search "reset password" --mode keyword -k 5'),
     rich_markup_mode=None,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 160},
 )
 
 
@@ -475,7 +563,10 @@ def search(
         typer.Option("--json", help="Same as --format json: an array of hits."),
     ] = False,
 ) -> None:
-    """Search the knowledge base; each hit shows path:line (open it with $EDITOR +LINE path)."""
+    """Search the knowledge base; hits show path:line ($EDITOR +LINE path).
+
+    Hits are files by default (each with its best chunk and how many chunks matched); --by
+    chunk lists every matching chunk."""
     from . import render
     from .filters import parse_filter_expressions
     from .query import search as run_search
@@ -571,7 +662,7 @@ def delete(
         bool, typer.Option("--yes", "-y", help="Delete a folder's files without asking.")
     ] = False,
 ) -> None:
-    """Delete chunks by id, every chunk of a file, or every file under a folder."""
+    """Delete chunks by id, a file's chunks, or every file under a folder."""
     from . import render
     from .errors import NotFoundError
 
@@ -721,7 +812,7 @@ def stats(
     ctx: typer.Context,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
-    """Show what the index holds: chunks, sources, size, embedder, analyzer, last ingest."""
+    """Show what the index holds: files, chunks, embedder, last ingest."""
     from . import render
 
     kb = _open(ctx, create=False)
@@ -780,7 +871,7 @@ def eval_(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Measure retrieval quality on a BEIR collection: nDCG, recall, MRR and latency.
+    """Measure retrieval quality on a BEIR collection (nDCG, recall, MRR).
 
     Each document's title and text go through the normal ingest path (chunked like any file);
     documents are ranked by their best chunk; trec_eval conventions.
@@ -835,8 +926,10 @@ def mcp(
         ),
     ] = None,
 ) -> None:
-    """Serve the knowledge base to agents over MCP: knowledge_search, knowledge_get and
-    knowledge_stats, limited to the --filter scope (and, over HTTP, each token's scope)."""
+    """Serve the knowledge base to agents over MCP (stdio or HTTP).
+
+    Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
+    (and, over HTTP, each token's scope)."""
     from .errors import InvalidOptionError, require
     from .filters import parse_filter_expressions
 
