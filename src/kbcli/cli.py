@@ -391,7 +391,7 @@ def ingest(
         ),
     ] = 60.0,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON object.")
+        bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
 ) -> None:
     """Index files and folders (only new and changed files are read again)."""
@@ -402,9 +402,14 @@ def ingest(
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from .pipeline import LazyEmbedder
+    from .sync import SyncInterrupted
+
     kb = _open(ctx, create=True, busy_timeout=wait)
     try:
         show_bar = render.stderr_is_terminal() and not state.quiet
+        if show_bar and isinstance(kb.embedder, LazyEmbedder):
+            _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
         with render.progress(show_bar) as on_progress:
             report = sync(
                 kb,
@@ -418,6 +423,11 @@ def ingest(
                 wait=wait,
                 progress=on_progress,
             )
+    except SyncInterrupted as stop:
+        if json_out:
+            render.print_json(stop.report.to_dict(), one_line=True)
+        render.message(render.interrupted_summary(stop.report))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         kb.close()
     for failure in report.failed:
@@ -429,7 +439,7 @@ def ingest(
         for text in report.warnings:
             render.warning(text)
     if json_out:
-        render.print_json(report.to_dict())
+        render.print_json(report.to_dict(), one_line=True)
     elif not state.quiet:
         for line in render.ingest_summary(report):
             render.result(line)

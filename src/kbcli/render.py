@@ -392,8 +392,9 @@ def stats_table(stats: dict[str, Any]) -> None:
 
 @contextmanager
 def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A ``progress(path, done, total)`` callback drawing a bar on stderr, or None when
-    ``enabled`` is false (not a terminal, or ``--quiet``): nothing animated then."""
+    """A ``progress(path, done, total)`` callback drawing a bar on stderr (files done of total,
+    files per second, time left, current file), or None when ``enabled`` is false (not a
+    terminal, or ``--quiet``): nothing animated then."""
     if not enabled:
         yield None
         return
@@ -402,22 +403,32 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         MofNCompleteColumn,
         Progress,
         TextColumn,
-        TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     bar = Progress(
         TextColumn("Indexing"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        TextColumn("files"),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
         TextColumn("{task.description}"),
         console=_console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("", total=None)
+    task = bar.add_task("", total=None, rate="")
 
     def update(path: str, done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total, description=shorten_source(path, 40))
+        speed = bar.tasks[0].speed if bar.tasks else None
+        rate = f"{speed:.1f}/s" if speed else ""
+        bar.update(
+            task,
+            completed=done,
+            total=total,
+            description=shorten_source(path, 32) if path else "",
+            rate=rate,
+        )
 
     with bar:
         yield update
@@ -453,6 +464,9 @@ def ingest_summary(report: Any) -> list[str]:
         f"{report.unchanged} unchanged; {report.chunks_added} chunk{_s(report.chunks_added)} "
         f"added, {report.chunks_removed} removed."
     ]
+    if report.metadata_updated:
+        n = report.metadata_updated
+        lines.append(f"Updated the metadata of {n} unchanged file{_s(n)} (nothing re-embedded).")
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")
@@ -470,6 +484,16 @@ def ingest_summary(report: Any) -> list[str]:
         lines.append(f"{report.stale} indexed {verb}; run with --prune to remove them.")
     lines.append(f"Done in {report.seconds:.1f} s.")
     return lines
+
+
+def interrupted_summary(report: Any) -> str:
+    """What an interrupted ingest kept, and that the next run resumes."""
+    kept = report.added + report.updated
+    return (
+        f"Interrupted: kept {kept} file{_s(kept)} indexed in this run ({report.added} new, "
+        f"{report.updated} changed; {report.unchanged} were unchanged). Every file is at its "
+        "old or its new version; run the same kb ingest again to resume."
+    )
 
 
 def _s(n: int) -> str:

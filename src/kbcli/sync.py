@@ -69,6 +69,8 @@ class SyncReport:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     rebuilt: int = 0
+    metadata_updated: int = 0
+    interrupted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-ready data."""
@@ -256,6 +258,41 @@ def chunk_settings(kb: Any) -> str:
     return json.dumps(parts, sort_keys=True)
 
 
+def settings_with_meta(settings: str, meta: dict[str, Any] | None) -> str:
+    """A file record's ``settings``: the chunk settings plus the ``--meta`` it was indexed
+    with (``meta`` key; absent when none was given)."""
+    if not meta:
+        return settings
+    try:
+        data = json.loads(settings)
+    except ValueError:
+        return settings
+    data["meta"] = dict(sorted(meta.items()))
+    return json.dumps(data, sort_keys=True)
+
+
+def split_settings(recorded: str) -> tuple[str, dict[str, Any]]:
+    """``(chunk settings, meta)`` of a recorded ``settings`` string (see
+    :func:`settings_with_meta`); an unreadable string is all chunk settings and no meta."""
+    try:
+        data = json.loads(recorded)
+    except ValueError:
+        return recorded, {}
+    if not isinstance(data, dict):
+        return recorded, {}
+    meta = data.pop("meta", None)
+    return json.dumps(data, sort_keys=True), meta if isinstance(meta, dict) else {}
+
+
+class SyncInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sync, after every file prepared so far was written: ``report`` says
+    what the index kept; the next sync resumes from there (written files are unchanged)."""
+
+    def __init__(self, report: SyncReport):
+        super().__init__()
+        self.report = report
+
+
 def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
     """The one-ingest-at-a-time lock of the SQLite database at ``db_path`` (a lock file beside
     it), as :meth:`SQLiteStore.writer_lock` takes it."""
@@ -300,18 +337,28 @@ def sync(
         records = store.file_records()
         total = len(found.files)
         pending = _PendingWrites(kb, report)
-        for done, path in enumerate(found.files, start=1):
-            prepared = _sync_file(
-                kb, path, records.get(str(path)), settings, metadata, rebuild, report
-            )
-            if prepared is not None:
-                pending.add(*prepared)
-            if progress is not None:
-                progress(str(path), done, total)
-            if done % CHECKPOINT_EVERY == 0:
-                pending.flush()
-                store.checkpoint()
-        pending.flush()
+        if progress is not None:
+            progress("", 0, total)
+        try:
+            for done, path in enumerate(found.files, start=1):
+                prepared = _sync_file(
+                    kb, path, records.get(str(path)), settings, metadata, rebuild, report
+                )
+                if prepared is not None:
+                    pending.add(*prepared)
+                if progress is not None:
+                    progress(str(path), done, total)
+                if done % CHECKPOINT_EVERY == 0:
+                    pending.flush()
+                    store.checkpoint()
+            pending.flush()
+        except KeyboardInterrupt:
+            # Keep what was prepared (each file is still all-or-nothing), then stop.
+            pending.flush()
+            store.checkpoint()
+            report.interrupted = True
+            report.seconds = time.monotonic() - started
+            raise SyncInterrupted(report) from None
         present = {str(p) for p in found.files}
         stale = [p for p in records if p not in present and found.covers(p)]
         report.stale = len(stale)
@@ -332,10 +379,11 @@ class _PendingWrites:
     def __init__(self, kb: Any, report: SyncReport):
         self.kb = kb
         self.report = report
-        self.items: list[tuple[FileRecord, list, list, bool]] = []
+        self.items: list[tuple[FileRecord, list, list, bool | None]] = []
         self.chunks = 0
 
-    def add(self, record: FileRecord, docs: list, vectors: list, is_new: bool) -> None:
+    def add(self, record: FileRecord, docs: list, vectors: list, is_new: bool | None) -> None:
+        """Queue a file; ``is_new`` None means only its metadata changed."""
         self.items.append((record, docs, vectors, is_new))
         self.chunks += len(docs)
         if len(self.items) >= WRITE_BATCH_FILES or self.chunks >= WRITE_BATCH_CHUNKS:
@@ -352,6 +400,9 @@ class _PendingWrites:
                 for record, docs, vectors, _ in self.items
             ]
         for (_, docs, _, is_new), gone in zip(self.items, removed):
+            if is_new is None:
+                report.metadata_updated += 1
+                continue
             report.chunks_removed += gone
             report.chunks_added += len(docs)
             if is_new:
@@ -369,39 +420,35 @@ def _sync_file(
     metadata: dict[str, Any] | None,
     force: bool,
     report: SyncReport,
-) -> tuple[FileRecord, list, list, bool] | None:
-    """Skip an unchanged file, or load, chunk and embed a changed one (nothing written yet)."""
+) -> tuple[FileRecord, list, list, bool | None] | None:
+    """Skip an unchanged file, re-label one whose ``--meta`` changed, or load, chunk and embed
+    a changed one (nothing written yet).
+
+    ``metadata`` None keeps the meta a file was indexed with; a dict replaces it."""
     store = kb.store
+    recorded_settings, recorded_meta = (
+        split_settings(record.settings) if record is not None else ("", {})
+    )
+    meta = recorded_meta if metadata is None else metadata
+    same_chunking = record is not None and not force and recorded_settings == settings
+    relabel = same_chunking and meta != recorded_meta
     try:
         st = path.stat()
-        if (
-            record is not None
-            and not force
-            and record.settings == settings
-            and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
-        ):
-            report.unchanged += 1
-            return None
+        if same_chunking and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            return _relabel(kb, record, recorded_meta, meta, settings) if relabel else _same(report)
         digest = _sha256(path)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        if (
-            record is not None
-            and not force
-            and (record.sha256, record.settings)
-            == (
-                digest,
-                settings,
-            )
-        ):
+        if same_chunking and record.sha256 == digest:
             record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+            if relabel:
+                return _relabel(kb, record, recorded_meta, meta, settings)
             store.touch_file(record)
-            report.unchanged += 1
-            return None
+            return _same(report)
         ingestor = kb.ingestor
         sections = ingestor.load_sections(path)
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
-        docs = ingestor.build_documents(chunks, {**(metadata or {}), "source": str(path)})
+        docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
         vectors = ingestor.embed([d.text for d in docs], remember=False)
     except LoaderError as exc:
         report.failed.append(FileFailure(str(path), _one_line(exc, path)))
@@ -413,9 +460,58 @@ def _sync_file(
     except KBError:
         raise  # index-wide problems (embedder, lock) stop the run
     new_record = FileRecord(
-        str(path), st.st_size, st.st_mtime_ns, digest, settings, [d.id for d in docs], now
+        str(path),
+        st.st_size,
+        st.st_mtime_ns,
+        digest,
+        settings_with_meta(settings, meta),
+        [d.id for d in docs],
+        now,
     )
     return new_record, docs, vectors, record is None
+
+
+def _same(report: SyncReport) -> None:
+    report.unchanged += 1
+    return None
+
+
+def _relabel(
+    kb: Any,
+    record: FileRecord,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    settings: str,
+) -> tuple[FileRecord, list, list, None]:
+    """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
+    vectors (no embedder call), and its record with the new meta."""
+    from .types import Document
+
+    docs = list(kb.store.iter_documents(source=record.path, with_embeddings=True))
+    relabelled = []
+    for doc in docs:
+        kept = {k: v for k, v in doc.metadata.items() if k not in old or k in _OWN_KEYS}
+        metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
+        relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
+    vectors = [d.embedding for d in relabelled]
+    if any(v is None for v in vectors):
+        vectors = kb.ingestor.embed([d.text for d in relabelled], remember=False)
+    fresh = FileRecord(
+        record.path,
+        record.size,
+        record.mtime_ns,
+        record.sha256,
+        settings_with_meta(settings, new),
+        [d.id for d in relabelled],
+        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return fresh, relabelled, vectors, None
+
+
+# Metadata a file's chunks get from ingest itself, never from --meta.
+_OWN_KEYS = frozenset(
+    {"source", "chunk_index", "page", "heading", "char_start", "char_end", "line", "line_end"}
+)
 
 
 def _embedder_info(kb: Any) -> Any:
