@@ -373,9 +373,12 @@ def stats_table(stats: dict[str, Any]) -> None:
     path stays whole for copying)."""
     from rich.text import Text
 
+    files, sources, chunks = stats.get("files", 0), stats["sources"], stats["chunks"]
+    per_file = f", about {chunks / sources:.0f} per source" if sources else ""
     rows = [
-        ("Chunks", str(stats["chunks"])),
-        ("Sources", f"{stats['sources']} ({stats.get('files', 0)} indexed files)"),
+        ("Files", f"{files} file{_s(files)} indexed by kb ingest"),
+        ("Chunks", f"{chunks} searchable piece{_s(chunks)} of text{per_file}"),
+        ("Sources", _sources_words(files, sources)),
         ("Size on disk", human_size(stats["size_bytes"])),
         ("Embedder", describe_embedder(stats.get("embedder"))),
         ("Analyzer", stats.get("analyzer") or "none yet"),
@@ -388,6 +391,18 @@ def stats_table(stats: dict[str, Any]) -> None:
         line = Text(f"{key:<13} ", style="bold")
         line.append(value)
         console.print(line, soft_wrap=True)
+
+
+def _sources_words(files: int, sources: int) -> str:
+    """What the distinct ``source`` values of the chunks are, against the indexed files."""
+    text = f"{sources} distinct source{_s(sources)} (file paths and other source values)"
+    if sources == files:
+        return f"{sources} (each indexed file is one source)"
+    if sources < files:
+        empty = files - sources
+        return f"{text}; {empty} indexed file{_s(empty)} gave no text"
+    extra = sources - files
+    return f"{text}; {extra} not from kb ingest (kb add, the library)"
 
 
 @contextmanager
