@@ -836,6 +836,43 @@ def stats(
         render.stats_table(figures)
 
 
+@app.command(cls=KBCommand, epilog=_example("kb init", "kb init ~/.config/kbcli --force"))
+def init(
+    path: Annotated[
+        Path,
+        typer.Argument(metavar="[PATH]", help="File or folder to write jianmu.yaml to."),
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """Write a commented jianmu.yaml listing every setting with its default."""
+    from . import render
+    from .config_report import write_template
+
+    target = write_template(path, force=force)
+    render.result(f"Wrote {target}; edit it, then run: kb config")
+
+
+@app.command(
+    "config", cls=KBCommand, epilog=_example("kb config", "kb --config team.yaml config --json")
+)
+def config_(
+    ctx: typer.Context,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print a JSON array of {key, value, origin}.")
+    ] = False,
+) -> None:
+    """Show the effective configuration and where each value came from."""
+    from . import render
+    from .config_report import effective
+
+    state = _state(ctx)
+    rows = effective(state.config, state.db)
+    if json_out:
+        render.print_json(rows)
+    else:
+        render.config_table(rows)
+
+
 @app.command(
     "eval",
     cls=KBCommand,

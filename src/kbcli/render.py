@@ -393,6 +393,19 @@ def stats_table(stats: dict[str, Any]) -> None:
         console.print(line, soft_wrap=True)
 
 
+def config_table(rows: Sequence[dict[str, Any]]) -> None:
+    """``kb config``: setting, value and origin, one line each; wraps rather than cuts."""
+    from rich.table import Table
+
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("Setting", no_wrap=True, style="bold")
+    table.add_column("Value", overflow="fold")
+    table.add_column("From", overflow="fold")
+    for row in rows:
+        table.add_row(row["key"], str(row["value"]), row["origin"])
+    _console().print(table)
+
+
 def _sources_words(files: int, sources: int) -> str:
     """What the distinct ``source`` values of the chunks are, against the indexed files."""
     text = f"{sources} distinct source{_s(sources)} (file paths and other source values)"
