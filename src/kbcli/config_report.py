@@ -86,8 +86,7 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
             continue
         add(f"rag.embedding.{f.name}", value)
     add("rag.chunker", config.rag.chunker)
-    rows.append({"key": "store.backend", "value": config.store.backend,
-                 "origin": origin_file if _lookup(data, "store.backend") else "default"})  # fmt: skip
+    add("store.backend", config.store.backend)
     for key, value in sorted(config.store.settings.items()):
         add(f"store.{key}", value)
     for f in dataclasses.fields(config.limits):
