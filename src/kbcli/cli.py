@@ -878,7 +878,7 @@ def config_(
     cls=KBCommand,
     epilog=_example(
         "kb eval ../shared/eval/scifact --split train --mode keyword",
-        "kb eval ./my-beir-set --mode hybrid --db /tmp/eval.db --json",
+        "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
 def eval_(
