@@ -487,7 +487,7 @@ def add(
     cls=KBCommand,
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
-        'kb search "quarterly revenue" --filter "year>=2023" --filter "lang=en,de" --json',
+        'kb search "revenue" --filter "year>=2023" --filter "lang=en,de" --json',
         'kb search \'"reset link" password -sms\' --by chunk --format csv',
         'kb search "install" --in docs --format files',
         'kb search -- "-v flag"',
