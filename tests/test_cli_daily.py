@@ -279,3 +279,15 @@ def test_stats_in_words(docs):
     out = run("stats").stdout
     assert "Files         4 files indexed by kb ingest" in out
     assert "Sources       4 (each indexed file is one source)" in out
+
+
+def test_lines_are_the_files_own_with_blank_runs_and_crlf(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    raw = "\r\n\r\n# Title\r\n\r\n\r\n\r\nIntro.  \r\n\r\n\r\n## Ferns\r\n\r\nFerns like shade.\r\n"
+    (tmp_path / "plants.md").write_bytes(raw.encode())
+    assert run("ingest", "plants.md").exit_code == 0
+    (hit,) = hits("ferns shade", "--mode", "keyword", "--by", "chunk", "-k", "1")
+    disk = raw.split("\r\n")
+    assert disk[hit["line"] - 1] == "## Ferns"  # what $EDITOR +LINE opens
+    shown = run("get", f"plants.md:{hit['line']}:3").stdout.splitlines()
+    assert shown == [f"{hit['line'] + i}  {disk[hit['line'] - 1 + i]}" for i in range(3)]

@@ -1,8 +1,9 @@
 """``kb get``: a file's indexed text with line numbers, or one chunk by id.
 
 Line numbers are those the chunks record at ingest (``line``/``line_end``, computed from their
-``char_start`` offsets in the file's text as loaded), so ``kb search`` output (``path:line``)
-and ``kb get path:line`` agree. When the file on disk still has the bytes that were indexed
+``char_start`` offsets in the file's text as loaded, and for text files mapped onto the
+file's own lines by :mod:`kbcli.ingest.lines`), so ``kb search`` output (``path:line``),
+``kb get path:line`` and ``$EDITOR +LINE path`` agree. When the file on disk still has the bytes that were indexed
 (its SHA-256 matches the file ledger) its text is loaded again, as ingest loaded it, and shown
 line by line; otherwise (changed, moved, or a store without a ledger) the indexed chunks are
 shown, each at the line it starts on.
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidOptionError, KBError, NotFoundError
+from .ingest import DefaultDocumentLoader
+from .ingest.lines import file_lines, is_text_file
 from .protocols import FileLedger
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
@@ -100,7 +103,10 @@ def _file_lines(kb: Any, source: str) -> list[str] | None:
     try:
         if record is None or not path.is_file() or _sha256(path) != record.sha256:
             return None
-        return kb.ingestor.loader.load(path).split("\n")
+        loader = kb.ingestor.loader
+        if isinstance(loader, DefaultDocumentLoader) and is_text_file(path):
+            return file_lines(path, loader.encoding)  # numbered as an editor numbers them
+        return loader.load(path).split("\n")
     except (OSError, KBError):  # unreadable now: fall back to the indexed chunks
         return None
 

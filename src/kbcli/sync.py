@@ -448,6 +448,7 @@ def _sync_file(
         sections = ingestor.load_sections(path)
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
+        _file_lines(ingestor.loader, path, sections, chunks)
         docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
         vectors = ingestor.embed([d.text for d in docs], remember=False)
     except LoaderError as exc:
@@ -469,6 +470,15 @@ def _sync_file(
         now,
     )
     return new_record, docs, vectors, record is None
+
+
+def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
+    """Text files: chunk line numbers as the file on disk has them (see kbcli.ingest.lines)."""
+    from .ingest import DefaultDocumentLoader
+    from .ingest.lines import is_text_file, to_file_lines
+
+    if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
+        to_file_lines(path, sections[0].text, chunks, loader.encoding)
 
 
 def _same(report: SyncReport) -> None:
