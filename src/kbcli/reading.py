@@ -3,10 +3,11 @@
 Line numbers are those the chunks record at ingest (``line``/``line_end``, computed from their
 ``char_start`` offsets in the file's text as loaded, and for text files mapped onto the
 file's own lines by :mod:`kbcli.ingest.lines`), so ``kb search`` output (``path:line``),
-``kb get path:line`` and ``$EDITOR +LINE path`` agree. When the file on disk still has the bytes that were indexed
-(its SHA-256 matches the file ledger) its text is loaded again, as ingest loaded it, and shown
-line by line; otherwise (changed, moved, or a store without a ledger) the indexed chunks are
-shown, each at the line it starts on.
+``kb get path:line`` and ``$EDITOR +LINE path`` agree. When the file on disk still has the
+bytes that were indexed (its SHA-256 matches the file ledger) its text is read again and shown
+line by line (a text file as an editor numbers it, other formats as ingest loaded them);
+otherwise (changed, moved, or a store without a ledger) the indexed chunks are shown, each at
+the line it starts on.
 """
 
 from __future__ import annotations
