@@ -83,8 +83,8 @@ def test_search_table_fits_the_terminal(project, columns, explain):
     assert lines and all(cell_len(line) <= columns for line in lines), screen
     assert "Snippet" in screen and "Location" in screen
     rows = [line.split("│") for line in lines if line.count("│") >= 6]
-    locations = "".join(cells[3].strip() for cells in rows)  # folded, never cut
-    assert "administration-guide/resetting-your-account-password.md:1" in locations
+    locations = "".join(cells[3].strip() for cells in rows)  # folded, the tail kept
+    assert "resetting-your-account-password.md:1" in locations
     snippet_cells = [cells[-2] for cells in rows]
     assert all(len(cell.strip()) >= 10 for cell in snippet_cells if cell.strip()), screen
     if explain:

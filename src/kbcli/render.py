@@ -265,9 +265,9 @@ def search_table(
     for rank, hit in enumerate(hits, 1):
         r = hit.result
         meta = r.document.metadata
-        location = shorten_source(meta.get("source"), 200)
-        if hit.line is not None:
-            location += f":{hit.line}"
+        suffix = f":{hit.line}" if hit.line is not None else ""
+        # At most two lines of the column; a long path keeps its tail (JSON has it whole).
+        location = shorten_source(meta.get("source"), 2 * source_width - len(suffix)) + suffix
         count = str(hit.matched) if unit == "file" else _chunk_label(meta)
         if unit == "file" and meta.get("page") is not None:
             count += f" (p. {meta['page']})"
