@@ -291,3 +291,29 @@ def test_lines_are_the_files_own_with_blank_runs_and_crlf(tmp_path, monkeypatch)
     assert disk[hit["line"] - 1] == "## Ferns"  # what $EDITOR +LINE opens
     shown = run("get", f"plants.md:{hit['line']}:3").stdout.splitlines()
     assert shown == [f"{hit['line'] + i}  {disk[hit['line'] - 1 + i]}" for i in range(3)]
+
+
+def test_ctrl_c_keeps_what_was_prepared_and_says_so(tmp_path, monkeypatch):
+    import kbcli.sync as sync_module
+
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(6):
+        (folder / f"f{n}.md").write_text(f"# File {n}\n\nbody number {n}\n")
+    real = sync_module._sync_file
+    seen = []
+
+    def interrupting(kb, path, *args):
+        seen.append(path)
+        if len(seen) == 4:
+            raise KeyboardInterrupt
+        return real(kb, path, *args)
+
+    monkeypatch.setattr(sync_module, "_sync_file", interrupting)
+    result = run("ingest", str(folder))
+    assert result.exit_code == 130
+    assert "Interrupted: kept 3 files indexed in this run" in result.stderr
+    assert "run the same kb ingest again to resume" in result.stderr
+    monkeypatch.setattr(sync_module, "_sync_file", real)
+    resumed = json.loads(run("ingest", str(folder), "--json").stdout)
+    assert (resumed["unchanged"], resumed["added"]) == (3, 3)

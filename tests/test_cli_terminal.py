@@ -107,3 +107,21 @@ def test_list_stats_and_config_fit(project, columns):
         assert not too_wide, (args, too_wide)
     help_text = in_terminal(["--help"], columns, project)
     assert "Search the knowledge base; hits show path:line ($EDITOR +LINE path)." in help_text
+
+
+@pytest.mark.slow
+def test_ingest_progress_has_rate_and_the_note_comes_first(tmp_path, monkeypatch):
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(40):
+        (folder / f"f{n}.md").write_text(f"# File {n}\n\nbody number {n}\n")
+    monkeypatch.setenv("KB_DB", str(tmp_path / "fresh.db"))
+    screen = in_terminal(["ingest", str(folder)], 100, tmp_path)
+    note = "Using the built-in simple embedder"
+    assert screen.count(note) == 1
+    if "Indexing" in screen:  # the bar may finish before its first refresh
+        assert screen.index(note) < screen.index("Indexing")
+        assert "files" in screen[screen.index("Indexing") :]
+    assert "Indexed 40 files (40 new, 0 changed)" in screen
+    again = in_terminal(["ingest", str(folder)], 100, tmp_path)
+    assert note not in again  # nothing changed: no note

@@ -445,7 +445,7 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         console=_console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("", total=None, rate="")
+    task = bar.add_task("looking for files…", total=None, rate="")
 
     def update(path: str, done: int, total: int) -> None:
         speed = bar.tasks[0].speed if bar.tasks else None
