@@ -317,3 +317,15 @@ def test_ctrl_c_keeps_what_was_prepared_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(sync_module, "_sync_file", real)
     resumed = json.loads(run("ingest", str(folder), "--json").stdout)
     assert (resumed["unchanged"], resumed["added"]) == (3, 3)
+
+
+def test_list_formats_and_relative_source_filter(docs):
+    as_json, _ = run_json("list", "--filter", "source=docs/password.md", "--limit", "0", "--json")
+    assert as_json and {d["metadata"]["source"] for d in as_json} == {str(docs / "password.md")}
+    jsonl = run("list", "--limit", "0", "--format", "jsonl").stdout.splitlines()
+    assert len(jsonl) == len(run_json("list", "--limit", "0", "--json")[0])
+    rows = list(csv.DictReader(io.StringIO(run("list", "--format", "csv").stdout)))
+    assert rows and {"id", "source", "line", "text"} <= set(rows[0])
+    assert run("list", "--format", "md").stdout.startswith("| ID | Location")
+    files = run("list", "--limit", "0", "--format", "files").stdout.splitlines()
+    assert sorted(files) == sorted(str(p) for p in docs.rglob("*.md"))

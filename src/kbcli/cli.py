@@ -775,6 +775,7 @@ def get(
     epilog=_example(
         "kb list --source notes/setup.md",
         "kb list --filter lang=en --limit 50 --json",
+        "kb list --limit 0 --format files",
     ),
 )
 def list_(
@@ -788,16 +789,25 @@ def list_(
         int,
         typer.Option("--limit", "-n", metavar="N", min=0, help="At most this many (0: all)."),
     ] = 20,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="table, json, jsonl, csv, md, or files (each source once).",
+        ),
+    ] = "table",
     json_out: Annotated[
         bool,
-        typer.Option("--json", help="Print a JSON array of {id, text, metadata, created_at}."),
+        typer.Option("--json", help="Same as --format json: {id, text, metadata, created_at}."),
     ] = False,
 ) -> None:
     """List stored chunks, oldest first."""
     from . import render
     from .filters import parse_filter_expressions
 
-    where = parse_filter_expressions(filter)
+    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    where = _search_filter(parse_filter_expressions(filter), None)
     kb = _open(ctx, create=False)
     try:
         docs = list(
@@ -809,11 +819,11 @@ def list_(
         )
     finally:
         kb.close()
-    if json_out:
-        render.print_json(render.documents_json(docs))
+    if fmt != "table":
+        render.documents_output(docs, fmt)
     if not docs:
         render.message("No chunks found.")
-    elif not json_out:
+    elif fmt == "table":
         render.documents_table(docs)
 
 

@@ -343,6 +343,43 @@ def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
+def documents_output(docs: Sequence[Any], fmt: str) -> None:
+    """Listed chunks on stdout as ``fmt`` (every format but ``table``)."""
+    items = documents_json(docs)
+    if fmt == "json":
+        print_json(items)
+    elif fmt == "jsonl":
+        print_jsonl(items)
+    elif fmt == "files":
+        for source in dict.fromkeys(d.metadata.get("source") for d in docs):
+            if source is not None:
+                result(str(source))
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["id", "source", "line", "chunk", "created_at", "text"])
+        for d, item in zip(docs, items):
+            meta = d.metadata
+            writer.writerow(
+                [d.id, meta.get("source", ""), meta.get("line", ""), meta.get("chunk_index", ""),
+                 item["created_at"] or "", " ".join(d.text.split())]
+            )  # fmt: skip
+    elif fmt == "md":
+        result("| ID | Location | Chunk | Text |")
+        result("|---|---|---:|---|")
+        for d in docs:
+            meta = d.metadata
+            where = str(meta.get("source", "-"))
+            if isinstance(meta.get("line"), int):
+                where += f":{meta['line']}"
+            text, _ = snippet(d.text, None, 80)
+            cells = [f"`{d.id}`", f"`{where}`", _chunk_label(meta), text]
+            result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
 def documents_table(docs: Sequence[Any]) -> None:
     """Id, source, chunk index and the start of each chunk."""
     from rich.table import Table
