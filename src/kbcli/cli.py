@@ -993,7 +993,7 @@ def mcp(
     require("mcp", extra="mcp", feature="kb mcp")
     from .mcp_server import KnowledgeMCP, load_tokens, parse_host_port
 
-    scope = parse_filter_expressions(filter)
+    scope = _search_filter(parse_filter_expressions(filter), None)
     if http is None and tokens is not None:
         raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
     address = parse_host_port(http) if http is not None else None
