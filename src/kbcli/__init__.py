@@ -36,6 +36,7 @@ _EXPORTS = {
     "NotAKnowledgeBaseError": "errors",
     "NotFoundError": "errors",
     "StoreError": "errors",
+    "UnsafePruneError": "errors",
     "UnsupportedFormatError": "errors",
     "DefaultDocumentLoader": "ingest",
     "SimpleTextChunker": "ingest",

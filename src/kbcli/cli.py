@@ -276,6 +276,21 @@ def ingest(
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove indexed files that no longer exist under PATH.")
     ] = False,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-delete",
+            help="Let --prune empty a folder's index or remove more than half of its files "
+            "(refused otherwise: an unmounted or emptied folder looks the same).",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Follow symbolic links that stay inside PATH (never outside; each file once).",
+        ),
+    ] = False,
     include_hidden: Annotated[
         bool, typer.Option("--include-hidden", help="Also index hidden files and folders.")
     ] = False,
@@ -319,6 +334,8 @@ def ingest(
                 rebuild=rebuild,
                 wait=wait,
                 progress=on_progress,
+                follow_symlinks=follow_symlinks,
+                allow_mass_delete=allow_mass_delete,
             )
     finally:
         kb.close()

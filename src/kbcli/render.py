@@ -370,6 +370,24 @@ def ingest_summary(report: Any) -> list[str]:
         lines.append(
             f"Skipped {report.skipped} file{_s(report.skipped)} (other extensions or hidden)."
         )
+    special = getattr(report, "special", 0)
+    if special:
+        lines.append(
+            f"Skipped {special} special file{_s(special)} (FIFOs, sockets or devices; never "
+            "opened)."
+        )
+    links = getattr(report, "links", 0)
+    if links:
+        lines.append(
+            f"Skipped {links} symbolic link{_s(links)} (not followed without --follow-symlinks, "
+            "broken, or leading outside the folder)."
+        )
+    unreadable = getattr(report, "unreadable", 0)
+    if unreadable:
+        lines.append(
+            f"Could not read {unreadable} folder{_s(unreadable)} or entr"
+            f"{'y' if unreadable == 1 else 'ies'} (see warnings); their indexed files were kept."
+        )
     if report.failed:
         n = len(report.failed)
         lines.append(f"Failed {n} file{_s(n)} (reasons above).")
