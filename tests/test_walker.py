@@ -266,9 +266,10 @@ def test_file_rewritten_while_read_is_read_again(tmp_path, monkeypatch):
     assert "version two" in texts and "version one" not in texts
     import hashlib
 
-    assert kb.store.file_records()[str(f.resolve())].sha256 == hashlib.sha256(
-        f.read_bytes()
-    ).hexdigest()
+    assert (
+        kb.store.file_records()[str(f.resolve())].sha256
+        == hashlib.sha256(f.read_bytes()).hexdigest()
+    )
 
 
 def test_file_that_keeps_changing_fails_and_keeps_its_old_version(tmp_path, monkeypatch):

@@ -575,9 +575,14 @@ def _sync_file(
         for attempt in (1, 2):
             digest, st = _sha256(path, reading.limit, reading.follow_symlinks)
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            if record is not None and not force and (record.sha256, record.settings) == (
-                digest,
-                settings,
+            if (
+                record is not None
+                and not force
+                and (record.sha256, record.settings)
+                == (
+                    digest,
+                    settings,
+                )
             ):
                 record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
                 store.touch_file(record)

@@ -52,8 +52,7 @@ def not_regular(path: str | Path, mode: int) -> LoaderError:
 def too_large(path: str | Path, limit: int) -> LoaderError:
     """The error for a file over ``limit`` bytes."""
     return LoaderError(
-        f"{path}: the file is over the {limit / MB:g} MB limit: raise limits.max_file_mb "
-        "to load it"
+        f"{path}: the file is over the {limit / MB:g} MB limit: raise limits.max_file_mb to load it"
     )
 
 
