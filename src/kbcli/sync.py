@@ -604,7 +604,9 @@ def _sync_file(
             time.sleep(TORN_READ_RETRY_DELAY)
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
+        del sections  # the file's whole text: free it before embedding (a big file's peak)
         docs = ingestor.build_documents(chunks, {**(metadata or {}), "source": str(path)})
+        del chunks
         vectors = ingestor.embed([d.text for d in docs], remember=False)
     except LoaderError as exc:
         report.failed.append(FileFailure(str(path), _one_line(exc, path)))
