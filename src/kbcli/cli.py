@@ -19,6 +19,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 EXIT_INTERRUPTED = 130
+MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
+MAX_INT64 = 2**63 - 1  # SQLite's integers
 
 
 FILTER_HELP = (
@@ -30,7 +32,12 @@ FilterOption = Annotated[
 ]
 MetaOption = Annotated[
     list[str] | None,
-    typer.Option("--meta", metavar="KEY=VALUE", help="Metadata key=value (repeatable)."),
+    typer.Option(
+        "--meta",
+        metavar="KEY=VALUE",
+        help="Metadata key=value (repeatable). Numbers (2024, 1.5) and true/false are stored "
+        "typed, so --filter year>=2024 works; quote to keep text: 'code=\"2024\"'.",
+    ),
 ]
 
 
@@ -144,6 +151,27 @@ class KBGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            message = _environment_error(exc)
+            if message is None or ctx.params.get("debug"):
+                raise
+            from . import render
+
+            render.error(message)
+            raise typer.Exit(1) from None
+
+
+def _environment_error(exc: BaseException) -> str | None:
+    """One line for errors of the machine rather than of kb (disk full, I/O, permissions),
+    or None for anything else (a bug keeps its traceback)."""
+    import sqlite3
+
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or exc}{where} (run again with --debug for details)"
+    if isinstance(exc, sqlite3.OperationalError):
+        return f"database error: {' '.join(str(exc).split())} (run again with --debug for details)"
+    return None
 
 
 class KBCommand(TyperCommand):
@@ -402,7 +430,9 @@ def add(
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
-    k: Annotated[int, typer.Option("-k", "--k", metavar="N", min=1, help="How many results.")] = 5,
+    k: Annotated[
+        int, typer.Option("-k", "--k", metavar="N", min=1, max=MAX_K, help="How many results.")
+    ] = 5,
     mode: Annotated[
         str,
         typer.Option(
@@ -544,7 +574,9 @@ def list_(
     filter: FilterOption = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", "-n", metavar="N", min=0, help="At most this many (0: all)."),
+        typer.Option(
+            "--limit", "-n", metavar="N", min=0, max=MAX_INT64, help="At most this many (0: all)."
+        ),
     ] = 20,
     json_out: Annotated[
         bool,
@@ -619,7 +651,10 @@ def eval_(
         str, typer.Option("--mode", "-m", metavar="MODE", help="keyword, semantic or hybrid.")
     ] = "hybrid",
     k: Annotated[
-        int, typer.Option("-k", "--k", metavar="N", min=1, help="Cut-off of nDCG, MRR, recall.")
+        int,
+        typer.Option(
+            "-k", "--k", metavar="N", min=1, max=MAX_K, help="Cut-off of nDCG, MRR, recall."
+        ),
     ] = 10,
     db: Annotated[
         Path | None,

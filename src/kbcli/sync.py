@@ -30,7 +30,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import DatabaseLockedError, InvalidOptionError, KBError, LoaderError, UnsafePruneError
+from .errors import (
+    DatabaseLockedError,
+    InvalidOptionError,
+    KBError,
+    LoaderError,
+    StoreError,
+    UnsafePruneError,
+)
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .types import FileRecord
 
@@ -447,7 +454,7 @@ def sync(
         links=found.links,
         unreadable=len(found.unreadable),
     )
-    with ingest_lock(store.path, wait):
+    with ingest_lock(store.path, wait), _write_errors(store.path):
         records = store.file_records()
         present = {str(p) for p in found.files}
         stale = [p for p in records if p not in present and found.covers(p)]
@@ -483,6 +490,43 @@ def sync(
         store.checkpoint()
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextmanager
+def _write_errors(db_path: Path) -> Iterator[None]:
+    """Turn a failed write (disk full, I/O error) into one StoreError line.
+
+    Each file's rows are swapped in one transaction, so the batch being written rolls back:
+    files written before it stay at their new version, the others at their previous one.
+    """
+    import sqlite3
+
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        reason = _root_reason(exc)
+        raise StoreError(
+            f"Writing to {db_path} failed ({reason}): files not yet written keep their "
+            "previous version and the index stays searchable; free disk space (or fix the "
+            "disk) and run kb ingest again"
+        ) from exc
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The first cause in the chain that names the real problem (a failed ROLLBACK after a
+    full disk reports "no transaction is active"; the disk-full error is its context)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for candidate in seen:
+        if isinstance(candidate, OSError) and candidate.errno is not None:
+            return candidate.strerror or str(candidate)
+        text = str(candidate)
+        if "full" in text or "I/O" in text:
+            return text
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class _PendingWrites:
