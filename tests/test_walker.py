@@ -458,3 +458,15 @@ def test_cli_follow_symlinks_option(tmp_path):
     assert '"added": 1' in result.stdout and '"links": 1' in result.stdout
     result = run("ingest", str(docs), "--follow-symlinks", "--json")
     assert '"added": 1' in result.stdout and '"links": 0' in result.stdout
+
+
+def test_cli_list_and_delete_find_a_file_recorded_under_its_link(tmp_path):
+    docs = tmp_path / "docs"
+    note(docs / ".store" / "kept.md", "linked words")
+    (docs / "kept-link.md").symlink_to(docs / ".store" / "kept.md")
+    note(docs / "a.md")
+    assert run("ingest", str(docs), "--follow-symlinks").exit_code == 0
+    listed = run("list", "--source", str(docs / "kept-link.md"), "--json")
+    assert listed.exit_code == 0 and "linked words" in listed.stdout
+    deleted = run("delete", "--source", str(docs / "kept-link.md"))
+    assert deleted.exit_code == 0 and "Deleted 1 chunk" in deleted.stdout

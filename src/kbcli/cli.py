@@ -276,6 +276,16 @@ def _resolve_source(path: Path) -> str:
     return str(path.expanduser().resolve())
 
 
+def _source_candidates(path: Path) -> list[str]:
+    """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
+    (a file named on the command line), its folder resolved but not the file itself (a file
+    reached through a link with --follow-symlinks), and as written."""
+    path = path.expanduser()
+    absolute = Path(os.path.abspath(path))
+    found = [_resolve_source(path), str(absolute.parent.resolve() / absolute.name), str(absolute)]
+    return list(dict.fromkeys(found))
+
+
 # --- commands ---------------------------------------------------------------------------------
 
 
@@ -542,10 +552,14 @@ def delete(
             missing = [i for i in wanted if i not in known]
             deleted += kb.store.remove([i for i in wanted if i in known])
         if source is not None:
-            path = _resolve_source(source)
-            removed = kb.store.delete_source(path)
+            candidates = _source_candidates(source)
+            removed = 0
+            for path in candidates:
+                removed = kb.store.delete_source(path)
+                if removed:
+                    break
             if not removed:
-                missing.append(f"--source {path}")
+                missing.append(f"--source {candidates[0]}")
             deleted += removed
     finally:
         kb.close()
@@ -590,13 +604,11 @@ def list_(
     where = parse_filter_expressions(filter)
     kb = _open(ctx, create=False)
     try:
-        docs = list(
-            kb.store.iter_documents(
-                where,
-                source=_resolve_source(source) if source is not None else None,
-                limit=limit or None,
-            )
-        )
+        docs: list[Any] = []
+        for candidate in _source_candidates(source) if source is not None else [None]:
+            docs = list(kb.store.iter_documents(where, source=candidate, limit=limit or None))
+            if docs:
+                break
     finally:
         kb.close()
     if json_out:

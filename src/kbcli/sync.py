@@ -9,8 +9,15 @@ For each file found under the given paths:
   are swapped in one transaction, so a search sees the old version or the new one, never both,
   and ``kill -9`` at any moment leaves each file at its old version, its new one, or absent.
 
+The walker (:func:`discover`) visits regular files only (FIFOs, sockets and devices are
+counted, never opened), follows symbolic links only with ``follow_symlinks`` and only inside
+their root, and every read stops at ``limits.max_file_mb`` bytes actually read. A file that
+changes while it is read is read again once, then reported as failed, never indexed torn.
+
 Files recorded under the given roots that no longer exist or no longer match the extensions
-are *stale*: counted, and removed with ``prune=True``. One ingest runs at a time per database
+are *stale*: counted, and removed with ``prune=True`` unless that looks like an accident (an
+empty root, more than half of the index; see :func:`check_prune`), which is refused before
+anything is written. Files under a folder that could not be listed are never stale. One ingest runs at a time per database
 (an advisory lock file beside it); a second one waits ``wait`` seconds, then fails with
 :class:`~kbcli.errors.DatabaseLockedError`.
 """
