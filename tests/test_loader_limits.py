@@ -80,6 +80,7 @@ def test_html_over_the_size_limit_is_refused(tmp_path):
         ("<h1>T <i>it</i></h1>body<h3>deep</h3>x<h2>mid</h2>y", None),
         ("<svg><text>no</text></svg><noscript>no</noscript><iframe>no</iframe>yes", [("yes", {})]),
         ("<h1></h1><p>&lt;tag&gt; caf\u00e9</p><!-- c --><![CDATA[x]]>", [("<tag> café", {})]),
+        ("<html><head><title>t</title><body><p>no end head</p>", [("no end head", {})]),
     ],
 )
 def test_html_text_rules(tmp_path, markup, expected):

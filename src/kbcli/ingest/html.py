@@ -58,6 +58,8 @@ class _TextBuilder(HTMLParser):
             self.out.append(text)
 
     def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "body" and self.open.get("head"):
+            self.handle_endtag("head")  # </head> may be left out; the body is not hidden
         if tag in VOID_TAGS:
             if tag == "br":
                 self._emit("\n")
