@@ -13,7 +13,7 @@ COMMANDS = sorted(typer.main.get_command(app).commands)
 
 
 def test_the_expected_commands_are_registered():
-    assert COMMANDS == ["add", "delete", "eval", "ingest", "list", "search", "stats"]
+    assert COMMANDS == ["add", "delete", "eval", "ingest", "list", "mcp", "search", "stats"]
 
 
 @pytest.mark.parametrize("name", COMMANDS)

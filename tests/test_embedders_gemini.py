@@ -188,5 +188,7 @@ def test_info_and_repr_hide_the_key(server):
 def test_missing_sdk_gives_the_pip_command(monkeypatch):
     # Simulate an environment without google-genai installed.
     monkeypatch.setitem(sys.modules, "google.genai", None)
-    with pytest.raises(EmbedderError, match="pip install google-genai"):
+    from kbcli.errors import MissingDependencyError
+
+    with pytest.raises(MissingDependencyError, match="pip install google-genai"):
         GeminiEmbedder(api_key=KEY, config=Config())

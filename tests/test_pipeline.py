@@ -37,11 +37,11 @@ class ReverseReranker:
 def test_rag_pipeline_reranks_a_wider_pool_then_cuts_to_k():
     retriever = CountingRetriever(100)
     hits = RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=3))
-    assert retriever.asked == [20] and len(hits) == 3
-    assert [h.document.id for h in hits] == ["d19", "d18", "d17"]
+    assert retriever.asked == [50] and len(hits) == 3  # rag.rerank.candidates default
+    assert [h.document.id for h in hits] == ["d49", "d48", "d47"]
     retriever = CountingRetriever(100)
-    RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=15))
-    assert retriever.asked == [30]
+    RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=30))
+    assert retriever.asked == [60]  # never below 2 x k
 
 
 def test_rag_pipeline_without_reranker_and_min_score():
@@ -121,7 +121,10 @@ def test_tool_contract():
     assert schema["required"] == ["query"] and schema["properties"]["k"]["default"] == 3
     assert set(schema["properties"]["mode"]["enum"]) == {"keyword", "semantic", "hybrid"}
     out = asyncio.run(tool.run("reset password", k=1, mode="keyword"))
-    assert out == "1. Reset a password from the account page. (source: /docs/account.md)"
+    doc_id = kb.search("reset password", k=1, mode="keyword")[0].document.id
+    assert out == (
+        f"1. Reset a password from the account page. (source: /docs/account.md; id: {doc_id})"
+    )
     assert asyncio.run(tool.run(input="cooking recipe", mode="keyword")).startswith("1. Unrelated")
     assert asyncio.run(tool.run("")) == "Error: No query provided"
     assert asyncio.run(tool.run()) == "Error: No query provided"
@@ -133,7 +136,7 @@ def test_tool_over_a_rag_pipeline():
 
     tool = KnowledgeSearchTool(RAGPipeline(CountingRetriever(5)))
     out = asyncio.run(tool.run("anything", k=2))
-    assert out.splitlines() == ["1. text 0", "2. text 1"]
+    assert out.splitlines() == ["1. text 0 (id: d0)", "2. text 1 (id: d1)"]
 
 
 def test_protocols_are_satisfied():

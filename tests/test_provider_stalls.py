@@ -76,10 +76,11 @@ def one_error_line(result) -> str:
 
 
 EXPECT = {
-    "hang": "no complete answer",
-    "trickle": "no complete answer",
-    "401": "rejected the API key",
-    "429": "status 429",
+    # a silent server trips the SDK's per-read timeout or kbcli's deadline, whichever is first
+    "hang": ("no complete answer", "timed out after"),
+    "trickle": ("no complete answer",),  # only the total deadline catches a trickle
+    "401": ("rejected the API key",),
+    "429": ("status 429",),
 }
 
 
@@ -93,7 +94,7 @@ def test_ingest_ends_on_time_with_one_line(tmp_path, monkeypatch, server, provid
     took = time.monotonic() - started
     assert result.exit_code == 1
     line = one_error_line(result)
-    assert EXPECT[mode] in line
+    assert any(text in line for text in EXPECT[mode]), line
     assert took < BUDGET + SLACK, took
     if mode in ("hang", "trickle", "429"):
         assert "retry_budget" in line or "max_retries" in line
@@ -108,7 +109,9 @@ def test_search_ends_on_time_with_one_line(tmp_path, monkeypatch, server, provid
     started = time.monotonic()
     result = run("search", "reset password", "--mode", "semantic")
     took = time.monotonic() - started
-    assert result.exit_code == 1 and EXPECT[mode] in one_error_line(result)
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert any(text in line for text in EXPECT[mode]), line
     assert took < BUDGET + SLACK, took
 
 
@@ -133,5 +136,6 @@ def test_hanging_server_does_not_hold_the_process(tmp_path, monkeypatch, server)
     )
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stderr
-    assert "no complete answer" in proc.stderr and "Traceback" not in proc.stderr
+    assert any(text in proc.stderr for text in EXPECT["hang"]), proc.stderr
+    assert "Traceback" not in proc.stderr
     assert took < BUDGET + 5, took  # interpreter start-up and imports included

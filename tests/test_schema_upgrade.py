@@ -55,7 +55,8 @@ def test_upgrade_keeps_every_chunk_and_builds_sources(old_db):
     assert {s for s, _ in store.sources()} == files
     assert store.stats()["sources"] == len(files)
     # every loose chunk is a source of its own
-    assert store._conn.execute("SELECT sources FROM stats").fetchone()[0] == len(files) + loose
+    stated = sqlite3.connect(old_db).execute("SELECT sources FROM stats").fetchone()[0]
+    assert stated == len(files) + loose
     store.close()
 
 
@@ -86,12 +87,12 @@ def test_upgraded_index_takes_writes(old_db):
 def test_read_only_old_database_says_what_to_do(old_db, monkeypatch):
     # Tests run as root here, where file permissions do not stop writes; so the write that
     # SQLite would refuse is simulated: the upgrade step raises SQLite's read-only error.
-    from kbcli.stores import sqlite as sqlite_store
+    from kbcli.stores.sqlite import schema as sqlite_schema
 
     def refuse(conn):
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setitem(sqlite_store._MIGRATIONS, 1, refuse)
+    monkeypatch.setitem(sqlite_schema.MIGRATIONS, 1, refuse)
     before = old_db.read_bytes()
     with pytest.raises(StoreError, match="needs write access"):
         SQLiteStore(old_db)

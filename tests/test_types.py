@@ -5,7 +5,8 @@ from kbcli import Document, InvalidOptionError, SearchOptions, SearchResult
 
 def test_search_options_defaults():
     o = SearchOptions()
-    assert (o.k, o.mode, o.alpha, o.filter, o.fusion) == (5, "hybrid", None, None, "weighted")
+    assert (o.k, o.mode, o.alpha, o.filter, o.fusion) == (5, "hybrid", 0.6, None, "weighted")
+    assert o.alpha_chosen is False and SearchOptions(alpha=0.3).alpha_chosen is True
 
 
 @pytest.mark.parametrize(

@@ -254,6 +254,7 @@ def _state(ctx: typer.Context) -> State:
 def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one."""
     from .config import load_config
+    from .errors import ConfigError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
@@ -266,9 +267,18 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
             render.message(text)
 
-    return KnowledgeBase.open(
-        db, config=config, on_note=note, busy_timeout=busy_timeout, create=create
+    kb = KnowledgeBase.from_config(
+        config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
     )
+    from .protocols import DocumentCatalog
+
+    if not isinstance(kb.store, DocumentCatalog):
+        kb.close()
+        raise ConfigError(
+            f"store.backend {config.store.backend!r} is not a document catalog (see "
+            "kbcli.protocols.DocumentCatalog): kb needs one to list, delete and ingest"
+        )
+    return kb
 
 
 def _resolve_source(path: Path) -> str:
@@ -435,6 +445,7 @@ def add(
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
         'kb search "quarterly revenue" --filter year>=2023 --filter lang=en,de --json',
+        'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
 def search(
@@ -483,6 +494,40 @@ def search(
             help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
         ),
     ] = None,
+    rerank: Annotated[
+        bool | None,
+        typer.Option(
+            "--rerank/--no-rerank",
+            help="Rerank the candidates with rag.rerank [default: on when configured].",
+        ),
+    ] = None,
+    candidates: Annotated[
+        int | None,
+        typer.Option(
+            "--candidates",
+            metavar="N",
+            min=1,
+            help="Candidates recalled for the reranker (at least 2 x k) [default: config, 50].",
+        ),
+    ] = None,
+    min_relevance: Annotated[
+        float | None,
+        typer.Option(
+            "--min-relevance",
+            metavar="F",
+            help="Drop hits the reranker scores below this; none left: 'No relevant knowledge "
+            "found' [default: config].",
+        ),
+    ] = None,
+    rewrite: Annotated[
+        str | None,
+        typer.Option(
+            "--rewrite",
+            metavar="MODE",
+            help="Rewrite the query with rag.rewrite's chat model first: none, hyde, expand "
+            "or both [default: config, none].",
+        ),
+    ] = None,
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Print a JSON array of {id, score, text, metadata}."),
@@ -502,17 +547,21 @@ def search(
         min_score=min_score,
         explain=explain,
         mmr=mmr,
+        rerank=rerank,
+        candidates=candidates,
+        min_relevance=min_relevance,
+        rewrite=rewrite,
     )
     kb = _open(ctx, create=False)
     try:
         results = kb.search_with(query, options)
-        terms = kb.store.analyzer.query_terms(query)
+        terms = kb.analyzer.query_terms(query)
     finally:
         kb.close()
     if json_out:
         render.print_json(render.search_json(results, explain))
     if not results:
-        render.message("No relevant knowledge found.")
+        render.message(render.no_results_text(results))
     elif not json_out:
         render.search_table(results, terms, explain)
 
@@ -712,6 +761,61 @@ def eval_(
         render.print_json(result)
     else:
         render.eval_summary(result)
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb mcp --filter team=ops",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+    ),
+)
+def mcp(
+    ctx: typer.Context,
+    filter: FilterOption = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.",
+        ),
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            metavar="FILE",
+            help="YAML file mapping bearer tokens to scopes (required with --http).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the knowledge base to agents over MCP: knowledge_search, knowledge_get and
+    knowledge_stats, limited to the --filter scope (and, over HTTP, each token's scope)."""
+    from .errors import InvalidOptionError, require
+    from .filters import parse_filter_expressions
+
+    require("mcp", extra="mcp", feature="kb mcp")
+    from .mcp_server import KnowledgeMCP, load_tokens, parse_host_port
+
+    scope = parse_filter_expressions(filter)
+    if http is None and tokens is not None:
+        raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
+    address = parse_host_port(http) if http is not None else None
+    if address is not None and tokens is None:
+        raise InvalidOptionError(
+            "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
+        )
+    identities = load_tokens(tokens) if tokens is not None else {}
+    kb = _open(ctx, create=False)
+    try:
+        server = KnowledgeMCP(kb, scope)
+        if address is None:
+            server.run_stdio()
+        else:
+            server.run_http(*address, identities)
+    finally:
+        kb.close()
 
 
 def main(argv: list[str] | None = None) -> None:

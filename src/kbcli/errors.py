@@ -10,7 +10,8 @@ bug and keeps its traceback.
     │   └── FilterError        a metadata filter that cannot be applied
     ├── MissingDependencyError an optional package is not installed (also ImportError)
     ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
-    ├── LoaderError            a file could not be read into text
+    ├── RerankerError          a reranker or query rewriter failed or is unset (also RuntimeError)
+    ├── LoaderError            a file could not be read into text (also RuntimeError)
     │   └── UnsupportedFormatError
     ├── StoreError             the knowledge database cannot be used
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
@@ -57,8 +58,13 @@ class EmbedderError(KBError, RuntimeError):
     """An embedder is not configured (no key) or its provider failed."""
 
 
-class LoaderError(KBError):
-    """A document could not be loaded."""
+class RerankerError(KBError, RuntimeError):
+    """A reranker or query rewriter is not configured, cannot load its model, or its server
+    failed."""
+
+
+class LoaderError(KBError, RuntimeError):
+    """A document could not be loaded (also a RuntimeError, as reference code expects)."""
 
 
 class UnsupportedFormatError(LoaderError):
@@ -95,14 +101,22 @@ class NotFoundError(KBError):
     """An id or source is not in the index."""
 
 
-def require(module: str, *, extra: str, feature: str | None = None):
-    """Import an optional dependency, or raise MissingDependencyError with the install command."""
+def require(
+    module: str,
+    *,
+    extra: str | None = None,
+    feature: str | None = None,
+    package: str | None = None,
+):
+    """Import an optional dependency, or raise :class:`MissingDependencyError` naming the
+    install command: ``pip install 'kbcli[extra]'``, or ``pip install package`` for a package
+    that no extra provides (``package`` defaults to the module's name)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError:
         what = feature or "This feature"
-        raise MissingDependencyError(
-            f"{what} needs the '{module}' package: pip install 'kbcli[{extra}]'"
-        ) from None
+        name = package or module.split(".")[0]
+        command = f"pip install 'kbcli[{extra}]'" if extra else f"pip install {name}"
+        raise MissingDependencyError(f"{what} needs the '{name}' package: {command}") from None

@@ -304,23 +304,18 @@ def evaluate(
 def _open_index(
     path: Path, data: BeirDataset, config: Any, embedder: Any, mode: str, progress: Any
 ) -> Any:
-    from .analysis import analyzer_from_config
-    from .ingest import make_chunker
+    from .config import StoreConfig
     from .pipeline import KnowledgeBase
-    from .retrievers import HybridRetriever
-    from .stores import SQLiteStore
 
     if embedder is None:
         embedder = _default_embedder(config, mode)
     limits = config.limits
     chunking = f"{config.rag.chunker}:{limits.chunk_size}:{limits.chunk_overlap};source=doc_id"
     fingerprint = corpus_fingerprint(data.path, chunking)
-    store = SQLiteStore(path, analyzer=analyzer_from_config(config))
-    chunker = make_chunker(config.rag.chunker, limits.chunk_size, limits.chunk_overlap)
-    retriever = HybridRetriever(
-        store, embedder, alpha=limits.rerank_alpha, source_weight=limits.source_weight
-    )
-    kb = KnowledgeBase(store=store, embedder=embedder, retriever=retriever, chunker=chunker)
+    # Always a local SQLite file of its own, whatever store the knowledge base uses.
+    local = replace(config, store=StoreConfig("sqlite", {}))
+    kb = KnowledgeBase.from_config(local, db=path, embedder=embedder)
+    store = kb.store
     recorded = store.get_meta(FINGERPRINT_KEY)
     if recorded == fingerprint:
         _check_reuse(kb, path)

@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from .embedders.base import EmbedderInfo, embedder_info
-from .types import Document, SearchOptions, SearchResult, Section
-
-RERANK_POOL_MIN = 20
+from .protocols import (
+    DocumentCatalog,
+    EmbeddingCache,
+    SectionChunkerProtocol,
+    SectionLoaderProtocol,
+)
+from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
 
 def _new_id() -> str:
@@ -164,20 +168,31 @@ class IngestPipeline:
     # --- chunking ----------------------------------------------------------------------------
 
     def chunk_sections(self, sections: list[Section]) -> list[Section]:
-        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...)."""
-        if hasattr(self.chunker, "chunk_sections"):
-            chunks = self.chunker.chunk_sections(sections)
+        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...).
+
+        A chunker that reads structure (``normalize_first`` False) sees the text as loaded and
+        each chunk is normalised; otherwise each section is normalised, then chunked (the
+        reference order)."""
+        chunker = self.chunker
+        if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
+            chunks = chunker.chunk_sections(sections)
             cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
         else:
-            cleaned = []
-            for section in sections:
-                text = self.normalizer.normalize(section.text)
-                cleaned.extend(Section(c, dict(section.metadata)) for c in self.chunker.chunk(text))
+            normalize = self.normalizer.normalize
+            normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
+            if isinstance(chunker, SectionChunkerProtocol):
+                cleaned = chunker.chunk_sections(normalized)
+            else:
+                cleaned = [
+                    Section(c, dict(section.metadata))
+                    for section in normalized
+                    for c in chunker.chunk(section.text)
+                ]
         return [c for c in cleaned if c.text.strip()]
 
     def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
         """Load a file as sections (one section when the loader has no structure)."""
-        if hasattr(self.loader, "load_sections"):
+        if isinstance(self.loader, SectionLoaderProtocol):
             return list(self.loader.load_sections(path))
         return [Section(self.loader.load(path), {})]
 
@@ -185,9 +200,8 @@ class IngestPipeline:
 
     def _check_embedder(self) -> EmbedderInfo:
         info = embedder_info(self.embedder)
-        check = getattr(self.store, "check_embedder", None)
-        if check is not None:
-            check(info)
+        if isinstance(self.store, DocumentCatalog):
+            self.store.check_embedder(info)
         return info
 
     def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
@@ -198,11 +212,10 @@ class IngestPipeline:
         """
         if not texts:
             return []
-        cache_get = getattr(self.store, "cached_embeddings", None)
-        if cache_get is None:
+        if not isinstance(self.store, EmbeddingCache):
             return self.embedder.embed_documents(texts)
         key = embedder_info(self.embedder)
-        cached = cache_get(key, texts)
+        cached = self.store.cached_embeddings(key, texts)
         missing = [t for t in dict.fromkeys(texts) if t not in cached]
         if missing:
             fresh = self.embedder.embed_documents(missing)
@@ -226,14 +239,12 @@ class IngestPipeline:
         info = self._check_embedder()
         vectors = self.embed([d.text for d in docs])
         info = embedder_info(self.embedder) if info.dimension is None else info
-        kwargs = {"embedder": info} if _accepts_embedder(self.store) else {}
-        if source is not None and hasattr(self.store, "replace_source"):
-            return self.store.replace_source(source, docs, vectors, **kwargs)
-        if source is not None and hasattr(self.store, "delete_where"):
-            self.store.delete_where({"source": source})
-        if not docs:
-            return []
-        return self.store.add(docs, vectors, **kwargs)
+        if isinstance(self.store, DocumentCatalog):
+            if source is not None:
+                return self.store.replace_source(source, docs, vectors, embedder=info)
+            return self.store.add(docs, vectors, embedder=info) if docs else []
+        # A plain reference store: add only (it cannot replace a file's earlier chunks).
+        return self.store.add(docs, vectors) if docs else []
 
     # --- public API --------------------------------------------------------------------------
 
@@ -258,35 +269,233 @@ class IngestPipeline:
         return self._store(docs, source=source)
 
 
-def _accepts_embedder(store: Any) -> bool:
-    import inspect
-
-    try:
-        return "embedder" in inspect.signature(store.add).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 class RAGPipeline:
-    """Search pipeline: recall with ``retriever``; with a ``reranker``, recall a wider pool
-    (at least 2×k), rerank it and keep ``k``; finally drop hits below ``options.min_score``."""
+    """Search pipeline: (rewrite) -> recall -> fuse -> rerank -> threshold -> top k.
 
-    def __init__(self, retriever: Any, reranker: Any = None):
+    Without a reranker: ``retriever`` recalls ``k`` hits (routes added by a ``rewriter`` are
+    recalled too and fused with reciprocal rank fusion; the original query is always one of
+    them) and hits below ``options.min_score`` are dropped.
+
+    With a ``reranker`` (any object with ``rerank(query, results)``): a candidate pool of
+    ``candidates`` hits (``options.candidates``, else the constructor's, else
+    ``rag.rerank.candidates``, 50; never fewer than 2×k) is recalled and fused first, the
+    reranker rescores it against the original query, hits scoring below ``min_relevance`` are
+    dropped, then ``min_score``, then the best ``k`` are returned with the reranker's scores.
+    When candidates were found but none reached ``min_relevance`` the answer is empty with
+    ``refused=True`` (:class:`~kbcli.types.SearchResults`): better no answer than weak evidence.
+    With ``options.explain`` each hit's ``explain`` adds ``recall_rank``, ``fused`` (its recall
+    score) and ``rerank``.
+
+    ``config`` (a :class:`~kbcli.config.Config`) supplies ``rag.rerank`` defaults and, with
+    :meth:`configured`, the reranker and rewriter themselves, built on first use.
+    """
+
+    def __init__(
+        self,
+        retriever: Any,
+        reranker: Any = None,
+        *,
+        candidates: int | None = None,
+        min_relevance: float | None = None,
+        rewriter: Any = None,
+        config: Any = None,
+    ):
         self.retriever = retriever
-        self.reranker = reranker
+        self._reranker = reranker
+        self._rewriter = rewriter
+        self._pending_reranker: Any = None
+        self._pending_rewriter: Any = None
+        self.candidates = candidates
+        self.min_relevance = min_relevance
+        self.config = config
 
-    def search(self, query: str, options: SearchOptions | None = None) -> list[SearchResult]:
+    @classmethod
+    def configured(cls, retriever: Any, config: Any, reranker: Any = None) -> RAGPipeline:
+        """A pipeline whose reranker (unless given) and rewriter come from ``config``'s
+        ``rag.rerank`` / ``rag.rewrite``; they are built when a search first needs them, so
+        commands that never rerank never load a model or fail on a reranker setting."""
+        pipeline = cls(retriever, reranker, config=config)
+        if reranker is None and config.rag.rerank.provider != "none":
+            pipeline._pending_reranker = config
+        if config.rag.rewrite.mode != "none":
+            pipeline._pending_rewriter = config
+        return pipeline
+
+    @property
+    def reranker(self) -> Any:
+        """The reranker (None: searches are single-stage)."""
+        if self._pending_reranker is not None:
+            from .rerankers import build_reranker
+
+            config, self._pending_reranker = self._pending_reranker, None
+            self._reranker = build_reranker(config)
+        return self._reranker
+
+    @reranker.setter
+    def reranker(self, value: Any) -> None:
+        self._pending_reranker = None
+        self._reranker = value
+
+    @property
+    def has_reranker(self) -> bool:
+        """True when searches rerank by default (without building the reranker)."""
+        return self._pending_reranker is not None or self._reranker is not None
+
+    @property
+    def rewriter(self) -> Any:
+        """The query rewriter (None: the query is recalled as written)."""
+        if self._pending_rewriter is not None:
+            from .rewrite import build_rewriter
+
+            config, self._pending_rewriter = self._pending_rewriter, None
+            self._rewriter = build_rewriter(config)
+        return self._rewriter
+
+    @rewriter.setter
+    def rewriter(self, value: Any) -> None:
+        self._pending_rewriter = None
+        self._rewriter = value
+
+    def _rerank_settings(self) -> Any:
+        from .config import RerankConfig
+
+        return self.config.rag.rerank if self.config is not None else RerankConfig()
+
+    def search(self, query: str, options: SearchOptions | None = None) -> SearchResults:
         """Run the search described by ``options`` (default :class:`SearchOptions`)."""
         options = options or SearchOptions()
         k = options.k
-        if self.reranker is not None:
-            pool = max(2 * k, RERANK_POOL_MIN)
-            results = self.reranker.rerank(query, self.retriever.search(query, pool, options))[:k]
+        reranker = self._reranker_for(options)
+        rewriter = self._rewriter_for(options)
+        settings = self._rerank_settings()
+        if reranker is None:
+            hits = self._recall(query, k, options, rewriter)
+            results = SearchResults(hits)
         else:
-            results = self.retriever.search(query, k, options)
+            candidates = options.candidates or self.candidates or settings.candidates
+            hits = self._recall(query, max(candidates, 2 * k), options, rewriter)
+            threshold = options.min_relevance
+            if threshold is None:
+                threshold = (
+                    self.min_relevance if self.min_relevance is not None else settings.min_relevance
+                )
+            results = self._rerank(reranker, query, hits, threshold, options.explain)
         if options.min_score is not None:
-            results = [r for r in results if r.score >= options.min_score]
-        return results[:k]
+            kept = [r for r in results if r.score >= options.min_score]
+        else:
+            kept = list(results)
+        return SearchResults(
+            kept[:k],
+            refused=results.refused,
+            candidates=results.candidates,
+            best_relevance=results.best_relevance,
+            min_relevance=results.min_relevance,
+        )
+
+    def _reranker_for(self, options: SearchOptions) -> Any:
+        from .errors import InvalidOptionError
+
+        if options.rerank is False:
+            if options.min_relevance is not None:
+                raise InvalidOptionError("min_relevance needs reranking: drop --no-rerank")
+            return None
+        if not self.has_reranker:
+            if options.rerank or options.min_relevance is not None:
+                raise InvalidOptionError(
+                    "No reranker is configured: set rag.rerank.provider in jianmu.yaml "
+                    "(cross-encoder, api, llm) or pass reranker= to KnowledgeBase"
+                )
+            return None
+        return self.reranker
+
+    def _rewriter_for(self, options: SearchOptions) -> Any:
+        mode = options.rewrite
+        if mode is None:
+            return self.rewriter
+        if mode == "none":
+            return None
+        current = self.rewriter
+        if current is not None and hasattr(current, "with_mode"):
+            return current.with_mode(mode)
+        from .config import get_config
+        from .rewrite import build_rewriter
+
+        return build_rewriter(self.config or get_config(), mode)
+
+    def _recall(
+        self, query: str, pool: int, options: SearchOptions, rewriter: Any
+    ) -> list[SearchResult]:
+        first = self.retriever.search(query, pool, options)
+        routes = rewriter.routes(query, options.mode) if rewriter is not None else []
+        if not routes:
+            return first
+        from dataclasses import replace
+
+        from .scoring import rrf_fusion
+
+        ranked = [("query", first)]
+        for label, text, mode in routes:
+            ranked.append((label, self.retriever.search(text, pool, replace(options, mode=mode))))
+        fused = rrf_fusion(*[[h.document.id for h in hits] for _, hits in ranked])
+        docs: dict[str, Document] = {}
+        for _, hits in ranked:
+            for hit in hits:
+                docs.setdefault(hit.document.id, hit.document)
+        order = sorted(fused, key=lambda doc_id: (-fused[doc_id], doc_id))
+        out = []
+        for doc_id in order:
+            explain = None
+            if options.explain:
+                explain = {}
+                for label, hits in ranked:
+                    rank = next((i for i, h in enumerate(hits, 1) if h.document.id == doc_id), None)
+                    explain[label] = (
+                        None if rank is None else {"rank": rank, "score": hits[rank - 1].score}
+                    )
+                explain.update(fused=fused[doc_id], fusion="rrf")
+            out.append(SearchResult(docs[doc_id], fused[doc_id], explain))
+        if options.dedupe:
+            from .diversity import collapse_duplicates
+
+            out = collapse_duplicates(out, explain=options.explain)
+        return out[:pool]
+
+    @staticmethod
+    def _rerank(
+        reranker: Any,
+        query: str,
+        hits: list[SearchResult],
+        threshold: float | None,
+        explain: bool,
+    ) -> SearchResults:
+        recall = {h.document.id: (rank, h.score, h.explain) for rank, h in enumerate(hits, 1)}
+        reranked = [
+            r
+            for r in (reranker.rerank(query, list(hits)) if hits else [])
+            if r.document.id in recall  # a reranker must not invent documents
+        ]
+        best = max((r.score for r in reranked), default=None)
+        kept = []
+        for hit in reranked:
+            if threshold is not None and hit.score < threshold:
+                continue
+            if explain:
+                rank, fused, before = recall[hit.document.id]
+                base = hit.explain if hit.explain is not None else before
+                hit.explain = {
+                    **(base or {}),
+                    "recall_rank": rank,
+                    "fused": fused,
+                    "rerank": hit.score,
+                }
+            kept.append(hit)
+        return SearchResults(
+            kept,
+            refused=bool(reranked) and not kept,
+            candidates=len(hits),
+            best_relevance=best,
+            min_relevance=threshold,
+        )
 
 
 class KnowledgeBase:
@@ -320,7 +529,64 @@ class KnowledgeBase:
         self.ingestor = IngestPipeline(
             self.embedder, self.store, loader, normalizer, chunker, config=config
         )
-        self.pipeline = RAGPipeline(self.retriever, reranker)
+        self.pipeline = RAGPipeline(self.retriever, reranker, config=config)
+
+    @classmethod
+    def from_config(cls, config: Any = None, **overrides: Any) -> KnowledgeBase:
+        """A knowledge base built from ``jianmu.yaml``: the one place that wires the parts.
+
+        ``config`` defaults to the configuration found by the usual lookup. Each part comes
+        from the configuration unless given in ``overrides``: ``store`` (else ``store.backend``
+        with its settings, opening ``db`` or ``paths.knowledge_db``; ``create``,
+        ``busy_timeout``), ``embedder`` (else the configured one, resolved lazily so keyword
+        search never needs an API key or a model; ``on_note`` receives its one-line note),
+        ``retriever`` (else hybrid with ``limits.rerank_alpha`` and ``limits.source_weight``),
+        ``reranker``, ``loader``, ``normalizer`` and ``chunker`` (else ``rag.chunker`` with the
+        ``limits`` sizes).
+        """
+        from .config import get_config
+        from .retrievers import HybridRetriever
+        from .stores import build_store
+
+        allowed = {
+            "store", "embedder", "retriever", "reranker", "loader", "normalizer", "chunker",
+            "db", "create", "busy_timeout", "on_note",
+        }  # fmt: skip
+        unknown = sorted(set(overrides) - allowed)
+        if unknown:
+            raise TypeError(f"from_config() got unexpected overrides: {', '.join(unknown)}")
+        config = config or get_config()
+        store = overrides.get("store")
+        if store is None:
+            store = build_store(
+                config,
+                db=overrides.get("db"),
+                create=overrides.get("create", True),
+                busy_timeout=overrides.get("busy_timeout"),
+            )
+        embedder = overrides.get("embedder")
+        if embedder is None:
+            recorded = (lambda: store.embedder_info) if isinstance(store, DocumentCatalog) else None
+            embedder = LazyEmbedder(config, overrides.get("on_note"), recorded)
+        retriever = overrides.get("retriever") or HybridRetriever(
+            store,
+            embedder,
+            alpha=config.limits.rerank_alpha,
+            source_weight=config.limits.source_weight,
+        )
+        kb = cls(
+            store=store,
+            embedder=embedder,
+            retriever=retriever,
+            reranker=overrides.get("reranker"),
+            loader=overrides.get("loader"),
+            normalizer=overrides.get("normalizer"),
+            chunker=overrides.get("chunker"),
+            config=config,
+        )
+        # rag.rerank / rag.rewrite: built on the first search that uses them.
+        kb.pipeline = RAGPipeline.configured(retriever, config, overrides.get("reranker"))
+        return kb
 
     @classmethod
     def open(
@@ -334,38 +600,38 @@ class KnowledgeBase:
         busy_timeout: float | None = None,
         create: bool = True,
     ) -> KnowledgeBase:
-        """The SQLite knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config.
+        """The knowledge base at ``db`` (default ``paths.knowledge_db``), set up from config
+        (see :meth:`from_config`). ``create=False`` raises :class:`~kbcli.errors.StoreError`
+        instead of creating a new database when none exists."""
+        overrides = {"embedder": embedder, "reranker": reranker, "on_note": on_note}
+        return cls.from_config(
+            config,
+            db=db,
+            create=create,
+            busy_timeout=busy_timeout,
+            **{k: v for k, v in overrides.items() if v is not None},
+        )
 
-        The embedder is resolved lazily, so keyword search and listing never need an API key.
-        ``create=False`` raises :class:`~kbcli.errors.StoreError` instead of creating a new
-        database when none exists.
-        """
+    @property
+    def analyzer(self) -> Any:
+        """The analyzer of the store's keyword index (the default one for a plain store)."""
+        from .protocols import KeywordIndex
+
+        if isinstance(self.store, KeywordIndex):
+            return self.store.analyzer
         from .analysis import Analyzer
-        from .config import get_config
-        from .retrievers import HybridRetriever
-        from .stores import SQLiteStore
 
-        config = config or get_config()
-        analyzer = Analyzer(
-            language=config.analysis.language,
-            stem=config.analysis.stem,
-            stopwords=config.analysis.stopwords,
-        )
-        kwargs = {} if busy_timeout is None else {"busy_timeout": busy_timeout}
-        store = SQLiteStore(
-            db or config.paths.knowledge_db, analyzer=analyzer, create=create, **kwargs
-        )
-        if embedder is None:
-            embedder = LazyEmbedder(config, on_note, lambda: store.embedder_info)
-        retriever = HybridRetriever(
-            store,
-            embedder,
-            alpha=config.limits.rerank_alpha,
-            source_weight=config.limits.source_weight,
-        )
-        return cls(
-            store=store, embedder=embedder, retriever=retriever, reranker=reranker, config=config
-        )
+        return Analyzer()
+
+    @property
+    def _ingest(self) -> IngestPipeline:
+        """The ingest pipeline (the reference's attribute name)."""
+        return self.ingestor
+
+    @property
+    def _rag(self) -> RAGPipeline:
+        """The search pipeline (the reference's attribute name)."""
+        return self.pipeline
 
     def add(self, text: str, metadata: dict[str, Any] | None = None, id: str | None = None) -> str:
         """Store ``text`` as one document (not chunked) and return its id."""
@@ -401,14 +667,25 @@ class KnowledgeBase:
         """Delete documents by id; True when at least one existed."""
         return self.store.delete(list(ids))
 
-    def as_tool(self) -> Any:
-        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents."""
+    def scoped(self, filter: dict[str, Any]) -> Any:
+        """A read-only :class:`~kbcli.scope.ScopedKnowledgeBase` that only sees documents
+        passing ``filter``, on every search route, listing, count and lookup."""
+        from .errors import FilterError
+        from .filters import validate_filter
+        from .scope import ScopedKnowledgeBase
+
+        if not validate_filter(filter):
+            raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
+        return ScopedKnowledgeBase(self, filter)
+
+    def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> Any:
+        """This knowledge base as a :class:`~kbcli.tools.KnowledgeSearchTool` for agents;
+        with ``filter`` the tool reads through :meth:`scoped` and no argument can widen it."""
         from .tools import KnowledgeSearchTool
 
-        return KnowledgeSearchTool(self)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
 
     def close(self) -> None:
         """Release the store's resources (closes the SQLite connection)."""
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            close()
+        if isinstance(self.store, DocumentCatalog):
+            self.store.close()

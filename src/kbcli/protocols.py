@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .types import Document, FileRecord, SearchOptions, SearchResult
+from .types import Document, FileRecord, SearchOptions, SearchResult, Section
 
 if TYPE_CHECKING:
     from .analysis import Analyzer
@@ -109,6 +109,31 @@ class TextChunkerProtocol(Protocol):
         ...
 
 
+@runtime_checkable
+class SectionLoaderProtocol(Protocol):
+    """A loader that keeps structure: sections (a PDF page, a heading's body) with metadata."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        """The file's text as sections, in order."""
+        ...
+
+
+@runtime_checkable
+class SectionChunkerProtocol(Protocol):
+    """A chunker that chunks sections, keeping their metadata and adding character offsets.
+
+    ``normalize_first``: True when the pipeline should normalise text before chunking (the
+    reference order); False when the chunker reads structure (headings, blank lines) from the
+    text as loaded and each chunk is normalised afterwards.
+    """
+
+    normalize_first: bool
+
+    def chunk_sections(self, sections: list[Section]) -> list[Section]:
+        """The chunks of ``sections`` in order."""
+        ...
+
+
 # --- storage capabilities ------------------------------------------------------------------------
 #
 # What a store can do beyond the reference VectorStoreProtocol, as small runtime-checkable
@@ -157,7 +182,8 @@ class DocumentCatalog(Protocol):
 
     def get(self, ids: list[str], *, with_embeddings: bool = False) -> list[Document]:
         """The stored documents among ``ids``, in the order asked (unknown ids are skipped);
-        with ``with_embeddings`` each carries its stored vector (None when it has none)."""
+        with ``with_embeddings`` each carries its stored vector (None when it has none),
+        without it a store may leave the vector out."""
         ...
 
     def iter_documents(

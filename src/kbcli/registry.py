@@ -21,6 +21,30 @@ EMBEDDERS: dict[str, str] = {
     "local": "kbcli.embedders.local:LocalEmbedder",
 }
 
+STORES: dict[str, str] = {
+    "sqlite": "kbcli.stores.sqlite:SQLiteStore",
+    "memory": "kbcli.stores.memory:InMemoryStore",
+}
+
+CHUNKERS: dict[str, str] = {
+    "structure": "kbcli.ingest.chunkers:StructureAwareChunker",
+    "simple": "kbcli.ingest.chunkers:SimpleTextChunker",
+}
+
+#: Second-stage rerankers (``rag.rerank.provider``; ``none`` switches reranking off).
+RERANKERS: dict[str, str] = {
+    "passthrough": "kbcli.rerankers:PassthroughReranker",
+    "cross-encoder": "kbcli.rerankers.cross_encoder:CrossEncoderReranker",
+    "api": "kbcli.rerankers.api:APIReranker",
+    "llm": "kbcli.rerankers.llm:LLMReranker",
+}
+
+
+def is_class_path(name: str) -> bool:
+    """True for a user's ``"package.module:Class"`` path (as opposed to a registered name)."""
+    module, sep, attr = name.strip().partition(":")
+    return bool(sep and module and attr)
+
 
 def choices(registry: Mapping[str, str]) -> str:
     """The registered names, comma-separated, for messages."""
@@ -70,3 +94,8 @@ def load_class(
 def load_embedder_class(name: str) -> Any:
     """The embedder class for a registered name or a ``"package.module:Class"`` path."""
     return load_class(name, EMBEDDERS, kind="embedder")
+
+
+def load_reranker_class(name: str) -> Any:
+    """The reranker class for a registered name or a ``"package.module:Class"`` path."""
+    return load_class(name, RERANKERS, kind="reranker")

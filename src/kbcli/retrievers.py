@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
-from typing import Any
+import warnings
+from typing import Any, Protocol, runtime_checkable
 
-from .analysis import Analyzer, has_cjk, keyword_text
+from .analysis import Analyzer, has_cjk
+from .errors import InvalidOptionError
 from .filters import matches, validate_filter
-from .scoring import (
-    MAX_SCORED_TERMS,
-    bm25_idf,
-    bm25_term,
-    keyword_first_fusion,
-    min_max,
-    rrf_fusion,
-    weighted_fusion,
-)
+from .protocols import DocumentCatalog, KeywordIndex
+from .scoring import keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
@@ -34,83 +28,15 @@ CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 DEDUPE_MARGIN = 10
 
 
-class _MemoryBM25Index:
-    """An in-memory inverted index over documents, for stores without their own.
+@runtime_checkable
+class _Listable(Protocol):
+    """A plain store that can at least list its documents (the reference ``list_all``)."""
 
-    Scores like :meth:`SQLiteStore.keyword_search`: chunk BM25 plus ``source_weight`` times
-    the BM25 of the chunk's source (``metadata["source"]``; a chunk without one is its own).
-    """
+    def list_all(self) -> list[Document]: ...
 
-    def __init__(self, docs: list[Document], analyzer: Analyzer):
-        self.docs = docs
-        self.lengths: list[int] = []
-        self.postings: dict[str, list[tuple[int, int]]] = {}
-        self.source_of: list[int] = []
-        source_ids: dict[str, int] = {}
-        for i, doc in enumerate(docs):
-            counts = Counter(analyzer.terms(keyword_text(doc.text, doc.metadata)))
-            self.lengths.append(sum(counts.values()))
-            for term, tf in counts.items():
-                self.postings.setdefault(term, []).append((i, tf))
-            source = doc.metadata.get("source")
-            key = str(source) if source is not None else f"\0{i}"
-            self.source_of.append(source_ids.setdefault(key, len(source_ids)))
-        self.source_lengths = [0] * len(source_ids)
-        for i, length in enumerate(self.lengths):
-            self.source_lengths[self.source_of[i]] += length
-        self.source_df = {
-            term: len({self.source_of[i] for i, _ in plist})
-            for term, plist in self.postings.items()
-        }
-        self.avgdl = sum(self.lengths) / len(docs) if docs else 0.0
-        self.avgsl = sum(self.lengths) / len(source_ids) if source_ids else 0.0
 
-    def search(
-        self,
-        query_counts: Counter[str],
-        k: int,
-        filter: dict[str, Any] | None,
-        k1: float,
-        b: float,
-        source_weight: float,
-    ) -> list[SearchResult]:
-        n, n_sources = len(self.docs), len(self.source_lengths)
-        found = sorted((len(self.postings[t]), t) for t in query_counts if t in self.postings)[
-            :MAX_SCORED_TERMS
-        ]
-        chunk: dict[int, float] = {}
-        source: dict[int, float] = {}
-        for _, term in found:
-            visible = [
-                (i, tf)
-                for i, tf in self.postings[term]
-                if not filter or matches(self.docs[i].metadata, filter)
-            ]
-            idf = bm25_idf(n, len(self.postings[term])) * query_counts[term]
-            per_source: Counter[int] = Counter()
-            for i, tf in visible:
-                chunk[i] = chunk.get(i, 0.0) + idf * bm25_term(
-                    tf, self.lengths[i], self.avgdl, k1, b
-                )
-                per_source[self.source_of[i]] += tf
-            source_idf = bm25_idf(n_sources, self.source_df[term]) * query_counts[term]
-            for src, tf in per_source.items():
-                source[src] = source.get(src, 0.0) + source_idf * bm25_term(
-                    tf, self.source_lengths[src], self.avgsl, k1, b
-                )
-        scores = {
-            i: (c + source_weight * source[self.source_of[i]], c, source[self.source_of[i]])
-            for i, c in chunk.items()
-        }
-        best = sorted(scores.items(), key=lambda item: (-item[1][0], item[0]))[:k]
-        return [
-            SearchResult(
-                self.docs[i],
-                total,
-                {"bm25_chunk": c, "bm25_source": s, "source_weight": source_weight},
-            )
-            for i, (total, c, s) in best
-        ]
+class KBWarning(UserWarning):
+    """Something kbcli worked around, worth telling the developer once."""
 
 
 class BM25Retriever:
@@ -118,8 +44,10 @@ class BM25Retriever:
     source context: a chunk scores its own BM25 plus ``source_weight`` times its source's
     (``None``: ``limits.source_weight`` from the configuration, 2.0 by default).
 
-    Uses the store's persistent index when it has one (``keyword_search``); otherwise indexes
-    ``store.list_all()`` in memory, rebuilt only when the store's ``version`` changes.
+    Uses the store's keyword index (:class:`~kbcli.protocols.KeywordIndex`). A plain store
+    that can only ``list_all`` is indexed in memory on each search (for small custom stores);
+    a store that cannot list its documents has no keyword route (:attr:`available` is False
+    and :meth:`search` raises :class:`~kbcli.errors.InvalidOptionError`).
     """
 
     def __init__(
@@ -136,8 +64,14 @@ class BM25Retriever:
         self.k1 = k1
         self.b = b
         self.source_weight = source_weight
-        self.analyzer = analyzer or getattr(store, "analyzer", None) or Analyzer()
-        self._cache: tuple[Any, _MemoryBM25Index] | None = None
+        if analyzer is None:
+            analyzer = store.analyzer if isinstance(store, KeywordIndex) else Analyzer()
+        self.analyzer = analyzer
+
+    @property
+    def available(self) -> bool:
+        """True when the store can answer keyword searches."""
+        return isinstance(self.store, (KeywordIndex, _Listable))
 
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
@@ -147,14 +81,23 @@ class BM25Retriever:
         weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
-        if hasattr(self.store, "keyword_search"):
+        if isinstance(self.store, KeywordIndex):
             return self.store.keyword_search(
                 query, k, filter, k1=self.k1, b=self.b, source_weight=weight
             )
-        query_counts = self.analyzer.query_counts(query)
-        if not query_counts:
-            return []
-        return self._index().search(query_counts, k, filter, self.k1, self.b, weight)
+        if not isinstance(self.store, _Listable):
+            raise InvalidOptionError(
+                f"{type(self.store).__name__} has no keyword index and cannot list its "
+                "documents: search it in semantic mode"
+            )
+        from .stores.common import keyword_hit
+        from .stores.keyword_memory import index_documents
+
+        docs = self.store.list_all()
+        index = index_documents(docs, self.analyzer)
+        allowed = (lambda i: matches(docs[i].metadata, filter)) if filter else None
+        scored = index.search(query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed)
+        return [keyword_hit(docs[s.doc], s, weight) for s in scored]
 
     def default_source_weight(self) -> float:
         """The constructor's ``source_weight``, else ``limits.source_weight`` (2.0 by default)."""
@@ -163,12 +106,6 @@ class BM25Retriever:
         from .config import get_config
 
         return get_config().limits.source_weight
-
-    def _index(self) -> _MemoryBM25Index:
-        version = getattr(self.store, "version", None)
-        if self._cache is None or version is None or self._cache[0] != version:
-            self._cache = (version, _MemoryBM25Index(self.store.list_all(), self.analyzer))
-        return self._cache[1]
 
 
 class DenseRetriever:
@@ -185,11 +122,10 @@ class DenseRetriever:
         filter = validate_filter(options.filter if options else None)
         if not query.strip():
             return []
-        check = getattr(self.store, "check_embedder", None)
-        if check is not None:
+        if isinstance(self.store, DocumentCatalog):
             from .embedders.base import embedder_info
 
-            check(embedder_info(self.embedder))
+            self.store.check_embedder(embedder_info(self.embedder))
         return self.store.search(self.embedder.embed_query(query), k, filter)
 
 
@@ -200,11 +136,12 @@ class HybridRetriever:
     normalises each route and combines ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums
     ``1 / (60 + rank)``. A document found by one route only still counts.
 
-    Alpha: ``options.alpha`` when the search sets it; otherwise, with a *weak* embedder (one
-    with ``weak = True``, such as the built-in simple embedder, or one whose ``languages`` do
-    not include the query's script, see :meth:`weak_for`) :data:`WEAK_DENSE_ALPHA`, so the
-    keyword ranking decides and the dense route only breaks near-ties and fills up; otherwise
-    the constructor's ``alpha``, else ``limits.rerank_alpha`` from the configuration.
+    Alpha: ``options.alpha`` when the search chose it (``alpha_chosen``); otherwise, with a
+    *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
+    whose ``languages`` do not include the query's script, see :meth:`weak_for`)
+    :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
+    near-ties and fills up; otherwise the constructor's ``alpha``, else ``options.alpha``
+    (``limits.rerank_alpha`` from the configuration).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
@@ -229,6 +166,7 @@ class HybridRetriever:
         self.alpha = alpha
         self.keyword = BM25Retriever(store, source_weight=source_weight)
         self.dense = DenseRetriever(store, embedder)
+        self._noted = False
 
     def default_alpha(self) -> float:
         """The alpha used when neither the options nor the constructor set one."""
@@ -257,11 +195,11 @@ class HybridRetriever:
     def effective_alpha(self, options: SearchOptions, query: str = "") -> float:
         """The dense weight weighted fusion uses for ``options`` and ``query`` (see the class
         docstring)."""
-        if options.alpha is not None:
+        if options.alpha_chosen:
             return options.alpha
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
-        return self.default_alpha()
+        return self.alpha if self.alpha is not None else options.alpha
 
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
@@ -279,8 +217,15 @@ class HybridRetriever:
             hits = self._label(self.dense.search(query, fetch, options), "dense", options)
         else:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
+            if not self.keyword.available:
+                self._note_semantic_only()
+                return self._finish(
+                    self._label(self.dense.search(query, fetch, options), "dense", options),
+                    k,
+                    options,
+                )
             keyword_hits = self.keyword.search(query, pool, options)
-            weak = options.alpha is None and self.weak_for(query)
+            weak = not options.alpha_chosen and self.weak_for(query)
             if weak and options.fusion != "rrf" and len(keyword_hits) >= fetch:
                 # A weak dense route could only break exact keyword ties here: skip it (no
                 # vector load, no numpy), it is needed only to fill up a short keyword list.
@@ -289,6 +234,11 @@ class HybridRetriever:
                 dense_hits = self.dense.search(query, pool, options)
             alpha = self.effective_alpha(options, query)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
+        return self._finish(hits, k, options)
+
+    def _finish(
+        self, hits: list[SearchResult], k: int, options: SearchOptions
+    ) -> list[SearchResult]:
         if options.dedupe:
             from .diversity import collapse_duplicates
 
@@ -297,15 +247,25 @@ class HybridRetriever:
             hits = self._mmr(hits, k, options)
         return hits[:k]
 
+    def _note_semantic_only(self) -> None:
+        if not self._noted:
+            self._noted = True
+            warnings.warn(
+                f"{type(self.store).__name__} has no keyword index: hybrid search uses the "
+                "semantic route only",
+                KBWarning,
+                stacklevel=3,
+            )
+
     def _mmr(self, hits: list[SearchResult], k: int, options: SearchOptions) -> list[SearchResult]:
         from .diversity import mmr_rerank
 
         vectors = None
-        if options.mode != "keyword" and hasattr(self.store, "get"):
+        if options.mode != "keyword" and isinstance(self.store, DocumentCatalog):
             ids = [h.document.id for h in hits]
             by_id = {d.id: d.embedding for d in self.store.get(ids, with_embeddings=True)}
             vectors = [by_id.get(i) for i in ids]
-        analyzer = getattr(self.store, "analyzer", None) or self.keyword.analyzer
+        analyzer = self.keyword.analyzer
         return mmr_rerank(
             hits, options.mmr or 0.0, k, vectors=vectors, analyzer=analyzer, explain=options.explain
         )
@@ -340,7 +300,7 @@ def fuse(
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
     dense_scores = {hit.document.id: hit.score for hit in dense_hits}
-    alpha = options.alpha if options.alpha is not None else default_alpha
+    alpha = options.alpha if options.alpha_chosen else default_alpha
     if options.fusion == "rrf":
         fused = rrf_fusion(
             [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]

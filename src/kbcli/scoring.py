@@ -1,29 +1,12 @@
-"""Scoring formulas as small pure functions: BM25 and score fusion."""
+"""Score fusion as small pure functions (BM25 itself lives in :mod:`kbcli.bm25`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
+from .bm25 import MAX_SCORED_TERMS, SOURCE_WEIGHT, bm25_idf, bm25_term  # noqa: F401 (re-exported)
+
 RRF_K = 60
-# Keyword search scores a chunk as its own BM25 plus SOURCE_WEIGHT times the BM25 of its whole
-# source (file). Chunks are short, so a query's words are often spread over a file's chunks;
-# the source part lets the file's evidence count. Measured with 500-character chunks (nDCG@10,
-# docs/quality.md): SciFact train 0.670 -> 0.696, Cranfield 0.358 -> 0.377 at 2.0.
-SOURCE_WEIGHT = 2.0
-# Query terms scored at most (the rarest ones found in the index): pasted paragraphs stay fast.
-MAX_SCORED_TERMS = 32
-
-
-def bm25_idf(n_docs: int, df: int) -> float:
-    """BM25 idf, Lucene form (never negative): ``ln((N - df + 0.5) / (df + 0.5) + 1)``."""
-    return math.log((n_docs - df + 0.5) / (df + 0.5) + 1.0)
-
-
-def bm25_term(tf: float, dl: float, avgdl: float, k1: float = 1.5, b: float = 0.75) -> float:
-    """BM25 term-frequency part: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))``."""
-    norm = 1.0 - b + b * (dl / avgdl if avgdl > 0 else 0.0)
-    return tf * (k1 + 1.0) / (tf + k1 * norm)
 
 
 def min_max(scores: Mapping[str, float]) -> dict[str, float]:

@@ -17,28 +17,26 @@ changes while it is read is read again once, then reported as failed, never inde
 Files recorded under the given roots that no longer exist or no longer match the extensions
 are *stale*: counted, and removed with ``prune=True`` unless that looks like an accident (an
 empty root, more than half of the index; see :func:`check_prune`), which is refused before
-anything is written. Files under a folder that could not be listed are never stale. One ingest runs at a time per database
-(an advisory lock file beside it); a second one waits ``wait`` seconds, then fails with
-:class:`~kbcli.errors.DatabaseLockedError`.
+anything is written. Files under a folder that could not be listed are never stale. One
+ingest runs at a time per database (an advisory lock file beside it); a second one waits
+``wait`` seconds, then fails with :class:`~kbcli.errors.DatabaseLockedError`.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .errors import (
-    DatabaseLockedError,
     InvalidOptionError,
     KBError,
     LoaderError,
@@ -46,6 +44,7 @@ from .errors import (
     UnsafePruneError,
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
+from .protocols import DocumentCatalog, FileLedger
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -386,38 +385,12 @@ def chunk_settings(kb: Any) -> str:
     return json.dumps(parts, sort_keys=True)
 
 
-@contextmanager
-def ingest_lock(db_path: Path, wait: float) -> Iterator[None]:
-    """Hold the one-ingest-at-a-time lock for ``db_path`` (a lock file beside it).
+def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
+    """The one-ingest-at-a-time lock of the SQLite database at ``db_path`` (a lock file beside
+    it), as :meth:`SQLiteStore.writer_lock` takes it."""
+    from .stores.common import lock_file
 
-    A separate file, never the database itself: closing a descriptor on the database would
-    drop SQLite's own POSIX locks.
-    """
-    import fcntl
-
-    lock_path = Path(f"{db_path}.ingest-lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + max(0.0, wait)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise DatabaseLockedError(
-                        f"Another kb ingest is writing to {db_path}; waited {wait:g} s. "
-                        "Try again when it finishes, or raise --wait"
-                    ) from None
-                time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        yield
-    finally:
-        os.close(fd)  # releases the flock
+    return lock_file(Path(f"{db_path}.ingest-lock"), wait, str(db_path))
 
 
 def sync(
@@ -446,6 +419,11 @@ def sync(
     """
     started = time.monotonic()
     store = kb.store
+    if not isinstance(store, FileLedger) or not isinstance(store, DocumentCatalog):
+        raise InvalidOptionError(
+            f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
+            "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
+        )
     extensions = parse_extensions(extensions)
     found = discover(
         list(paths),
@@ -461,7 +439,7 @@ def sync(
         links=found.links,
         unreadable=len(found.unreadable),
     )
-    with ingest_lock(store.path, wait), _write_errors(store.path):
+    with store.writer_lock(wait), _write_errors():
         records = store.file_records()
         present = {str(p) for p in found.files}
         stale = [p for p in records if p not in present and found.covers(p)]
@@ -500,7 +478,7 @@ def sync(
 
 
 @contextmanager
-def _write_errors(db_path: Path) -> Iterator[None]:
+def _write_errors() -> Iterator[None]:
     """Turn a failed write (disk full, I/O error) into one StoreError line.
 
     Each file's rows are swapped in one transaction, so the batch being written rolls back:
@@ -513,7 +491,7 @@ def _write_errors(db_path: Path) -> Iterator[None]:
     except (OSError, sqlite3.OperationalError) as exc:
         reason = _root_reason(exc)
         raise StoreError(
-            f"Writing to {db_path} failed ({reason}): files not yet written keep their "
+            f"Writing to the index failed ({reason}): files not yet written keep their "
             "previous version and the index stays searchable; free disk space (or fix the "
             "disk) and run kb ingest again"
         ) from exc

@@ -1,29 +1,251 @@
-"""The knowledge base as a tool for LLM agents."""
+"""The knowledge base as tools for LLM agents: ``knowledge_search``, ``knowledge_get`` and
+``knowledge_stats``.
+
+Each tool has a ``name``, a ``description`` and an ``input_schema`` (JSON Schema), offers it as
+:meth:`~KnowledgeTool.json_schema` and as an OpenAI function-calling definition
+(:meth:`~KnowledgeTool.to_openai_tool`), validates its arguments against that schema and
+answers with text meant for a model's context. A tool never raises into the agent loop: bad
+arguments and failures come back as one ``Error: ...`` line (:meth:`~KnowledgeTool.call` also
+says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.tools`` logger.
+
+Scopes: a tool built over a :class:`~kbcli.scope.ScopedKnowledgeBase` (``kb.as_tool(filter=...)``,
+``knowledge_tools(kb, filter=...)``) reads only through it. The ``filter`` argument a caller
+sends is validated and ANDed with the scope, so it can only narrow what the tool sees; unknown
+arguments are refused; an id or path the scope hides is reported exactly like an unknown one.
+The MCP server (:mod:`kbcli.mcp_server`) serves these same tool objects.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+from dataclasses import dataclass, field
 from typing import Any
 
-from .types import MODES, SearchOptions
+from .errors import InvalidOptionError, KBError
+from .types import MODES, SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
 NO_QUERY = "Error: No query provided"
+NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
+NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
+MAX_K = 50
+MAX_QUERY_CHARS = 2000
+MAX_FILTER_CHARS = 4000
+MAX_ID_CHARS = 200
+MAX_PATH_CHARS = 4096
+MAX_LINES = 2000
+LINE_WIDTH = 100  # indexed text often has its line breaks collapsed: long lines are wrapped
+
+logger = logging.getLogger("kbcli.tools")
 
 
-class KnowledgeSearchTool:
-    """``knowledge_search``: searches a knowledge base and answers with a numbered list.
+class ToolArgumentError(InvalidOptionError):
+    """A tool was called with arguments its schema does not allow."""
 
-    ``pipeline`` is anything with ``search``: a :class:`~kbcli.pipeline.KnowledgeBase`
-    (``search(query, k=, mode=)``) or a :class:`~kbcli.pipeline.RAGPipeline`
-    (``search(query, options)``). ``access_filter`` restricts every search to documents that
-    pass it; a caller can only narrow it (a caller's ``filter`` argument is ANDed with it),
-    never widen it.
+
+@dataclass
+class Citation:
+    """Where one hit comes from: its number in the answer, chunk id, source, page, heading."""
+
+    number: int
+    id: str
+    text: str
+    source: str | None = None
+    page: Any = None
+    heading: str | None = None
+    score: float | None = None
+
+    @classmethod
+    def from_result(cls, number: int, hit: SearchResult) -> Citation:
+        meta = hit.document.metadata
+        source = meta.get("source")
+        heading = meta.get("heading")
+        return cls(
+            number=number,
+            id=hit.document.id,
+            text=hit.document.text,
+            source=str(source) if source is not None else None,
+            page=meta.get("page"),
+            heading=str(heading) if heading else None,
+            score=hit.score,
+        )
+
+    def label(self) -> str:
+        """``source: /docs/a.pdf, page 2, heading: Install > Linux; id: 3f2a...``."""
+        where = []
+        if self.source:
+            where.append(f"source: {self.source}")
+        if self.page is not None and self.page != "":
+            where.append(f"page {self.page}")
+        if self.heading:
+            where.append(f"heading: {self.heading}")
+        return "; ".join(part for part in (", ".join(where), f"id: {self.id}") if part)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The citation as JSON-ready data."""
+        return {
+            "number": self.number,
+            "id": self.id,
+            "source": self.source,
+            "page": self.page,
+            "heading": self.heading,
+        }
+
+
+@dataclass
+class ToolResult:
+    """What a tool call gives back: the text for the model, the citations behind it, and
+    whether it is an error text."""
+
+    text: str
+    citations: list[Citation] = field(default_factory=list)
+    is_error: bool = False
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(message if message.startswith("Error:") else f"Error: {message}", [], True)
+
+
+def _reader(view: Any) -> Any:
+    """A :class:`ScopedKnowledgeBase` for ``view`` (an unrestricted one over a plain kb)."""
+    from .scope import ScopedKnowledgeBase
+
+    if isinstance(view, ScopedKnowledgeBase):
+        return view
+    return ScopedKnowledgeBase(view, None)
+
+
+def _whole_number(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ToolArgumentError(
+            f"{name} must be a whole number from {low} to {high}, got {value!r}"
+        )
+    return value
+
+
+def _text(name: str, value: Any, limit: int) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolArgumentError(f"{name} must be a non-empty string, got {value!r}"[:200])
+    if len(value) > limit:
+        raise ToolArgumentError(f"{name} is too long ({len(value)} characters; at most {limit})")
+    return value
+
+
+class KnowledgeTool:
+    """What every knowledge tool shares: schema forms, argument checks and the error path.
+
+    Subclasses set ``name``, ``description``, :attr:`input_schema` and implement
+    ``_call(arguments) -> ToolResult``.
+    """
+
+    name = "knowledge_tool"
+    description = ""
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the tool's arguments."""
+        return {"type": "object", "properties": {}, "additionalProperties": False}
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """Alias of :attr:`input_schema` (the name some agent frameworks use)."""
+        return self.input_schema
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        """Argument names the tool takes."""
+        return tuple(self.input_schema["properties"])
+
+    def json_schema(self) -> dict[str, Any]:
+        """A standalone JSON Schema (draft 2020-12) of the arguments, titled with the tool's
+        name and carrying its description."""
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": self.name,
+            "description": self.description,
+            **self.input_schema,
+        }
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        """The OpenAI function-calling definition (``tools=[...]`` of chat completions)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            },
+        }
+
+    def check_keys(self, arguments: dict[str, Any], aliases: tuple[str, ...] = ()) -> None:
+        """Refuse argument names the schema does not list."""
+        unknown = sorted(str(key) for key in arguments if key not in self.accepted + aliases)
+        if unknown:
+            names = ", ".join(repr(u[:40]) for u in unknown[:5])
+            raise ToolArgumentError(
+                f"Unknown argument {names}: {self.name} takes {', '.join(self.accepted)}"
+            )
+
+    def call(self, arguments: dict[str, Any] | str | None = None) -> ToolResult:
+        """Run the tool with a dict of arguments (or their JSON text, as function calling
+        delivers them). Never raises: errors are a :class:`ToolResult` with ``is_error``."""
+        try:
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except ValueError:
+                    raise ToolArgumentError("arguments are not valid JSON") from None
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, dict):
+                raise ToolArgumentError(
+                    f"arguments must be an object, got {type(arguments).__name__}"
+                )
+            return self._call(arguments)
+        except KBError as exc:
+            return _error(str(exc))
+        except Exception as exc:  # the agent loop must go on; the details go to the log
+            logger.exception("%s failed", self.name)
+            return _error(
+                f"{self.name} failed unexpectedly ({type(exc).__name__}); see the server log"
+            )
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        raise NotImplementedError
+
+    def run_sync(self, **arguments: Any) -> str:
+        """Blocking call with keyword arguments; returns the text for the model."""
+        return self.call(arguments).text
+
+    async def run(self, **arguments: Any) -> str:
+        """Call the tool off the event loop; returns the text for the model."""
+        import asyncio
+
+        return await asyncio.to_thread(self.run_sync, **arguments)
+
+
+class KnowledgeSearchTool(KnowledgeTool):
+    """``knowledge_search``: searches a knowledge base and answers with a numbered list, each
+    hit cited with its source, page and heading where known and its chunk id.
+
+    ``pipeline`` is anything with ``search_with(query, options)`` (a
+    :class:`~kbcli.pipeline.KnowledgeBase` or a :class:`~kbcli.scope.ScopedKnowledgeBase`) or
+    ``search(query, options)`` (a :class:`~kbcli.pipeline.RAGPipeline`). ``access_filter``
+    restricts every search to documents that pass it (over a knowledge base, through
+    :meth:`~kbcli.pipeline.KnowledgeBase.scoped`); a caller's ``filter`` argument is ANDed with
+    it, so it can narrow the search, never widen it. Arguments: ``query`` (at most
+    ``max_query_chars`` characters), ``k`` (1 to ``max_k``), ``mode`` (keyword, semantic,
+    hybrid), ``filter`` (optional).
     """
 
     name = "knowledge_search"
     description = (
         "Search the local knowledge base for passages relevant to a question. Returns a "
-        "numbered list of the best matching passages, each with its source file when known."
+        "numbered list of the best matching passages, each cited with its source file (page "
+        "and heading where known) and its chunk id, which knowledge_get accepts."
     )
 
     def __init__(
@@ -33,13 +255,21 @@ class KnowledgeSearchTool:
         default_k: int = 3,
         default_mode: str = "hybrid",
         access_filter: dict[str, Any] | None = None,
+        max_k: int = MAX_K,
+        max_query_chars: int = MAX_QUERY_CHARS,
     ):
         from .filters import validate_filter
+        from .pipeline import KnowledgeBase
+        from .scope import ScopedKnowledgeBase
 
-        self.pipeline = pipeline
         self.access_filter = validate_filter(access_filter)
-        self.default_k = default_k
-        self.default_mode = default_mode
+        if self.access_filter and isinstance(pipeline, (KnowledgeBase, ScopedKnowledgeBase)):
+            pipeline = pipeline.scoped(self.access_filter)
+        self.pipeline = pipeline
+        self.max_k = max_k
+        self.default_k = _whole_number("default_k", default_k, 1, max_k)
+        self.default_mode = normalize_mode(default_mode)
+        self.max_query_chars = max_query_chars
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -47,17 +277,18 @@ class KnowledgeSearchTool:
         return {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "What to search for."},
+                "query": {
+                    "type": "string",
+                    "description": "What to search for.",
+                    "minLength": 1,
+                    "maxLength": self.max_query_chars,
+                },
                 "k": {
                     "type": "integer",
                     "description": "How many passages to return.",
                     "default": self.default_k,
                     "minimum": 1,
-                    "maximum": 50,
-                },
-                "filter": {
-                    "type": "object",
-                    "description": 'Optional metadata filter, e.g. {"source": "/docs/a.md"}.',
+                    "maximum": self.max_k,
                 },
                 "mode": {
                     "type": "string",
@@ -65,49 +296,261 @@ class KnowledgeSearchTool:
                     "description": "keyword (BM25), semantic (vectors) or hybrid (both).",
                     "default": self.default_mode,
                 },
+                "filter": {
+                    "type": "object",
+                    "description": (
+                        "Optional metadata filter that narrows the search, e.g. "
+                        '{"source": "/docs/a.md"} or {"year": {"$gte": 2024}}.'
+                    ),
+                },
             },
             "required": ["query"],
+            "additionalProperties": False,
         }
 
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """Alias of :attr:`input_schema` (the name some agent frameworks use)."""
-        return self.input_schema
+    def options(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions]:
+        """Validate ``arguments`` into ``(query, SearchOptions)``; raises ToolArgumentError."""
+        from .filters import validate_filter
+        from .scope import and_filters
+
+        self.check_keys(arguments, aliases=("input",))
+        query = arguments.get("query")
+        if query is None or query == "":
+            query = arguments.get("input")
+        if query is None or (isinstance(query, str) and not query.strip()):
+            raise ToolArgumentError(NO_QUERY)
+        query = _text("query", query, self.max_query_chars)
+        k = arguments.get("k")
+        k = self.default_k if k is None else _whole_number("k", k, 1, self.max_k)
+        mode = arguments.get("mode")
+        if mode is None:
+            mode = self.default_mode
+        elif not isinstance(mode, str):
+            raise ToolArgumentError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        mode = normalize_mode(mode)
+        caller = arguments.get("filter")
+        if caller is not None:
+            if len(json.dumps(caller, default=str)) > MAX_FILTER_CHARS:
+                raise ToolArgumentError(
+                    f"filter is too long (at most {MAX_FILTER_CHARS} characters)"
+                )
+            try:
+                caller = validate_filter(caller)
+            except InvalidOptionError as exc:
+                raise ToolArgumentError(f"invalid filter: {exc}") from None
+        combined = and_filters(self.access_filter, caller)
+        return query, SearchOptions(k=k, mode=mode, filter=combined)
+
+    def search(self, arguments: dict[str, Any]) -> list[Citation]:
+        """Validated search: the hits as citations (raises ToolArgumentError / KBError)."""
+        query, options = self.options(arguments)
+        from .pipeline import RAGPipeline
+
+        if isinstance(self.pipeline, RAGPipeline):
+            results = self.pipeline.search(query, options)
+        else:  # a KnowledgeBase or a scoped view of one
+            results = self.pipeline.search_with(query, options)
+        return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        citations = self.search(arguments)
+        if not citations:
+            return ToolResult(NO_RESULTS)
+        lines = [f"{c.number}. {' '.join(c.text.split())} ({c.label()})" for c in citations]
+        return ToolResult("\n".join(lines), citations)
 
     def run_sync(
-        self, query: str | None = None, k: int = 3, mode: str | None = None, **kwargs: Any
+        self, query: str | None = None, k: int | None = None, mode: str | None = None, **kwargs: Any
     ) -> str:
         """Blocking version of :meth:`run`."""
-        if not query:
-            query = kwargs.get("input")
-        if not isinstance(query, str) or not query.strip():
-            return NO_QUERY
-        filters = [f for f in (self.access_filter, kwargs.get("filter")) if f]
-        combined = filters[0] if len(filters) == 1 else ({"$and": filters} if filters else None)
-        options = SearchOptions(
-            k=int(k or self.default_k), mode=mode or self.default_mode, filter=combined
-        )
-        if hasattr(self.pipeline, "search_with"):
-            results = self.pipeline.search_with(query, options)
-        else:
-            results = self.pipeline.search(query, options)
-        if not results:
-            return NO_RESULTS
-        lines = []
-        for rank, hit in enumerate(results, start=1):
-            text = " ".join(hit.document.text.split())
-            source = hit.document.metadata.get("source")
-            lines.append(f"{rank}. {text}" + (f" (source: {source})" if source else ""))
-        return "\n".join(lines)
+        arguments = {
+            key: value
+            for key, value in (("query", query), ("k", k), ("mode", mode))
+            if value is not None
+        }
+        return self.call({**arguments, **kwargs}).text
 
     async def run(
-        self, query: str | None = None, k: int = 3, mode: str | None = None, **kwargs: Any
+        self, query: str | None = None, k: int | None = None, mode: str | None = None, **kwargs: Any
     ) -> str:
-        """Search and format the hits as ``1. <text> (source: <path>)`` lines.
+        """Search and format the hits as ``1. <text> (source: <path>, page 2; id: <id>)`` lines.
 
         An empty query (also looked up in ``kwargs["input"]``) gives ``Error: No query provided``;
-        no hits give ``No relevant knowledge found.``
+        no hits give ``No relevant knowledge found.``; bad arguments an ``Error: ...`` line.
         """
         import asyncio
 
         return await asyncio.to_thread(self.run_sync, query, k, mode, **kwargs)
+
+
+class KnowledgeGetTool(KnowledgeTool):
+    """``knowledge_get``: one chunk by ``id``, or the indexed text of a file by ``path`` with an
+    optional ``start_line``/``end_line`` range (1-based, inclusive), within the scope. The file
+    on disk is never read: the text is its indexed chunks, overlaps joined, lines longer than
+    ``line_width`` wrapped; at most ``max_lines`` lines per call."""
+
+    name = "knowledge_get"
+    description = (
+        "Read from the knowledge base: a chunk by its id (from knowledge_search), or the "
+        "indexed text of a file by its source path, optionally only lines start_line to "
+        "end_line. Give either id or path."
+    )
+
+    def __init__(self, view: Any, *, max_lines: int = MAX_LINES, line_width: int = LINE_WIDTH):
+        self.view = _reader(view)
+        self.max_lines = max_lines
+        self.line_width = line_width
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the tool's arguments."""
+        return {
+            "type": "object",
+            "properties": {
+                "id": {
+                    "type": "string",
+                    "description": "A chunk id, as knowledge_search cites it.",
+                    "maxLength": MAX_ID_CHARS,
+                },
+                "path": {
+                    "type": "string",
+                    "description": "A file's source path, as knowledge_search cites it.",
+                    "maxLength": MAX_PATH_CHARS,
+                },
+                "start_line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "First line to return (with path; default 1).",
+                },
+                "end_line": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": f"Last line to return (with path; at most {self.max_lines} "
+                    "lines per call).",
+                },
+            },
+            "additionalProperties": False,
+        }
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        self.check_keys(arguments)
+        chunk_id, path = arguments.get("id"), arguments.get("path")
+        if (chunk_id is None) == (path is None):
+            raise ToolArgumentError(
+                "give either id (a chunk) or path (a file), not both or neither"
+            )
+        if chunk_id is not None:
+            if "start_line" in arguments or "end_line" in arguments:
+                raise ToolArgumentError("start_line and end_line go with path, not with id")
+            return self._chunk(_text("id", chunk_id, MAX_ID_CHARS))
+        return self._file(_text("path", path, MAX_PATH_CHARS), arguments)
+
+    def _chunk(self, chunk_id: str) -> ToolResult:
+        docs = self.view.get([chunk_id])
+        if not docs:
+            # The id is not echoed: a hidden id and an unknown one get the very same answer.
+            return _error(NO_CHUNK)
+        doc = docs[0]
+        hit = SearchResult(doc, 1.0)
+        citation = Citation.from_result(1, hit)
+        citation.score = None
+        index = doc.metadata.get("chunk_index")
+        extra = f", chunk {index}" if isinstance(index, int) else ""
+        return ToolResult(f"[{citation.label()}{extra}]\n{doc.text}", [citation])
+
+    def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
+        from .errors import NotFoundError
+
+        start = arguments.get("start_line")
+        end = arguments.get("end_line")
+        start = 1 if start is None else _whole_number("start_line", start, 1, 10**9)
+        if end is not None:
+            end = _whole_number("end_line", end, 1, 10**9)
+            if end < start:
+                raise ToolArgumentError(f"end_line ({end}) is before start_line ({start})")
+        try:
+            source, text = self.view.file_text(path)
+        except NotFoundError:
+            return _error(NO_FILE)
+        lines = _lines(text, self.line_width)
+        total = len(lines)
+        if start > total:
+            raise ToolArgumentError(f"start_line {start} is past the end ({total} lines)")
+        last = min(total, end if end is not None else total, start + self.max_lines - 1)
+        body = "\n".join(lines[start - 1 : last])
+        more = "" if last == total else f" (more: start_line={last + 1})"
+        header = f"[source: {source}; lines {start}-{last} of {total}{more}]"
+        citation = Citation(number=1, id="", text=body, source=source)
+        return ToolResult(f"{header}\n{body}", [citation])
+
+
+def _lines(text: str, width: int) -> list[str]:
+    """The lines of ``text``, each longer than ``width`` wrapped at spaces (stable numbers for
+    paging through text whose line breaks the index collapsed)."""
+    import textwrap
+
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+        else:
+            out.extend(textwrap.wrap(line, width, break_long_words=True, break_on_hyphens=False))
+    return out
+
+
+class KnowledgeStatsTool(KnowledgeTool):
+    """``knowledge_stats``: how many chunks and sources the (scoped) index holds, its embedder
+    and when it last took in documents."""
+
+    name = "knowledge_stats"
+    description = (
+        "Describe the knowledge base: how many chunks and source files it holds, the embedder "
+        "it was built with and when documents were last added."
+    )
+
+    def __init__(self, view: Any):
+        self.view = _reader(view)
+
+    def figures(self) -> dict[str, Any]:
+        """``chunks``, ``sources``, ``embedder`` and ``last_ingest`` of the scope."""
+        from .protocols import DocumentCatalog
+
+        store = self.view.kb.store
+        if self.view.filter is None and isinstance(store, DocumentCatalog):
+            figures = store.stats()  # the whole index: the store's own figures are cheaper
+        else:
+            figures = self.view.stats()
+        return {key: figures.get(key) for key in ("chunks", "sources", "embedder", "last_ingest")}
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        self.check_keys(arguments)
+        figures = self.figures()
+        embedder = figures.get("embedder")
+        if isinstance(embedder, dict):
+            dim = embedder.get("dimension")
+            embedder = f"{embedder.get('provider')}/{embedder.get('model')}" + (
+                f", {dim} dimensions" if dim else ""
+            )
+        lines = [
+            f"chunks: {figures.get('chunks') or 0}",
+            f"sources: {figures.get('sources') or 0}",
+            f"embedder: {embedder or 'none yet'}",
+            f"last ingest: {figures.get('last_ingest') or 'never'}",
+        ]
+        return ToolResult("\n".join(lines))
+
+
+def knowledge_tools(
+    kb: Any, filter: dict[str, Any] | None = None, **search_options: Any
+) -> list[KnowledgeTool]:
+    """``[knowledge_search, knowledge_get, knowledge_stats]`` over ``kb`` (a knowledge base or
+    a scoped view), narrowed to ``filter`` when given. ``search_options`` go to
+    :class:`KnowledgeSearchTool` (``default_k``, ``default_mode``, ``max_k``...)."""
+    view = _reader(kb)
+    if filter:
+        view = view.scoped(filter)
+    return [
+        KnowledgeSearchTool(view, **search_options),
+        KnowledgeGetTool(view),
+        KnowledgeStatsTool(view),
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import Config
-from ..errors import EmbedderError
+from ..errors import EmbedderError, require
 from ._settings import (
     apply_request_settings,
     embedding_settings,
@@ -32,8 +32,6 @@ DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
 KEY_ENV = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
 BASE_URL_ENV = ("EMBEDDING_BASE_URL", "BASE_URL")
 MODEL_ENV = ("GEMINI_EMBED_MODEL", "EMBEDDING_MODEL")
-KNOWN_DIMENSIONS = {"text-embedding-004": 768, "gemini-embedding-001": 3072}
-INSTALL = "pip install google-genai"
 
 
 class GeminiEmbedder(BaseEmbedder):
@@ -81,18 +79,16 @@ class GeminiEmbedder(BaseEmbedder):
             timeout=timeout,
             retry_budget=retry_budget,
         )
-        self.dimension = self.dimensions or KNOWN_DIMENSIONS.get(self.model)
+        # Only a requested or a returned size is this embedder's identity, never a guess from the
+        # model's name: a compatible server may serve another size under the same name.
+        self.dimension = self.dimensions
         self._api_key = key
         self._client = self._make_client()
 
     def _make_client(self) -> Any:
-        try:
-            from google import genai
-            from google.genai import errors, types
-        except ImportError:
-            raise EmbedderError(
-                f"The gemini embedder needs the 'google-genai' package: {INSTALL}"
-            ) from None
+        genai = require("google.genai", feature="The gemini embedder", package="google-genai")
+        errors = require("google.genai.errors", package="google-genai")
+        types = require("google.genai.types", package="google-genai")
         self._types = types
         self._errors = errors
         options = types.HttpOptions(

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from ..config import Config
-from ..errors import EmbedderError, MissingDependencyError
+from ..errors import EmbedderError, require
 from ._settings import (
     apply_request_settings,
     embedding_settings,
@@ -48,12 +48,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 KEY_ENV = ("OPENAI_API_KEY", "API_KEY")
 BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "BASE_URL")
 MODEL_ENV = ("OPENAI_EMBED_MODEL", "EMBEDDING_MODEL")
-KNOWN_DIMENSIONS = {
-    "text-embedding-3-small": 1536,
-    "text-embedding-3-large": 3072,
-    "text-embedding-ada-002": 1536,
-}
-
 
 def estimate_tokens(text: str) -> int:
     """A deliberately high token estimate: UTF-8 bytes / 2, at least 1."""
@@ -115,17 +109,14 @@ class OpenAIEmbedder(BaseEmbedder):
             timeout=timeout,
             retry_budget=retry_budget,
         )
-        self.dimension = self.dimensions or KNOWN_DIMENSIONS.get(self.model)
+        # Only a requested or a returned size is this embedder's identity, never a guess from the
+        # model's name: a compatible server may serve another size under the same name.
+        self.dimension = self.dimensions
         self._api_key = key
         self._client = self._make_client()
 
     def _make_client(self) -> Any:
-        try:
-            import openai
-        except ImportError:
-            raise MissingDependencyError(
-                "The openai embedder needs the 'openai' package: pip install openai"
-            ) from None
+        openai = require("openai", feature="The openai embedder")
         self._openai = openai
         # max_retries=0: retries are ours (kbcli.embedders.retry), bounded and testable.
         return openai.OpenAI(

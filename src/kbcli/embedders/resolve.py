@@ -98,12 +98,34 @@ def choose_embedder(
 
 
 def resolve_embedder(
-    preference: str | None = None,
+    preference: str | list[str] | tuple[str, ...] | None = None,
     model: str | None = None,
     base_url: str | None = None,
     *,
     config: Config | None = None,
 ) -> Any:
-    """The embedder to use (see the module docstring for the order of choice)."""
+    """The embedder to use (see the module docstring for the order of choice).
+
+    ``preference`` may also be a list of providers, as in the reference
+    (``["gemini", "openai", "simple"]``): the first that can be built (its key is set, its
+    package installed) wins, and the list always ends at the built-in simple embedder.
+    """
+    if isinstance(preference, (list, tuple)):
+        return _first_buildable(list(preference), model, base_url, config)
     embedder, _note = choose_embedder(config, preference, model, base_url)
     return embedder
+
+
+def _first_buildable(
+    names: list[str], model: str | None, base_url: str | None, config: Config | None
+) -> Any:
+    from ..errors import EmbedderError, MissingDependencyError
+
+    for name in names:
+        if str(name).strip().lower() == "auto":
+            return choose_embedder(config, None, model, base_url)[0]
+        try:
+            return choose_embedder(config, name, model, base_url)[0]
+        except (EmbedderError, MissingDependencyError):
+            continue
+    return choose_embedder(config, "simple")[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from ..errors import InvalidOptionError
 from ..types import Section
@@ -78,6 +79,10 @@ def _line_end(text: str, pos: int) -> int:
 
 
 class _BaseChunker:
+    # Whether the ingest pipeline normalises text before chunking it (the reference order) or
+    # chunks the text as loaded and normalises each chunk (structure must survive to be seen).
+    normalize_first = False
+
     def chunk(self, text: str) -> list[str]:
         """Return the chunks of ``text`` in order (never empty or whitespace-only)."""
         return [c.text for c in self.chunk_sections([Section(text)])]
@@ -107,7 +112,10 @@ class _BaseChunker:
 
 class SimpleTextChunker(_BaseChunker):
     """Fixed windows of ``chunk_size`` characters; each next window starts ``overlap``
-    characters before the previous one ended. Windows of only whitespace are dropped."""
+    characters before the previous one ended. Windows of only whitespace are dropped.
+    As in the reference, text is normalised before it is cut (``normalize_first``)."""
+
+    normalize_first = True
 
     def __init__(self, chunk_size: int = 500, overlap: int = 0):
         _check_sizes(chunk_size, overlap, "overlap")
@@ -230,26 +238,32 @@ class StructureAwareChunker(_BaseChunker):
         return candidate if candidate < prev_end else lo
 
 
-CHUNKERS = {"structure": StructureAwareChunker, "simple": SimpleTextChunker}
-
-
 def _chunker_name(chunker: str) -> str:
-    name = str(chunker).strip().lower()
+    from ..registry import CHUNKERS, is_class_path
+
+    name = str(chunker).strip()
+    if is_class_path(name):
+        return name
+    name = name.lower()
     if name not in CHUNKERS:
         raise InvalidOptionError(
-            f"Unknown chunker {chunker!r}: choose one of {', '.join(CHUNKERS)}"
+            f"Unknown chunker {chunker!r}: choose one of {', '.join(CHUNKERS)}, "
+            "or give a class path as 'package.module:Class'"
         )
     return name
 
 
-def make_chunker(
-    chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50
-) -> StructureAwareChunker | SimpleTextChunker:
-    """Build the chunker named in ``rag.chunker`` with ``limits.chunk_size``/``chunk_overlap``."""
+def make_chunker(chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50) -> Any:
+    """Build the chunker named in ``rag.chunker`` (a registered name or a
+    ``package.module:Class`` path) with ``limits.chunk_size``/``chunk_overlap``."""
+    from ..registry import CHUNKERS, load_class
+
     name = _chunker_name(chunker)
     if name == "simple":
         return SimpleTextChunker(chunk_size=chunk_size, overlap=chunk_overlap)
-    return StructureAwareChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    if name == "structure":
+        return StructureAwareChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    return load_class(name, CHUNKERS, kind="chunker")(chunk_size, chunk_overlap)
 
 
 def make_normalizer(chunker: str = "structure") -> StructurePreservingNormalizer:

@@ -1,8 +1,40 @@
-"""Vector stores: in memory and SQLite here; other backends are loaded by name when used."""
+"""Stores: in memory and SQLite here; other backends are loaded by name when used
+(:data:`kbcli.registry.STORES`)."""
 
 from __future__ import annotations
+
+import os
+from typing import Any
 
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
 
-__all__ = ["InMemoryStore", "SQLiteStore"]
+__all__ = ["InMemoryStore", "SQLiteStore", "build_store"]
+
+
+def build_store(
+    config: Any,
+    *,
+    db: str | os.PathLike[str] | None = None,
+    create: bool = True,
+    busy_timeout: float | None = None,
+) -> Any:
+    """The store ``config.store`` names, with its settings and the configured analyzer.
+
+    The SQLite store opens ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to
+    create a missing database and ``busy_timeout`` overrides ``store.busy_timeout``. A user's
+    class (``package.module:Class``) is called with the ``store`` settings as keyword arguments.
+    """
+    from ..analysis import analyzer_from_config
+    from ..registry import STORES, load_class
+
+    backend = config.store.backend
+    settings = dict(config.store.settings)
+    if backend == "sqlite":
+        if busy_timeout is not None:
+            settings["busy_timeout"] = busy_timeout
+        path = db if db is not None else config.paths.knowledge_db
+        return SQLiteStore(path, analyzer=analyzer_from_config(config), create=create, **settings)
+    if backend == "memory":
+        return InMemoryStore(analyzer=analyzer_from_config(config), **settings)
+    return load_class(backend, STORES, kind="store")(**settings)

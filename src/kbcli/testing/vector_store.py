@@ -1,11 +1,11 @@
-"""The VectorStoreProtocol contract, written once and run against every store.
+"""The reference VectorStoreProtocol: add, dense search, delete, list_all.
 
-A backend's test module subclasses :class:`VectorStoreContract` and provides a ``store``
-fixture returning an empty store; it overrides a test only where its behaviour legitimately
-differs (and says why).
+Needs a ``store`` fixture (an empty store); see :mod:`kbcli.testing`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -22,11 +22,7 @@ VECS = {
 class VectorStoreContract:
     """Behaviour every vector store must have."""
 
-    @pytest.fixture
-    def store(self):  # pragma: no cover - provided by subclasses
-        raise NotImplementedError
-
-    def fill(self, store, meta=None):
+    def fill(self, store: Any, meta: dict[str, dict[str, Any]] | None = None) -> list[str]:
         docs = [
             Document(name, f"text of {name}", dict((meta or {}).get(name, {"name": name})))
             for name in VECS
@@ -97,3 +93,21 @@ class VectorStoreContract:
     def test_empty_store(self, store):
         assert store.search([1.0, 0.0, 0.0], k=3) == []
         assert store.list_all() == []
+
+    def test_empty_query_vector_returns_the_newest(self, store):
+        self.fill(store)
+        hits = store.search([], k=2)
+        assert [h.document.id for h in hits] == ["up", "north-east"]
+        assert [h.score for h in hits] == [1.0, 1.0]
+
+    def test_empty_query_vector_keeps_the_filter(self, store):
+        meta = {n: {"side": "left" if n in ("north", "up") else "right"} for n in VECS}
+        self.fill(store, meta)
+        hits = store.search([], k=5, filter={"side": "right"})
+        assert [h.document.id for h in hits] == ["north-east", "east"]
+        assert all(h.score == 1.0 for h in hits)
+
+    def test_empty_query_vector_sees_a_replaced_document_as_newest(self, store):
+        self.fill(store)
+        store.add([Document("north", "moved", {"v": 2})], [VECS["north"]])
+        assert [h.document.id for h in store.search([], k=1)] == ["north"]

@@ -1,0 +1,282 @@
+"""``kb mcp``: the knowledge tools over the Model Context Protocol (official ``mcp`` SDK 2.x).
+
+Tools: ``knowledge_search``, ``knowledge_get`` and ``knowledge_stats`` from :mod:`kbcli.tools`,
+served as they are: the server lists each tool's own JSON Schema and hands the raw arguments to
+the tool, which validates them (unknown keys, bounds, filters) and answers with text. A failure
+is an error result with one ``Error: ...`` line, never a traceback. The SDK's low-level
+``Server`` is used rather than ``MCPServer`` because the latter derives schemas from Python
+signatures and silently drops unknown arguments; here the tools' contract is the schema.
+
+Transports: stdio (default), with the scope fixed at start (``--filter``); or streamable HTTP,
+where every request must carry ``Authorization: Bearer <token>``. A token file maps each token
+to the scope it may read; the scope comes from the server's side, never from the request.
+A missing or unknown token gets ``401`` with an empty body, on every path.
+
+Token file (YAML)::
+
+    tokens:
+      - token: "a-long-random-secret-for-acme"   # at least 16 characters
+        name: acme                               # shown in the server log only
+        filter: {tenant: acme}                   # a kbcli filter; or ["tenant=acme"]
+      - token: "another-long-random-secret"
+        name: admin
+        filter: {}                               # explicit: the whole index
+
+``mcp`` is imported only here, and this module only by ``kb mcp``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, InvalidOptionError, require
+from .scope import ScopedKnowledgeBase
+from .tools import KnowledgeTool, knowledge_tools
+
+MIN_TOKEN_CHARS = 16
+IDENTITY_KEY = "kbcli.identity"  # the ASGI scope entry the bearer check fills in
+SERVER_NAME = "kbcli"
+
+logger = logging.getLogger("kbcli.mcp")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a bearer token belongs to and the filter it may read (None: the whole index)."""
+
+    name: str
+    filter: dict[str, Any] | None
+
+
+def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
+    from .filters import parse_filter_expressions, validate_filter
+
+    if value is None or value == [] or value == "":
+        # "filter:" with the value forgotten must not mean "everything".
+        raise ConfigError(f"{where}: filter is empty (write filter: {{}} for the whole index)")
+    try:
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return parse_filter_expressions(value)
+        return validate_filter(value)
+    except InvalidOptionError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
+    """Read a token file (see the module docstring) into ``token -> Identity``.
+
+    Raises :class:`ConfigError` for anything unclear: a short or repeated token, an entry
+    without ``filter`` (the whole index must be asked for with ``filter: {}``), a bad filter.
+    """
+    import yaml
+
+    file = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"Cannot read token file {file}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Token file {file} is not valid YAML: {exc}") from None
+    entries = data.get("tokens") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"Token file {file} needs a 'tokens:' list of {{token, name, filter}}")
+    tokens: dict[str, Identity] = {}
+    for number, entry in enumerate(entries, start=1):
+        where = f"{file} entry {number}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected token, name and filter")
+        token = entry.get("token")
+        if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{where}: token must be a string of {MIN_TOKEN_CHARS}+ characters")
+        token = token.strip()
+        if token in tokens:
+            raise ConfigError(f"{where}: the same token appears twice")
+        if "filter" not in entry:
+            raise ConfigError(f"{where}: no filter (use filter: {{}} for the whole index)")
+        name = str(entry.get("name") or f"token {number}")
+        tokens[token] = Identity(name=name, filter=_scope_from(entry["filter"], where))
+    return tokens
+
+
+# --- the server ---------------------------------------------------------------------------------
+
+
+class KnowledgeMCP:
+    """The three knowledge tools for one knowledge base, per caller scope.
+
+    ``filter`` is the scope bound at start (``--filter``); over HTTP each request's identity
+    narrows it further. Tool sets are built once per distinct scope.
+    """
+
+    def __init__(self, kb: Any, filter: dict[str, Any] | None = None, **search_options: Any):
+        self.kb = kb
+        self.base = ScopedKnowledgeBase(kb, filter)
+        self.search_options = search_options
+        self._tools: dict[str, dict[str, KnowledgeTool]] = {}
+
+    def tools_for(self, identity: Identity | None) -> dict[str, KnowledgeTool]:
+        """The tools a caller with ``identity`` gets (stdio: None, the start-up scope)."""
+        scope = identity.filter if identity is not None else None
+        key = repr(scope)
+        if key not in self._tools:
+            tools = knowledge_tools(self.base, scope, **self.search_options)
+            self._tools[key] = {tool.name: tool for tool in tools}
+        return self._tools[key]
+
+    def server(self, *, http: bool = False) -> Any:
+        """An SDK low-level ``Server`` serving the tools (``http``: scope per bearer token)."""
+        require("mcp", extra="mcp", feature="kb mcp")
+        import anyio
+        import mcp.types as types
+        from mcp.server.lowlevel import Server
+
+        from . import __version__
+
+        def identity_of(ctx: Any) -> Identity | None:
+            if not http:
+                return None
+            request = getattr(ctx, "request", None)
+            identity = getattr(request, "scope", {}).get(IDENTITY_KEY)
+            if not isinstance(identity, Identity):
+                raise PermissionError("no authenticated identity on this request")
+            return identity
+
+        def error(text: str) -> Any:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=text)], is_error=True
+            )
+
+        async def list_tools(ctx: Any, params: Any) -> Any:
+            tools = self.tools_for(identity_of(ctx))
+            return types.ListToolsResult(
+                tools=[
+                    types.Tool(
+                        name=tool.name, description=tool.description, input_schema=tool.input_schema
+                    )
+                    for tool in tools.values()
+                ]
+            )
+
+        async def call_tool(ctx: Any, params: Any) -> Any:
+            try:
+                tools = self.tools_for(identity_of(ctx))
+            except PermissionError:
+                return error("Error: not authenticated")
+            tool = tools.get(params.name)
+            if tool is None:
+                return error(f"Error: Unknown tool {params.name[:60]!r}: use {', '.join(tools)}")
+            result = await anyio.to_thread.run_sync(tool.call, dict(params.arguments or {}))
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=result.text)],
+                is_error=result.is_error,
+            )
+
+        return Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=(
+                "A local knowledge base. Use knowledge_search to find passages (cite their "
+                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts."
+            ),
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+        )
+
+    # --- transports ---------------------------------------------------------------------------
+
+    def run_stdio(self) -> None:
+        """Serve over stdin/stdout until the client closes the connection."""
+        import anyio
+        from mcp.server.stdio import stdio_server
+
+        server = self.server()
+
+        async def main() -> None:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+
+        anyio.run(main)
+
+    def http_app(self, tokens: dict[str, Identity], host: str = "127.0.0.1") -> Any:
+        """The streamable HTTP ASGI app at ``/mcp``, behind the bearer-token check."""
+        server = self.server(http=True)
+        app = server.streamable_http_app(
+            streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host
+        )
+        return BearerTokens(app, tokens)
+
+    def run_http(self, host: str, port: int, tokens: dict[str, Identity]) -> None:
+        """Serve streamable HTTP on ``host:port`` until interrupted."""
+        import uvicorn
+
+        config = uvicorn.Config(
+            self.http_app(tokens, host), host=host, port=port, log_level="warning", lifespan="on"
+        )
+        print(f"kb mcp: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+        uvicorn.Server(config).run()
+
+
+class BearerTokens:
+    """ASGI middleware: every HTTP request needs ``Authorization: Bearer <known token>``.
+
+    A known token's :class:`Identity` goes into the request's ASGI scope under
+    :data:`IDENTITY_KEY`, where the tools read it; anything else is answered ``401`` with an
+    empty body before the app sees it. Tokens are compared in constant time.
+    """
+
+    def __init__(self, app: Any, tokens: dict[str, Identity]):
+        self.app = app
+        self._tokens = [(token.encode(), identity) for token, identity in tokens.items()]
+
+    def identify(self, header: bytes | None) -> Identity | None:
+        """The identity of an ``Authorization`` header value, or None."""
+        if not header or not header[:7].lower() == b"bearer ":
+            return None
+        presented = header[7:].strip()
+        found = None
+        for token, identity in self._tokens:  # no early exit: timing says nothing
+            if hmac.compare_digest(token, presented):
+                found = identity
+        return found
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":  # not part of streamable HTTP
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for key, value in scope.get("headers") or ():
+            if key.lower() == b"authorization":
+                header = value
+                break
+        identity = self.identify(header)
+        if identity is None:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"www-authenticate", b"Bearer"), (b"content-length", b"0")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self.app({**scope, IDENTITY_KEY: identity}, receive, send)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8765`` for IPv6) as a pair; raises InvalidOptionError."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidOptionError(f"--http needs HOST:PORT, e.g. 127.0.0.1:8765, got {value!r}")
+    return host, int(port)

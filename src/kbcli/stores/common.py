@@ -1,0 +1,146 @@
+"""Pieces every store shares: text hashes, vector packing, the embedder check, the writer lock
+file and pre-filtered vector search on top of any :class:`~kbcli.protocols.VectorIndex`."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import time
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ..bm25 import Scored
+from ..embedders.base import EmbedderInfo
+from ..errors import DatabaseLockedError, IndexMismatchError
+from ..protocols import VectorIndex
+from ..types import Document, SearchResult
+
+# Candidates checked against a filter per step of a filtered dense search before falling back to
+# computing the allowed set (see prefiltered_search).
+FILTER_WINDOW_MIN = 64
+FILTER_WINDOW_MAX = 4096
+
+
+def text_hash(text: str) -> str:
+    """Stable hash of a chunk's text (key of the embedding cache)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def pack_vector(vec: Iterable[float]) -> bytes:
+    """float32 bytes of ``vec``."""
+    return array("f", vec).tobytes()
+
+
+def unpack_vector(blob: bytes) -> list[float]:
+    """The floats of :func:`pack_vector`'s bytes."""
+    out = array("f")
+    out.frombytes(blob)
+    return out.tolist()
+
+
+def check_embedder(recorded: EmbedderInfo | None, info: EmbedderInfo, where: str) -> None:
+    """Raise :class:`IndexMismatchError` when ``info`` is not the ``recorded`` embedder.
+
+    Provider and model must match; dimensions only count when both are known."""
+    if recorded is None:
+        return
+    same = recorded.provider == info.provider and recorded.model == info.model
+    if same and info.dimension and recorded.dimension and info.dimension != recorded.dimension:
+        same = False
+    if not same:
+        raise IndexMismatchError(
+            f"The index at {where} was built with {recorded.describe()} but the "
+            f"configured embedder is {info.describe()}: set rag.embedding back, or "
+            "re-embed everything with 'kb ingest --rebuild'"
+        )
+
+
+def vector_dimensions(vectors: Iterable[Sequence[float] | None]) -> int | None:
+    """The one length of the given vectors (None when there are none); raises on a mix."""
+    dims = {len(v) for v in vectors if v is not None}
+    if len(dims) > 1:
+        raise IndexMismatchError(f"Vectors of different lengths in one batch: {sorted(dims)}")
+    return dims.pop() if dims else None
+
+
+@contextmanager
+def lock_file(path: Path, wait: float, holder: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if needed), waiting up to ``wait`` s.
+
+    A separate file, never a database itself: closing a descriptor on an SQLite file would drop
+    SQLite's own POSIX locks. ``holder`` names the database in the error message.
+    """
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + max(0.0, wait)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise DatabaseLockedError(
+                        f"Another kb ingest is writing to {holder}; waited {wait:g} s. "
+                        "Try again when it finishes, or raise --wait"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def prefiltered_search(
+    index: VectorIndex,
+    query: Sequence[float],
+    k: int,
+    passes: Callable[[list[int]], set[int]],
+    allowed_ids: Callable[[], Sequence[int]],
+) -> list[tuple[int, float]]:
+    """Exact top ``k`` among the ids a filter allows, without always computing the allowed set.
+
+    Walks the index's ranking best-first in growing windows, asking ``passes(ids)`` which of a
+    window's ids the filter allows, so a filter most documents pass costs a few metadata lookups;
+    a selective filter falls back to ``allowed_ids()`` and a search restricted to them. Either
+    way the result is the top ``k`` of the allowed set, never a post-filtered top ``k``.
+    """
+    total = len(index)
+    checked = 0
+    kept: list[tuple[int, float]] = []
+    window = max(4 * k, FILTER_WINDOW_MIN)
+    while checked < total and window <= FILTER_WINDOW_MAX:
+        ranked = index.search(query, min(total, checked + window))
+        fresh = ranked[checked:]
+        ok = passes([i for i, _ in fresh])
+        kept.extend(hit for hit in fresh if hit[0] in ok)
+        checked += len(fresh)
+        if len(kept) >= k or not fresh:
+            return kept[:k]
+        window *= 4
+    if checked >= total:
+        return kept[:k]
+    return index.search(query, k, allowed_ids())
+
+
+def keyword_hit(doc: Document, scored: Scored, source_weight: float) -> SearchResult:
+    """A keyword search hit whose ``explain`` holds both parts of its BM25 score."""
+    explain = {"bm25_chunk": scored.chunk, "bm25_source": scored.source,
+               "source_weight": source_weight}  # fmt: skip
+    return SearchResult(doc, float(scored.score), explain)
+
+
+def newest_first(docs: Iterable[Any], k: int) -> list[Any]:
+    """The last ``k`` of ``docs`` (oldest first), newest first."""
+    out = list(docs)[-k:] if k > 0 else []
+    out.reverse()
+    return out

@@ -1,0 +1,19 @@
+"""The SQLite store, one module per concept.
+
+- :mod:`.connection`: the connection, pragmas, write transactions and read snapshots;
+- :mod:`.schema`: the tables and numbered migrations;
+- :mod:`.catalog`: chunk rows, sources, the ``meta`` table;
+- :mod:`.keyword`: the BM25 inverted index (postings, term and source statistics);
+- :mod:`.vectors`: vectors, the recorded embedder, the memory-mapped matrix cache, re-embedding;
+- :mod:`.ledger`: the file ledger and the embedding cache;
+- :mod:`.integrity`: integrity checks;
+- :mod:`.store`: :class:`SQLiteStore`, the facade implementing every storage capability.
+"""
+
+from __future__ import annotations
+
+from .connection import DEFAULT_BUSY_TIMEOUT
+from .schema import APP_ID, SCHEMA_VERSION
+from .store import SQLiteStore
+
+__all__ = ["APP_ID", "DEFAULT_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore"]

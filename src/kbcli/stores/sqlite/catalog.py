@@ -1,0 +1,235 @@
+"""The document catalog in SQLite: ``chunks`` rows, source identities and the ``meta`` table.
+
+Writers call these functions inside :meth:`Database.transaction`; the keyword and vector
+modules keep their own tables in step in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ...filters import compile_sql, dumps_metadata, validate_filter
+from ...types import Document
+from ..common import text_hash, unpack_vector
+
+BATCH = 500  # ids per IN (...) list
+DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """What a delete needs to know about a stored chunk."""
+
+    doc: int
+    length: int
+    terms: bytes
+    src: int
+
+
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), BATCH):
+        yield items[start : start + BATCH]
+
+
+def to_document(row: Sequence[Any], vec: bytes | None = None) -> Document:
+    """A Document from ``(id, text, metadata, created_at)`` and an optional vector blob."""
+    return Document(
+        id=row[0],
+        text=row[1],
+        metadata=json.loads(row[2]),
+        created_at=datetime.fromisoformat(row[3]),
+        embedding=unpack_vector(vec) if vec is not None else None,
+    )
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def source_id(
+    conn: sqlite3.Connection, source: str | None, known: dict[str, int], new: set[int]
+) -> int:
+    """The ``sources`` row of ``source``, created (empty) when missing; ``new`` collects those.
+    A chunk without a source gets a source of its own."""
+    if source is not None and source in known:
+        return known[source]
+    row = None
+    if source is not None:
+        row = conn.execute("SELECT id FROM sources WHERE source = ?", (source,)).fetchone()
+    if row is not None:
+        src = row[0]
+    else:
+        src = conn.execute(
+            "INSERT INTO sources (source, length, chunks) VALUES (?, 0, 0)", (source,)
+        ).lastrowid
+        new.add(src)
+    if source is not None:
+        known[source] = src
+    return src
+
+
+def insert(conn: sqlite3.Connection, doc: Document, src: int, length: int, terms: bytes) -> int:
+    """Insert one chunk row; returns its rowid."""
+    source = doc.metadata.get("source")
+    cur = conn.execute(
+        "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
+        " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            doc.id,
+            doc.text,
+            dumps_metadata(doc.metadata),
+            doc.created_at.isoformat(),
+            str(source) if source is not None else None,
+            text_hash(doc.text),
+            length,
+            terms,
+            src,
+        ),
+    )
+    return int(cur.lastrowid)
+
+
+def delete_rows(conn: sqlite3.Connection, docs: Iterable[int]) -> None:
+    """Delete chunk rows by rowid."""
+    conn.executemany("DELETE FROM chunks WHERE doc = ?", ((d,) for d in docs))
+
+
+def rows_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[ChunkRow]:
+    """The rows of the chunks among ``ids``."""
+    rows: list[ChunkRow] = []
+    for part in _batches(list(dict.fromkeys(ids))):
+        marks = ",".join("?" * len(part))
+        rows.extend(
+            ChunkRow(*r)
+            for r in conn.execute(
+                f"SELECT doc, length, terms, src FROM chunks WHERE id IN ({marks})", part
+            )
+        )
+    return rows
+
+
+def rows_by_source(conn: sqlite3.Connection, source: str) -> list[ChunkRow]:
+    """The rows of every chunk of ``source``."""
+    sql = "SELECT doc, length, terms, src FROM chunks WHERE source = ?"
+    return [ChunkRow(*r) for r in conn.execute(sql, (source,))]
+
+
+def rows_where(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> list[ChunkRow]:
+    """The rows of every chunk passing ``filter``."""
+    where, params = compile_sql(validate_filter(filter))
+    sql = f"SELECT doc, length, terms, src FROM chunks WHERE {where}"
+    return [ChunkRow(*r) for r in conn.execute(sql, params)]
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def documents_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, Document]:
+    """Documents by rowid (without vectors)."""
+    out: dict[int, Document] = {}
+    for part in _batches(list(rowids)):
+        marks = ",".join("?" * len(part))
+        for row in conn.execute(
+            f"SELECT c.doc, {DOC_COLUMNS} FROM chunks c WHERE c.doc IN ({marks})", part
+        ):
+            out[row[0]] = to_document(row[1:])
+    return out
+
+
+def metadata_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dict]:
+    """Metadata by rowid."""
+    out: dict[int, dict] = {}
+    for part in _batches(list(rowids)):
+        marks = ",".join("?" * len(part))
+        for doc, meta in conn.execute(
+            f"SELECT doc, metadata FROM chunks WHERE doc IN ({marks})", part
+        ):
+            out[doc] = json.loads(meta)
+    return out
+
+
+def passing(conn: sqlite3.Connection, rowids: Sequence[int], filter: dict) -> set[int]:
+    """Which of ``rowids`` pass ``filter`` (checked in SQL)."""
+    where, params = compile_sql(filter, "c.metadata")
+    out: set[int] = set()
+    for part in _batches(list(rowids)):
+        marks = ",".join("?" * len(part))
+        sql = f"SELECT c.doc FROM chunks c WHERE c.doc IN ({marks}) AND {where}"
+        out.update(r[0] for r in conn.execute(sql, [*part, *params]))
+    return out
+
+
+def rowids_where(conn: sqlite3.Connection, filter: dict) -> list[int]:
+    """Rowids of every chunk passing ``filter``."""
+    where, params = compile_sql(filter)
+    return [r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)]
+
+
+def get(conn: sqlite3.Connection, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
+    """The documents among ``ids`` in the order asked."""
+    found: dict[str, Document] = {}
+    vec = "v.vec" if with_embeddings else "NULL"
+    for part in _batches(list(ids)):
+        marks = ",".join("?" * len(part))
+        sql = (
+            f"SELECT {DOC_COLUMNS}, {vec} FROM chunks c LEFT JOIN vectors v ON v.doc = c.doc"
+            f" WHERE c.id IN ({marks})"
+        )
+        for row in conn.execute(sql, part):
+            found[row[0]] = to_document(row[:4], row[4])
+    return [found[i] for i in ids if i in found]
+
+
+def select_documents(
+    conn: sqlite3.Connection,
+    filter: dict[str, Any] | None,
+    *,
+    source: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+    with_embeddings: bool = False,
+) -> list[Document]:
+    """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
+    where, params = compile_sql(validate_filter(filter), "c.metadata")
+    if source is not None:
+        where += " AND c.source = ?"
+        params.append(source)
+    vec = "v.vec" if with_embeddings else "NULL"
+    join = " LEFT JOIN vectors v ON v.doc = c.doc" if with_embeddings else ""
+    order = "DESC" if newest_first else ""
+    sql = f"SELECT {DOC_COLUMNS}, {vec} FROM chunks c{join} WHERE {where} ORDER BY c.doc {order}"
+    if limit is not None:
+        sql += " LIMIT ?"
+        params.append(int(limit))
+    return [to_document(row[:4], row[4]) for row in conn.execute(sql, params)]
+
+
+def count(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> int:
+    """How many chunks pass ``filter``."""
+    filter = validate_filter(filter)
+    if not filter:
+        return conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+    where, params = compile_sql(filter)
+    return conn.execute(f"SELECT count(*) FROM chunks WHERE {where}", params).fetchone()[0]
+
+
+def sources(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    """Each named source with its chunk count, sorted."""
+    return conn.execute(
+        "SELECT source, chunks FROM sources WHERE source IS NOT NULL ORDER BY source"
+    ).fetchall()
+
+
+def get_meta(conn: sqlite3.Connection, key: str) -> str | None:
+    """A value of the ``meta`` table."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else None
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    """Set a value of the ``meta`` table."""
+    conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))

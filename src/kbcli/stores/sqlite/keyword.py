@@ -1,0 +1,305 @@
+"""The BM25 inverted index in SQLite: ``terms``, ``postings``, source statistics.
+
+Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
+Search runs the same formula as SQL over the postings of the query's terms (the parity test
+checks it against :func:`kbcli.bm25.rank`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ...analysis import KEYWORD_FIELDS, Analyzer, keyword_text
+from ...bm25 import (
+    ChunkTerms,
+    CorpusStats,
+    PostingsChange,
+    QueryTerm,
+    Scored,
+    plan_addition,
+    plan_removal,
+    select_terms,
+)
+from ...errors import IndexMismatchError
+from ...filters import compile_sql
+from ...types import Document
+from .catalog import BATCH, ChunkRow
+
+
+def pack_terms(counts: dict[int, int]) -> bytes:
+    """The forward index of a chunk: (term id, tf) pairs as int64."""
+    flat = array("q")
+    for term_id, tf in counts.items():
+        flat.append(term_id)
+        flat.append(tf)
+    return flat.tobytes()
+
+
+def unpack_terms(blob: bytes) -> dict[int, int]:
+    """The (term id -> tf) pairs of :func:`pack_terms`."""
+    flat = array("q")
+    flat.frombytes(blob)
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+class KeywordTables:
+    """Reads and writes the keyword index of one database for one analyzer."""
+
+    def __init__(self, analyzer: Analyzer, path: Any):
+        self.analyzer = analyzer
+        self.path = path
+
+    @property
+    def signature(self) -> str:
+        """What the keyword index depends on: the analyzer and the indexed fields."""
+        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+
+    def terms_of(self, doc: Document) -> Counter[str]:
+        """Term frequencies of ``doc`` (done before the write lock is taken)."""
+        return Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
+
+    def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> None:
+        """Refuse an index built with another analyzer (an empty one is taken over)."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+        signature = self.signature
+        if row is None:
+            if writing:
+                conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
+            return
+        if row[0] != signature:
+            n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+            if n == 0 and writing:
+                conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
+                return
+            raise IndexMismatchError(
+                f"The keyword index at {self.path} was built with analyzer [{row[0]}] but the "
+                f"configured one is [{signature}]: rebuild it with 'kb ingest --rebuild' "
+                "(or restore the analysis settings)"
+            )
+
+    # --- writes --------------------------------------------------------------------------------
+
+    @staticmethod
+    def term_ids(conn: sqlite3.Connection, terms: set[str]) -> dict[str, int]:
+        """Ids of ``terms``, creating rows (df 0) for new ones."""
+        ids: dict[str, int] = {}
+        pending = list(terms)
+        for start in range(0, len(pending), BATCH):
+            part = pending[start : start + BATCH]
+            marks = ",".join("?" * len(part))
+            ids.update(conn.execute(f"SELECT term, id FROM terms WHERE term IN ({marks})", part))
+        missing = [t for t in pending if t not in ids]
+        if missing:
+            next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM terms").fetchone()[0]
+            new = {t: next_id + i for i, t in enumerate(missing)}
+            conn.executemany("INSERT INTO terms (term, id, df) VALUES (?, ?, 0)", new.items())
+            ids.update(new)
+        return ids
+
+    @staticmethod
+    def _source_postings(conn: sqlite3.Connection):
+        def count(src: int, term: Any) -> int:
+            return conn.execute(
+                "SELECT count(*) FROM postings WHERE term = ? AND src = ?", (term, src)
+            ).fetchone()[0]
+
+        return count
+
+    def add(
+        self, conn: sqlite3.Connection, chunks: list[ChunkTerms], new_sources: set[int]
+    ) -> None:
+        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+        change = plan_addition(
+            chunks, source_postings=self._source_postings(conn), new_sources=new_sources
+        )
+        self.apply(conn, change)
+
+    def remove(self, conn: sqlite3.Connection, rows: Sequence[ChunkRow]) -> None:
+        """Unindex chunks (before their rows go)."""
+        if not rows:
+            return
+        chunks = [ChunkTerms(r.doc, r.src, unpack_terms(r.terms)) for r in rows]
+
+        def chunk_count(src: int) -> int:
+            row = conn.execute("SELECT chunks FROM sources WHERE id = ?", (src,)).fetchone()
+            return row[0] if row else 0
+
+        change = plan_removal(
+            chunks, source_chunk_count=chunk_count, source_postings=self._source_postings(conn)
+        )
+        self.apply(conn, change)
+
+    @staticmethod
+    def apply(conn: sqlite3.Connection, change: PostingsChange) -> None:
+        """Write a planned change: postings, term and source frequencies, source lengths and
+        chunk counts, corpus totals; emptied sources are deleted."""
+        sign = 1 if change.adding else -1
+        if change.adding:
+            conn.executemany(
+                "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
+                (
+                    (tid, c.src, c.doc, tf, c.length)
+                    for c in change.chunks
+                    for tid, tf in c.tf.items()
+                ),
+            )
+        else:
+            conn.executemany(
+                "DELETE FROM postings WHERE term = ? AND src = ? AND doc = ?",
+                ((tid, c.src, c.doc) for c in change.chunks for tid in c.tf),
+            )
+        conn.executemany(
+            "UPDATE terms SET df = df + ?, sdf = sdf + ? WHERE id = ?",
+            ((sign * d, sign * change.sdf.get(t, 0), t) for t, d in change.df.items()),
+        )
+        if not change.adding:
+            conn.executemany(
+                "DELETE FROM terms WHERE id = ? AND df <= 0", ((t,) for t in change.df)
+            )
+            conn.executemany(
+                "DELETE FROM sources WHERE id = ?", ((s,) for s in change.emptied_sources)
+            )
+        conn.executemany(
+            "UPDATE sources SET length = length + ?, chunks = chunks + ? WHERE id = ?",
+            (
+                (sign * change.source_length[s], sign * n, s)
+                for s, n in change.source_chunks.items()
+                if s not in change.emptied_sources
+            ),
+        )
+        conn.execute(
+            "UPDATE stats SET n = n + ?, total_length = total_length + ?, sources = sources + ?"
+            " WHERE id = 1",
+            (sign * change.chunks_delta, sign * change.length_delta, change.sources_delta),
+        )
+
+    def rebuild(self, conn: sqlite3.Connection) -> int:
+        """Re-analyse every chunk with the current analyzer; returns how many."""
+        conn.execute("DELETE FROM postings")
+        conn.execute("DELETE FROM terms")
+        conn.execute("UPDATE sources SET length = 0, chunks = 0")
+        conn.execute("UPDATE stats SET n = 0, total_length = 0 WHERE id = 1")
+        rows = conn.execute("SELECT doc, text, metadata, src FROM chunks").fetchall()
+        counted = []
+        vocab: set[str] = set()
+        for doc, text, metadata, src in rows:
+            counts = self.terms_of(Document("", text, json.loads(metadata)))
+            vocab.update(counts)
+            counted.append((doc, src, counts))
+        ids = self.term_ids(conn, vocab)
+        chunks = []
+        for doc, src, counts in counted:
+            tf = {ids[t]: n for t, n in counts.items()}
+            conn.execute(
+                "UPDATE chunks SET length = ?, terms = ? WHERE doc = ?",
+                (sum(tf.values()), pack_terms(tf), doc),
+            )
+            chunks.append(ChunkTerms(doc, src, tf))
+        # The sources rows stay; every one starts empty, so no lookup is needed.
+        change = plan_addition(chunks, source_postings=lambda src, term: 0)
+        self.apply(conn, change)
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.signature,))
+        return len(rows)
+
+    # --- search --------------------------------------------------------------------------------
+
+    def search(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        k: int,
+        filter: dict[str, Any] | None,
+        *,
+        k1: float,
+        b: float,
+        source_weight: float,
+    ) -> list[Scored]:
+        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        counts = self.analyzer.query_counts(query)
+        if not counts:
+            return []
+        self.check_signature(conn, writing=False)
+        n, total, n_sources = conn.execute(
+            "SELECT n, total_length, sources FROM stats WHERE id = 1"
+        ).fetchone()
+        stats = CorpusStats(n, total, n_sources)
+        if n == 0:
+            return []
+        wanted = list(counts)
+        marks = ",".join("?" * len(wanted))
+        found = [
+            QueryTerm(tid, counts[term], df, sdf)
+            for tid, term, df, sdf in conn.execute(
+                f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})", wanted
+            )
+        ]
+        terms = select_terms(found)
+        if not terms:
+            return []
+        rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+
+def _bm25_sql(
+    conn: sqlite3.Connection,
+    terms: list[QueryTerm],
+    stats: CorpusStats,
+    filter: dict[str, Any] | None,
+    k: int,
+    k1: float,
+    b: float,
+    source_weight: float,
+) -> list[tuple[int, float, float, float]]:
+    """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
+    term_marks = ",".join("?" * len(terms))
+    hits_params: list[Any] = [t.term for t in terms]
+    hits_sql = "SELECT p.term, p.src, p.doc, p.tf, p.dl FROM postings p"
+    where = f" WHERE p.term IN ({term_marks})"
+    if filter:
+        # CROSS JOIN keeps postings as the outer loop: the filter is checked only for chunks
+        # that contain a query term, not for the whole table.
+        fsql, fparams = compile_sql(filter, "c.metadata")
+        hits_sql += " CROSS JOIN chunks c ON c.doc = p.doc"
+        where += f" AND {fsql}"
+        hits_params += fparams
+    hits_sql += where
+
+    def weight_case(weights: list[tuple[Any, float]]) -> tuple[str, list[Any]]:
+        sql = "CASE h.term " + " ".join("WHEN ? THEN ?" for _ in weights) + " END"
+        return sql, [x for pair in weights for x in pair]
+
+    chunk_case, chunk_params = weight_case([(t.term, t.chunk_weight(stats)) for t in terms])
+    chunk_sql = (
+        f"SELECT h.doc AS doc, h.src AS src, sum(({chunk_case}) * h.tf * ?"
+        " / (h.tf + ? * (? + ? * h.dl))) AS score FROM hits h GROUP BY h.doc"
+    )
+    avgdl, avgsl = stats.avgdl, stats.avgsl
+    chunk_params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
+    if source_weight == 0.0:
+        sql = (
+            f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql})"
+            " SELECT doc, score, score, 0.0 FROM per_chunk ORDER BY score DESC, doc LIMIT ?"
+        )
+        return conn.execute(sql, [*hits_params, *chunk_params, int(k)]).fetchall()
+    source_case, source_params = weight_case([(t.term, t.source_weight(stats)) for t in terms])
+    source_sql = (
+        f"SELECT h.src AS src, sum(({source_case}) * h.tf * ?"
+        " / (h.tf + ? * (? + ? * s.length))) AS score"
+        " FROM (SELECT term, src, sum(tf) AS tf FROM hits GROUP BY term, src) h"
+        " JOIN sources s ON s.id = h.src GROUP BY h.src"
+    )
+    source_params += [k1 + 1.0, k1, 1.0 - b, b / avgsl if avgsl else 0.0]
+    sql = (
+        f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql}),"
+        f" per_source AS ({source_sql})"
+        " SELECT c.doc, c.score + ? * s.score AS total, c.score, s.score"
+        " FROM per_chunk c JOIN per_source s ON s.src = c.src"
+        " ORDER BY total DESC, c.doc LIMIT ?"
+    )
+    params = [*hits_params, *chunk_params, *source_params, source_weight, int(k)]
+    return conn.execute(sql, params).fetchall()

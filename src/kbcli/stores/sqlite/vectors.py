@@ -1,0 +1,265 @@
+"""Vectors in SQLite, the embedder they came from, and the memory-mapped matrix cache.
+
+The ``vectors`` table is the truth. Dense search runs on a :class:`NumpyVectorIndex` over one
+float32 matrix of unit rows. A cache file beside the database (``<db>.vectors-cache``) holds that
+matrix for the current ``vector_generation``: a new process (each ``kb search``) maps it with
+``numpy.memmap`` instead of reading every row, and pages of it are shared between processes. A
+cache miss streams the rows into a new cache file in batches (written temp -> fsync -> rename),
+so building it never holds more than one batch besides the mapped file. Any write that changes
+vectors bumps the generation and makes the file stale; deleting it is always safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...embedders.base import EmbedderInfo
+from ...errors import IndexMismatchError
+from ..common import check_embedder, pack_vector
+from ..numpy_index import NumpyVectorIndex
+
+CACHE_MAGIC = b"KBVECS2\n"
+HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
+STREAM_BATCH = 8192  # rows read per step when building the cache
+
+
+def recorded_embedder(conn: sqlite3.Connection) -> EmbedderInfo | None:
+    """The embedder recorded with the index's vectors."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    if row is None:
+        return None
+    data = json.loads(row[0])
+    return EmbedderInfo(data["provider"], data["model"], data.get("dimension"))
+
+
+def record_embedder(conn: sqlite3.Connection, info: EmbedderInfo, dim: int, where: Path) -> None:
+    """Record ``info`` with the first vectors; later vectors must come from the same model."""
+    recorded = recorded_embedder(conn)
+    if recorded is None:
+        value = {"provider": info.provider, "model": info.model, "dimension": dim}
+        conn.execute("INSERT INTO meta VALUES ('embedder', ?)", (json.dumps(value),))
+        return
+    if (recorded.provider, recorded.model) != (info.provider, info.model):
+        check_embedder(recorded, EmbedderInfo(info.provider, info.model, dim), str(where))
+
+
+def dimension(conn: sqlite3.Connection) -> int | None:
+    """The length of the stored vectors (None while there are none)."""
+    row = conn.execute("SELECT length(vec) FROM vectors LIMIT 1").fetchone()
+    return row[0] // 4 if row else None
+
+
+def check_dimension(conn: sqlite3.Connection, dim: int, where: Path) -> None:
+    """Refuse vectors of another length than the stored ones."""
+    index_dim = dimension(conn)
+    if index_dim is not None and index_dim != dim:
+        raise IndexMismatchError(
+            f"New vectors have {dim} dimensions but the index at {where} has "
+            f"{index_dim}: use the embedder that built it or 'kb ingest --rebuild'"
+        )
+
+
+def upsert(conn: sqlite3.Connection, rows: Sequence[tuple[int, Sequence[float]]]) -> None:
+    """Store vectors by rowid."""
+    if rows:
+        conn.executemany(
+            "INSERT OR REPLACE INTO vectors VALUES (?, ?)",
+            ((doc, pack_vector(vec)) for doc, vec in rows),
+        )
+        bump(conn)
+
+
+def remove(conn: sqlite3.Connection, docs: Sequence[int]) -> None:
+    """Delete vectors by rowid."""
+    if docs:
+        conn.executemany("DELETE FROM vectors WHERE doc = ?", ((d,) for d in docs))
+        bump(conn)
+
+
+def bump(conn: sqlite3.Connection) -> None:
+    """Mark every derived vector structure stale."""
+    conn.execute("UPDATE stats SET vector_generation = vector_generation + 1 WHERE id = 1")
+
+
+def generation_tag(conn: sqlite3.Connection) -> str:
+    """Names the current vectors of this index: index id and vector generation."""
+    generation = conn.execute("SELECT vector_generation FROM stats WHERE id = 1").fetchone()[0]
+    row = conn.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchone()
+    return f"{row[0] if row else ''}:{generation}"
+
+
+class MatrixCache:
+    """The unit-row matrix of one database's vectors, mapped from its cache file."""
+
+    def __init__(self, db_path: Path):
+        self.path = Path(f"{db_path}.vectors-cache")
+        self._index: tuple[str, NumpyVectorIndex] | None = None
+
+    def index(self, conn: sqlite3.Connection) -> NumpyVectorIndex:
+        """The index of the vectors as of ``conn``'s snapshot (mapped, built or reused)."""
+        tag = generation_tag(conn)
+        if self._index is None or self._index[0] != tag:
+            arrays = self._map(tag)
+            if arrays is None:
+                arrays = self._build(conn, tag)
+            self._index = (tag, NumpyVectorIndex(*arrays))
+        return self._index[1]
+
+    def _map(self, tag: str) -> tuple[Any, Any] | None:
+        import numpy as np
+
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(HEADER_SIZE)
+            if not head.startswith(CACHE_MAGIC):
+                return None
+            header = json.loads(head[len(CACHE_MAGIC) :].rstrip(b"\0 \n"))
+            if header.get("tag") != tag:
+                return None
+            n, dim = int(header["n"]), int(header["dim"])
+            if n == 0:
+                return np.zeros(0, np.int64), np.zeros((0, dim), np.float32)
+            if self.path.stat().st_size != HEADER_SIZE + 8 * n + 4 * n * dim:
+                return None
+            ids = np.memmap(self.path, np.int64, "r", HEADER_SIZE, (n,))
+            matrix = np.memmap(self.path, np.float32, "r", HEADER_SIZE + 8 * n, (n, dim))
+            return ids, matrix
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _build(self, conn: sqlite3.Connection, tag: str) -> tuple[Any, Any]:
+        """Stream the vectors into a new cache file and map it; in memory if it cannot be
+        written (a read-only folder costs only speed)."""
+        import numpy as np
+
+        from ...vectors import as_unit_matrix
+
+        n = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+        dim = dimension(conn) or 0
+        ids = np.fromiter(
+            (r[0] for r in conn.execute("SELECT doc FROM vectors ORDER BY doc")), np.int64, n
+        )
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            fh = open(tmp, "wb")
+        except OSError:
+            fh = None
+        matrix = None if fh is not None else np.empty((n, dim), np.float32)
+        try:
+            if fh is not None:
+                header = json.dumps({"tag": tag, "n": n, "dim": dim}).encode()
+                fh.write((CACHE_MAGIC + header).ljust(HEADER_SIZE, b" "))
+                fh.write(ids.astype("<i8").tobytes())
+            rows = conn.execute("SELECT vec FROM vectors ORDER BY doc")
+            done = 0
+            while batch := rows.fetchmany(STREAM_BATCH):
+                block = as_unit_matrix(
+                    np.frombuffer(b"".join(r[0] for r in batch), np.float32).reshape(-1, dim).copy()
+                )
+                if fh is not None:
+                    fh.write(block.astype("<f4", copy=False).tobytes())
+                else:
+                    matrix[done : done + len(batch)] = block
+                done += len(batch)
+            if fh is not None:
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+                fh = None
+                os.replace(tmp, self.path)
+                _fsync_dir(self.path.parent)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            if matrix is None:  # the write failed half-way: fall back to memory
+                return self._build_in_memory(conn, ids, dim)
+        finally:
+            if fh is not None:
+                fh.close()
+        if matrix is not None:
+            return ids, matrix
+        mapped = self._map(tag)
+        return mapped if mapped is not None else self._build_in_memory(conn, ids, dim)
+
+    @staticmethod
+    def _build_in_memory(conn: sqlite3.Connection, ids: Any, dim: int) -> tuple[Any, Any]:
+        import numpy as np
+
+        from ...vectors import as_unit_matrix
+
+        matrix = np.empty((ids.shape[0], dim), np.float32)
+        done = 0
+        rows = conn.execute("SELECT vec FROM vectors ORDER BY doc")
+        while batch := rows.fetchmany(STREAM_BATCH):
+            raw = np.frombuffer(b"".join(r[0] for r in batch), np.float32).reshape(-1, dim).copy()
+            matrix[done : done + len(batch)] = as_unit_matrix(raw)
+            done += len(batch)
+        return ids, matrix
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def reembed(
+    db: Any,
+    embed: Callable[[list[str]], list[list[float]]],
+    info: EmbedderInfo,
+    *,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+) -> int:
+    """Re-embed every chunk into a staging table, committed batch by batch (an interrupted run
+    resumes), then swap the vectors and the recorded embedder in one transaction."""
+    target = json.dumps({"provider": info.provider, "model": info.model})
+    with db.transaction() as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS vectors_staging (doc INTEGER PRIMARY KEY, vec BLOB)"
+        )
+        row = conn.execute("SELECT value FROM meta WHERE key = 'reembed_target'").fetchone()
+        if row is None or row[0] != target:
+            conn.execute("DELETE FROM vectors_staging")
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('reembed_target', ?)", (target,))
+    with db.read() as conn:
+        todo = conn.execute(
+            "SELECT doc, text FROM chunks WHERE doc NOT IN (SELECT doc FROM vectors_staging)"
+            " ORDER BY doc"
+        ).fetchall()
+        total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    done_before = total - len(todo)
+    for start in range(0, len(todo), batch_size):
+        part = todo[start : start + batch_size]
+        vectors = embed([text for _, text in part])
+        with db.transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO vectors_staging VALUES (?, ?)",
+                ((doc, pack_vector(v)) for (doc, _), v in zip(part, vectors)),
+            )
+        if progress is not None:
+            progress(done_before + start + len(part), total)
+    with db.transaction() as conn:
+        dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vec) FROM vectors_staging")}
+        conn.execute("DELETE FROM vectors")
+        conn.execute(
+            "INSERT INTO vectors SELECT doc, vec FROM vectors_staging"
+            " WHERE doc IN (SELECT doc FROM chunks)"
+        )
+        conn.execute("DROP TABLE vectors_staging")
+        bump(conn)
+        conn.execute("DELETE FROM meta WHERE key IN ('reembed_target', 'embedder')")
+        if dims:
+            record_embedder(conn, info, dims.pop() // 4, db.path)
+    return len(todo)

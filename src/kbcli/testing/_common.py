@@ -1,0 +1,71 @@
+"""Shared corpus pieces and helpers of the contract suites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..embedders.base import EmbedderInfo
+from ..types import Document
+
+# Vectors use values exact in float32, so a stored vector compares equal to the one given.
+INFO = EmbedderInfo("contract", "fixed-3", 3)
+OTHER = EmbedderInfo("contract", "other-3", 3)
+
+CATALOG = [
+    ("a1", "alpha one", {"source": "a.md", "n": 1, "lang": "en"}, [1.0, 0.0, 0.0]),
+    ("a2", "alpha two", {"source": "a.md", "n": 2, "lang": "de"}, [0.75, 0.25, 0.0]),
+    ("b1", "beta one", {"source": "b.md", "n": 3, "lang": "en"}, [0.0, 1.0, 0.0]),
+    ("b2", "beta two", {"source": "b.md", "n": 4, "lang": "de"}, [0.0, 0.75, 0.25]),
+    ("loose", "no source here", {"n": 5}, [0.0, 0.0, 1.0]),
+]
+VECTORS = {doc_id: vec for doc_id, _, _, vec in CATALOG}
+IDS = [doc_id for doc_id, _, _, _ in CATALOG]
+
+
+def make_docs(rows: list[tuple[str, str, dict[str, Any], Any]] = CATALOG) -> list[Document]:
+    """Fresh documents (no embedding) for ``rows`` of (id, text, metadata, vector)."""
+    return [Document(doc_id, text, dict(meta)) for doc_id, text, meta, _ in rows]
+
+
+def fill(store: Any, rows: list[tuple[str, str, dict[str, Any], Any]] = CATALOG) -> list[str]:
+    """Add ``rows`` with their vectors (no embedder recorded); returns the ids."""
+    return store.add(make_docs(rows), [list(vec) for _, _, _, vec in rows])
+
+
+def ids(docs: Any) -> list[str]:
+    """The ids of documents or search results, in order."""
+    return [getattr(d, "document", d).id for d in docs]
+
+
+class Boom(Exception):
+    """Raised inside a transaction to make it roll back."""
+
+
+class TableEmbedder:
+    """A deterministic embedder for the suites: known texts map to given vectors, any other
+    text to a bag of its words hashed into ``dim`` numbers (stable across processes)."""
+
+    provider = "contract"
+    languages = None
+
+    def __init__(self, table: dict[str, list[float]] | None = None, dim: int = 3):
+        self.table = dict(table or {})
+        self.dim = dim
+        self.dimension = dim
+        self.model = f"table-{dim}"
+
+    def _embed(self, text: str) -> list[float]:
+        if text in self.table:
+            return list(self.table[text])
+        vec = [0.0] * self.dim
+        for word in text.lower().split():
+            vec[sum(map(ord, word)) % self.dim] += 1.0
+        return vec
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text."""
+        return [self._embed(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of one query."""
+        return self._embed(text)

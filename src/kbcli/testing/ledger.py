@@ -1,0 +1,200 @@
+"""FileLedger: file records, atomic per-file replacement and the writer lock.
+
+Needs a ``store`` fixture (an empty store that is also a DocumentCatalog and, for the
+embedding-cache part of ``replace_file``, an EmbeddingCache); see :mod:`kbcli.testing`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from ..errors import DatabaseLockedError, KBError
+from ..protocols import FileLedger
+from ..types import Document, FileRecord
+from ._common import INFO, Boom, ids
+
+WAIT = 0.05  # seconds: lock waits stay tiny
+
+
+def record(path: str, version: int = 1, chunk_ids: list[str] | None = None) -> FileRecord:
+    """A file record for ``path`` whose fields all depend on ``version``."""
+    return FileRecord(
+        path=path,
+        size=100 * version,
+        mtime_ns=1_700_000_000_000_000_000 + version,
+        sha256=f"{version:064x}",
+        settings='{"chunk_size": 500}',
+        chunk_ids=list(chunk_ids or []),
+        indexed_at=f"2026-01-0{version}T00:00:00+00:00",
+    )
+
+
+def chunks(path: str, *names: str) -> list[Document]:
+    """Documents of file ``path`` named ``<path>#<name>``."""
+    return [
+        Document(f"{path}#{n}", f"{n} text of {path}", {"source": path, "chunk_index": i})
+        for i, n in enumerate(names)
+    ]
+
+
+def vectors(count: int, first: float = 0.25) -> list[list[float]]:
+    return [[first, 0.5, float(i)] for i in range(count)]
+
+
+class FileLedgerContract:
+    """What ``kb ingest`` relies on: records, atomic swaps, touch, the writer lock."""
+
+    def test_is_a_file_ledger(self, store):
+        assert isinstance(store, FileLedger)
+
+    def test_no_records_at_first(self, store):
+        assert store.file_records() == {}
+
+    def test_replace_file_stores_documents_and_record(self, store):
+        rec = record("/d/a.md", 1, ["/d/a.md#x", "/d/a.md#y"])
+        assert store.replace_file(rec, chunks("/d/a.md", "x", "y"), vectors(2)) == 0
+        assert store.file_records() == {"/d/a.md": rec}
+        assert ids(store.iter_documents(source="/d/a.md")) == ["/d/a.md#x", "/d/a.md#y"]
+        got = store.get(["/d/a.md#y"], with_embeddings=True)
+        assert got[0].embedding == vectors(2)[1]
+
+    def test_replace_file_swaps_and_returns_how_many_it_removed(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
+        store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
+        rec = record("/d/a.md", 2, ["/d/a.md#p"])
+        assert store.replace_file(rec, chunks("/d/a.md", "p"), vectors(1, 0.5)) == 2
+        assert ids(store.iter_documents(source="/d/a.md")) == ["/d/a.md#p"]
+        assert ids(store.iter_documents(source="/d/b.md")) == ["/d/b.md#z"]
+        assert store.file_records()["/d/a.md"] == rec
+        assert store.file_records()["/d/b.md"] == record("/d/b.md", 1)
+
+    def test_replace_file_with_no_documents(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
+        assert store.replace_file(record("/d/a.md", 2), [], None) == 2
+        assert store.count() == 0
+        assert store.file_records()["/d/a.md"] == record("/d/a.md", 2)
+
+    def test_replace_file_without_vectors(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), None)
+        assert [d.embedding for d in store.get(["/d/a.md#x"], with_embeddings=True)] == [None]
+
+    def test_replace_file_is_atomic(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
+        with pytest.raises((ValueError, KBError)):
+            # one vector for two documents
+            store.replace_file(record("/d/a.md", 2), chunks("/d/a.md", "p", "q"), vectors(1))
+        assert ids(store.iter_documents(source="/d/a.md")) == ["/d/a.md#x", "/d/a.md#y"]
+        assert store.file_records() == {"/d/a.md": record("/d/a.md", 1)}
+
+    def test_replace_file_calls_commit_together_in_a_transaction(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
+        with pytest.raises(Boom):
+            with store.transaction():
+                store.replace_file(record("/d/a.md", 2), chunks("/d/a.md", "p"), vectors(1))
+                store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
+                raise Boom
+        assert store.file_records() == {"/d/a.md": record("/d/a.md", 1)}
+        assert ids(store.list_all()) == ["/d/a.md#x"]
+        with store.transaction():
+            store.replace_file(record("/d/a.md", 2), chunks("/d/a.md", "p"), vectors(1))
+            store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
+        assert set(store.file_records()) == {"/d/a.md", "/d/b.md"}
+        assert ids(store.list_all()) == ["/d/a.md#p", "/d/b.md#z"]
+
+    def test_replace_file_with_embedder_caches_the_vectors(self, store):
+        docs = chunks("/d/a.md", "x", "y")
+        store.replace_file(record("/d/a.md", 1), docs, vectors(2), embedder=INFO)
+        cached = store.cached_embeddings(INFO, [d.text for d in docs] + ["never seen"])
+        assert cached == {docs[0].text: vectors(2)[0], docs[1].text: vectors(2)[1]}
+
+    def test_touch_file_updates_only_the_record(self, store):
+        docs = chunks("/d/a.md", "x", "y")
+        store.replace_file(record("/d/a.md", 1), docs, vectors(2))
+        before = store.get([d.id for d in docs], with_embeddings=True)
+        touched = record("/d/a.md", 3)
+        store.touch_file(touched)
+        assert store.file_records() == {"/d/a.md": touched}
+        after = store.get([d.id for d in docs], with_embeddings=True)
+        assert [(d.id, d.text, d.metadata, d.embedding) for d in after] == [
+            (d.id, d.text, d.metadata, d.embedding) for d in before
+        ]
+
+    def test_delete_source_drops_the_file_record(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
+        store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
+        assert store.delete_source("/d/a.md") == 1
+        assert set(store.file_records()) == {"/d/b.md"}
+
+    def test_checkpoint_is_harmless(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
+        store.checkpoint()
+        assert ids(store.list_all()) == ["/d/a.md#x"]
+
+    # --- the writer lock ---------------------------------------------------------------------
+
+    @staticmethod
+    def _try_lock(store: Any, wait: float) -> tuple[BaseException | None, float]:
+        """Try the lock from another thread; returns (its error or None, seconds taken)."""
+        out: list[Any] = []
+
+        def run() -> None:
+            start = time.monotonic()
+            try:
+                with store.writer_lock(wait):
+                    out.append(None)
+            except BaseException as exc:  # reported to the test thread
+                out.append(exc)
+            out.append(time.monotonic() - start)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "writer_lock never returned"
+        return out[0], out[1]
+
+    def test_writer_lock_is_free_when_nobody_holds_it(self, store):
+        with store.writer_lock(WAIT):
+            pass
+        error, _ = self._try_lock(store, WAIT)
+        assert error is None
+
+    def test_a_second_holder_waits_then_fails(self, store):
+        with store.writer_lock(WAIT):
+            error, took = self._try_lock(store, WAIT)
+        assert isinstance(error, DatabaseLockedError)
+        assert took >= WAIT * 0.9
+        error, _ = self._try_lock(store, WAIT)  # released: free again
+        assert error is None
+
+    def test_a_second_holder_gets_the_lock_when_it_is_released_in_time(self, store):
+        held = threading.Event()
+        release = threading.Event()
+        errors: list[BaseException] = []
+
+        def hold() -> None:
+            try:
+                with store.writer_lock(WAIT):
+                    held.set()
+                    release.wait(5)
+            except BaseException as exc:  # reported to the test thread
+                errors.append(exc)
+                held.set()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(5) and not errors
+        timer = threading.Timer(WAIT, release.set)
+        timer.start()
+        try:
+            start = time.monotonic()
+            with store.writer_lock(5.0):
+                took = time.monotonic() - start
+        finally:
+            release.set()
+            timer.cancel()
+            holder.join(5)
+        assert WAIT * 0.5 <= took < 5.0  # it waited for the holder, then got the lock

@@ -1,0 +1,407 @@
+"""``kb mcp`` through the MCP SDK's own client: over stdio (``kb mcp`` as a subprocess) and over
+streamable HTTP with bearer tokens. Each server is started once for the module; the access
+sweep checks that no forbidden id or canary word ever reaches a client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tenants as shared
+from cli_helpers import run
+from kbcli.tools import NO_CHUNK, NO_FILE
+
+pytest.importorskip("mcp")
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+MODES = ("keyword", "semantic", "hybrid")
+TOKENS = {
+    "acme": "acme-token-4f1c9a7e2b",
+    "globex": "globex-token-83d2e61f0a",
+    "admin": "admin-token-5be07c4d19",
+}
+
+
+def _env(home: Path) -> dict[str, str]:
+    from conftest import API_KEY_VARS
+
+    env = {k: v for k, v in os.environ.items() if k not in API_KEY_VARS and k != "KB_CONFIG"}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+    )
+    return env
+
+
+class ClientThread:
+    """An MCP client session held open on its own event loop, so tests share one server."""
+
+    def __init__(self, connect: Any):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._ready: Future = Future()
+        self._held = asyncio.run_coroutine_threadsafe(self._hold(connect), self.loop)
+        while not self._ready.done():
+            if self._held.done():
+                self._held.result()  # raises what went wrong
+            time.sleep(0.01)
+        self.client = self._ready.result()
+
+    async def _hold(self, connect: Any) -> None:
+        self._stop = asyncio.Event()
+        async with connect() as client:
+            self._ready.set_result(client)
+            await self._stop.wait()
+
+    def run(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=60)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        result = self.run(self.client.call_tool(name, arguments))
+        text = "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+        return text, bool(result.is_error)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        with contextlib.suppress(Exception):
+            self._held.result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    return shared.build(tmp_path_factory.mktemp("mcp-tenants"))
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    return tmp_path_factory.mktemp("mcp-home")
+
+
+@pytest.fixture(scope="module")
+def stdio(setup, home):
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kbcli", "--db", str(setup.db), "mcp", "--filter", "tenant=acme"],
+        env=_env(home),
+        cwd=str(home),
+    )
+    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    yield client
+    client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_url(setup, home):
+    tokens = home / "tokens.yaml"
+    tokens.write_text(
+        "tokens:\n"
+        f"  - {{token: {TOKENS['acme']}, name: acme, filter: {{tenant: acme}}}}\n"
+        f"  - {{token: {TOKENS['globex']}, name: globex, filter: ['tenant=globex']}}\n"
+        f"  - {{token: {TOKENS['admin']}, name: admin, filter: {{}}}}\n",
+        encoding="utf-8",
+    )
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "--db", str(setup.db), "mcp"]
+        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
+        env=_env(home),
+        cwd=str(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            break
+        if process.poll() is not None or time.monotonic() > deadline:
+            out, err = process.communicate(timeout=5) if process.poll() is not None else ("", "")
+            pytest.fail(f"kb mcp --http did not start: {err!r}")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/mcp"
+    process.terminate()
+    try:
+        _, err = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    assert b"Traceback" not in err, err.decode(errors="replace")
+
+
+def _http_client(url: str, token: str | None) -> Any:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    @contextlib.asynccontextmanager
+    async def connect():
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+        async with create_mcp_http_client(headers=headers) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as client:
+                yield client
+
+    return connect
+
+
+@pytest.fixture(scope="module")
+def acme_http(http_url):
+    client = ClientThread(_http_client(http_url, TOKENS["acme"]))
+    yield client
+    client.close()
+
+
+def _raw_post(url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "knowledge_search", "arguments": {"query": "password"}},
+        }
+    ).encode()
+    request = urllib.request.Request(
+        url,
+        data=body,
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers)
+
+
+# --- stdio ---------------------------------------------------------------------------------
+
+
+def test_stdio_lists_the_three_tools_with_their_schemas(stdio):
+    from kbcli.tools import KnowledgeSearchTool
+
+    listed = stdio.run(stdio.client.list_tools()).tools
+    assert [t.name for t in listed] == ["knowledge_search", "knowledge_get", "knowledge_stats"]
+    search = listed[0]
+    assert search.input_schema == KnowledgeSearchTool(None).input_schema
+    assert all(t.description for t in listed)
+
+
+def test_stdio_search_cites_and_stays_in_scope(stdio, setup):
+    text, is_error = stdio.call("knowledge_search", {"query": "reset password", "k": 3})
+    assert not is_error
+    lines = text.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("1. ")
+    assert "(source: /acme/doc0.md, page 1; id: " in lines[0]
+    assert any(setup.allowed_ids[0] in line for line in lines)
+    assert setup.leaks(text) == []
+
+
+def test_stdio_get_and_stats(stdio, setup):
+    text, is_error = stdio.call("knowledge_get", {"id": setup.allowed_ids[1]})
+    assert not is_error and "Invoices are due" in text and "/acme/doc1.md" in text
+    text, is_error = stdio.call("knowledge_get", {"path": setup.acme_file, "end_line": 2})
+    assert not is_error and text.startswith(f"[source: {setup.acme_file}; lines 1-2 of ")
+    text, is_error = stdio.call("knowledge_get", {"id": setup.forbidden_ids[0]})
+    assert is_error and text == NO_CHUNK
+    text, is_error = stdio.call("knowledge_get", {"path": setup.globex_file})
+    assert is_error and text == NO_FILE
+    text, is_error = stdio.call("knowledge_stats", {})
+    assert not is_error
+    assert text.splitlines()[0] == f"chunks: {len(setup.allowed_ids)}"
+    assert "embedder: simple/" in text
+
+
+def test_stdio_errors_are_texts(stdio):
+    for name, arguments, expected in [
+        ("knowledge_search", {"query": "x", "k": 999}, "Error: k must be a whole number"),
+        ("knowledge_search", {"query": "x", "mode": "all"}, "Error: Unknown search mode"),
+        ("knowledge_search", {}, "Error: No query provided"),
+        ("knowledge_search", {"query": "x", "scope": {}}, "Error: Unknown argument 'scope'"),
+        ("knowledge_get", {}, "Error: give either id"),
+        ("knowledge_wipe", {}, "Error: Unknown tool 'knowledge_wipe'"),
+    ]:
+        text, is_error = stdio.call(name, arguments)
+        assert is_error and text.startswith(expected), text
+        assert "Traceback" not in text
+
+
+# --- HTTP ----------------------------------------------------------------------------------
+
+
+def test_http_with_a_valid_token(acme_http, setup):
+    listed = acme_http.run(acme_http.client.list_tools()).tools
+    assert {t.name for t in listed} == {"knowledge_search", "knowledge_get", "knowledge_stats"}
+    text, is_error = acme_http.call("knowledge_search", {"query": "invoices", "k": 2})
+    assert not is_error and "(source: /acme/doc1.md, page 2; id: " in text
+    text, _ = acme_http.call("knowledge_stats", {})
+    assert text.startswith(f"chunks: {len(setup.allowed_ids)}\n")
+    text, is_error = acme_http.call("knowledge_get", {"id": setup.forbidden_ids[-1]})
+    assert is_error and text == NO_CHUNK
+
+
+def test_each_token_reads_its_own_scope(http_url, setup):
+    globex = ClientThread(_http_client(http_url, TOKENS["globex"]))
+    admin = ClientThread(_http_client(http_url, TOKENS["admin"]))
+    try:
+        text, _ = globex.call("knowledge_search", {"query": "zebracanary", "k": 5})
+        assert "zebracanary" in text and "/acme/" not in text
+        text, _ = globex.call("knowledge_get", {"id": setup.allowed_ids[0]})
+        assert text == NO_CHUNK
+        total = len(setup.allowed_ids) + len(setup.forbidden_ids)
+        text, _ = admin.call("knowledge_stats", {})
+        assert text.startswith(f"chunks: {total}\n")
+    finally:
+        globex.close()
+        admin.close()
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong-token-0000000000"},
+        {"Authorization": f"Bearer {TOKENS['acme']}x"},
+        {"Authorization": f"Basic {TOKENS['acme']}"},
+        {"Authorization": "Bearer "},
+    ],
+)
+def test_http_without_a_valid_token_gets_401_and_nothing_else(http_url, headers):
+    status, body, response_headers = _raw_post(http_url, headers)
+    assert status == 401 and body == b""
+    status, body, _ = _raw_post(http_url.replace("/mcp", "/other"), headers)
+    assert status == 401 and body == b""
+
+
+def test_the_sdk_client_with_a_wrong_token_or_none_fails(http_url):
+    for token in ("wrong-token-0000000000", None):
+
+        async def attempt(token=token):
+            async with _http_client(http_url, token)() as client:
+                await client.list_tools()
+
+        with pytest.raises(BaseException):  # noqa: B017 - the SDK raises an exception group
+            asyncio.run(attempt())
+
+
+# --- the access sweep over both transports -------------------------------------------------
+
+
+def _sweep(client: ClientThread, setup: shared.Tenants, queries: list[str]) -> list[str]:
+    outputs = []
+    ks = itertools.cycle(range(1, 51))
+    for query, mode in itertools.product(queries, MODES):
+        text, _ = client.call("knowledge_search", {"query": query, "k": next(ks), "mode": mode})
+        outputs.append(text)
+    for crafted, mode in itertools.product(shared.CRAFTED, MODES):
+        text, _ = client.call(
+            "knowledge_search", {"query": "password zebracanary", "mode": mode, **crafted}
+        )
+        outputs.append(text)
+    for doc_id in setup.forbidden_ids[::3]:
+        text, is_error = client.call("knowledge_get", {"id": doc_id})
+        assert is_error and text == NO_CHUNK
+    for path in (setup.globex_file, "/globex/doc0.md"):
+        text, is_error = client.call("knowledge_get", {"path": path})
+        assert is_error and text == NO_FILE
+    outputs.append(client.call("knowledge_get", {"path": setup.acme_file})[0])
+    outputs.append(client.call("knowledge_stats", {})[0])
+    return outputs
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_sweep_leaks_nothing(transport, request, setup):
+    client = request.getfixturevalue("stdio" if transport == "stdio" else "acme_http")
+    outputs = _sweep(client, setup, shared.queries()[::2])
+    assert len(outputs) > 300
+    assert [(text, setup.leaks(text)) for text in outputs if setup.leaks(text)] == []
+    assert sum(text.startswith("1. ") for text in outputs) > 150
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--http", "127.0.0.1:8765"], "needs --tokens"),
+        (["--tokens", "t.yaml"], "--tokens goes with --http"),
+        (["--http", "localhost", "--tokens", "t.yaml"], "--http needs HOST:PORT"),
+        (["--filter", "tenant"], "Cannot read filter"),
+    ],
+)
+def test_mcp_usage_errors(args, message):
+    result = run("mcp", *args)
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("tokens: []\n", "needs a 'tokens:' list"),
+        ("tokens:\n  - {token: short, filter: {}}\n", "16+ characters"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa}\n", "no filter"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: }\n", "filter is empty"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: []}\n", "filter is empty"),
+        ("tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: {a: {$x: 1}}}\n", "Unknown filter"),
+        (
+            "tokens:\n  - {token: aaaaaaaaaaaaaaaaaaaa, filter: {}}\n"
+            "  - {token: aaaaaaaaaaaaaaaaaaaa, filter: {}}\n",
+            "appears twice",
+        ),
+        ("tokens: [\n", "not valid YAML"),
+    ],
+)
+def test_token_file_errors(tmp_path, content, message):
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(content, encoding="utf-8")
+    result = run("mcp", "--http", "127.0.0.1:8765", "--tokens", str(tokens))
+    assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_the_start_up_filter_and_a_token_scope_combine(tmp_path):
+    from kbcli import KnowledgeBase
+    from kbcli.mcp_server import Identity, KnowledgeMCP
+
+    kb = KnowledgeBase()
+    kb.add("ops password guide", {"team": "ops", "lang": "en"})
+    kb.add("ops password guide in german", {"team": "ops", "lang": "de"})
+    kb.add("sales password guide", {"team": "sales", "lang": "en"})
+    server = KnowledgeMCP(kb, {"team": "ops"})
+    everything = server.tools_for(Identity("admin", None))["knowledge_search"]
+    english = server.tools_for(Identity("en", {"lang": "en"}))["knowledge_search"]
+    query = {"query": "password guide", "k": 10, "mode": "keyword"}
+    assert len(everything.call(query).citations) == 2  # --filter team=ops holds for admin too
+    assert [c.text for c in english.call(query).citations] == ["ops password guide"]
+    assert server.tools_for(Identity("en", {"lang": "en"}))["knowledge_search"] is english
