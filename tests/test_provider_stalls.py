@@ -139,3 +139,27 @@ def test_hanging_server_does_not_hold_the_process(tmp_path, monkeypatch, server)
     assert any(text in proc.stderr for text in EXPECT["hang"]), proc.stderr
     assert "Traceback" not in proc.stderr
     assert took < BUDGET + 5, took  # interpreter start-up and imports included
+
+
+def test_rerank_and_chat_endpoint_deadline_cuts_a_trickling_server(server, monkeypatch):
+    """The rerank/LLM endpoints (urllib) get the same total deadline per attempt."""
+    from kbcli.embedders import retry
+    from kbcli.errors import RerankerError
+    from kbcli.remote import JSONEndpoint
+
+    monkeypatch.setattr(retry, "sleep", lambda s: None)
+    server.trickle = 0.1
+    endpoint = JSONEndpoint(
+        server.url + "/v1/embeddings",
+        api_key=None,
+        label="rerank API",
+        setting="rag.rerank",
+        timeout=TIMEOUT,
+        max_retries=1,
+    )
+    started = time.monotonic()
+    with pytest.raises(RerankerError, match="no complete answer"):
+        endpoint.post({"input": ["x"], "model": "m"})
+    took = time.monotonic() - started
+    assert took < 2 * TIMEOUT + SLACK, took
+    assert len(server.requests) == 2
