@@ -470,3 +470,15 @@ def test_cli_list_and_delete_find_a_file_recorded_under_its_link(tmp_path):
     assert listed.exit_code == 0 and "linked words" in listed.stdout
     deleted = run("delete", "--source", str(docs / "kept-link.md"))
     assert deleted.exit_code == 0 and "Deleted 1 chunk" in deleted.stdout
+
+
+def test_cli_unlistable_folder_is_a_warning_and_prune_keeps_its_files(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    note(docs / "a.md")
+    note(docs / "private" / "p.md")
+    assert run("ingest", str(docs)).exit_code == 0
+    deny(monkeypatch, docs.resolve() / "private")
+    result = run("ingest", str(docs), "--prune")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr
+    assert "cannot list folder (Permission denied)" in result.stderr
+    assert "Could not read 1 folder" in result.stdout and "Removed" not in result.stdout
