@@ -10,7 +10,18 @@ from typer.testing import CliRunner
 
 from kbcli.cli import app
 
-HEAVY_MODULES = ("numpy", "openai", "google.genai", "pypdf", "docx")
+HEAVY_MODULES = (
+    "numpy",
+    "openai",
+    "google.genai",
+    "pypdf",
+    "docx",
+    "onnxruntime",
+    "tokenizers",
+    "sentence_transformers",
+    "torch",
+    "transformers",
+)
 
 PASSWORD_TEXT = (
     "# Resetting your password\n\n"

@@ -63,6 +63,9 @@ def sandbox(tmp_path) -> dict[str, str]:
     (cwd / "notes" / "archive" / "2019.md").write_text("# 2019\n\narchived notes\n")
     (cwd / "note.txt").write_text("a note from a file\n")
     (cwd / "team.yaml").write_text("limits:\n  chunk_size: 400\n")
+    user_config = home / ".config" / "kbcli"
+    user_config.mkdir(parents=True)  # a reranker for the --rerank example (no model needed)
+    (user_config / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: passthrough\n")
     _beir(tmp_path / "shared" / "eval" / "scifact", "train")
     _beir(cwd / "my-beir-set", "test")
     kb = bin_dir / "kb"

@@ -83,6 +83,11 @@ other_tool: {anything: 1}
         ("rag: {embedding: []}", "rag.embedding"),
         ("paths: {knowledge_db: 5}", "paths.knowledge_db"),
         ("analysis: {stem: maybe}", "analysis.stem"),
+        ("rag: {embedding: {retry_budget: 0}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {retry_budget: soon}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {retry_budget: 1.0e+30}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {timeout: -1}}", "rag.embedding.timeout"),
+        ("rag: {embedding: {timeout: 1.0e+30}}", "rag.embedding.timeout"),
     ],
 )
 def test_bad_values_name_key_and_file(tmp_path, text, key):
@@ -90,6 +95,15 @@ def test_bad_values_name_key_and_file(tmp_path, text, key):
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     assert key in str(err.value) and str(cfg) in str(err.value)
+
+
+def test_provider_deadlines_are_read(tmp_path):
+    cfg = write(tmp_path / "ok.yaml", "rag: {embedding: {timeout: 2.5, retry_budget: 7}}")
+    emb = load_config(cfg).rag.embedding
+    assert (emb.timeout, emb.retry_budget) == (2.5, 7.0)
+    defaults = load_config(None).rag.embedding
+    # a dead server must end a command in well under a minute by default
+    assert defaults.timeout <= defaults.retry_budget <= 60
 
 
 def test_typo_gets_a_suggestion(tmp_path):
@@ -113,3 +127,40 @@ def test_shipped_jianmu_yaml_is_valid():
     repo_file = Path(__file__).resolve().parents[1] / "jianmu.yaml"
     config = load_config(repo_file)
     assert config.limits.chunk_size == 500 and config.limits.chunk_overlap == 50
+
+
+def test_store_section_is_validated_against_the_registry(tmp_path):
+    from kbcli.config import load_config
+    from kbcli.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store: {backend: memory, max_size: 10}\n")
+    assert load_config(cfg).store.backend == "memory"
+    assert load_config(cfg).store.settings == {"max_size": 10}
+    cfg.write_text("store: {backend: sqlite, busy_timeout: 5}\n")
+    assert load_config(cfg).store.settings == {"busy_timeout": 5.0}
+    cfg.write_text("store: {backend: mysql}\n")
+    with pytest.raises(ConfigError, match="store.backend.*sqlite, memory"):
+        load_config(cfg)
+    cfg.write_text("store: {backend: sqlite, max_size: 3}\n")
+    with pytest.raises(ConfigError, match="store.max_size"):
+        load_config(cfg)
+    cfg.write_text("store: {backend: 'my.module:Store', anything: 1}\n")
+    assert load_config(cfg).store.settings == {"anything": 1}
+
+
+def test_store_backend_builds_the_store(tmp_path):
+    from kbcli import InMemoryStore, KnowledgeBase
+    from kbcli.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store: {backend: memory}\n")
+    kb = KnowledgeBase.from_config(load_config(cfg))
+    assert isinstance(kb.store, InMemoryStore)
+    kb.add("a fact about backups")
+    assert kb.search("backups", mode="keyword")[0].document.text == "a fact about backups"
+    cfg.write_text("store: {backend: 'fake_providers:EchoEmbedder'}\n")
+    kb = KnowledgeBase.from_config(load_config(cfg))  # a user class, built with its settings
+    assert type(kb.store).__name__ == "EchoEmbedder"
+    with pytest.raises(TypeError, match="unexpected overrides: colour"):
+        KnowledgeBase.from_config(load_config(cfg), colour="red")

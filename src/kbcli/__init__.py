@@ -35,7 +35,9 @@ _EXPORTS = {
     "MissingDependencyError": "errors",
     "NotAKnowledgeBaseError": "errors",
     "NotFoundError": "errors",
+    "RerankerError": "errors",
     "StoreError": "errors",
+    "UnsafePruneError": "errors",
     "UnsupportedFormatError": "errors",
     "DefaultDocumentLoader": "ingest",
     "SimpleTextChunker": "ingest",
@@ -54,6 +56,12 @@ _EXPORTS = {
     "TextNormalizerProtocol": "protocols",
     "VectorStoreProtocol": "protocols",
     "PassthroughReranker": "rerankers",
+    "APIReranker": "rerankers",
+    "CrossEncoderReranker": "rerankers",
+    "LLMReranker": "rerankers",
+    "build_reranker": "rerankers",
+    "QueryRewriter": "rewrite",
+    "build_rewriter": "rewrite",
     "BM25Retriever": "retrievers",
     "DenseRetriever": "retrievers",
     "HybridRetriever": "retrievers",
@@ -69,6 +77,7 @@ _EXPORTS = {
     "Document": "types",
     "SearchOptions": "types",
     "SearchResult": "types",
+    "SearchResults": "types",
     "Section": "types",
 }
 
@@ -91,9 +100,17 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .analysis import Analyzer  # noqa: F401
     from .pipeline import IngestPipeline, KnowledgeBase, RAGPipeline  # noqa: F401
+    from .rerankers import (  # noqa: F401
+        APIReranker,
+        CrossEncoderReranker,
+        LLMReranker,
+        PassthroughReranker,
+        build_reranker,
+    )
     from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever  # noqa: F401
+    from .rewrite import QueryRewriter, build_rewriter  # noqa: F401
     from .stores import InMemoryStore, SQLiteStore  # noqa: F401
-    from .types import Document, SearchOptions, SearchResult, Section  # noqa: F401
+    from .types import Document, SearchOptions, SearchResult, SearchResults, Section  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -19,6 +19,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 EXIT_INTERRUPTED = 130
+MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
+MAX_INT64 = 2**63 - 1  # SQLite's integers
 
 
 FILTER_HELP = (
@@ -30,7 +32,12 @@ FilterOption = Annotated[
 ]
 MetaOption = Annotated[
     list[str] | None,
-    typer.Option("--meta", metavar="KEY=VALUE", help="Metadata key=value (repeatable)."),
+    typer.Option(
+        "--meta",
+        metavar="KEY=VALUE",
+        help="Metadata key=value (repeatable). Numbers (2024, 1.5) and true/false are stored "
+        "typed, so --filter year>=2024 works; quote to keep text: 'code=\"2024\"'.",
+    ),
 ]
 
 
@@ -209,6 +216,27 @@ class KBGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            message = _environment_error(exc)
+            if message is None or ctx.params.get("debug"):
+                raise
+            from . import render
+
+            render.error(message)
+            raise typer.Exit(1) from None
+
+
+def _environment_error(exc: BaseException) -> str | None:
+    """One line for errors of the machine rather than of kb (disk full, I/O, permissions),
+    or None for anything else (a bug keeps its traceback)."""
+    import sqlite3
+
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or exc}{where} (run again with --debug for details)"
+    if isinstance(exc, sqlite3.OperationalError):
+        return f"database error: {' '.join(str(exc).split())} (run again with --debug for details)"
+    return None
 
 
 def _plain_arguments(params: list[Any]) -> None:
@@ -346,6 +374,16 @@ def _resolve_source(path: Path) -> str:
     return str(path.expanduser().resolve())
 
 
+def _source_candidates(path: Path) -> list[str]:
+    """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
+    (a file named on the command line), its folder resolved but not the file itself (a file
+    reached through a link with --follow-symlinks), and as written."""
+    path = path.expanduser()
+    absolute = Path(os.path.abspath(path))
+    found = [_resolve_source(path), str(absolute.parent.resolve() / absolute.name), str(absolute)]
+    return list(dict.fromkeys(found))
+
+
 # --- commands ---------------------------------------------------------------------------------
 
 
@@ -373,6 +411,21 @@ def ingest(
     meta: MetaOption = None,
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove indexed files that no longer exist under PATH.")
+    ] = False,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-delete",
+            help="Let --prune empty a folder's index or remove more than half of its files "
+            "(refused otherwise: an unmounted or emptied folder looks the same).",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Follow symbolic links that stay inside PATH (never outside; each file once).",
+        ),
     ] = False,
     include_hidden: Annotated[
         bool, typer.Option("--include-hidden", help="Also index hidden files and folders.")
@@ -422,6 +475,8 @@ def ingest(
                 rebuild=rebuild,
                 wait=wait,
                 progress=on_progress,
+                follow_symlinks=follow_symlinks,
+                allow_mass_delete=allow_mass_delete,
             )
     except SyncInterrupted as stop:
         if json_out:
@@ -491,6 +546,7 @@ def add(
         'kb search \'"reset link" password -sms\' --by chunk --format csv',
         'kb search "install" --in docs --format files',
         'kb search -- "-v flag"',
+        'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
 def search(
@@ -502,7 +558,9 @@ def search(
             help='What to look for: "a phrase" must appear, -word excludes (after --).',
         ),
     ],
-    k: Annotated[int, typer.Option("-k", "--k", metavar="N", min=1, help="How many results.")] = 5,
+    k: Annotated[
+        int, typer.Option("-k", "--k", metavar="N", min=1, max=MAX_K, help="How many results.")
+    ] = 5,
     mode: Annotated[
         str,
         typer.Option(
@@ -560,6 +618,40 @@ def search(
             help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
         ),
     ] = None,
+    rerank: Annotated[
+        bool | None,
+        typer.Option(
+            "--rerank/--no-rerank",
+            help="Rerank the candidates with rag.rerank [default: on when configured].",
+        ),
+    ] = None,
+    candidates: Annotated[
+        int | None,
+        typer.Option(
+            "--candidates",
+            metavar="N",
+            min=1,
+            help="Candidates recalled for the reranker (at least 2 x k) [default: config, 50].",
+        ),
+    ] = None,
+    min_relevance: Annotated[
+        float | None,
+        typer.Option(
+            "--min-relevance",
+            metavar="F",
+            help="Drop hits the reranker scores below this; none left: 'No relevant knowledge "
+            "found' [default: config].",
+        ),
+    ] = None,
+    rewrite: Annotated[
+        str | None,
+        typer.Option(
+            "--rewrite",
+            metavar="MODE",
+            help="Rewrite the query with rag.rewrite's chat model first: none, hyde, expand "
+            "or both [default: config, none].",
+        ),
+    ] = None,
     fmt: Annotated[
         str,
         typer.Option(
@@ -593,6 +685,10 @@ def search(
         min_score=min_score,
         explain=explain,
         mmr=mmr,
+        rerank=rerank,
+        candidates=candidates,
+        min_relevance=min_relevance,
+        rewrite=rewrite,
     )
     kb = _open(ctx, create=False)
     try:
@@ -603,7 +699,7 @@ def search(
     if fmt != "table":
         render.search_output(hits, fmt, unit, explain)
     if not hits:
-        render.message("No relevant knowledge found.")
+        render.message(render.no_results_text(hits.results))
     elif fmt == "table":
         render.search_table(hits, terms, explain, unit)
 
@@ -690,11 +786,16 @@ def delete(
             missing = [i for i in wanted if i not in known]
             deleted += kb.store.remove([i for i in wanted if i in known])
         if source is not None:
-            path = _resolve_source(source)
-            removed = kb.store.delete_source(path)
+            candidates = _source_candidates(source)
+            removed = 0
+            for path in candidates:
+                removed = kb.store.delete_source(path)
+                if removed:
+                    break
             if removed:
                 deleted += removed
             else:
+                path = candidates[0]
                 under = _sources_under(kb, path)
                 if not under:
                     missing.append(f"--source {path}")
@@ -787,7 +888,9 @@ def list_(
     filter: FilterOption = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", "-n", metavar="N", min=0, help="At most this many (0: all)."),
+        typer.Option(
+            "--limit", "-n", metavar="N", min=0, max=MAX_INT64, help="At most this many (0: all)."
+        ),
     ] = 20,
     fmt: Annotated[
         str,
@@ -810,13 +913,11 @@ def list_(
     where = _search_filter(parse_filter_expressions(filter), None)
     kb = _open(ctx, create=False)
     try:
-        docs = list(
-            kb.store.iter_documents(
-                where,
-                source=_resolve_source(source) if source is not None else None,
-                limit=limit or None,
-            )
-        )
+        docs: list[Any] = []
+        for candidate in _source_candidates(source) if source is not None else [None]:
+            docs = list(kb.store.iter_documents(where, source=candidate, limit=limit or None))
+            if docs:
+                break
     finally:
         kb.close()
     if fmt != "table":
@@ -908,7 +1009,10 @@ def eval_(
         str, typer.Option("--mode", "-m", metavar="MODE", help="keyword, semantic or hybrid.")
     ] = "hybrid",
     k: Annotated[
-        int, typer.Option("-k", "--k", metavar="N", min=1, help="Cut-off of nDCG, MRR, recall.")
+        int,
+        typer.Option(
+            "-k", "--k", metavar="N", min=1, max=MAX_K, help="Cut-off of nDCG, MRR, recall."
+        ),
     ] = 10,
     db: Annotated[
         Path | None,

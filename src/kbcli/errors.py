@@ -10,12 +10,14 @@ bug and keeps its traceback.
     │   └── FilterError        a metadata filter that cannot be applied
     ├── MissingDependencyError an optional package is not installed (also ImportError)
     ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
+    ├── RerankerError          a reranker or query rewriter failed or is unset (also RuntimeError)
     ├── LoaderError            a file could not be read into text (also RuntimeError)
     │   └── UnsupportedFormatError
     ├── StoreError             the knowledge database cannot be used
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
     │   ├── DatabaseLockedError     another process holds the write lock too long
     │   └── IndexMismatchError      index built with another embedder or analyzer
+    ├── UnsafePruneError       --prune would delete most of the index (an unmounted folder?)
     └── NotFoundError          an id or source that is not in the index
 """
 
@@ -56,6 +58,11 @@ class EmbedderError(KBError, RuntimeError):
     """An embedder is not configured (no key) or its provider failed."""
 
 
+class RerankerError(KBError, RuntimeError):
+    """A reranker or query rewriter is not configured, cannot load its model, or its server
+    failed."""
+
+
 class LoaderError(KBError, RuntimeError):
     """A document could not be loaded (also a RuntimeError, as reference code expects)."""
 
@@ -82,6 +89,12 @@ class DatabaseLockedError(StoreError):
 
 class IndexMismatchError(StoreError):
     """The index was built with another embedder or analyzer than the one in use."""
+
+
+class UnsafePruneError(KBError):
+    """``prune`` refused: the folder looks empty or unmounted, or most files would go."""
+
+    exit_code = 2
 
 
 class NotFoundError(KBError):

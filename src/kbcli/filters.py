@@ -24,6 +24,7 @@ and a trailing separator, so ``/docs/a`` does not match ``/docs/ab/x.md``. In SQ
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -35,6 +36,7 @@ KEY_OPERATORS = (
 LOGICAL_OPERATORS = ("$and", "$or")
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _MISSING = object()
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Scalar = (str, int, float, bool, type(None))
 
 
@@ -97,6 +99,7 @@ def _check_operator(key: str, op: str, operand: Any) -> None:
     elif op in _ORDER:
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
+        _check_range(key, op, operand)
     else:
         _check_operand(key, op, operand)
 
@@ -106,6 +109,20 @@ def _check_operand(key: str, op: str, operand: Any) -> None:
         raise FilterError(
             f"{op} on {key!r} needs a string, number, boolean or null, got {operand!r}"
         )
+    _check_range(key, op, operand)
+
+
+def _check_range(key: str, op: str, operand: Any) -> None:
+    """SQLite integers are 64-bit and JSON has no NaN or infinity: refuse what cannot bind."""
+    if isinstance(operand, bool):
+        return
+    if isinstance(operand, int) and not INT64_MIN <= operand <= INT64_MAX:
+        raise FilterError(
+            f"{op} on {key!r}: {operand} is outside the 64-bit integer range "
+            f"({INT64_MIN} to {INT64_MAX})"
+        )
+    if isinstance(operand, float) and not math.isfinite(operand):
+        raise FilterError(f"{op} on {key!r} needs a finite number, got {operand!r}")
 
 
 # --- matching in Python ---------------------------------------------------------------------
@@ -263,20 +280,25 @@ _WORDS = {"true": True, "false": False, "null": None}
 
 
 def _typed(text: str) -> Any:
-    """``true``/``false``/``null``, an int or a float when it looks like one; else the string."""
+    """``true``/``false``/``null``, an int or a float when it looks like one; else the string.
+
+    Integers outside 64 bits and floats that overflow to infinity stay strings (SQLite
+    cannot compare them as numbers)."""
     lowered = text.lower()
     if lowered in _WORDS:
         return _WORDS[lowered]
     if _INT.match(text):
-        return int(text)
+        number = int(text)
+        return number if INT64_MIN <= number <= INT64_MAX else text
     if _FLOAT.match(text):
-        return float(text)
+        value = float(text)
+        return value if math.isfinite(value) else text
     return text
 
 
 def _forms(text: str) -> list[Any]:
-    """The values ``text`` may be stored as: typed (int page from a loader) and as a string
-    (``--meta page=3`` stores "3")."""
+    """The values ``text`` may be stored as: typed (``--meta page=3``, a loader's page) and as
+    a string (``--meta 'page="3"'``, or indexes written before --meta values were typed)."""
     value = _typed(text)
     return [value] if isinstance(value, str) else [value, text]
 
@@ -301,6 +323,11 @@ def _parse_one(expr: str) -> dict[str, Any]:
         raise FilterError(
             f"Filter {expr!r} compares with {raw!r}: {op} needs a number or a text value"
         )
+    if isinstance(value, str) and _FLOAT.match(raw):
+        raise FilterError(
+            f"Filter {expr!r}: {raw} is too large to compare as a number (64-bit integers, "
+            "finite decimals)"
+        )
     return {key: {{">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}[op]: value}}
 
 
@@ -323,14 +350,39 @@ def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[
     return validate_filter(result)
 
 
-def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """Turn repeated ``--meta key=value`` options into a dict (values stay strings).
+_JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
+META_TYPES_HELP = (
+    "Values that are JSON numbers (2024, -3, 1.5) or true/false are stored typed, so "
+    "--filter year>=2024 compares numbers; quote a value to keep it text: 'code=\"2024\"'."
+)
+
+
+def meta_value(text: str) -> Any:
+    """A ``--meta`` value: a JSON number (``2024``, ``-1.5``, not ``007`` or ``+3``) becomes
+    an int or float, ``true``/``false`` a bool; a value in double or single quotes is the text
+    between them; anything else stays text. Integers beyond 64 bits stay text."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    if _JSON_NUMBER.match(text):
+        if _INT.match(text):
+            number = int(text)
+            return number if INT64_MIN <= number <= INT64_MAX else text
+        value = float(text)
+        return value if math.isfinite(value) else text
+    return text
+
+
+def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    """Turn repeated ``--meta key=value`` options into a dict, typing values by
+    :func:`meta_value` (``year=2024`` is the number 2024, ``'year="2024"'`` the text).
 
     Raises :class:`InvalidOptionError` for an expression without ``=`` or with an empty key.
     """
     from .errors import InvalidOptionError
 
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for expr in exprs or ():
         key, sep, value = expr.partition("=")
         key = key.strip()
@@ -338,7 +390,7 @@ def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
             raise InvalidOptionError(f"Cannot read --meta {expr!r}: use key=value, e.g. lang=en")
         if '"' in key or any(ord(c) < 32 for c in key):
             raise InvalidOptionError(f"--meta key {key!r} may not contain quotes or control codes")
-        out[key] = value
+        out[key] = meta_value(value)
     return out
 
 

@@ -126,7 +126,14 @@ def group_by_file(results: list[SearchResult], k: int) -> list[Hit]:
     return list(groups.values())[:k]
 
 
-def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> list[Hit]:
+class Hits(list):
+    """The hits of :func:`search`; ``results`` is what the knowledge base answered (a
+    reranker's refusal is recorded there)."""
+
+    results: Any = None
+
+
+def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> Hits:
     """Search ``kb`` (anything with ``search_with`` and ``analyzer``) for ``query`` with its
     phrase and exclusion syntax, returning hits by ``file`` or by ``chunk``."""
     if by not in UNITS:
@@ -139,13 +146,14 @@ def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> lis
     if deep:
         pool = min(max(k * POOL_FACTOR, POOL_MIN), max(POOL_MAX, k))
         options = replace(options, k=pool)
-    results = kb.search_with(parsed.text, options) if parsed.text.strip() else []
+    answered = kb.search_with(parsed.text, options) if parsed.text.strip() else []
+    results = list(answered)
     if not parsed.plain:
         analyzer = kb.analyzer
         results = [r for r in results if passes(r.document.text, parsed, analyzer)]
-    if by == "file":
-        return group_by_file(results, k)
-    return [Hit(r) for r in results[:k]]
+    hits = Hits(group_by_file(results, k) if by == "file" else [Hit(r) for r in results[:k]])
+    hits.results = answered
+    return hits
 
 
 def line_of(text: str, offset: int) -> int:

@@ -185,6 +185,18 @@ def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str,
     return out
 
 
+def no_results_text(results: Any) -> str:
+    """What an empty search says; a reranker's refusal also says why."""
+    if getattr(results, "refused", False):
+        best = results.best_relevance
+        return (
+            f"No relevant knowledge found: none of the {results.candidates} candidates reached "
+            f"min_relevance {results.min_relevance:g}"
+            + (f" (best {best:.3f})." if best is not None else ".")
+        )
+    return "No relevant knowledge found."
+
+
 SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 
 
@@ -540,6 +552,24 @@ def ingest_summary(report: Any) -> list[str]:
     if report.skipped:
         lines.append(
             f"Skipped {report.skipped} file{_s(report.skipped)} (other extensions or hidden)."
+        )
+    special = getattr(report, "special", 0)
+    if special:
+        lines.append(
+            f"Skipped {special} special file{_s(special)} (FIFOs, sockets or devices; never "
+            "opened)."
+        )
+    links = getattr(report, "links", 0)
+    if links:
+        lines.append(
+            f"Skipped {links} symbolic link{_s(links)} (not followed without --follow-symlinks, "
+            "broken, or leading outside the folder)."
+        )
+    unreadable = getattr(report, "unreadable", 0)
+    if unreadable:
+        lines.append(
+            f"Could not read {unreadable} folder{_s(unreadable)} or entr"
+            f"{'y' if unreadable == 1 else 'ies'} (see warnings); their indexed files were kept."
         )
     if report.failed:
         n = len(report.failed)

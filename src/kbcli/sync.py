@@ -9,10 +9,17 @@ For each file found under the given paths:
   are swapped in one transaction, so a search sees the old version or the new one, never both,
   and ``kill -9`` at any moment leaves each file at its old version, its new one, or absent.
 
+The walker (:func:`discover`) visits regular files only (FIFOs, sockets and devices are
+counted, never opened), follows symbolic links only with ``follow_symlinks`` and only inside
+their root, and every read stops at ``limits.max_file_mb`` bytes actually read. A file that
+changes while it is read is read again once, then reported as failed, never indexed torn.
+
 Files recorded under the given roots that no longer exist or no longer match the extensions
-are *stale*: counted, and removed with ``prune=True``. One ingest runs at a time per database
-(an advisory lock file beside it); a second one waits ``wait`` seconds, then fails with
-:class:`~kbcli.errors.DatabaseLockedError`.
+are *stale*: counted, and removed with ``prune=True`` unless that looks like an accident (an
+empty root, more than half of the index; see :func:`check_prune`), which is refused before
+anything is written. Files under a folder that could not be listed are never stale. One
+ingest runs at a time per database (an advisory lock file beside it); a second one waits
+``wait`` seconds, then fails with :class:`~kbcli.errors.DatabaseLockedError`.
 """
 
 from __future__ import annotations
@@ -20,21 +27,35 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidOptionError, KBError, LoaderError
+from .errors import (
+    InvalidOptionError,
+    KBError,
+    LoaderError,
+    StoreError,
+    UnsafePruneError,
+)
+from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .protocols import DocumentCatalog, FileLedger
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
 IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})
 IGNORE_FILE = ".kbignore"
+IGNORE_FILE_LIMIT = 1 << 20  # bytes of a .kbignore file read at most
+# --prune refuses (without --allow-mass-delete) to remove more than half of the files indexed
+# under the given folders once at least this many are indexed there; below it, deleting most
+# of a handful of notes is ordinary. A folder with nothing to index is always refused.
+MASS_DELETE_MIN_INDEXED = 10
+TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed while read
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
 # costs ~1-2 ms). Each file is still all-or-nothing: a crash rolls back the group, leaving
@@ -69,6 +90,9 @@ class SyncReport:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     rebuilt: int = 0
+    special: int = 0  # FIFOs, sockets, devices: skipped, never opened
+    links: int = 0  # symbolic links not followed (or leading outside their root)
+    unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
     metadata_updated: int = 0
     interrupted: bool = False
 
@@ -101,25 +125,45 @@ def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]
 
 @dataclass
 class Discovery:
-    """Files to index, the roots they were found under, and how many were passed over."""
+    """Files to index, the roots they were found under, and how many were passed over.
+
+    ``special`` counts FIFOs, sockets and devices (never opened); ``links`` counts symbolic
+    links not followed (``follow_symlinks`` off, broken, or leading outside their root);
+    ``unreadable`` lists folders (and entries) that could not be read: files recorded below
+    them are never counted as vanished. ``found_per_root`` counts the files to index found
+    under each folder root.
+    """
 
     files: list[Path]
     dir_roots: list[tuple[Path, bool]]  # (folder, recursive)
     file_roots: list[Path]
     skipped: int = 0
     warnings: list[str] = field(default_factory=list)
+    special: int = 0
+    links: int = 0
+    unreadable: list[Path] = field(default_factory=list)
+    found_per_root: dict[Path, int] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
         """True when ``path`` lies where this discovery looked (so it can be stale)."""
         p = Path(path)
+        if any(p == u or p.is_relative_to(u) for u in self.unreadable):
+            return False
         if p in self.file_roots:
             return True
-        for root, recursive in self.dir_roots:
-            if recursive and p.is_relative_to(root) and p != root:
-                return True
-            if not recursive and p.parent == root:
-                return True
-        return False
+        return any(self._under(p, root, recursive) for root, recursive in self.dir_roots)
+
+    def covered_by(self, path: str, root: Path) -> bool:
+        """True when ``path`` lies under the folder root ``root``."""
+        return any(
+            r == root and self._under(Path(path), r, recursive) for r, recursive in self.dir_roots
+        )
+
+    @staticmethod
+    def _under(p: Path, root: Path, recursive: bool) -> bool:
+        if recursive:
+            return p != root and p.is_relative_to(root)
+        return p.parent == root
 
 
 class _IgnoreRules:
@@ -130,14 +174,17 @@ class _IgnoreRules:
 
     def load(self, folder: Path) -> None:
         file = folder / IGNORE_FILE
-        if not file.is_file():
+        try:
+            if not stat.S_ISREG(os.stat(file).st_mode):
+                return
+            fh, _ = open_regular(file)
+            with fh:
+                data = b"".join(read_blocks(fh, file, IGNORE_FILE_LIMIT))
+        except (OSError, LoaderError):
             return
         import pathspec
 
-        try:
-            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            return
+        lines = data.decode("utf-8", errors="replace").splitlines()
         self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
@@ -149,26 +196,49 @@ class _IgnoreRules:
         return False
 
 
+def _exists(path: Path) -> bool:
+    """True when ``path`` exists; a path that cannot be checked is a one-line error."""
+    try:
+        os.stat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise InvalidOptionError(
+            f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+        ) from None
+
+
 def discover(
     paths: list[Path],
     extensions: tuple[str, ...],
     *,
     recursive: bool = True,
     include_hidden: bool = False,
+    follow_symlinks: bool = False,
 ) -> Discovery:
-    """Walk ``paths`` and return the files to index (sorted, resolved, no duplicates).
+    """Walk ``paths`` and return the regular files to index (sorted, no duplicates).
 
     Skips ``.git``, ``node_modules`` and hidden folders (unless ``include_hidden``) and what
-    ``.kbignore`` files exclude; follows symlinked folders once (never loops).
+    ``.kbignore`` files exclude. FIFOs, sockets and devices are counted and never opened.
+    Symbolic links below a root are not followed unless ``follow_symlinks``; then only when
+    they lead inside that root, each file and folder once, and a file reached through a link
+    is recorded under the link's path. Paths named on the command line are resolved.
     """
-    missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
+    missing = [str(p) for p in paths if not _exists(Path(p).expanduser())]
     if missing:
         raise InvalidOptionError(f"Path not found: {missing[0]} (check the path and try again)")
     found: dict[Path, None] = {}
     discovery = Discovery([], [], [])
     for raw in paths:
         path = Path(raw).expanduser().resolve()
-        if path.is_file():
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise InvalidOptionError(
+                f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+            ) from None
+        if stat.S_ISREG(mode):
             discovery.file_roots.append(path)
             if path.suffix.lower() in extensions:
                 found[path] = None
@@ -178,25 +248,56 @@ def discover(
                     f"{path}: skipped, extension {path.suffix or '(none)'} is not in --ext"
                 )
             continue
+        if not stat.S_ISDIR(mode):
+            discovery.special += 1
+            discovery.warnings.append(f"{path}: {file_kind(mode)}, not a file or folder: skipped")
+            continue
         discovery.dir_roots.append((path, recursive))
-        for file in _walk(path, extensions, recursive, include_hidden, discovery):
+        count = 0
+        for file in _walk(path, extensions, recursive, include_hidden, follow_symlinks, discovery):
+            if file not in found:
+                count += 1
             found[file] = None
+        discovery.found_per_root[path] = discovery.found_per_root.get(path, 0) + count
     discovery.files = sorted(found)
     return discovery
 
 
+def _link_target(link: Path, root: Path) -> tuple[Path, os.stat_result] | str:
+    """Where the symlink ``link`` leads and its stat, or why it is not followed."""
+    try:
+        real = Path(os.path.realpath(link, strict=True))
+        st = os.stat(real)
+    except OSError as exc:
+        return f"broken symbolic link ({exc.strerror or exc})"
+    if real != root and not real.is_relative_to(root):  # component-wise: /docs-x is not in /docs
+        return f"symbolic link to {real}, outside {root}"
+    return real, st
+
+
 def _walk(
-    root: Path, extensions: tuple[str, ...], recursive: bool, include_hidden: bool, d: Discovery
+    root: Path,
+    extensions: tuple[str, ...],
+    recursive: bool,
+    include_hidden: bool,
+    follow_symlinks: bool,
+    d: Discovery,
 ) -> Iterator[Path]:
     rules = _IgnoreRules()
     seen_dirs: set[tuple[int, int]] = set()
-    stack = [root]
-    while stack:
-        folder = stack.pop()
+    real_files: set[tuple[int, int]] = set()
+    linked_files: list[tuple[Path, tuple[int, int]]] = []
+    stack: list[tuple[Path, bool]] = [(root, False)]
+    # Folders reached through a link are walked after the real tree, so that a file found
+    # both ways is recorded under its real path.
+    later: list[tuple[Path, bool]] = []
+    while stack or later:
+        folder, via_link = stack.pop() if stack else later.pop()
         try:
-            st = folder.stat()
+            st = os.stat(folder)
         except OSError as exc:
-            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror})")
+            d.unreadable.append(folder)
+            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror}); its files are kept")
             continue
         if (st.st_dev, st.st_ino) in seen_dirs:
             continue  # a symlink loop or a folder reached twice
@@ -205,42 +306,70 @@ def _walk(
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror})")
+            d.unreadable.append(folder)
+            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror}); its files are kept")
             continue
         for entry in entries:
             path = Path(entry.path)
             hidden = entry.name.startswith(".")
-            try:
-                is_dir = entry.is_dir()  # follows symlinks
-            except OSError:
-                continue
-            if is_dir:
-                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
-                    continue
-                if (hidden and not include_hidden) or rules.ignored(path, True):
-                    continue
-                stack.append(path)
-                continue
             if entry.name == IGNORE_FILE or (hidden and not include_hidden):
                 continue
-            if rules.ignored(path, False):
+            try:
+                if entry.is_symlink():
+                    if not follow_symlinks:
+                        d.links += 1
+                        continue
+                    target = _link_target(path, root)
+                    if isinstance(target, str):
+                        d.links += 1
+                        d.warnings.append(f"{path}: {target}: not followed")
+                        continue
+                    st, through_link = target[1], True
+                else:
+                    st, through_link = entry.stat(follow_symlinks=False), via_link
+            except OSError as exc:
+                d.unreadable.append(path)
+                d.warnings.append(f"{path}: cannot read ({exc.strerror}); kept as it was")
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
+                    continue
+                if rules.ignored(path, True):
+                    continue
+                (later if through_link else stack).append((path, through_link))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                d.special += 1
+                d.warnings.append(f"{path}: {file_kind(st.st_mode)}: skipped, never opened")
+                continue
+            if rules.ignored(path, False) or path.suffix.lower() not in extensions:
                 d.skipped += 1
                 continue
-            if path.suffix.lower() not in extensions:
-                d.skipped += 1
-                continue
-            yield path.resolve() if entry.is_symlink() else path
+            key = (st.st_dev, st.st_ino)
+            if through_link:
+                linked_files.append((path, key))
+            else:
+                real_files.add(key)
+                yield path
+    for path, key in linked_files:
+        if key in real_files:
+            d.skipped += 1  # the same file, already found under its real path or another link
+            continue
+        real_files.add(key)
+        yield path
 
 
 # --- the sync -----------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, os.stat_result]:
+    """The file's SHA-256 and its ``fstat`` (regular files only, at most ``limit`` bytes)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
+    fh, st = open_regular(path, follow_symlinks=follow_symlinks)
+    with fh:
+        for block in read_blocks(fh, path, limit):
             digest.update(block)
-    return digest.hexdigest()
+    return digest.hexdigest(), st
 
 
 def chunk_settings(kb: Any) -> str:
@@ -313,11 +442,17 @@ def sync(
     rebuild: bool = False,
     wait: float = 60.0,
     progress: Progress | None = None,
+    follow_symlinks: bool = False,
+    allow_mass_delete: bool = False,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
     ``rebuild`` re-tokenises the keyword index, re-embeds every chunk with the configured
-    embedder (resumable) and re-reads every file under ``paths``.
+    embedder (resumable) and re-reads every file under ``paths``. ``follow_symlinks`` follows
+    links that stay inside their root (see :func:`discover`). With ``prune``, a run that would
+    empty a folder or remove more than half of the files indexed under ``paths`` raises
+    :class:`~kbcli.errors.UnsafePruneError` before anything is written, unless
+    ``allow_mass_delete``.
     """
     started = time.monotonic()
     store = kb.store
@@ -327,22 +462,40 @@ def sync(
             "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
         )
     extensions = parse_extensions(extensions)
-    found = discover(list(paths), extensions, recursive=recursive, include_hidden=include_hidden)
-    report = SyncReport(skipped=found.skipped, warnings=list(found.warnings))
-    with store.writer_lock(wait):
+    found = discover(
+        list(paths),
+        extensions,
+        recursive=recursive,
+        include_hidden=include_hidden,
+        follow_symlinks=follow_symlinks,
+    )
+    report = SyncReport(
+        skipped=found.skipped,
+        warnings=list(found.warnings),
+        special=found.special,
+        links=found.links,
+        unreadable=len(found.unreadable),
+    )
+    with store.writer_lock(wait), _write_errors():
+        records = store.file_records()
+        present = {str(p) for p in found.files}
+        stale = [p for p in records if p not in present and found.covers(p)]
+        if prune and stale and not allow_mass_delete:
+            check_prune(found, records, stale, extensions)
         if rebuild:
             report.rebuilt = _rebuild_index(kb)
+            records = store.file_records()
         settings = chunk_settings(kb)
         kb.ingestor._check_embedder()
-        records = store.file_records()
         total = len(found.files)
         pending = _PendingWrites(kb, report)
+        reading = _Reading(_max_bytes(kb), follow_symlinks)
         if progress is not None:
             progress("", 0, total)
         try:
             for done, path in enumerate(found.files, start=1):
                 prepared = _sync_file(
-                    kb, path, records.get(str(path)), settings, metadata, rebuild, report
+                    kb, path, records.get(str(path)), settings, metadata, rebuild, report, reading
                 )
                 if prepared is not None:
                     pending.add(*prepared)
@@ -359,8 +512,6 @@ def sync(
             report.interrupted = True
             report.seconds = time.monotonic() - started
             raise SyncInterrupted(report) from None
-        present = {str(p) for p in found.files}
-        stale = [p for p in records if p not in present and found.covers(p)]
         report.stale = len(stale)
         if prune:
             for path in stale:
@@ -371,6 +522,43 @@ def sync(
         store.checkpoint()
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextmanager
+def _write_errors() -> Iterator[None]:
+    """Turn a failed write (disk full, I/O error) into one StoreError line.
+
+    Each file's rows are swapped in one transaction, so the batch being written rolls back:
+    files written before it stay at their new version, the others at their previous one.
+    """
+    import sqlite3
+
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        reason = _root_reason(exc)
+        raise StoreError(
+            f"Writing to the index failed ({reason}): files not yet written keep their "
+            "previous version and the index stays searchable; free disk space (or fix the "
+            "disk) and run kb ingest again"
+        ) from exc
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The first cause in the chain that names the real problem (a failed ROLLBACK after a
+    full disk reports "no transaction is active"; the disk-full error is its context)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for candidate in seen:
+        if isinstance(candidate, OSError) and candidate.errno is not None:
+            return candidate.strerror or str(candidate)
+        text = str(candidate)
+        if "full" in text or "I/O" in text:
+            return text
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class _PendingWrites:
@@ -412,6 +600,27 @@ class _PendingWrites:
         self.items, self.chunks = [], 0
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How files are read: the byte limit and whether symlinks may be opened."""
+
+    limit: int | None
+    follow_symlinks: bool
+
+
+def _max_bytes(kb: Any) -> int | None:
+    """``limits.max_file_mb`` of the loader (else of the configuration) in bytes."""
+    loader = kb.ingestor.loader
+    if hasattr(loader, "max_file_mb"):
+        return limit_bytes(loader.max_file_mb)
+    config = kb.ingestor.config
+    if config is None:
+        from .config import get_config
+
+        config = get_config()
+    return limit_bytes(config.limits.max_file_mb)
+
+
 def _sync_file(
     kb: Any,
     path: Path,
@@ -420,12 +629,17 @@ def _sync_file(
     metadata: dict[str, Any] | None,
     force: bool,
     report: SyncReport,
+    reading: _Reading | None = None,
 ) -> tuple[FileRecord, list, list, bool | None] | None:
     """Skip an unchanged file, re-label one whose ``--meta`` changed, or load, chunk and embed
     a changed one (nothing written yet).
 
-    ``metadata`` None keeps the meta a file was indexed with; a dict replaces it."""
+    ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
+    hashed before and after it is loaded: a file that changed meanwhile is read once more, and
+    reported as failed if it changed again (never indexed torn).
+    """
     store = kb.store
+    reading = reading or _Reading(_max_bytes(kb), True)
     recorded_settings, recorded_meta = (
         split_settings(record.settings) if record is not None else ("", {})
     )
@@ -433,23 +647,42 @@ def _sync_file(
     same_chunking = record is not None and not force and recorded_settings == settings
     relabel = same_chunking and meta != recorded_meta
     try:
-        st = path.stat()
+        st = os.stat(path, follow_symlinks=reading.follow_symlinks)
+        if not stat.S_ISREG(st.st_mode):
+            raise LoaderError(f"{path}: not a regular file ({file_kind(st.st_mode)}): not read")
         if same_chunking and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
             return _relabel(kb, record, recorded_meta, meta, settings) if relabel else _same(report)
-        digest = _sha256(path)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        if same_chunking and record.sha256 == digest:
-            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
-            if relabel:
-                return _relabel(kb, record, recorded_meta, meta, settings)
-            store.touch_file(record)
-            return _same(report)
-        ingestor = kb.ingestor
-        sections = ingestor.load_sections(path)
+        if reading.limit is not None and st.st_size > reading.limit:
+            raise too_large(path, reading.limit)
+        for attempt in (1, 2):
+            digest, st = _sha256(path, reading.limit, reading.follow_symlinks)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            if same_chunking and record.sha256 == digest:
+                record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+                if relabel:
+                    return _relabel(kb, record, recorded_meta, meta, settings)
+                store.touch_file(record)
+                return _same(report)
+            ingestor = kb.ingestor
+            sections = ingestor.load_sections(path)
+            after, st_after = _sha256(path, reading.limit, reading.follow_symlinks)
+            if after == digest and (st_after.st_size, st_after.st_mtime_ns) == (
+                st.st_size,
+                st.st_mtime_ns,
+            ):
+                break
+            if attempt == 2:
+                raise LoaderError(
+                    f"{path}: the file changed while it was being read (twice): not indexed "
+                    "this time; run kb ingest again when it is no longer being written"
+                )
+            time.sleep(TORN_READ_RETRY_DELAY)
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
         _file_lines(ingestor.loader, path, sections, chunks)
+        del sections  # the file's whole text: free it before embedding (a big file's peak)
         docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
+        del chunks
         vectors = ingestor.embed([d.text for d in docs], remember=False)
     except LoaderError as exc:
         report.failed.append(FileFailure(str(path), _one_line(exc, path)))
@@ -470,6 +703,35 @@ def _sync_file(
         now,
     )
     return new_record, docs, vectors, record is None
+
+
+def check_prune(
+    found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
+) -> None:
+    """Raise :class:`UnsafePruneError` when pruning ``stale`` looks like an accident.
+
+    Refused: a folder root with no file to index while files are indexed under it (an empty
+    or unmounted folder), and removing more than half of the files indexed under the roots
+    once at least :data:`MASS_DELETE_MIN_INDEXED` are.
+    """
+    fix = "nothing was changed; if this is intended, run again with --allow-mass-delete"
+    for root, _ in found.dir_roots:
+        if found.found_per_root.get(root, 0):
+            continue
+        going = sum(1 for p in stale if found.covered_by(p, root))
+        if going:
+            kinds = ",".join(extensions)
+            raise UnsafePruneError(
+                f"--prune refused: {root} holds no {kinds} file to index but {going} indexed "
+                f"file{'' if going == 1 else 's'} under it would be removed (is it empty or "
+                f"not mounted?); {fix}"
+            )
+    indexed = sum(1 for p in records if found.covers(p))
+    if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
+        raise UnsafePruneError(
+            f"--prune refused: it would remove {len(stale)} of the {indexed} files indexed "
+            f"under the given paths (more than half); {fix}"
+        )
 
 
 def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
