@@ -36,7 +36,7 @@ MetaOption = Annotated[
         "--meta",
         metavar="KEY=VALUE",
         help="Metadata key=value (repeatable). Numbers (2024, 1.5) and true/false are stored "
-        "typed, so --filter year>=2024 works; quote to keep text: 'code=\"2024\"'.",
+        "typed, so --filter \"year>=2024\" works; quote to keep text: 'code=\"2024\"'.",
     ),
 ]
 
