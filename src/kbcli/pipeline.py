@@ -19,6 +19,8 @@ from .protocols import (
 )
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
+DEFAULT_BATCH = 64  # texts per embedding request when an embedder does not say
+
 
 def _new_id() -> str:
     return uuid.uuid4().hex
@@ -81,6 +83,11 @@ class LazyEmbedder:
     def info(self) -> EmbedderInfo:
         """Identity of the resolved embedder."""
         return embedder_info(self.resolved)
+
+    @property
+    def batch_size(self) -> int:
+        """Texts the resolved embedder sends per request."""
+        return int(getattr(self.resolved, "batch_size", DEFAULT_BATCH) or DEFAULT_BATCH)
 
     @property
     def weak(self) -> bool:
@@ -239,6 +246,12 @@ class IngestPipeline:
         if isinstance(self.store, DocumentCatalog):
             self.store.check_embedder(info)
         return info
+
+    def cached_vectors(self, texts: list[str]) -> dict[str, list[float]]:
+        """Vectors of ``texts`` already in the store's embedding cache (none without one)."""
+        if not texts or not isinstance(self.store, EmbeddingCache):
+            return {}
+        return self.store.cached_embeddings(embedder_info(self.embedder), texts)
 
     def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
         """Vectors for ``texts``, reusing the store's embedding cache where it has one.

@@ -504,10 +504,10 @@ def sync(
                 if done % CHECKPOINT_EVERY == 0:
                     pending.flush()
                     store.checkpoint()
-            pending.flush()
+            pending.flush(final=True)
         except KeyboardInterrupt:
             # Keep what was prepared (each file is still all-or-nothing), then stop.
-            pending.flush()
+            pending.flush(final=True)
             store.checkpoint()
             report.interrupted = True
             report.seconds = time.monotonic() - started
@@ -562,32 +562,71 @@ def _root_reason(exc: BaseException) -> str:
 
 
 class _PendingWrites:
-    """Prepared files waiting to be written, flushed in one transaction per group."""
+    """Prepared files waiting for their vectors and their write.
+
+    Texts are embedded in full batches of the embedder's ``batch_size`` across file
+    boundaries (301 chunks in 31 files: 5 requests at 64, not 31), and files whose vectors
+    are all there are written in one transaction per group, each file still whole. Texts the
+    embedding cache already knows are never sent.
+    """
 
     def __init__(self, kb: Any, report: SyncReport):
         self.kb = kb
         self.report = report
-        self.items: list[tuple[FileRecord, list, list, bool | None]] = []
+        self.items: list[tuple[FileRecord, list, bool | None]] = []
         self.chunks = 0
+        self.vectors: dict[str, list[float]] = {}
+        self.waiting: dict[str, None] = {}  # texts to embed, in order
+        self.batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
 
-    def add(self, record: FileRecord, docs: list, vectors: list, is_new: bool | None) -> None:
-        """Queue a file; ``is_new`` None means only its metadata changed."""
-        self.items.append((record, docs, vectors, is_new))
+    def add(
+        self,
+        record: FileRecord,
+        docs: list,
+        is_new: bool | None,
+        vectors: list[list[float]] | None = None,
+    ) -> None:
+        """Queue a file; ``is_new`` None means only its metadata changed (``vectors``: the
+        ones it has, so nothing is embedded)."""
+        self.items.append((record, docs, is_new))
+        if vectors is not None:
+            self.vectors.update((d.text, v) for d, v in zip(docs, vectors) if v is not None)
         self.chunks += len(docs)
+        texts = [d.text for d in docs if d.text not in self.vectors]
+        self.vectors.update(self.kb.ingestor.cached_vectors(texts))
+        for text in texts:
+            if text not in self.vectors:
+                self.waiting[text] = None
+        full = len(self.waiting) // self.batch * self.batch
+        if full:
+            self._embed(full)
         if len(self.items) >= WRITE_BATCH_FILES or self.chunks >= WRITE_BATCH_CHUNKS:
             self.flush()
 
-    def flush(self) -> None:
-        if not self.items:
+    def _embed(self, n: int) -> None:
+        texts = list(self.waiting)[:n]
+        fresh = self.kb.embedder.embed_documents(texts)
+        self.vectors.update(zip(texts, fresh))
+        for text in texts:
+            del self.waiting[text]
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write the files whose vectors are all known (``final``: embed the rest first)."""
+        if final and self.waiting:
+            self._embed(len(self.waiting))
+        ready = [item for item in self.items if all(d.text in self.vectors for d in item[1])]
+        if not ready:
             return
         store, report = self.kb.store, self.report
         info = _embedder_info(self.kb)
         with store.transaction():
             removed = [
-                store.replace_file(record, docs, vectors, embedder=info)
-                for record, docs, vectors, _ in self.items
+                store.replace_file(
+                    record, docs, [self.vectors[d.text] for d in docs], embedder=info
+                )
+                for record, docs, _ in ready
             ]
-        for (_, docs, _, is_new), gone in zip(self.items, removed):
+        for (_, docs, is_new), gone in zip(ready, removed):
             if is_new is None:
                 report.metadata_updated += 1
                 continue
@@ -597,7 +636,11 @@ class _PendingWrites:
                 report.added += 1
             else:
                 report.updated += 1
-        self.items, self.chunks = [], 0
+        written = {id(item) for item in ready}
+        self.items = [item for item in self.items if id(item) not in written]
+        self.chunks = sum(len(docs) for _, docs, _ in self.items)
+        needed = {d.text for _, docs, _ in self.items for d in docs}
+        self.vectors = {t: v for t, v in self.vectors.items() if t in needed}
 
 
 @dataclass(frozen=True)
@@ -630,9 +673,10 @@ def _sync_file(
     force: bool,
     report: SyncReport,
     reading: _Reading | None = None,
-) -> tuple[FileRecord, list, list, bool | None] | None:
-    """Skip an unchanged file, re-label one whose ``--meta`` changed, or load, chunk and embed
-    a changed one (nothing written yet).
+) -> tuple[Any, ...] | None:
+    """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
+    changed one (nothing embedded or written yet: :class:`_PendingWrites` embeds across
+    files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
     hashed before and after it is loaded: a file that changed meanwhile is read once more, and
@@ -683,7 +727,6 @@ def _sync_file(
         del sections  # the file's whole text: free it before embedding (a big file's peak)
         docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
         del chunks
-        vectors = ingestor.embed([d.text for d in docs], remember=False)
     except LoaderError as exc:
         report.failed.append(FileFailure(str(path), _one_line(exc, path)))
         return None
@@ -702,7 +745,7 @@ def _sync_file(
         [d.id for d in docs],
         now,
     )
-    return new_record, docs, vectors, record is None
+    return new_record, docs, record is None
 
 
 def check_prune(
@@ -754,7 +797,7 @@ def _relabel(
     old: dict[str, Any],
     new: dict[str, Any],
     settings: str,
-) -> tuple[FileRecord, list, list, None]:
+) -> tuple[FileRecord, list, None, list]:
     """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
     vectors (no embedder call), and its record with the new meta."""
     from .types import Document
@@ -765,9 +808,7 @@ def _relabel(
         kept = {k: v for k, v in doc.metadata.items() if k not in old or k in _OWN_KEYS}
         metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
         relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
-    vectors = [d.embedding for d in relabelled]
-    if any(v is None for v in vectors):
-        vectors = kb.ingestor.embed([d.text for d in relabelled], remember=False)
+    vectors = [d.embedding for d in relabelled]  # a missing one comes from the cache
     fresh = FileRecord(
         record.path,
         record.size,
@@ -777,7 +818,7 @@ def _relabel(
         [d.id for d in relabelled],
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    return fresh, relabelled, vectors, None
+    return fresh, relabelled, None, vectors
 
 
 # Metadata a file's chunks get from ingest itself, never from --meta.
