@@ -506,7 +506,8 @@ def sync(
                     store.checkpoint()
             pending.flush(final=True)
         except KeyboardInterrupt:
-            # Keep what was prepared (each file is still all-or-nothing), then stop.
+            # Keep what was prepared: embed the partial batch still waiting (one request; a
+            # second Ctrl-C stops that too) and write those files, each whole.
             pending.flush(final=True)
             store.checkpoint()
             report.interrupted = True
