@@ -4,7 +4,9 @@ The real SDKs talk to these over real HTTP; nothing in the SDKs is mocked. Vecto
 from the text (``fake_vector``), so a test can tell which vector belongs to which input.
 Failures are scripted: ``server.script = [(429, {"Retry-After": "2"}), None, ...]`` answers the
 next requests with those statuses (None: a normal answer); ``server.always = 500`` fails every
-request; ``server.stalls = [2.0]`` makes the next answer late (for timeouts). Each
+request; ``server.stalls = [2.0]`` makes the next answer late (for timeouts);
+``server.hang = True`` never answers (until the server stops); ``server.trickle = 0.3``
+sends every answer one byte at a time, that many seconds apart, status line included. Each
 request is recorded in ``server.requests`` as ``(path, headers, body)``.
 """
 
@@ -15,6 +17,7 @@ import hashlib
 import json
 import random
 import struct
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,12 +54,22 @@ class FakeServer:
         self.echo_key_in_errors = False
         self.error_code: str | None = None  # OpenAI's error.code, e.g. "insufficient_quota"
         self.force_float = False  # answer JSON floats even when base64 is asked for
+        self.hang = False  # accept the request, never answer
+        self.trickle: float | None = None  # seconds between the bytes of each answer
+        self._stopped = threading.Event()
         self.requests: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd.handle_error = self._handle_error  # type: ignore[method-assign]
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
+
+    def _handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (deadline tests) closes its socket mid-answer: not an error.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        ThreadingHTTPServer.handle_error(self._httpd, request, client_address)
 
     @property
     def url(self) -> str:
@@ -68,6 +81,7 @@ class FakeServer:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()  # releases hanging and trickling handlers
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -121,6 +135,9 @@ class FakeServer:
                     stall = server.stalls.pop(0) if server.stalls else 0.0
                 if stall:
                     time.sleep(stall)
+                if server.hang:
+                    server._stopped.wait()
+                    return
                 failure = server._next_failure()
                 if failure is not None:
                     status, extra = failure
@@ -184,6 +201,9 @@ class FakeServer:
 
             def _send(self, status: int, payload: Any, extra: dict[str, str] | None = None):
                 data = json.dumps(payload).encode()
+                if server.trickle:
+                    self._trickle(status, data, extra)
+                    return
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -191,6 +211,20 @@ class FakeServer:
                     self.send_header(key, value)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _trickle(self, status: int, data: bytes, extra: dict[str, str] | None) -> None:
+                head = [f"HTTP/1.1 {status} OK", "Content-Type: application/json"]
+                head.append(f"Content-Length: {len(data)}")
+                head += [f"{k}: {v}" for k, v in (extra or {}).items()]
+                raw = ("\r\n".join(head) + "\r\n\r\n").encode() + data
+                for i in range(len(raw)):
+                    if server._stopped.wait(server.trickle):
+                        return
+                    try:
+                        self.wfile.write(raw[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:
+                        return
 
         return Handler
 

@@ -137,7 +137,7 @@ def test_search_json_pipes_into_json_tool(kb_exe, corpus):
     assert tool.returncode == 0, tool.stderr
     hits = json.loads(tool.stdout)
     assert isinstance(hits, list) and hits
-    assert set(hits[0]) == {"id", "score", "text", "metadata"}
+    assert {"id", "score", "text", "metadata", "unit", "location", "line"} <= set(hits[0])
 
 
 def test_user_errors_are_one_line_with_the_exit_code(kb_exe, tmp_path):

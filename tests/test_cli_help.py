@@ -14,7 +14,8 @@ COMMANDS = sorted(typer.main.get_command(app).commands)
 
 def test_the_expected_commands_are_registered():
     assert COMMANDS == [
-        "add", "copy", "delete", "eval", "ingest", "list", "mcp", "search", "stats",
+        "add", "config", "copy", "delete", "eval", "get", "ingest", "init", "list", "mcp",
+        "search", "stats",
     ]  # fmt: skip
 
 

@@ -15,7 +15,10 @@ def ids():
 def test_json_is_an_array_of_hits_and_nothing_else(ids):
     hits, result = run_json("search", "reset password", "--mode", "keyword", "--json")
     assert [h["id"] for h in hits][0] == ids[0]
-    assert set(hits[0]) == {"id", "score", "text", "metadata"}
+    assert set(hits[0]) == {
+        "id", "score", "text", "metadata", "unit", "location", "line", "matched_chunks"
+    }  # fmt: skip
+    assert hits[0]["unit"] == "file" and hits[0]["location"] == "/docs/password.md"
     assert hits[0]["metadata"]["source"] == "/docs/password.md"
     assert isinstance(hits[0]["score"], float)
 
@@ -97,10 +100,10 @@ def test_alpha_out_of_range_is_a_usage_error(ids):
 
 
 def test_min_score_drops_weak_hits(ids):
-    all_hits, _ = run_json("search", "invoices", "--mode", "keyword", "--json")
+    all_hits, _ = run_json("search", "invoices", "--mode", "keyword", "--by", "chunk", "--json")
     best = max(h["score"] for h in all_hits)
     hits, _ = run_json(
-        "search", "invoices", "--mode", "keyword", "--min-score", str(best), "--json"
+        "search", "invoices", "-m", "keyword", "--by", "chunk", "--min-score", str(best), "--json"
     )
     assert len(hits) == 1 < len(all_hits)
 
@@ -118,7 +121,11 @@ def test_missing_database_is_an_error_and_not_created(tmp_path):
     assert not db.exists()
 
 
-def test_automatic_embedder_note_goes_to_stderr_unless_quiet(ids):
+def test_embedder_note_only_when_the_choice_changed(ids, monkeypatch):
+    plain = run("search", "password", "--json")
+    assert plain.exit_code == 0
+    assert "Using" not in plain.stderr  # the index's own embedder, nothing changed
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
     result = run("search", "password", "--json")
     assert result.exit_code == 0
     assert "Using simple/char-hash-64" in result.stderr

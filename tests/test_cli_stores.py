@@ -98,3 +98,5 @@ def test_copy_refuses_a_non_empty_target_and_bad_settings(tmp_path):
     assert bad.exit_code == 2 and "store.metric" in bad.stderr
     unknown = run("--store", "nosuch", "--db", db, "stats")
     assert unknown.exit_code == 2 and "choose from" in unknown.stderr
+    after = run("stats", "--json", "--db", db, "--store", "faiss")  # global options after too
+    assert after.exit_code == 0 and '"faiss"' in after.stdout

@@ -83,6 +83,11 @@ other_tool: {anything: 1}
         ("rag: {embedding: []}", "rag.embedding"),
         ("paths: {knowledge_db: 5}", "paths.knowledge_db"),
         ("analysis: {stem: maybe}", "analysis.stem"),
+        ("rag: {embedding: {retry_budget: 0}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {retry_budget: soon}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {retry_budget: 1.0e+30}}", "rag.embedding.retry_budget"),
+        ("rag: {embedding: {timeout: -1}}", "rag.embedding.timeout"),
+        ("rag: {embedding: {timeout: 1.0e+30}}", "rag.embedding.timeout"),
     ],
 )
 def test_bad_values_name_key_and_file(tmp_path, text, key):
@@ -90,6 +95,15 @@ def test_bad_values_name_key_and_file(tmp_path, text, key):
     with pytest.raises(ConfigError) as err:
         load_config(cfg)
     assert key in str(err.value) and str(cfg) in str(err.value)
+
+
+def test_provider_deadlines_are_read(tmp_path):
+    cfg = write(tmp_path / "ok.yaml", "rag: {embedding: {timeout: 2.5, retry_budget: 7}}")
+    emb = load_config(cfg).rag.embedding
+    assert (emb.timeout, emb.retry_budget) == (2.5, 7.0)
+    defaults = load_config(None).rag.embedding
+    # a dead server must end a command in well under a minute by default
+    assert defaults.timeout <= defaults.retry_budget <= 60
 
 
 def test_typo_gets_a_suggestion(tmp_path):

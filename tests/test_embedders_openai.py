@@ -85,8 +85,15 @@ def test_429_then_success_is_retried_honouring_retry_after(server, sleeps):
 
 def test_retry_after_is_capped(server, sleeps):
     server.script = [(429, {"Retry-After": "100000"}), None]
-    make(server).embed_query("hello")
+    make(server, retry_budget=1000).embed_query("hello")
     assert sleeps == [retry.RetryPolicy().max_retry_after]
+
+
+def test_retry_after_past_the_budget_gives_up_at_once(server, sleeps):
+    server.script = [(429, {"Retry-After": "100"}), None]
+    with pytest.raises(EmbedderError, match="asked to wait 100 s.*retry_budget"):
+        make(server, retry_budget=30).embed_query("hello")
+    assert sleeps == [] and len(server.requests) == 1
 
 
 def test_permanent_500_is_bounded_and_explained(server, sleeps):

@@ -64,8 +64,30 @@ def test_not_equal_matches_documents_without_the_key():
     assert not matches({"page": "3"}, where)
 
 
-def test_parse_meta_keeps_strings():
-    assert parse_meta(["page=3", "url=a=b", "empty="]) == {"page": "3", "url": "a=b", "empty": ""}
+def test_parse_meta_types_numbers_and_booleans_only():
+    assert parse_meta(["page=3", "url=a=b", "empty="]) == {"page": 3, "url": "a=b", "empty": ""}
+    assert parse_meta(["x=-1.5", "y=2e3", "ok=true", "no=false"]) == {
+        "x": -1.5,
+        "y": 2000.0,
+        "ok": True,
+        "no": False,
+    }
+    # not JSON numbers, quoted, or out of range: text, exactly as written
+    texts = ["zip=01234", "plus=+3", "v=1.", "t=True", "n=null", "big=" + "9" * 30, "f=1e999"]
+    assert parse_meta(texts) == {
+        "zip": "01234",
+        "plus": "+3",
+        "v": "1.",
+        "t": "True",
+        "n": "null",
+        "big": "9" * 30,
+        "f": "1e999",
+    }
+    assert parse_meta(['code="2024"', "name='42'", 'q="']) == {
+        "code": "2024",
+        "name": "42",
+        "q": '"',
+    }
     assert parse_meta([]) == {}
 
 

@@ -15,6 +15,10 @@ DOCS = [
     {"year": 1999, "page": 3},
     {"lang": "en", "page": "3"},
     {},
+    {"source": "/docs/guide/a.md", "lang": "en"},
+    {"source": "/docs/guide-old/b.md"},
+    {"source": "/docs/g%ide/c.md", "year": 2024},
+    {"source": 7},
 ]
 
 FILTERS = [
@@ -37,6 +41,13 @@ FILTERS = [
     {"$or": [{"lang": "zh"}, {"year": {"$lt": 2000}}]},
     {"$and": [{"lang": "en"}, {"$or": [{"year": 2020}, {"page": "3"}]}]},
     {"$and": [{"lang": {"$eq": "en"}}], "year": {"$exists": True}},
+    {"source": {"$prefix": "/docs/guide/"}},
+    {"source": {"$prefix": "/docs/guide"}},
+    {"source": {"$prefix": "/docs/g_ide/"}},
+    {"source": {"$prefix": "/docs/g%"}},
+    {"source": {"$prefix": "/DOCS/"}},
+    {"source": {"$prefix": "7"}},
+    {"$or": [{"source": {"$prefix": "/docs/guide/"}}, {"year": 2024}]},
 ]
 
 
@@ -55,10 +66,25 @@ def test_sql_and_python_agree(flt):
 
 
 def test_expected_semantics():
-    assert [i for i, d in enumerate(DOCS) if matches(d, {"year": 2024})] == [1]
-    assert [i for i, d in enumerate(DOCS) if matches(d, {"lang": {"$ne": "en"}})] == [1, 3, 4, 6]
-    assert [i for i, d in enumerate(DOCS) if matches(d, {"year": {"$gt": 2020}})] == [1, 2]
+    docs = DOCS[:7]  # the ones without a source
+    assert [i for i, d in enumerate(docs) if matches(d, {"year": 2024})] == [1]
+    assert [i for i, d in enumerate(docs) if matches(d, {"lang": {"$ne": "en"}})] == [1, 3, 4, 6]
+    assert [i for i, d in enumerate(docs) if matches(d, {"year": {"$gt": 2020}})] == [1, 2]
     assert matches({}, None) and matches({"a": 1}, {})
+
+
+def test_prefix_is_literal_and_case_sensitive():
+    def hits(flt):
+        return [i for i, d in enumerate(DOCS) if matches(d, flt)]
+
+    assert hits({"source": {"$prefix": "/docs/guide/"}}) == [7]
+    assert hits({"source": {"$prefix": "/docs/guide"}}) == [7, 8]
+    assert hits({"source": {"$prefix": "/docs/g_ide/"}}) == []  # no LIKE wildcards
+    assert hits({"source": {"$prefix": "/docs/g%ide/"}}) == [9]
+    assert hits({"source": {"$prefix": "/DOCS/"}}) == []
+    assert hits({"source": {"$prefix": "7"}}) == []  # only text values
+    sql, params = compile_sql({"source": {"$prefix": "x' OR 1=1 --"}})
+    assert "OR 1=1" not in sql and "x' OR 1=1 --" in params
 
 
 @pytest.mark.parametrize(
@@ -73,6 +99,8 @@ def test_expected_semantics():
         {"a": {"$in": []}},
         {"a": {"$gt": [1]}},
         {"a": {"$exists": "yes"}},
+        {"a": {"$prefix": ""}},
+        {"a": {"$prefix": 3}},
         {"a": {}},
         {"a": [1, 2]},
         {'a"b': 1},

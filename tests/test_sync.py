@@ -300,3 +300,39 @@ def test_reader_never_sees_both_versions(tmp_path):
     stop.set()
     t.join()
     assert seen_bad == []
+
+
+def test_embedding_batches_cross_file_boundaries(tmp_path):
+    """31 files of about 10 chunks: ceil(chunks / batch) requests, each file still whole."""
+
+    class BatchCounter(CountingEmbedder):
+        def __init__(self):
+            super().__init__()
+            self.batch_size = 64
+            self.calls = 0
+
+        def _embed_batch(self, texts):
+            self.calls += 1
+            return super()._embed_batch(texts)
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(31):
+        paragraphs = [f"File {i} paragraph {j} " + "words " * 60 for j in range(10)]
+        (docs / f"f{i}.md").write_text("\n\n".join(paragraphs))
+    embedder = BatchCounter()
+    kb = open_kb(tmp_path, embedder)
+    report = sync(kb, [docs])
+    chunks = kb.store.count()
+    assert report.added == 31 and report.chunks_added == chunks > 64 * 3
+    import math
+
+    assert embedder.calls == math.ceil(chunks / 64)
+    by_source = chunks_by_source(kb)
+    assert len(by_source) == 31 and all(len(v) >= 10 for v in by_source.values())
+    # Nothing changed: no request at all; one file changed: one request.
+    sync(kb, [docs])
+    assert embedder.calls == math.ceil(chunks / 64)
+    (docs / "f3.md").write_text("A new text for file three.")
+    sync(kb, [docs])
+    assert embedder.calls == math.ceil(chunks / 64) + 1

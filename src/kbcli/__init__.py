@@ -37,6 +37,7 @@ _EXPORTS = {
     "NotFoundError": "errors",
     "RerankerError": "errors",
     "StoreError": "errors",
+    "UnsafePruneError": "errors",
     "UnsupportedFormatError": "errors",
     "DefaultDocumentLoader": "ingest",
     "SimpleTextChunker": "ingest",

@@ -19,6 +19,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 EXIT_INTERRUPTED = 130
+MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
+MAX_INT64 = 2**63 - 1  # SQLite's integers
 
 
 FILTER_HELP = (
@@ -30,7 +32,12 @@ FilterOption = Annotated[
 ]
 MetaOption = Annotated[
     list[str] | None,
-    typer.Option("--meta", metavar="KEY=VALUE", help="Metadata key=value (repeatable)."),
+    typer.Option(
+        "--meta",
+        metavar="KEY=VALUE",
+        help="Metadata key=value (repeatable). Numbers (2024, 1.5) and true/false are stored "
+        "typed, so --filter \"year>=2024\" works; quote to keep text: 'code=\"2024\"'.",
+    ),
 ]
 
 
@@ -122,12 +129,77 @@ class _PlainCoercion:
         return number
 
 
+# Global options accepted after the command too: flags, and options taking a value.
+GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
+GLOBAL_VALUES = ("--db", "--config", "--store")
+# Commands with an option of the same name that means something else there.
+OWN_OPTIONS = {"eval": ("--db",)}
+
+
+def hoist_global_options(args: list[str], commands: Any) -> list[str]:
+    """Move global options written after the command to before it (``kb search x -q`` is
+    ``kb -q search x``), and a ``--json`` written before the command to after it. Nothing
+    after ``--`` moves; a command's own option of the same name (``kb eval --db``) stays."""
+    index, i = None, 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        if arg in GLOBAL_VALUES:
+            i += 2
+            continue
+        if not arg.startswith("-") and arg in commands:
+            index = i
+            break
+        i += 1
+    if index is None:
+        return args
+    before, name, after = list(args[:index]), args[index], list(args[index + 1 :])
+    moved_json = [a for a in before if a == "--json"]
+    before = [a for a in before if a != "--json"]
+    own = OWN_OPTIONS.get(name, ())
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(after):
+        arg = after[i]
+        if arg == "--":
+            rest.extend(after[i:])
+            break
+        option = arg.split("=", 1)[0]
+        if arg in GLOBAL_FLAGS and arg not in own:
+            hoisted.append(arg)
+        elif option in GLOBAL_VALUES and option not in own:
+            if "=" in arg:
+                hoisted.append(arg)
+            else:
+                hoisted.extend(after[i : i + 2])
+                i += 1
+        else:
+            rest.append(arg)
+        i += 1
+    return before + hoisted + [name] + moved_json + rest
+
+
 class KBGroup(TyperGroup):
     """The one place that turns library errors into a message and an exit code."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         _PlainCoercion.install(self.get_params(ctx))
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, hoist_global_options(list(args), self.commands))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its whole one-line description (Click cuts them at 45 chars)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is None or command.hidden:
+                continue
+            text = command.short_help or (command.help or "").strip().split("\n\n")[0]
+            rows.append((name, " ".join(text.split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: Any) -> Any:
         from .errors import KBError
@@ -145,13 +217,57 @@ class KBGroup(TyperGroup):
             if ctx.params.get("debug"):
                 raise
             raise typer.Exit(EXIT_INTERRUPTED) from None
+        except Exception as exc:
+            message = _environment_error(exc)
+            if message is None or ctx.params.get("debug"):
+                raise
+            from . import render
+
+            render.error(message)
+            raise typer.Exit(1) from None
+
+
+def _environment_error(exc: BaseException) -> str | None:
+    """One line for errors of the machine rather than of kb (disk full, I/O, permissions),
+    or None for anything else (a bug keeps its traceback)."""
+    import sqlite3
+
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+        return f"{exc.strerror or exc}{where} (run again with --debug for details)"
+    if isinstance(exc, sqlite3.OperationalError):
+        return f"database error: {' '.join(str(exc).split())} (run again with --debug for details)"
+    return None
+
+
+def _plain_arguments(params: list[Any]) -> None:
+    """Show each argument by its metavar alone (``QUERY``, ``PATH...``), not Typer's
+    ``{QUERY}`` and ``<list[Path]>`` type names."""
+    from typer.core import TyperArgument
+
+    for param in params:
+        if not isinstance(param, TyperArgument) or param.metavar is None:
+            continue
+        metavar = param.metavar
+
+        def usage(metavar: str = metavar) -> str:
+            return metavar
+
+        def record(ctx: Any, param: Any = param, metavar: str = metavar) -> tuple[str, str]:
+            return metavar, (param.help or "") + ("" if param.required else "  [optional]")
+
+        param._usage_display_name = usage
+        param.get_help_record = record
 
 
 class KBCommand(TyperCommand):
-    """A command whose options are converted without Pydantic (see :class:`_PlainCoercion`)."""
+    """A command whose options are converted without Pydantic (see :class:`_PlainCoercion`)
+    and whose arguments show their metavars."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        _PlainCoercion.install(self.get_params(ctx))
+        params = self.get_params(ctx)
+        _PlainCoercion.install(params)
+        _plain_arguments(params)
         return super().parse_args(ctx, args)
 
 
@@ -161,10 +277,10 @@ app = typer.Typer(
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
     epilog=('\b\nExample:\n  kb ingest ~/notes\n  kb search "reset password" --mode keyword -k 5'),
     rich_markup_mode=None,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 160},
 )
 
 
@@ -275,6 +391,16 @@ def _resolve_source(path: Path) -> str:
     return str(path.expanduser().resolve())
 
 
+def _source_candidates(path: Path) -> list[str]:
+    """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
+    (a file named on the command line), its folder resolved but not the file itself (a file
+    reached through a link with --follow-symlinks), and as written."""
+    path = path.expanduser()
+    absolute = Path(os.path.abspath(path))
+    found = [_resolve_source(path), str(absolute.parent.resolve() / absolute.name), str(absolute)]
+    return list(dict.fromkeys(found))
+
+
 # --- commands ---------------------------------------------------------------------------------
 
 
@@ -303,6 +429,21 @@ def ingest(
     prune: Annotated[
         bool, typer.Option("--prune", help="Remove indexed files that no longer exist under PATH.")
     ] = False,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-delete",
+            help="Let --prune empty a folder's index or remove more than half of its files "
+            "(refused otherwise: an unmounted or emptied folder looks the same).",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Follow symbolic links that stay inside PATH (never outside; each file once).",
+        ),
+    ] = False,
     include_hidden: Annotated[
         bool, typer.Option("--include-hidden", help="Also index hidden files and folders.")
     ] = False,
@@ -320,7 +461,7 @@ def ingest(
         ),
     ] = 60.0,
     json_out: Annotated[
-        bool, typer.Option("--json", help="Print the report as one JSON object.")
+        bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
 ) -> None:
     """Index files and folders (only new and changed files are read again)."""
@@ -331,9 +472,14 @@ def ingest(
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from .pipeline import LazyEmbedder
+    from .sync import SyncInterrupted
+
     kb = _open(ctx, create=True, busy_timeout=wait)
     try:
         show_bar = render.stderr_is_terminal() and not state.quiet
+        if show_bar and isinstance(kb.embedder, LazyEmbedder):
+            _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
         with render.progress(show_bar) as on_progress:
             report = sync(
                 kb,
@@ -346,7 +492,14 @@ def ingest(
                 rebuild=rebuild,
                 wait=wait,
                 progress=on_progress,
+                follow_symlinks=follow_symlinks,
+                allow_mass_delete=allow_mass_delete,
             )
+    except SyncInterrupted as stop:
+        if json_out:
+            render.print_json(stop.report.to_dict(), one_line=True)
+        render.message(render.interrupted_summary(stop.report))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         kb.close()
     for failure in report.failed:
@@ -358,7 +511,7 @@ def ingest(
         for text in report.warnings:
             render.warning(text)
     if json_out:
-        render.print_json(report.to_dict())
+        render.print_json(report.to_dict(), one_line=True)
     elif not state.quiet:
         for line in render.ingest_summary(report):
             render.result(line)
@@ -406,14 +559,25 @@ def add(
     cls=KBCommand,
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
-        'kb search "quarterly revenue" --filter year>=2023 --filter lang=en,de --json',
+        'kb search "revenue" --filter "year>=2023" --filter "lang=en,de" --json',
+        'kb search \'"reset link" password -sms\' --by chunk --format csv',
+        'kb search "install" --in docs --format files',
+        'kb search -- "-v flag"',
         'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
 def search(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="What to look for.")],
-    k: Annotated[int, typer.Option("-k", "--k", metavar="N", min=1, help="How many results.")] = 5,
+    query: Annotated[
+        str,
+        typer.Argument(
+            metavar="QUERY",
+            help='What to look for: "a phrase" must appear, -word excludes (after --).',
+        ),
+    ],
+    k: Annotated[
+        int, typer.Option("-k", "--k", metavar="N", min=1, max=MAX_K, help="How many results.")
+    ] = 5,
     mode: Annotated[
         str,
         typer.Option(
@@ -423,6 +587,23 @@ def search(
             help="keyword, semantic or hybrid (aliases: sparse, vector, dense).",
         ),
     ] = "hybrid",
+    by: Annotated[
+        str,
+        typer.Option(
+            "--by",
+            metavar="UNIT",
+            help="file: one hit per file (its best chunk, how many chunks matched); "
+            "chunk: every chunk.",
+        ),
+    ] = "file",
+    in_: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--in",
+            metavar="DIR",
+            help="Only files under this folder (repeatable: any of them); applied before ranking.",
+        ),
+    ] = None,
     filter: FilterOption = None,
     alpha: Annotated[
         float | None,
@@ -488,21 +669,35 @@ def search(
             "or both [default: config, none].",
         ),
     ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="table, json, jsonl, csv, md, or files (one path per line).",
+        ),
+    ] = "table",
     json_out: Annotated[
         bool,
-        typer.Option("--json", help="Print a JSON array of {id, score, text, metadata}."),
+        typer.Option("--json", help="Same as --format json: an array of hits."),
     ] = False,
 ) -> None:
-    """Search the knowledge base."""
+    """Search the knowledge base; hits show path:line ($EDITOR +LINE path).
+
+    Hits are files by default (each with its best chunk and how many chunks matched); --by
+    chunk lists every matching chunk."""
     from . import render
     from .filters import parse_filter_expressions
+    from .query import search as run_search
     from .types import SearchOptions
 
+    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    unit = _unit(by)
     options = SearchOptions(
         k=k,
         mode=mode,
         alpha=alpha,
-        filter=parse_filter_expressions(filter),
+        filter=_search_filter(parse_filter_expressions(filter), in_),
         fusion=fusion,
         min_score=min_score,
         explain=explain,
@@ -514,16 +709,54 @@ def search(
     )
     kb = _open(ctx, create=False)
     try:
-        results = kb.search_with(query, options)
+        hits = run_search(kb, query, options, by=unit)
         terms = kb.analyzer.query_terms(query)
     finally:
         kb.close()
+    if fmt != "table":
+        render.search_output(hits, fmt, unit, explain)
+    if not hits:
+        render.message(render.no_results_text(hits.results))
+    elif fmt == "table":
+        render.search_table(hits, terms, explain, unit)
+
+
+def _format(fmt: str, json_out: bool, allowed: tuple[str, ...]) -> str:
+    """The output format: ``--json`` is ``--format json``."""
+    fmt = fmt.strip().lower()
+    if fmt not in allowed:
+        raise typer.BadParameter(
+            f"{fmt!r} is not one of {', '.join(allowed)}.", param_hint="'--format'"
+        )
     if json_out:
-        render.print_json(render.search_json(results, explain))
-    if not results:
-        render.message(render.no_results_text(results))
-    elif not json_out:
-        render.search_table(results, terms, explain)
+        if fmt not in ("table", "json"):
+            raise typer.BadParameter(
+                "--json is --format json: give one of them", param_hint="'--json'"
+            )
+        return "json"
+    return fmt
+
+
+def _unit(by: str) -> str:
+    unit = by.strip().lower()
+    if unit in ("files", "file"):
+        return "file"
+    if unit in ("chunks", "chunk"):
+        return "chunk"
+    raise typer.BadParameter(f"{by!r} is not file or chunk.", param_hint="'--by'")
+
+
+def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
+    """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
+    ``--in`` folders."""
+    from .filters import under_folders, validate_filter, with_source_paths
+
+    where = with_source_paths(where, lambda value: _resolve_source(Path(value)))
+    scope = under_folders([_resolve_source(folder) for folder in folders or []])
+    parts = [part for part in (where, scope) if part]
+    if not parts:
+        return None
+    return validate_filter(parts[0] if len(parts) == 1 else {"$and": parts})
 
 
 @app.command(
@@ -531,6 +764,7 @@ def search(
     epilog=_example(
         "kb delete 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
         "kb delete --source notes/old-plan.md",
+        "kb delete --source notes/archive --yes",
     ),
 )
 def delete(
@@ -541,10 +775,17 @@ def delete(
     ] = None,
     source: Annotated[
         Path | None,
-        typer.Option("--source", metavar="PATH", help="Delete every chunk of this file."),
+        typer.Option(
+            "--source",
+            metavar="PATH",
+            help="Delete every chunk of this file, or of every file under this folder.",
+        ),
     ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete a folder's files without asking.")
+    ] = False,
 ) -> None:
-    """Delete chunks by id, or every chunk of a source file."""
+    """Delete chunks by id, a file's chunks, or every file under a folder."""
     from . import render
     from .errors import NotFoundError
 
@@ -554,6 +795,7 @@ def delete(
     kb = _open(ctx, create=False)
     missing: list[str] = []
     deleted = 0
+    files = 0
     try:
         if ids:
             wanted = list(dict.fromkeys(ids))
@@ -561,19 +803,88 @@ def delete(
             missing = [i for i in wanted if i not in known]
             deleted += kb.store.remove([i for i in wanted if i in known])
         if source is not None:
-            path = _resolve_source(source)
-            removed = kb.store.delete_source(path)
-            if not removed:
-                missing.append(f"--source {path}")
-            deleted += removed
+            candidates = _source_candidates(source)
+            removed = 0
+            for path in candidates:
+                removed = kb.store.delete_source(path)
+                if removed:
+                    break
+            if removed:
+                deleted += removed
+            else:
+                path = candidates[0]
+                under = _sources_under(kb, path)
+                if not under:
+                    missing.append(f"--source {path}")
+                elif yes or _confirm_folder(path, under):
+                    with kb.store.transaction():
+                        for name, _count in under:
+                            deleted += kb.store.delete_source(name)
+                    files = len(under)
+                else:
+                    render.message("Nothing deleted.")
+                    raise typer.Exit(1)
     finally:
         kb.close()
     if deleted or not missing:
-        render.result(f"Deleted {deleted} chunk{'' if deleted == 1 else 's'}.")
+        what = f" from {files} file{'' if files == 1 else 's'}" if files else ""
+        render.result(f"Deleted {deleted} chunk{'' if deleted == 1 else 's'}{what}.")
     if missing:
         raise NotFoundError(
             f"Nothing indexed under {', '.join(missing)}: see 'kb list' for ids and sources"
         )
+
+
+def _sources_under(kb: Any, folder: str) -> list[tuple[str, int]]:
+    """Indexed sources below ``folder`` (an absolute path), with their chunk counts."""
+    prefix = folder if folder.endswith(os.sep) else folder + os.sep
+    return [(name, count) for name, count in kb.store.sources() if name.startswith(prefix)]
+
+
+def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
+    chunks = sum(count for _, count in under)
+    return typer.confirm(
+        f"Delete {len(under)} file{'' if len(under) == 1 else 's'} ({chunks} chunk"
+        f"{'' if chunks == 1 else 's'}) under {folder}?",
+        default=False,
+        err=True,
+    )
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=_example(
+        "kb get docs/guide.md",
+        "kb get docs/guide.md:40:10",
+        "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
+    ),
+)
+def get(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH[:LINE[:COUNT]]|ID",
+            help="An indexed file (optionally from LINE, COUNT lines) or a chunk id.",
+        ),
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show a file's indexed text with line numbers, or one chunk by id."""
+    from . import render
+    from .reading import read_target
+
+    kb = _open(ctx, create=False)
+    try:
+        shown = read_target(kb, target)
+    finally:
+        kb.close()
+    if json_out:
+        render.print_json(shown.to_dict())
+        return
+    for note in shown.notes:
+        render.message(note)
+    render.numbered(shown)
 
 
 @app.command(
@@ -582,6 +893,7 @@ def delete(
     epilog=_example(
         "kb list --source notes/setup.md",
         "kb list --filter lang=en --limit 50 --json",
+        "kb list --limit 0 --format files",
     ),
 )
 def list_(
@@ -593,34 +905,43 @@ def list_(
     filter: FilterOption = None,
     limit: Annotated[
         int,
-        typer.Option("--limit", "-n", metavar="N", min=0, help="At most this many (0: all)."),
+        typer.Option(
+            "--limit", "-n", metavar="N", min=0, max=MAX_INT64, help="At most this many (0: all)."
+        ),
     ] = 20,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="table, json, jsonl, csv, md, or files (each source once).",
+        ),
+    ] = "table",
     json_out: Annotated[
         bool,
-        typer.Option("--json", help="Print a JSON array of {id, text, metadata, created_at}."),
+        typer.Option("--json", help="Same as --format json: {id, text, metadata, created_at}."),
     ] = False,
 ) -> None:
     """List stored chunks, oldest first."""
     from . import render
     from .filters import parse_filter_expressions
 
-    where = parse_filter_expressions(filter)
+    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    where = _search_filter(parse_filter_expressions(filter), None)
     kb = _open(ctx, create=False)
     try:
-        docs = list(
-            kb.store.iter_documents(
-                where,
-                source=_resolve_source(source) if source is not None else None,
-                limit=limit or None,
-            )
-        )
+        docs: list[Any] = []
+        for candidate in _source_candidates(source) if source is not None else [None]:
+            docs = list(kb.store.iter_documents(where, source=candidate, limit=limit or None))
+            if docs:
+                break
     finally:
         kb.close()
-    if json_out:
-        render.print_json(render.documents_json(docs))
+    if fmt != "table":
+        render.documents_output(docs, fmt)
     if not docs:
         render.message("No chunks found.")
-    elif not json_out:
+    elif fmt == "table":
         render.documents_table(docs)
 
 
@@ -629,7 +950,7 @@ def stats(
     ctx: typer.Context,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
-    """Show what the index holds: chunks, sources, size, embedder, analyzer, last ingest."""
+    """Show what the index holds: files, chunks, embedder, last ingest."""
     from . import render
 
     kb = _open(ctx, create=False)
@@ -643,12 +964,49 @@ def stats(
         render.stats_table(figures)
 
 
+@app.command(cls=KBCommand, epilog=_example("kb init", "kb init ~/.config/kbcli --force"))
+def init(
+    path: Annotated[
+        Path,
+        typer.Argument(metavar="[PATH]", help="File or folder to write jianmu.yaml to."),
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """Write a commented jianmu.yaml listing every setting with its default."""
+    from . import render
+    from .config_report import write_template
+
+    target = write_template(path, force=force)
+    render.result(f"Wrote {target}; edit it, then run: kb config")
+
+
+@app.command(
+    "config", cls=KBCommand, epilog=_example("kb config", "kb --config team.yaml config --json")
+)
+def config_(
+    ctx: typer.Context,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print a JSON array of {key, value, origin}.")
+    ] = False,
+) -> None:
+    """Show the effective configuration and where each value came from."""
+    from . import render
+    from .config_report import effective
+
+    state = _state(ctx)
+    rows = effective(state.config, state.db)
+    if json_out:
+        render.print_json(rows)
+    else:
+        render.config_table(rows)
+
+
 @app.command(
     "eval",
     cls=KBCommand,
     epilog=_example(
         "kb eval ../shared/eval/scifact --split train --mode keyword",
-        "kb eval ./my-beir-set --mode hybrid --db /tmp/eval.db --json",
+        "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
 def eval_(
@@ -668,7 +1026,10 @@ def eval_(
         str, typer.Option("--mode", "-m", metavar="MODE", help="keyword, semantic or hybrid.")
     ] = "hybrid",
     k: Annotated[
-        int, typer.Option("-k", "--k", metavar="N", min=1, help="Cut-off of nDCG, MRR, recall.")
+        int,
+        typer.Option(
+            "-k", "--k", metavar="N", min=1, max=MAX_K, help="Cut-off of nDCG, MRR, recall."
+        ),
     ] = 10,
     db: Annotated[
         Path | None,
@@ -688,7 +1049,7 @@ def eval_(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Measure retrieval quality on a BEIR collection: nDCG, recall, MRR and latency.
+    """Measure retrieval quality on a BEIR collection (nDCG, recall, MRR).
 
     Each document's title and text go through the normal ingest path (chunked like any file);
     documents are ranked by their best chunk; trec_eval conventions.
@@ -742,15 +1103,17 @@ def mcp(
         ),
     ] = None,
 ) -> None:
-    """Serve the knowledge base to agents over MCP: knowledge_search, knowledge_get and
-    knowledge_stats, limited to the --filter scope (and, over HTTP, each token's scope)."""
+    """Serve the knowledge base to agents over MCP (stdio or HTTP).
+
+    Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
+    (and, over HTTP, each token's scope)."""
     from .errors import InvalidOptionError, require
     from .filters import parse_filter_expressions
 
     require("mcp", extra="mcp", feature="kb mcp")
     from .mcp_server import KnowledgeMCP, load_tokens, parse_host_port
 
-    scope = parse_filter_expressions(filter)
+    scope = _search_filter(parse_filter_expressions(filter), None)
     if http is None and tokens is not None:
         raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
     address = parse_host_port(http) if http is not None else None

@@ -42,6 +42,7 @@ STORE_SETTINGS: dict[str, dict[str, Any]] = {
     },
     "chroma": {"busy_timeout": float, "path": str, "collection": str},
 }
+MAX_SECONDS = 86_400.0  # a day: bigger values are typos (and overflow some timers)
 
 
 def user_config_dir() -> Path:
@@ -74,7 +75,8 @@ class EmbeddingConfig:
     dimensions: int | None = None
     batch_size: int = 64
     max_retries: int = 5
-    timeout: float = 60.0
+    timeout: float = 30.0  # seconds per request, from sending it to the answer's last byte
+    retry_budget: float = 45.0  # seconds per request, every retry and wait included
     device: str = "cpu"
     provider_set: bool = field(default=False, compare=False)
 
@@ -329,7 +331,10 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         dimensions=dimensions,
         batch_size=r.integer(emb, "rag.embedding", "batch_size", d.batch_size, 1),
         max_retries=r.integer(emb, "rag.embedding", "max_retries", d.max_retries, 0),
-        timeout=r.number(emb, "rag.embedding", "timeout", d.timeout, 0.001, None),
+        timeout=r.number(emb, "rag.embedding", "timeout", d.timeout, 0.001, MAX_SECONDS),
+        retry_budget=r.number(
+            emb, "rag.embedding", "retry_budget", d.retry_budget, 0.001, MAX_SECONDS
+        ),
         device=r.string(emb, "rag.embedding", "device", d.device) or d.device,
         provider_set="provider" in emb and emb["provider"] is not None,
     )

@@ -17,6 +17,7 @@ bug and keeps its traceback.
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
     │   ├── DatabaseLockedError     another process holds the write lock too long
     │   └── IndexMismatchError      index built with another embedder or analyzer
+    ├── UnsafePruneError       --prune would delete most of the index (an unmounted folder?)
     └── NotFoundError          an id or source that is not in the index
 """
 
@@ -88,6 +89,12 @@ class DatabaseLockedError(StoreError):
 
 class IndexMismatchError(StoreError):
     """The index was built with another embedder or analyzer than the one in use."""
+
+
+class UnsafePruneError(KBError):
+    """``prune`` refused: the folder looks empty or unmounted, or most files would go."""
+
+    exit_code = 2
 
 
 class NotFoundError(KBError):

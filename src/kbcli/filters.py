@@ -7,25 +7,36 @@ Operators (Chroma style) go in a nested dict or at the top::
     {"$or": [{"lang": "en"}, {"lang": {"$in": ["zh", "ja"]}}]}
     {"draft": {"$exists": False}}
 
-Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists`` on a key; ``$and $or`` over a list of
-filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals ``True``. ``$ne``
-and ``$nin`` match documents that lack the key. Ordering operators compare numbers with numbers
-and strings with strings; other documents do not match. Keys are bound as SQL parameters, never
-spliced into SQL text.
+Operators: ``$eq $ne $in $nin $gt $gte $lt $lte $exists $prefix`` on a key; ``$and $or`` over a
+list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only equals
+``True``. ``$ne`` and ``$nin`` match documents that lack the key. Ordering operators compare
+numbers with numbers and strings with strings; other documents do not match. Keys are bound as
+SQL parameters, never spliced into SQL text.
+
+``$prefix`` (``{"source": {"$prefix": "/docs/guide/"}}``) matches text values that start with the
+operand, compared character by character and case-sensitively (no wildcards: ``%`` and ``_``
+are ordinary characters); a non-text value or a missing key does not match. The operand is a
+non-empty string. ``kb search --in DIR`` uses it on ``source`` with the folder's absolute path
+and a trailing separator, so ``/docs/a`` does not match ``/docs/ab/x.md``. In SQL it is
+``substr(value, 1, length(?)) = ?`` with the operand bound (never ``LIKE``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
 from .errors import FilterError
 
-KEY_OPERATORS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+KEY_OPERATORS = (
+    "$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$prefix",
+)  # fmt: skip
 LOGICAL_OPERATORS = ("$and", "$or")
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 _MISSING = object()
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Scalar = (str, int, float, bool, type(None))
 
 
@@ -82,9 +93,13 @@ def _check_operator(key: str, op: str, operand: Any) -> None:
     elif op == "$exists":
         if not isinstance(operand, bool):
             raise FilterError(f"$exists on {key!r} needs true or false, got {operand!r}")
+    elif op == "$prefix":
+        if not isinstance(operand, str) or not operand:
+            raise FilterError(f"$prefix on {key!r} needs a non-empty string, got {operand!r}")
     elif op in _ORDER:
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
+        _check_range(key, op, operand)
     else:
         _check_operand(key, op, operand)
 
@@ -94,6 +109,20 @@ def _check_operand(key: str, op: str, operand: Any) -> None:
         raise FilterError(
             f"{op} on {key!r} needs a string, number, boolean or null, got {operand!r}"
         )
+    _check_range(key, op, operand)
+
+
+def _check_range(key: str, op: str, operand: Any) -> None:
+    """SQLite integers are 64-bit and JSON has no NaN or infinity: refuse what cannot bind."""
+    if isinstance(operand, bool):
+        return
+    if isinstance(operand, int) and not INT64_MIN <= operand <= INT64_MAX:
+        raise FilterError(
+            f"{op} on {key!r}: {operand} is outside the 64-bit integer range "
+            f"({INT64_MIN} to {INT64_MAX})"
+        )
+    if isinstance(operand, float) and not math.isfinite(operand):
+        raise FilterError(f"{op} on {key!r} needs a finite number, got {operand!r}")
 
 
 # --- matching in Python ---------------------------------------------------------------------
@@ -145,6 +174,8 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
         return not any(_equal(actual, item) for item in operand)
     if op == "$exists":
         return (actual is not _MISSING) == operand
+    if op == "$prefix":
+        return isinstance(actual, str) and actual.startswith(operand)
     kind = _kind(operand)
     if actual is _MISSING or _kind(actual) != kind:
         return False
@@ -220,6 +251,12 @@ def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any])
     if op == "$exists":
         params.append(_path(key))
         return f"(json_type({column}, ?) IS {'NOT ' if operand else ''}NULL)"
+    if op == "$prefix":
+        params.extend([_path(key), _path(key), operand, operand])
+        return (
+            f"coalesce(json_type({column}, ?) = 'text'"
+            f" AND substr(json_extract({column}, ?), 1, length(?)) = ?, 0)"
+        )
     types = "('integer', 'real')" if _kind(operand) == "number" else "('text')"
     params.extend([_path(key), _path(key), operand])
     return (
@@ -243,20 +280,25 @@ _WORDS = {"true": True, "false": False, "null": None}
 
 
 def _typed(text: str) -> Any:
-    """``true``/``false``/``null``, an int or a float when it looks like one; else the string."""
+    """``true``/``false``/``null``, an int or a float when it looks like one; else the string.
+
+    Integers outside 64 bits and floats that overflow to infinity stay strings (SQLite
+    cannot compare them as numbers)."""
     lowered = text.lower()
     if lowered in _WORDS:
         return _WORDS[lowered]
     if _INT.match(text):
-        return int(text)
+        number = int(text)
+        return number if INT64_MIN <= number <= INT64_MAX else text
     if _FLOAT.match(text):
-        return float(text)
+        value = float(text)
+        return value if math.isfinite(value) else text
     return text
 
 
 def _forms(text: str) -> list[Any]:
-    """The values ``text`` may be stored as: typed (int page from a loader) and as a string
-    (``--meta page=3`` stores "3")."""
+    """The values ``text`` may be stored as: typed (``--meta page=3``, a loader's page) and as
+    a string (``--meta 'page="3"'``, or indexes written before --meta values were typed)."""
     value = _typed(text)
     return [value] if isinstance(value, str) else [value, text]
 
@@ -281,6 +323,11 @@ def _parse_one(expr: str) -> dict[str, Any]:
         raise FilterError(
             f"Filter {expr!r} compares with {raw!r}: {op} needs a number or a text value"
         )
+    if isinstance(value, str) and _FLOAT.match(raw):
+        raise FilterError(
+            f"Filter {expr!r}: {raw} is too large to compare as a number (64-bit integers, "
+            "finite decimals)"
+        )
     return {key: {{">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}[op]: value}}
 
 
@@ -303,14 +350,39 @@ def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[
     return validate_filter(result)
 
 
-def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """Turn repeated ``--meta key=value`` options into a dict (values stay strings).
+_JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
+META_TYPES_HELP = (
+    "Values that are JSON numbers (2024, -3, 1.5) or true/false are stored typed, so "
+    "--filter year>=2024 compares numbers; quote a value to keep it text: 'code=\"2024\"'."
+)
+
+
+def meta_value(text: str) -> Any:
+    """A ``--meta`` value: a JSON number (``2024``, ``-1.5``, not ``007`` or ``+3``) becomes
+    an int or float, ``true``/``false`` a bool; a value in double or single quotes is the text
+    between them; anything else stays text. Integers beyond 64 bits stay text."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        return text[1:-1]
+    if text in ("true", "false"):
+        return text == "true"
+    if _JSON_NUMBER.match(text):
+        if _INT.match(text):
+            number = int(text)
+            return number if INT64_MIN <= number <= INT64_MAX else text
+        value = float(text)
+        return value if math.isfinite(value) else text
+    return text
+
+
+def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
+    """Turn repeated ``--meta key=value`` options into a dict, typing values by
+    :func:`meta_value` (``year=2024`` is the number 2024, ``'year="2024"'`` the text).
 
     Raises :class:`InvalidOptionError` for an expression without ``=`` or with an empty key.
     """
     from .errors import InvalidOptionError
 
-    out: dict[str, str] = {}
+    out: dict[str, Any] = {}
     for expr in exprs or ():
         key, sep, value = expr.partition("=")
         key = key.strip()
@@ -318,5 +390,71 @@ def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
             raise InvalidOptionError(f"Cannot read --meta {expr!r}: use key=value, e.g. lang=en")
         if '"' in key or any(ord(c) < 32 for c in key):
             raise InvalidOptionError(f"--meta key {key!r} may not contain quotes or control codes")
-        out[key] = value
+        out[key] = meta_value(value)
     return out
+
+
+def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, Any] | None:
+    """``filter`` where every text value compared with ``source`` (``=``, ``!=``, any of,
+    none of) also matches ``resolve(value)``: ``source=docs/a.md`` finds the file that ingest
+    recorded as ``/home/me/docs/a.md``, as ``kb list --source docs/a.md`` does. A value that
+    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged.
+    """
+    if not filter:
+        return filter
+
+    def forms(value: Any) -> list[Any]:
+        if not isinstance(value, str) or not value:
+            return [value]
+        resolved = resolve(value)
+        return [value] if resolved == value else [value, resolved]
+
+    def widen(values: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for value in values:
+            out.extend(v for v in forms(value) if not any(_same(v, w) for w in out))
+        return out
+
+    def walk(node: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                out[key] = [walk(sub) for sub in value]
+            elif key != "source":
+                out[key] = value
+            elif not isinstance(value, dict):
+                values = widen([value])
+                out[key] = values[0] if len(values) == 1 else {"$in": values}
+            else:
+                ops: dict[str, Any] = {}
+                for op, operand in value.items():
+                    if op in ("$eq", "$ne"):
+                        values = widen([operand])
+                        if len(values) == 1:
+                            ops[op] = operand
+                        else:
+                            ops["$in" if op == "$eq" else "$nin"] = values
+                    elif op in ("$in", "$nin"):
+                        ops[op] = widen(list(operand))
+                    else:
+                        ops[op] = operand
+                out[key] = ops
+        return out
+
+    return walk(filter)
+
+
+def under_folders(folders: list[str]) -> dict[str, Any] | None:
+    """A filter for documents whose ``source`` lies under any of ``folders`` (absolute paths):
+    ``$prefix`` with a trailing separator, so ``/docs/a`` never matches ``/docs/ab/x.md``."""
+    import os
+
+    prefixes = []
+    for folder in folders:
+        prefix = folder if folder.endswith(os.sep) else folder + os.sep
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+    if not prefixes:
+        return None
+    parts = [{"source": {"$prefix": p}} for p in prefixes]
+    return parts[0] if len(parts) == 1 else {"$or": parts}

@@ -19,6 +19,8 @@ from .protocols import (
 )
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
+DEFAULT_BATCH = 64  # texts per embedding request when an embedder does not say
+
 
 def _new_id() -> str:
     return uuid.uuid4().hex
@@ -30,8 +32,9 @@ class LazyEmbedder:
 
     With no provider named in the configuration, an index that already records an embedder
     keeps using that one (an API key appearing in the environment later must not switch it);
-    otherwise the choice is automatic. ``on_note`` receives a one-line note whenever the
-    choice was not explicit.
+    otherwise the choice is automatic. ``on_note`` receives a one-line note when the choice was
+    automatic and the index records no embedder yet (its first ingest), or when the index keeps
+    its recorded embedder although the automatic choice would now be another one.
     """
 
     def __init__(
@@ -57,7 +60,10 @@ class LazyEmbedder:
             if recorded is not None and not config.rag.embedding.provider_set:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None
                 embedder, _ = choose_embedder(config, recorded.provider, model)
-                note = f"Using {recorded.describe()}, the embedder this index was built with"
+                note = None
+                if _automatic_provider() != recorded.provider:
+                    # Only worth saying when the automatic choice would now be another one.
+                    note = f"Using {recorded.describe()}, the embedder this index was built with"
             else:
                 embedder, note = choose_embedder(config)
             if note and self._on_note:
@@ -79,6 +85,11 @@ class LazyEmbedder:
         return embedder_info(self.resolved)
 
     @property
+    def batch_size(self) -> int:
+        """Texts the resolved embedder sends per request."""
+        return int(getattr(self.resolved, "batch_size", DEFAULT_BATCH) or DEFAULT_BATCH)
+
+    @property
     def weak(self) -> bool:
         """True when the resolved embedder captures spelling rather than meaning."""
         return bool(getattr(self.resolved, "weak", False))
@@ -87,6 +98,36 @@ class LazyEmbedder:
     def languages(self) -> frozenset[str] | None:
         """The languages the resolved embedder knows (None: any)."""
         return getattr(self.resolved, "languages", None)
+
+
+def _automatic_provider() -> str:
+    """The provider an automatic choice would pick now (by API keys), without building it."""
+    from .embedders._settings import first_env
+    from .embedders.resolve import AUTO_ORDER, KEY_ENV
+
+    for candidate in AUTO_ORDER:
+        if candidate == "simple" or first_env(*KEY_ENV[candidate])[1]:
+            return candidate
+    return "simple"
+
+
+def _add_lines(chunks: list[Section], sections: list[Section]) -> None:
+    """Give each chunk with ``char_start``/``char_end`` its ``line``/``line_end`` (1-based) in
+    the text its offsets point into: the sections joined by a blank line, as loaded."""
+    from .ingest.chunkers import SECTION_SEPARATOR
+
+    text = SECTION_SEPARATOR.join(s.text for s in sections)
+    at, line = 0, 1  # chunks come in order: count newlines once, incrementally
+    for chunk in chunks:
+        start, end = chunk.metadata.get("char_start"), chunk.metadata.get("char_end")
+        if not isinstance(start, int) or not isinstance(end, int):
+            continue
+        if start < at:
+            at, line = 0, 1
+        line += text.count("\n", at, start)
+        at = start
+        chunk.metadata["line"] = line
+        chunk.metadata["line_end"] = line + text.count("\n", start, max(start, end - 1))
 
 
 class IngestPipeline:
@@ -176,12 +217,14 @@ class IngestPipeline:
         chunker = self.chunker
         if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
             chunks = chunker.chunk_sections(sections)
+            _add_lines(chunks, sections)
             cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
         else:
             normalize = self.normalizer.normalize
             normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
             if isinstance(chunker, SectionChunkerProtocol):
                 cleaned = chunker.chunk_sections(normalized)
+                _add_lines(cleaned, normalized)
             else:
                 cleaned = [
                     Section(c, dict(section.metadata))
@@ -203,6 +246,12 @@ class IngestPipeline:
         if isinstance(self.store, DocumentCatalog):
             self.store.check_embedder(info)
         return info
+
+    def cached_vectors(self, texts: list[str]) -> dict[str, list[float]]:
+        """Vectors of ``texts`` already in the store's embedding cache (none without one)."""
+        if not texts or not isinstance(self.store, EmbeddingCache):
+            return {}
+        return self.store.cached_embeddings(embedder_info(self.embedder), texts)
 
     def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
         """Vectors for ``texts``, reusing the store's embedding cache where it has one.

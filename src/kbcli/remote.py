@@ -85,7 +85,10 @@ class JSONEndpoint:
         self.label = label
         self.setting = setting
         self.timeout = float(timeout)
-        self.retry_policy = RetryPolicy(max_retries=max(0, int(max_retries)))
+        # timeout is a total deadline per attempt (urllib's own applies to each read, so a
+        # server trickling bytes would never trip it); see kbcli.embedders.retry
+        self.retry_policy = RetryPolicy(max_retries=max(0, int(max_retries)), timeout=self.timeout)
+        self._responses: list[Any] = []
         self.key_source = key_source
         self.key_env = key_env
         self._api_key = api_key
@@ -106,9 +109,15 @@ class JSONEndpoint:
                 policy=self.retry_policy,
                 classify=self._classify,
                 describe=self._describe,
+                on_abandon=self._abandon,
             )
         except EmbedderRequestError as exc:
             raise RerankerError(str(exc)) from None
+
+    def _abandon(self) -> None:
+        """Close the answer an abandoned attempt is still reading (its thread then ends)."""
+        while self._responses:
+            self._responses.pop().close()
 
     def _request(self, payload: dict[str, Any]) -> Any:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -117,7 +126,12 @@ class JSONEndpoint:
         data = json.dumps(payload).encode("utf-8")
         request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            body = response.read()
+            self._responses.append(response)
+            try:
+                body = response.read()
+            finally:
+                if response in self._responses:
+                    self._responses.remove(response)
         try:
             return json.loads(body)
         except ValueError:

@@ -46,9 +46,18 @@ def result(text: str) -> None:
     typer.echo(text)
 
 
-def print_json(data: Any) -> None:
-    """``data`` as JSON on stdout (the only thing ``--json`` writes there)."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+def print_json(data: Any, *, one_line: bool = False) -> None:
+    """``data`` as JSON on stdout (the only thing ``--json`` writes there); ``one_line`` for
+    logs that take one line per run."""
+    indent = None if one_line else 2
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=indent, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_jsonl(items: Sequence[Any]) -> None:
+    """One JSON object per line on stdout."""
+    for item in items:
+        sys.stdout.write(json.dumps(item, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
 
 
@@ -188,32 +197,97 @@ def no_results_text(results: Any) -> str:
     return "No relevant knowledge found."
 
 
-def search_table(results: Sequence[Any], terms: Sequence[str], explain: bool = False) -> None:
-    """Rank, score, source, chunk and a highlighted snippet for each hit."""
-    from rich.table import Table
+SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 
+
+def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
+    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line}``, with
+    ``matched_chunks`` for file hits and ``explain`` when asked."""
+    r = hit.result
+    item: dict[str, Any] = {
+        "id": r.document.id,
+        "score": r.score,
+        "text": r.document.text,
+        "metadata": r.document.metadata,
+        "unit": unit,
+        "location": hit.location,
+        "line": hit.line,
+    }
+    if unit == "file":
+        item["matched_chunks"] = hit.matched
+    if explain:
+        item["explain"] = r.explain
+    return item
+
+
+def search_output(hits: Sequence[Any], fmt: str, unit: str, explain: bool) -> None:
+    """Search hits on stdout as ``fmt`` (every format but ``table``)."""
+    if fmt == "json":
+        print_json([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "jsonl":
+        print_jsonl([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "files":
+        for source in dict.fromkeys(h.source for h in hits if h.source is not None):
+            result(source)
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["rank", "score", "location", "source", "line", "chunk", "matched", "id"]
+                        + ["text"])  # fmt: skip
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            writer.writerow(
+                [rank, f"{h.result.score:.4f}", h.location, h.source or "", h.line or "",
+                 meta.get("chunk_index", ""), h.matched, h.result.document.id,
+                 " ".join(h.result.document.text.split())]
+            )  # fmt: skip
+    elif fmt == "md":
+        result(f"| # | Score | Location | {'Chunks' if unit == 'file' else 'Chunk'} | Text |")
+        result("|---:|---:|---|---:|---|")
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            text, _ = snippet(h.result.document.text, None, SNIPPET_WIDTH)
+            count = str(h.matched) if unit == "file" else _chunk_label(meta)
+            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count, text]
+            result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
+def search_table(
+    hits: Sequence[Any], terms: Sequence[str], explain: bool = False, unit: str = "chunk"
+) -> None:
+    """Rank, score, ``path:line``, chunk (or matched chunks) and a highlighted snippet for each
+    hit. ``explain`` goes under the snippet, so the table keeps its columns at 80 columns."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    narrow = console.width < 100
+    source_width = 24 if narrow else 40
     pattern = term_pattern(terms)
     table = Table(show_lines=True, expand=False)
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("Score", justify="right", no_wrap=True)
-    table.add_column("Source", overflow="fold", max_width=32)
-    table.add_column("Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", ratio=1)
-    if explain:
-        table.add_column("Explain", no_wrap=True)
-    for rank, r in enumerate(results, 1):
+    table.add_column("Location", overflow="fold", max_width=source_width)
+    table.add_column("Chunks" if unit == "file" else "Chunk", justify="right", no_wrap=True)
+    table.add_column("Snippet", overflow="fold", ratio=1, min_width=20)
+    for rank, hit in enumerate(hits, 1):
+        r = hit.result
         meta = r.document.metadata
-        row = [
-            str(rank),
-            f"{r.score:.3f}",
-            shorten_source(meta.get("source"), 32),
-            _chunk_label(meta),
-            _rich_snippet(r.document.text, pattern),
-        ]
+        suffix = f":{hit.line}" if hit.line is not None else ""
+        # At most two lines of the column; a long path keeps its tail (JSON has it whole).
+        location = shorten_source(meta.get("source"), 2 * source_width - len(suffix)) + suffix
+        count = str(hit.matched) if unit == "file" else _chunk_label(meta)
+        if unit == "file" and meta.get("page") is not None:
+            count += f" (p. {meta['page']})"
+        body: Any = _rich_snippet(r.document.text, pattern)
         if explain:
-            row.append(_explain_text(r.explain))
-        table.add_row(*row)
-    _console().print(table)
+            body = Group(body, Text(_explain_text(r.explain), style="dim"))
+        table.add_row(str(rank), f"{r.score:.3f}", location, count, body)
+    console.print(table)
 
 
 def _chunk_label(meta: dict[str, Any]) -> str:
@@ -250,6 +324,24 @@ def _fmt(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def numbered(shown: Any) -> None:
+    """``kb get`` output: a ``path:line`` header for a chunk, then ``NUMBER  text`` lines."""
+    if shown.origin == "chunk":
+        meta = shown.metadata or {}
+        where = shown.source or "-"
+        if isinstance(meta.get("line"), int):
+            end = meta.get("line_end")
+            where += f":{meta['line']}" + (f"-{end}" if isinstance(end, int) else "")
+        result(f"{where} (chunk {_chunk_label(meta)}, id {shown.id})")
+        result(shown.lines[0][1] if shown.lines else "")
+        return
+    width = len(str(max((n for n, _ in shown.lines), default=1)))
+    out = sys.stdout
+    for number, text in shown.lines:
+        out.write(f"{number:>{width}}  {text}\n")
+    out.flush()
+
+
 def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
     """The JSON shape of listed chunks: ``{id, text, metadata, created_at}``."""
     return [
@@ -261,6 +353,43 @@ def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
         }
         for d in docs
     ]
+
+
+def documents_output(docs: Sequence[Any], fmt: str) -> None:
+    """Listed chunks on stdout as ``fmt`` (every format but ``table``)."""
+    items = documents_json(docs)
+    if fmt == "json":
+        print_json(items)
+    elif fmt == "jsonl":
+        print_jsonl(items)
+    elif fmt == "files":
+        for source in dict.fromkeys(d.metadata.get("source") for d in docs):
+            if source is not None:
+                result(str(source))
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["id", "source", "line", "chunk", "created_at", "text"])
+        for d, item in zip(docs, items):
+            meta = d.metadata
+            writer.writerow(
+                [d.id, meta.get("source", ""), meta.get("line", ""), meta.get("chunk_index", ""),
+                 item["created_at"] or "", " ".join(d.text.split())]
+            )  # fmt: skip
+    elif fmt == "md":
+        result("| ID | Location | Chunk | Text |")
+        result("|---|---|---:|---|")
+        for d in docs:
+            meta = d.metadata
+            where = str(meta.get("source", "-"))
+            if isinstance(meta.get("line"), int):
+                where += f":{meta['line']}"
+            text, _ = snippet(d.text, None, 80)
+            cells = [f"`{d.id}`", f"`{where}`", _chunk_label(meta), text]
+            result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
 
 
 def documents_table(docs: Sequence[Any]) -> None:
@@ -293,9 +422,12 @@ def stats_table(stats: dict[str, Any]) -> None:
     path stays whole for copying)."""
     from rich.text import Text
 
+    files, sources, chunks = stats.get("files", 0), stats["sources"], stats["chunks"]
+    per_file = f", about {chunks / sources:.0f} per source" if sources else ""
     rows = [
-        ("Chunks", str(stats["chunks"])),
-        ("Sources", f"{stats['sources']} ({stats.get('files', 0)} indexed files)"),
+        ("Files", f"{files} file{_s(files)} indexed by kb ingest"),
+        ("Chunks", f"{chunks} searchable piece{_s(chunks)} of text{per_file}"),
+        ("Sources", _sources_words(files, sources)),
         ("Size on disk", human_size(stats["size_bytes"])),
         ("Embedder", describe_embedder(stats.get("embedder"))),
         ("Analyzer", stats.get("analyzer") or "none yet"),
@@ -310,10 +442,36 @@ def stats_table(stats: dict[str, Any]) -> None:
         console.print(line, soft_wrap=True)
 
 
+def config_table(rows: Sequence[dict[str, Any]]) -> None:
+    """``kb config``: setting, value and origin, one line each; wraps rather than cuts."""
+    from rich.table import Table
+
+    table = Table(box=None, show_header=True, pad_edge=False)
+    table.add_column("Setting", no_wrap=True, style="bold")
+    table.add_column("Value", overflow="fold")
+    table.add_column("From", overflow="fold")
+    for row in rows:
+        table.add_row(row["key"], str(row["value"]), row["origin"])
+    _console().print(table)
+
+
+def _sources_words(files: int, sources: int) -> str:
+    """What the distinct ``source`` values of the chunks are, against the indexed files."""
+    text = f"{sources} distinct source{_s(sources)} (file paths and other source values)"
+    if sources == files:
+        return f"{sources} (each indexed file is one source)"
+    if sources < files:
+        empty = files - sources
+        return f"{text}; {empty} indexed file{_s(empty)} gave no text"
+    extra = sources - files
+    return f"{text}; {extra} not from kb ingest (kb add, the library)"
+
+
 @contextmanager
 def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A ``progress(path, done, total)`` callback drawing a bar on stderr, or None when
-    ``enabled`` is false (not a terminal, or ``--quiet``): nothing animated then."""
+    """A ``progress(path, done, total)`` callback drawing a bar on stderr (files done of total,
+    files per second, time left, current file), or None when ``enabled`` is false (not a
+    terminal, or ``--quiet``): nothing animated then."""
     if not enabled:
         yield None
         return
@@ -322,22 +480,32 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
         MofNCompleteColumn,
         Progress,
         TextColumn,
-        TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     bar = Progress(
         TextColumn("Indexing"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         MofNCompleteColumn(),
-        TimeElapsedColumn(),
+        TextColumn("files"),
+        TextColumn("{task.fields[rate]}"),
+        TimeRemainingColumn(),
         TextColumn("{task.description}"),
         console=_console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("", total=None)
+    task = bar.add_task("looking for files…", total=None, rate="")
 
     def update(path: str, done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total, description=shorten_source(path, 40))
+        speed = bar.tasks[0].speed if bar.tasks else None
+        rate = f"{speed:.1f}/s" if speed else ""
+        bar.update(
+            task,
+            completed=done,
+            total=total,
+            description=shorten_source(path, 32) if path else "",
+            rate=rate,
+        )
 
     with bar:
         yield update
@@ -373,6 +541,9 @@ def ingest_summary(report: Any) -> list[str]:
         f"{report.unchanged} unchanged; {report.chunks_added} chunk{_s(report.chunks_added)} "
         f"added, {report.chunks_removed} removed."
     ]
+    if report.metadata_updated:
+        n = report.metadata_updated
+        lines.append(f"Updated the metadata of {n} unchanged file{_s(n)} (nothing re-embedded).")
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")
@@ -382,6 +553,24 @@ def ingest_summary(report: Any) -> list[str]:
         lines.append(
             f"Skipped {report.skipped} file{_s(report.skipped)} (other extensions or hidden)."
         )
+    special = getattr(report, "special", 0)
+    if special:
+        lines.append(
+            f"Skipped {special} special file{_s(special)} (FIFOs, sockets or devices; never "
+            "opened)."
+        )
+    links = getattr(report, "links", 0)
+    if links:
+        lines.append(
+            f"Skipped {links} symbolic link{_s(links)} (not followed without --follow-symlinks, "
+            "broken, or leading outside the folder)."
+        )
+    unreadable = getattr(report, "unreadable", 0)
+    if unreadable:
+        lines.append(
+            f"Could not read {unreadable} folder{_s(unreadable)} or entr"
+            f"{'y' if unreadable == 1 else 'ies'} (see warnings); their indexed files were kept."
+        )
     if report.failed:
         n = len(report.failed)
         lines.append(f"Failed {n} file{_s(n)} (reasons above).")
@@ -390,6 +579,16 @@ def ingest_summary(report: Any) -> list[str]:
         lines.append(f"{report.stale} indexed {verb}; run with --prune to remove them.")
     lines.append(f"Done in {report.seconds:.1f} s.")
     return lines
+
+
+def interrupted_summary(report: Any) -> str:
+    """What an interrupted ingest kept, and that the next run resumes."""
+    kept = report.added + report.updated
+    return (
+        f"Interrupted: kept {kept} file{_s(kept)} indexed in this run ({report.added} new, "
+        f"{report.updated} changed; {report.unchanged} were unchanged). Every file is at its "
+        "old or its new version; run the same kb ingest again to resume."
+    )
 
 
 def _s(n: int) -> str:

@@ -144,6 +144,10 @@ class HybridRetriever:
     (``limits.rerank_alpha`` from the configuration).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
+    With a weak embedder a query none of whose words occurs in the index returns no hits in
+    hybrid and semantic mode (its vectors match spelling, so they would fill the page with
+    noise); a real embedder's semantic route answers as usual.
+
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
     ``options.mmr`` re-orders the candidate pool for diversity (see :mod:`kbcli.diversity`).
     """
@@ -214,6 +218,8 @@ class HybridRetriever:
         if options.mode == "keyword":
             hits = self._label(self.keyword.search(query, fetch, options), "keyword", options)
         elif options.mode == "semantic":
+            if self._nothing_matches(query, options):
+                return []
             hits = self._label(self.dense.search(query, fetch, options), "dense", options)
         else:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
@@ -225,6 +231,8 @@ class HybridRetriever:
                     options,
                 )
             keyword_hits = self.keyword.search(query, pool, options)
+            if not keyword_hits and self.weak_embedder:
+                return []  # a weak embedder's vectors alone are noise, not hits
             weak = not options.alpha_chosen and self.weak_for(query)
             if weak and options.fusion != "rrf" and len(keyword_hits) >= fetch:
                 # A weak dense route could only break exact keyword ties here: skip it (no
@@ -235,6 +243,13 @@ class HybridRetriever:
             alpha = self.effective_alpha(options, query)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
         return self._finish(hits, k, options)
+
+    def _nothing_matches(self, query: str, options: SearchOptions) -> bool:
+        """True when the embedder is weak and no word of ``query`` occurs in any document
+        passing the filter: its character-hash vectors would return look-alike noise."""
+        if not self.weak_embedder or not self.keyword.available:
+            return False
+        return not self.keyword.search(query, 1, options)
 
     def _finish(
         self, hits: list[SearchResult], k: int, options: SearchOptions

@@ -9,10 +9,17 @@ For each file found under the given paths:
   are swapped in one transaction, so a search sees the old version or the new one, never both,
   and ``kill -9`` at any moment leaves each file at its old version, its new one, or absent.
 
+The walker (:func:`discover`) visits regular files only (FIFOs, sockets and devices are
+counted, never opened), follows symbolic links only with ``follow_symlinks`` and only inside
+their root, and every read stops at ``limits.max_file_mb`` bytes actually read. A file that
+changes while it is read is read again once, then reported as failed, never indexed torn.
+
 Files recorded under the given roots that no longer exist or no longer match the extensions
-are *stale*: counted, and removed with ``prune=True``. One ingest runs at a time per database
-(an advisory lock file beside it); a second one waits ``wait`` seconds, then fails with
-:class:`~kbcli.errors.DatabaseLockedError`.
+are *stale*: counted, and removed with ``prune=True`` unless that looks like an accident (an
+empty root, more than half of the index; see :func:`check_prune`), which is refused before
+anything is written. Files under a folder that could not be listed are never stale. One
+ingest runs at a time per database (an advisory lock file beside it); a second one waits
+``wait`` seconds, then fails with :class:`~kbcli.errors.DatabaseLockedError`.
 """
 
 from __future__ import annotations
@@ -20,21 +27,35 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidOptionError, KBError, LoaderError
+from .errors import (
+    InvalidOptionError,
+    KBError,
+    LoaderError,
+    StoreError,
+    UnsafePruneError,
+)
+from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .protocols import DocumentCatalog, FileLedger
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
 IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})
 IGNORE_FILE = ".kbignore"
+IGNORE_FILE_LIMIT = 1 << 20  # bytes of a .kbignore file read at most
+# --prune refuses (without --allow-mass-delete) to remove more than half of the files indexed
+# under the given folders once at least this many are indexed there; below it, deleting most
+# of a handful of notes is ordinary. A folder with nothing to index is always refused.
+MASS_DELETE_MIN_INDEXED = 10
+TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed while read
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
 # costs ~1-2 ms). Each file is still all-or-nothing: a crash rolls back the group, leaving
@@ -69,6 +90,11 @@ class SyncReport:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     rebuilt: int = 0
+    special: int = 0  # FIFOs, sockets, devices: skipped, never opened
+    links: int = 0  # symbolic links not followed (or leading outside their root)
+    unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
+    metadata_updated: int = 0
+    interrupted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-ready data."""
@@ -99,25 +125,45 @@ def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]
 
 @dataclass
 class Discovery:
-    """Files to index, the roots they were found under, and how many were passed over."""
+    """Files to index, the roots they were found under, and how many were passed over.
+
+    ``special`` counts FIFOs, sockets and devices (never opened); ``links`` counts symbolic
+    links not followed (``follow_symlinks`` off, broken, or leading outside their root);
+    ``unreadable`` lists folders (and entries) that could not be read: files recorded below
+    them are never counted as vanished. ``found_per_root`` counts the files to index found
+    under each folder root.
+    """
 
     files: list[Path]
     dir_roots: list[tuple[Path, bool]]  # (folder, recursive)
     file_roots: list[Path]
     skipped: int = 0
     warnings: list[str] = field(default_factory=list)
+    special: int = 0
+    links: int = 0
+    unreadable: list[Path] = field(default_factory=list)
+    found_per_root: dict[Path, int] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
         """True when ``path`` lies where this discovery looked (so it can be stale)."""
         p = Path(path)
+        if any(p == u or p.is_relative_to(u) for u in self.unreadable):
+            return False
         if p in self.file_roots:
             return True
-        for root, recursive in self.dir_roots:
-            if recursive and p.is_relative_to(root) and p != root:
-                return True
-            if not recursive and p.parent == root:
-                return True
-        return False
+        return any(self._under(p, root, recursive) for root, recursive in self.dir_roots)
+
+    def covered_by(self, path: str, root: Path) -> bool:
+        """True when ``path`` lies under the folder root ``root``."""
+        return any(
+            r == root and self._under(Path(path), r, recursive) for r, recursive in self.dir_roots
+        )
+
+    @staticmethod
+    def _under(p: Path, root: Path, recursive: bool) -> bool:
+        if recursive:
+            return p != root and p.is_relative_to(root)
+        return p.parent == root
 
 
 class _IgnoreRules:
@@ -128,14 +174,17 @@ class _IgnoreRules:
 
     def load(self, folder: Path) -> None:
         file = folder / IGNORE_FILE
-        if not file.is_file():
+        try:
+            if not stat.S_ISREG(os.stat(file).st_mode):
+                return
+            fh, _ = open_regular(file)
+            with fh:
+                data = b"".join(read_blocks(fh, file, IGNORE_FILE_LIMIT))
+        except (OSError, LoaderError):
             return
         import pathspec
 
-        try:
-            lines = file.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            return
+        lines = data.decode("utf-8", errors="replace").splitlines()
         self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
 
     def ignored(self, path: Path, is_dir: bool) -> bool:
@@ -147,26 +196,49 @@ class _IgnoreRules:
         return False
 
 
+def _exists(path: Path) -> bool:
+    """True when ``path`` exists; a path that cannot be checked is a one-line error."""
+    try:
+        os.stat(path)
+        return True
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise InvalidOptionError(
+            f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+        ) from None
+
+
 def discover(
     paths: list[Path],
     extensions: tuple[str, ...],
     *,
     recursive: bool = True,
     include_hidden: bool = False,
+    follow_symlinks: bool = False,
 ) -> Discovery:
-    """Walk ``paths`` and return the files to index (sorted, resolved, no duplicates).
+    """Walk ``paths`` and return the regular files to index (sorted, no duplicates).
 
     Skips ``.git``, ``node_modules`` and hidden folders (unless ``include_hidden``) and what
-    ``.kbignore`` files exclude; follows symlinked folders once (never loops).
+    ``.kbignore`` files exclude. FIFOs, sockets and devices are counted and never opened.
+    Symbolic links below a root are not followed unless ``follow_symlinks``; then only when
+    they lead inside that root, each file and folder once, and a file reached through a link
+    is recorded under the link's path. Paths named on the command line are resolved.
     """
-    missing = [str(p) for p in paths if not Path(p).expanduser().exists()]
+    missing = [str(p) for p in paths if not _exists(Path(p).expanduser())]
     if missing:
         raise InvalidOptionError(f"Path not found: {missing[0]} (check the path and try again)")
     found: dict[Path, None] = {}
     discovery = Discovery([], [], [])
     for raw in paths:
         path = Path(raw).expanduser().resolve()
-        if path.is_file():
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise InvalidOptionError(
+                f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+            ) from None
+        if stat.S_ISREG(mode):
             discovery.file_roots.append(path)
             if path.suffix.lower() in extensions:
                 found[path] = None
@@ -176,25 +248,56 @@ def discover(
                     f"{path}: skipped, extension {path.suffix or '(none)'} is not in --ext"
                 )
             continue
+        if not stat.S_ISDIR(mode):
+            discovery.special += 1
+            discovery.warnings.append(f"{path}: {file_kind(mode)}, not a file or folder: skipped")
+            continue
         discovery.dir_roots.append((path, recursive))
-        for file in _walk(path, extensions, recursive, include_hidden, discovery):
+        count = 0
+        for file in _walk(path, extensions, recursive, include_hidden, follow_symlinks, discovery):
+            if file not in found:
+                count += 1
             found[file] = None
+        discovery.found_per_root[path] = discovery.found_per_root.get(path, 0) + count
     discovery.files = sorted(found)
     return discovery
 
 
+def _link_target(link: Path, root: Path) -> tuple[Path, os.stat_result] | str:
+    """Where the symlink ``link`` leads and its stat, or why it is not followed."""
+    try:
+        real = Path(os.path.realpath(link, strict=True))
+        st = os.stat(real)
+    except OSError as exc:
+        return f"broken symbolic link ({exc.strerror or exc})"
+    if real != root and not real.is_relative_to(root):  # component-wise: /docs-x is not in /docs
+        return f"symbolic link to {real}, outside {root}"
+    return real, st
+
+
 def _walk(
-    root: Path, extensions: tuple[str, ...], recursive: bool, include_hidden: bool, d: Discovery
+    root: Path,
+    extensions: tuple[str, ...],
+    recursive: bool,
+    include_hidden: bool,
+    follow_symlinks: bool,
+    d: Discovery,
 ) -> Iterator[Path]:
     rules = _IgnoreRules()
     seen_dirs: set[tuple[int, int]] = set()
-    stack = [root]
-    while stack:
-        folder = stack.pop()
+    real_files: set[tuple[int, int]] = set()
+    linked_files: list[tuple[Path, tuple[int, int]]] = []
+    stack: list[tuple[Path, bool]] = [(root, False)]
+    # Folders reached through a link are walked after the real tree, so that a file found
+    # both ways is recorded under its real path.
+    later: list[tuple[Path, bool]] = []
+    while stack or later:
+        folder, via_link = stack.pop() if stack else later.pop()
         try:
-            st = folder.stat()
+            st = os.stat(folder)
         except OSError as exc:
-            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror})")
+            d.unreadable.append(folder)
+            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror}); its files are kept")
             continue
         if (st.st_dev, st.st_ino) in seen_dirs:
             continue  # a symlink loop or a folder reached twice
@@ -203,42 +306,70 @@ def _walk(
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror})")
+            d.unreadable.append(folder)
+            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror}); its files are kept")
             continue
         for entry in entries:
             path = Path(entry.path)
             hidden = entry.name.startswith(".")
-            try:
-                is_dir = entry.is_dir()  # follows symlinks
-            except OSError:
-                continue
-            if is_dir:
-                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
-                    continue
-                if (hidden and not include_hidden) or rules.ignored(path, True):
-                    continue
-                stack.append(path)
-                continue
             if entry.name == IGNORE_FILE or (hidden and not include_hidden):
                 continue
-            if rules.ignored(path, False):
+            try:
+                if entry.is_symlink():
+                    if not follow_symlinks:
+                        d.links += 1
+                        continue
+                    target = _link_target(path, root)
+                    if isinstance(target, str):
+                        d.links += 1
+                        d.warnings.append(f"{path}: {target}: not followed")
+                        continue
+                    st, through_link = target[1], True
+                else:
+                    st, through_link = entry.stat(follow_symlinks=False), via_link
+            except OSError as exc:
+                d.unreadable.append(path)
+                d.warnings.append(f"{path}: cannot read ({exc.strerror}); kept as it was")
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
+                    continue
+                if rules.ignored(path, True):
+                    continue
+                (later if through_link else stack).append((path, through_link))
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                d.special += 1
+                d.warnings.append(f"{path}: {file_kind(st.st_mode)}: skipped, never opened")
+                continue
+            if rules.ignored(path, False) or path.suffix.lower() not in extensions:
                 d.skipped += 1
                 continue
-            if path.suffix.lower() not in extensions:
-                d.skipped += 1
-                continue
-            yield path.resolve() if entry.is_symlink() else path
+            key = (st.st_dev, st.st_ino)
+            if through_link:
+                linked_files.append((path, key))
+            else:
+                real_files.add(key)
+                yield path
+    for path, key in linked_files:
+        if key in real_files:
+            d.skipped += 1  # the same file, already found under its real path or another link
+            continue
+        real_files.add(key)
+        yield path
 
 
 # --- the sync -----------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, os.stat_result]:
+    """The file's SHA-256 and its ``fstat`` (regular files only, at most ``limit`` bytes)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
+    fh, st = open_regular(path, follow_symlinks=follow_symlinks)
+    with fh:
+        for block in read_blocks(fh, path, limit):
             digest.update(block)
-    return digest.hexdigest()
+    return digest.hexdigest(), st
 
 
 def chunk_settings(kb: Any) -> str:
@@ -251,9 +382,44 @@ def chunk_settings(kb: Any) -> str:
         "chunker": type(chunker).__name__,
         "chunk_size": getattr(chunker, "chunk_size", None),
         "chunk_overlap": getattr(chunker, "chunk_overlap", getattr(chunker, "overlap", None)),
-        "version": 1,
+        "version": 2,  # 2: chunks record line / line_end
     }
     return json.dumps(parts, sort_keys=True)
+
+
+def settings_with_meta(settings: str, meta: dict[str, Any] | None) -> str:
+    """A file record's ``settings``: the chunk settings plus the ``--meta`` it was indexed
+    with (``meta`` key; absent when none was given)."""
+    if not meta:
+        return settings
+    try:
+        data = json.loads(settings)
+    except ValueError:
+        return settings
+    data["meta"] = dict(sorted(meta.items()))
+    return json.dumps(data, sort_keys=True)
+
+
+def split_settings(recorded: str) -> tuple[str, dict[str, Any]]:
+    """``(chunk settings, meta)`` of a recorded ``settings`` string (see
+    :func:`settings_with_meta`); an unreadable string is all chunk settings and no meta."""
+    try:
+        data = json.loads(recorded)
+    except ValueError:
+        return recorded, {}
+    if not isinstance(data, dict):
+        return recorded, {}
+    meta = data.pop("meta", None)
+    return json.dumps(data, sort_keys=True), meta if isinstance(meta, dict) else {}
+
+
+class SyncInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a sync, after every file prepared so far was written: ``report`` says
+    what the index kept; the next sync resumes from there (written files are unchanged)."""
+
+    def __init__(self, report: SyncReport):
+        super().__init__()
+        self.report = report
 
 
 def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
@@ -276,11 +442,17 @@ def sync(
     rebuild: bool = False,
     wait: float = 60.0,
     progress: Progress | None = None,
+    follow_symlinks: bool = False,
+    allow_mass_delete: bool = False,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
     ``rebuild`` re-tokenises the keyword index, re-embeds every chunk with the configured
-    embedder (resumable) and re-reads every file under ``paths``.
+    embedder (resumable) and re-reads every file under ``paths``. ``follow_symlinks`` follows
+    links that stay inside their root (see :func:`discover`). With ``prune``, a run that would
+    empty a folder or remove more than half of the files indexed under ``paths`` raises
+    :class:`~kbcli.errors.UnsafePruneError` before anything is written, unless
+    ``allow_mass_delete``.
     """
     started = time.monotonic()
     store = kb.store
@@ -290,30 +462,57 @@ def sync(
             "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
         )
     extensions = parse_extensions(extensions)
-    found = discover(list(paths), extensions, recursive=recursive, include_hidden=include_hidden)
-    report = SyncReport(skipped=found.skipped, warnings=list(found.warnings))
-    with store.writer_lock(wait):
-        if rebuild:
-            report.rebuilt = _rebuild_index(kb)
-        settings = chunk_settings(kb)
-        kb.ingestor._check_embedder()
+    found = discover(
+        list(paths),
+        extensions,
+        recursive=recursive,
+        include_hidden=include_hidden,
+        follow_symlinks=follow_symlinks,
+    )
+    report = SyncReport(
+        skipped=found.skipped,
+        warnings=list(found.warnings),
+        special=found.special,
+        links=found.links,
+        unreadable=len(found.unreadable),
+    )
+    with store.writer_lock(wait), _write_errors():
         records = store.file_records()
-        total = len(found.files)
-        pending = _PendingWrites(kb, report)
-        for done, path in enumerate(found.files, start=1):
-            prepared = _sync_file(
-                kb, path, records.get(str(path)), settings, metadata, rebuild, report
-            )
-            if prepared is not None:
-                pending.add(*prepared)
-            if progress is not None:
-                progress(str(path), done, total)
-            if done % CHECKPOINT_EVERY == 0:
-                pending.flush()
-                store.checkpoint()
-        pending.flush()
         present = {str(p) for p in found.files}
         stale = [p for p in records if p not in present and found.covers(p)]
+        if prune and stale and not allow_mass_delete:
+            check_prune(found, records, stale, extensions)
+        if rebuild:
+            report.rebuilt = _rebuild_index(kb)
+            records = store.file_records()
+        settings = chunk_settings(kb)
+        kb.ingestor._check_embedder()
+        total = len(found.files)
+        pending = _PendingWrites(kb, report)
+        reading = _Reading(_max_bytes(kb), follow_symlinks)
+        if progress is not None:
+            progress("", 0, total)
+        try:
+            for done, path in enumerate(found.files, start=1):
+                prepared = _sync_file(
+                    kb, path, records.get(str(path)), settings, metadata, rebuild, report, reading
+                )
+                if prepared is not None:
+                    pending.add(*prepared)
+                if progress is not None:
+                    progress(str(path), done, total)
+                if done % CHECKPOINT_EVERY == 0:
+                    pending.flush()
+                    store.checkpoint()
+            pending.flush(final=True)
+        except KeyboardInterrupt:
+            # Keep what was prepared: embed the partial batch still waiting (one request; a
+            # second Ctrl-C stops that too) and write those files, each whole.
+            pending.flush(final=True)
+            store.checkpoint()
+            report.interrupted = True
+            report.seconds = time.monotonic() - started
+            raise SyncInterrupted(report) from None
         report.stale = len(stale)
         if prune:
             for path in stale:
@@ -326,39 +525,144 @@ def sync(
     return report
 
 
+@contextmanager
+def _write_errors() -> Iterator[None]:
+    """Turn a failed write (disk full, I/O error) into one StoreError line.
+
+    Each file's rows are swapped in one transaction, so the batch being written rolls back:
+    files written before it stay at their new version, the others at their previous one.
+    """
+    import sqlite3
+
+    try:
+        yield
+    except (OSError, sqlite3.OperationalError) as exc:
+        reason = _root_reason(exc)
+        raise StoreError(
+            f"Writing to the index failed ({reason}): files not yet written keep their "
+            "previous version and the index stays searchable; free disk space (or fix the "
+            "disk) and run kb ingest again"
+        ) from exc
+
+
+def _root_reason(exc: BaseException) -> str:
+    """The first cause in the chain that names the real problem (a failed ROLLBACK after a
+    full disk reports "no transaction is active"; the disk-full error is its context)."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for candidate in seen:
+        if isinstance(candidate, OSError) and candidate.errno is not None:
+            return candidate.strerror or str(candidate)
+        text = str(candidate)
+        if "full" in text or "I/O" in text:
+            return text
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 class _PendingWrites:
-    """Prepared files waiting to be written, flushed in one transaction per group."""
+    """Prepared files waiting for their vectors and their write.
+
+    Texts are embedded in full batches of the embedder's ``batch_size`` across file
+    boundaries (301 chunks in 31 files: 5 requests at 64, not 31), and files whose vectors
+    are all there are written in one transaction per group, each file still whole. Texts the
+    embedding cache already knows are never sent.
+    """
 
     def __init__(self, kb: Any, report: SyncReport):
         self.kb = kb
         self.report = report
-        self.items: list[tuple[FileRecord, list, list, bool]] = []
+        self.items: list[tuple[FileRecord, list, bool | None]] = []
         self.chunks = 0
+        self.vectors: dict[str, list[float]] = {}
+        self.waiting: dict[str, None] = {}  # texts to embed, in order
+        self.batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
 
-    def add(self, record: FileRecord, docs: list, vectors: list, is_new: bool) -> None:
-        self.items.append((record, docs, vectors, is_new))
+    def add(
+        self,
+        record: FileRecord,
+        docs: list,
+        is_new: bool | None,
+        vectors: list[list[float]] | None = None,
+    ) -> None:
+        """Queue a file; ``is_new`` None means only its metadata changed (``vectors``: the
+        ones it has, so nothing is embedded)."""
+        self.items.append((record, docs, is_new))
+        if vectors is not None:
+            self.vectors.update((d.text, v) for d, v in zip(docs, vectors) if v is not None)
         self.chunks += len(docs)
+        texts = [d.text for d in docs if d.text not in self.vectors]
+        self.vectors.update(self.kb.ingestor.cached_vectors(texts))
+        for text in texts:
+            if text not in self.vectors:
+                self.waiting[text] = None
+        full = len(self.waiting) // self.batch * self.batch
+        if full:
+            self._embed(full)
         if len(self.items) >= WRITE_BATCH_FILES or self.chunks >= WRITE_BATCH_CHUNKS:
             self.flush()
 
-    def flush(self) -> None:
-        if not self.items:
+    def _embed(self, n: int) -> None:
+        texts = list(self.waiting)[:n]
+        fresh = self.kb.embedder.embed_documents(texts)
+        self.vectors.update(zip(texts, fresh))
+        for text in texts:
+            del self.waiting[text]
+
+    def flush(self, *, final: bool = False) -> None:
+        """Write the files whose vectors are all known (``final``: embed the rest first)."""
+        if final and self.waiting:
+            self._embed(len(self.waiting))
+        ready = [item for item in self.items if all(d.text in self.vectors for d in item[1])]
+        if not ready:
             return
         store, report = self.kb.store, self.report
         info = _embedder_info(self.kb)
         with store.transaction():
             removed = [
-                store.replace_file(record, docs, vectors, embedder=info)
-                for record, docs, vectors, _ in self.items
+                store.replace_file(
+                    record, docs, [self.vectors[d.text] for d in docs], embedder=info
+                )
+                for record, docs, _ in ready
             ]
-        for (_, docs, _, is_new), gone in zip(self.items, removed):
+        for (_, docs, is_new), gone in zip(ready, removed):
+            if is_new is None:
+                report.metadata_updated += 1
+                continue
             report.chunks_removed += gone
             report.chunks_added += len(docs)
             if is_new:
                 report.added += 1
             else:
                 report.updated += 1
-        self.items, self.chunks = [], 0
+        written = {id(item) for item in ready}
+        self.items = [item for item in self.items if id(item) not in written]
+        self.chunks = sum(len(docs) for _, docs, _ in self.items)
+        needed = {d.text for _, docs, _ in self.items for d in docs}
+        self.vectors = {t: v for t, v in self.vectors.items() if t in needed}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How files are read: the byte limit and whether symlinks may be opened."""
+
+    limit: int | None
+    follow_symlinks: bool
+
+
+def _max_bytes(kb: Any) -> int | None:
+    """``limits.max_file_mb`` of the loader (else of the configuration) in bytes."""
+    loader = kb.ingestor.loader
+    if hasattr(loader, "max_file_mb"):
+        return limit_bytes(loader.max_file_mb)
+    config = kb.ingestor.config
+    if config is None:
+        from .config import get_config
+
+        config = get_config()
+    return limit_bytes(config.limits.max_file_mb)
 
 
 def _sync_file(
@@ -369,40 +673,61 @@ def _sync_file(
     metadata: dict[str, Any] | None,
     force: bool,
     report: SyncReport,
-) -> tuple[FileRecord, list, list, bool] | None:
-    """Skip an unchanged file, or load, chunk and embed a changed one (nothing written yet)."""
+    reading: _Reading | None = None,
+) -> tuple[Any, ...] | None:
+    """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
+    changed one (nothing embedded or written yet: :class:`_PendingWrites` embeds across
+    files).
+
+    ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
+    hashed before and after it is loaded: a file that changed meanwhile is read once more, and
+    reported as failed if it changed again (never indexed torn).
+    """
     store = kb.store
+    reading = reading or _Reading(_max_bytes(kb), True)
+    recorded_settings, recorded_meta = (
+        split_settings(record.settings) if record is not None else ("", {})
+    )
+    meta = recorded_meta if metadata is None else metadata
+    same_chunking = record is not None and not force and recorded_settings == settings
+    relabel = same_chunking and meta != recorded_meta
     try:
-        st = path.stat()
-        if (
-            record is not None
-            and not force
-            and record.settings == settings
-            and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns)
-        ):
-            report.unchanged += 1
-            return None
-        digest = _sha256(path)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        if (
-            record is not None
-            and not force
-            and (record.sha256, record.settings)
-            == (
-                digest,
-                settings,
-            )
-        ):
-            record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
-            store.touch_file(record)
-            report.unchanged += 1
-            return None
-        ingestor = kb.ingestor
-        sections = ingestor.load_sections(path)
+        st = os.stat(path, follow_symlinks=reading.follow_symlinks)
+        if not stat.S_ISREG(st.st_mode):
+            raise LoaderError(f"{path}: not a regular file ({file_kind(st.st_mode)}): not read")
+        if same_chunking and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            return _relabel(kb, record, recorded_meta, meta, settings) if relabel else _same(report)
+        if reading.limit is not None and st.st_size > reading.limit:
+            raise too_large(path, reading.limit)
+        for attempt in (1, 2):
+            digest, st = _sha256(path, reading.limit, reading.follow_symlinks)
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            if same_chunking and record.sha256 == digest:
+                record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
+                if relabel:
+                    return _relabel(kb, record, recorded_meta, meta, settings)
+                store.touch_file(record)
+                return _same(report)
+            ingestor = kb.ingestor
+            sections = ingestor.load_sections(path)
+            after, st_after = _sha256(path, reading.limit, reading.follow_symlinks)
+            if after == digest and (st_after.st_size, st_after.st_mtime_ns) == (
+                st.st_size,
+                st.st_mtime_ns,
+            ):
+                break
+            if attempt == 2:
+                raise LoaderError(
+                    f"{path}: the file changed while it was being read (twice): not indexed "
+                    "this time; run kb ingest again when it is no longer being written"
+                )
+            time.sleep(TORN_READ_RETRY_DELAY)
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
-        docs = ingestor.build_documents(chunks, {**(metadata or {}), "source": str(path)})
-        vectors = ingestor.embed([d.text for d in docs], remember=False)
+        _file_lines(ingestor.loader, path, sections, chunks)
+        del sections  # the file's whole text: free it before embedding (a big file's peak)
+        docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
+        del chunks
     except LoaderError as exc:
         report.failed.append(FileFailure(str(path), _one_line(exc, path)))
         return None
@@ -413,9 +738,94 @@ def _sync_file(
     except KBError:
         raise  # index-wide problems (embedder, lock) stop the run
     new_record = FileRecord(
-        str(path), st.st_size, st.st_mtime_ns, digest, settings, [d.id for d in docs], now
+        str(path),
+        st.st_size,
+        st.st_mtime_ns,
+        digest,
+        settings_with_meta(settings, meta),
+        [d.id for d in docs],
+        now,
     )
-    return new_record, docs, vectors, record is None
+    return new_record, docs, record is None
+
+
+def check_prune(
+    found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
+) -> None:
+    """Raise :class:`UnsafePruneError` when pruning ``stale`` looks like an accident.
+
+    Refused: a folder root with no file to index while files are indexed under it (an empty
+    or unmounted folder), and removing more than half of the files indexed under the roots
+    once at least :data:`MASS_DELETE_MIN_INDEXED` are.
+    """
+    fix = "nothing was changed; if this is intended, run again with --allow-mass-delete"
+    for root, _ in found.dir_roots:
+        if found.found_per_root.get(root, 0):
+            continue
+        going = sum(1 for p in stale if found.covered_by(p, root))
+        if going:
+            kinds = ",".join(extensions)
+            raise UnsafePruneError(
+                f"--prune refused: {root} holds no {kinds} file to index but {going} indexed "
+                f"file{'' if going == 1 else 's'} under it would be removed (is it empty or "
+                f"not mounted?); {fix}"
+            )
+    indexed = sum(1 for p in records if found.covers(p))
+    if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
+        raise UnsafePruneError(
+            f"--prune refused: it would remove {len(stale)} of the {indexed} files indexed "
+            f"under the given paths (more than half); {fix}"
+        )
+
+
+def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
+    """Text files: chunk line numbers as the file on disk has them (see kbcli.ingest.lines)."""
+    from .ingest import DefaultDocumentLoader
+    from .ingest.lines import is_text_file, to_file_lines
+
+    if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
+        to_file_lines(path, sections[0].text, chunks, loader.encoding)
+
+
+def _same(report: SyncReport) -> None:
+    report.unchanged += 1
+    return None
+
+
+def _relabel(
+    kb: Any,
+    record: FileRecord,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    settings: str,
+) -> tuple[FileRecord, list, None, list]:
+    """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
+    vectors (no embedder call), and its record with the new meta."""
+    from .types import Document
+
+    docs = list(kb.store.iter_documents(source=record.path, with_embeddings=True))
+    relabelled = []
+    for doc in docs:
+        kept = {k: v for k, v in doc.metadata.items() if k not in old or k in _OWN_KEYS}
+        metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
+        relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
+    vectors = [d.embedding for d in relabelled]  # a missing one comes from the cache
+    fresh = FileRecord(
+        record.path,
+        record.size,
+        record.mtime_ns,
+        record.sha256,
+        settings_with_meta(settings, new),
+        [d.id for d in relabelled],
+        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return fresh, relabelled, None, vectors
+
+
+# Metadata a file's chunks get from ingest itself, never from --meta.
+_OWN_KEYS = frozenset(
+    {"source", "chunk_index", "page", "heading", "char_start", "char_end", "line", "line_end"}
+)
 
 
 def _embedder_info(kb: Any) -> Any:

@@ -244,8 +244,9 @@ class KnowledgeSearchTool(KnowledgeTool):
     name = "knowledge_search"
     description = (
         "Search the local knowledge base for passages relevant to a question. Returns a "
-        "numbered list of the best matching passages, each cited with its source file (page "
-        "and heading where known) and its chunk id, which knowledge_get accepts."
+        "numbered list of the best matching passages (chunks, not whole files: several may "
+        "come from one file), each cited with its source file (page and heading where known) "
+        "and its chunk id, which knowledge_get accepts."
     )
 
     def __init__(

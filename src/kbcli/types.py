@@ -50,6 +50,9 @@ def normalize_mode(mode: str) -> str:
     return name
 
 
+MAX_K = 1_000_000  # results per search; beyond it candidate pools overflow SQLite integers
+
+
 @dataclass
 class SearchOptions:
     """How to search.
@@ -100,6 +103,8 @@ class SearchOptions:
             self.alpha = get_config().limits.rerank_alpha
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise InvalidOptionError(f"k must be a positive whole number, got {self.k!r}")
+        if self.k > MAX_K:
+            raise InvalidOptionError(f"k must be at most {MAX_K}, got {self.k}")
         if self.alpha is not None:
             if not isinstance(self.alpha, (int, float)) or not 0.0 <= float(self.alpha) <= 1.0:
                 raise InvalidOptionError(f"alpha must be between 0 and 1, got {self.alpha!r}")

@@ -41,9 +41,11 @@ def apply_request_settings(
     batch_size: int | None,
     max_retries: int | None,
     timeout: float | None,
+    retry_budget: float | None = None,
 ) -> None:
-    """Set ``dimensions``, ``batch_size`` (capped by the provider), ``retry_policy`` and
-    ``timeout`` on a provider embedder: the argument wins, else ``rag.embedding``."""
+    """Set ``dimensions``, ``batch_size`` (capped by the provider), ``retry_policy``,
+    ``timeout`` (total seconds per attempt) and ``retry_budget`` (total seconds per request,
+    retries included) on a provider embedder: the argument wins, else ``rag.embedding``."""
     from .retry import RetryPolicy
 
     embedder.dimensions = dimensions if dimensions is not None else settings.dimensions
@@ -52,8 +54,14 @@ def apply_request_settings(
     size = batch_size or settings.batch_size
     embedder.batch_size = max(1, min(size, embedder.max_inputs_per_request))
     retries = max_retries if max_retries is not None else settings.max_retries
-    embedder.retry_policy = RetryPolicy(max_retries=max(0, retries))
     embedder.timeout = float(timeout if timeout is not None else settings.timeout)
+    budget = retry_budget if retry_budget is not None else settings.retry_budget
+    embedder.retry_budget = float(budget)
+    if embedder.timeout <= 0 or embedder.retry_budget <= 0:
+        raise ValueError("timeout and retry_budget must be positive numbers of seconds")
+    embedder.retry_policy = RetryPolicy(
+        max_retries=max(0, retries), timeout=embedder.timeout, budget=embedder.retry_budget
+    )
 
 
 def first_env(*names: str) -> tuple[str | None, str | None]:

@@ -25,7 +25,7 @@ from ._settings import (
     transport_errors,
 )
 from .base import BaseEmbedder
-from .retry import Failure, call_with_retries, is_retryable_status, parse_retry_after
+from .retry import Failure, call_with_retries, give_up_hint, is_retryable_status, parse_retry_after
 
 DEFAULT_MODEL = "text-embedding-004"
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
@@ -56,6 +56,7 @@ class GeminiEmbedder(BaseEmbedder):
         batch_size: int | None = None,
         max_retries: int | None = None,
         timeout: float | None = None,
+        retry_budget: float | None = None,
         config: Config | None = None,
     ) -> None:
         settings = embedding_settings(self.provider, config)
@@ -76,6 +77,7 @@ class GeminiEmbedder(BaseEmbedder):
             batch_size=batch_size,
             max_retries=max_retries,
             timeout=timeout,
+            retry_budget=retry_budget,
         )
         # Only a requested or a returned size is this embedder's identity, never a guess from the
         # model's name: a compatible server may serve another size under the same name.
@@ -123,9 +125,15 @@ class GeminiEmbedder(BaseEmbedder):
                     policy=self.retry_policy,
                     classify=self._classify,
                     describe=self._describe,
+                    on_abandon=self._abandon_client,
                 )
             )
         return out
+
+    def _abandon_client(self) -> None:
+        """Replace the client after an attempt ran past its deadline, closing its sockets."""
+        old, self._client = self._client, self._make_client()
+        old.close()
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         return self._embed(texts, "RETRIEVAL_DOCUMENT")
@@ -175,7 +183,7 @@ class GeminiEmbedder(BaseEmbedder):
             what = f"status {status}" if status is not None else failure.reason
             return (
                 f"gemini embedding request failed after {attempts} attempts ({what}) for "
-                f"{where}{detail}; try again later or raise rag.embedding.max_retries"
+                f"{where}{detail}; {give_up_hint(failure)}"
             )
         key_from = self.key_source or "GOOGLE_API_KEY"
         if status == 401 or (status == 400 and "api key" in failure.detail.lower()):

@@ -36,6 +36,7 @@ from .base import BaseEmbedder
 from .retry import (
     Failure,
     call_with_retries,
+    give_up_hint,
     is_retryable_status,
     parse_retry_after,
 )
@@ -84,6 +85,7 @@ class OpenAIEmbedder(BaseEmbedder):
         batch_size: int | None = None,
         max_retries: int | None = None,
         timeout: float | None = None,
+        retry_budget: float | None = None,
         config: Config | None = None,
     ) -> None:
         settings = embedding_settings(self.provider, config)
@@ -105,6 +107,7 @@ class OpenAIEmbedder(BaseEmbedder):
             batch_size=batch_size,
             max_retries=max_retries,
             timeout=timeout,
+            retry_budget=retry_budget,
         )
         # Only a requested or a returned size is this embedder's identity, never a guess from the
         # model's name: a compatible server may serve another size under the same name.
@@ -162,7 +165,13 @@ class OpenAIEmbedder(BaseEmbedder):
             policy=self.retry_policy,
             classify=self._classify,
             describe=self._describe,
+            on_abandon=self._abandon_client,
         )
+
+    def _abandon_client(self) -> None:
+        """Replace the client after an attempt ran past its deadline, closing its sockets."""
+        old, self._client = self._client, self._make_client()
+        old.close()
 
     def _request(self, texts: list[str]) -> list[list[float]]:
         kwargs: dict[str, Any] = {"input": texts, "model": self.model}
@@ -222,7 +231,7 @@ class OpenAIEmbedder(BaseEmbedder):
             what = f"status {status}" if status is not None else failure.reason
             return (
                 f"openai embedding request failed after {attempts} attempts ({what}) for "
-                f"{where}{detail}; try again later or raise rag.embedding.max_retries"
+                f"{where}{detail}; {give_up_hint(failure)}"
             )
         if status == 401:
             return (

@@ -7,7 +7,18 @@ One policy, written once, so both providers behave alike and tests can check it:
 * wait ``base_delay * 2**(n-1)`` seconds before retry ``n``, capped at ``max_delay``, with
   "equal jitter" (a random value between half and all of it);
 * a ``Retry-After`` (or ``retry-after-ms``) header is honoured, capped at ``max_retry_after``;
-* at most ``max_retries`` retries, so ``max_retries + 1`` attempts in all.
+* at most ``max_retries`` retries, so ``max_retries + 1`` attempts in all;
+* each attempt has a total deadline, ``timeout`` seconds (``rag.embedding.timeout``) from the
+  request's start to its last byte: a server that sends one byte every few seconds is cut off
+  like one that never answers (an SDK's own timeout applies to each read, so it never fires);
+* the whole request, attempts and waits included, stops after ``budget`` seconds
+  (``rag.embedding.retry_budget``): no retry is started, and no wait begun, that would end
+  past it. A command stops at the first request that fails for good, so a dead or stalling
+  server holds any ``kb`` command for about ``retry_budget`` seconds at most.
+
+The deadline runs the SDK call in a daemon worker thread and stops waiting for it at the
+deadline; ``on_abandon`` then closes the SDK client (its sockets) and makes a new one, so the
+abandoned thread ends at its next read and never holds the process open.
 
 The SDKs' own retries are switched off by the embedders so this is the only policy in force.
 Tests replace :data:`sleep` (``monkeypatch.setattr(retry, "sleep", ...)``) to avoid waiting.
@@ -15,12 +26,14 @@ Tests replace :data:`sleep` (``monkeypatch.setattr(retry, "sleep", ...)``) to av
 
 from __future__ import annotations
 
+import contextvars
 import email.utils
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..errors import EmbedderError
@@ -48,6 +61,8 @@ class RetryPolicy:
     base_delay: float = 1.0
     max_delay: float = 30.0
     max_retry_after: float = 60.0
+    timeout: float | None = None  # seconds per attempt, start to last byte
+    budget: float | None = None  # seconds per request, every attempt and wait included
 
     def delay(
         self,
@@ -72,6 +87,8 @@ class Failure:
     reason: str = ""
     retry_after: float | None = None
     detail: str = ""  # the server's own message, already redacted and shortened
+    exhausted: str = ""  # why retrying stopped: "retries" or "budget" (empty: not retryable)
+    elapsed: float = 0.0  # seconds spent on the request when it was given up
 
 
 class EmbedderRequestError(EmbedderError):
@@ -110,42 +127,120 @@ def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+class AttemptTimeout(Exception):
+    """An attempt did not finish within its deadline (raised by :func:`run_with_deadline`)."""
+
+
+def run_with_deadline(
+    fn: Callable[[], T], seconds: float | None, on_abandon: Callable[[], None] | None = None
+) -> T:
+    """``fn()``, or :class:`AttemptTimeout` when it has not returned after ``seconds``.
+
+    ``fn`` runs in a daemon thread (with the caller's context variables); at the deadline it
+    is abandoned and ``on_abandon`` is called to release what it holds (close its client).
+    """
+    if seconds is None:
+        return fn()
+    if seconds <= 0:
+        raise AttemptTimeout(seconds)
+    box: dict[str, object] = {}
+    done = threading.Event()
+    context = contextvars.copy_context()
+
+    def target() -> None:
+        try:
+            box["value"] = context.run(fn)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="kbcli-provider-request", daemon=True).start()
+    if not done.wait(seconds):
+        if on_abandon is not None:
+            try:
+                on_abandon()
+            except Exception:  # noqa: BLE001 - best effort: the answer is already "timed out"
+                logger.debug("closing an abandoned provider client failed", exc_info=True)
+        raise AttemptTimeout(seconds)
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
 def call_with_retries(
     fn: Callable[[], T],
     *,
     policy: RetryPolicy,
     classify: Callable[[BaseException], Failure | None],
     describe: Callable[[Failure, int], str],
+    on_abandon: Callable[[], None] | None = None,
 ) -> T:
     """Call ``fn`` until it succeeds, the failure is not retryable, or retries run out.
 
-    ``classify`` turns an exception into a :class:`Failure` (None: not ours, re-raise as is);
+    Each attempt runs under ``policy.timeout`` (clipped to what is left of ``policy.budget``);
+    ``on_abandon`` is called when an attempt is given up at its deadline. ``classify`` turns an
+    exception into a :class:`Failure` (None: not ours, re-raise as is);
     ``describe(failure, attempts)`` writes the final message, which must not hold secrets.
     Raises :class:`EmbedderRequestError`.
     """
+    started = time.monotonic()
     attempts = 0
     while True:
         attempts += 1
+        limit = policy.timeout
+        if policy.budget is not None:
+            left = policy.budget - (time.monotonic() - started)
+            limit = left if limit is None else min(limit, left)
         try:
-            return fn()
+            return run_with_deadline(fn, limit, on_abandon)
+        except AttemptTimeout:
+            if policy.timeout is not None and limit == policy.timeout:
+                reason = f"no complete answer within {limit:g} s"
+            else:
+                reason = f"no complete answer before the {policy.budget:g} s budget ran out"
+            failure = Failure(True, None, reason)
         except Exception as exc:  # noqa: BLE001 - classify decides what is ours
             failure = classify(exc)
             if failure is None:
                 raise
-            if not failure.retryable or attempts > policy.max_retries:
-                # ``from None``: the SDK's exception may quote the server's body verbatim.
-                raise EmbedderRequestError(
-                    describe(failure, attempts),
-                    status=failure.status,
-                    attempts=attempts,
-                    retryable=failure.retryable,
-                ) from None
-            wait = policy.delay(attempts, failure.retry_after)
-            logger.info(
-                "embedding request failed (%s); retry %d of %d in %.1f s",
-                failure.reason or failure.status,
-                attempts,
-                policy.max_retries,
-                wait,
-            )
-            sleep(wait)
+        elapsed = time.monotonic() - started
+        wait = policy.delay(attempts, failure.retry_after) if failure.retryable else 0.0
+        exhausted = ""
+        if failure.retryable and attempts > policy.max_retries:
+            exhausted = "retries"
+        elif failure.retryable and policy.budget is not None and elapsed + wait >= policy.budget:
+            exhausted = "budget"
+        if not failure.retryable or exhausted:
+            failure = replace(failure, exhausted=exhausted, elapsed=elapsed)
+            # ``from None``: the SDK's exception may quote the server's body verbatim.
+            raise EmbedderRequestError(
+                describe(failure, attempts),
+                status=failure.status,
+                attempts=attempts,
+                retryable=failure.retryable,
+            ) from None
+        logger.info(
+            "embedding request failed (%s); retry %d of %d in %.1f s",
+            failure.reason or failure.status,
+            attempts,
+            policy.max_retries,
+            wait,
+        )
+        sleep(wait)
+
+
+def give_up_hint(failure: Failure) -> str:
+    """The end of a "failed after N attempts" message: which limit stopped the retries."""
+    if failure.exhausted == "budget" and failure.retry_after:
+        return (
+            f"the server asked to wait {failure.retry_after:.0f} s, past what is left of "
+            "rag.embedding.retry_budget: try again later or raise retry_budget"
+        )
+    if failure.exhausted == "budget":
+        return (
+            f"gave up after {failure.elapsed:.1f} s (rag.embedding.retry_budget); the server "
+            "is not answering in time: try again later, or raise rag.embedding.timeout / "
+            "retry_budget for a slow server"
+        )
+    return "try again later or raise rag.embedding.max_retries"

@@ -4,7 +4,7 @@ Why a process and not a thread: a thread stuck inside pypdf (a malicious PDF can
 parser loop or allocate without end) can be neither interrupted nor killed, so it would keep
 burning CPU and memory after we gave up on it. A child process is killed at the deadline and
 its memory is capped with ``RLIMIT_AS`` (where the OS has it). The price is a fork per file:
-we use the ``forkserver`` start method with pypdf and python-docx preloaded, which costs tens
+we use the ``forkserver`` start method with pypdf, python-docx and bs4 preloaded, which costs tens
 of milliseconds per file (``spawn`` on platforms without forkserver costs more). With
 ``timeout=None`` the parser runs in-process, unbounded.
 """
@@ -24,7 +24,7 @@ T = TypeVar("T")
 # fatal for decompression bombs.
 MEMORY_BUDGET_BYTES = 2 << 30
 MEMORY_PER_FILE_BYTE = 20
-_PRELOAD = ["pypdf", "docx", "kbcli.ingest.office"]
+_PRELOAD = ["pypdf", "docx", "bs4", "kbcli.ingest.office", "kbcli.ingest.html"]
 
 
 def _context() -> Any:

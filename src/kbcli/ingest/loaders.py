@@ -9,16 +9,18 @@ read) are reported in ``last_warnings`` (see :class:`DefaultDocumentLoader`).
 from __future__ import annotations
 
 import os
-import re
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidOptionError, LoaderError, UnsupportedFormatError, require
 from ..types import Section
 from .bounded import run_bounded
-from .markdown import HEADING_SEPARATOR
+from .html import extract_html
 from .normalizers import StructurePreservingNormalizer
 from .office import check_docx_zip, extract_docx, extract_pdf
+from .reading import limit_bytes, not_regular
 from .text_encoding import read_text
 
 SECTION_SEPARATOR = "\n\n"
@@ -35,6 +37,9 @@ class BuiltinLoader:
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
         self.encoding = encoding
         self.timeout = timeout
+        self.max_bytes: int | None = (
+            None  # read at most this many bytes (set by the default loader)
+        )
         self.last_warnings: list[str] = []
 
     def configured(self, encoding: str, timeout: float | None) -> BuiltinLoader:
@@ -53,18 +58,27 @@ class BuiltinLoader:
         """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
         self.last_warnings = []
         sections, self.last_warnings = run_bounded(
-            extract, (str(path),), timeout=self.timeout, label=str(path), file_size=_size(path)
+            extract,
+            (str(path), self.max_bytes),
+            timeout=self.timeout,
+            label=str(path),
+            file_size=_size(path),
         )
         return [Section(text, meta) for text, meta in sections]
 
 
 class TextLoader(BuiltinLoader):
     """Plain text, markdown and reStructuredText, as one section (headings are found later,
-    by the chunker). Encoding: BOM, then ``encoding``, then detection (GB18030 for Chinese)."""
+    by the chunker). Encoding: BOM, then ``encoding``, then detection (GB18030 for Chinese).
+
+    Read in this process (a worker per small note would cost more than the note), in linear
+    time, at most ``max_bytes``, with ``timeout`` checked between 1 MB blocks."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
-        return [Section(read_text(path, self.encoding))]
+        return [
+            Section(read_text(path, self.encoding, max_bytes=self.max_bytes, timeout=self.timeout))
+        ]
 
 
 class PdfLoader(BuiltinLoader):
@@ -93,72 +107,15 @@ class DocLoader(BuiltinLoader):
         )
 
 
-_HIDDEN_TAGS = ("script", "style", "noscript", "template", "head", "svg", "iframe", "object")
-_BLOCK_TAGS = tuple(
-    "p div section article main header footer nav aside li ul ol dl dt dd table blockquote pre "
-    "figure figcaption form hr address details summary caption".split()
-)
-_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-_MARK = "\x00"
-_LINE_EDGES = re.compile(r"^[ \t]+|[ \t]+$", re.MULTILINE)
-_WS_RUN = re.compile(r"\s+")
-_INNER_SPACES = re.compile(r"(?<=\S)[ \t]{2,}")
-
-
 class HtmlLoader(BuiltinLoader):
     """Visible text of an HTML page (no script, style or head), one section per h1-h6 heading
-    with its ``heading`` path. Needs beautifulsoup4 (the ``html`` extra)."""
+    with its ``heading`` path, in one linear pass (:mod:`kbcli.ingest.html`) run in the
+    bounded worker like PDF and DOCX. Needs beautifulsoup4 (the ``html`` extra) to decode."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
-        bs4 = require("bs4", extra="html", feature="Loading HTML files")
-        try:
-            raw = Path(path).read_bytes()
-        except OSError as exc:
-            raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-        soup = bs4.BeautifulSoup(raw, "html.parser")
-        if getattr(soup, "contains_replacement_characters", False):
-            self.last_warnings.append(
-                f"{path}: some bytes did not decode as {soup.original_encoding}; they were "
-                "replaced by U+FFFD: declare the page's charset or save it as UTF-8"
-            )
-        for tag in soup.find_all(_HIDDEN_TAGS):
-            tag.decompose()
-        for node in soup.find_all(string=lambda s: isinstance(s, bs4.element.PreformattedString)):
-            node.extract()  # comments, CDATA, doctype, processing instructions
-        for node in soup.find_all(string=True):
-            clean = str(node).replace(_MARK, "")
-            if node.find_parent("pre") is None:
-                clean = _WS_RUN.sub(" ", clean)
-            node.replace_with(clean)
-        for tag in soup.find_all(("td", "th")):
-            tag.insert_after(" | ")
-        for tag in soup.find_all(("tr", "br")):
-            tag.insert_after("\n")
-        for tag in soup.find_all(_BLOCK_TAGS):
-            tag.insert_before("\n\n")
-            tag.insert_after("\n\n")
-        for tag in soup.find_all(_HEADING_TAGS):
-            title = " ".join(tag.get_text(" ").split())
-            tag.replace_with(f"\n\n{_MARK}{tag.name[1]}{_MARK}{title}{_MARK}\n\n" if title else "")
-        text = soup.get_text()
-        text = _INNER_SPACES.sub(" ", _LINE_EDGES.sub("", text))
-        text = re.sub(r"(?: ?\|)+$", "", text, flags=re.MULTILINE)
-        return _html_sections(text)
-
-
-def _html_sections(text: str) -> list[Section]:
-    parts = text.split(_MARK)
-    sections = [Section(parts[0])]
-    stack: list[tuple[int, str]] = []
-    for i in range(1, len(parts) - 2, 3):
-        level, title, body = int(parts[i]), parts[i + 1], parts[i + 2]
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
-        heading = HEADING_SEPARATOR.join(t for _, t in stack)
-        sections.append(Section(f"{title}\n\n{body}", {"heading": heading}))
-    return [s for s in sections if s.text.strip()]
+        require("bs4", extra="html", feature="Loading HTML files")
+        return self._extract_bounded(extract_html, path)
 
 
 _LOADERS: dict[str, Any] = {}
@@ -257,17 +214,48 @@ class DefaultDocumentLoader:
         return SECTION_SEPARATOR.join(s.text for s in self.load_sections(path))
 
     def load_sections(self, path: str | Path) -> list[Section]:
-        """The file as normalised, non-empty sections with ``page``/``heading`` metadata."""
+        """The file as normalised, non-empty sections with ``page``/``heading`` metadata.
+
+        Only regular files are read (a FIFO or device is refused before it is opened). A
+        file whose size or modification time changed while it was read is read once more,
+        then refused: its text would mix two versions.
+        """
         self.last_warnings = []
         path = Path(path)
+        for attempt in (1, 2):
+            before = self._stat(path)
+            sections = self._load(path, before)
+            if _same_version(before, self._stat(path)):
+                break
+            if attempt == 2:
+                raise LoaderError(
+                    f"{path}: the file changed while it was being read (twice): load it again "
+                    "when it is no longer being written"
+                )
+            time.sleep(0.1)
+        out = []
+        sections.reverse()
+        while sections:  # pop as we go: each raw text is freed once its normalised copy exists
+            section = sections.pop()
+            metadata = dict(section.metadata)
+            text = self._normalizer.normalize(section.text)
+            del section
+            if text.strip():
+                out.append(Section(text, metadata))
+        return out
+
+    def _stat(self, path: Path) -> os.stat_result:
         try:
             st = path.stat()
         except FileNotFoundError:
             raise LoaderError(f"{path}: no such file") from None
         except OSError as exc:
             raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-        if not path.is_file():
-            raise LoaderError(f"{path}: not a regular file")
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode)
+        return st
+
+    def _load(self, path: Path, st: os.stat_result) -> list[Section]:
         loader = loader_for(path)
         if self.max_file_mb is not None and st.st_size > self.max_file_mb * (1 << 20):
             raise LoaderError(
@@ -276,6 +264,7 @@ class DefaultDocumentLoader:
             )
         if isinstance(loader, BuiltinLoader):
             loader = loader.configured(self.encoding, self.timeout)
+            loader.max_bytes = limit_bytes(self.max_file_mb)
         try:
             if callable(getattr(loader, "load_sections", None)):
                 sections = list(loader.load_sections(path))
@@ -285,9 +274,8 @@ class DefaultDocumentLoader:
             reason = " ".join(str(exc).split())
             raise LoaderError(f"{path}: cannot read the file ({reason})") from None
         self.last_warnings = list(getattr(loader, "last_warnings", None) or [])
-        out = []
-        for section in sections:
-            text = self._normalizer.normalize(section.text)
-            if text.strip():
-                out.append(Section(text, dict(section.metadata)))
-        return out
+        return sections
+
+
+def _same_version(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_size, a.st_mtime_ns, a.st_ino) == (b.st_size, b.st_mtime_ns, b.st_ino)

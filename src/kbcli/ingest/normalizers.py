@@ -11,7 +11,6 @@ _BREAKS = re.compile(r"\r\n?|[\x0b\x0c\x85\u2028\u2029]")
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
 _BREAK_CHARS = "\r\x0b\x0c\x85\u2028\u2029"
 _TRAILING_CHARS = " \t\u00a0\u3000"
-_TRAILING = re.compile(rf"[{_TRAILING_CHARS}]+$", re.MULTILINE)
 _BLANK_RUNS = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
 _WHITESPACE = re.compile(r"\s+")
 
@@ -48,7 +47,9 @@ class StructurePreservingNormalizer:
         if _CONTROL.search(text):
             text = _CONTROL.sub("", text)
         if text.endswith(tuple(_TRAILING_CHARS)) or any(c + "\n" in text for c in _TRAILING_CHARS):
-            text = _TRAILING.sub("", text)
+            # line by line: a regex "[ \t]+$" rescans a long run of spaces from each of its
+            # characters (quadratic on a line holding megabytes of spaces)
+            text = "\n".join([line.rstrip(_TRAILING_CHARS) for line in text.split("\n")])
         if _BLANK_RUNS.search(text):
             text = _BLANK_RUNS.sub("\n\n", text)
         # NFC last: removing a control character can bring a letter and an accent together.

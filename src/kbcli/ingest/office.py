@@ -7,6 +7,7 @@ process, so they take a path string and return plain picklable data:
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import zipfile
@@ -15,13 +16,20 @@ from typing import Any
 
 from ..errors import LoaderError
 from .markdown import HEADING_SEPARATOR
+from .reading import open_regular, read_bounded
 
 Extracted = tuple[list[tuple[str, dict[str, Any]]], list[str]]
 
 # DOCX (zip) safety limits, checked from the zip directory before anything is unpacked.
-DOCX_MAX_UNCOMPRESSED_MB = 1024
+# python-docx reads every part into memory and lxml needs several times an XML part's size, so
+# the XML total is held well below what the parse worker may allocate.
+DOCX_MAX_UNCOMPRESSED_MB = 512  # all members
+DOCX_MAX_XML_MB = 100  # the XML parts (.xml, .rels): what lxml parses
+DOCX_MAX_MEMBERS = 10_000
 DOCX_MAX_RATIO = 100
 DOCX_RATIO_FLOOR_MB = 20  # small files may compress very well; only judge the ratio above this
+DOCX_PROLOG_BYTES = 4096  # an XML part must reach its root element within this many bytes
+_XML_PARTS = (".xml", ".rels")
 
 _HEADING_STYLE = re.compile(r"^heading\s*([1-9])$", re.IGNORECASE)
 
@@ -50,26 +58,29 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def extract_pdf(path: str) -> Extracted:
-    """Text of each page with ``{"page": n}`` (1-based); pages without text are left out."""
+def extract_pdf(path: str, max_bytes: int | None = None) -> Extracted:
+    """Text of each page with ``{"page": n}`` (1-based); pages without text are left out.
+
+    At most ``max_bytes`` of the file are read."""
 
     # pypdf logs its repairs ("EOF marker not found"...) as warnings; our errors say it better.
     logger = logging.getLogger("pypdf")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        return _extract_pdf(path)
+        return _extract_pdf(path, max_bytes)
     finally:
         logger.setLevel(level)
 
 
-def _extract_pdf(path: str) -> Extracted:
+def _extract_pdf(path: str, max_bytes: int | None) -> Extracted:
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
     errors = _pdf_errors()
+    data = io.BytesIO(read_bounded(path, max_bytes))
     try:
-        reader = pypdf.PdfReader(path)
+        reader = pypdf.PdfReader(data)
         if reader.is_encrypted and not reader.decrypt(""):
             raise FileNotDecryptedError("password required")
         count = len(reader.pages)
@@ -117,23 +128,48 @@ def _extract_pdf(path: str) -> Extracted:
 
 
 def check_docx_zip(path: str) -> None:
-    """Reject a .docx that is not a zip or whose contents would unpack too big (zip bomb)."""
+    """Reject a .docx that is not a zip, would unpack too big or too many (zip bomb), or has
+    an XML part with a DOCTYPE (entity expansion, external entities): before parsing it."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        fh, _ = open_regular(path)
+        with fh, zipfile.ZipFile(fh) as archive:
             infos = archive.infolist()
+            _check_zip_sizes(path, infos)
+            for info in infos:
+                if info.filename.lower().endswith(_XML_PARTS):
+                    _check_xml_prolog(path, info.filename, archive)
     except zipfile.BadZipFile:
         raise LoaderError(
             f"{path}: not a valid .docx file (not a zip archive): open it in Word and save it "
             "again as .docx"
         ) from None
+    except (zipfile.LargeZipFile, NotImplementedError, RuntimeError, zlib.error, EOFError) as exc:
+        raise LoaderError(
+            f"{path}: not a readable .docx file ({_reason(exc)}): open it in Word and save it "
+            "again as .docx"
+        ) from None
     except OSError as exc:
         raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+
+
+def _check_zip_sizes(path: str, infos: list[zipfile.ZipInfo]) -> None:
+    mb = 1 << 20
+    if len(infos) > DOCX_MAX_MEMBERS:
+        raise LoaderError(
+            f"{path}: the archive has {len(infos)} members, over the {DOCX_MAX_MEMBERS} safety "
+            "limit for .docx files; not loaded"
+        )
     total = sum(info.file_size for info in infos)
     packed = sum(info.compress_size for info in infos) or 1
-    mb = 1 << 20
+    xml = sum(info.file_size for info in infos if info.filename.lower().endswith(_XML_PARTS))
     if total > DOCX_MAX_UNCOMPRESSED_MB * mb:
         raise LoaderError(
             f"{path}: unpacks to {total / mb:.0f} MB, over the {DOCX_MAX_UNCOMPRESSED_MB} MB "
+            "safety limit for .docx files; not loaded"
+        )
+    if xml > DOCX_MAX_XML_MB * mb:
+        raise LoaderError(
+            f"{path}: its XML parts unpack to {xml / mb:.0f} MB, over the {DOCX_MAX_XML_MB} MB "
             "safety limit for .docx files; not loaded"
         )
     if total > DOCX_RATIO_FLOOR_MB * mb and total / packed > DOCX_MAX_RATIO:
@@ -141,6 +177,38 @@ def check_docx_zip(path: str) -> None:
             f"{path}: compressed {total / packed:.0f}:1 ({total / mb:.0f} MB unpacked), which "
             "looks like a zip bomb; not loaded"
         )
+
+
+def _check_xml_prolog(path: str, name: str, archive: zipfile.ZipFile) -> None:
+    """Refuse an XML part with a DOCTYPE: Office files never have one, entity attacks do."""
+    with archive.open(name) as member:
+        head = member.read(DOCX_PROLOG_BYTES)
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = head.decode("utf-16", errors="replace")
+    else:
+        text = head.decode("utf-8", errors="replace")
+    i = 0
+    while True:
+        while i < len(text) and text[i] in " \t\r\n\ufeff":
+            i += 1
+        if text.startswith("<?", i):
+            end = text.find("?>", i)
+        elif text.startswith("<!--", i):
+            end = text.find("-->", i)
+        else:
+            break
+        if end < 0:
+            i = len(text)
+            break
+        i = end + 2
+    rest = text[i:]
+    if rest.upper().startswith("<!DOCTYPE") or "<!ENTITY" in rest.upper():
+        raise LoaderError(
+            f"{path}: {name} declares a DOCTYPE or entities, which Word never writes (an XML "
+            "entity attack?); not loaded"
+        )
+    if len(head) == DOCX_PROLOG_BYTES and not rest.startswith("<"):
+        raise LoaderError(f"{path}: {name} does not start like an XML part Word writes; not loaded")
 
 
 def _heading_level(paragraph: Any) -> int | None:
@@ -165,15 +233,18 @@ def _table_text(table: Any) -> str:
     return "\n".join(rows)
 
 
-def extract_docx(path: str) -> Extracted:
-    """Paragraphs and tables in order, one section per heading with its heading path."""
+def extract_docx(path: str, max_bytes: int | None = None) -> Extracted:
+    """Paragraphs and tables in order, one section per heading with its heading path.
+
+    At most ``max_bytes`` of the file are read."""
     import docx
     from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table
     from lxml.etree import LxmlError
 
+    data = io.BytesIO(read_bounded(path, max_bytes))
     try:
-        document = docx.Document(path)
+        document = docx.Document(data)
         body = list(document.iter_inner_content())
     except (
         PackageNotFoundError,

@@ -7,9 +7,11 @@ exactly or rejected with a :class:`~kbcli.errors.LoaderError` naming it.
 from __future__ import annotations
 
 import codecs
+import time
 from pathlib import Path
 
 from ..errors import LoaderError
+from .reading import open_regular, read_blocks
 
 BLOCK_SIZE = 1 << 20
 SAMPLE_SIZE = 1 << 20
@@ -40,11 +42,23 @@ def bom_encoding(head: bytes) -> str | None:
     return None
 
 
-def read_text(path: str | Path, encoding: str = "utf-8") -> str:
-    """Return the text of ``path``: BOM first, then ``encoding``, then a detected encoding."""
+def read_text(
+    path: str | Path,
+    encoding: str = "utf-8",
+    *,
+    max_bytes: int | None = None,
+    timeout: float | None = None,
+) -> str:
+    """Return the text of ``path``: BOM first, then ``encoding``, then a detected encoding.
+
+    Regular files only; at most ``max_bytes`` are read and decoding stops after ``timeout``
+    seconds (LoaderError).
+    """
     path = Path(path)
+    limits = _Limits(max_bytes, timeout)
     try:
-        with path.open("rb") as fh:
+        fh, _ = open_regular(path)
+        with fh:
             sample = fh.read(SAMPLE_SIZE)
     except OSError as exc:
         raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
@@ -52,7 +66,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
         return ""
     declared = bom_encoding(sample[:4])
     if declared is not None:
-        text = _decode_file(path, declared)
+        text = _decode_file(path, declared, limits)
         if text is None:
             raise LoaderError(
                 f"{path}: the file starts with a {declared} byte-order mark but "
@@ -70,7 +84,7 @@ def read_text(path: str | Path, encoding: str = "utf-8") -> str:
         if name is None or _codec(name) in tried:
             continue
         tried.append(_codec(name))
-        text = _decode_file(path, name)
+        text = _decode_file(path, name, limits)
         if text is not None:
             return text
     raise LoaderError(
@@ -105,7 +119,16 @@ def _codec(name: str) -> str:
         return name
 
 
-def _decode_file(path: Path, encoding: str) -> str | None:
+class _Limits:
+    """The byte limit and the deadline of one read_text call."""
+
+    def __init__(self, max_bytes: int | None, timeout: float | None):
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout if timeout is not None else None
+
+
+def _decode_file(path: Path, encoding: str, limits: _Limits) -> str | None:
     """Decode the whole file strictly, block by block; None when it is not valid ``encoding``."""
     try:
         decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
@@ -115,8 +138,11 @@ def _decode_file(path: Path, encoding: str) -> str | None:
         ) from None
     parts: list[str] = []
     try:
-        with path.open("rb") as fh:
-            while block := fh.read(BLOCK_SIZE):
+        fh, _ = open_regular(path)
+        with fh:
+            for block in read_blocks(
+                fh, path, limits.max_bytes, deadline=limits.deadline, timeout=limits.timeout
+            ):
                 parts.append(decoder.decode(block))
             parts.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError:

@@ -1,0 +1,109 @@
+"""``kb init`` and ``kb config``: write the commented configuration file, and show the
+effective configuration with where each value came from (the file, the environment, an option
+or the built-in default). API keys are reported as set or not set, never shown."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .config import CONFIG_FILENAME, _read_yaml, find_config_file, load_config, user_config_dir
+from .errors import InvalidOptionError
+
+# Environment variables the embedders read; values of *_KEY variables are never shown.
+EMBEDDER_ENV = (
+    "OPENAI_API_KEY", "API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL",
+    "OPENAI_API_BASE", "BASE_URL", "EMBEDDING_BASE_URL", "OPENAI_EMBED_MODEL",
+    "GEMINI_EMBED_MODEL", "EMBEDDING_MODEL",
+)  # fmt: skip
+
+
+def template() -> str:
+    """The commented ``jianmu.yaml`` that ``kb init`` writes (every key, with its default)."""
+    return resources.files("kbcli").joinpath("data", CONFIG_FILENAME).read_text("utf-8")
+
+
+def write_template(path: Path, *, force: bool = False) -> Path:
+    """Write :func:`template` to ``path`` (a file, or a folder to put ``jianmu.yaml`` in)."""
+    target = path / CONFIG_FILENAME if path.is_dir() else path
+    if target.exists() and not force:
+        raise InvalidOptionError(f"{target} already exists: edit it, or add --force to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(template(), encoding="utf-8")
+    return target
+
+
+def _how_found(option: Path | None, file: Path | None) -> str:
+    if file is None:
+        return "no file: built-in defaults"
+    if option is not None:
+        return "--config"
+    if os.environ.get("KB_CONFIG"):
+        return "$KB_CONFIG"
+    if file == Path.cwd() / CONFIG_FILENAME:
+        return "./jianmu.yaml"
+    if file == user_config_dir() / CONFIG_FILENAME:
+        return "user configuration folder"
+    return "lookup"
+
+
+def _lookup(data: dict[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node or node[part] is None:
+            return False
+        node = node[part]
+    return True
+
+
+def effective(config_option: Path | None = None, db_option: Path | None = None) -> list[dict]:
+    """Rows ``{key, value, origin}``: every setting in effect and where it came from."""
+    file = find_config_file(config_option)
+    data = _read_yaml(file) if file is not None else {}
+    config = load_config(config_option)
+    origin_file = "config file" if file is not None else "default"
+    rows = [{"key": "config file", "value": str(file) if file else "-",
+             "origin": _how_found(config_option, file)}]  # fmt: skip
+
+    def add(dotted: str, value: Any) -> None:
+        origin = origin_file if _lookup(data, dotted) else "default"
+        rows.append({"key": dotted, "value": "-" if value is None else value, "origin": origin})
+
+    emb = config.rag.embedding
+    for f in dataclasses.fields(emb):
+        if f.name == "provider_set":
+            continue
+        value = getattr(emb, f.name)
+        if f.name == "provider" and not emb.provider_set:
+            from .pipeline import _automatic_provider
+
+            rows.append({"key": "rag.embedding.provider", "value": "auto",
+                         "origin": f"default: by API keys, now {_automatic_provider()} "
+                                   "(an index keeps the embedder it was built with)"})  # fmt: skip
+            continue
+        add(f"rag.embedding.{f.name}", value)
+    add("rag.chunker", config.rag.chunker)
+    add("store.backend", config.store.backend)
+    for key, value in sorted(config.store.settings.items()):
+        add(f"store.{key}", value)
+    for f in dataclasses.fields(config.limits):
+        add(f"limits.{f.name}", getattr(config.limits, f.name))
+    for f in dataclasses.fields(config.analysis):
+        add(f"analysis.{f.name}", getattr(config.analysis, f.name))
+    if db_option is not None:
+        rows.append({"key": "paths.knowledge_db", "value": str(Path(db_option).expanduser()),
+                     "origin": "--db"})  # fmt: skip
+    elif os.environ.get("KB_DB"):
+        rows.append({"key": "paths.knowledge_db", "value": str(config.paths.knowledge_db),
+                     "origin": "$KB_DB"})  # fmt: skip
+    else:
+        add("paths.knowledge_db", str(config.paths.knowledge_db))
+    for name in EMBEDDER_ENV:
+        value = os.environ.get(name)
+        if value:
+            shown = "set (hidden)" if "KEY" in name else value
+            rows.append({"key": name, "value": shown, "origin": "environment"})
+    return rows

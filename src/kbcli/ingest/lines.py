@@ -1,0 +1,82 @@
+"""Line numbers in the file on disk for text files (markdown, plain text), so ``kb search``'s
+``path:line`` opens the right line in an editor.
+
+Chunk offsets point into the text as loaded, which :class:`StructurePreservingNormalizer` has
+cleaned: runs of blank lines folded to one, leading blank lines dropped, trailing spaces and
+control characters removed. :func:`file_line_map` aligns those lines with the file's own.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
+LOOKAHEAD = 200  # raw lines searched for the next loaded line before guessing
+
+
+def _clean(line: str) -> str:
+    line = _CONTROL.sub("", line).rstrip(" \t\u00a0\u3000")
+    return line if line.isascii() else unicodedata.normalize("NFC", line)
+
+
+def file_line_map(raw: str, loaded: str) -> list[int] | None:
+    """For each line of ``loaded`` (0-based index), its 1-based line in ``raw``; None when the
+    two have the same lines (nothing to map)."""
+    raw_lines = _LINE_BREAK.split(raw)
+    loaded_lines = loaded.split("\n")
+    if raw_lines == loaded_lines:
+        return None
+    out: list[int] = []
+    j = 0
+    for line in loaded_lines:
+        found = None
+        for k in range(j, min(len(raw_lines), j + LOOKAHEAD)):
+            if _clean(raw_lines[k]) == line:
+                found = k
+                break
+        if found is None:
+            found = min(j, max(0, len(raw_lines) - 1))
+        out.append(found + 1)
+        j = found + 1
+    return out
+
+
+def is_text_file(path: str | Path) -> bool:
+    """True when the built-in loader reads ``path`` as plain text (one section, no parser)."""
+    from ..errors import UnsupportedFormatError
+    from .loaders import TextLoader, loader_for
+
+    try:
+        return isinstance(loader_for(path), TextLoader)
+    except UnsupportedFormatError:
+        return False
+
+
+def to_file_lines(path: Path, loaded: str, chunks: list[Any], encoding: str = "utf-8") -> None:
+    """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
+    the file at ``path`` (read with the loader's decoding)."""
+    from .text_encoding import read_text
+
+    mapping = file_line_map(read_text(path, encoding), loaded)
+    if mapping is None:
+        return
+    for chunk in chunks:
+        meta = chunk.metadata
+        for key in ("line", "line_end"):
+            value = meta.get(key)
+            if isinstance(value, int) and 1 <= value <= len(mapping):
+                meta[key] = mapping[value - 1]
+
+
+def file_lines(path: Path, encoding: str = "utf-8") -> list[str]:
+    """The lines of a text file as an editor numbers them."""
+    from .text_encoding import read_text
+
+    lines = _LINE_BREAK.split(read_text(path, encoding))
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start another
+    return lines

@@ -1,0 +1,116 @@
+"""Every example in ``kb --help`` and each command's help runs as printed, through a real shell
+(so quoting is checked as a user would paste it), in a sandbox holding the files they name.
+
+``kb mcp`` examples start servers that run until stopped; they are parsed, not run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from cli_helpers import minimal_pdf
+from kbcli.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_FOUND_IDS = "3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d"  # examples that show an id: exit 1, not 2
+
+
+def _examples() -> list[str]:
+    group = typer.main.get_command(app)
+    texts = [group.epilog or ""]
+    texts += [command.epilog or "" for command in group.commands.values()]
+    found = []
+    for text in texts:
+        for line in text.split("Example:", 1)[-1].splitlines():
+            line = line.strip()
+            if line.startswith("kb ") or "| kb " in line:
+                found.append(line)
+    return found
+
+
+EXAMPLES = _examples()
+
+
+def _beir(folder: Path, split: str) -> None:
+    (folder / "qrels").mkdir(parents=True)
+    docs = [("d1", "Backups", "the backup runs nightly"), ("d2", "Tomatoes", "water daily")]
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in docs)
+    )
+    (folder / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "backup"}) + "\n")
+    (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+
+
+@pytest.fixture
+def sandbox(tmp_path) -> dict[str, str]:
+    home, cwd, bin_dir = tmp_path / "home", tmp_path / "cwd", tmp_path / "bin"
+    for folder in (home / "notes", cwd / "docs", cwd / "notes" / "archive", bin_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    (home / "notes" / "vpn.md").write_text("# VPN\n\nThe VPN password rotates.\n")
+    (cwd / "docs" / "manual.pdf").write_bytes(minimal_pdf("Reset password from the manual."))
+    (cwd / "docs" / "guide.md").write_text(
+        "# Guide\n\n" + "\n".join(f"Install step {n}." for n in range(1, 60)) + "\n"
+    )
+    (cwd / "notes" / "old-plan.md").write_text("# Old plan\n\nquarterly revenue plan\n")
+    (cwd / "notes" / "setup.md").write_text("# Setup\n\ninstall the reset password tool\n")
+    (cwd / "notes" / "archive" / "2019.md").write_text("# 2019\n\narchived notes\n")
+    (cwd / "note.txt").write_text("a note from a file\n")
+    (cwd / "team.yaml").write_text("limits:\n  chunk_size: 400\n")
+    user_config = home / ".config" / "kbcli"
+    user_config.mkdir(parents=True)  # a reranker for the --rerank example (no model needed)
+    (user_config / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: passthrough\n")
+    _beir(tmp_path / "shared" / "eval" / "scifact", "train")
+    _beir(cwd / "my-beir-set", "test")
+    kb = bin_dir / "kb"
+    kb.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m kbcli "$@"\n')
+    kb.chmod(0o755)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "KB_DB": str(tmp_path / "kb.db"),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(ROOT / "src"),
+        "CWD": str(cwd),
+    }
+    env.pop("KB_CONFIG", None)
+    for setup in ("kb ingest docs notes", "kb --db team.db ingest notes"):
+        done = subprocess.run(setup, shell=True, cwd=cwd, env=env, capture_output=True)
+        assert done.returncode == 0, done.stderr
+    return env
+
+
+def test_there_are_examples_for_every_command():
+    group = typer.main.get_command(app)
+    for name in group.commands:
+        assert any(f"kb {name}" in e or f"kb --db team.db {name}" in e for e in EXAMPLES), name
+
+
+@pytest.mark.slow
+def test_every_help_example_runs_as_printed(sandbox):
+    failures = []
+    for example in EXAMPLES:
+        if " mcp" in example:
+            shlex.split(example)  # parses as printed; a server would run until stopped
+            continue
+        done = subprocess.run(
+            example,
+            shell=True,
+            cwd=sandbox["CWD"],
+            env=sandbox,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        expected = 1 if NOT_FOUND_IDS in example else 0
+        if done.returncode != expected or "Traceback" in done.stderr:
+            failures.append(f"{example}\n  exit {done.returncode}: {done.stderr.strip()[:300]}")
+    assert not failures, "\n".join(failures)

@@ -1,0 +1,127 @@
+"""Tables as a person sees them: ``kb`` in a pseudo-terminal 80 and 160 columns wide. Every line
+fits, no column is squeezed to nothing (``--explain`` stacks under the snippet), each hit shows
+``path:line``."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import run
+
+ROOT = Path(__file__).resolve().parents[1]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a pseudo-terminal")
+
+
+def in_terminal(args: list[str], columns: int, cwd: Path) -> str:
+    """Run ``python -m kbcli ARGS`` on a pseudo-terminal ``columns`` wide; its screen text."""
+    import fcntl
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TERM": "xterm-256color"}
+    env["COLUMNS"] = str(columns)
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", *args],
+        stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, close_fds=True,
+    )  # fmt: skip
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 30)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=30)
+    os.close(master)
+    assert proc.returncode == 0, b"".join(chunks).decode(errors="replace")
+    return ANSI.sub("", b"".join(chunks).decode("utf-8", errors="replace")).replace("\r", "")
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "proj" / "documentation" / "administration-guide"
+    folder.mkdir(parents=True)
+    (folder / "resetting-your-account-password.md").write_text(
+        "# Resetting your password\n\nTo reset your password, open Settings, choose Security "
+        "and click Reset password. A reset link is sent to your e-mail address; it expires "
+        "after one hour.\n"
+    )
+    (folder / "garden.md").write_text("# Garden\n\nWater the tomatoes; the password is basil.\n")
+    monkeypatch.chdir(tmp_path / "proj")
+    assert run("ingest", "documentation").exit_code == 0
+    return tmp_path / "proj"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 160])
+@pytest.mark.parametrize("explain", [False, True])
+def test_search_table_fits_the_terminal(project, columns, explain):
+    from rich.cells import cell_len
+
+    args = ["search", "reset password", "--by", "chunk"] + (["--explain"] if explain else [])
+    screen = in_terminal(args, columns, project)
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert lines and all(cell_len(line) <= columns for line in lines), screen
+    assert "Snippet" in screen and "Location" in screen
+    rows = [line.split("│") for line in lines if line.count("│") >= 6]
+    locations = "".join(cells[3].strip() for cells in rows)  # folded, the tail kept
+    assert "resetting-your-account-password.md:1" in locations
+    snippet_cells = [cells[-2] for cells in rows]
+    assert all(len(cell.strip()) >= 10 for cell in snippet_cells if cell.strip()), screen
+    if explain:
+        assert "keyword #1" in screen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 160])
+def test_list_stats_and_config_fit(project, columns):
+    from rich.cells import cell_len
+
+    for args in (["list"], ["stats"], ["config"], ["--help"], ["search", "--help"]):
+        screen = in_terminal(args, columns, project)
+        # kb stats keeps the database path on one line for copying; the terminal wraps it.
+        too_wide = [
+            line
+            for line in screen.splitlines()
+            if cell_len(line) > columns and not line.startswith("Database ")
+        ]
+        assert not too_wide, (args, too_wide)
+    help_text = in_terminal(["--help"], columns, project)
+    assert "Search the knowledge base; hits show path:line ($EDITOR +LINE path)." in help_text
+
+
+@pytest.mark.slow
+def test_ingest_progress_has_rate_and_the_note_comes_first(tmp_path, monkeypatch):
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for n in range(40):
+        (folder / f"f{n}.md").write_text(f"# File {n}\n\nbody number {n}\n")
+    monkeypatch.setenv("KB_DB", str(tmp_path / "fresh.db"))
+    screen = in_terminal(["ingest", str(folder)], 100, tmp_path)
+    note = "Using the built-in simple embedder"
+    assert screen.count(note) == 1
+    if "Indexing" in screen:  # the bar may finish before its first refresh
+        assert screen.index(note) < screen.index("Indexing")
+        assert "files" in screen[screen.index("Indexing") :]
+    assert "Indexed 40 files (40 new, 0 changed)" in screen
+    again = in_terminal(["ingest", str(folder)], 100, tmp_path)
+    assert note not in again  # nothing changed: no note
