@@ -143,12 +143,14 @@ def test_a_half_written_temp_file_is_never_used(tmp_path):
     store.close()
     good = path.read_bytes()
     # a writer killed mid-write leaves only its temp file; the real name is untouched
-    (path.parent / f"{path.name}.99999.tmp").write_bytes(good[: len(good) // 2])
+    dead = path.parent / f"{path.name}.4194999.tmp"  # above any pid in use here
+    dead.write_bytes(good[: len(good) // 2])
     path.unlink()
     again = FaissStore(path=tmp_path / "kb.db")
     assert _top(again, vecs[5]) == want
     assert again._matrix.rebuilds == 1
     assert path.read_bytes()[:8] == b"KBFAISS1"
+    assert not dead.exists()  # the dead writer's temp file is cleared by the next write
     again.close()
 
 
