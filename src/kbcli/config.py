@@ -30,6 +30,9 @@ ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
 STORE_SETTINGS: dict[str, dict[str, type]] = {
     "sqlite": {"busy_timeout": float},
     "memory": {"max_size": int},
+    # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
+    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it).
+    "postgres": {"dsn": str, "table": str, "busy_timeout": float},
 }
 
 
@@ -349,6 +352,8 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
         if key in section:
             if kind is int:
                 settings[key] = r.integer(section, "store", key, 0, 1)
+            elif kind is str:
+                settings[key] = r.string(section, "store", key, None)
             else:
                 settings[key] = r.number(section, "store", key, 0.0, 0.0, None)
     return StoreConfig(backend, settings)
