@@ -38,7 +38,14 @@ def pg_dsn():
     folder = Path(tempfile.mkdtemp(prefix="kbpg-"))
     server = embedded.get_server(folder / "pgdata", cleanup_mode="delete")
     try:
-        yield server.get_uri()
+        dsn = server.get_uri()
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:  # a throwaway server: no fsync
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            conn.execute("SELECT pg_reload_conf()")
+        yield dsn
     finally:
         server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
