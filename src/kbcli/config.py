@@ -31,8 +31,9 @@ STORE_SETTINGS: dict[str, dict[str, type]] = {
     "sqlite": {"busy_timeout": float},
     "memory": {"max_size": int},
     # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
-    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it).
-    "postgres": {"dsn": str, "table": str, "busy_timeout": float},
+    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
+    # ef_search: HNSW candidates per dense search (recall against speed).
+    "postgres": {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int},
 }
 
 

@@ -25,6 +25,7 @@ from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .dsn import resolve_dsn
 from .keyword import KeywordTables
 from .schema import SCHEMA_VERSION, Tables
+from .vectors import EF_SEARCH
 
 
 class PostgresStore:
@@ -35,8 +36,9 @@ class PostgresStore:
     tables are ``<table>_terms``, ``<table>_postings`` ... so several indexes can share a
     database. ``analyzer`` tokenises text for the keyword index. ``busy_timeout`` is how many
     seconds a writer waits for another before :class:`~kbcli.errors.DatabaseLockedError`.
-    ``hnsw=False`` keeps dense search an exact scan (no HNSW index). ``create=False`` refuses
-    to create a missing index.
+    ``hnsw=False`` keeps dense search an exact scan (no HNSW index); ``ef_search`` is how many
+    candidates an HNSW search keeps (more: better recall, slower). ``create=False`` refuses to
+    create a missing index.
     """
 
     def __init__(
@@ -47,11 +49,13 @@ class PostgresStore:
         analyzer: Analyzer | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         hnsw: bool = True,
+        ef_search: int = EF_SEARCH,
         create: bool = True,
     ):
         self.table = table
         self.busy_timeout = busy_timeout
         self.hnsw = hnsw
+        self.ef_search = ef_search
         self._t = Tables(table)
         self._db = Database(resolve_dsn(dsn), self._t, busy_timeout=busy_timeout, create=create)
         self._keywords = KeywordTables(analyzer or Analyzer(), self._t, self._db.where)
@@ -413,6 +417,6 @@ class PostgresStore:
             if not len(query_vec):
                 newest = catalog.select_documents(conn, self._t, filter, limit=k, newest_first=True)
                 return [SearchResult(doc, 1.0) for doc in newest]
-            hits = vectors.search(conn, self._t, query_vec, k, filter)
+            hits = vectors.search(conn, self._t, query_vec, k, filter, ef_search=self.ef_search)
             docs = catalog.documents_by_rowid(conn, self._t, [i for i, _ in hits])
         return [SearchResult(docs[i], score) for i, score in hits if i in docs]

@@ -15,7 +15,7 @@ from typing import Any
 from .catalog import vector_text
 from .dsn import describe, redact, resolve_dsn
 from .schema import Tables
-from .vectors import EF_SEARCH_MAX, HNSW_MAX_DIM, _score
+from .vectors import EF_SEARCH, EF_SEARCH_MAX, HNSW_MAX_DIM, _score
 
 
 class PgVectorIndex:
@@ -104,7 +104,7 @@ class PgVectorIndex:
         args: list[Any] = [np.asarray(query, dtype=np.float32), *params, int(k)]
         with self._conn.transaction():
             if self.hnsw:
-                ef = min(EF_SEARCH_MAX, max(40, int(k)))
+                ef = min(EF_SEARCH_MAX, max(EF_SEARCH, int(k)))
                 self._conn.execute(f"SET LOCAL hnsw.ef_search = {ef}")
                 self._conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             else:
