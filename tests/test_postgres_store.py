@@ -257,3 +257,11 @@ def test_kb_cli_on_postgres_never_shows_the_password(pg_dsn, pg_table, tmp_path,
     monkeypatch.setenv("KB_PG_DSN", f"postgresql://kb:{CANARY}@/x?host=/nonexistent-dir")
     failed = run("stats")
     assert failed.exit_code != 0 and CANARY not in failed.stdout + failed.stderr
+
+
+def test_nul_characters_are_a_clear_error(pg):
+    with pytest.raises(StoreError, match="NUL"):
+        pg.add([Document("a", "text with \x00 inside", {})])
+    with pytest.raises(StoreError, match="NUL"):
+        pg.add([Document("b", "text", {"k": "v\x00"})])
+    assert pg.count() == 0

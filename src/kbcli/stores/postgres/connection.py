@@ -96,6 +96,12 @@ class Database:
         from pgvector.psycopg import register_vector
 
         register_vector(conn)
+        sql = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        row = conn.execute(sql).fetchone()
+        parts = [int(p) for p in str(row[0]).split(".")[:2] if p.isdigit()]
+        # pgvector 0.8 walks an HNSW index with a filter (iterative scans); older ones fall
+        # back to an exact scan when the walk comes back short.
+        self.iterative_scans = tuple(parts) >= (0, 8)
 
     def _current(self) -> bool:
         t = self.tables

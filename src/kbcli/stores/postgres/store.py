@@ -16,7 +16,8 @@ from typing import Any
 from ...analysis import Analyzer
 from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
-from ...filters import validate_filter
+from ...errors import StoreError
+from ...filters import dumps_metadata, validate_filter
 from ...types import Document, FileRecord, SearchResult
 from ..common import check_embedder, vector_dimensions
 from . import catalog, ledger, vectors
@@ -142,6 +143,11 @@ class PostgresStore:
             raise ValueError(f"{len(docs)} documents but {len(embeddings)} embeddings")
         prepared = []
         for i, doc in enumerate(docs):
+            if "\x00" in doc.text or "\\u0000" in dumps_metadata(doc.metadata):
+                raise StoreError(
+                    f"Document {doc.id!r} holds a NUL character, which PostgreSQL text cannot "
+                    "store: remove it (kb's loaders already do)"
+                )
             vec = embeddings[i] if embeddings is not None else doc.embedding
             prepared.append((doc, vec, self._keywords.terms_of(doc)))
         # The same id twice in one batch: the last one wins, as if added one by one.
@@ -417,6 +423,9 @@ class PostgresStore:
             if not len(query_vec):
                 newest = catalog.select_documents(conn, self._t, filter, limit=k, newest_first=True)
                 return [SearchResult(doc, 1.0) for doc in newest]
-            hits = vectors.search(conn, self._t, query_vec, k, filter, ef_search=self.ef_search)
+            hits = vectors.search(
+                conn, self._t, query_vec, k, filter, ef_search=self.ef_search,
+                iterative=self._db.iterative_scans,
+            )  # fmt: skip
             docs = catalog.documents_by_rowid(conn, self._t, [i for i, _ in hits])
         return [SearchResult(docs[i], score) for i, score in hits if i in docs]

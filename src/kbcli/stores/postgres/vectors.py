@@ -104,6 +104,7 @@ def search(
     filter: dict[str, Any] | None,
     *,
     ef_search: int = EF_SEARCH,
+    iterative: bool = True,
 ) -> list[tuple[int, float]]:
     """``(doc, cosine)`` of the ``k`` nearest vectors passing ``filter``, best first, ties by
     doc. Runs inside a read transaction (the settings are ``SET LOCAL``)."""
@@ -127,7 +128,8 @@ def search(
     )
     args = [vec, *params, int(k)]
     conn.execute(f"SET LOCAL hnsw.ef_search = {min(EF_SEARCH_MAX, max(int(ef_search), int(k)))}")
-    conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    if iterative:
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
     rows = conn.execute(sql, args).fetchall()
     if len(rows) < k and indexed(conn, t):
         # The walk ended early (very selective filter): an exact scan of the allowed rows.
