@@ -19,6 +19,7 @@ import itertools
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -129,6 +130,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the embedded server on kill
     dsn, server, folder = server_dsn()
     try:
         for size in (int(s) for s in args.chunks.split(",")):

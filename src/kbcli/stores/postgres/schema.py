@@ -9,7 +9,8 @@ database or schema:
   ``vector`` column; once the dimension is known it is typed ``vector(d)`` and carries an HNSW
   index with ``vector_cosine_ops``.
 - ``{table}_sources`` (source, length, chunks), ``{table}_terms`` (term, df, sdf),
-  ``{table}_postings`` (term, src, doc, tf, dl): the inverted index of :mod:`kbcli.bm25`;
+  ``{table}_postings`` (term, src, doc, tf, dl; its key covers every column, so a query's
+  postings are read by index-only scans): the inverted index of :mod:`kbcli.bm25`;
   ``{table}_stats`` holds N, the total length, the number of sources and the generation.
 - ``{table}_files``: the file ledger; ``{table}_cache``: vectors by (embedder, text hash);
   ``{table}_meta``: embedder, analyzer, schema version, last ingest.
@@ -116,7 +117,7 @@ def _create(conn: Any, t: Tables) -> None:
         sdf bigint NOT NULL);
     CREATE TABLE {t.postings} (
         term bigint NOT NULL, src bigint NOT NULL, doc bigint NOT NULL, tf integer NOT NULL,
-        dl integer NOT NULL, PRIMARY KEY (term, src, doc));
+        dl integer NOT NULL, PRIMARY KEY (term, src, doc) INCLUDE (tf, dl));
     CREATE TABLE {t.stats} (
         id integer PRIMARY KEY CHECK (id = 1), n bigint NOT NULL, total_length bigint NOT NULL,
         sources bigint NOT NULL, generation bigint NOT NULL);
