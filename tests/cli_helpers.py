@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from kbcli.cli import app
 
-HEAVY_MODULES = ("numpy", "openai", "google.genai", "pypdf", "docx")
+HEAVY_MODULES = ("numpy", "openai", "google.genai", "pypdf", "docx", "psycopg", "pgvector")
 
 PASSWORD_TEXT = (
     "# Resetting your password\n\n"

@@ -265,3 +265,73 @@ def test_nul_characters_are_a_clear_error(pg):
     with pytest.raises(StoreError, match="NUL"):
         pg.add([Document("b", "text", {"k": "v\x00"})])
     assert pg.count() == 0
+
+
+# --- locks, schema, configuration --------------------------------------------------------------
+
+
+def test_a_writer_waits_for_another_then_fails(pg_dsn, pg_table):
+    from kbcli.errors import DatabaseLockedError
+
+    first = PostgresStore(pg_dsn, pg_table)
+    second = PostgresStore(pg_dsn, pg_table, busy_timeout=0.2)
+    try:
+        with first.transaction():
+            first.add([Document("a", "alpha", {})])
+            with pytest.raises(DatabaseLockedError):
+                second.add([Document("b", "beta", {})])
+            assert second.count() == 0  # readers never wait, and see the last commit
+        second.add([Document("b", "beta", {})])
+        assert [d.id for d in first.iter_documents()] == ["a", "b"]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_schema_checks(pg_dsn, pg_table):
+    from kbcli.errors import ConfigError, NotAKnowledgeBaseError
+
+    with pytest.raises(StoreError, match="No knowledge base"):
+        PostgresStore(pg_dsn, pg_table, create=False)
+    for bad in ("Kb", "kb-chunks", 'kb"; drop', "x" * 41, ""):
+        with pytest.raises(ConfigError):
+            PostgresStore(pg_dsn, bad)
+    store = PostgresStore(pg_dsn, pg_table)
+    store.set_meta("schema_version", "99")
+    store.close()
+    with pytest.raises(NotAKnowledgeBaseError, match="newer kbcli"):
+        PostgresStore(pg_dsn, pg_table)
+
+
+def test_store_settings_from_config(tmp_path, monkeypatch):
+    from kbcli.config import load_config
+    from kbcli.errors import ConfigError
+
+    file = tmp_path / "jianmu.yaml"
+    file.write_text(
+        "store:\n  backend: postgres\n  dsn: postgresql://kb@db/kb\n  table: team_kb\n"
+        "  busy_timeout: 5\n  ef_search: 200\n"
+    )
+    store = load_config(file).store
+    assert (store.backend, store.settings) == (
+        "postgres",
+        {"dsn": "postgresql://kb@db/kb", "table": "team_kb", "busy_timeout": 5.0, "ef_search": 200},
+    )
+    file.write_text("store:\n  backend: postgres\n  tabel: x\n")
+    with pytest.raises(ConfigError, match="did you mean table"):
+        load_config(file)
+    file.write_text("store:\n  backend: postgres\n  dsn: 5\n")
+    with pytest.raises(ConfigError, match="must be a string"):
+        load_config(file)
+
+
+def test_kb_finds_no_index_and_no_dsn(pg_dsn, pg_table, tmp_path, monkeypatch):
+    config = tmp_path / "jianmu.yaml"
+    config.write_text(f"store:\n  backend: postgres\n  table: {pg_table}\n")
+    monkeypatch.setenv("KB_CONFIG", str(config))
+    monkeypatch.setenv("KB_PG_DSN", pg_dsn)
+    result = run("stats")
+    assert result.exit_code == 1 and "No knowledge base" in result.stderr
+    monkeypatch.delenv("KB_PG_DSN")
+    result = run("search", "x", "--mode", "keyword")
+    assert result.exit_code == 2 and "KB_PG_DSN" in result.stderr
