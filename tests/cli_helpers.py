@@ -10,7 +10,20 @@ from typer.testing import CliRunner
 
 from kbcli.cli import app
 
-HEAVY_MODULES = ("numpy", "openai", "google.genai", "pypdf", "docx", "psycopg", "pgvector")
+HEAVY_MODULES = (
+    "numpy",
+    "openai",
+    "google.genai",
+    "pypdf",
+    "docx",
+    "onnxruntime",
+    "tokenizers",
+    "sentence_transformers",
+    "torch",
+    "transformers",
+    "psycopg",
+    "pgvector",
+)
 
 PASSWORD_TEXT = (
     "# Resetting your password\n\n"

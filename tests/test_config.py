@@ -113,3 +113,40 @@ def test_shipped_jianmu_yaml_is_valid():
     repo_file = Path(__file__).resolve().parents[1] / "jianmu.yaml"
     config = load_config(repo_file)
     assert config.limits.chunk_size == 500 and config.limits.chunk_overlap == 50
+
+
+def test_store_section_is_validated_against_the_registry(tmp_path):
+    from kbcli.config import load_config
+    from kbcli.errors import ConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store: {backend: memory, max_size: 10}\n")
+    assert load_config(cfg).store.backend == "memory"
+    assert load_config(cfg).store.settings == {"max_size": 10}
+    cfg.write_text("store: {backend: sqlite, busy_timeout: 5}\n")
+    assert load_config(cfg).store.settings == {"busy_timeout": 5.0}
+    cfg.write_text("store: {backend: mysql}\n")
+    with pytest.raises(ConfigError, match="store.backend.*sqlite, memory"):
+        load_config(cfg)
+    cfg.write_text("store: {backend: sqlite, max_size: 3}\n")
+    with pytest.raises(ConfigError, match="store.max_size"):
+        load_config(cfg)
+    cfg.write_text("store: {backend: 'my.module:Store', anything: 1}\n")
+    assert load_config(cfg).store.settings == {"anything": 1}
+
+
+def test_store_backend_builds_the_store(tmp_path):
+    from kbcli import InMemoryStore, KnowledgeBase
+    from kbcli.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("store: {backend: memory}\n")
+    kb = KnowledgeBase.from_config(load_config(cfg))
+    assert isinstance(kb.store, InMemoryStore)
+    kb.add("a fact about backups")
+    assert kb.search("backups", mode="keyword")[0].document.text == "a fact about backups"
+    cfg.write_text("store: {backend: 'fake_providers:EchoEmbedder'}\n")
+    kb = KnowledgeBase.from_config(load_config(cfg))  # a user class, built with its settings
+    assert type(kb.store).__name__ == "EchoEmbedder"
+    with pytest.raises(TypeError, match="unexpected overrides: colour"):
+        KnowledgeBase.from_config(load_config(cfg), colour="red")

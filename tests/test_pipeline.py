@@ -37,11 +37,11 @@ class ReverseReranker:
 def test_rag_pipeline_reranks_a_wider_pool_then_cuts_to_k():
     retriever = CountingRetriever(100)
     hits = RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=3))
-    assert retriever.asked == [20] and len(hits) == 3
-    assert [h.document.id for h in hits] == ["d19", "d18", "d17"]
+    assert retriever.asked == [50] and len(hits) == 3  # rag.rerank.candidates default
+    assert [h.document.id for h in hits] == ["d49", "d48", "d47"]
     retriever = CountingRetriever(100)
-    RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=15))
-    assert retriever.asked == [30]
+    RAGPipeline(retriever, ReverseReranker()).search("q", SearchOptions(k=30))
+    assert retriever.asked == [60]  # never below 2 x k
 
 
 def test_rag_pipeline_without_reranker_and_min_score():

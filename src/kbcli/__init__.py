@@ -35,6 +35,7 @@ _EXPORTS = {
     "MissingDependencyError": "errors",
     "NotAKnowledgeBaseError": "errors",
     "NotFoundError": "errors",
+    "RerankerError": "errors",
     "StoreError": "errors",
     "UnsupportedFormatError": "errors",
     "DefaultDocumentLoader": "ingest",
@@ -54,6 +55,12 @@ _EXPORTS = {
     "TextNormalizerProtocol": "protocols",
     "VectorStoreProtocol": "protocols",
     "PassthroughReranker": "rerankers",
+    "APIReranker": "rerankers",
+    "CrossEncoderReranker": "rerankers",
+    "LLMReranker": "rerankers",
+    "build_reranker": "rerankers",
+    "QueryRewriter": "rewrite",
+    "build_rewriter": "rewrite",
     "BM25Retriever": "retrievers",
     "DenseRetriever": "retrievers",
     "HybridRetriever": "retrievers",
@@ -69,6 +76,7 @@ _EXPORTS = {
     "Document": "types",
     "SearchOptions": "types",
     "SearchResult": "types",
+    "SearchResults": "types",
     "Section": "types",
 }
 
@@ -91,9 +99,17 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .analysis import Analyzer  # noqa: F401
     from .pipeline import IngestPipeline, KnowledgeBase, RAGPipeline  # noqa: F401
+    from .rerankers import (  # noqa: F401
+        APIReranker,
+        CrossEncoderReranker,
+        LLMReranker,
+        PassthroughReranker,
+        build_reranker,
+    )
     from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever  # noqa: F401
+    from .rewrite import QueryRewriter, build_rewriter  # noqa: F401
     from .stores import InMemoryStore, SQLiteStore  # noqa: F401
-    from .types import Document, SearchOptions, SearchResult, Section  # noqa: F401
+    from .types import Document, SearchOptions, SearchResult, SearchResults, Section  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -206,6 +206,18 @@ class PostingsChange:
         return len(self.new_sources) - len(self.emptied_sources)
 
 
+def _tally(change: PostingsChange) -> PostingsChange:
+    """Fill in the deltas every change has: df, source lengths and chunk counts, totals."""
+    for c in change.chunks:
+        change.df.update(c.tf.keys())
+        length = c.length
+        change.source_length[c.src] += length
+        change.source_chunks[c.src] += 1
+        change.length_delta += length
+    change.chunks_delta = len(change.chunks)
+    return change
+
+
 def _source_terms(chunks: Iterable[ChunkTerms]) -> dict[int, Counter]:
     """Per source, in how many of ``chunks`` each term occurs."""
     per: dict[int, Counter] = {}
@@ -222,14 +234,7 @@ def plan_addition(
 ) -> PostingsChange:
     """The change of adding ``chunks``. ``source_postings(src, term)`` counts the chunks of
     ``src`` holding ``term`` before the change (never asked for ``new_sources``)."""
-    change = PostingsChange(True, list(chunks), new_sources=set(new_sources))
-    for c in chunks:
-        change.df.update(c.tf.keys())
-        length = c.length
-        change.source_length[c.src] += length
-        change.source_chunks[c.src] += 1
-        change.length_delta += length
-    change.chunks_delta = len(change.chunks)
+    change = _tally(PostingsChange(True, list(chunks), new_sources=set(new_sources)))
     for src, terms in _source_terms(chunks).items():
         if src in change.new_sources:
             change.sdf.update(terms.keys())
@@ -247,14 +252,7 @@ def plan_removal(
     """The change of removing ``chunks`` (each once). ``source_chunk_count(src)`` and
     ``source_postings(src, term)`` describe the index before the change; a source left
     without chunks loses every term without a lookup."""
-    change = PostingsChange(False, list(chunks))
-    for c in chunks:
-        change.df.update(c.tf.keys())
-        length = c.length
-        change.source_length[c.src] += length
-        change.source_chunks[c.src] += 1
-        change.length_delta += length
-    change.chunks_delta = len(change.chunks)
+    change = _tally(PostingsChange(False, list(chunks)))
     for src, terms in _source_terms(chunks).items():
         if source_chunk_count(src) <= change.source_chunks[src]:
             change.emptied_sources.add(src)

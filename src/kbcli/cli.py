@@ -390,6 +390,7 @@ def add(
     epilog=_example(
         'kb search "reset password" --mode keyword -k 5',
         'kb search "quarterly revenue" --filter year>=2023 --filter lang=en,de --json',
+        'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
 def search(
@@ -436,6 +437,40 @@ def search(
             help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
         ),
     ] = None,
+    rerank: Annotated[
+        bool | None,
+        typer.Option(
+            "--rerank/--no-rerank",
+            help="Rerank the candidates with rag.rerank [default: on when configured].",
+        ),
+    ] = None,
+    candidates: Annotated[
+        int | None,
+        typer.Option(
+            "--candidates",
+            metavar="N",
+            min=1,
+            help="Candidates recalled for the reranker (at least 2 x k) [default: config, 50].",
+        ),
+    ] = None,
+    min_relevance: Annotated[
+        float | None,
+        typer.Option(
+            "--min-relevance",
+            metavar="F",
+            help="Drop hits the reranker scores below this; none left: 'No relevant knowledge "
+            "found' [default: config].",
+        ),
+    ] = None,
+    rewrite: Annotated[
+        str | None,
+        typer.Option(
+            "--rewrite",
+            metavar="MODE",
+            help="Rewrite the query with rag.rewrite's chat model first: none, hyde, expand "
+            "or both [default: config, none].",
+        ),
+    ] = None,
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Print a JSON array of {id, score, text, metadata}."),
@@ -455,6 +490,10 @@ def search(
         min_score=min_score,
         explain=explain,
         mmr=mmr,
+        rerank=rerank,
+        candidates=candidates,
+        min_relevance=min_relevance,
+        rewrite=rewrite,
     )
     kb = _open(ctx, create=False)
     try:
@@ -465,7 +504,7 @@ def search(
     if json_out:
         render.print_json(render.search_json(results, explain))
     if not results:
-        render.message("No relevant knowledge found.")
+        render.message(render.no_results_text(results))
     elif not json_out:
         render.search_table(results, terms, explain)
 

@@ -20,12 +20,14 @@ from .bm25 import SOURCE_WEIGHT
 from .errors import ConfigError
 from .registry import CHUNKERS as CHUNKER_REGISTRY
 from .registry import EMBEDDERS, STORES, is_class_path
+from .types import REWRITE_MODES
 
 CONFIG_FILENAME = "jianmu.yaml"
 EMBEDDING_PROVIDERS = ("auto", *EMBEDDERS)
 CHUNKERS = tuple(CHUNKER_REGISTRY)
 STORE_BACKENDS = tuple(STORES)
 ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
+LLM_RERANK_METHODS = ("pointwise", "listwise")
 # The settings each registered store accepts under ``store:`` (a user's class takes any).
 STORE_SETTINGS: dict[str, dict[str, type]] = {
     "sqlite": {"busy_timeout": float},
@@ -73,11 +75,48 @@ class EmbeddingConfig:
 
 
 @dataclass(frozen=True)
+class RerankConfig:
+    """``rag.rerank``: the second search stage (see :mod:`kbcli.rerankers`).
+
+    ``provider`` is ``none`` (off), a name in :data:`kbcli.registry.RERANKERS` or a
+    ``"package.module:Class"`` path. Searches recall ``candidates`` hits (never fewer than 2×k),
+    the reranker rescores them, hits scoring below ``min_relevance`` are dropped (so a search can
+    answer "No relevant knowledge found"), and the best k are returned. ``model`` is a folder or
+    model name (cross-encoder) or the server's model name (api, llm); ``base_url`` the server;
+    ``batch_size`` pairs per model call (cross-encoder) or documents per request (api);
+    ``method`` is the LLM reranker's prompt (``pointwise`` yes/no or ``listwise``).
+    """
+
+    provider: str = "none"
+    model: str | None = None
+    base_url: str | None = None
+    candidates: int = 50
+    min_relevance: float | None = None
+    batch_size: int = 32
+    method: str = "pointwise"
+    timeout: float = 30.0
+    max_retries: int = 3
+
+
+@dataclass(frozen=True)
+class RewriteConfig:
+    """``rag.rewrite``: optional query rewriting before recall over an OpenAI-compatible chat
+    endpoint (see :mod:`kbcli.rewrite`). ``mode``: ``none``, ``hyde`` (a hypothetical answer
+    searched alongside the query), ``expand`` (alternative phrasings) or ``both``."""
+
+    mode: str = "none"
+    model: str | None = None
+    base_url: str | None = None
+
+
+@dataclass(frozen=True)
 class RAGConfig:
-    """``rag``: embedding settings and the chunker choice."""
+    """``rag``: embedding settings, the chunker choice, reranking and query rewriting."""
 
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     chunker: str = "structure"
+    rerank: RerankConfig = field(default_factory=RerankConfig)
+    rewrite: RewriteConfig = field(default_factory=RewriteConfig)
 
 
 @dataclass(frozen=True)
@@ -268,7 +307,7 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
     base = file.parent if file is not None else Path.cwd()
 
     rag = r.section(data, "rag")
-    r.check_keys(rag, "rag", ["embedding", "chunker"])
+    r.check_keys(rag, "rag", ["embedding", "chunker", "rerank", "rewrite"])
     emb = r.section(rag, "rag.embedding")
     emb_keys = [f.name for f in fields(EmbeddingConfig) if f.name != "provider_set"]
     r.check_keys(emb, "rag.embedding", emb_keys)
@@ -292,6 +331,8 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
     rag_config = RAGConfig(
         embedding=embedding,
         chunker=r.choice(rag, "rag", "chunker", RAGConfig.chunker, CHUNKERS, paths=True),
+        rerank=_rerank_section(r, r.section(rag, "rag.rerank"), base),
+        rewrite=_rewrite_section(r, r.section(rag, "rag.rewrite")),
     )
 
     lim = r.section(data, "limits")
@@ -358,6 +399,64 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
             else:
                 settings[key] = r.number(section, "store", key, 0.0, 0.0, None)
     return StoreConfig(backend, settings)
+
+
+def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:
+    import math
+
+    from .registry import RERANKERS
+
+    prefix = "rag.rerank"
+    r.check_keys(sec, prefix, [f.name for f in fields(RerankConfig)])
+    d = RerankConfig()
+    provider = (r.string(sec, prefix, "provider", d.provider) or d.provider).strip()
+    names = ("none", *RERANKERS)
+    if not is_class_path(provider):
+        provider = provider.lower()
+        if provider not in names:
+            raise r.fail(
+                f"{prefix}.provider",
+                f"must be one of {', '.join(names)} or 'package.module:Class', got {provider!r}",
+            )
+    model = r.string(sec, prefix, "model", None)
+    if model is not None and provider == "cross-encoder":
+        # A folder relative to this file; a hub-style name ("org/model") stays as written.
+        candidate = Path(os.path.expandvars(model)).expanduser()
+        if not candidate.is_absolute() and (base / candidate).exists():
+            model = str(base / candidate)
+        elif candidate.is_absolute() or model.startswith("~"):
+            model = str(candidate)
+    min_relevance = sec.get("min_relevance")
+    if min_relevance is not None:
+        if (
+            isinstance(min_relevance, bool)
+            or not isinstance(min_relevance, (int, float))
+            or not math.isfinite(min_relevance)
+        ):
+            raise r.fail(f"{prefix}.min_relevance", f"must be a number, got {min_relevance!r}")
+        min_relevance = float(min_relevance)
+    return RerankConfig(
+        provider=provider,
+        model=model,
+        base_url=r.string(sec, prefix, "base_url", None),
+        candidates=r.integer(sec, prefix, "candidates", d.candidates, 1),
+        min_relevance=min_relevance,
+        batch_size=r.integer(sec, prefix, "batch_size", d.batch_size, 1),
+        method=r.choice(sec, prefix, "method", d.method, LLM_RERANK_METHODS),
+        timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, None),
+        max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),
+    )
+
+
+def _rewrite_section(r: _Reader, sec: dict[str, Any]) -> RewriteConfig:
+    prefix = "rag.rewrite"
+    r.check_keys(sec, prefix, [f.name for f in fields(RewriteConfig)])
+    d = RewriteConfig()
+    return RewriteConfig(
+        mode=r.choice(sec, prefix, "mode", d.mode, REWRITE_MODES),
+        model=r.string(sec, prefix, "model", None),
+        base_url=r.string(sec, prefix, "base_url", None),
+    )
 
 
 _cached: Config | None = None

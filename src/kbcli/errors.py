@@ -10,6 +10,7 @@ bug and keeps its traceback.
     │   └── FilterError        a metadata filter that cannot be applied
     ├── MissingDependencyError an optional package is not installed (also ImportError)
     ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
+    ├── RerankerError          a reranker or query rewriter failed or is unset (also RuntimeError)
     ├── LoaderError            a file could not be read into text (also RuntimeError)
     │   └── UnsupportedFormatError
     ├── StoreError             the knowledge database cannot be used
@@ -54,6 +55,11 @@ class MissingDependencyError(KBError, ImportError):
 
 class EmbedderError(KBError, RuntimeError):
     """An embedder is not configured (no key) or its provider failed."""
+
+
+class RerankerError(KBError, RuntimeError):
+    """A reranker or query rewriter is not configured, cannot load its model, or its server
+    failed."""
 
 
 class LoaderError(KBError, RuntimeError):

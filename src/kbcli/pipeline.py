@@ -17,9 +17,7 @@ from .protocols import (
     SectionChunkerProtocol,
     SectionLoaderProtocol,
 )
-from .types import Document, SearchOptions, SearchResult, Section
-
-RERANK_POOL_MIN = 20
+from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
 
 def _new_id() -> str:
@@ -272,25 +270,232 @@ class IngestPipeline:
 
 
 class RAGPipeline:
-    """Search pipeline: recall with ``retriever``; with a ``reranker``, recall a wider pool
-    (at least 2×k), rerank it and keep ``k``; finally drop hits below ``options.min_score``."""
+    """Search pipeline: (rewrite) -> recall -> fuse -> rerank -> threshold -> top k.
 
-    def __init__(self, retriever: Any, reranker: Any = None):
+    Without a reranker: ``retriever`` recalls ``k`` hits (routes added by a ``rewriter`` are
+    recalled too and fused with reciprocal rank fusion; the original query is always one of
+    them) and hits below ``options.min_score`` are dropped.
+
+    With a ``reranker`` (any object with ``rerank(query, results)``): a candidate pool of
+    ``candidates`` hits (``options.candidates``, else the constructor's, else
+    ``rag.rerank.candidates``, 50; never fewer than 2×k) is recalled and fused first, the
+    reranker rescores it against the original query, hits scoring below ``min_relevance`` are
+    dropped, then ``min_score``, then the best ``k`` are returned with the reranker's scores.
+    When candidates were found but none reached ``min_relevance`` the answer is empty with
+    ``refused=True`` (:class:`~kbcli.types.SearchResults`): better no answer than weak evidence.
+    With ``options.explain`` each hit's ``explain`` adds ``recall_rank``, ``fused`` (its recall
+    score) and ``rerank``.
+
+    ``config`` (a :class:`~kbcli.config.Config`) supplies ``rag.rerank`` defaults and, with
+    :meth:`configured`, the reranker and rewriter themselves, built on first use.
+    """
+
+    def __init__(
+        self,
+        retriever: Any,
+        reranker: Any = None,
+        *,
+        candidates: int | None = None,
+        min_relevance: float | None = None,
+        rewriter: Any = None,
+        config: Any = None,
+    ):
         self.retriever = retriever
-        self.reranker = reranker
+        self._reranker = reranker
+        self._rewriter = rewriter
+        self._pending_reranker: Any = None
+        self._pending_rewriter: Any = None
+        self.candidates = candidates
+        self.min_relevance = min_relevance
+        self.config = config
 
-    def search(self, query: str, options: SearchOptions | None = None) -> list[SearchResult]:
+    @classmethod
+    def configured(cls, retriever: Any, config: Any, reranker: Any = None) -> RAGPipeline:
+        """A pipeline whose reranker (unless given) and rewriter come from ``config``'s
+        ``rag.rerank`` / ``rag.rewrite``; they are built when a search first needs them, so
+        commands that never rerank never load a model or fail on a reranker setting."""
+        pipeline = cls(retriever, reranker, config=config)
+        if reranker is None and config.rag.rerank.provider != "none":
+            pipeline._pending_reranker = config
+        if config.rag.rewrite.mode != "none":
+            pipeline._pending_rewriter = config
+        return pipeline
+
+    @property
+    def reranker(self) -> Any:
+        """The reranker (None: searches are single-stage)."""
+        if self._pending_reranker is not None:
+            from .rerankers import build_reranker
+
+            config, self._pending_reranker = self._pending_reranker, None
+            self._reranker = build_reranker(config)
+        return self._reranker
+
+    @reranker.setter
+    def reranker(self, value: Any) -> None:
+        self._pending_reranker = None
+        self._reranker = value
+
+    @property
+    def has_reranker(self) -> bool:
+        """True when searches rerank by default (without building the reranker)."""
+        return self._pending_reranker is not None or self._reranker is not None
+
+    @property
+    def rewriter(self) -> Any:
+        """The query rewriter (None: the query is recalled as written)."""
+        if self._pending_rewriter is not None:
+            from .rewrite import build_rewriter
+
+            config, self._pending_rewriter = self._pending_rewriter, None
+            self._rewriter = build_rewriter(config)
+        return self._rewriter
+
+    @rewriter.setter
+    def rewriter(self, value: Any) -> None:
+        self._pending_rewriter = None
+        self._rewriter = value
+
+    def _rerank_settings(self) -> Any:
+        from .config import RerankConfig
+
+        return self.config.rag.rerank if self.config is not None else RerankConfig()
+
+    def search(self, query: str, options: SearchOptions | None = None) -> SearchResults:
         """Run the search described by ``options`` (default :class:`SearchOptions`)."""
         options = options or SearchOptions()
         k = options.k
-        if self.reranker is not None:
-            pool = max(2 * k, RERANK_POOL_MIN)
-            results = self.reranker.rerank(query, self.retriever.search(query, pool, options))[:k]
+        reranker = self._reranker_for(options)
+        rewriter = self._rewriter_for(options)
+        settings = self._rerank_settings()
+        if reranker is None:
+            hits = self._recall(query, k, options, rewriter)
+            results = SearchResults(hits)
         else:
-            results = self.retriever.search(query, k, options)
+            candidates = options.candidates or self.candidates or settings.candidates
+            hits = self._recall(query, max(candidates, 2 * k), options, rewriter)
+            threshold = options.min_relevance
+            if threshold is None:
+                threshold = (
+                    self.min_relevance if self.min_relevance is not None else settings.min_relevance
+                )
+            results = self._rerank(reranker, query, hits, threshold, options.explain)
         if options.min_score is not None:
-            results = [r for r in results if r.score >= options.min_score]
-        return results[:k]
+            kept = [r for r in results if r.score >= options.min_score]
+        else:
+            kept = list(results)
+        return SearchResults(
+            kept[:k],
+            refused=results.refused,
+            candidates=results.candidates,
+            best_relevance=results.best_relevance,
+            min_relevance=results.min_relevance,
+        )
+
+    def _reranker_for(self, options: SearchOptions) -> Any:
+        from .errors import InvalidOptionError
+
+        if options.rerank is False:
+            if options.min_relevance is not None:
+                raise InvalidOptionError("min_relevance needs reranking: drop --no-rerank")
+            return None
+        if not self.has_reranker:
+            if options.rerank or options.min_relevance is not None:
+                raise InvalidOptionError(
+                    "No reranker is configured: set rag.rerank.provider in jianmu.yaml "
+                    "(cross-encoder, api, llm) or pass reranker= to KnowledgeBase"
+                )
+            return None
+        return self.reranker
+
+    def _rewriter_for(self, options: SearchOptions) -> Any:
+        mode = options.rewrite
+        if mode is None:
+            return self.rewriter
+        if mode == "none":
+            return None
+        current = self.rewriter
+        if current is not None and hasattr(current, "with_mode"):
+            return current.with_mode(mode)
+        from .config import get_config
+        from .rewrite import build_rewriter
+
+        return build_rewriter(self.config or get_config(), mode)
+
+    def _recall(
+        self, query: str, pool: int, options: SearchOptions, rewriter: Any
+    ) -> list[SearchResult]:
+        first = self.retriever.search(query, pool, options)
+        routes = rewriter.routes(query, options.mode) if rewriter is not None else []
+        if not routes:
+            return first
+        from dataclasses import replace
+
+        from .scoring import rrf_fusion
+
+        ranked = [("query", first)]
+        for label, text, mode in routes:
+            ranked.append((label, self.retriever.search(text, pool, replace(options, mode=mode))))
+        fused = rrf_fusion(*[[h.document.id for h in hits] for _, hits in ranked])
+        docs: dict[str, Document] = {}
+        for _, hits in ranked:
+            for hit in hits:
+                docs.setdefault(hit.document.id, hit.document)
+        order = sorted(fused, key=lambda doc_id: (-fused[doc_id], doc_id))
+        out = []
+        for doc_id in order:
+            explain = None
+            if options.explain:
+                explain = {}
+                for label, hits in ranked:
+                    rank = next((i for i, h in enumerate(hits, 1) if h.document.id == doc_id), None)
+                    explain[label] = (
+                        None if rank is None else {"rank": rank, "score": hits[rank - 1].score}
+                    )
+                explain.update(fused=fused[doc_id], fusion="rrf")
+            out.append(SearchResult(docs[doc_id], fused[doc_id], explain))
+        if options.dedupe:
+            from .diversity import collapse_duplicates
+
+            out = collapse_duplicates(out, explain=options.explain)
+        return out[:pool]
+
+    @staticmethod
+    def _rerank(
+        reranker: Any,
+        query: str,
+        hits: list[SearchResult],
+        threshold: float | None,
+        explain: bool,
+    ) -> SearchResults:
+        recall = {h.document.id: (rank, h.score, h.explain) for rank, h in enumerate(hits, 1)}
+        reranked = [
+            r
+            for r in (reranker.rerank(query, list(hits)) if hits else [])
+            if r.document.id in recall  # a reranker must not invent documents
+        ]
+        best = max((r.score for r in reranked), default=None)
+        kept = []
+        for hit in reranked:
+            if threshold is not None and hit.score < threshold:
+                continue
+            if explain:
+                rank, fused, before = recall[hit.document.id]
+                base = hit.explain if hit.explain is not None else before
+                hit.explain = {
+                    **(base or {}),
+                    "recall_rank": rank,
+                    "fused": fused,
+                    "rerank": hit.score,
+                }
+            kept.append(hit)
+        return SearchResults(
+            kept,
+            refused=bool(reranked) and not kept,
+            candidates=len(hits),
+            best_relevance=best,
+            min_relevance=threshold,
+        )
 
 
 class KnowledgeBase:
@@ -324,7 +529,7 @@ class KnowledgeBase:
         self.ingestor = IngestPipeline(
             self.embedder, self.store, loader, normalizer, chunker, config=config
         )
-        self.pipeline = RAGPipeline(self.retriever, reranker)
+        self.pipeline = RAGPipeline(self.retriever, reranker, config=config)
 
     @classmethod
     def from_config(cls, config: Any = None, **overrides: Any) -> KnowledgeBase:
@@ -369,7 +574,7 @@ class KnowledgeBase:
             alpha=config.limits.rerank_alpha,
             source_weight=config.limits.source_weight,
         )
-        return cls(
+        kb = cls(
             store=store,
             embedder=embedder,
             retriever=retriever,
@@ -379,6 +584,9 @@ class KnowledgeBase:
             chunker=overrides.get("chunker"),
             config=config,
         )
+        # rag.rerank / rag.rewrite: built on the first search that uses them.
+        kb.pipeline = RAGPipeline.configured(retriever, config, overrides.get("reranker"))
+        return kb
 
     @classmethod
     def open(

@@ -21,7 +21,6 @@ EMBEDDERS: dict[str, str] = {
     "local": "kbcli.embedders.local:LocalEmbedder",
 }
 
-
 STORES: dict[str, str] = {
     "sqlite": "kbcli.stores.sqlite:SQLiteStore",
     "memory": "kbcli.stores.memory:InMemoryStore",
@@ -33,8 +32,12 @@ CHUNKERS: dict[str, str] = {
     "simple": "kbcli.ingest.chunkers:SimpleTextChunker",
 }
 
+#: Second-stage rerankers (``rag.rerank.provider``; ``none`` switches reranking off).
 RERANKERS: dict[str, str] = {
     "passthrough": "kbcli.rerankers:PassthroughReranker",
+    "cross-encoder": "kbcli.rerankers.cross_encoder:CrossEncoderReranker",
+    "api": "kbcli.rerankers.api:APIReranker",
+    "llm": "kbcli.rerankers.llm:LLMReranker",
 }
 
 
@@ -92,3 +95,8 @@ def load_class(
 def load_embedder_class(name: str) -> Any:
     """The embedder class for a registered name or a ``"package.module:Class"`` path."""
     return load_class(name, EMBEDDERS, kind="embedder")
+
+
+def load_reranker_class(name: str) -> Any:
+    """The reranker class for a registered name or a ``"package.module:Class"`` path."""
+    return load_class(name, RERANKERS, kind="reranker")

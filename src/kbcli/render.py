@@ -176,6 +176,18 @@ def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str,
     return out
 
 
+def no_results_text(results: Any) -> str:
+    """What an empty search says; a reranker's refusal also says why."""
+    if getattr(results, "refused", False):
+        best = results.best_relevance
+        return (
+            f"No relevant knowledge found: none of the {results.candidates} candidates reached "
+            f"min_relevance {results.min_relevance:g}"
+            + (f" (best {best:.3f})." if best is not None else ".")
+        )
+    return "No relevant knowledge found."
+
+
 def search_table(results: Sequence[Any], terms: Sequence[str], explain: bool = False) -> None:
     """Rank, score, source, chunk and a highlighted snippet for each hit."""
     from rich.table import Table

@@ -90,20 +90,14 @@ class BM25Retriever:
                 f"{type(self.store).__name__} has no keyword index and cannot list its "
                 "documents: search it in semantic mode"
             )
+        from .stores.common import keyword_hit
         from .stores.keyword_memory import index_documents
 
         docs = self.store.list_all()
         index = index_documents(docs, self.analyzer)
         allowed = (lambda i: matches(docs[i].metadata, filter)) if filter else None
         scored = index.search(query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed)
-        return [
-            SearchResult(
-                docs[s.doc],
-                s.score,
-                {"bm25_chunk": s.chunk, "bm25_source": s.source, "source_weight": weight},
-            )
-            for s in scored
-        ]
+        return [keyword_hit(docs[s.doc], s, weight) for s in scored]
 
     def default_source_weight(self) -> float:
         """The constructor's ``source_weight``, else ``limits.source_weight`` (2.0 by default)."""

@@ -344,10 +344,12 @@ class KnowledgeSearchTool(KnowledgeTool):
     def search(self, arguments: dict[str, Any]) -> list[Citation]:
         """Validated search: the hits as citations (raises ToolArgumentError / KBError)."""
         query, options = self.options(arguments)
-        if hasattr(self.pipeline, "search_with"):
-            results = self.pipeline.search_with(query, options)
-        else:
+        from .pipeline import RAGPipeline
+
+        if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
+        else:  # a KnowledgeBase or a scoped view of one
+            results = self.pipeline.search_with(query, options)
         return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
 
     def _call(self, arguments: dict[str, Any]) -> ToolResult:

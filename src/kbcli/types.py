@@ -11,6 +11,7 @@ from .errors import InvalidOptionError
 MODES = ("keyword", "semantic", "hybrid")
 MODE_ALIASES = {"vector": "semantic", "dense": "semantic", "sparse": "keyword"}
 FUSIONS = ("weighted", "rrf")
+REWRITE_MODES = ("none", "hyde", "expand", "both")
 
 
 def _now() -> datetime:
@@ -65,6 +66,12 @@ class SearchOptions:
     is how much a chunk's whole source (file) counts in its keyword score, ``chunk BM25 +
     source_weight * source BM25`` (``None``: the retriever's, else ``limits.source_weight``, 2.0
     by default; 0: chunk only).
+
+    Second stage (see :class:`~kbcli.pipeline.RAGPipeline`): ``rerank`` switches the configured
+    reranker on or off for this search (``None``: on when one is configured); ``candidates`` is
+    how many hits are recalled for it (``None``: ``rag.rerank.candidates``; never below 2×k);
+    ``min_relevance`` drops hits the reranker scores lower (``None``: ``rag.rerank.min_relevance``);
+    ``rewrite`` is ``none``, ``hyde``, ``expand`` or ``both`` (``None``: ``rag.rewrite.mode``).
     """
 
     k: int = 5
@@ -78,6 +85,10 @@ class SearchOptions:
     dedupe: bool = True
     source_weight: float | None = None
     alpha_chosen: bool | None = field(default=None, repr=False, compare=False)
+    rerank: bool | None = None
+    candidates: int | None = None
+    min_relevance: float | None = None
+    rewrite: str | None = None
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
@@ -111,12 +122,62 @@ class SearchOptions:
                     f"source_weight must be a number, 0 or more, got {self.source_weight!r}"
                 )
             self.source_weight = float(self.source_weight)
+        if self.candidates is not None and (
+            isinstance(self.candidates, bool)
+            or not isinstance(self.candidates, int)
+            or self.candidates < 1
+        ):
+            raise InvalidOptionError(
+                f"candidates must be a positive whole number, got {self.candidates!r}"
+            )
+        if self.min_relevance is not None:
+            if (
+                isinstance(self.min_relevance, bool)
+                or not isinstance(self.min_relevance, (int, float))
+                or self.min_relevance != self.min_relevance
+            ):
+                raise InvalidOptionError(
+                    f"min_relevance must be a number, got {self.min_relevance!r}"
+                )
+            self.min_relevance = float(self.min_relevance)
+        if self.rewrite is not None:
+            rewrite = str(self.rewrite).strip().lower()
+            if rewrite not in REWRITE_MODES:
+                raise InvalidOptionError(
+                    f"Unknown rewrite mode {self.rewrite!r}: choose one of "
+                    f"{', '.join(REWRITE_MODES)}"
+                )
+            self.rewrite = rewrite
         fusion = str(self.fusion).strip().lower()
         if fusion not in FUSIONS:
             raise InvalidOptionError(
                 f"Unknown fusion {self.fusion!r}: choose one of {', '.join(FUSIONS)}"
             )
         self.fusion = fusion
+
+
+class SearchResults(list):
+    """The hits of a search (a plain list of :class:`SearchResult`) and why it may be short.
+
+    ``refused`` is True when a reranker scored candidates but none reached ``min_relevance``:
+    the search found text, just no relevant knowledge. ``candidates`` is how many hits were
+    recalled for the reranker and ``best_relevance`` the best reranker score among them.
+    """
+
+    def __init__(
+        self,
+        hits: Any = (),
+        *,
+        refused: bool = False,
+        candidates: int = 0,
+        best_relevance: float | None = None,
+        min_relevance: float | None = None,
+    ) -> None:
+        super().__init__(hits)
+        self.refused = refused
+        self.candidates = candidates
+        self.best_relevance = best_relevance
+        self.min_relevance = min_relevance
 
 
 @dataclass

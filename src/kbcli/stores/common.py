@@ -13,9 +13,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ..bm25 import Scored
 from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..protocols import VectorIndex
+from ..types import Document, SearchResult
 
 # Candidates checked against a filter per step of a filtered dense search before falling back to
 # computing the allowed set (see prefiltered_search).
@@ -128,6 +130,13 @@ def prefiltered_search(
     if checked >= total:
         return kept[:k]
     return index.search(query, k, allowed_ids())
+
+
+def keyword_hit(doc: Document, scored: Scored, source_weight: float) -> SearchResult:
+    """A keyword search hit whose ``explain`` holds both parts of its BM25 score."""
+    explain = {"bm25_chunk": scored.chunk, "bm25_source": scored.source,
+               "source_weight": source_weight}  # fmt: skip
+    return SearchResult(doc, float(scored.score), explain)
 
 
 def newest_first(docs: Iterable[Any], k: int) -> list[Any]:

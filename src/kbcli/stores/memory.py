@@ -15,7 +15,7 @@ from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..filters import matches, validate_filter
 from ..types import Document, FileRecord, SearchResult
-from .common import check_embedder, newest_first, prefiltered_search, vector_dimensions
+from .common import check_embedder, keyword_hit, newest_first, prefiltered_search, vector_dimensions
 from .keyword_memory import MemoryKeywordIndex
 from .numpy_index import NumpyVectorIndex
 
@@ -429,14 +429,7 @@ class InMemoryStore:
         scored = self._keywords.search(
             query, k, k1=k1, b=b, source_weight=source_weight, allowed=allowed
         )
-        return [
-            SearchResult(
-                self._out(by_rowid[s.doc], False),
-                s.score,
-                {"bm25_chunk": s.chunk, "bm25_source": s.source, "source_weight": source_weight},
-            )
-            for s in scored
-        ]
+        return [keyword_hit(by_rowid[s.doc], s, source_weight) for s in scored]
 
     def search(
         self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None

@@ -21,7 +21,7 @@ from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
 from ...filters import validate_filter
 from ...types import Document, FileRecord, SearchResult
-from ..common import check_embedder, lock_file, prefiltered_search, vector_dimensions
+from ..common import check_embedder, keyword_hit, lock_file, prefiltered_search, vector_dimensions
 from . import catalog, integrity, ledger, vectors
 from .catalog import ChunkRow
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
@@ -373,15 +373,7 @@ class SQLiteStore:
                 conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
             )
             docs = catalog.documents_by_rowid(conn, [s.doc for s in scored])
-        return [
-            SearchResult(
-                docs[s.doc],
-                float(s.score),
-                {"bm25_chunk": s.chunk, "bm25_source": s.source, "source_weight": source_weight},
-            )
-            for s in scored
-            if s.doc in docs
-        ]
+        return [keyword_hit(docs[s.doc], s, source_weight) for s in scored if s.doc in docs]
 
     def search(
         self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None

@@ -1,0 +1,271 @@
+"""JSON over HTTP for the rerank and chat endpoints, with the embedders' request policy.
+
+The API reranker, the LLM reranker and query rewriting talk to plain REST endpoints, so they
+use the standard library (``urllib``: no SDK to import, nothing to install). What is shared
+with the embedders is imported, not copied: the retry policy, backoff and ``Retry-After``
+handling of :mod:`kbcli.embedders.retry`, and the key lookup, redaction and host helpers of
+:mod:`kbcli.embedders._settings`. Keys are sent only in the ``Authorization`` header and never
+appear in messages (server messages are redacted before they are quoted).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from .embedders._settings import find_api_key, first_env, host_of, redact, short
+from .embedders.retry import (
+    EmbedderRequestError,
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    is_retryable_status,
+    parse_retry_after,
+)
+from .errors import RerankerError
+
+DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+CHAT_KEY_ENV = ("LLM_API_KEY", "OPENAI_API_KEY", "API_KEY")
+CHAT_BASE_URL_ENV = ("LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+CHAT_MODEL_ENV = ("LLM_MODEL",)
+
+
+class _BadResponse(Exception):
+    """The server answered 2xx with something that is not the JSON we expect."""
+
+
+def endpoint(base_url: str, path: str) -> str:
+    """``base_url`` joined with ``path`` unless it already ends with it (``…/v1`` or
+    ``…/v1/rerank`` both work)."""
+    base = base_url.rstrip("/")
+    return base if base.endswith(path) else f"{base}/{path.lstrip('/')}"
+
+
+def _server_message(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("detail") or data.get("detail") or "")
+        return str(error)
+    return text
+
+
+class JSONEndpoint:
+    """POSTs JSON to one URL and returns the decoded answer, retrying as the embedders do.
+
+    ``label`` names the service in messages ("rerank API"), ``setting`` the configuration
+    section a user would change ("rag.rerank"), ``key_env`` the variables a key may come from.
+    Failures raise :class:`~kbcli.errors.RerankerError` with a one-line message.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None,
+        key_source: str = "",
+        key_env: tuple[str, ...] = (),
+        label: str,
+        setting: str,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+    ) -> None:
+        self.url = url
+        self.label = label
+        self.setting = setting
+        self.timeout = float(timeout)
+        self.retry_policy = RetryPolicy(max_retries=max(0, int(max_retries)))
+        self.key_source = key_source
+        self.key_env = key_env
+        self._api_key = api_key
+
+    @property
+    def host(self) -> str:
+        """Host (and port) of the server, for messages."""
+        return host_of(self.url)
+
+    def __repr__(self) -> str:
+        return f"JSONEndpoint({self.label!r}, host={self.host!r})"
+
+    def post(self, payload: dict[str, Any]) -> Any:
+        """Send ``payload`` and return the decoded JSON answer."""
+        try:
+            return call_with_retries(
+                lambda: self._request(payload),
+                policy=self.retry_policy,
+                classify=self._classify,
+                describe=self._describe,
+            )
+        except EmbedderRequestError as exc:
+            raise RerankerError(str(exc)) from None
+
+    def _request(self, payload: dict[str, Any]) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        data = json.dumps(payload).encode("utf-8")
+        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            body = response.read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise _BadResponse(f"not JSON: {short(body[:200])}") from None
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        from .embedders._settings import transport_errors
+
+        if isinstance(exc, urllib.error.HTTPError):
+            status = exc.code
+            try:
+                body = exc.read()
+            except OSError:
+                body = b""
+            detail = short(redact(_server_message(body), self._api_key))
+            retry_after = parse_retry_after(exc.headers)
+            return Failure(
+                is_retryable_status(status), status, f"status {status}", retry_after, detail
+            )
+        if isinstance(exc, urllib.error.URLError):
+            reason = exc.reason
+            if isinstance(reason, (TimeoutError, socket.timeout)):
+                return Failure(True, None, f"timed out after {self.timeout:g} s")
+            return Failure(True, None, f"connection error ({short(reason, 80)})")
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return Failure(True, None, f"timed out after {self.timeout:g} s")
+        if isinstance(exc, (ConnectionError, http.client.HTTPException)):
+            return Failure(True, None, f"connection error ({type(exc).__name__})")
+        if isinstance(exc, transport_errors()):
+            return Failure(True, None, "connection error")
+        if isinstance(exc, _BadResponse):
+            return Failure(
+                False, None, "invalid response", None, short(redact(str(exc), self._api_key))
+            )
+        return None
+
+    def _describe(self, failure: Failure, attempts: int) -> str:
+        detail = f": {failure.detail}" if failure.detail else ""
+        status = failure.status
+        where = f"{self.label} at {self.host}"
+        if failure.retryable:
+            what = f"status {status}" if status is not None else failure.reason
+            return (
+                f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
+                f"or raise {self.setting}.max_retries"
+            )
+        keys = "/".join(self.key_env) or "the api_key argument"
+        if status == 401:
+            if not self._api_key:
+                return f"{where} needs an API key (status 401): set {keys}"
+            return f"{where} rejected the API key (status 401): check {self.key_source or keys}"
+        if status == 403:
+            return f"{where} refused access (status 403){detail}: check the key and the model"
+        if status == 404:
+            return (
+                f"{where} answered 404 (not found){detail}: check {self.setting}.base_url and "
+                f"{self.setting}.model"
+            )
+        shown = f"status {status}" if status is not None else failure.reason
+        return f"{where} failed ({shown}){detail}"
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One chat completion: its text and, when asked for and served, the first token's
+    alternatives as ``{token: logprob}``."""
+
+    text: str
+    top_logprobs: dict[str, float] | None = None
+
+
+class ChatClient:
+    """An OpenAI-compatible ``POST …/chat/completions`` client (OpenAI, Ollama, vLLM, LM
+    Studio, llama.cpp, SiliconFlow, DeepSeek ...).
+
+    Settings come from the argument, else the environment: key ``LLM_API_KEY`` /
+    ``OPENAI_API_KEY`` / ``API_KEY``; base URL ``LLM_BASE_URL`` / ``OPENAI_BASE_URL`` /
+    ``OPENAI_API_BASE`` / ``https://api.openai.com/v1``; model ``LLM_MODEL`` / ``gpt-4o-mini``.
+    A server at another ``base_url`` may need no key (a local Ollama); OpenAI itself does.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        label: str = "chat model",
+        setting: str = "rag.rerank",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+    ) -> None:
+        key, source = find_api_key(api_key, CHAT_KEY_ENV)
+        self.base_url = base_url or first_env(*CHAT_BASE_URL_ENV)[0] or DEFAULT_CHAT_BASE_URL
+        self.model = model or first_env(*CHAT_MODEL_ENV)[0] or DEFAULT_CHAT_MODEL
+        if not key and host_of(self.base_url) == host_of(DEFAULT_CHAT_BASE_URL):
+            raise RerankerError(
+                f"No API key for the {label} ({'/'.join(CHAT_KEY_ENV)}): set one, or set "
+                f"{setting}.base_url to a local OpenAI-compatible server"
+            )
+        self._endpoint = JSONEndpoint(
+            endpoint(self.base_url, "chat/completions"),
+            api_key=key,
+            key_source=source,
+            key_env=CHAT_KEY_ENV,
+            label=f"{label} {self.model}",
+            setting=setting,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def __repr__(self) -> str:
+        return f"ChatClient(model={self.model!r}, host={host_of(self.base_url)!r})"
+
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        logprobs: bool = False,
+    ) -> ChatReply:
+        """The model's answer to ``messages`` (``[{role, content}]``)."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if logprobs:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = 5
+        data = self._endpoint.post(payload)
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise RerankerError(
+                f"{self._endpoint.label} at {self._endpoint.host} answered without "
+                "choices[0].message.content: is base_url an OpenAI-compatible chat endpoint?"
+            ) from None
+        return ChatReply(str(text), _top_logprobs(choice) if logprobs else None)
+
+
+def _top_logprobs(choice: dict[str, Any]) -> dict[str, float] | None:
+    try:
+        first = choice["logprobs"]["content"][0]
+        alternatives = first.get("top_logprobs") or [first]
+        return {str(a["token"]): float(a["logprob"]) for a in alternatives}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
