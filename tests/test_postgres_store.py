@@ -335,3 +335,39 @@ def test_kb_finds_no_index_and_no_dsn(pg_dsn, pg_table, tmp_path, monkeypatch):
     monkeypatch.delenv("KB_PG_DSN")
     result = run("search", "x", "--mode", "keyword")
     assert result.exit_code == 2 and "KB_PG_DSN" in result.stderr
+
+
+# --- the BM25 parity histories (tests/test_bm25_parity.py) on PostgreSQL ----------------------
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_histories_keep_postgres_scores_exact(pg, seed):
+    from test_bm25_parity import SOURCES as PARITY_SOURCES
+    from test_bm25_parity import check, random_doc
+
+    rng = random.Random(seed)
+    for step in range(25):
+        action = rng.choice(
+            ["add", "add", "upsert", "delete", "source", "filter", "replace", "rebuild"]
+        )
+        state = random.Random(seed * 1000 + step)
+        ids = [d.id for d in pg.iter_documents()]
+        if action == "add" or not ids:
+            pg.add([random_doc(state, f"d{step}-{i}") for i in range(state.randint(1, 6))])
+        elif action == "upsert":
+            pg.add([random_doc(state, state.choice(ids))])
+        elif action == "delete":
+            pg.remove(state.sample(ids, min(len(ids), state.randint(1, 3))))
+        elif action == "source":
+            pg.delete_source(state.choice(PARITY_SOURCES[:3]))
+        elif action == "filter":
+            pg.delete_where({"team": state.choice(["ops", "dev"])})
+        elif action == "replace":
+            source = state.choice(PARITY_SOURCES[:3])
+            docs = [random_doc(state, f"r{step}-{i}") for i in range(state.randint(0, 3))]
+            for d in docs:
+                d.metadata["source"] = source
+            pg.replace_source(source, docs)
+        else:
+            pg.rebuild_keyword_index()
+        check(pg, random.Random(step))
