@@ -80,7 +80,7 @@ def test_keyword_scores_equal_sqlite(pg, tmp_path, seed):
 # --- filtered dense search keeps k ----------------------------------------------------------
 
 
-def test_filtered_dense_search_returns_k_when_the_nearest_are_filtered_out(pg):
+def test_filtered_dense_search_returns_k_when_the_nearest_are_filtered_out(pg, pg_dsn, pg_table):
     rng = random.Random(7)
     dim, query = 16, [1.0] + [0.0] * 15
     docs, vecs = [], []
@@ -111,6 +111,10 @@ def test_filtered_dense_search_returns_k_when_the_nearest_are_filtered_out(pg):
     got = [h.document.id for h in pg.search(query, k=10, filter={"hidden": False})]
     assert len(set(got) & set(want)) >= 9
     assert len(pg.search(query, k=10)) == 10 and dim == 16
+    exact = PostgresStore(pg_dsn, pg_table, hnsw=False)  # the same index, scanned exactly
+    assert exact.exact is True and exact.stats()["exact_vectors"] is True
+    assert [h.document.id for h in exact.search(query, k=10, filter={"hidden": False})] == want
+    exact.close()
 
 
 # --- filters: injection-proof, equal to matches() --------------------------------------------
@@ -310,12 +314,18 @@ def test_store_settings_from_config(tmp_path, monkeypatch):
     file = tmp_path / "jianmu.yaml"
     file.write_text(
         "store:\n  backend: postgres\n  dsn: postgresql://kb@db/kb\n  table: team_kb\n"
-        "  busy_timeout: 5\n  ef_search: 200\n"
+        "  busy_timeout: 5\n  ef_search: 200\n  hnsw: false\n"
     )
     store = load_config(file).store
     assert (store.backend, store.settings) == (
         "postgres",
-        {"dsn": "postgresql://kb@db/kb", "table": "team_kb", "busy_timeout": 5.0, "ef_search": 200},
+        {
+            "dsn": "postgresql://kb@db/kb",
+            "table": "team_kb",
+            "busy_timeout": 5.0,
+            "ef_search": 200,
+            "hnsw": False,
+        },
     )
     file.write_text("store:\n  backend: postgres\n  tabel: x\n")
     with pytest.raises(ConfigError, match="did you mean table"):

@@ -83,6 +83,8 @@ class PostgresStore:
     def exact(self) -> bool:
         """Whether dense search equals a brute-force scan: False while an HNSW index serves it
         (approximate, with an exact fallback when a filter leaves it short of ``k``)."""
+        if not self.hnsw:
+            return True
         with self._db.read() as conn:
             return not vectors.indexed(conn, self._t)
 
@@ -363,7 +365,7 @@ class PostgresStore:
                 "SELECT sum(pg_total_relation_size(to_regclass(x))) FROM unnest(%s::text[]) AS x",
                 (t.all(),),
             ).fetchone()[0]
-            exact = not vectors.indexed(conn, t)
+            exact = not self.hnsw or not vectors.indexed(conn, t)
         return {
             "path": self.location,
             "backend": "postgres",
@@ -425,7 +427,7 @@ class PostgresStore:
                 return [SearchResult(doc, 1.0) for doc in newest]
             hits = vectors.search(
                 conn, self._t, query_vec, k, filter, ef_search=self.ef_search,
-                iterative=self._db.iterative_scans,
+                iterative=self._db.iterative_scans, exact=not self.hnsw,
             )  # fmt: skip
             docs = catalog.documents_by_rowid(conn, self._t, [i for i, _ in hits])
         return [SearchResult(docs[i], score) for i, score in hits if i in docs]

@@ -105,9 +105,11 @@ def search(
     *,
     ef_search: int = EF_SEARCH,
     iterative: bool = True,
+    exact: bool = False,
 ) -> list[tuple[int, float]]:
     """``(doc, cosine)`` of the ``k`` nearest vectors passing ``filter``, best first, ties by
-    doc. Runs inside a read transaction (the settings are ``SET LOCAL``)."""
+    doc; ``exact`` scans every vector instead of walking the HNSW index. Runs inside a read
+    transaction (the settings are ``SET LOCAL``)."""
     import numpy as np
 
     if k <= 0:
@@ -127,6 +129,13 @@ def search(
         f" WHERE c.embedding IS NOT NULL AND {where} ORDER BY distance LIMIT %s"
     )
     args = [vec, *params, int(k)]
+    if exact:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        rows = conn.execute(sql, args).fetchall()
+        conn.execute("SET LOCAL enable_indexscan = on")
+        conn.execute("SET LOCAL enable_bitmapscan = on")
+        return sorted(((int(d), _score(x)) for d, x in rows), key=lambda h: (-h[1], h[0]))
     conn.execute(f"SET LOCAL hnsw.ef_search = {min(EF_SEARCH_MAX, max(int(ef_search), int(k)))}")
     if iterative:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
