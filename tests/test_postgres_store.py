@@ -257,6 +257,16 @@ def test_kb_cli_on_postgres_never_shows_the_password(pg_dsn, pg_table, tmp_path,
     assert json.loads(outputs[1])[0]["metadata"]["source"].endswith("vpn.md")
     stats = json.loads(outputs[3])
     assert (stats["chunks"], stats["files"], stats["backend"]) == (2, 2, "postgres")
+    added = run("add", "The badge office opens at nine", "--meta", "team=it")
+    assert added.exit_code == 0, added.stderr
+    new_id = added.stdout.strip()
+    found = run("search", "badge office", "--mode", "keyword", "--filter", "team=it", "--json")
+    assert [h["id"] for h in json.loads(found.stdout)] == [new_id]
+    assert run("delete", new_id).exit_code == 0
+    assert run("delete", "--source", str(docs / "mail.md")).exit_code == 0
+    listed = json.loads(run("list", "--json").stdout)
+    assert [d["metadata"]["source"] for d in listed] == [str((docs / "vpn.md").resolve())]
+    outputs += [added.stdout + added.stderr, found.stdout + found.stderr]
     assert all(CANARY not in out for out in outputs)
     monkeypatch.setenv("KB_PG_DSN", f"postgresql://kb:{CANARY}@/x?host=/nonexistent-dir")
     failed = run("stats")
