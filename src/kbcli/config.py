@@ -32,6 +32,11 @@ LLM_RERANK_METHODS = ("pointwise", "listwise")
 STORE_SETTINGS: dict[str, dict[str, type]] = {
     "sqlite": {"busy_timeout": float},
     "memory": {"max_size": int},
+    # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
+    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
+    # ef_search: HNSW candidates per dense search (recall against speed); hnsw: false for exact
+    # dense search (a scan, no index).
+    "postgres": {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int, "hnsw": bool},
 }
 MAX_SECONDS = 86_400.0  # a day: bigger values are typos (and overflow some timers)
 
@@ -395,6 +400,10 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
         if key in section:
             if kind is int:
                 settings[key] = r.integer(section, "store", key, 0, 1)
+            elif kind is str:
+                settings[key] = r.string(section, "store", key, None)
+            elif kind is bool:
+                settings[key] = r.boolean(section, "store", key, True)
             else:
                 settings[key] = r.number(section, "store", key, 0.0, 0.0, None)
     return StoreConfig(backend, settings)

@@ -24,6 +24,7 @@ EMBEDDERS: dict[str, str] = {
 STORES: dict[str, str] = {
     "sqlite": "kbcli.stores.sqlite:SQLiteStore",
     "memory": "kbcli.stores.memory:InMemoryStore",
+    "postgres": "kbcli.stores.postgres:PostgresStore",
 }
 
 CHUNKERS: dict[str, str] = {

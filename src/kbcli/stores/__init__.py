@@ -22,7 +22,8 @@ def build_store(
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
     The SQLite store opens ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to
-    create a missing database and ``busy_timeout`` overrides ``store.busy_timeout``. A user's
+    create a missing database and ``busy_timeout`` overrides ``store.busy_timeout``. The
+    postgres store connects to ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not apply). A user's
     class (``package.module:Class``) is called with the ``store`` settings as keyword arguments.
     """
     from ..analysis import analyzer_from_config
@@ -37,4 +38,11 @@ def build_store(
         return SQLiteStore(path, analyzer=analyzer_from_config(config), create=create, **settings)
     if backend == "memory":
         return InMemoryStore(analyzer=analyzer_from_config(config), **settings)
+    if backend == "postgres":
+        from .postgres import PostgresStore
+
+        if busy_timeout is not None:
+            settings["busy_timeout"] = busy_timeout
+        settings["dsn"] = os.environ.get("KB_PG_DSN") or settings.get("dsn")
+        return PostgresStore(analyzer=analyzer_from_config(config), create=create, **settings)
     return load_class(backend, STORES, kind="store")(**settings)
