@@ -21,6 +21,8 @@ HEAVY_MODULES = (
     "sentence_transformers",
     "torch",
     "transformers",
+    "psycopg",
+    "pgvector",
 )
 
 PASSWORD_TEXT = (

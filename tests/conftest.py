@@ -46,3 +46,6 @@ def isolated_env(tmp_path, monkeypatch):
     reset_config_cache()
     yield
     reset_config_cache()
+
+
+from pg_server import pg_dsn, pg_table  # noqa: E402,F401  (the PostgreSQL session server)

@@ -1173,10 +1173,13 @@ def copy(
     kb = _open(ctx, create=False)
     try:
         config = target_store_config(_load_config(state), to, to_set or [])
-        if to_db is None and config.store.backend not in ("memory",):
+        files = ("sqlite", "faiss", "chroma")  # the stores kept in a database file
+        if to_db is None and config.store.backend in files:
             raise InvalidOptionError("kb copy needs --to-db PATH for the target database")
-        source_db = Path(state.db or config.paths.knowledge_db).expanduser().resolve()
-        if to_db is not None and Path(to_db).expanduser().resolve() == source_db:
+        source = _load_config(state)
+        source_db = Path(state.db or source.paths.knowledge_db).expanduser().resolve()
+        same_file = to_db is not None and Path(to_db).expanduser().resolve() == source_db
+        if same_file and source.store.backend in files and config.store.backend in files:
             raise InvalidOptionError("--to-db is the source database: give another path")
         target = build_store(config, db=to_db)
         try:

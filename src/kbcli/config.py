@@ -41,6 +41,11 @@ STORE_SETTINGS: dict[str, dict[str, Any]] = {
         "metric": ("ip", "cosine", "l2"),
     },
     "chroma": {"busy_timeout": float, "path": str, "collection": str},
+    # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
+    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
+    # ef_search: HNSW candidates per dense search (recall against speed); hnsw: false for exact
+    # dense search (a scan, no index).
+    "postgres": {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int, "hnsw": bool},
 }
 MAX_SECONDS = 86_400.0  # a day: bigger values are typos (and overflow some timers)
 

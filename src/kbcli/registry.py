@@ -26,6 +26,7 @@ STORES: dict[str, str] = {
     "memory": "kbcli.stores.memory:InMemoryStore",
     "faiss": "kbcli.stores.faiss_store:FaissStore",
     "chroma": "kbcli.stores.chroma_store:ChromaStore",
+    "postgres": "kbcli.stores.postgres:PostgresStore",
 }
 
 CHUNKERS: dict[str, str] = {

@@ -36,7 +36,8 @@ def build_store(
     The SQLite store (and FAISS and Chroma, which keep their catalog in SQLite beside the vector
     index: ``<db>.faiss``, ``<db>.chroma/`` unless ``store.path``) opens ``db`` (default
     ``paths.knowledge_db``); ``create=False`` refuses to create a missing database and
-    ``busy_timeout`` overrides ``store.busy_timeout``. A user's class
+    ``busy_timeout`` overrides ``store.busy_timeout``. The postgres store connects to
+    ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not apply). A user's class
     (``package.module:Class``) is called with the ``store`` settings as keyword arguments.
     """
     from ..analysis import analyzer_from_config
@@ -61,4 +62,11 @@ def build_store(
             return cls(path=path, **common, **settings)
         chroma = Path(settings.pop("path", None) or f"{path}.chroma").expanduser()
         return cls(chroma, db=path, **common, **settings)
+    if backend == "postgres":
+        from .postgres import PostgresStore
+
+        if busy_timeout is not None:
+            settings["busy_timeout"] = busy_timeout
+        settings["dsn"] = os.environ.get("KB_PG_DSN") or settings.get("dsn")
+        return PostgresStore(analyzer=analyzer_from_config(config), create=create, **settings)
     return load_class(backend, STORES, kind="store")(**settings)

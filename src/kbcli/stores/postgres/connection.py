@@ -1,0 +1,197 @@
+"""The connection of one PostgreSQL store: opening, write transactions, read snapshots, locks.
+
+The connection runs in autocommit mode and every block is a psycopg transaction block. Writes
+run at READ COMMITTED and take a transaction-level advisory lock first, so writers of one index
+are serialised across processes and machines and every statement after the lock sees every
+earlier commit (the BM25 bookkeeping reads the index before it changes it). Reads run at
+REPEATABLE READ, READ ONLY: several SELECTs see one snapshot while writers work. ``kb ingest``
+holds a session-level advisory lock (:meth:`Database.writer_lock`) on a connection of its own;
+PostgreSQL drops it if the process dies. A thread lock makes the store usable from threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ...errors import DatabaseLockedError, StoreError, require
+from . import schema
+from .dsn import describe, redact
+
+DEFAULT_BUSY_TIMEOUT = 60.0
+
+
+def _lock_key(kind: str, schema_name: str, table: str) -> int:
+    """A signed 64-bit advisory-lock key for ``kind`` of the index ``schema_name.table``."""
+    digest = hashlib.sha256(f"kbcli:{kind}:{schema_name}.{table}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class Database:
+    """One connection to the server, the index's tables checked and created on open."""
+
+    def __init__(self, dsn: str, tables: schema.Tables, *, busy_timeout: float, create: bool):
+        self.psycopg = require("psycopg", extra="postgres", feature="The postgres store")
+        require("pgvector.psycopg", extra="postgres", feature="The postgres store")
+        self.dsn = dsn
+        self.where = describe(dsn)
+        self.tables = tables
+        self.busy_timeout = busy_timeout
+        self.lock = threading.RLock()
+        self.depth = 0
+        self.conn = self.connect()
+        try:
+            schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
+            self.write_key = _lock_key("write", schema_name, tables.base)
+            self.ingest_key = _lock_key("ingest", schema_name, tables.base)
+            self._prepare(create)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    # --- connections ---------------------------------------------------------------------------
+
+    def connect(self) -> Any:
+        """A new autocommit connection (errors redacted: the DSN's password never shows)."""
+        try:
+            return self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except self.psycopg.Error as exc:
+            raise StoreError(
+                f"Cannot connect to PostgreSQL at {self.where}: {self.clean(exc)}: check "
+                "store.dsn or KB_PG_DSN"
+            ) from None
+
+    def clean(self, exc: BaseException) -> str:
+        """The first line of an error's message, every password redacted."""
+        text = str(exc).strip().splitlines()
+        return redact(text[0] if text else type(exc).__name__, self.dsn)
+
+    def _prepare(self, create: bool) -> None:
+        conn = self.conn
+        have = conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+        if have is None or not self._current():
+            with self.transaction(bump=False) as tx:
+                if tx.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone():
+                    pass
+                elif not create:
+                    raise StoreError(
+                        f"No knowledge base at {self.where} (no pgvector extension): run "
+                        "'kb ingest PATH' first"
+                    )
+                else:
+                    try:
+                        with tx.transaction():  # a savepoint: the error message is ours
+                            tx.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    except self.psycopg.Error as exc:
+                        raise StoreError(
+                            f"The database at {self.where} has no pgvector extension and kb "
+                            f"cannot create it ({self.clean(exc)}): run 'CREATE EXTENSION "
+                            "vector' as a superuser"
+                        ) from None
+                schema.ensure(tx, self.tables, create=create, where=self.where)
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+        sql = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+        row = conn.execute(sql).fetchone()
+        parts = [int(p) for p in str(row[0]).split(".")[:2] if p.isdigit()]
+        # pgvector 0.8 walks an HNSW index with a filter (iterative scans); older ones fall
+        # back to an exact scan when the walk comes back short.
+        self.iterative_scans = tuple(parts) >= (0, 8)
+
+    def _current(self) -> bool:
+        t = self.tables
+        return schema.exists(self.conn, t) and schema.version(self.conn, t) == (
+            schema.SCHEMA_VERSION
+        )
+
+    # --- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, bump: bool = True) -> Iterator[Any]:
+        """One write transaction under the index's write lock; nested calls join the outer
+        one. Commits or rolls back whole; every commit bumps the generation."""
+        with self.lock:
+            if self.depth:
+                self.depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self.depth -= 1
+                return
+            pg = self.psycopg
+            self.conn.isolation_level = pg.IsolationLevel.READ_COMMITTED
+            self.conn.read_only = False
+            try:
+                with self.conn.transaction():
+                    self._lock_for_write()
+                    self.depth = 1
+                    try:
+                        yield self.conn
+                        if bump:
+                            self.conn.execute(
+                                f"UPDATE {self.tables.stats} SET generation = generation + 1"
+                                " WHERE id = 1"
+                            )
+                    finally:
+                        self.depth = 0
+            except pg.OperationalError as exc:
+                if isinstance(exc, pg.errors.LockNotAvailable):
+                    raise DatabaseLockedError(
+                        f"The index {self.tables.base} at {self.where} is locked by another "
+                        f"writer (waited {self.busy_timeout:g} s): try again when it finishes"
+                    ) from None
+                raise StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}") from None
+
+    def _lock_for_write(self) -> None:
+        ms = max(1, int(self.busy_timeout * 1000))
+        self.conn.execute(f"SET LOCAL lock_timeout = {ms}")
+        self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.write_key,))
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        """A consistent snapshot for several SELECTs (joins an open write transaction)."""
+        with self.lock:
+            if self.depth:
+                yield self.conn
+                return
+            pg = self.psycopg
+            self.conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
+            self.conn.read_only = True
+            try:
+                with self.conn.transaction():
+                    yield self.conn
+            except pg.OperationalError as exc:
+                raise StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}") from None
+
+    @contextmanager
+    def writer_lock(self, wait: float) -> Iterator[None]:
+        """The one-ingest-at-a-time lock: a session advisory lock on a connection of its own,
+        waiting up to ``wait`` seconds before :class:`DatabaseLockedError`."""
+        conn = self.connect()
+        try:
+            deadline = time.monotonic() + max(0.0, wait)
+            while not conn.execute(
+                "SELECT pg_try_advisory_lock(%s)", (self.ingest_key,)
+            ).fetchone()[0]:
+                if time.monotonic() >= deadline:
+                    raise DatabaseLockedError(
+                        f"Another kb ingest is writing to {self.tables.base} at {self.where}; "
+                        f"waited {wait:g} s. Try again when it finishes, or raise --wait"
+                    )
+                time.sleep(0.05)
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (self.ingest_key,))
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self.lock:
+            self.conn.close()

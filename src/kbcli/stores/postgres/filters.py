@@ -1,0 +1,91 @@
+"""Metadata filters compiled to PostgreSQL over a JSONB column, equivalent to
+:func:`kbcli.filters.matches`.
+
+Every key and value is a bound parameter (``%s``); only the trusted column name is written into
+the SQL. Equality is jsonb equality, which is typed (``1`` is not ``"1"``, ``true`` is not
+``1``; ``1`` equals ``1.0`` as in Python); a missing key makes ``->`` return SQL NULL, which the
+``coalesce`` turns into "no match", so ``$ne`` and ``$nin`` match documents without the key.
+Ordering compares numbers with numbers (jsonb numeric order) and strings with strings in code
+point order (``COLLATE "C"`` on UTF-8 bytes), guarded by ``CASE`` so that no other value is
+compared or cast. A filter this module does not know fails closed with :class:`FilterError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ...errors import FilterError
+from ...filters import LOGICAL_OPERATORS, validate_filter
+
+_ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def compile_filter(
+    filter: dict[str, Any] | None, column: str = "metadata"
+) -> tuple[str, list[Any]]:
+    """``(sql, params)``: a boolean expression over the JSONB ``column``; ``TRUE`` for none."""
+    filter = validate_filter(filter)
+    if not filter:
+        return "TRUE", []
+    params: list[Any] = []
+    return _compile(filter, column, params), params
+
+
+def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
+    parts: list[str] = []
+    for key, value in filter.items():
+        if key in LOGICAL_OPERATORS:
+            joiner = " AND " if key == "$and" else " OR "
+            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
+            continue
+        if key.startswith("$"):
+            raise FilterError(f"Unsupported filter operator {key!r}")
+        ops = value if isinstance(value, dict) else {"$eq": value}
+        for op, operand in ops.items():
+            parts.append(_compile_op(column, key, op, operand, params))
+    return "(" + " AND ".join(parts) + ")" if parts else "TRUE"
+
+
+def _scalar(value: Any) -> str:
+    if not isinstance(value, (str, int, float, bool, type(None))) or (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        raise FilterError(f"Unsupported filter value {value!r}: use a finite number or a string")
+    return json.dumps(value)
+
+
+def _equal(column: str, key: str, value: Any, params: list[Any]) -> str:
+    params.extend([key, _scalar(value)])
+    return f"coalesce(({column} -> %s::text) = %s::jsonb, FALSE)"
+
+
+def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any]) -> str:
+    if op == "$eq":
+        return _equal(column, key, operand, params)
+    if op == "$ne":
+        return "NOT " + _equal(column, key, operand, params)
+    if op in ("$in", "$nin"):
+        inner = " OR ".join(_equal(column, key, item, params) for item in operand)
+        return f"({inner})" if op == "$in" else f"NOT ({inner})"
+    if op == "$exists":
+        params.append(key)
+        return f"(({column} -> %s::text) IS {'NOT ' if operand else ''}NULL)"
+    if op in _ORDER:
+        sign = _ORDER[op]
+        if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
+            raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
+        if isinstance(operand, str):
+            params.extend([key, key, operand])
+            return (
+                f"(CASE WHEN jsonb_typeof({column} -> %s::text) = 'string' THEN"
+                f' ({column} ->> %s::text) COLLATE "C" {sign} %s::text COLLATE "C"'
+                " ELSE FALSE END)"
+            )
+        params.extend([key, key, _scalar(operand)])
+        return (
+            f"(CASE WHEN jsonb_typeof({column} -> %s::text) = 'number' THEN"
+            f" ({column} -> %s::text) {sign} %s::jsonb ELSE FALSE END)"
+        )
+    raise FilterError(f"Unsupported filter operator {op!r} on {key!r}")

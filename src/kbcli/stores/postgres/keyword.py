@@ -1,0 +1,333 @@
+"""The BM25 inverted index in PostgreSQL: terms, postings and source statistics.
+
+Changes are planned by :mod:`kbcli.bm25` (:func:`~kbcli.bm25.plan_addition`,
+:func:`~kbcli.bm25.plan_removal`) from one batched lookup and applied here inside the catalog's
+transaction. Search runs :func:`kbcli.bm25.rank`'s arithmetic as one SQL query over the
+postings of the query's terms; the parity test checks its scores against SQLite's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ...analysis import KEYWORD_FIELDS, Analyzer, keyword_text
+from ...bm25 import (
+    ChunkTerms,
+    CorpusStats,
+    PostingsChange,
+    QueryTerm,
+    Scored,
+    plan_addition,
+    plan_removal,
+    select_terms,
+)
+from ...errors import IndexMismatchError
+from ...types import Document
+from .catalog import ChunkRow, allocate
+from .filters import compile_filter
+from .schema import Tables
+
+
+class KeywordTables:
+    """Reads and writes the keyword index of one PostgreSQL index for one analyzer."""
+
+    def __init__(self, analyzer: Analyzer, tables: Tables, where: str):
+        self.analyzer = analyzer
+        self.t = tables
+        self.where = where
+
+    @property
+    def signature(self) -> str:
+        """What the keyword index depends on: the analyzer and the indexed fields."""
+        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+
+    def terms_of(self, doc: Document) -> Counter[str]:
+        """Term frequencies of ``doc`` (done before the write lock is taken)."""
+        return Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
+
+    def check_signature(self, conn: Any, *, writing: bool) -> None:
+        """Refuse an index built with another analyzer (an empty one is taken over)."""
+        t = self.t
+        row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'analyzer'").fetchone()
+        signature = self.signature
+        if row is None:
+            if writing:
+                conn.execute(f"INSERT INTO {t.meta} VALUES ('analyzer', %s)", (signature,))
+            return
+        if row[0] != signature:
+            n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
+            if n == 0 and writing:
+                conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
+                return
+            raise IndexMismatchError(
+                f"The keyword index {t.base} at {self.where} was built with analyzer [{row[0]}] "
+                f"but the configured one is [{signature}]: rebuild it with 'kb ingest "
+                "--rebuild' (or restore the analysis settings)"
+            )
+
+    # --- writes --------------------------------------------------------------------------------
+
+    def term_ids(self, conn: Any, terms: Iterable[str]) -> dict[str, int]:
+        """Ids of ``terms``, creating rows (df 0) for new ones."""
+        wanted = sorted(set(terms))
+        if not wanted:
+            return {}
+        t = self.t
+        ids: dict[str, int] = dict(
+            conn.execute(
+                f"SELECT term, id FROM {t.terms} WHERE term = ANY(%s::text[])", (wanted,)
+            ).fetchall()
+        )
+        missing = [w for w in wanted if w not in ids]
+        if missing:
+            fresh = allocate(conn, t.terms, "id", len(missing))
+            conn.execute(
+                f"INSERT INTO {t.terms} (id, term, df, sdf)"
+                " SELECT id, term, 0, 0 FROM unnest(%s::bigint[], %s::text[]) AS x(id, term)",
+                (fresh, missing),
+            )
+            ids.update(zip(missing, fresh))
+        return ids
+
+    def _source_postings(self, conn: Any, pairs: set[tuple[int, Any]]):
+        """A ``source_postings(src, term)`` answering from one query over ``pairs``."""
+        counts: dict[tuple[int, Any], int] = {}
+        if pairs:
+            srcs, terms = zip(*sorted(pairs))
+            rows = conn.execute(
+                f"SELECT p.src, p.term, count(*) FROM {self.t.postings} p"
+                " JOIN unnest(%s::bigint[], %s::bigint[]) AS x(src, term)"
+                " ON p.src = x.src AND p.term = x.term GROUP BY p.src, p.term",
+                (list(srcs), list(terms)),
+            )
+            counts = {(s, term): n for s, term, n in rows}
+        return lambda src, term: counts.get((src, term), 0)
+
+    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
+        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+        pairs = {(c.src, term) for c in chunks if c.src not in new_sources for term in c.tf}
+        change = plan_addition(
+            chunks, source_postings=self._source_postings(conn, pairs), new_sources=new_sources
+        )
+        self.apply(conn, change)
+
+    def remove(self, conn: Any, rows: Sequence[ChunkRow]) -> None:
+        """Unindex chunks (before their rows go)."""
+        if not rows:
+            return
+        t = self.t
+        chunks = [ChunkTerms(r.doc, r.src, dict(zip(r.term_ids, r.tfs))) for r in rows]
+        srcs = sorted({c.src for c in chunks})
+        sizes = dict(
+            conn.execute(
+                f"SELECT id, chunks FROM {t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
+            ).fetchall()
+        )
+        pairs = {(c.src, term) for c in chunks for term in c.tf}
+        change = plan_removal(
+            chunks,
+            source_chunk_count=lambda src: sizes.get(src, 0),
+            source_postings=self._source_postings(conn, pairs),
+        )
+        self.apply(conn, change)
+
+    def apply(self, conn: Any, change: PostingsChange) -> None:
+        """Write a planned change: postings, term and source frequencies, source lengths and
+        chunk counts, corpus totals; emptied sources are deleted."""
+        t = self.t
+        sign = 1 if change.adding else -1
+        if change.adding:
+            with conn.cursor() as cur:
+                with cur.copy(f"COPY {t.postings} (term, src, doc, tf, dl) FROM STDIN") as copy:
+                    for c in change.chunks:
+                        length = c.length
+                        for tid, tf in c.tf.items():
+                            copy.write_row((tid, c.src, c.doc, tf, length))
+        else:
+            keys = [(tid, c.src, c.doc) for c in change.chunks for tid in c.tf]
+            if keys:
+                terms, srcs, docs = (list(x) for x in zip(*keys))
+                conn.execute(
+                    f"DELETE FROM {t.postings} p USING unnest(%s::bigint[], %s::bigint[],"
+                    " %s::bigint[]) AS x(term, src, doc)"
+                    " WHERE p.term = x.term AND p.src = x.src AND p.doc = x.doc",
+                    (terms, srcs, docs),
+                )
+        if change.df:
+            term_ids = list(change.df)
+            conn.execute(
+                f"UPDATE {t.terms} AS t SET df = t.df + x.df, sdf = t.sdf + x.sdf"
+                " FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS x(id, df, sdf)"
+                " WHERE t.id = x.id",
+                (
+                    term_ids,
+                    [sign * change.df[i] for i in term_ids],
+                    [sign * change.sdf.get(i, 0) for i in term_ids],
+                ),
+            )
+            if not change.adding:
+                conn.execute(
+                    f"DELETE FROM {t.terms} WHERE id = ANY(%s::bigint[]) AND df <= 0",
+                    (term_ids,),
+                )
+        if not change.adding and change.emptied_sources:
+            conn.execute(
+                f"DELETE FROM {t.sources} WHERE id = ANY(%s::bigint[])",
+                (sorted(change.emptied_sources),),
+            )
+        kept = [s for s in change.source_chunks if s not in change.emptied_sources]
+        if kept:
+            conn.execute(
+                f"UPDATE {t.sources} AS s SET length = s.length + x.length,"
+                " chunks = s.chunks + x.chunks"
+                " FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS x(id, length, chunks)"
+                " WHERE s.id = x.id",
+                (
+                    kept,
+                    [sign * change.source_length[s] for s in kept],
+                    [sign * change.source_chunks[s] for s in kept],
+                ),
+            )
+        conn.execute(
+            f"UPDATE {t.stats} SET n = n + %s, total_length = total_length + %s,"
+            " sources = sources + %s WHERE id = 1",
+            (sign * change.chunks_delta, sign * change.length_delta, change.sources_delta),
+        )
+
+    def rebuild(self, conn: Any) -> int:
+        """Re-analyse every chunk with the current analyzer; returns how many."""
+        t = self.t
+        conn.execute(f"TRUNCATE {t.postings}")
+        conn.execute(f"DELETE FROM {t.terms}")
+        conn.execute(f"UPDATE {t.sources} SET length = 0, chunks = 0")
+        conn.execute(f"UPDATE {t.stats} SET n = 0, total_length = 0 WHERE id = 1")
+        rows = conn.execute(f"SELECT doc, text, metadata, src FROM {t.chunks} ORDER BY doc")
+        counted = []
+        vocab: set[str] = set()
+        for doc, text, metadata, src in rows.fetchall():
+            counts = self.terms_of(Document("", text, metadata))
+            vocab.update(counts)
+            counted.append((doc, src, counts))
+        ids = self.term_ids(conn, vocab)
+        chunks = []
+        for doc, src, counts in counted:
+            chunks.append(ChunkTerms(doc, src, {ids[w]: n for w, n in counts.items()}))
+        if chunks:
+            conn.execute(
+                f"UPDATE {t.chunks} AS c SET length = x.length, term_ids = x.term_ids::bigint[],"
+                " tfs = x.tfs::integer[]"
+                " FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::text[])"
+                " AS x(doc, length, term_ids, tfs) WHERE c.doc = x.doc",
+                (
+                    [c.doc for c in chunks],
+                    [c.length for c in chunks],
+                    ["{" + ",".join(map(str, c.tf)) + "}" for c in chunks],
+                    ["{" + ",".join(map(str, c.tf.values())) + "}" for c in chunks],
+                ),
+            )
+        # Every sources row starts empty again, so no lookup is needed.
+        self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
+        conn.execute(
+            f"INSERT INTO {t.meta} VALUES ('analyzer', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (self.signature,),
+        )
+        return len(chunks)
+
+    # --- search --------------------------------------------------------------------------------
+
+    def search(
+        self,
+        conn: Any,
+        query: str,
+        k: int,
+        filter: dict[str, Any] | None,
+        *,
+        k1: float,
+        b: float,
+        source_weight: float,
+    ) -> list[Scored]:
+        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        counts = self.analyzer.query_counts(query)
+        if not counts or k <= 0:
+            return []
+        t = self.t
+        self.check_signature(conn, writing=False)
+        n, total, n_sources = conn.execute(
+            f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1"
+        ).fetchone()
+        stats = CorpusStats(n, total, n_sources)
+        if n == 0:
+            return []
+        found = [
+            QueryTerm(tid, counts[term], df, sdf)
+            for tid, term, df, sdf in conn.execute(
+                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id",
+                (list(counts),),
+            )
+        ]
+        terms = select_terms(found)
+        if not terms:
+            return []
+        rows = self._bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+    def _bm25_sql(
+        self,
+        conn: Any,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        filter: dict[str, Any] | None,
+        k: int,
+        k1: float,
+        b: float,
+        source_weight: float,
+    ) -> list[tuple[int, float, float, float]]:
+        """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
+        t = self.t
+        params: list[Any] = [
+            [q.term for q in terms],
+            [q.chunk_weight(stats) for q in terms],
+            [q.source_weight(stats) for q in terms],
+        ]
+        hits = (
+            f"SELECT p.term, p.src, p.doc, p.tf, p.dl, q.cw, q.sw FROM {t.postings} p"
+            " JOIN q ON q.term = p.term"
+        )
+        if filter:
+            # Only chunks passing the filter are scored and add to their source's score.
+            where, fparams = compile_filter(filter, "c.metadata")
+            hits += f" JOIN {t.chunks} c ON c.doc = p.doc WHERE {where}"
+            params += fparams
+        avgdl, avgsl = stats.avgdl, stats.avgsl
+        chunk = (
+            "SELECT doc, min(src) AS src, sum(cw * tf * %s::float8 / (tf + %s::float8"
+            " * (%s::float8 + %s::float8 * dl))) AS score FROM hits GROUP BY doc"
+        )
+        params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
+        head = (
+            "WITH q(term, cw, sw) AS (SELECT * FROM unnest(%s::bigint[], %s::float8[],"
+            f" %s::float8[])), hits AS MATERIALIZED ({hits}), per_chunk AS ({chunk})"
+        )
+        if source_weight == 0.0:
+            sql = (
+                f"{head} SELECT doc, score, score, 0.0::float8 FROM per_chunk"
+                " ORDER BY score DESC, doc LIMIT %s"
+            )
+            return conn.execute(sql, [*params, int(k)]).fetchall()
+        source = (
+            "SELECT h.src, sum(h.sw * h.tf * %s::float8 / (h.tf + %s::float8 * (%s::float8"
+            f" + %s::float8 * s.length))) AS score FROM (SELECT term, src, min(sw) AS sw,"
+            f" sum(tf) AS tf FROM hits GROUP BY term, src) h JOIN {t.sources} s ON s.id = h.src"
+            " GROUP BY h.src"
+        )
+        params += [k1 + 1.0, k1, 1.0 - b, b / avgsl if avgsl else 0.0]
+        sql = (
+            f"{head}, per_source AS ({source})"
+            " SELECT c.doc, c.score + %s::float8 * s.score AS total, c.score, s.score"
+            " FROM per_chunk c JOIN per_source s ON s.src = c.src"
+            " ORDER BY total DESC, c.doc LIMIT %s"
+        )
+        return conn.execute(sql, [*params, source_weight, int(k)]).fetchall()

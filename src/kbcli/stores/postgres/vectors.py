@@ -1,0 +1,232 @@
+"""Vectors in a pgvector ``vector`` column, the embedder they came from, and dense search.
+
+The column starts untyped; the first vectors fix it to ``vector(d)`` and create an HNSW index
+with ``vector_cosine_ops`` (pgvector indexes up to 2000 dimensions; above that search is an
+exact scan). A filtered search runs inside the index with pgvector 0.8's iterative scans
+(``hnsw.iterative_scan = relaxed_order``), so the filter applies during the walk, and falls back
+to an exact scan of the allowed rows when the walk ends with fewer than ``k`` hits: a search
+returns ``min(k, allowed rows with vectors)`` hits, never a post-filtered top ``k``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...embedders.base import EmbedderInfo
+from ...errors import IndexMismatchError
+from ..common import check_embedder
+from .filters import compile_filter
+from .schema import Tables
+
+HNSW_MAX_DIM = 2000
+EF_SEARCH_MAX = 1000
+# Candidates the HNSW walk keeps (pgvector's default is 40). On 384-d random vectors, the worst
+# case for any graph index, recall@5 is about 0.3 at 40, 0.55 at 100 and 0.9 at 400; real
+# embeddings cluster and do much better (benchmarks/bench_postgres.py).
+EF_SEARCH = 100
+
+
+def recorded_embedder(conn: Any, t: Tables) -> EmbedderInfo | None:
+    """The embedder recorded with the index's vectors."""
+    row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'embedder'").fetchone()
+    if row is None:
+        return None
+    data = json.loads(row[0])
+    return EmbedderInfo(data["provider"], data["model"], data.get("dimension"))
+
+
+def record_embedder(conn: Any, t: Tables, info: EmbedderInfo, dim: int, where: str) -> None:
+    """Record ``info`` with the first vectors; later vectors must come from the same model."""
+    recorded = recorded_embedder(conn, t)
+    if recorded is None:
+        value = {"provider": info.provider, "model": info.model, "dimension": dim}
+        conn.execute(f"INSERT INTO {t.meta} VALUES ('embedder', %s)", (json.dumps(value),))
+        return
+    if (recorded.provider, recorded.model) != (info.provider, info.model):
+        check_embedder(recorded, EmbedderInfo(info.provider, info.model, dim), where)
+
+
+def column_dimension(conn: Any, t: Tables) -> int | None:
+    """The declared dimension of the ``embedding`` column (None while untyped)."""
+    row = conn.execute(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass"
+        " AND attname = 'embedding'",
+        (t.chunks,),
+    ).fetchone()
+    return int(row[0]) if row and row[0] > 0 else None
+
+
+def has_vectors(conn: Any, t: Tables) -> bool:
+    return (
+        conn.execute(f"SELECT 1 FROM {t.chunks} WHERE embedding IS NOT NULL LIMIT 1").fetchone()
+        is not None
+    )
+
+
+def set_dimension(conn: Any, t: Tables, dim: int, *, hnsw: bool) -> None:
+    """Type the column ``vector(dim)`` (every stored vector must be NULL) and index it."""
+    conn.execute(f"DROP INDEX IF EXISTS {t.hnsw}")
+    conn.execute(
+        f"ALTER TABLE {t.chunks} ALTER COLUMN embedding TYPE vector({int(dim)}) USING NULL"
+    )
+    if hnsw:
+        create_index(conn, t, dim)
+
+
+def create_index(conn: Any, t: Tables, dim: int) -> None:
+    """The HNSW cosine index (pgvector indexes up to 2000 dimensions; above, searches scan)."""
+    if dim <= HNSW_MAX_DIM:
+        conn.execute(
+            f"CREATE INDEX IF NOT EXISTS {t.hnsw} ON {t.chunks}"
+            " USING hnsw (embedding vector_cosine_ops)"
+        )
+
+
+def ensure_dimension(
+    conn: Any, t: Tables, dim: int, where: str, *, hnsw: bool, bulk: bool = False
+) -> bool:
+    """Refuse vectors of another length than the stored ones; type the column on first use.
+    With ``bulk`` a newly typed column gets its index later (:func:`create_index` after the
+    rows are in: building it once is far faster than growing it row by row); returns whether
+    the caller must create it."""
+    current = column_dimension(conn, t)
+    if current == dim:
+        return False
+    if current is not None and has_vectors(conn, t):
+        raise IndexMismatchError(
+            f"New vectors have {dim} dimensions but the index {t.base} at {where} has "
+            f"{current}: use the embedder that built it or 'kb ingest --rebuild'"
+        )
+    set_dimension(conn, t, dim, hnsw=hnsw and not bulk)
+    return hnsw and bulk
+
+
+def indexed(conn: Any, t: Tables) -> bool:
+    """True when the HNSW index exists (searches may then be approximate)."""
+    return conn.execute("SELECT to_regclass(%s)", (t.hnsw,)).fetchone()[0] is not None
+
+
+def search(
+    conn: Any,
+    t: Tables,
+    query: Sequence[float],
+    k: int,
+    filter: dict[str, Any] | None,
+    *,
+    ef_search: int = EF_SEARCH,
+    iterative: bool = True,
+    exact: bool = False,
+) -> list[tuple[int, float]]:
+    """``(doc, cosine)`` of the ``k`` nearest vectors passing ``filter``, best first, ties by
+    doc; ``exact`` scans every vector instead of walking the HNSW index. Runs inside a read
+    transaction (the settings are ``SET LOCAL``)."""
+    import numpy as np
+
+    if k <= 0:
+        return []
+    dim = column_dimension(conn, t)
+    if dim is None:
+        return []
+    if len(query) != dim:
+        raise IndexMismatchError(
+            f"The query vector has {len(query)} dimensions but the index {t.base} has {dim}: "
+            "use the embedder that built it"
+        )
+    vec = np.asarray(query, dtype=np.float32)
+    where, params = compile_filter(filter, "c.metadata")
+    sql = (
+        f"SELECT c.doc, c.embedding <=> %s AS distance FROM {t.chunks} c"
+        f" WHERE c.embedding IS NOT NULL AND {where} ORDER BY distance LIMIT %s"
+    )
+    args = [vec, *params, int(k)]
+    if exact:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        rows = conn.execute(sql, args).fetchall()
+        conn.execute("SET LOCAL enable_indexscan = on")
+        conn.execute("SET LOCAL enable_bitmapscan = on")
+        return sorted(((int(d), _score(x)) for d, x in rows), key=lambda h: (-h[1], h[0]))
+    conn.execute(f"SET LOCAL hnsw.ef_search = {min(EF_SEARCH_MAX, max(int(ef_search), int(k)))}")
+    if iterative:
+        conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    rows = conn.execute(sql, args).fetchall()
+    if len(rows) < k and indexed(conn, t):
+        # The walk ended early (very selective filter): an exact scan of the allowed rows.
+        conn.execute("SET LOCAL enable_indexscan = off")
+        conn.execute("SET LOCAL enable_bitmapscan = off")
+        rows = conn.execute(sql, args).fetchall()
+        conn.execute("SET LOCAL enable_indexscan = on")
+        conn.execute("SET LOCAL enable_bitmapscan = on")
+    hits = [(int(doc), _score(distance)) for doc, distance in rows]
+    hits.sort(key=lambda h: (-h[1], h[0]))  # relaxed order: sort the k found exactly
+    return hits
+
+
+def _score(distance: float | None) -> float:
+    if distance is None or math.isnan(distance):
+        return 0.0  # a zero vector has no direction
+    return 1.0 - float(distance)
+
+
+def reembed(
+    db: Any,
+    t: Tables,
+    embed: Callable[[list[str]], list[list[float]]],
+    info: EmbedderInfo,
+    *,
+    batch_size: int,
+    progress: Callable[[int, int], None] | None,
+    hnsw: bool,
+) -> int:
+    """Re-embed every chunk into a staging table, committed batch by batch (an interrupted run
+    resumes), then swap the vectors and the recorded embedder in one transaction."""
+    from .catalog import vector_text
+
+    target = json.dumps({"provider": info.provider, "model": info.model})
+    with db.transaction() as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {t.staging} (doc bigint PRIMARY KEY, vec vector)")
+        row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'reembed_target'").fetchone()
+        if row is None or row[0] != target:
+            conn.execute(f"TRUNCATE {t.staging}")
+            conn.execute(
+                f"INSERT INTO {t.meta} VALUES ('reembed_target', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (target,),
+            )
+    with db.read() as conn:
+        todo = conn.execute(
+            f"SELECT doc, text FROM {t.chunks} WHERE doc NOT IN (SELECT doc FROM {t.staging})"
+            " ORDER BY doc"
+        ).fetchall()
+        total = conn.execute(f"SELECT count(*) FROM {t.chunks}").fetchone()[0]
+    done_before = total - len(todo)
+    for start in range(0, len(todo), batch_size):
+        part = todo[start : start + batch_size]
+        vectors = embed([text for _, text in part])
+        with db.transaction() as conn:
+            conn.execute(
+                f"INSERT INTO {t.staging} SELECT doc, vec::vector"
+                " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"
+                " ON CONFLICT (doc) DO UPDATE SET vec = EXCLUDED.vec",
+                ([doc for doc, _ in part], [vector_text(v) for v in vectors]),
+            )
+        if progress is not None:
+            progress(done_before + start + len(part), total)
+    with db.transaction() as conn:
+        dims = [r[0] for r in conn.execute(f"SELECT DISTINCT vector_dims(vec) FROM {t.staging}")]
+        if len(dims) > 1:
+            raise IndexMismatchError(f"The new embedder gave vectors of lengths {sorted(dims)}")
+        conn.execute(f"UPDATE {t.chunks} SET embedding = NULL WHERE embedding IS NOT NULL")
+        if dims and dims[0] != column_dimension(conn, t):
+            set_dimension(conn, t, dims[0], hnsw=hnsw)
+        conn.execute(
+            f"UPDATE {t.chunks} AS c SET embedding = s.vec FROM {t.staging} s WHERE c.doc = s.doc"
+        )
+        conn.execute(f"DROP TABLE {t.staging}")
+        conn.execute(f"DELETE FROM {t.meta} WHERE key IN ('reembed_target', 'embedder')")
+        if dims:
+            record_embedder(conn, t, info, dims[0], db.where)
+    return len(todo)

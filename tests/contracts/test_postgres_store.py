@@ -1,0 +1,85 @@
+"""The contract suites against PostgresStore (and PgVectorIndex, with and without its HNSW
+index) on the session's real PostgreSQL server."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbcli.testing import (
+    DocumentCatalogContract,
+    EmbeddingCacheContract,
+    FileLedgerContract,
+    KeywordIndexContract,
+    PersistenceContract,
+    RoutesContract,
+    VectorIndexContract,
+    VectorStoreContract,
+)
+
+
+def _open(dsn: str, table: str):
+    from kbcli.stores.postgres import PostgresStore
+
+    return PostgresStore(dsn, table, busy_timeout=10.0)
+
+
+@pytest.fixture
+def store(pg_dsn, pg_table):
+    opened = _open(pg_dsn, pg_table)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def reopen(store, pg_dsn, pg_table):
+    """Close the store last returned (at first the fixture's) and connect again."""
+    current = [store]
+
+    def swap():
+        current[-1].close()
+        current.append(_open(pg_dsn, pg_table))
+        return current[-1]
+
+    yield swap
+    current[-1].close()
+
+
+class TestVectorStore(VectorStoreContract):
+    pass
+
+
+class TestCatalog(DocumentCatalogContract):
+    pass
+
+
+class TestKeyword(KeywordIndexContract):
+    pass
+
+
+class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestEmbeddingCache(EmbeddingCacheContract):
+    pass
+
+
+class TestRoutes(RoutesContract):
+    pass
+
+
+class TestPersistence(PersistenceContract):
+    pass
+
+
+@pytest.fixture(params=[True, False], ids=["hnsw", "exact"])
+def vector_index(request, pg_dsn, pg_table):
+    from kbcli.stores.postgres import PgVectorIndex
+
+    index = PgVectorIndex(pg_dsn, pg_table, hnsw=request.param)
+    yield index
+    index.close()
+
+
+class TestPgVectorIndex(VectorIndexContract):
+    pass
