@@ -100,3 +100,20 @@ def test_copy_refuses_a_non_empty_target_and_bad_settings(tmp_path):
     assert unknown.exit_code == 2 and "choose from" in unknown.stderr
     after = run("stats", "--json", "--db", db, "--store", "faiss")  # global options after too
     assert after.exit_code == 0 and '"faiss"' in after.stdout
+
+
+def test_copy_round_trip_sqlite_postgres_sqlite(pg_dsn, pg_table, tmp_path, monkeypatch):
+    docs = _folder(tmp_path / "docs")
+    config = tmp_path / "jianmu.yaml"
+    config.write_text(f"store: {{backend: postgres, table: {pg_table}}}\n")
+    monkeypatch.setenv("KB_CONFIG", str(config))
+    monkeypatch.setenv("KB_PG_DSN", pg_dsn)
+    first, back = str(tmp_path / "a.db"), str(tmp_path / "b.db")
+    assert run("--store", "sqlite", "--db", first, "ingest", str(docs)).exit_code == 0
+    report, _ = run_json("--store", "sqlite", "--db", first, "copy", "--to", "postgres", "--json")
+    assert report["ok"] and (report["documents"], report["files"]) == (3, 3)
+    result = run("copy", "--to", "sqlite", "--to-db", back)  # from the configured postgres
+    assert result.exit_code == 0, result.stderr
+    assert _results(first) == _results(back)
+    summary, _ = run_json("--store", "sqlite", "--db", back, "ingest", str(docs), "--json")
+    assert (summary["unchanged"], summary["chunks_added"]) == (3, 0)

@@ -1164,7 +1164,7 @@ def copy(
     """Copy the whole index (chunks, vectors, file records) into another, empty store without
     re-embedding, then check it: counts, and a sample of searches give the same results."""
     from . import render
-    from .config import target_store_config
+    from .config import load_config, target_store_config
     from .errors import InvalidOptionError, StoreError
     from .stores import build_store
     from .transfer import copy_index
@@ -1172,7 +1172,8 @@ def copy(
     state = _state(ctx)
     kb = _open(ctx, create=False)
     try:
-        config = target_store_config(_load_config(state), to, to_set or [])
+        # the target takes jianmu.yaml's store settings when the file names the same backend
+        config = target_store_config(load_config(state.config), to, to_set or [])
         files = ("sqlite", "faiss", "chroma")  # the stores kept in a database file
         if to_db is None and config.store.backend in files:
             raise InvalidOptionError("kb copy needs --to-db PATH for the target database")
