@@ -41,15 +41,23 @@ STORES = {
     "faiss-ivf": lambda tmp: FaissStore(index_factory="IVF4,Flat", path=tmp / "kb.db"),
     "faiss-l2": lambda tmp: FaissStore(metric="l2", path=tmp / "kb.db"),
     "chroma": lambda tmp: ChromaStore(tmp / "chroma"),
+    "postgres": None,  # the session's PostgreSQL server (tests/pg_server.py), when installed
 }
 
 
-APPROXIMATE = {"faiss-hnsw", "faiss-ivf", "chroma"}  # k allowed hits, not always the exact k
+# approximate indexes: k allowed hits, not always the exact k
+APPROXIMATE = {"faiss-hnsw", "faiss-ivf", "chroma", "postgres"}
 
 
 @pytest.mark.parametrize("name", list(STORES))
-def test_filtered_dense_search_keeps_k_when_the_nearest_are_filtered_out(tmp_path, name):
-    store = STORES[name](tmp_path)
+def test_filtered_dense_search_keeps_k_when_the_nearest_are_filtered_out(tmp_path, name, request):
+    if name == "postgres":
+        from kbcli.stores.postgres import PostgresStore
+
+        dsn, table = request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table")
+        store = PostgresStore(dsn, table)
+    else:
+        store = STORES[name](tmp_path)
     docs, vecs = _docs(200)
     query = [1.0] * DIM
     # the 10 "hot" chunks sit right on the query: all of them are filtered out below
