@@ -1,13 +1,17 @@
 """The BM25 inverted index in SQLite: ``terms``, ``postings``, source statistics.
 
 Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
-Search runs the same formula as SQL over the postings of the query's terms (the parity test
-checks it against :func:`kbcli.bm25.rank`).
+Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
+packed postings of :mod:`.packed` exact between merges. Search runs the formula with numpy over
+the packed postings (index of :attr:`KeywordTables.packed_min_chunks` chunks or more), or as
+one SQL query over ``postings`` (small indexes: no numpy import, and fast enough). Both are
+checked against :func:`kbcli.bm25.rank` by the parity test.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from array import array
 from collections import Counter
@@ -28,7 +32,14 @@ from ...bm25 import (
 from ...errors import IndexMismatchError
 from ...filters import compile_sql
 from ...types import Document
+from . import catalog
 from .catalog import BATCH, ChunkRow
+from .packlog import current_seq, current_tag, pack_path, prune_log
+
+# Below this many chunks keyword search runs as SQL: importing numpy (~90 ms) would cost a
+# whole `kb search` more than the SQL query does at that size.
+PACKED_MIN_CHUNKS = 20_000
+FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
 
 
 def pack_terms(counts: dict[int, int]) -> bytes:
@@ -53,6 +64,11 @@ class KeywordTables:
     def __init__(self, analyzer: Analyzer, path: Any):
         self.analyzer = analyzer
         self.path = path
+        self.packed_path = pack_path(path)
+        self.packed_min_chunks = PACKED_MIN_CHUNKS
+        self._pack: Any = None  # the mapped packed.Pack
+        self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
+        self._filters: dict[str, Any] = {}  # filter -> allowed slots, for self._view
 
     @property
     def signature(self) -> str:
@@ -134,11 +150,14 @@ class KeywordTables:
         )
         self.apply(conn, change)
 
-    @staticmethod
-    def apply(conn: sqlite3.Connection, change: PostingsChange) -> None:
+    def apply(self, conn: sqlite3.Connection, change: PostingsChange) -> None:
         """Write a planned change: postings, term and source frequencies, source lengths and
-        chunk counts, corpus totals; emptied sources are deleted."""
+        chunk counts, corpus totals; emptied sources are deleted; the chunks go to the log."""
         sign = 1 if change.adding else -1
+        prune_log(conn, self.packed_path)
+        conn.executemany(
+            "INSERT INTO keyword_log (doc) VALUES (?)", ((c.doc,) for c in change.chunks)
+        )
         if change.adding:
             conn.executemany(
                 "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
@@ -184,6 +203,11 @@ class KeywordTables:
         conn.execute("DELETE FROM terms")
         conn.execute("UPDATE sources SET length = 0, chunks = 0")
         conn.execute("UPDATE stats SET n = 0, total_length = 0 WHERE id = 1")
+        # New term ids: every pack of the old epoch is void, and so is the log.
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('keyword_epoch', ?)", (os.urandom(8).hex(),)
+        )
+        conn.execute("DELETE FROM keyword_log")
         rows = conn.execute("SELECT doc, text, metadata, src FROM chunks").fetchall()
         counted = []
         vocab: set[str] = set()
@@ -203,6 +227,11 @@ class KeywordTables:
         # The sources rows stay; every one starts empty, so no lookup is needed.
         change = plan_addition(chunks, source_postings=lambda src, term: 0)
         self.apply(conn, change)
+        conn.execute("DELETE FROM keyword_log")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('keyword_log_floor', ?)",
+            (str(current_seq(conn)),),
+        )
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.signature,))
         return len(rows)
 
@@ -241,8 +270,119 @@ class KeywordTables:
         terms = select_terms(found)
         if not terms:
             return []
-        rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        rows = None
+        if n >= self.packed_min_chunks:
+            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight)
+        if rows is None:
+            rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+    # --- the packed executor -------------------------------------------------------------------
+
+    def _packed_search(
+        self,
+        conn: sqlite3.Connection,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        filter: dict[str, Any] | None,
+        k: int,
+        k1: float,
+        b: float,
+        source_weight: float,
+    ) -> list[tuple[int, float, float, float]] | None:
+        """:func:`kbcli.bm25.rank` with numpy over the packed postings; None when this
+        snapshot cannot use a pack (then SQL runs)."""
+        from . import packed
+
+        view = self.view(conn)
+        if view is None:
+            return None
+        allowed = self._allowed(conn, view, filter, terms) if filter else None
+        weighted = [
+            packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
+            for t in terms
+        ]
+        return packed.score(
+            view,
+            weighted,
+            k,
+            avgdl=stats.avgdl,
+            avgsl=stats.avgsl,
+            k1=k1,
+            b=b,
+            source_weight=source_weight,
+            allowed=allowed,
+        )
+
+    def view(self, conn: sqlite3.Connection) -> Any:
+        """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
+        generation holds, else the mapped pack plus the log's delta; a new pack is written
+        when there is none, it is void, or the delta has grown too large."""
+        from . import packed
+
+        tag = current_tag(conn)
+        generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+        key = (tag, generation, current_seq(conn))
+        if self._view is not None and self._view[0] == key:
+            return self._view[1]
+        view = None
+        pack = self._pack if self._pack is not None and self._pack.tag == tag else None
+        if pack is not None:
+            view = packed.make_view(conn, pack)
+        if view is None:
+            pack = packed.map_pack(self.packed_path, tag)
+            if pack is not None:
+                if pack.seq > key[2]:
+                    return None  # a pack newer than this snapshot: SQL for this one query
+                view = packed.make_view(conn, pack)
+        if view is None:
+            arrays = packed.build_arrays(conn)
+            seq = current_seq(conn)
+            pack = None
+            if packed.write_pack(self.packed_path, arrays, tag, seq):
+                pack = packed.map_pack(self.packed_path, tag)
+                if pack is not None and pack.seq != seq:
+                    pack = None
+            if pack is None:  # a read-only folder costs only speed
+                pack = packed.Pack(tag, seq, arrays)
+            view = packed.make_view(conn, pack)
+        self._pack = pack
+        self._view = (key, view)
+        self._filters = {}
+        return view
+
+    def _allowed(
+        self,
+        conn: sqlite3.Connection,
+        view: Any,
+        filter: dict[str, Any],
+        terms: list[QueryTerm],
+    ) -> Any:
+        """Which slots pass ``filter``: checked in SQL for the candidates only when there are
+        few, else for the whole index once per (filter, generation)."""
+        import numpy as np
+
+        from .packed import FILTER_PROBE
+
+        key = json.dumps(filter, sort_keys=True, default=str)
+        if key in self._filters:
+            return self._filters[key]
+        lists = [view.postings(int(t.term))[0] for t in terms]
+        if sum(s.shape[0] for s in lists) <= FILTER_PROBE:
+            cand = np.unique(np.concatenate(lists))
+            docs = view.doc[cand]
+            ok = catalog.passing(conn, docs.tolist(), filter)
+            allowed = np.zeros(view.slots, bool)
+            allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
+            return allowed
+        ids = catalog.rowids_where(conn, filter)
+        allowed = np.zeros(view.slots, bool)
+        if ids:
+            allowed[view.slot_of(np.fromiter(ids, np.int64, len(ids)))] = True
+        if len(self._filters) >= FILTER_CACHE:
+            self._filters.pop(next(iter(self._filters)))
+        self._filters[key] = allowed
+        return allowed
 
 
 def _bm25_sql(
