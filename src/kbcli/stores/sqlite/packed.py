@@ -61,7 +61,7 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
         tfs.append(tf.astype(np.int32))
         slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))
         done += len(batch)
-    cat = (lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt))  # noqa: E731
+    cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt)  # noqa: E731
     doc, dl, src = cat(docs, np.int64), cat(dls, np.int64), cat(srcs, np.int64)
     term, tf, slot = cat(terms, np.int64), cat(tfs, np.int32), cat(slots, np.int32)
     max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
@@ -262,9 +262,7 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
         return None
     empty_i = np.zeros(0, np.int64)
     if not changed:
-        return View(
-            pack, a["doc"], a["dl"], a["src"], a["srclen"], None, empty_i, empty_i, empty_i
-        )
+        return View(pack, a["doc"], a["dl"], a["src"], a["srclen"], None, empty_i, empty_i, empty_i)
     changed_arr = np.array(sorted(changed), np.int64)
     pos = np.searchsorted(a["doc"], changed_arr)
     pos = pos[pos < a["doc"].shape[0]]
@@ -376,8 +374,8 @@ def score(
             nz = np.flatnonzero(per)
             v = per[nz]
             sl = view.srclen[nz].astype(np.float64)
-            src_score[nz] += (t.source_weight * (k1 + 1.0)) * v / (
-                v + k1 * ((1.0 - b) + src_norm_scale * sl)
+            src_score[nz] += (
+                (t.source_weight * (k1 + 1.0)) * v / (v + k1 * ((1.0 - b) + src_norm_scale * sl))
             )
         cw = t.chunk_weight * (k1 + 1.0)
         if candidates is None:
@@ -440,3 +438,51 @@ def _prune(
         keep &= visible
     candidates = np.flatnonzero(keep)
     return candidates if candidates.shape[0] * 4 < chunk.shape[0] else None
+
+
+def triples(view: View) -> tuple[np.ndarray, ...]:
+    """Every live posting of ``view`` as sorted (doc, term, tf) columns, then (doc, dl) and
+    the live sources' lengths: what :func:`kbcli.stores.sqlite.integrity.problems` compares."""
+    a = view.pack.arrays
+    counts = np.diff(a["offsets"])
+    term = np.concatenate([np.repeat(np.arange(counts.shape[0]), counts), view.delta_term])
+    slot = np.concatenate([a["slot"].astype(np.int64), view.delta_slot])
+    tf = np.concatenate([a["tf"].astype(np.int64), view.delta_tf])
+    live = np.ones(view.slots, bool) if view.alive is None else view.alive
+    keep = live[slot]
+    return _sorted(
+        view.doc[slot[keep]],
+        term[keep],
+        tf[keep],
+        view.doc[live],
+        view.dl[live],
+        view.src[live],
+        view.srclen,
+    )
+
+
+def triples_of(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """:func:`triples` of freshly built arrays."""
+    counts = np.diff(arrays["offsets"])
+    term = np.repeat(np.arange(counts.shape[0]), counts)
+    slot = arrays["slot"].astype(np.int64)
+    doc = arrays["doc"]
+    return _sorted(
+        doc[slot], term, arrays["tf"], doc, arrays["dl"], arrays["src"], arrays["srclen"]
+    )
+
+
+def _sorted(doc, term, tf, docs, dl, src, srclen) -> tuple[np.ndarray, ...]:
+    order = np.lexsort((term, doc))
+    by_doc = np.argsort(docs, kind="stable")
+    live_src = np.unique(src)
+    return (
+        doc[order].astype(np.int64),
+        term[order].astype(np.int64),
+        tf[order].astype(np.int64),
+        docs[by_doc].astype(np.int64),
+        dl[by_doc].astype(np.int64),
+        src[by_doc].astype(np.int64),
+        live_src,
+        srclen[live_src[live_src < srclen.shape[0]]].astype(np.int64),
+    )
