@@ -128,6 +128,7 @@ def run_size(n: int, workdir: Path, n_queries: int) -> dict:
     store, build = build_kb(workdir / f"kb-{n}.db", texts, 10)
     result["kb_build_s"] = build
     keywords = store._keywords
+    keywords.executor = "packed"
     keywords.packed_path.unlink(missing_ok=True)
     started = time.perf_counter()
     store.keyword_search(content[0], K)
@@ -140,12 +141,12 @@ def run_size(n: int, workdir: Path, n_queries: int) -> dict:
         kb[label + " chunk-only"] = timed(
             lambda q: store.keyword_search(q, K, source_weight=0.0), qs
         )
-    keywords.packed_min_chunks = 1 << 62  # the SQL executor the packed index replaced
+    keywords.executor = "sql"  # the SQL executor the packed index replaced
     before: dict = {}
     for label, qs in (("content", content), ("common", common[: max(5, len(common) // 4)])):
         before[label] = timed(lambda q: store.keyword_search(q, K), qs)
         before[label + "+filter"] = timed(lambda q: store.keyword_search(q, K, group), qs)
-    keywords.packed_min_chunks = 0
+    keywords.executor = "packed"
     # The filter cache is keyed by (filter, generation): the first query with a new filter pays
     # for the allowed set; measure that too, with a different filter value per query.
     fresh = [{"group": i % 10} for i in range(len(content))]

@@ -111,9 +111,9 @@ def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch):
     monkeypatch.setattr(packed, "FILTER_PROBE", 8 if seed % 2 else 0)
     rng = random.Random(seed)
     sql = SQLiteStore(tmp_path / f"kb{seed}.db")
-    sql._keywords.packed_min_chunks = 1 << 62
+    sql._keywords.executor = "sql"
     numpy_store = SQLiteStore(tmp_path / f"kb{seed}-packed.db")
-    numpy_store._keywords.packed_min_chunks = 0
+    numpy_store._keywords.executor = "packed"
     stores = [sql, numpy_store, InMemoryStore()]
     next_id = 0
     for step in range(40):

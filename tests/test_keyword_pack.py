@@ -1,7 +1,7 @@
 """The packed keyword index: a derived file plus the log's delta, always exact.
 
 Every search here is compared with the SQL executor over the same tables (the parity test
-checks both against the plain formula); the pack is forced on with ``packed_min_chunks = 0``.
+checks both against the plain formula); the pack is forced on with ``executor = "packed"``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def make_docs(rng: random.Random, prefix: str, n: int) -> list[Document]:
 
 def open_store(path, *, use_pack: bool = True) -> SQLiteStore:
     store = SQLiteStore(path)
-    store._keywords.packed_min_chunks = 0 if use_pack else 1 << 62
+    store._keywords.executor = "packed" if use_pack else "sql"
     return store
 
 

@@ -3,8 +3,9 @@
 Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
 Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
 packed postings of :mod:`.packed` exact between merges. Search runs the formula with numpy over
-the packed postings (index of :attr:`KeywordTables.packed_min_chunks` chunks or more), or as
-one SQL query over ``postings`` (small indexes: no numpy import, and fast enough). Both are
+the packed postings (from :data:`PACKED_MIN_CHUNKS` chunks, or whenever numpy is loaded
+anyway), or as one SQL query over ``postings`` (a small index in a process without numpy, such
+as ``kb search --mode keyword``: no numpy import, and fast enough there). Both are
 checked against :func:`kbcli.bm25.rank` by the parity test.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -36,8 +38,8 @@ from . import catalog
 from .catalog import BATCH, ChunkRow
 from .packlog import current_seq, current_tag, pack_path, prune_log
 
-# Below this many chunks keyword search runs as SQL: importing numpy (~90 ms) would cost a
-# whole `kb search` more than the SQL query does at that size.
+# Below this many chunks, and while numpy is not imported yet, keyword search runs as SQL:
+# importing numpy (~90 ms) would cost a whole `kb search` more than the SQL query does there.
 PACKED_MIN_CHUNKS = 20_000
 FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
 
@@ -65,7 +67,8 @@ class KeywordTables:
         self.analyzer = analyzer
         self.path = path
         self.packed_path = pack_path(path)
-        self.packed_min_chunks = PACKED_MIN_CHUNKS
+        # "auto" (the rule at PACKED_MIN_CHUNKS), "packed" or "sql": tests and benchmarks pin one.
+        self.executor = "auto"
         self._pack: Any = None  # the mapped packed.Pack
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
         self._filters: dict[str, Any] = {}  # filter -> allowed slots, for self._view
@@ -271,7 +274,9 @@ class KeywordTables:
         if not terms:
             return []
         rows = None
-        if n >= self.packed_min_chunks:
+        if self.executor == "packed" or (
+            self.executor == "auto" and (n >= PACKED_MIN_CHUNKS or "numpy" in sys.modules)
+        ):
             rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight)
         if rows is None:
             rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
