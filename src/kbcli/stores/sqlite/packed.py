@@ -57,13 +57,13 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
         dls.append(np.fromiter((r[1] for r in batch), np.int64, len(batch)))
         srcs.append(np.fromiter((r[2] for r in batch), np.int64, len(batch)))
         term, tf, counts = _pairs([r[3] for r in batch])
-        terms.append(term.astype(np.int64))
+        terms.append(term.astype(np.int32))
         tfs.append(tf.astype(np.int32))
         slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))
         done += len(batch)
     cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt)  # noqa: E731
     doc, dl, src = cat(docs, np.int64), cat(dls, np.int64), cat(srcs, np.int64)
-    term, tf, slot = cat(terms, np.int64), cat(tfs, np.int32), cat(slots, np.int32)
+    term, tf, slot = cat(terms, np.int32), cat(tfs, np.int32), cat(slots, np.int32)
     max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
     n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
     order = np.argsort(term, kind="stable")  # chunks were read by doc: slots stay ascending
