@@ -109,6 +109,7 @@ def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch):
 
     monkeypatch.setattr(packed, "MERGE_MIN", 4)
     monkeypatch.setattr(packed, "FILTER_PROBE", 8 if seed % 2 else 0)
+    monkeypatch.setattr(packed, "SPARSE_RATIO", 0 if seed % 3 == 0 else 10**9)  # both scorers
     rng = random.Random(seed)
     sql = SQLiteStore(tmp_path / f"kb{seed}.db")
     sql._keywords.executor = "sql"

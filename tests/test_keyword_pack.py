@@ -6,6 +6,7 @@ checks both against the plain formula); the pack is forced on with ``executor = 
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import sqlite3
@@ -229,7 +230,9 @@ def test_filters_use_candidates_or_a_cached_bitmap(stores, monkeypatch):
     assert json.loads(json.dumps(FILTERS[1])) == {"team": "ops"}
 
 
-def test_common_terms_prune_and_stay_exact(tmp_path):
+@pytest.mark.parametrize("sparse_ratio", [0, 8, 10**9])
+def test_common_terms_prune_and_stay_exact(tmp_path, monkeypatch, sparse_ratio):
+    monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)
     rng = random.Random(13)
     docs = [
         Document(
@@ -242,10 +245,9 @@ def test_common_terms_prune_and_stay_exact(tmp_path):
     store = open_store(tmp_path / "kb.db")
     store.add(docs)
     reference = open_store(store.path, use_pack=False)
-    for query in ("the of and", "the of and to w3", "the the w1"):
-        for k in (1, 5, 10):
-            for weight in (0.0, 2.0):
-                got = store.keyword_search(query, k=k, source_weight=weight)
-                want = reference.keyword_search(query, k=k, source_weight=weight)
-                assert [h.document.id for h in got] == [h.document.id for h in want]
-                assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+    for query in ("the of and", "the of and to w3", "the the w1", "w7 w8"):
+        for k, weight, filter in itertools.product((1, 5, 10), (0.0, 2.0), FILTERS):
+            got = store.keyword_search(query, k=k, source_weight=weight, filter=filter)
+            want = reference.keyword_search(query, k=k, source_weight=weight, filter=filter)
+            assert [h.document.id for h in got] == [h.document.id for h in want]
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)

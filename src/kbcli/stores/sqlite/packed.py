@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from .packlog import HEADER_SIZE, MAGIC, current_seq, log_floor, read_header
 FETCH = 20_000  # chunk rows per step when packing
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
+SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
 FILTER_PROBE = 2_000  # postings below which a filter is checked for the candidates only
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "maxtf", "mindl", "srclen")
 
@@ -110,7 +112,7 @@ def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) ->
     head = MAGIC + json.dumps(header).encode()
     if len(head) > HEADER_SIZE:
         return False
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as fh:
             fh.write(head.ljust(HEADER_SIZE, b" "))
@@ -353,8 +355,10 @@ def score(
     src = view.src
     n_src = view.srclen.shape[0]
     src_norm_scale = b / avgsl if avgsl > 0 else 0.0
-    src_score = np.zeros(n_src) if source_weight else None
     lists = [(t, *view.postings(t.term)) for t in terms]
+    if sum(slot.shape[0] for _, slot, _ in lists) * SPARSE_RATIO < view.slots:
+        return _score_sparse(view, lists, k, norm, visible, k1, b, source_weight, src_norm_scale)
+    src_score = np.zeros(n_src) if source_weight else None
     bounds = [
         t.chunk_weight * (k1 + 1.0) * view.upper_bound(t.term, avgdl, k1, b)
         + source_weight * t.source_weight * (k1 + 1.0)
@@ -387,29 +391,93 @@ def score(
             s, f = candidates[hit], tf[where[hit]]
             chunk[s] += cw * f / (f + norm[s])
         if candidates is None and remaining > 0 and slot.shape[0] > 4 * k:
-            candidates = _prune(chunk, src_score, src, visible, source_weight, remaining, k)
+            candidates = _prune(chunk, src_score, src, visible, source_weight, remaining, k, slot)
     if candidates is None:
-        hit_slots = np.flatnonzero(chunk)
-        if visible is not None:
-            hit_slots = hit_slots[visible[hit_slots]]
+        # Rank over every slot (no index list of the hits): the ones never hit, or hidden,
+        # sink to -inf; at most k are taken, then the hits among them.
+        total = chunk if not source_weight else chunk + source_weight * src_score[src]
+        shown = chunk > 0 if visible is None else (chunk > 0) & visible
+        total = np.where(shown, total, -np.inf)
+        if total.shape[0] > k:
+            kth = np.partition(total, -k)[-k]
+            hit_slots = np.flatnonzero(total >= kth) if np.isfinite(kth) else np.flatnonzero(shown)
+        else:
+            hit_slots = np.flatnonzero(shown)
+        hit_slots = hit_slots[shown[hit_slots]]
     else:
         hit_slots = candidates[chunk[candidates] > 0]
     if hit_slots.shape[0] == 0:
         return []
     chunk_part = chunk[hit_slots]
     source_part = src_score[src[hit_slots]] if source_weight else np.zeros_like(chunk_part)
+    return _top(view, hit_slots, chunk_part, source_part, k, source_weight)
+
+
+def _top(
+    view: View,
+    slots: np.ndarray,
+    chunk_part: np.ndarray,
+    source_part: np.ndarray,
+    k: int,
+    source_weight: float,
+) -> list[tuple[int, float, float, float]]:
+    """The ``k`` best of ``slots`` by total score, ties by lower doc id."""
     total = chunk_part + source_weight * source_part
     if total.shape[0] > k:
         kth = np.partition(total, -k)[-k]
         keep = np.flatnonzero(total >= kth)
     else:
         keep = np.arange(total.shape[0])
-    docs = view.doc[hit_slots[keep]]
+    docs = view.doc[slots[keep]]
     best = keep[np.lexsort((docs, -total[keep]))][:k]
     return [
-        (int(view.doc[hit_slots[j]]), float(total[j]), float(chunk_part[j]), float(source_part[j]))
+        (int(view.doc[slots[j]]), float(total[j]), float(chunk_part[j]), float(source_part[j]))
         for j in best
     ]
+
+
+def _score_sparse(
+    view: View,
+    lists: list[tuple[Weighted, np.ndarray, np.ndarray]],
+    k: int,
+    norm: np.ndarray,
+    visible: np.ndarray | None,
+    k1: float,
+    b: float,
+    source_weight: float,
+    src_norm_scale: float,
+) -> list[tuple[int, float, float, float]]:
+    """:func:`score` for short postings: every sum over the hit chunks and sources only."""
+    parts, source_ids, source_parts = [], [], []
+    for t, slot, tf in lists:
+        tf = tf.astype(np.float64)
+        parts.append((t.chunk_weight * (k1 + 1.0)) * tf / (tf + norm[slot]))
+        if source_weight and slot.shape[0]:
+            weights = tf if visible is None else tf * visible[slot]
+            ids, where = np.unique(view.src[slot], return_inverse=True)
+            per = np.bincount(where, weights=weights)
+            ids, per = ids[per > 0], per[per > 0]
+            sl = view.srclen[ids].astype(np.float64)
+            source_ids.append(ids)
+            source_parts.append(
+                (t.source_weight * (k1 + 1.0))
+                * per
+                / (per + k1 * ((1.0 - b) + src_norm_scale * sl))
+            )
+    slots, where = np.unique(np.concatenate([slot for _, slot, _ in lists]), return_inverse=True)
+    chunk = np.bincount(where, weights=np.concatenate(parts))
+    if visible is not None:
+        shown = visible[slots]
+        slots, chunk = slots[shown], chunk[shown]
+    if slots.shape[0] == 0:
+        return []
+    if source_ids:
+        ids, where = np.unique(np.concatenate(source_ids), return_inverse=True)
+        per_source = np.bincount(where, weights=np.concatenate(source_parts))
+        source = per_source[np.searchsorted(ids, view.src[slots])]
+    else:
+        source = np.zeros_like(chunk)
+    return _top(view, slots, chunk, source, k, source_weight)
 
 
 def _prune(
@@ -420,20 +488,20 @@ def _prune(
     source_weight: float,
     remaining: float,
     k: int,
+    scored: np.ndarray,
 ) -> np.ndarray | None:
     """The slots that can still reach the top ``k`` (None: too many to be worth it).
 
-    Partial totals only grow, so the k-th best partial total among hit chunks is a lower bound
-    of the final k-th; a slot whose partial total plus ``remaining`` (the bounds of the terms
-    not scored yet) stays below it cannot make the top ``k``."""
-    hit = np.flatnonzero(chunk)
-    if visible is not None:
-        hit = hit[visible[hit]]
-    if hit.shape[0] < k:
-        return None
+    Partial totals only grow, so the k-th best partial total among chunks already hit (here:
+    those of the list just ``scored``) is a lower bound of the final k-th; a slot whose partial
+    total plus ``remaining`` (the bounds of the terms not scored yet) stays below it cannot
+    make the top ``k``."""
     upper = chunk if not source_weight else chunk + source_weight * src_score[src]
-    kth = np.partition(upper[hit], -k)[-k]
-    keep = upper + remaining >= kth
+    sure = scored if visible is None else scored[visible[scored]]
+    if sure.shape[0] < k:
+        return None
+    kth = np.partition(upper[sure], -k)[-k]
+    keep = upper >= kth - remaining
     if visible is not None:
         keep &= visible
     candidates = np.flatnonzero(keep)
