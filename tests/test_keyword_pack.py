@@ -222,8 +222,8 @@ def test_filters_use_candidates_or_a_cached_bitmap(stores, monkeypatch):
         monkeypatch.setattr(packed, "FILTER_PROBE", probe)
         store._keywords._filters.clear()
         assert_same(store, reference)
-    cached = store._keywords._filters
-    assert all(v.dtype == bool for v in cached.values())
+    cached = {k: v for k, v in store._keywords._filters.items() if k != "seen"}
+    assert cached and all(v.dtype == bool for v in cached.values())
     store.add(make_docs(random.Random(12), "g", 1))
     results(store, "w1")
     assert store._keywords._filters == {}  # a new generation drops the bitmaps

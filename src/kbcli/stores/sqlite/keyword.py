@@ -71,7 +71,8 @@ class KeywordTables:
         self.executor = "auto"
         self._pack: Any = None  # the mapped packed.Pack
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
-        self._filters: dict[str, Any] = {}  # filter -> allowed slots, for self._view
+        # filter -> allowed slots, for self._view; "seen": filters probed once
+        self._filters: dict[str, Any] = {}
 
     @property
     def signature(self) -> str:
@@ -364,7 +365,7 @@ class KeywordTables:
         terms: list[QueryTerm],
     ) -> Any:
         """Which slots pass ``filter``: checked in SQL for the candidates only when there are
-        few, else for the whole index once per (filter, generation)."""
+        few and the filter is new, else for the whole index once per (filter, generation)."""
         import numpy as np
 
         from .packed import FILTER_PROBE
@@ -373,7 +374,9 @@ class KeywordTables:
         if key in self._filters:
             return self._filters[key]
         lists = [view.postings(int(t.term))[0] for t in terms]
-        if sum(s.shape[0] for s in lists) <= FILTER_PROBE:
+        seen = self._filters.setdefault("seen", set())
+        if key not in seen and sum(s.shape[0] for s in lists) <= FILTER_PROBE:
+            seen.add(key)  # the second query with this filter builds its bitmap
             cand = np.unique(np.concatenate(lists))
             docs = view.doc[cand]
             ok = catalog.passing(conn, docs.tolist(), filter)
@@ -384,8 +387,8 @@ class KeywordTables:
         allowed = np.zeros(view.slots, bool)
         if ids:
             allowed[view.slot_of(np.fromiter(ids, np.int64, len(ids)))] = True
-        if len(self._filters) >= FILTER_CACHE:
-            self._filters.pop(next(iter(self._filters)))
+        if len(self._filters) > FILTER_CACHE:
+            self._filters.pop(next(k for k in self._filters if k != "seen"))
         self._filters[key] = allowed
         return allowed
 
