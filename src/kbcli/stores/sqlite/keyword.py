@@ -42,6 +42,13 @@ from .packlog import current_seq, current_tag, pack_path, prune_log
 # importing numpy (~90 ms) would cost a whole `kb search` more than the SQL query does there.
 PACKED_MIN_CHUNKS = 20_000
 FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
+_STATE_SQL = (
+    "SELECT n, total_length, sources, generation,"
+    " (SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'),"
+    " (SELECT value FROM meta WHERE key = 'index_id'),"
+    " (SELECT value FROM meta WHERE key = 'keyword_epoch'),"
+    " (SELECT value FROM meta WHERE key = 'analyzer') FROM stats WHERE id = 1"
+)
 
 
 def pack_terms(counts: dict[int, int]) -> bytes:
@@ -256,11 +263,14 @@ class KeywordTables:
         counts = self.analyzer.query_counts(query)
         if not counts:
             return []
-        self.check_signature(conn, writing=False)
-        n, total, n_sources = conn.execute(
-            "SELECT n, total_length, sources FROM stats WHERE id = 1"
+        # One statement for everything a search checks first (each costs ~10 us).
+        n, total, n_sources, generation, seq, index_id, epoch, analyzer = conn.execute(
+            _STATE_SQL
         ).fetchone()
+        if analyzer is not None and analyzer != self.signature:
+            self.check_signature(conn, writing=False)  # raises
         stats = CorpusStats(n, total, n_sources)
+        state = (f"{index_id or ''}:{epoch or '0'}", generation, seq or 0)
         if n == 0:
             return []
         wanted = list(counts)
@@ -278,7 +288,7 @@ class KeywordTables:
         if self.executor == "packed" or (
             self.executor == "auto" and (n >= PACKED_MIN_CHUNKS or "numpy" in sys.modules)
         ):
-            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight)
+            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
         if rows is None:
             rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
@@ -295,12 +305,13 @@ class KeywordTables:
         k1: float,
         b: float,
         source_weight: float,
+        state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]] | None:
         """:func:`kbcli.bm25.rank` with numpy over the packed postings; None when this
         snapshot cannot use a pack (then SQL runs)."""
         from . import packed
 
-        view = self.view(conn)
+        view = self.view(conn, state)
         if view is None:
             return None
         allowed = self._allowed(conn, view, filter, terms) if filter else None
@@ -320,15 +331,17 @@ class KeywordTables:
             allowed=allowed,
         )
 
-    def view(self, conn: sqlite3.Connection) -> Any:
+    def view(self, conn: sqlite3.Connection, state: tuple[str, int, int] | None = None) -> Any:
         """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
         generation holds, else the mapped pack plus the log's delta; a new pack is written
         when there is none, it is void, or the delta has grown too large."""
         from . import packed
 
-        tag = current_tag(conn)
-        generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
-        key = (tag, generation, current_seq(conn))
+        if state is None:
+            generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+            state = (current_tag(conn), generation, current_seq(conn))
+        key = state
+        tag = key[0]
         if self._view is not None and self._view[0] == key:
             return self._view[1]
         view = None
