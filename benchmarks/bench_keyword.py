@@ -130,10 +130,17 @@ def build_bm25s(texts: list[str]):
 def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> dict:
     import numpy as np
 
-    texts, vocab = corpus(n)
+    vocab = make_vocab(50_000, random.Random(7))  # corpus()'s vocabulary, without the texts
     content, common = queries(vocab, n_queries)
     result: dict = {"chunks": n}
-    store, build = build_kb(workdir / f"kb-{n}.db", texts, 10)
+    db = workdir / f"kb-{n}.db"
+    texts: list[str] = []
+    if kb_only and db.exists():
+        with SQLiteStore(db, analyzer=Analyzer(language="none", stem=False, stopwords=False)) as s:
+            complete = s.count() == n
+    if not (kb_only and db.exists() and complete):
+        texts = corpus(n)[0]
+    store, build = build_kb(db, texts, 10) if texts else build_kb(db, [""] * n, 10)
     result["kb_build_s"] = build
     keywords = store._keywords
     keywords.executor = "packed"
