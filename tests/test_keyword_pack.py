@@ -251,3 +251,23 @@ def test_common_terms_prune_and_stay_exact(tmp_path, monkeypatch, sparse_ratio):
             want = reference.keyword_search(query, k=k, source_weight=weight, filter=filter)
             assert [h.document.id for h in got] == [h.document.id for h in want]
             assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+
+
+@pytest.mark.parametrize("numpy_loaded", [False, True])
+def test_auto_executor_imports_numpy_only_when_it_pays(tmp_path, monkeypatch, numpy_loaded):
+    import sys
+
+    from kbcli.stores.sqlite import keyword
+
+    store = SQLiteStore(tmp_path / "kb.db")
+    store.add(make_docs(random.Random(14), "h", 50))
+    used = []
+    real_sql = keyword._bm25_sql
+    monkeypatch.setattr(keyword, "_bm25_sql", lambda *a: used.append("sql") or real_sql(*a))
+    if not numpy_loaded:  # as in a fresh `kb search` process
+        monkeypatch.delitem(sys.modules, "numpy")
+    for limit, expect in ((10**9, "sql"), (1, "packed")):
+        monkeypatch.setattr(keyword, "SQL_MAX_POSTINGS", limit)
+        used.clear()
+        store.keyword_search("w1 w2", k=5)
+        assert (used == ["sql"]) == (expect == "sql" and not numpy_loaded)

@@ -3,9 +3,9 @@
 Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
 Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
 packed postings of :mod:`.packed` exact between merges. Search runs the formula with numpy over
-the packed postings (from :data:`PACKED_MIN_CHUNKS` chunks, or whenever numpy is loaded
-anyway), or as one SQL query over ``postings`` (a small index in a process without numpy, such
-as ``kb search --mode keyword``: no numpy import, and fast enough there). Both are
+the packed postings wherever numpy is loaded anyway, or as one SQL query over ``postings`` in
+a process without numpy (such as ``kb search --mode keyword``) when the query's postings are
+few enough (:data:`SQL_MAX_POSTINGS`) that importing numpy would cost more than it saves. Both are
 checked against :func:`kbcli.bm25.rank` by the parity test.
 """
 
@@ -38,9 +38,10 @@ from . import catalog
 from .catalog import BATCH, ChunkRow
 from .packlog import current_seq, current_tag, pack_path, prune_log
 
-# Below this many chunks, and while numpy is not imported yet, keyword search runs as SQL:
-# importing numpy (~90 ms) would cost a whole `kb search` more than the SQL query does there.
-PACKED_MIN_CHUNKS = 20_000
+# In a process that has not imported numpy (a whole `kb search --mode keyword`), a query whose
+# scored terms hold fewer postings than this runs as SQL: the query costs ~2.5 us per posting,
+# importing numpy ~90 ms, about 36k postings' worth. Where numpy is loaded, the pack is used.
+SQL_MAX_POSTINGS = 30_000
 FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
 _STATE_SQL = (
     "SELECT n, total_length, sources, generation,"
@@ -74,7 +75,7 @@ class KeywordTables:
         self.analyzer = analyzer
         self.path = path
         self.packed_path = pack_path(path)
-        # "auto" (the rule at PACKED_MIN_CHUNKS), "packed" or "sql": tests and benchmarks pin one.
+        # "auto" (the rule at SQL_MAX_POSTINGS), "packed" or "sql": tests and benchmarks pin one.
         self.executor = "auto"
         self._pack: Any = None  # the mapped packed.Pack
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
@@ -286,7 +287,8 @@ class KeywordTables:
             return []
         rows = None
         if self.executor == "packed" or (
-            self.executor == "auto" and (n >= PACKED_MIN_CHUNKS or "numpy" in sys.modules)
+            self.executor == "auto"
+            and ("numpy" in sys.modules or sum(t.df for t in terms) >= SQL_MAX_POSTINGS)
         ):
             rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
         if rows is None:
