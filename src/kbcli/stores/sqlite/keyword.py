@@ -390,7 +390,8 @@ class KeywordTables:
             return self._filters[key]
         lists = [view.postings(int(t.term))[0] for t in terms]
         seen = self._filters.setdefault("seen", set())
-        if key not in seen and sum(s.shape[0] for s in lists) <= FILTER_PROBE:
+        probe = max(FILTER_PROBE, view.slots // 16)  # a full scan reads every chunk's row
+        if key not in seen and sum(s.shape[0] for s in lists) <= probe:
             seen.add(key)  # the second query with this filter builds its bitmap
             cand = np.unique(np.concatenate(lists))
             docs = view.doc[cand]

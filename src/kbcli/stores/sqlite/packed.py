@@ -35,7 +35,8 @@ FETCH = 20_000  # chunk rows per step when packing
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
-FILTER_PROBE = 2_000  # postings below which a filter is checked for the candidates only
+FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
+# for the candidates only
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "maxtf", "mindl", "srclen")
 
 
