@@ -366,6 +366,7 @@ class KeywordTables:
                     pack = None
             if pack is None:  # a read-only folder costs only speed
                 pack = packed.Pack(tag, seq, arrays)
+            del arrays  # the mapped file serves from here
             view = packed.make_view(conn, pack)
         self._pack = pack
         self._view = (key, view)

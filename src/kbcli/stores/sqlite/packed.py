@@ -69,9 +69,12 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
     term, tf, slot = cat(terms, np.int32), cat(tfs, np.int32), cat(slots, np.int32)
     max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
     n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
-    order = np.argsort(term, kind="stable")  # chunks were read by doc: slots stay ascending
-    slot, tf = slot[order], tf[order]
     lengths = np.bincount(term, minlength=n_terms)
+    order = np.argsort(term, kind="stable")  # chunks were read by doc: slots stay ascending
+    del term  # the arrays below are the size of every posting: keep few alive at once
+    slot = slot[order]
+    tf = tf[order]
+    del order
     offsets = np.zeros(n_terms + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     maxtf = np.zeros(n_terms, np.int32)
@@ -80,7 +83,7 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
     if len(present):
         starts = offsets[present]
         maxtf[present] = np.maximum.reduceat(tf, starts)
-        mindl[present] = np.minimum.reduceat(dl[slot].astype(np.int32), starts)
+        mindl[present] = np.minimum.reduceat(dl.astype(np.int32)[slot], starts)
     sources = conn.execute("SELECT id, length FROM sources").fetchall()
     max_src = max([s for s, _ in sources] + [int(src.max()) if len(src) else 0])
     srclen = np.zeros(max_src + 1, np.int64)
@@ -118,8 +121,9 @@ def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) ->
         with open(tmp, "wb") as fh:
             fh.write(head.ljust(HEADER_SIZE, b" "))
             for name in ARRAYS:
-                raw = np.ascontiguousarray(arrays[name]).tobytes()
-                fh.write(raw + b"\0" * ((8 - len(raw) % 8) % 8))
+                a = np.ascontiguousarray(arrays[name])
+                fh.write(memoryview(a).cast("B"))
+                fh.write(b"\0" * ((8 - a.nbytes % 8) % 8))
             fh.flush()
             os.fsync(fh.fileno())
         existing = read_header(path)
