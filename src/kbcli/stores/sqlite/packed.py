@@ -387,7 +387,9 @@ def score(
                 (t.source_weight * (k1 + 1.0)) * v / (v + k1 * ((1.0 - b) + src_norm_scale * sl))
             )
         cw = t.chunk_weight * (k1 + 1.0)
-        if candidates is None:
+        if candidates is None and i == order[0]:
+            chunk[slot] = cw * tf / (tf + norm[slot])  # the first list: no read-modify-write
+        elif candidates is None:
             chunk[slot] += cw * tf / (tf + norm[slot])
         else:
             where = np.searchsorted(slot, candidates)
