@@ -1,7 +1,9 @@
 """One BM25: every keyword index gives the scores of the definition, after any history.
 
 Random adds, upserts, deletes (by id, source and filter), replaced sources and rebuilds are
-applied to a SQLiteStore and an InMemoryStore alike; after each step both rank random queries
+applied alike to an InMemoryStore and two SQLiteStores, one searching with its SQL executor and
+one with the packed postings (with a tiny merge threshold, so the pack is searched with a delta,
+tombstones and after merges); after each step both rank random queries
 (with and without source context and a filter) exactly like an independent plain BM25
 (``bm25_plain``) over the documents they hold, to 1e-6, and SQLite's statistics stay consistent.
 """
@@ -102,9 +104,18 @@ def check(store, rng: random.Random) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_random_histories_keep_scores_exact(tmp_path, seed):
+def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch):
+    from kbcli.stores.sqlite import packed
+
+    monkeypatch.setattr(packed, "MERGE_MIN", 4)
+    monkeypatch.setattr(packed, "FILTER_PROBE", 8 if seed % 2 else 0)
+    monkeypatch.setattr(packed, "SPARSE_RATIO", 0 if seed % 3 == 0 else 10**9)  # both scorers
     rng = random.Random(seed)
-    stores = [SQLiteStore(tmp_path / f"kb{seed}.db"), InMemoryStore()]
+    sql = SQLiteStore(tmp_path / f"kb{seed}.db")
+    sql._keywords.executor = "sql"
+    numpy_store = SQLiteStore(tmp_path / f"kb{seed}-packed.db")
+    numpy_store._keywords.executor = "packed"
+    stores = [sql, numpy_store, InMemoryStore()]
     next_id = 0
     for step in range(40):
         action = rng.choice(
@@ -134,9 +145,10 @@ def test_random_histories_keep_scores_exact(tmp_path, seed):
             else:
                 store.rebuild_keyword_index()
         next_id += 6
-        assert [d.id for d in stores[0].iter_documents()] == [
-            d.id for d in stores[1].iter_documents()
-        ]
+        ids = [d.id for d in stores[0].iter_documents()]
+        for other in stores[1:]:
+            assert [d.id for d in other.iter_documents()] == ids
         assert stores[0].integrity_check() == []
+        assert stores[1].integrity_check() == []
         for store in stores:
             check(store, random.Random(step))

@@ -1,7 +1,8 @@
 """Opening a database written by an older kbcli upgrades it in place, losing nothing.
 
 ``data/schema-v1.db`` was written by the schema-1 code (commit 6add7b8): ``kb ingest
-examples/docs`` plus two chunks added without a source.
+examples/docs`` plus two chunks added without a source. ``data/schema-v2.db`` was written the
+same way by the schema-2 code (commit eb402d5).
 """
 
 import shutil
@@ -16,6 +17,7 @@ from kbcli.scoring import SOURCE_WEIGHT
 from kbcli.stores.sqlite import SCHEMA_VERSION
 
 FIXTURE = Path(__file__).parent / "data" / "schema-v1.db"
+FIXTURE_V2 = Path(__file__).parent / "data" / "schema-v2.db"
 
 
 @pytest.fixture
@@ -97,3 +99,49 @@ def test_read_only_old_database_says_what_to_do(old_db, monkeypatch):
     with pytest.raises(StoreError, match="needs write access"):
         SQLiteStore(old_db)
     assert old_db.read_bytes() == before
+
+
+@pytest.fixture
+def v2_db(tmp_path):
+    path = tmp_path / "v2.db"
+    shutil.copy(FIXTURE_V2, path)
+    return path
+
+
+def test_fixture_is_schema_2():
+    conn = sqlite3.connect(f"file:{FIXTURE_V2}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+
+
+@pytest.mark.parametrize("use_pack", [False, True])
+def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db, use_pack):
+    before = _rows(v2_db)
+    store = SQLiteStore(v2_db)
+    store._keywords.executor = "packed" if use_pack else "sql"
+    assert store.integrity_check() == []
+    assert _rows(v2_db) == before
+    conn = sqlite3.connect(v2_db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] == 0
+    conn.close()
+    docs = {d.id: d for d in store.list_all()}
+    analyzer = store.analyzer
+    from kbcli.analysis import keyword_text
+
+    terms = {i: analyzer.terms(keyword_text(d.text, d.metadata)) for i, d in docs.items()}
+    sources = {i: d.metadata.get("source") for i, d in docs.items()}
+    for step in range(2):
+        for query in ("reset password", "rotate token", "invoice billing"):
+            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
+            got = store.keyword_search(query, k=len(docs))
+            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
+        # A write after the upgrade goes to the log (and, with the pack, into its delta).
+        if step == 0:
+            store.remove(["loose-1"])
+            del docs["loose-1"], terms["loose-1"], sources["loose-1"]
+    conn = sqlite3.connect(v2_db)
+    assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] >= 1
+    conn.close()
+    assert store.integrity_check() == []
+    store.close()

@@ -1,8 +1,12 @@
-"""Integrity checks: SQLite's own plus every invariant the keyword and vector tables keep."""
+"""Integrity checks: SQLite's own plus every invariant the keyword and vector tables keep,
+and the packed keyword index (when a pack of this index is on disk) against the tables."""
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+
+from .packlog import current_seq, current_tag, log_floor, pack_path, read_header
 
 
 def problems(conn: sqlite3.Connection) -> list[str]:
@@ -14,6 +18,8 @@ def problems(conn: sqlite3.Connection) -> list[str]:
     found.extend(_corpus(conn))
     found.extend(_sources(conn))
     found.extend(_vectors(conn))
+    found.extend(_keyword_log(conn))
+    found.extend(_pack(conn))
     return found
 
 
@@ -72,3 +78,50 @@ def _vectors(conn: sqlite3.Connection) -> list[str]:
         " (SELECT 1 FROM chunks c WHERE c.doc = v.doc)"
     ).fetchone()[0]
     return [f"{orphans} vectors belong to no chunk"] if orphans else []
+
+
+def _keyword_log(conn: sqlite3.Connection) -> list[str]:
+    """The forward indexes agree with the postings; the log lies between its floor and end."""
+    out = []
+    pairs = conn.execute("SELECT coalesce(sum(length(terms)), 0) / 16 FROM chunks").fetchone()[0]
+    postings = conn.execute("SELECT count(*) FROM postings").fetchone()[0]
+    if pairs != postings:
+        out.append(f"chunks' forward indexes hold {pairs} postings, the index {postings}")
+    low, high = conn.execute("SELECT min(seq), max(seq) FROM keyword_log").fetchone()
+    if low is not None and (low <= log_floor(conn) or high > current_seq(conn)):
+        out.append("keyword_log holds entries outside its floor and end")
+    return out
+
+
+def _db_path(conn: sqlite3.Connection) -> Path | None:
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main" and file:
+            return Path(file)
+    return None
+
+
+def _pack(conn: sqlite3.Connection) -> list[str]:
+    """A pack of this index that a search would use must hold exactly the tables' postings
+    once the log's delta is applied."""
+    db = _db_path(conn)
+    if db is None:
+        return []
+    path = pack_path(db)
+    header = read_header(path)
+    if header is None or header.get("tag") != current_tag(conn):
+        return []
+    from . import packed
+
+    pack = packed.map_pack(path, header["tag"])
+    if pack is None:
+        return []  # damaged or cut short: never used, rebuilt by the next search
+    view = packed.make_view(conn, pack)
+    if view is None:
+        return []  # void or due for a merge: never used as it is
+    got = packed.triples(view)
+    want = packed.triples_of(packed.build_arrays(conn))
+    if len(got) != len(want) or not all(
+        a.shape == b.shape and bool((a == b).all()) for a, b in zip(got, want)
+    ):
+        return [f"the keyword pack {path.name} disagrees with the postings (delete it)"]
+    return []

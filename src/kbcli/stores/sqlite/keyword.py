@@ -1,14 +1,20 @@
 """The BM25 inverted index in SQLite: ``terms``, ``postings``, source statistics.
 
 Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
-Search runs the same formula as SQL over the postings of the query's terms (the parity test
-checks it against :func:`kbcli.bm25.rank`).
+Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
+packed postings of :mod:`.packed` exact between merges. Search runs the formula with numpy over
+the packed postings wherever numpy is loaded anyway, or as one SQL query over ``postings`` in
+a process without numpy (such as ``kb search --mode keyword``) when the query's postings are
+few enough (:data:`SQL_MAX_POSTINGS`) that importing numpy would cost more than it saves. Both are
+checked against :func:`kbcli.bm25.rank` by the parity test.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import sys
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -28,7 +34,22 @@ from ...bm25 import (
 from ...errors import IndexMismatchError
 from ...filters import compile_sql
 from ...types import Document
+from . import catalog
 from .catalog import BATCH, ChunkRow
+from .packlog import current_seq, current_tag, pack_path, prune_log
+
+# In a process that has not imported numpy (a whole `kb search --mode keyword`), a query whose
+# scored terms hold fewer postings than this runs as SQL: the query costs ~2.5 us per posting,
+# importing numpy ~90 ms, about 36k postings' worth. Where numpy is loaded, the pack is used.
+SQL_MAX_POSTINGS = 30_000
+FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
+_STATE_SQL = (
+    "SELECT n, total_length, sources, generation,"
+    " (SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'),"
+    " (SELECT value FROM meta WHERE key = 'index_id'),"
+    " (SELECT value FROM meta WHERE key = 'keyword_epoch'),"
+    " (SELECT value FROM meta WHERE key = 'analyzer') FROM stats WHERE id = 1"
+)
 
 
 def pack_terms(counts: dict[int, int]) -> bytes:
@@ -53,6 +74,13 @@ class KeywordTables:
     def __init__(self, analyzer: Analyzer, path: Any):
         self.analyzer = analyzer
         self.path = path
+        self.packed_path = pack_path(path)
+        # "auto" (the rule at SQL_MAX_POSTINGS), "packed" or "sql": tests and benchmarks pin one.
+        self.executor = "auto"
+        self._pack: Any = None  # the mapped packed.Pack
+        self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
+        # filter -> allowed slots, for self._view; "seen": filters probed once
+        self._filters: dict[str, Any] = {}
 
     @property
     def signature(self) -> str:
@@ -134,11 +162,14 @@ class KeywordTables:
         )
         self.apply(conn, change)
 
-    @staticmethod
-    def apply(conn: sqlite3.Connection, change: PostingsChange) -> None:
+    def apply(self, conn: sqlite3.Connection, change: PostingsChange) -> None:
         """Write a planned change: postings, term and source frequencies, source lengths and
-        chunk counts, corpus totals; emptied sources are deleted."""
+        chunk counts, corpus totals; emptied sources are deleted; the chunks go to the log."""
         sign = 1 if change.adding else -1
+        prune_log(conn, self.packed_path)
+        conn.executemany(
+            "INSERT INTO keyword_log (doc) VALUES (?)", ((c.doc,) for c in change.chunks)
+        )
         if change.adding:
             conn.executemany(
                 "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
@@ -184,6 +215,11 @@ class KeywordTables:
         conn.execute("DELETE FROM terms")
         conn.execute("UPDATE sources SET length = 0, chunks = 0")
         conn.execute("UPDATE stats SET n = 0, total_length = 0 WHERE id = 1")
+        # New term ids: every pack of the old epoch is void, and so is the log.
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('keyword_epoch', ?)", (os.urandom(8).hex(),)
+        )
+        conn.execute("DELETE FROM keyword_log")
         rows = conn.execute("SELECT doc, text, metadata, src FROM chunks").fetchall()
         counted = []
         vocab: set[str] = set()
@@ -203,6 +239,11 @@ class KeywordTables:
         # The sources rows stay; every one starts empty, so no lookup is needed.
         change = plan_addition(chunks, source_postings=lambda src, term: 0)
         self.apply(conn, change)
+        conn.execute("DELETE FROM keyword_log")
+        conn.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('keyword_log_floor', ?)",
+            (str(current_seq(conn)),),
+        )
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.signature,))
         return len(rows)
 
@@ -223,11 +264,14 @@ class KeywordTables:
         counts = self.analyzer.query_counts(query)
         if not counts:
             return []
-        self.check_signature(conn, writing=False)
-        n, total, n_sources = conn.execute(
-            "SELECT n, total_length, sources FROM stats WHERE id = 1"
+        # One statement for everything a search checks first (each costs ~10 us).
+        n, total, n_sources, generation, seq, index_id, epoch, analyzer = conn.execute(
+            _STATE_SQL
         ).fetchone()
+        if analyzer is not None and analyzer != self.signature:
+            self.check_signature(conn, writing=False)  # raises
         stats = CorpusStats(n, total, n_sources)
+        state = (f"{index_id or ''}:{epoch or '0'}", generation, seq or 0)
         if n == 0:
             return []
         wanted = list(counts)
@@ -241,8 +285,129 @@ class KeywordTables:
         terms = select_terms(found)
         if not terms:
             return []
-        rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        rows = None
+        if self.executor == "packed" or (
+            self.executor == "auto"
+            and ("numpy" in sys.modules or sum(t.df for t in terms) >= SQL_MAX_POSTINGS)
+        ):
+            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
+        if rows is None:
+            rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+    # --- the packed executor -------------------------------------------------------------------
+
+    def _packed_search(
+        self,
+        conn: sqlite3.Connection,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        filter: dict[str, Any] | None,
+        k: int,
+        k1: float,
+        b: float,
+        source_weight: float,
+        state: tuple[str, int, int] | None = None,
+    ) -> list[tuple[int, float, float, float]] | None:
+        """:func:`kbcli.bm25.rank` with numpy over the packed postings; None when this
+        snapshot cannot use a pack (then SQL runs)."""
+        from . import packed
+
+        view = self.view(conn, state)
+        if view is None:
+            return None
+        allowed = self._allowed(conn, view, filter, terms) if filter else None
+        weighted = [
+            packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
+            for t in terms
+        ]
+        return packed.score(
+            view,
+            weighted,
+            k,
+            avgdl=stats.avgdl,
+            avgsl=stats.avgsl,
+            k1=k1,
+            b=b,
+            source_weight=source_weight,
+            allowed=allowed,
+        )
+
+    def view(self, conn: sqlite3.Connection, state: tuple[str, int, int] | None = None) -> Any:
+        """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
+        generation holds, else the mapped pack plus the log's delta; a new pack is written
+        when there is none, it is void, or the delta has grown too large."""
+        from . import packed
+
+        if state is None:
+            generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+            state = (current_tag(conn), generation, current_seq(conn))
+        key = state
+        tag = key[0]
+        if self._view is not None and self._view[0] == key:
+            return self._view[1]
+        view = None
+        pack = self._pack if self._pack is not None and self._pack.tag == tag else None
+        if pack is not None:
+            view = packed.make_view(conn, pack)
+        if view is None:
+            pack = packed.map_pack(self.packed_path, tag)
+            if pack is not None:
+                if pack.seq > key[2]:
+                    return None  # a pack newer than this snapshot: SQL for this one query
+                view = packed.make_view(conn, pack)
+        if view is None:
+            arrays = packed.build_arrays(conn)
+            seq = current_seq(conn)
+            pack = None
+            if packed.write_pack(self.packed_path, arrays, tag, seq):
+                pack = packed.map_pack(self.packed_path, tag)
+                if pack is not None and pack.seq != seq:
+                    pack = None
+            if pack is None:  # a read-only folder costs only speed
+                pack = packed.Pack(tag, seq, arrays)
+            del arrays  # the mapped file serves from here
+            view = packed.make_view(conn, pack)
+        self._pack = pack
+        self._view = (key, view)
+        self._filters = {}
+        return view
+
+    def _allowed(
+        self,
+        conn: sqlite3.Connection,
+        view: Any,
+        filter: dict[str, Any],
+        terms: list[QueryTerm],
+    ) -> Any:
+        """Which slots pass ``filter``: checked in SQL for the candidates only when there are
+        few and the filter is new, else for the whole index once per (filter, generation)."""
+        import numpy as np
+
+        from .packed import FILTER_PROBE
+
+        key = json.dumps(filter, sort_keys=True, default=str)
+        if key in self._filters:
+            return self._filters[key]
+        lists = [view.postings(int(t.term))[0] for t in terms]
+        seen = self._filters.setdefault("seen", set())
+        probe = max(FILTER_PROBE, view.slots // 16)  # a full scan reads every chunk's row
+        if key not in seen and sum(s.shape[0] for s in lists) <= probe:
+            seen.add(key)  # the second query with this filter builds its bitmap
+            cand = np.unique(np.concatenate(lists))
+            docs = view.doc[cand]
+            ok = catalog.passing(conn, docs.tolist(), filter)
+            allowed = np.zeros(view.slots, bool)
+            allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
+            return allowed
+        ids = catalog.rowids_where(conn, filter)
+        allowed = np.zeros(view.slots, bool)
+        if ids:
+            allowed[view.slot_of(np.fromiter(ids, np.int64, len(ids)))] = True
+        if len(self._filters) > FILTER_CACHE:
+            self._filters.pop(next(k for k in self._filters if k != "seen"))
+        self._filters[key] = allowed
+        return allowed
 
 
 def _bm25_sql(

@@ -12,6 +12,9 @@ version. Tables:
 - ``terms`` (term, df, sdf) and ``postings`` (term, src, doc, tf, dl), clustered by term then
   source: the inverted index, read at chunk and source level. ``stats`` holds N, the total
   length, the number of sources and generation counters bumped by writes.
+- ``keyword_log``: the chunks each write added or removed, in order (``seq``); the packed
+  keyword index (:mod:`.packed`, a file beside the database) reads the entries after its own
+  position as its delta. Writers prune entries a pack on disk holds (``meta.keyword_log_floor``).
 - ``files``: what ``kb ingest`` indexed from which file (incremental sync).
 - ``embedding_cache``: vectors by (embedder, text hash).
 - ``meta``: the embedder and analyzer the index was built with, last ingest, a random
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from ...errors import NotAKnowledgeBaseError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APP_ID = 0x4B42_4C49  # "KBLI"
 
 TABLES = """
@@ -79,6 +82,7 @@ CREATE TABLE stats (
     sources INTEGER NOT NULL DEFAULT 0
 );
 INSERT INTO stats (id, n, total_length, generation, vector_generation) VALUES (1, 0, 0, 0, 0);
+CREATE TABLE keyword_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, doc INTEGER NOT NULL);
 CREATE TABLE files (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -140,8 +144,20 @@ def migrate_1_to_2(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE stats SET sources = (SELECT count(*) FROM sources)")
 
 
+def migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Schema 3 logs the chunks every write adds or removes (``keyword_log``) so the packed
+    keyword index can stay exact between merges; an upgraded index starts with an empty log
+    (and no pack: the first search writes one)."""
+    conn.execute(
+        "CREATE TABLE keyword_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, doc INTEGER NOT NULL)"
+    )
+
+
 # Migration from version N to N+1, by N.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: migrate_1_to_2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: migrate_1_to_2,
+    2: migrate_2_to_3,
+}
 
 
 def _read_header(conn: sqlite3.Connection) -> tuple[int, int, int]:

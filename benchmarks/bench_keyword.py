@@ -1,0 +1,247 @@
+"""Keyword search: kb (packed postings and the SQL executor) against SQLite FTS5 and bm25s.
+
+    python benchmarks/bench_keyword.py                      # 10k and 100k chunks
+    python benchmarks/bench_keyword.py --sizes 1000000      # 1M (slow to build)
+    python benchmarks/bench_keyword.py --workdir /tmp/kbk   # keep the built indexes there
+
+One deterministic corpus per size, the same for every engine: words drawn from a Zipf(1.1)
+distribution over a 50,000-word synthetic vocabulary, 40-90 words per chunk, 10 chunks per
+source file, metadata ``group = i % 10``. Queries: 2-4 content words (vocabulary ranks
+50-5,000) and 3 common words (the 50 most frequent ranks, the worst case: long postings), each
+with and without the filter ``group = 3``. Top-10, in-process, after one warm-up query; p50 and
+p95 in milliseconds over the queries, each query's best of 3 runs (the machine is shared).
+kb runs its default (BM25 with source context), chunk-only BM25, and the SQL executor the
+packed index replaced (``before``); "index only" is the keyword index's own search (ids and
+scores, as FTS5 and bm25s return them), the others ``keyword_search`` with the documents.
+Build times: kb from scratch (SQLite writes), the packed index from the tables; FTS5 and bm25s
+from the texts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import string
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from kbcli import Analyzer, Document, SQLiteStore  # noqa: E402
+
+K = 10
+
+
+def make_vocab(n: int, rng: random.Random) -> list[str]:
+    words: set[str] = set()
+    while len(words) < n:
+        words.add("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 10))))
+    ordered = sorted(words)  # a set's order changes with the process's hash seed
+    rng.shuffle(ordered)
+    return ordered
+
+
+def corpus(n: int) -> tuple[list[str], list[str]]:
+    """(texts, vocabulary) for ``n`` chunks; the same for every n-prefix."""
+    rng = random.Random(7)
+    vocab = make_vocab(50_000, rng)
+    cum = list(itertools.accumulate(1 / (r + 1) ** 1.1 for r in range(len(vocab))))
+    texts = [" ".join(rng.choices(vocab, cum_weights=cum, k=rng.randint(40, 90))) for _ in range(n)]
+    return texts, vocab
+
+
+def queries(vocab: list[str], n: int) -> tuple[list[str], list[str]]:
+    rng = random.Random(11)
+    content = [" ".join(rng.sample(vocab[50:5000], rng.randint(2, 4))) for _ in range(n)]
+    common = [" ".join(rng.sample(vocab[:50], 3)) for _ in range(max(20, n // 5))]
+    return content, common
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def timed(fn, qs, repeat: int = 3) -> dict[str, float]:
+    """p50 and p95 over ``qs`` of each query's best of ``repeat`` runs (the machine is shared:
+    the best of a few runs filters out the moments another process held the CPU)."""
+    fn(qs[0])
+    out = []
+    for q in qs:
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn(q)
+            best = min(best, time.perf_counter() - t)
+        out.append(best * 1000)
+    return {"p50": statistics.median(out), "p95": percentile(out, 95)}
+
+
+def build_kb(db: Path, texts: list[str], files_per: int) -> tuple[SQLiteStore, float | None]:
+    analyzer = Analyzer(language="none", stem=False, stopwords=False)
+    store = SQLiteStore(db, analyzer=analyzer)
+    if store.count() == len(texts):
+        return store, None
+    started = time.perf_counter()
+    for start in range(store.count(), len(texts), 2000):
+        docs = [
+            Document(f"c{i}", texts[i], {"group": i % 10, "source": f"/docs/f{i // files_per}.md"})
+            for i in range(start, min(start + 2000, len(texts)))
+        ]
+        store.add(docs)
+    return store, time.perf_counter() - started
+
+
+def build_fts(texts: list[str]) -> tuple[sqlite3.Connection, float]:
+    started = time.perf_counter()
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE fts USING fts5(text, grp UNINDEXED)")
+    conn.executemany("INSERT INTO fts VALUES (?, ?)", ((t, i % 10) for i, t in enumerate(texts)))
+    conn.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+    return conn, time.perf_counter() - started
+
+
+def fts_search(conn: sqlite3.Connection, q: str, grp: int | None = None) -> list:
+    match = " OR ".join(q.split())
+    if grp is None:
+        sql = "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts) LIMIT ?"
+        return conn.execute(sql, (match, K)).fetchall()
+    sql = "SELECT rowid FROM fts WHERE fts MATCH ? AND grp = ? ORDER BY bm25(fts) LIMIT ?"
+    return conn.execute(sql, (match, grp, K)).fetchall()
+
+
+def build_bm25s(texts: list[str]):
+    import bm25s
+
+    started = time.perf_counter()
+    tokens = bm25s.tokenize(texts, stopwords=None, show_progress=False)
+    retriever = bm25s.BM25()
+    retriever.index(tokens, show_progress=False)
+    return retriever, time.perf_counter() - started
+
+
+def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> dict:
+    import numpy as np
+
+    vocab = make_vocab(50_000, random.Random(7))  # corpus()'s vocabulary, without the texts
+    content, common = queries(vocab, n_queries)
+    result: dict = {"chunks": n}
+    db = workdir / f"kb-{n}.db"
+    texts: list[str] = []
+    if kb_only and db.exists():
+        with SQLiteStore(db, analyzer=Analyzer(language="none", stem=False, stopwords=False)) as s:
+            complete = s.count() == n
+    if not (kb_only and db.exists() and complete):
+        texts = corpus(n)[0]
+    store, build = build_kb(db, texts, 10) if texts else build_kb(db, [""] * n, 10)
+    result["kb_build_s"] = build
+    keywords = store._keywords
+    keywords.executor = "packed"
+    keywords.packed_path.unlink(missing_ok=True)
+    started = time.perf_counter()
+    store.keyword_search(content[0], K)
+    result["kb_pack_build_s"] = time.perf_counter() - started
+    group = {"group": 3}
+    kb: dict = {}
+
+    def index_only(q: str, filter=None) -> None:  # ids and scores, as FTS5 and bm25s return
+        with store._db.read() as conn:
+            keywords.search(conn, q, K, filter, k1=1.5, b=0.75, source_weight=2.0)
+
+    for label, qs in (("content", content), ("common", common)):
+        kb[label + " index only"] = timed(index_only, qs)
+        kb[label + "+filter index only"] = timed(lambda q: index_only(q, group), qs)
+        kb[label] = timed(lambda q: store.keyword_search(q, K), qs)
+        kb[label + "+filter"] = timed(lambda q: store.keyword_search(q, K, group), qs)
+        kb[label + " chunk-only"] = timed(
+            lambda q: store.keyword_search(q, K, source_weight=0.0), qs
+        )
+    # The filter cache is keyed by (filter, generation): the first query with a new filter pays
+    # for the allowed set; measure that too, with a different filter value per query.
+    fresh = [{"group": i % 10} for i in range(50)]
+    pairs = list(zip(content[:50], fresh))
+    kb["content+new filter"] = timed(lambda p: keywords_search_new(store, *p), pairs)
+    if kb_only:
+        store.close()
+        result["kb"] = kb
+        return result
+    keywords.executor = "sql"  # the SQL executor the packed index replaced
+    before: dict = {}
+    for label, qs in (("content", content), ("common", common[: max(5, len(common) // 4)])):
+        before[label] = timed(lambda q: store.keyword_search(q, K), qs)
+        before[label + "+filter"] = timed(lambda q: store.keyword_search(q, K, group), qs)
+    store.close()
+    result["kb"] = kb
+    result["kb_sql_before"] = before
+
+    fts, result["fts5_build_s"] = build_fts(texts)
+    result["fts5"] = {
+        "content": timed(lambda q: fts_search(fts, q), content),
+        "content+filter": timed(lambda q: fts_search(fts, q, 3), content),
+        "common": timed(lambda q: fts_search(fts, q), common),
+        "common+filter": timed(lambda q: fts_search(fts, q, 3), common),
+    }
+    fts.close()
+
+    retriever, result["bm25s_build_s"] = build_bm25s(texts)
+    mask = (np.arange(n) % 10 == 3).astype(np.float32)
+
+    def bm(q: str, weight_mask=None):
+        return retriever.retrieve(
+            [q.split()], k=K, show_progress=False, n_threads=0, weight_mask=weight_mask
+        )
+
+    result["bm25s"] = {
+        "content": timed(bm, content),
+        "content+filter": timed(lambda q: bm(q, mask), content),
+        "common": timed(bm, common),
+        "common+filter": timed(lambda q: bm(q, mask), common),
+    }
+    return result
+
+
+def keywords_search_new(store: SQLiteStore, q: str, filter: dict) -> None:
+    store._keywords._filters.clear()
+    store.keyword_search(q, K, filter)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/kb-bench-keyword"))
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--kb-only", action="store_true", help="skip FTS5, bm25s and the SQL executor")
+    args = ap.parse_args()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    import bm25s
+    import numpy as np
+
+    info = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "numpy": np.__version__,
+        "bm25s": bm25s.__version__,
+        "load_before": os.getloadavg(),
+    }
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        r = run_size(size, args.workdir, args.queries, args.kb_only)
+        results.append(r)
+        print(json.dumps(r, indent=1), flush=True)
+    info["load_after"] = os.getloadavg()
+    print(json.dumps(info, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps({"info": info, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,563 @@
+"""Packed postings: the keyword index's read-optimised copy, scored with numpy.
+
+The ``postings``/``terms``/``sources`` tables stay the transactional truth; this module only
+reads them. A pack file beside the database (``<db>.keyword-pack``) holds, as of one position
+``seq`` of ``keyword_log``: every chunk as a slot (doc id, length, source), every term's
+postings as slot and tf arrays (slots ascending) with per-term bounds for MaxScore, and the
+source lengths. Every write appends the chunks it adds or removes to ``keyword_log`` in its own
+transaction, so a search sees the *delta* since the pack exactly: the pack's slots of those
+chunks are tombstones, their current postings come from the chunks' forward index, and the
+statistics (df, sdf, N, lengths) always come from the tables. Every committed write is visible
+at once. When the delta outgrows :data:`MERGE_FRACTION` of the corpus, the searching process
+writes a new pack from its snapshot (temp -> fsync -> rename, outside any write lock): a crash
+leaves the old pack or none, and both are valid. The file is tagged with the index id and the
+keyword epoch (a re-analysis starts a new one); writers prune log rows a pack on disk already
+holds and record that floor, so a pack older than the floor is rebuilt, never trusted.
+
+Scores are :func:`kbcli.bm25.rank`'s arithmetic in float64 (checked by the parity test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .packlog import HEADER_SIZE, MAGIC, current_seq, log_floor, read_header
+
+FETCH = 20_000  # chunk rows per step when packing
+MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
+MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
+SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
+FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
+# for the candidates only
+ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "maxtf", "mindl", "srclen")
+
+
+# --- building and mapping a pack --------------------------------------------------------------
+
+
+def _pairs(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward indexes -> (term ids, tfs, pairs per chunk)."""
+    counts = np.fromiter((len(b) // 16 for b in blobs), np.int64, len(blobs))
+    flat = np.frombuffer(b"".join(blobs), "<i8").reshape(-1, 2)
+    return flat[:, 0], flat[:, 1], counts
+
+
+def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
+    """Every chunk's postings as of ``conn``'s snapshot, read from the forward indexes."""
+    docs, dls, srcs, terms, tfs, slots = [], [], [], [], [], []
+    rows = conn.execute("SELECT doc, length, src, terms FROM chunks ORDER BY doc")
+    done = 0
+    while batch := rows.fetchmany(FETCH):
+        docs.append(np.fromiter((r[0] for r in batch), np.int64, len(batch)))
+        dls.append(np.fromiter((r[1] for r in batch), np.int64, len(batch)))
+        srcs.append(np.fromiter((r[2] for r in batch), np.int64, len(batch)))
+        term, tf, counts = _pairs([r[3] for r in batch])
+        terms.append(term.astype(np.int32))
+        tfs.append(tf.astype(np.int32))
+        slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))
+        done += len(batch)
+    cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt)  # noqa: E731
+    doc, dl, src = cat(docs, np.int64), cat(dls, np.int64), cat(srcs, np.int64)
+    term, tf, slot = cat(terms, np.int32), cat(tfs, np.int32), cat(slots, np.int32)
+    max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
+    n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
+    lengths = np.bincount(term, minlength=n_terms)
+    order = np.argsort(term, kind="stable")  # chunks were read by doc: slots stay ascending
+    del term  # the arrays below are the size of every posting: keep few alive at once
+    slot = slot[order]
+    tf = tf[order]
+    del order
+    offsets = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    maxtf = np.zeros(n_terms, np.int32)
+    mindl = np.zeros(n_terms, np.int32)
+    present = np.flatnonzero(lengths)
+    if len(present):
+        starts = offsets[present]
+        maxtf[present] = np.maximum.reduceat(tf, starts)
+        mindl[present] = np.minimum.reduceat(dl.astype(np.int32)[slot], starts)
+    sources = conn.execute("SELECT id, length FROM sources").fetchall()
+    max_src = max([s for s, _ in sources] + [int(src.max()) if len(src) else 0])
+    srclen = np.zeros(max_src + 1, np.int64)
+    if sources:
+        ids = np.fromiter((s for s, _ in sources), np.int64, len(sources))
+        srclen[ids] = np.fromiter((n for _, n in sources), np.int64, len(sources))
+    return {
+        "doc": doc,
+        "dl": dl.astype(np.int32),
+        "src": src,
+        "offsets": offsets,
+        "slot": slot,
+        "tf": tf,
+        "maxtf": maxtf,
+        "mindl": mindl,
+        "srclen": srclen,
+    }
+
+
+def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) -> bool:
+    """Write a pack atomically (temp -> fsync -> rename); False when it cannot be written.
+    A pack on disk of the same tag and a later position is kept."""
+    header: dict[str, Any] = {"tag": tag, "seq": seq, "arrays": {}}
+    offset = HEADER_SIZE
+    for name in ARRAYS:
+        a = arrays[name]
+        header["arrays"][name] = [a.dtype.str, offset, int(a.shape[0])]
+        offset += (a.nbytes + 7) // 8 * 8
+    header["size"] = offset
+    head = MAGIC + json.dumps(header).encode()
+    if len(head) > HEADER_SIZE:
+        return False
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(head.ljust(HEADER_SIZE, b" "))
+            for name in ARRAYS:
+                a = np.ascontiguousarray(arrays[name])
+                fh.write(memoryview(a).cast("B"))
+                fh.write(b"\0" * ((8 - a.nbytes % 8) % 8))
+            fh.flush()
+            os.fsync(fh.fileno())
+        existing = read_header(path)
+        if existing and existing.get("tag") == tag and int(existing.get("seq", -1)) > seq:
+            tmp.unlink(missing_ok=True)
+            return True
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+        return True
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+
+
+def map_pack(path: Path, tag: str) -> Pack | None:
+    """The pack on disk if it is whole and of ``tag``; None otherwise."""
+    header = read_header(path)
+    if header is None or header.get("tag") != tag:
+        return None
+    try:
+        if path.stat().st_size != int(header["size"]):
+            return None
+        raw = np.memmap(path, np.uint8, "r")
+        arrays = {
+            name: np.frombuffer(raw, np.dtype(dt), count, offset)
+            for name, (dt, offset, count) in header["arrays"].items()
+        }
+        if set(arrays) != set(ARRAYS):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Pack(tag, int(header["seq"]), arrays)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Pack:
+    """A mapped pack: its tag, its log position and its arrays."""
+
+    tag: str
+    seq: int
+    arrays: dict[str, np.ndarray]
+
+
+# --- the searchable view: pack + delta ----------------------------------------------------------
+
+
+@dataclass
+class View:
+    """The index as of one snapshot: the pack's slots plus the delta's, tombstones, source
+    lengths; caches that live as long as the snapshot's generation."""
+
+    pack: Pack
+    doc: np.ndarray
+    dl: np.ndarray
+    src: np.ndarray
+    srclen: np.ndarray
+    alive: np.ndarray | None  # None: every slot is alive
+    delta_term: np.ndarray  # sorted term ids of the delta's postings
+    delta_slot: np.ndarray
+    delta_tf: np.ndarray
+    _norm: dict[tuple[float, float, float], np.ndarray] = field(default_factory=dict)
+    _slot_of: np.ndarray | None = None
+
+    @property
+    def slots(self) -> int:
+        """Number of slots (pack chunks plus delta chunks)."""
+        return int(self.doc.shape[0])
+
+    def norm(self, avgdl: float, k1: float, b: float) -> np.ndarray:
+        """``k1 * (1 - b + b * dl / avgdl)`` per slot."""
+        key = (avgdl, k1, b)
+        if key not in self._norm:
+            scale = b / avgdl if avgdl > 0 else 0.0
+            self._norm = {key: k1 * ((1.0 - b) + scale * self.dl.astype(np.float64))}
+        return self._norm[key]
+
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slots, tfs) of ``term``, pack then delta."""
+        a = self.pack.arrays
+        offsets = a["offsets"]
+        if term + 1 < offsets.shape[0]:
+            lo, hi = int(offsets[term]), int(offsets[term + 1])
+            slot, tf = a["slot"][lo:hi], a["tf"][lo:hi]
+        else:
+            slot, tf = a["slot"][:0], a["tf"][:0]
+        if self.delta_term.shape[0]:
+            lo, hi = np.searchsorted(self.delta_term, [term, term + 1])
+            if hi > lo:
+                slot = np.concatenate([slot, self.delta_slot[lo:hi]])
+                tf = np.concatenate([tf, self.delta_tf[lo:hi]])
+        return slot, tf
+
+    def upper_bound(self, term: int, avgdl: float, k1: float, b: float) -> float:
+        """An upper bound of ``tf / (tf + norm)`` over the term's postings."""
+        a = self.pack.arrays
+        maxtf, mindl = 0, None
+        if term < a["maxtf"].shape[0] and a["offsets"][term + 1] > a["offsets"][term]:
+            maxtf, mindl = int(a["maxtf"][term]), int(a["mindl"][term])
+        if self.delta_term.shape[0]:
+            lo, hi = np.searchsorted(self.delta_term, [term, term + 1])
+            if hi > lo:
+                maxtf = max(maxtf, int(self.delta_tf[lo:hi].max()))
+                low = int(self.dl[self.delta_slot[lo:hi]].min())
+                mindl = low if mindl is None else min(mindl, low)
+        if mindl is None:
+            return 0.0
+        scale = b / avgdl if avgdl > 0 else 0.0
+        return maxtf / (maxtf + k1 * ((1.0 - b) + scale * mindl))
+
+    def slot_of(self, docs: np.ndarray) -> np.ndarray:
+        """The live slot of each doc id (all must exist)."""
+        if self._slot_of is None:
+            live = np.arange(self.slots) if self.alive is None else np.flatnonzero(self.alive)
+            table = np.full(int(self.doc.max()) + 2 if self.slots else 1, -1, np.int64)
+            table[self.doc[live]] = live
+            self._slot_of = table
+        return self._slot_of[docs]
+
+
+def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
+    """Pack + the log's delta as of ``conn``'s snapshot; None when the delta is too large
+    (a new pack is due) or the pack is from another snapshot than this one can use."""
+    if pack.seq < log_floor(conn) or pack.seq > current_seq(conn):
+        return None
+    a = pack.arrays
+    sql = "SELECT DISTINCT doc FROM keyword_log WHERE seq > ?"
+    changed = [r[0] for r in conn.execute(sql, (pack.seq,))]
+    n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+    if len(changed) > max(MERGE_MIN, MERGE_FRACTION * n):
+        return None
+    empty_i = np.zeros(0, np.int64)
+    if not changed:
+        return View(pack, a["doc"], a["dl"], a["src"], a["srclen"], None, empty_i, empty_i, empty_i)
+    changed_arr = np.array(sorted(changed), np.int64)
+    pos = np.searchsorted(a["doc"], changed_arr)
+    pos = pos[pos < a["doc"].shape[0]]
+    dead = pos[a["doc"][pos] == changed_arr[: len(pos)]] if len(pos) else pos
+    # changed_arr[:len(pos)] lines up because positions beyond the end were only at its tail
+    rows = []
+    for start in range(0, len(changed), 500):
+        part = changed[start : start + 500]
+        marks = ",".join("?" * len(part))
+        rows.extend(
+            conn.execute(
+                f"SELECT doc, length, src, terms FROM chunks WHERE doc IN ({marks}) ORDER BY doc",
+                part,
+            )
+        )
+    m = a["doc"].shape[0]
+    new_doc = np.array([r[0] for r in rows], np.int64)
+    new_dl = np.array([r[1] for r in rows], np.int32)
+    new_src = np.array([r[2] for r in rows], np.int64)
+    alive = np.ones(m + len(rows), bool)
+    alive[dead] = False
+    if rows:
+        term, tf, counts = _pairs([r[3] for r in rows])
+        slot = np.repeat(np.arange(m, m + len(rows), dtype=np.int64), counts)
+        order = np.argsort(term, kind="stable")
+        delta = term[order].astype(np.int64), slot[order], tf[order].astype(np.int64)
+    else:
+        delta = empty_i, empty_i, empty_i
+    touched = sorted(set(a["src"][dead].tolist()) | set(new_src.tolist()))
+    size = max([a["srclen"].shape[0]] + [s + 1 for s in touched])
+    srclen = np.zeros(size, np.int64)
+    srclen[: a["srclen"].shape[0]] = a["srclen"]
+    srclen[touched] = 0
+    for start in range(0, len(touched), 500):
+        part = touched[start : start + 500]
+        marks = ",".join("?" * len(part))
+        for s, length in conn.execute(
+            f"SELECT id, length FROM sources WHERE id IN ({marks})", part
+        ):
+            srclen[s] = length
+    return View(
+        pack,
+        np.concatenate([a["doc"], new_doc]),
+        np.concatenate([a["dl"], new_dl]),
+        np.concatenate([a["src"], new_src]),
+        srclen,
+        alive,
+        *delta,
+    )
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """A query term as the executor needs it: id and its chunk and source weights."""
+
+    term: int
+    chunk_weight: float
+    source_weight: float
+
+
+def score(
+    view: View,
+    terms: list[Weighted],
+    k: int,
+    *,
+    avgdl: float,
+    avgsl: float,
+    k1: float,
+    b: float,
+    source_weight: float,
+    allowed: np.ndarray | None,
+) -> list[tuple[int, float, float, float]]:
+    """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
+    first, ties by lower doc id. ``allowed`` (per slot) is the pre-filter.
+
+    MaxScore: terms go in order of falling upper bound; once the bounds of the terms left
+    cannot lift a chunk outside the current candidates past the k-th best score so far (a
+    lower bound of the final k-th), those terms are scored only for the candidates whose
+    partial score plus that bound can still reach it. Source parts are exact sums over every
+    posting (one bincount per term) and count fully in the bound."""
+    visible = view.alive
+    if allowed is not None:
+        visible = allowed if visible is None else (visible & allowed)
+    norm = view.norm(avgdl, k1, b)
+    src = view.src
+    n_src = view.srclen.shape[0]
+    src_norm_scale = b / avgsl if avgsl > 0 else 0.0
+    lists = [(t, *view.postings(t.term)) for t in terms]
+    if sum(slot.shape[0] for _, slot, _ in lists) * SPARSE_RATIO < view.slots:
+        return _score_sparse(view, lists, k, norm, visible, k1, b, source_weight, src_norm_scale)
+    src_score = np.zeros(n_src) if source_weight else None
+    bounds = [
+        t.chunk_weight * (k1 + 1.0) * view.upper_bound(t.term, avgdl, k1, b)
+        + source_weight * t.source_weight * (k1 + 1.0)
+        for t, _, _ in lists
+    ]
+    order = sorted(range(len(lists)), key=lambda i: -bounds[i])
+    chunk = np.zeros(view.slots)
+    candidates: np.ndarray | None = None  # None: every slot hit so far
+    remaining = sum(bounds)
+    for i in order:
+        t, slot, tf = lists[i]
+        remaining -= bounds[i]
+        tf = tf.astype(np.float64)
+        if source_weight:
+            weights = tf if visible is None else tf * visible[slot]
+            per = np.bincount(src[slot], weights=weights, minlength=n_src)
+            nz = np.flatnonzero(per)
+            v = per[nz]
+            sl = view.srclen[nz].astype(np.float64)
+            src_score[nz] += (
+                (t.source_weight * (k1 + 1.0)) * v / (v + k1 * ((1.0 - b) + src_norm_scale * sl))
+            )
+        cw = t.chunk_weight * (k1 + 1.0)
+        if candidates is None and i == order[0]:
+            chunk[slot] = cw * tf / (tf + norm[slot])  # the first list: no read-modify-write
+        elif candidates is None:
+            chunk[slot] += cw * tf / (tf + norm[slot])
+        else:
+            where = np.searchsorted(slot, candidates)
+            where[where >= slot.shape[0]] = 0
+            hit = slot[where] == candidates if slot.shape[0] else where.astype(bool)
+            s, f = candidates[hit], tf[where[hit]]
+            chunk[s] += cw * f / (f + norm[s])
+        if candidates is None and remaining > 0 and slot.shape[0] > 4 * k:
+            candidates = _prune(chunk, src_score, src, visible, source_weight, remaining, k, slot)
+    if candidates is None:
+        # Rank over every slot (no index list of the hits): the ones never hit, or hidden,
+        # sink to -inf; at most k are taken, then the hits among them.
+        total = chunk if not source_weight else chunk + source_weight * src_score[src]
+        shown = chunk > 0 if visible is None else (chunk > 0) & visible
+        total = np.where(shown, total, -np.inf)
+        if total.shape[0] > k:
+            kth = np.partition(total, -k)[-k]
+            hit_slots = np.flatnonzero(total >= kth) if np.isfinite(kth) else np.flatnonzero(shown)
+        else:
+            hit_slots = np.flatnonzero(shown)
+        hit_slots = hit_slots[shown[hit_slots]]
+    else:
+        hit_slots = candidates[chunk[candidates] > 0]
+    if hit_slots.shape[0] == 0:
+        return []
+    chunk_part = chunk[hit_slots]
+    source_part = src_score[src[hit_slots]] if source_weight else np.zeros_like(chunk_part)
+    return _top(view, hit_slots, chunk_part, source_part, k, source_weight)
+
+
+def _top(
+    view: View,
+    slots: np.ndarray,
+    chunk_part: np.ndarray,
+    source_part: np.ndarray,
+    k: int,
+    source_weight: float,
+) -> list[tuple[int, float, float, float]]:
+    """The ``k`` best of ``slots`` by total score, ties by lower doc id."""
+    total = chunk_part + source_weight * source_part
+    if total.shape[0] > k:
+        kth = np.partition(total, -k)[-k]
+        keep = np.flatnonzero(total >= kth)
+    else:
+        keep = np.arange(total.shape[0])
+    docs = view.doc[slots[keep]]
+    best = keep[np.lexsort((docs, -total[keep]))][:k]
+    return [
+        (int(view.doc[slots[j]]), float(total[j]), float(chunk_part[j]), float(source_part[j]))
+        for j in best
+    ]
+
+
+def _score_sparse(
+    view: View,
+    lists: list[tuple[Weighted, np.ndarray, np.ndarray]],
+    k: int,
+    norm: np.ndarray,
+    visible: np.ndarray | None,
+    k1: float,
+    b: float,
+    source_weight: float,
+    src_norm_scale: float,
+) -> list[tuple[int, float, float, float]]:
+    """:func:`score` for short postings: every sum over the hit chunks and sources only."""
+    parts, source_ids, source_parts = [], [], []
+    for t, slot, tf in lists:
+        tf = tf.astype(np.float64)
+        parts.append((t.chunk_weight * (k1 + 1.0)) * tf / (tf + norm[slot]))
+        if source_weight and slot.shape[0]:
+            weights = tf if visible is None else tf * visible[slot]
+            ids, where = np.unique(view.src[slot], return_inverse=True)
+            per = np.bincount(where, weights=weights)
+            ids, per = ids[per > 0], per[per > 0]
+            sl = view.srclen[ids].astype(np.float64)
+            source_ids.append(ids)
+            source_parts.append(
+                (t.source_weight * (k1 + 1.0))
+                * per
+                / (per + k1 * ((1.0 - b) + src_norm_scale * sl))
+            )
+    slots, where = np.unique(np.concatenate([slot for _, slot, _ in lists]), return_inverse=True)
+    chunk = np.bincount(where, weights=np.concatenate(parts))
+    if visible is not None:
+        shown = visible[slots]
+        slots, chunk = slots[shown], chunk[shown]
+    if slots.shape[0] == 0:
+        return []
+    if source_ids:
+        ids, where = np.unique(np.concatenate(source_ids), return_inverse=True)
+        per_source = np.bincount(where, weights=np.concatenate(source_parts))
+        source = per_source[np.searchsorted(ids, view.src[slots])]
+    else:
+        source = np.zeros_like(chunk)
+    return _top(view, slots, chunk, source, k, source_weight)
+
+
+def _prune(
+    chunk: np.ndarray,
+    src_score: np.ndarray | None,
+    src: np.ndarray,
+    visible: np.ndarray | None,
+    source_weight: float,
+    remaining: float,
+    k: int,
+    scored: np.ndarray,
+) -> np.ndarray | None:
+    """The slots that can still reach the top ``k`` (None: too many to be worth it).
+
+    Partial totals only grow, so the k-th best partial total among chunks already hit (here:
+    those of the list just ``scored``) is a lower bound of the final k-th; a slot whose partial
+    total plus ``remaining`` (the bounds of the terms not scored yet) stays below it cannot
+    make the top ``k``."""
+    upper = chunk if not source_weight else chunk + source_weight * src_score[src]
+    sure = scored if visible is None else scored[visible[scored]]
+    if sure.shape[0] < k:
+        return None
+    kth = np.partition(upper[sure], -k)[-k]
+    keep = upper >= kth - remaining
+    if visible is not None:
+        keep &= visible
+    candidates = np.flatnonzero(keep)
+    return candidates if candidates.shape[0] * 4 < chunk.shape[0] else None
+
+
+def triples(view: View) -> tuple[np.ndarray, ...]:
+    """Every live posting of ``view`` as sorted (doc, term, tf) columns, then (doc, dl) and
+    the live sources' lengths: what :func:`kbcli.stores.sqlite.integrity.problems` compares."""
+    a = view.pack.arrays
+    counts = np.diff(a["offsets"])
+    term = np.concatenate([np.repeat(np.arange(counts.shape[0]), counts), view.delta_term])
+    slot = np.concatenate([a["slot"].astype(np.int64), view.delta_slot])
+    tf = np.concatenate([a["tf"].astype(np.int64), view.delta_tf])
+    live = np.ones(view.slots, bool) if view.alive is None else view.alive
+    keep = live[slot]
+    return _sorted(
+        view.doc[slot[keep]],
+        term[keep],
+        tf[keep],
+        view.doc[live],
+        view.dl[live],
+        view.src[live],
+        view.srclen,
+    )
+
+
+def triples_of(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """:func:`triples` of freshly built arrays."""
+    counts = np.diff(arrays["offsets"])
+    term = np.repeat(np.arange(counts.shape[0]), counts)
+    slot = arrays["slot"].astype(np.int64)
+    doc = arrays["doc"]
+    return _sorted(
+        doc[slot], term, arrays["tf"], doc, arrays["dl"], arrays["src"], arrays["srclen"]
+    )
+
+
+def _sorted(doc, term, tf, docs, dl, src, srclen) -> tuple[np.ndarray, ...]:
+    order = np.lexsort((term, doc))
+    by_doc = np.argsort(docs, kind="stable")
+    live_src = np.unique(src)
+    return (
+        doc[order].astype(np.int64),
+        term[order].astype(np.int64),
+        tf[order].astype(np.int64),
+        docs[by_doc].astype(np.int64),
+        dl[by_doc].astype(np.int64),
+        src[by_doc].astype(np.int64),
+        live_src,
+        srclen[live_src[live_src < srclen.shape[0]]].astype(np.int64),
+    )

@@ -1,0 +1,273 @@
+"""The packed keyword index: a derived file plus the log's delta, always exact.
+
+Every search here is compared with the SQL executor over the same tables (the parity test
+checks both against the plain formula); the pack is forced on with ``executor = "packed"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import sqlite3
+
+import numpy as np
+import pytest
+
+from kbcli import Document, SQLiteStore
+from kbcli.stores.sqlite import packed, packlog
+
+WORDS = [f"w{i}" for i in range(30)]
+QUERIES = ["w1 w2", "w3", "w0 w5 w9", "w20 w21", "w1 w1 w4"]
+FILTERS = [None, {"team": "ops"}]
+
+
+def make_docs(rng: random.Random, prefix: str, n: int) -> list[Document]:
+    out = []
+    for i in range(n):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 15)))
+        meta = {"team": rng.choice(["ops", "dev"]), "source": f"/f{rng.randint(0, 6)}.md"}
+        out.append(Document(f"{prefix}{i}", text, meta))
+    return out
+
+
+def open_store(path, *, use_pack: bool = True) -> SQLiteStore:
+    store = SQLiteStore(path)
+    store._keywords.executor = "packed" if use_pack else "sql"
+    return store
+
+
+def results(store: SQLiteStore, query: str, filter=None) -> list[tuple[str, float]]:
+    return [(h.document.id, h.score) for h in store.keyword_search(query, k=50, filter=filter)]
+
+
+def assert_same(store: SQLiteStore, reference: SQLiteStore) -> None:
+    for query in QUERIES:
+        for filter in FILTERS:
+            got, want = results(store, query, filter), results(reference, query, filter)
+            assert [d for d, _ in got] == [d for d, _ in want], (query, filter)
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+
+
+@pytest.fixture
+def stores(tmp_path):
+    path = tmp_path / "kb.db"
+    store = open_store(path)
+    store.add(make_docs(random.Random(1), "a", 60))
+    reference = open_store(path, use_pack=False)
+    yield store, reference
+    store.close()
+    reference.close()
+
+
+def header(store: SQLiteStore) -> dict:
+    return packlog.read_header(store._keywords.packed_path)
+
+
+def test_first_search_writes_the_pack(stores):
+    store, reference = stores
+    assert not store._keywords.packed_path.exists()
+    assert_same(store, reference)
+    assert header(store)["seq"] == 60
+
+
+def test_writes_are_visible_at_once_as_a_delta(stores):
+    store, reference = stores
+    assert_same(store, reference)
+    seq = header(store)["seq"]
+    store.remove(["a0", "a1"])
+    store.add([Document("a2", "w1 w2 w2 w2", {"team": "ops", "source": "/f1.md"})])  # upsert
+    store.add(make_docs(random.Random(2), "b", 5))
+    store.delete_source("/f3.md")
+    assert_same(store, reference)
+    assert header(store)["seq"] == seq  # served from the old pack and the delta
+    assert "a0" not in {d for d, _ in results(store, "w1 w2 w3 w4 w5 w6 w7")}
+    view = store._keywords._view[1]
+    assert view.alive is not None and not view.alive.all()
+
+
+def test_another_process_sees_the_writes(tmp_path):
+    path = tmp_path / "kb.db"
+    writer = open_store(path)
+    writer.add(make_docs(random.Random(3), "a", 40))
+    reader = open_store(path)
+    reference = open_store(path, use_pack=False)
+    assert_same(reader, reference)
+    writer.remove(["a5"])
+    writer.add(make_docs(random.Random(4), "c", 3))
+    assert_same(reader, reference)
+
+
+def test_a_large_delta_is_merged_into_a_new_pack(stores, monkeypatch):
+    store, reference = stores
+    monkeypatch.setattr(packed, "MERGE_MIN", 5)
+    assert_same(store, reference)
+    first = header(store)["seq"]
+    store.add(make_docs(random.Random(5), "d", 10))
+    assert_same(store, reference)
+    assert header(store)["seq"] > first
+    # The next write prunes the log rows the new pack holds.
+    store.add(make_docs(random.Random(6), "e", 1))
+    conn = sqlite3.connect(store.path)
+    low = conn.execute("SELECT min(seq) FROM keyword_log").fetchone()[0]
+    floor = conn.execute("SELECT value FROM meta WHERE key = 'keyword_log_floor'").fetchone()[0]
+    conn.close()
+    assert low > int(floor) == header(store)["seq"]
+    assert_same(store, reference)
+    assert store.integrity_check() == []
+
+
+def test_a_pack_older_than_the_log_floor_is_not_trusted(tmp_path, monkeypatch):
+    monkeypatch.setattr(packed, "MERGE_MIN", 3)
+    path = tmp_path / "kb.db"
+    old = open_store(path)
+    old.add(make_docs(random.Random(7), "a", 30))
+    reference = open_store(path, use_pack=False)
+    assert_same(old, reference)  # `old` keeps this pack mapped
+    other = open_store(path)
+    other.add(make_docs(random.Random(8), "b", 10))
+    assert_same(other, reference)  # a new pack on disk
+    other.add(make_docs(random.Random(9), "c", 1))  # prunes the log past old's pack
+    assert_same(old, reference)
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garbage", "other-index"])
+def test_a_missing_or_damaged_pack_is_rebuilt(stores, damage, tmp_path):
+    store, reference = stores
+    assert_same(store, reference)
+    path = store._keywords.packed_path
+    if damage == "delete":
+        path.unlink()
+    elif damage == "truncate":
+        path.write_bytes(path.read_bytes()[:-100])
+    elif damage == "garbage":
+        path.write_bytes(b"not a pack")
+    else:
+        stranger = open_store(tmp_path / "other.db")
+        stranger.add(make_docs(random.Random(10), "z", 20))
+        results(stranger, "w1")
+        path.write_bytes(stranger._keywords.packed_path.read_bytes())
+    fresh = open_store(store.path)  # a new process: nothing mapped yet
+    assert_same(fresh, reference)
+    assert header(fresh)["tag"] == packlog.current_tag(fresh._db.conn)
+    assert fresh.integrity_check() == []
+
+
+def test_a_crash_while_writing_a_pack_leaves_a_usable_index(stores, monkeypatch):
+    store, reference = stores
+    assert_same(store, reference)
+    good = store._keywords.packed_path.read_bytes()
+    monkeypatch.setattr(packed, "MERGE_MIN", 2)
+    store.add(make_docs(random.Random(11), "f", 10))
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # as if killed between writing the temp file and the rename
+
+    monkeypatch.setattr(packed.os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        results(store, "w1")
+    monkeypatch.undo()
+    assert store._keywords.packed_path.read_bytes() == good  # the old pack, whole
+    tmp = list(store.path.parent.glob("*.keyword-pack.*.tmp"))
+    assert tmp  # the half-done merge; never read
+    fresh = open_store(store.path)
+    assert_same(fresh, reference)
+    assert fresh.integrity_check() == []
+
+
+def test_unwritable_folder_costs_only_speed(stores, monkeypatch):
+    store, reference = stores
+    monkeypatch.setattr(packed, "write_pack", lambda *a, **k: False)
+    assert_same(store, reference)
+    assert not store._keywords.packed_path.exists()
+
+
+def test_reanalysis_starts_a_new_epoch(stores):
+    store, reference = stores
+    assert_same(store, reference)
+    tag = header(store)["tag"]
+    store.rebuild_keyword_index()
+    assert_same(store, reference)
+    assert header(store)["tag"] != tag
+    assert store.integrity_check() == []
+
+
+def test_integrity_check_finds_a_pack_that_disagrees(stores):
+    store, reference = stores
+    assert_same(store, reference)
+    path = store._keywords.packed_path
+    head = header(store)
+    dtype, offset, count = head["arrays"]["tf"]
+    raw = bytearray(path.read_bytes())
+    tf = np.frombuffer(raw, np.dtype(dtype), count, offset).copy()
+    tf[0] += 1
+    raw[offset : offset + tf.nbytes] = tf.tobytes()
+    path.write_bytes(bytes(raw))
+    problems = store.integrity_check()
+    assert any("keyword pack" in p for p in problems)
+
+
+def test_integrity_check_finds_a_forward_index_that_disagrees(stores):
+    store, _ = stores
+    conn = sqlite3.connect(store.path)
+    conn.execute("UPDATE chunks SET terms = x'' WHERE doc = (SELECT min(doc) FROM chunks)")
+    conn.commit()
+    conn.close()
+    assert any("forward indexes" in p for p in store.integrity_check())
+
+
+def test_filters_use_candidates_or_a_cached_bitmap(stores, monkeypatch):
+    store, reference = stores
+    for probe in (0, 10_000):
+        monkeypatch.setattr(packed, "FILTER_PROBE", probe)
+        store._keywords._filters.clear()
+        assert_same(store, reference)
+    cached = {k: v for k, v in store._keywords._filters.items() if k != "seen"}
+    assert cached and all(v.dtype == bool for v in cached.values())
+    store.add(make_docs(random.Random(12), "g", 1))
+    results(store, "w1")
+    assert store._keywords._filters == {}  # a new generation drops the bitmaps
+    assert json.loads(json.dumps(FILTERS[1])) == {"team": "ops"}
+
+
+@pytest.mark.parametrize("sparse_ratio", [0, 8, 10**9])
+def test_common_terms_prune_and_stay_exact(tmp_path, monkeypatch, sparse_ratio):
+    monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)
+    rng = random.Random(13)
+    docs = [
+        Document(
+            f"p{i}",
+            " ".join(rng.choice(["the", "of", "and", "to"] + WORDS) for _ in range(20)),
+            {"team": rng.choice(["ops", "dev"]), "source": f"/s{i // 5}.md"},
+        )
+        for i in range(800)
+    ]
+    store = open_store(tmp_path / "kb.db")
+    store.add(docs)
+    reference = open_store(store.path, use_pack=False)
+    for query in ("the of and", "the of and to w3", "the the w1", "w7 w8"):
+        for k, weight, filter in itertools.product((1, 5, 10), (0.0, 2.0), FILTERS):
+            got = store.keyword_search(query, k=k, source_weight=weight, filter=filter)
+            want = reference.keyword_search(query, k=k, source_weight=weight, filter=filter)
+            assert [h.document.id for h in got] == [h.document.id for h in want]
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+
+
+@pytest.mark.parametrize("numpy_loaded", [False, True])
+def test_auto_executor_imports_numpy_only_when_it_pays(tmp_path, monkeypatch, numpy_loaded):
+    import sys
+
+    from kbcli.stores.sqlite import keyword
+
+    store = SQLiteStore(tmp_path / "kb.db")
+    store.add(make_docs(random.Random(14), "h", 50))
+    used = []
+    real_sql = keyword._bm25_sql
+    monkeypatch.setattr(keyword, "_bm25_sql", lambda *a: used.append("sql") or real_sql(*a))
+    if not numpy_loaded:  # as in a fresh `kb search` process
+        monkeypatch.delitem(sys.modules, "numpy")
+    for limit, expect in ((10**9, "sql"), (1, "packed")):
+        monkeypatch.setattr(keyword, "SQL_MAX_POSTINGS", limit)
+        used.clear()
+        store.keyword_search("w1 w2", k=5)
+        assert (used == ["sql"]) == (expect == "sql" and not numpy_loaded)
