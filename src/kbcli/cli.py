@@ -18,6 +18,8 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from .registry import STORES  # names only: no backend is imported
+
 EXIT_INTERRUPTED = 130
 MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
 MAX_INT64 = 2**63 - 1  # SQLite's integers
@@ -335,7 +337,7 @@ def _root(
         typer.Option(
             "--store",
             metavar="NAME",
-            help="Store backend: sqlite, memory, faiss, chroma [default: store.backend].",
+            help=f"Store backend: {', '.join(STORES)} [default: store.backend].",
         ),
     ] = None,
 ) -> None:
