@@ -72,6 +72,65 @@ def test_same_vector_alone_and_in_a_padded_batch(embedder):
     assert np.max(np.abs(np.array(alone) - np.array(in_batch))) < 1e-5
 
 
+# Texts from one word to past the 256-token truncation, in no particular order of length.
+MIXED = [
+    "word",
+    "a much longer text about indexes, chunks and the queries that find them " * 20,
+    QUERY,
+    "medium sized text about sqlite keeping everything in one file " * 3,
+    "",
+    "x" * 3000,
+    FAR,
+    "the weather tomorrow brings rain in the north and sun in the south " * 6,
+]
+
+
+def fixed_padding_vectors(runtime, texts: list[str], width: int) -> np.ndarray:
+    """Vectors the old way: every text padded to ``width`` tokens, in one batch."""
+    tokenizer = runtime.tokenizer
+    encodings = tokenizer.encode_batch(texts)
+    ids = np.full((len(texts), width), runtime.pad_id, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)] = e.ids
+        mask[row, : len(e.ids)] = 1
+    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    out = runtime.session.run(None, {k: v for k, v in feed.items() if k in runtime.inputs})[0]
+    pooled = (out * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def test_dynamic_padding_equals_fixed_padding(embedder):
+    runtime = embedder._runtime
+    lengths = [len(e.ids) for e in runtime.tokenizer.encode_batch(MIXED)]
+    assert min(lengths) <= 3 and max(lengths) == 256  # really different lengths, one truncated
+    padded = fixed_padding_vectors(runtime, MIXED, 256)
+    small = LocalEmbedder(batch_size=2)  # sorted into batches of 2, each padded to its longest
+    dynamic = np.array(small.embed_documents(MIXED))
+    assert np.all((padded * dynamic).sum(axis=1) >= 0.9999)
+
+
+def test_sorted_batches_come_back_in_the_callers_order():
+    small = LocalEmbedder(batch_size=3)
+    batched = small.embed_documents(MIXED)
+    for text, vector in zip(MIXED, batched, strict=True):
+        assert np.max(np.abs(np.array(small.embed_query(text)) - np.array(vector))) < 1e-5
+
+
+def test_no_texts_no_vectors(embedder):
+    assert embedder.embed_documents([]) == []
+
+
+def test_thread_count_fits_the_machine():
+    assert 1 <= local.default_threads() <= (os.cpu_count() or 1)
+    one = LocalEmbedder(threads=1)
+    assert one._runtime.threads == 1
+    assert one._runtime is not LocalEmbedder()._runtime or local.default_threads() == 1
+    a = np.array(one.embed_documents([QUERY, FAR]))
+    b = np.array(LocalEmbedder().embed_documents([QUERY, FAR]))
+    assert np.all((a * b).sum(axis=1) >= 0.9999)
+
+
 def test_batches_span_batch_size():
     small = LocalEmbedder(batch_size=2)
     texts = [QUERY, NEAR, FAR, "one more", "and another"]
@@ -120,6 +179,19 @@ def test_missing_onnxruntime_names_the_extra(monkeypatch):
             LocalEmbedder(backend="onnx")
     finally:
         local.clear_cache()
+
+
+def test_sentence_transformers_folder_names_the_local_st_extra(tmp_path, monkeypatch):
+    folder = tmp_path / "my-st-model"  # a sentence-transformers folder: no model.onnx
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if not installed
+    with pytest.raises(MissingDependencyError) as caught:
+        LocalEmbedder(str(folder))
+    message = str(caught.value)
+    assert "pip install 'kbcli[local-st]'" in message
+    assert "'sentence-transformers'" in message
+    assert "kbcli[local]'" not in message
 
 
 def test_import_is_light():
