@@ -121,13 +121,27 @@ def test_no_texts_no_vectors(embedder):
     assert embedder.embed_documents([]) == []
 
 
-def test_thread_count_fits_the_machine():
-    assert 1 <= local.default_threads() <= (os.cpu_count() or 1)
+def test_thread_count_fits_the_machine(monkeypatch):
+    cpus = local.available_cpus()
+    assert 1 <= local.default_threads() <= cpus <= (os.cpu_count() or 1)
+    decide = local.default_threads.__wrapped__  # the uncached decision
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert decide() == cpus  # idle: every CPU
+    monkeypatch.setattr(os, "getloadavg", lambda: (cpus + 3.0, 0.0, 0.0))
+    assert decide() == 1  # busy: one thread, never zero
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert decide() == 1
+
+
+def test_explicit_threads_same_vectors(embedder):
     one = LocalEmbedder(threads=1)
     assert one._runtime.threads == 1
-    assert one._runtime is not LocalEmbedder()._runtime or local.default_threads() == 1
+    assert one._runtime is not embedder._runtime
+    assert LocalEmbedder()._runtime is embedder._runtime  # the default session is built once
     a = np.array(one.embed_documents([QUERY, FAR]))
-    b = np.array(LocalEmbedder().embed_documents([QUERY, FAR]))
+    b = np.array(embedder.embed_documents([QUERY, FAR]))
     assert np.all((a * b).sum(axis=1) >= 0.9999)
 
 
