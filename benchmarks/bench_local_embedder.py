@@ -189,7 +189,8 @@ def worker(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         embedder.embed_documents(texts)
         rates.append(len(texts) / (time.perf_counter() - start))
-    print(json.dumps({"rates": rates}))
+    threads = getattr(embedder._runtime, "threads", None)  # None: the tree predates the choice
+    print(json.dumps({"rates": rates, "threads": threads}))
 
 
 def import_seconds(statement: str, src: str) -> float | None:
@@ -229,13 +230,18 @@ def bench_throughput(args: argparse.Namespace, texts: list[str], trees: dict[str
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(texts, f)
     rates: dict[str, list[float]] = {label: [] for label in trees}
+    threads: dict[str, list[object]] = {label: [] for label in trees}
     try:
         for _ in range(args.repeats):  # alternate, so load changes hit both sides alike
             for label, src in trees.items():
                 answer = run_worker(src, "--texts", f.name, "--batch", "32", "--passes", "1")
                 rates[label].extend(answer["rates"])
+                threads[label].append(answer.get("threads"))
     finally:
         os.unlink(f.name)
+    for label, used in threads.items():
+        shown = ", ".join("onnxruntime default" if t is None else str(t) for t in used)
+        print(f"  {label:<10} session threads per run: {shown}")
     return rates
 
 
@@ -308,11 +314,11 @@ def main() -> None:
     import numpy as np
     import onnxruntime
 
-    from kbcli.embedders.local import LocalEmbedder, default_threads
+    from kbcli.embedders.local import LocalEmbedder, available_cpus, default_threads
 
     print(
         f"python {sys.version.split()[0]}, onnxruntime {onnxruntime.__version__}, "
-        f"{os.cpu_count()} CPUs, {default_threads()} session threads; {load()}"
+        f"{available_cpus()} CPUs available, {default_threads()} session threads now; {load()}"
     )
     for label, statement in [
         ("import onnxruntime + tokenizers", "import onnxruntime, tokenizers"),
@@ -376,7 +382,7 @@ def main() -> None:
         f"  FLOPs per chunk at its own length: mean {per_chunk / 1e9:.2f} GFLOP "
         f"({flops_per_chunk(mean_tokens) / 1e9:.2f} at the mean {mean_tokens:.0f} tokens)"
     )
-    peak, how = cpu_peak(default_threads())
+    peak, how = cpu_peak(available_cpus())
     measured = sgemm_rate()
     best_rate = statistics.median(rates[list(trees)[-1]])
     print(
