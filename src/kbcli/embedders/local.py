@@ -23,7 +23,10 @@ The int8 model agrees with the float one to a cosine of about 0.999 (see
 ``benchmarks/bench_local_embedder.py``), so both routes report the model as
 ``all-MiniLM-L6-v2`` and an index built by one can be searched with the other.
 
-Each model is loaded once per process (cache keyed by path, backend and device).
+Each model is loaded once per process (cache keyed by path, backend, device and thread count).
+``embed_documents`` sorts texts by length so each batch pads only to its own longest text, and
+returns vectors in the caller's order; the ONNX session's thread count fits the CPUs this
+process can get (:func:`default_threads`). Figures: docs/embedders.md, "Speed".
 """
 
 from __future__ import annotations
