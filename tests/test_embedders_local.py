@@ -117,6 +117,24 @@ def test_sorted_batches_come_back_in_the_callers_order():
         assert np.max(np.abs(np.array(small.embed_query(text)) - np.array(vector))) < 1e-5
 
 
+def test_runs_stay_within_the_token_budget(embedder, monkeypatch):
+    runtime = embedder._runtime
+    widths: list[tuple[int, int]] = []
+    real = runtime._run
+
+    def spy(encodings, width):
+        widths.append((len(encodings), width))
+        return real(encodings, width)
+
+    monkeypatch.setattr(runtime, "_run", spy)
+    texts = [f"short text {i}" for i in range(40)] + MIXED
+    assert len(embedder.embed_documents(texts)) == len(texts)
+    assert sum(rows for rows, _ in widths) == len(texts)
+    for rows, width in widths:
+        assert rows <= embedder.batch_size
+        assert rows == 1 or rows * width <= local.MAX_BATCH_TOKENS
+
+
 def test_no_texts_no_vectors(embedder):
     assert embedder.embed_documents([]) == []
 

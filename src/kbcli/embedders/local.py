@@ -50,6 +50,10 @@ DEFAULT_LANGUAGES = frozenset({"en"})
 BACKENDS = ("auto", "onnx", "sentence-transformers")
 INSTALL = "pip install 'kbcli[local]'"
 SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedder.embed_documents
+# Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
+# fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
+# runs of 4-6 texts, 56 in one run of 32).
+MAX_BATCH_TOKENS = 512
 
 _CACHE: dict[tuple[str, str, str, int | None], Any] = {}
 _LOCK = threading.Lock()
@@ -151,8 +155,10 @@ def default_threads() -> int:
 class OnnxModel:
     """A transformer encoder run by onnxruntime: tokenise, run, mean-pool, normalise.
 
-    ``encode`` sorts the texts by token count and pads each batch only to its longest text, so
-    short texts do not pay for long ones; rows come back in the caller's order. Padding is
+    ``encode`` sorts the texts by token count and runs them in batches of at most
+    ``batch_size`` texts and :data:`MAX_BATCH_TOKENS` padded tokens, each padded only to its
+    own longest text, so short texts do not pay for long ones; rows come back in the caller's
+    order. Padding is
     masked out of attention and pooling, so a text's vector does not depend on its batch.
     """
 
@@ -209,12 +215,23 @@ class OnnxModel:
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         order = np.argsort(lengths, kind="stable")
         out: Any = None
-        for start in range(0, len(texts), max(1, batch_size)):
-            rows = order[start : start + batch_size]
+        start = 0
+        while start < len(order):
+            # Shortest first, so the next text sets the width: grow the batch while it stays
+            # within batch_size texts and MAX_BATCH_TOKENS padded tokens.
+            end = start + 1
+            while (
+                end < len(order)
+                and end - start < batch_size
+                and (end - start + 1) * int(lengths[order[end]]) <= MAX_BATCH_TOKENS
+            ):
+                end += 1
+            rows = order[start:end]
             vectors = self._run([encodings[i] for i in rows], int(lengths[rows].max()))
             if out is None:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
             out[rows] = vectors
+            start = end
         if out is None:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         return out
