@@ -2,7 +2,7 @@
 chunks (before/after against another source tree), the physical bound, whole-command hybrid
 ``kb search`` latency, and agreement of the default ONNX int8 route with sentence-transformers.
 
-Run:  python benchmarks/bench_local_embedder.py [--chunks 512] [--repeats 5]
+Run:  python benchmarks/bench_local_embedder.py [--chunks 512] [--repeats 5] [--window 32]
                                                 [--compare OTHER/src] [--skip-st] [--skip-command]
 
 ``--compare`` measures the embedder of another checkout (``git worktree add /tmp/old <rev>``,
@@ -187,7 +187,8 @@ def worker(args: argparse.Namespace) -> None:
     rates, cpu_rates = [], []
     for _ in range(args.passes):
         start, cpu = time.perf_counter(), os.times()
-        embedder.embed_documents(texts)
+        for i in range(0, len(texts), args.window):
+            embedder.embed_documents(texts[i : i + args.window])
         after = os.times()
         rates.append(len(texts) / (time.perf_counter() - start))
         cpu_seconds = after.user + after.system - cpu.user - cpu.system
@@ -241,7 +242,10 @@ def bench_throughput(
     try:
         for _ in range(args.repeats):  # alternate, so load changes hit both sides alike
             for label, src in trees.items():
-                answer = run_worker(src, "--texts", f.name, "--batch", "32", "--passes", "1")
+                window = str(args.window)
+                answer = run_worker(
+                    src, "--texts", f.name, "--batch", "32", "--passes", "1", "--window", window
+                )
                 rates[label].extend(answer["rates"])
                 cpu_rates[label].extend(answer["cpu_rates"])
                 threads[label].append(answer.get("threads"))
@@ -304,6 +308,12 @@ def main() -> None:
     parser.add_argument("--compare", metavar="SRC", help="another checkout's src folder")
     parser.add_argument("--eval-dir", type=Path, default=EVAL)
     parser.add_argument("--command-runs", type=int, default=9)
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=32,
+        help="texts per embed_documents call (32: what kb ingest sends at batch size 32)",
+    )
     parser.add_argument("--skip-st", action="store_true", help="skip sentence-transformers")
     parser.add_argument("--skip-command", action="store_true", help="skip whole-command runs")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -364,7 +374,10 @@ def main() -> None:
         "length-sorted (128 if padded as the bundled tokenizer.json says)"
     )
 
-    print(f"\nchunks/s, batch 32, fresh process per run, {args.repeats} rounds; {load()}")
+    print(
+        f"\nchunks/s, batch 32, {args.window} texts per call, fresh process per run, "
+        f"{args.repeats} rounds; {load()}"
+    )
     rates, cpu_rates = bench_throughput(args, texts, trees)
     for label, values in rates.items():
         print(f"  {label:<10} {spread(values)} chunks/s")
