@@ -221,13 +221,31 @@ def spread(values: list[float], unit: str = "", digits: int = 1) -> str:
     return f"median {med:.{digits}f}{unit} (min {low:.{digits}f}, max {high:.{digits}f})"
 
 
-def padded_tokens(lengths: list[int], batch: int, sort: bool) -> float:
-    """Mean tokens computed per chunk when batches pad to their longest text."""
-    seq = sorted(lengths) if sort else lengths
-    total = sum(
-        max(seq[i : i + batch]) * len(seq[i : i + batch]) for i in range(0, len(seq), batch)
-    )
-    return total / len(seq)
+def padded_tokens(lengths: list[int], batch: int, window: int | None, budget: int | None) -> float:
+    """Mean tokens computed per chunk when each batch pads to its longest text.
+
+    ``window`` None: batches of ``batch`` in arrival order (before length sorting). Otherwise
+    calls of ``window`` texts, each sorted and cut into runs of at most ``batch`` texts and
+    ``budget`` padded tokens, as ``OnnxModel.encode`` does.
+    """
+    if window is None:
+        runs = [lengths[i : i + batch] for i in range(0, len(lengths), batch)]
+        return sum(max(r) * len(r) for r in runs) / len(lengths)
+    total = 0
+    for start in range(0, len(lengths), window):
+        seq = sorted(lengths[start : start + window])
+        i = 0
+        while i < len(seq):
+            j = i + 1
+            while (
+                j < len(seq)
+                and j - i < batch
+                and (budget is None or (j - i + 1) * seq[j] <= budget)
+            ):
+                j += 1
+            total += seq[j - 1] * (j - i)
+            i = j
+    return total / len(lengths)
 
 
 def bench_throughput(
@@ -368,10 +386,15 @@ def main() -> None:
         f"  characters mean {statistics.mean(map(len, texts)):.0f}; tokens mean "
         f"{mean_tokens:.1f}, median {statistics.median(lengths):.0f}, max {max(lengths)}"
     )
+    from kbcli.embedders import local
+
+    budget = getattr(local, "MAX_BATCH_TOKENS", None)
     print(
-        f"  tokens computed per chunk, batch 32: {padded_tokens(lengths, 32, False):.1f} padded to "
-        f"each batch's longest in arrival order, {padded_tokens(lengths, 32, True):.1f} "
-        "length-sorted (128 if padded as the bundled tokenizer.json says)"
+        f"  tokens computed per chunk, batch 32: {padded_tokens(lengths, 32, None, None):.1f} "
+        f"padded in arrival order (128 if padded as the bundled tokenizer.json says); "
+        f"length-sorted in runs of <= {budget} tokens: "
+        f"{padded_tokens(lengths, 32, args.window, budget):.1f} at {args.window} texts a call, "
+        f"{padded_tokens(lengths, 32, len(lengths), budget):.1f} at {len(lengths)}"
     )
 
     print(
