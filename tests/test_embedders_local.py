@@ -72,6 +72,97 @@ def test_same_vector_alone_and_in_a_padded_batch(embedder):
     assert np.max(np.abs(np.array(alone) - np.array(in_batch))) < 1e-5
 
 
+# Texts from one word to past the 256-token truncation, in no particular order of length.
+MIXED = [
+    "word",
+    "a much longer text about indexes, chunks and the queries that find them " * 20,
+    QUERY,
+    "medium sized text about sqlite keeping everything in one file " * 3,
+    "",
+    "x" * 3000,
+    FAR,
+    "the weather tomorrow brings rain in the north and sun in the south " * 6,
+]
+
+
+def fixed_padding_vectors(runtime, texts: list[str], width: int) -> np.ndarray:
+    """Vectors the old way: every text padded to ``width`` tokens, in one batch."""
+    tokenizer = runtime.tokenizer
+    encodings = tokenizer.encode_batch(texts)
+    ids = np.full((len(texts), width), runtime.pad_id, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    for row, e in enumerate(encodings):
+        ids[row, : len(e.ids)] = e.ids
+        mask[row, : len(e.ids)] = 1
+    feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+    out = runtime.session.run(None, {k: v for k, v in feed.items() if k in runtime.inputs})[0]
+    pooled = (out * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+
+
+def test_dynamic_padding_equals_fixed_padding(embedder):
+    runtime = embedder._runtime
+    lengths = [len(e.ids) for e in runtime.tokenizer.encode_batch(MIXED)]
+    assert min(lengths) <= 3 and max(lengths) == 256  # really different lengths, one truncated
+    padded = fixed_padding_vectors(runtime, MIXED, 256)
+    small = LocalEmbedder(batch_size=2)  # sorted into batches of 2, each padded to its longest
+    dynamic = np.array(small.embed_documents(MIXED))
+    assert np.all((padded * dynamic).sum(axis=1) >= 0.9999)
+
+
+def test_sorted_batches_come_back_in_the_callers_order():
+    small = LocalEmbedder(batch_size=3)
+    batched = small.embed_documents(MIXED)
+    for text, vector in zip(MIXED, batched, strict=True):
+        assert np.max(np.abs(np.array(small.embed_query(text)) - np.array(vector))) < 1e-5
+
+
+def test_runs_stay_within_the_token_budget(embedder, monkeypatch):
+    runtime = embedder._runtime
+    widths: list[tuple[int, int]] = []
+    real = runtime._run
+
+    def spy(encodings, width):
+        widths.append((len(encodings), width))
+        return real(encodings, width)
+
+    monkeypatch.setattr(runtime, "_run", spy)
+    texts = [f"short text {i}" for i in range(40)] + MIXED
+    assert len(embedder.embed_documents(texts)) == len(texts)
+    assert sum(rows for rows, _ in widths) == len(texts)
+    for rows, width in widths:
+        assert rows <= embedder.batch_size
+        assert rows == 1 or rows * width <= local.MAX_BATCH_TOKENS
+
+
+def test_no_texts_no_vectors(embedder):
+    assert embedder.embed_documents([]) == []
+
+
+def test_thread_count_fits_the_machine(monkeypatch):
+    cpus = local.available_cpus()
+    assert 1 <= local.default_threads() <= cpus <= (os.cpu_count() or 1)
+    decide = local.default_threads.__wrapped__  # the uncached decision
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert decide() == cpus  # idle: every CPU
+    monkeypatch.setattr(os, "getloadavg", lambda: (cpus + 3.0, 0.0, 0.0))
+    assert decide() == 1  # busy: one thread, never zero
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert decide() == 1
+
+
+def test_explicit_threads_same_vectors(embedder):
+    one = LocalEmbedder(threads=1)
+    assert one._runtime.threads == 1
+    assert one._runtime is not embedder._runtime
+    assert LocalEmbedder()._runtime is embedder._runtime  # the default session is built once
+    a = np.array(one.embed_documents([QUERY, FAR]))
+    b = np.array(embedder.embed_documents([QUERY, FAR]))
+    assert np.all((a * b).sum(axis=1) >= 0.9999)
+
+
 def test_batches_span_batch_size():
     small = LocalEmbedder(batch_size=2)
     texts = [QUERY, NEAR, FAR, "one more", "and another"]
@@ -120,6 +211,19 @@ def test_missing_onnxruntime_names_the_extra(monkeypatch):
             LocalEmbedder(backend="onnx")
     finally:
         local.clear_cache()
+
+
+def test_sentence_transformers_folder_names_the_local_st_extra(tmp_path, monkeypatch):
+    folder = tmp_path / "my-st-model"  # a sentence-transformers folder: no model.onnx
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # as if not installed
+    with pytest.raises(MissingDependencyError) as caught:
+        LocalEmbedder(str(folder))
+    message = str(caught.value)
+    assert "pip install 'kbcli[local-st]'" in message
+    assert "'sentence-transformers'" in message
+    assert "kbcli[local]'" not in message
 
 
 def test_import_is_light():
