@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .types import Document, FileRecord, SearchOptions, SearchResult, Section
+from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
 
 if TYPE_CHECKING:
     from .analysis import Analyzer
@@ -397,4 +397,21 @@ class EmbeddingCache(Protocol):
 
     def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
         """Remember ``vectors`` (text -> vector) for ``info``'s embedder."""
+        ...
+
+
+@runtime_checkable
+class Doctor(Protocol):
+    """A store that can check its derived structures against its catalog (``kb doctor``).
+
+    ``doctor`` runs every check and returns one :class:`~kbcli.types.Finding` each; a check
+    that passes has ``ok=True``. With ``repair=True`` each drifted structure that can be
+    rebuilt from the catalog (keyword tables, packed keyword file, vector caches and indexes)
+    is rebuilt, and its finding says so (``repaired=True``, ``action``); nothing the catalog
+    holds is ever deleted. A stale derived file (an older generation, rebuilt by the next
+    search) is not drift; one that claims the current generation but disagrees is.
+    """
+
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check (and with ``repair`` rebuild) the derived structures; one finding each."""
         ...

@@ -442,6 +442,21 @@ def stats_table(stats: dict[str, Any]) -> None:
         console.print(line, soft_wrap=True)
 
 
+def doctor_lines(findings: Sequence[Any]) -> None:
+    """One line per ``kb doctor`` check on stdout: ok, repaired (and how) or drift (and why)."""
+    for f in findings:
+        if f.ok and f.repaired:
+            result(f"repaired  {f.check}: {f.detail} -> {f.action}")
+        elif f.ok:
+            result(f"ok        {f.check}")
+        else:
+            tail = f" (tried: {f.action})" if f.action else ""
+            result(f"drift     {f.check}: {f.detail}{tail}")
+    drift = sum(1 for f in findings if not f.ok)
+    if drift:
+        message(f"{drift} check{'s' if drift != 1 else ''} drifted: run 'kb doctor --repair'")
+
+
 def config_table(rows: Sequence[dict[str, Any]]) -> None:
     """``kb config``: setting, value and origin, one line each; wraps rather than cuts."""
     from rich.table import Table

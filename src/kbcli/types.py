@@ -29,6 +29,28 @@ class Document:
     embedding: list[float] | None = None
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One check of ``kb doctor``: ``check`` names what was compared, ``ok`` whether it holds,
+    ``detail`` says why not (one line), ``repaired`` whether ``doctor(repair=True)`` fixed it
+    (``action`` says how)."""
+
+    check: str
+    ok: bool
+    detail: str = ""
+    repaired: bool = False
+    action: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``kb doctor --json``."""
+        return {
+            "check": self.check,
+            "status": "repaired" if self.repaired else ("ok" if self.ok else "drift"),
+            "detail": self.detail,
+            "action": self.action,
+        }
+
+
 @dataclass
 class SearchResult:
     """One hit: a document and its score (higher is better; meaning depends on the mode)."""

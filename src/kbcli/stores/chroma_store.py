@@ -280,6 +280,34 @@ class ChromaCollection:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
+    def verify(self, conn: sqlite3.Connection) -> str | None:
+        """Why the collection of the current generation disagrees with the ``vectors`` table
+        (state file, stamps, count), or None (agrees, missing, or stale)."""
+        if not self.state_path.exists():
+            return None
+        state = self._load()
+        if state is None:
+            return f"{self.state_path.name} is damaged (the collection is rebuilt on use)"
+        tag, held, _, dirty = state
+        if dirty or tag != sqlite_vectors.generation_tag(conn):
+            return None
+        current = sqlite_vectors.stamps(conn)
+        if held != current:
+            wrong = len(set(held.items()) ^ set(current.items()))
+            return f"the Chroma collection disagrees with the catalog on {wrong} vectors"
+        count = len(ChromaVectorIndex(self._collection()))
+        if count != len(current):
+            return f"the Chroma collection holds {count} vectors, the catalog {len(current)}"
+        return None
+
+    def discard(self) -> None:
+        """Delete the collection and its state file; rebuilt on next use."""
+        with lock_file(self.path / f"{self.name}.kbcli-lock", 60.0, str(self.path)):
+            self._collection(reset=True)
+            self.state_path.unlink(missing_ok=True)
+        self._index = None
+        self._tag = None
+
     def close(self) -> None:
         """Drop the client (Chroma keeps its own files consistent)."""
         self._index = None

@@ -404,6 +404,40 @@ class FaissFile:
         """Drop the index held in memory."""
         self._current = None
 
+    def verify(self, conn: sqlite3.Connection) -> str | None:
+        """Why the file of the current generation disagrees with the ``vectors`` table (the
+        vectors it holds, by stamp), or None (agrees, missing, or stale)."""
+        if not self.path.exists():
+            return None
+        loaded = self._load()
+        if loaded is None:
+            try:
+                with open(self.path, "rb") as fh:
+                    head = fh.read(16)
+                size = int.from_bytes(head[8:16], "little")
+                with open(self.path, "rb") as fh:
+                    fh.seek(16)
+                    header = json.loads(fh.read(size))
+                if head.startswith(FILE_MAGIC) and header.get("settings") != self.settings:
+                    return None  # built with other settings: rebuilt by the next search
+            except (OSError, ValueError, AttributeError):
+                pass
+            return f"{self.path.name} is damaged or cut short (ignored by search)"
+        tag, index, held, _ = loaded
+        if tag != sqlite_vectors.generation_tag(conn):
+            return None
+        current = sqlite_vectors.stamps(conn)
+        if held != current or len(index) != len(current):
+            wrong = len(set(held.items()) ^ set(current.items()))
+            return f"{self.path.name} disagrees with the catalog on {wrong} vectors"
+        return None
+
+    def discard(self) -> None:
+        """Delete the FAISS file (and temp files of killed writers); rebuilt on next use."""
+        self._current = None
+        self.path.unlink(missing_ok=True)
+        sqlite_vectors.remove_dead_temp_files(self.path)
+
 
 def _embedder_key(conn: sqlite3.Connection) -> str:
     row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()

@@ -20,7 +20,7 @@ from ...analysis import Analyzer
 from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
 from ...filters import validate_filter
-from ...types import Document, FileRecord, SearchResult
+from ...types import Document, FileRecord, Finding, SearchResult
 from ..common import check_embedder, keyword_hit, lock_file, prefiltered_search, vector_dimensions
 from . import catalog, integrity, ledger, vectors
 from .catalog import ChunkRow
@@ -411,6 +411,13 @@ class SQLiteStore:
         """SQLite's integrity check plus kbcli's own invariants; empty list when all is well."""
         with self._db.read() as conn:
             return integrity.problems(conn)
+
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables, the packed keyword file and the derived vector index
+        against the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
+        from . import doctor
+
+        return doctor.run(self, repair)
 
     def refresh_vector_index(self) -> None:
         """Bring the derived vector index (matrix cache, FAISS file, Chroma collection) up to

@@ -109,6 +109,16 @@ class DerivedVectors(Protocol):
         """Release what the index holds (files, clients)."""
         ...
 
+    def verify(self, conn: sqlite3.Connection) -> str | None:
+        """Why the index on disk disagrees with the ``vectors`` table as of ``conn`` (one
+        line), or None when it agrees, is missing or is stale (an older generation, rebuilt
+        by the next search)."""
+        ...
+
+    def discard(self) -> None:
+        """Delete the index on disk and forget the one in memory (rebuilt on next use)."""
+        ...
+
 
 def stamps(conn: sqlite3.Connection) -> dict[int, int]:
     """Which chunk's vector each rowid holds: a stamp of the chunk's id and creation time.
@@ -184,6 +194,45 @@ class MatrixCache:
     def close(self) -> None:
         """Drop the mapped matrix."""
         self._index = None
+
+    def verify(self, conn: sqlite3.Connection) -> str | None:
+        """Why the cache file of the current generation disagrees with the ``vectors`` table
+        (ids or unit rows), or None (agrees, missing, or stale: rebuilt by the next search)."""
+        import numpy as np
+
+        from ...vectors import as_unit_matrix
+
+        if not self.path.exists():
+            return None
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(HEADER_SIZE)
+            header = json.loads(head[len(CACHE_MAGIC) :].rstrip(b"\0 \n"))
+            if not head.startswith(CACHE_MAGIC) or not isinstance(header, dict):
+                raise ValueError
+        except (OSError, ValueError):
+            return f"{self.path.name} has no readable header (ignored by search)"
+        tag = generation_tag(conn)
+        if header.get("tag") != tag:
+            return None
+        arrays = self._map(tag)
+        if arrays is None:
+            return f"{self.path.name} is damaged or cut short (ignored by search)"
+        ids, matrix = arrays
+        want_ids, want = read_vectors(conn, [])
+        if ids.shape != want_ids.shape or not bool((np.asarray(ids) == want_ids).all()):
+            return f"{self.path.name} holds {len(ids)} vector ids, the catalog {len(want_ids)}"
+        if len(want) and not np.allclose(
+            np.asarray(matrix), as_unit_matrix(want.copy()), atol=1e-5, equal_nan=False
+        ):
+            return f"{self.path.name} holds vectors that differ from the catalog's"
+        return None
+
+    def discard(self) -> None:
+        """Delete the cache file (and temp files of killed writers); rebuilt on next use."""
+        self._index = None
+        self.path.unlink(missing_ok=True)
+        remove_dead_temp_files(self.path)
 
     def _map(self, tag: str) -> tuple[Any, Any] | None:
         import numpy as np
@@ -274,6 +323,24 @@ class MatrixCache:
             matrix[done : done + len(batch)] = as_unit_matrix(raw)
             done += len(batch)
         return ids, matrix
+
+
+def remove_dead_temp_files(path: Path) -> list[Path]:
+    """Delete ``<path>.<pid>.tmp`` files of writers that were killed (their pid no longer
+    runs); returns those deleted."""
+    gone = []
+    for tmp in path.parent.glob(f"{path.name}.*.tmp"):
+        pid = tmp.name[len(path.name) + 1 : -len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+            gone.append(tmp)
+        except OSError:
+            pass
+    return gone
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -1,0 +1,119 @@
+"""``kb doctor`` for the SQLite family: each derived structure checked against the catalog
+(the ``chunks`` and ``vectors`` tables) and, on request, rebuilt from it.
+
+Checks, in order: SQLite's own ``PRAGMA integrity_check`` (never repaired here: the catalog
+itself is damaged), the keyword tables (statistics, document and source frequencies, forward
+indexes, log), vectors without a chunk, the packed keyword file and the derived vector index
+(the matrix cache, a FAISS file or a Chroma collection).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ...types import Finding
+from . import integrity
+from .packlog import current_tag, pack_path, read_header
+from .vectors import bump, remove_dead_temp_files
+
+if TYPE_CHECKING:
+    from .store import SQLiteStore
+
+
+def run(store: SQLiteStore, repair: bool) -> list[Finding]:
+    """Every check of ``store``; with ``repair``, each drifted one rebuilt and checked again."""
+    with store._db.read() as conn:
+        sqlite = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
+    if sqlite != ["ok"]:
+        detail = f"{sqlite[0]} (+{len(sqlite) - 1} more)" if len(sqlite) > 1 else sqlite[0]
+        return [
+            Finding(
+                "sqlite",
+                False,
+                f"PRAGMA integrity_check: {detail}; restore a backup or re-ingest into a new file",
+            )
+        ]
+    findings = [Finding("sqlite", True)]
+    for name, check, fix in _CHECKS:
+        problems = check(store)
+        if not problems:
+            findings.append(Finding(name, True))
+            continue
+        detail = problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        if not repair:
+            findings.append(Finding(name, False, detail))
+            continue
+        action = fix(store)
+        left = check(store)
+        findings.append(Finding(name, not left, detail if not left else left[0], not left, action))
+    return findings
+
+
+def _keyword_tables(store: SQLiteStore) -> list[str]:
+    with store._db.read() as conn:
+        return integrity._corpus(conn) + integrity._sources(conn) + integrity._keyword_log(conn)
+
+
+def _fix_keyword_tables(store: SQLiteStore) -> str:
+    n = store.rebuild_keyword_index()
+    return f"rebuilt the keyword index from {n} chunks"
+
+
+def _orphans(store: SQLiteStore) -> list[str]:
+    with store._db.read() as conn:
+        return integrity._vectors(conn)
+
+
+def _fix_orphans(store: SQLiteStore) -> str:
+    with store._db.transaction() as conn:
+        gone = conn.execute(
+            "DELETE FROM vectors WHERE doc NOT IN (SELECT doc FROM chunks)"
+        ).rowcount
+        bump(conn)
+    return f"deleted {gone} vectors that belonged to no chunk"
+
+
+def _pack(store: SQLiteStore) -> list[str]:
+    path = pack_path(store.path)
+    if not path.exists():
+        return []
+    header = read_header(path)
+    if header is None:
+        return [f"{path.name} has no readable header (ignored by search)"]
+    with store._db.read() as conn:
+        if header.get("tag") != current_tag(conn):
+            return []  # stale: replaced by the next search
+        from . import packed
+
+        if packed.map_pack(path, header["tag"]) is None:
+            return [f"{path.name} is damaged or cut short (ignored by search)"]
+        return integrity._pack(conn)
+
+
+def _fix_pack(store: SQLiteStore) -> str:
+    path = pack_path(store.path)
+    path.unlink(missing_ok=True)
+    remove_dead_temp_files(path)
+    return f"deleted {path.name} (the next search writes a new one)"
+
+
+def _vector_index(store: SQLiteStore) -> list[str]:
+    with store._db.read() as conn:
+        problem = store._matrix.verify(conn)
+    return [problem] if problem else []
+
+
+def _fix_vector_index(store: SQLiteStore) -> str:
+    name = Path(store._matrix.path).name
+    store._matrix.discard()
+    store.refresh_vector_index()
+    return f"rebuilt {name} from the catalog"
+
+
+_CHECKS = (
+    ("keyword-index", _keyword_tables, _fix_keyword_tables),
+    ("vectors", _orphans, _fix_orphans),
+    ("keyword-pack", _pack, _fix_pack),
+    ("vector-index", _vector_index, _fix_vector_index),
+)
