@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .crashpoints import crash_point
 from .errors import (
     InvalidOptionError,
     KBError,
@@ -607,6 +608,7 @@ class _PendingWrites:
     def _embed(self, n: int) -> None:
         texts = list(self.waiting)[:n]
         fresh = self.kb.embedder.embed_documents(texts)
+        crash_point("after-embed")
         self.vectors.update(zip(texts, fresh))
         for text in texts:
             del self.waiting[text]
@@ -722,6 +724,7 @@ def _sync_file(
                     "this time; run kb ingest again when it is no longer being written"
                 )
             time.sleep(TORN_READ_RETRY_DELAY)
+        crash_point("after-parse")
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         chunks = ingestor.chunk_sections(sections)
         _file_lines(ingestor.loader, path, sections, chunks)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ...crashpoints import crash_point
 from ...errors import DatabaseLockedError, NotAKnowledgeBaseError, StoreError
 from . import schema
 
@@ -124,7 +125,9 @@ class Database:
             try:
                 yield self.conn
                 self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
+                crash_point("before-commit")
                 self.conn.execute("COMMIT")
+                crash_point("after-commit")
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ...crashpoints import crash_point
 from .packlog import HEADER_SIZE, MAGIC, current_seq, log_floor, read_header
 
 FETCH = 20_000  # chunk rows per step when packing
@@ -123,6 +124,7 @@ def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) ->
             for name in ARRAYS:
                 a = np.ascontiguousarray(arrays[name])
                 fh.write(memoryview(a).cast("B"))
+                crash_point("keyword-pack-write")
                 fh.write(b"\0" * ((8 - a.nbytes % 8) % 8))
             fh.flush()
             os.fsync(fh.fileno())

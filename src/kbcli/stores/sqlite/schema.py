@@ -32,6 +32,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from ...crashpoints import crash_point
 from ...errors import NotAKnowledgeBaseError
 
 SCHEMA_VERSION = 3
@@ -209,6 +210,7 @@ def ensure(conn: sqlite3.Connection, path: Path) -> None:
         while version < SCHEMA_VERSION:
             MIGRATIONS[version](conn)
             version += 1
+            crash_point("mid-migration")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:

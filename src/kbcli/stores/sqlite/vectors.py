@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from ...crashpoints import crash_point
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
 from ...protocols import VectorIndex
@@ -164,6 +165,7 @@ def write_atomic(path: Path, chunks: Sequence[bytes]) -> bool:
         with open(tmp, "wb") as fh:
             for chunk in chunks:
                 fh.write(chunk)
+                crash_point("derived-file-write")
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -287,6 +289,7 @@ class MatrixCache:
                 )
                 if fh is not None:
                     fh.write(block.astype("<f4", copy=False).tobytes())
+                    crash_point("vector-cache-write")
                 else:
                     matrix[done : done + len(batch)] = block
                 done += len(batch)

@@ -1,0 +1,201 @@
+"""Named crash points (issue 17, matrix item 2): ``kb`` is run in a subprocess with
+``KB_TEST_CRASH_AT`` set (see :mod:`kbcli.crashpoints`, test-only), so it dies with exit 137
+exactly there. After each crash: ``PRAGMA integrity_check`` is ok, every file is wholly at
+its old version, its new one, or absent; a normal run then converges to exactly the chunk set
+of an uninterrupted run, and ``kb doctor`` reports zero drift."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import minimal_pdf
+from kbcli import SQLiteStore
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+FIXTURE_V1 = Path(__file__).parent / "data" / "schema-v1.db"
+N_FILES = 8
+TIMES: dict[str, float] = {}
+
+
+def write_version(docs: Path, version: int) -> None:
+    """A small mixed corpus (markdown, text, one PDF); in version 1 one file vanishes."""
+    docs.mkdir(exist_ok=True)
+    for i in range(N_FILES):
+        path = docs / (f"f{i}.md" if i % 2 else f"f{i}.txt")
+        if version == 1 and i == 3:
+            path.unlink(missing_ok=True)
+            continue
+        paragraphs = [
+            f"v{version} file{i} part{j} " + f"v{version}word topic{i % 3} " * (15 + 5 * j)
+            for j in range(3)
+        ]
+        path.write_text("\n\n".join(paragraphs), encoding="utf-8")
+    (docs / "p.pdf").write_bytes(minimal_pdf(f"v{version} invoice due in thirty days"))
+
+
+PACKED_SEARCH = """
+import sys
+from kbcli import SQLiteStore
+store = SQLiteStore(sys.argv[1], create=False)
+store._keywords.executor = "packed"  # small corpora search in SQL; force the pack
+print(len(store.keyword_search(sys.argv[2], k=3)))
+"""
+
+
+def kb(db: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("KB_TEST_CRASH_AT", None)
+    if crash:
+        env["KB_TEST_CRASH_AT"] = crash
+    start = time.monotonic()
+    if args[0] == "packed-search":
+        command = [sys.executable, "-c", PACKED_SEARCH, str(db), *args[1:]]
+    else:
+        command = [sys.executable, "-m", "kbcli", "--db", str(db), *args]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    TIMES[crash or "normal"] = TIMES.get(crash or "normal", 0.0) + time.monotonic() - start
+    return done
+
+
+def ingest(db: Path, docs: Path, crash: str | None = None) -> subprocess.CompletedProcess:
+    return kb(db, "ingest", str(docs), "--prune", "-q", crash=crash)
+
+
+def chunk_set(db: Path) -> set[tuple[str, str]]:
+    with SQLiteStore(db, create=False) as store:
+        docs = list(store.iter_documents())
+    return {(Path(str(d.metadata.get("source", ""))).name, d.text) for d in docs}
+
+
+def check_consistent(db: Path, allowed: set[int]) -> None:
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    conn.close()
+    with SQLiteStore(db, create=False) as store:
+        assert store.integrity_check() == []
+        records = store.file_records()
+        by_source: dict[str, list] = {}
+        for doc in store.iter_documents():
+            by_source.setdefault(doc.metadata["source"], []).append(doc)
+        assert set(by_source) <= set(records)
+        for path, record in records.items():
+            docs = by_source.get(path, [])
+            assert sorted(record.chunk_ids) == sorted(d.id for d in docs), path
+            versions = {int(v) for d in docs for v in re.findall(r"\bv(\d+)", d.text)}
+            assert len(versions) == 1 and versions <= allowed, (path, versions)
+
+
+def assert_no_drift(db: Path) -> None:
+    done = kb(db, "doctor", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["ok"], report
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> set[tuple[str, str]]:
+    """The chunk set (by file name) of an uninterrupted version 0 -> 1 run."""
+    root = tmp_path_factory.mktemp("reference")
+    docs, full = root / "docs", root / "full.db"
+    write_version(docs, 0)
+    assert ingest(full, docs).returncode == 0
+    write_version(docs, 1)
+    assert ingest(full, docs).returncode == 0
+    return chunk_set(full)
+
+
+def at_version_0(tmp_path: Path) -> tuple[Path, Path]:
+    db, docs = tmp_path / "kb.db", tmp_path / "docs"
+    write_version(docs, 0)
+    assert ingest(db, docs).returncode == 0
+    return db, docs
+
+
+INGEST_POINTS = ["after-parse", "after-parse@5", "after-embed", "before-commit", "after-commit"]
+
+
+@pytest.mark.parametrize("point", INGEST_POINTS)
+def test_a_crash_at_a_named_point_of_ingest_converges(tmp_path, reference, point):
+    want = reference
+    db, docs = at_version_0(tmp_path)
+    write_version(docs, 1)
+    crashed = ingest(db, docs, crash=point)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    check_consistent(db, {0, 1})
+    done = ingest(db, docs)
+    assert done.returncode == 0, done.stderr
+    check_consistent(db, {1})
+    assert chunk_set(db) == want
+    assert_no_drift(db)
+
+
+@pytest.mark.parametrize("point", ["vector-cache-write", "keyword-pack-write"])
+def test_a_crash_while_writing_a_derived_file_leaves_the_index_intact(tmp_path, point):
+    db, _ = at_version_0(tmp_path)
+    want = chunk_set(db)
+    Path(f"{db}.vectors-cache").unlink(missing_ok=True)
+    Path(f"{db}.keyword-pack").unlink(missing_ok=True)
+    search = (
+        ("packed-search", "topic1 file1")
+        if point == "keyword-pack-write"
+        else ("search", "topic1 file1", "--mode", "semantic", "--json")
+    )
+    crashed = kb(db, *search, crash=point)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    assert list(tmp_path.glob("kb.db.*.tmp"))  # it died half-way through the write
+    check_consistent(db, {0})
+    assert_no_drift(db)  # a half-written temp file is never the derived file itself
+    found = kb(db, *search)
+    assert found.returncode == 0 and found.stdout.strip() not in (b"", b"0", b"[]"), found
+    assert chunk_set(db) == want
+    assert_no_drift(db)
+
+
+def test_a_crash_mid_migration_leaves_the_old_schema_and_converges(tmp_path):
+    docs = tmp_path / "docs"
+    write_version(docs, 0)
+    reference_db, db = tmp_path / "ref.db", tmp_path / "kb.db"
+    shutil.copy(FIXTURE_V1, reference_db)
+    shutil.copy(FIXTURE_V1, db)
+    assert ingest(reference_db, docs).returncode == 0
+    crashed = ingest(db, docs, crash="mid-migration")
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1  # rolled back whole
+    conn.close()
+    done = ingest(db, docs)
+    assert done.returncode == 0, done.stderr
+    assert chunk_set(db) == chunk_set(reference_db)
+    assert_no_drift(db)
+
+
+def test_the_hook_is_inert_when_unset_and_names_real_points():
+    from kbcli import crashpoints
+
+    assert crashpoints._SPEC is None
+    crashpoints.crash_point("before-commit")  # returns: nothing set
+    source = "\n".join(p.read_text() for p in Path(SRC, "kbcli").rglob("*.py"))
+    named = set(re.findall(r'crash_point\("([a-z-]+)"\)', source))
+    expected = {p.split("@")[0] for p in INGEST_POINTS}
+    expected |= {"vector-cache-write", "keyword-pack-write", "mid-migration"}
+    assert expected <= named
+
+
+def test_print_crash_point_figures():
+    if TIMES:
+        print("\ncrash points: " + ", ".join(f"{k} {v:.1f}s" for k, v in sorted(TIMES.items())))
