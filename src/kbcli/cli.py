@@ -390,6 +390,10 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
 def _resolve_source(path: Path) -> str:
     """A source path as ingest records it: absolute, symlinks resolved."""
+    if "\0" in str(path):
+        from .errors import InvalidOptionError
+
+        raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
     return str(path.expanduser().resolve())
 
 

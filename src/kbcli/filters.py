@@ -96,6 +96,7 @@ def _check_operator(key: str, op: str, operand: Any) -> None:
     elif op == "$prefix":
         if not isinstance(operand, str) or not operand:
             raise FilterError(f"$prefix on {key!r} needs a non-empty string, got {operand!r}")
+        _check_range(key, op, operand)
     elif op in _ORDER:
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
             raise FilterError(f"{op} on {key!r} needs a number or a string, got {operand!r}")
@@ -113,9 +114,12 @@ def _check_operand(key: str, op: str, operand: Any) -> None:
 
 
 def _check_range(key: str, op: str, operand: Any) -> None:
-    """SQLite integers are 64-bit and JSON has no NaN or infinity: refuse what cannot bind."""
+    """SQLite integers are 64-bit, JSON has no NaN or infinity, and SQLite's JSON functions
+    end a string at a NUL character (so it could never match): refuse what cannot bind."""
     if isinstance(operand, bool):
         return
+    if isinstance(operand, str) and "\0" in operand:
+        raise FilterError(f"{op} on {key!r}: filter values may not contain NUL characters")
     if isinstance(operand, int) and not INT64_MIN <= operand <= INT64_MAX:
         raise FilterError(
             f"{op} on {key!r}: {operand} is outside the 64-bit integer range "
@@ -204,7 +208,9 @@ def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tupl
 
 
 def _path(key: str) -> str:
-    return '$."' + key + '"'
+    # SQLite matches a quoted path label against the key as JSON spells it: a backslash is
+    # stored escaped (keys with quotes or control characters are refused earlier).
+    return '$."' + key.replace("\\", "\\\\") + '"'
 
 
 def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
