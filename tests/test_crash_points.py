@@ -24,13 +24,14 @@ from kbcli import SQLiteStore
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 FIXTURE_V1 = Path(__file__).parent / "data" / "schema-v1.db"
 N_FILES = 8
+STRESS = os.environ.get("KB_STRESS") == "1"
 TIMES: dict[str, float] = {}
 
 
-def write_version(docs: Path, version: int) -> None:
+def write_version(docs: Path, version: int, n_files: int = N_FILES) -> None:
     """A small mixed corpus (markdown, text, one PDF); in version 1 one file vanishes."""
     docs.mkdir(exist_ok=True)
-    for i in range(N_FILES):
+    for i in range(n_files):
         path = docs / (f"f{i}.md" if i % 2 else f"f{i}.txt")
         if version == 1 and i == 3:
             path.unlink(missing_ok=True)
@@ -182,6 +183,41 @@ def test_a_crash_mid_migration_leaves_the_old_schema_and_converges(tmp_path):
     assert done.returncode == 0, done.stderr
     assert chunk_set(db) == chunk_set(reference_db)
     assert_no_drift(db)
+
+
+@pytest.mark.skipif(not STRESS, reason="long variant: KB_STRESS=1")
+def test_stress_every_point_moved_forward_step_by_step(tmp_path):
+    """150 files (three write batches): each point at its 1st, 2nd, ... hit until a run
+    completes; the same invariants after every crash."""
+    n = 150
+    ref_docs, ref_db = tmp_path / "ref-docs", tmp_path / "ref.db"
+    write_version(ref_docs, 0, n)
+    assert ingest(ref_db, ref_docs).returncode == 0
+    write_version(ref_docs, 1, n)
+    assert ingest(ref_db, ref_docs).returncode == 0
+    want = chunk_set(ref_db)
+    trials = 0
+    steps = {"after-parse": range(1, 200, 15), "after-embed": range(1, 40, 3)}
+    for point in ("after-parse", "after-embed", "before-commit", "after-commit"):
+        for nth in steps.get(point, range(1, 10)):
+            root = tmp_path / f"{point}-{nth}"
+            root.mkdir()
+            db, docs = root / "kb.db", root / "docs"
+            write_version(docs, 0, n)
+            assert ingest(db, docs).returncode == 0
+            write_version(docs, 1, n)
+            crashed = ingest(db, docs, crash=f"{point}@{nth}")
+            assert crashed.returncode in (0, 137), crashed.stderr[-500:]
+            check_consistent(db, {0, 1})
+            assert ingest(db, docs).returncode == 0
+            check_consistent(db, {1})
+            assert chunk_set(db) == want, (point, nth)
+            assert_no_drift(db)
+            shutil.rmtree(root)
+            trials += crashed.returncode == 137
+            if crashed.returncode == 0:
+                break  # the point is reached fewer times than nth
+    print(f"\nstress crash points: {trials} crashes, all consistent and converged")
 
 
 def test_the_hook_is_inert_when_unset_and_names_real_points():
