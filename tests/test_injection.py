@@ -199,3 +199,33 @@ def test_payloads_through_the_cli_are_rejected_or_literal_and_change_nothing(sql
             _one_line_error(scoped)
     assert snapshot(sqlite_db) == before
     print(f"\ninjection (cli): {outcomes['rejected']} rejected, {outcomes['literal']} literal")
+
+
+def _open_other(kind: str, tmp_path: Path, request) -> object:
+    if kind == "faiss":
+        pytest.importorskip("faiss")
+        from kbcli.stores.faiss_store import FaissStore
+
+        return FaissStore(dim=3, path=tmp_path / "f.db")
+    if kind == "chroma":
+        pytest.importorskip("chromadb")
+        from kbcli.stores.chroma_store import ChromaStore
+
+        return ChromaStore(tmp_path / "c.chroma", db=tmp_path / "c.db")
+    pytest.importorskip("psycopg")
+    from kbcli.stores.postgres import PostgresStore
+
+    return PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))
+
+
+@pytest.mark.parametrize("kind", ["faiss", "chroma", "postgres"])
+def test_payloads_on_the_other_stores_are_rejected_or_literal(tmp_path, request, kind):
+    store = _open_other(kind, tmp_path, request)
+    try:
+        docs = corpus()
+        store.add(docs, [vec(i) for i in range(len(docs))])
+        rejected, literal = _check_store(store, docs)
+        assert store.count() == len(docs)
+    finally:
+        store.close()
+    print(f"\ninjection ({kind} api): {rejected} rejected, {literal} matched literally")

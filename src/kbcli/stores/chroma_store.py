@@ -49,8 +49,8 @@ def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
 
     Covers ``$eq $ne $in $nin $gt $gte $lt $lte`` on strings, numbers and booleans and
     ``$and``/``$or``; raises :class:`FilterError` for what Chroma cannot express (``$exists``,
-    ``null`` operands, ranges over strings), so a caller never runs a filter that means
-    something else.
+    ``$prefix``, ``null`` operands, ranges over strings, keys it cannot store), so a caller
+    never runs a filter that means something else.
     """
     filter = validate_filter(filter)
     if not filter:
@@ -71,8 +71,12 @@ def _clause(key: str, value: Any) -> dict[str, Any]:
 
 
 def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
+    if not _storable_key(key):
+        raise FilterError(f"Chroma cannot store or filter on the key {key[:40]!r}")
     if op == "$exists":
         raise FilterError(f"Chroma cannot filter on whether {key!r} exists")
+    if op == "$prefix":
+        raise FilterError(f"Chroma cannot filter on a prefix of {key!r}")
     items = operand if op in ("$in", "$nin") else [operand]
     for item in items:
         if item is None:
@@ -92,8 +96,18 @@ def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
 def chroma_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """The scalar part of a chunk's metadata (what Chroma can store and ``where`` can test);
     None when nothing is left (Chroma refuses empty metadata)."""
-    out = {k: v for k, v in metadata.items() if isinstance(v, (str, int, float, bool)) and k}
+    out = {
+        k: v
+        for k, v in metadata.items()
+        if isinstance(v, (str, int, float, bool)) and _storable_key(k)
+    }
     return out or None
+
+
+def _storable_key(key: str) -> bool:
+    """Chroma refuses empty keys and keys starting with ``#`` or ``$`` (its own names); such
+    keys stay in the catalog, and a filter on them runs as an exact scan over it."""
+    return bool(key) and not key.startswith(("#", "$"))
 
 
 # --- the collection as a vector index ---------------------------------------------------------
