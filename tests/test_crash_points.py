@@ -166,6 +166,28 @@ def test_a_crash_while_writing_a_derived_file_leaves_the_index_intact(tmp_path, 
     assert_no_drift(db)
 
 
+def test_a_crash_while_writing_the_faiss_file_leaves_the_index_intact(tmp_path):
+    pytest.importorskip("faiss")
+    db, docs = tmp_path / "kb.db", tmp_path / "docs"
+    write_version(docs, 0)
+    assert kb(db, "--store", "faiss", "ingest", str(docs), "-q").returncode == 0
+    faiss_file = Path(f"{db}.faiss")
+    assert faiss_file.exists()
+    want = chunk_set(db)
+    write_version(docs, 1)  # the ingest's refresh on close writes the FAISS file: die there
+    crashed = kb(db, "--store", "faiss", "ingest", str(docs), "--prune", "-q",
+                 crash="derived-file-write")  # fmt: skip
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    assert list(tmp_path.glob("kb.db.faiss.*.tmp"))
+    check_consistent(db, {1})  # every file was committed before the refresh
+    assert chunk_set(db) != want
+    done = kb(db, "--store", "faiss", "doctor", "--json")
+    assert done.returncode == 0, done.stdout  # the old file is stale, not drift
+    found = kb(db, "--store", "faiss", "search", "topic1", "--mode", "semantic", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout), found.stderr
+    assert kb(db, "--store", "faiss", "doctor").returncode == 0
+
+
 def test_a_crash_mid_migration_leaves_the_old_schema_and_converges(tmp_path):
     docs = tmp_path / "docs"
     write_version(docs, 0)
@@ -228,7 +250,7 @@ def test_the_hook_is_inert_when_unset_and_names_real_points():
     source = "\n".join(p.read_text() for p in Path(SRC, "kbcli").rglob("*.py"))
     named = set(re.findall(r'crash_point\("([a-z-]+)"\)', source))
     expected = {p.split("@")[0] for p in INGEST_POINTS}
-    expected |= {"vector-cache-write", "keyword-pack-write", "mid-migration"}
+    expected |= {"vector-cache-write", "keyword-pack-write", "derived-file-write", "mid-migration"}
     assert expected <= named
 
 
