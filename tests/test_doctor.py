@@ -207,3 +207,27 @@ def test_chroma_state_drift_is_reported_and_repaired(tmp_path):
 def doctor_store(kb: tuple[str, ...], *args: str) -> tuple[int, dict]:
     result = run(*kb, "doctor", "--json", *args)
     return result.exit_code, json.loads(result.stdout)
+
+
+def test_postgres_keyword_drift_is_reported_and_repaired(request):
+    pytest.importorskip("psycopg")
+    from kbcli import Document
+    from kbcli.protocols import Doctor
+    from kbcli.stores.postgres import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))
+    try:
+        assert isinstance(store, Doctor)
+        store.add(
+            [Document(f"d{i}", f"alpha beta {i}", {"source": f"/s{i % 3}"}) for i in range(9)]
+        )
+        assert [f.ok for f in store.doctor()] == [True]
+        with store.transaction() as conn:
+            conn.execute(f"UPDATE {store._t.terms} SET df = df + 1")
+        (found,) = store.doctor()
+        assert not found.ok and "frequency" in found.detail
+        (fixed,) = store.doctor(repair=True)
+        assert fixed.ok and fixed.repaired and fixed.action
+        assert [f.ok for f in store.doctor()] == [True]
+    finally:
+        store.close()

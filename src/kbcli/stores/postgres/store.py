@@ -18,7 +18,7 @@ from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
 from ...errors import StoreError
 from ...filters import dumps_metadata, validate_filter
-from ...types import Document, FileRecord, SearchResult
+from ...types import Document, FileRecord, Finding, SearchResult
 from ..common import check_embedder, vector_dimensions
 from . import catalog, ledger, vectors
 from .catalog import ChunkRow
@@ -250,6 +250,12 @@ class PostgresStore:
         """Re-tokenise every chunk with the current analyzer (no re-embedding); returns count."""
         with self._db.transaction() as conn:
             return self._keywords.rebuild(conn)
+
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
+        from . import doctor
+
+        return doctor.run(self, repair)
 
     def reembed(
         self,

@@ -1,0 +1,62 @@
+"""``kb doctor`` for the PostgreSQL store: the keyword tables checked against the chunks
+(statistics, document and source frequencies, source rows, forward indexes) and, on request,
+rebuilt from them. The HNSW index is PostgreSQL's own and needs no check here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...types import Finding
+from .schema import Tables
+
+if TYPE_CHECKING:
+    from .store import PostgresStore
+
+
+def problems(conn: Any, t: Tables) -> list[str]:
+    """Every keyword-table invariant that does not hold, one line each."""
+    out = []
+    n, total, sources = conn.execute(f"SELECT n, total_length, sources FROM {t.stats}").fetchone()
+    real_n, real_total = conn.execute(
+        f"SELECT count(*), coalesce(sum(length), 0) FROM {t.chunks}"
+    ).fetchone()
+    if (n, total) != (real_n, real_total):
+        out.append(f"stats say {n} chunks/{total} terms, table has {real_n}/{real_total}")
+    bad_df = conn.execute(
+        f"SELECT count(*) FROM {t.terms} x WHERE df != (SELECT count(*) FROM {t.postings} p"
+        " WHERE p.term = x.id) OR sdf != (SELECT count(DISTINCT src) FROM"
+        f" {t.postings} p WHERE p.term = x.id)"
+    ).fetchone()[0]
+    if bad_df:
+        out.append(f"{bad_df} terms have a wrong document or source frequency")
+    off = conn.execute(
+        f"SELECT count(*) FROM {t.sources} s LEFT JOIN (SELECT src, sum(length) AS length,"
+        f" count(*) AS chunks FROM {t.chunks} GROUP BY src) c ON c.src = s.id"
+        " WHERE s.length != coalesce(c.length, 0) OR s.chunks != coalesce(c.chunks, 0)"
+    ).fetchone()[0]
+    if off:
+        out.append(f"{off} sources are off")
+    pairs = conn.execute(
+        f"SELECT coalesce(sum(cardinality(term_ids)), 0) FROM {t.chunks}"
+    ).fetchone()[0]
+    postings = conn.execute(f"SELECT count(*) FROM {t.postings}").fetchone()[0]
+    if pairs != postings:
+        out.append(f"chunks' forward indexes hold {pairs} postings, the index {postings}")
+    return out
+
+
+def run(store: PostgresStore, repair: bool) -> list[Finding]:
+    """The keyword-index check; with ``repair``, rebuilt and checked again."""
+    t = store._t
+    with store._db.read() as conn:
+        found = problems(conn, t)
+    if not found:
+        return [Finding("keyword-index", True)]
+    detail = found[0] + (f" (+{len(found) - 1} more)" if len(found) > 1 else "")
+    if not repair:
+        return [Finding("keyword-index", False, detail)]
+    n = store.rebuild_keyword_index()
+    with store._db.read() as conn:
+        left = problems(conn, t)
+    action = f"rebuilt the keyword index from {n} chunks"
+    return [Finding("keyword-index", not left, left[0] if left else detail, not left, action)]
