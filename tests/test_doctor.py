@@ -231,3 +231,11 @@ def test_postgres_keyword_drift_is_reported_and_repaired(request):
         assert [f.ok for f in store.doctor()] == [True]
     finally:
         store.close()
+
+
+def test_the_memory_store_has_nothing_to_check():
+    result = run("--store", "memory", "doctor", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == {"ok": True, "repair": False, "checks": []}
+    text = run("--store", "memory", "doctor")
+    assert text.exit_code == 0 and "Nothing to check" in text.stderr

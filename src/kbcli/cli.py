@@ -1013,6 +1013,8 @@ def doctor(
         render.print_json(
             {"ok": not drift, "repair": repair, "checks": [f.as_dict() for f in findings]}
         )
+    elif not findings:
+        render.message(f"Nothing to check: the {type(store).__name__} keeps nothing derived.")
     else:
         render.doctor_lines(findings)
     if drift:

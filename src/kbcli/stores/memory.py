@@ -14,7 +14,7 @@ from ..bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..filters import matches, validate_filter
-from ..types import Document, FileRecord, SearchResult
+from ..types import Document, FileRecord, Finding, SearchResult
 from .common import check_embedder, keyword_hit, newest_first, prefiltered_search, vector_dimensions
 from .keyword_memory import MemoryKeywordIndex
 from .numpy_index import NumpyVectorIndex
@@ -213,6 +213,11 @@ class InMemoryStore:
         with self.transaction():
             self._remove_ids(self._ids_of(source))
             return self.add(docs, embeddings, embedder=embedder)
+
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Nothing to check: the store keeps nothing on disk and nothing derived (``kb doctor``
+        says so)."""
+        return []
 
     def rebuild_keyword_index(self) -> int:
         """Re-analyse every document (after changing the analyzer); returns how many."""
