@@ -229,3 +229,34 @@ def test_payloads_on_the_other_stores_are_rejected_or_literal(tmp_path, request,
     finally:
         store.close()
     print(f"\ninjection ({kind} api): {rejected} rejected, {literal} matched literally")
+
+
+@pytest.mark.parametrize("scope", [None, {"team": {"$in": ["ops", "dev"]}}])
+def test_payloads_through_the_agent_tool_never_escape_its_scope(sqlite_db, scope):
+    """The MCP server's knowledge_search tool: a caller's hostile filter is refused with one
+    ``Error:`` line or ANDed literally with the tool's scope, never widening it."""
+    from kbcli import KnowledgeBase
+    from kbcli.embedders import SimpleEmbedder
+    from kbcli.tools import knowledge_tools
+
+    before = snapshot(sqlite_db)
+    kb = KnowledgeBase.open(sqlite_db, embedder=SimpleEmbedder())
+    try:
+        docs = list(kb.store.iter_documents())
+        search = next(t for t in knowledge_tools(kb, filter=scope) if t.name == "knowledge_search")
+        refused = passed = 0
+        for p in PAYLOADS:
+            for f in filters_for(p):
+                result = search.call({"query": "alpha", "k": 50, "mode": "keyword", "filter": f})
+                if result.is_error:
+                    assert result.text.startswith("Error:") and "\n" not in result.text
+                    refused += 1
+                    continue
+                passed += 1
+                want = {d.id for d in docs if matches(d.metadata, f) and matches(d.metadata, scope)}
+                got = {c.id for c in result.citations}
+                assert got <= want and len(got) == min(50, len(want)), (p, f)
+    finally:
+        kb.close()
+    assert snapshot(sqlite_db) == before
+    print(f"\ninjection (agent tool, scope={scope}): {refused} refused, {passed} literal")
