@@ -41,6 +41,15 @@ def _faiss() -> Any:
     return require("faiss", extra="faiss", feature="The faiss store", package="faiss-cpu")
 
 
+def check_ef_search(value: int | None) -> int | None:
+    """``ef_search`` as given (None: FAISS's default, 16), refused unless a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"store.ef_search must be a positive integer, not {value!r}")
+    return value
+
+
 def resolve_metric(metric: str | None, normalize: bool) -> str:
     """``"ip"`` (inner product: cosine on normalised vectors) or ``"l2"``; None means ip."""
     name = (metric or "ip").strip().lower()
@@ -65,6 +74,7 @@ class FaissVectorIndex:
         index_factory: str = "Flat",
         normalize: bool = True,
         metric: str | None = None,
+        ef_search: int | None = None,
     ):
         self._faiss = _faiss()
         import numpy as np
@@ -76,6 +86,7 @@ class FaissVectorIndex:
         self.metric = resolve_metric(metric, normalize)
         self._index: Any = None
         self._flat_standin = False
+        self.ef_search = check_ef_search(ef_search)
 
     @property
     def exact(self) -> bool:
@@ -185,7 +196,12 @@ class FaissVectorIndex:
         f = self._faiss
         inner = f.downcast_index(self._index.index)
         if isinstance(inner, f.IndexHNSW):
-            return f.SearchParametersHNSW(sel=selector, efSearch=max(inner.hnsw.efSearch, 2 * k))
+            ef = self.ef_search or inner.hnsw.efSearch
+            if selector is None:
+                return f.SearchParametersHNSW(efSearch=max(ef, k))
+            return f.SearchParametersHNSW(sel=selector, efSearch=max(ef, 2 * k))
+        if selector is None:
+            return None
         if isinstance(inner, f.IndexIVF):
             # every list: the selector then sees every allowed vector (no short answer)
             return f.SearchParametersIVF(sel=selector, nprobe=inner.nlist)
@@ -201,7 +217,7 @@ class FaissVectorIndex:
         if self._index is None or k <= 0:
             return []
         q = self._prepare(np.asarray(query, dtype=np.float32).reshape(1, -1))
-        params = None
+        params = self._params(None, k) if self.ef_search else None
         pool = len(self)
         if allowed is not None:
             wanted = np.unique(np.asarray(list(allowed), dtype=np.int64))
@@ -291,16 +307,27 @@ class FaissFile:
     header that does not match, a truncated or unreadable file is treated as missing.
     """
 
-    def __init__(self, db_path: Path, dim: int | None, factory: str, normalize: bool, metric: str):
+    def __init__(
+        self,
+        db_path: Path,
+        dim: int | None,
+        factory: str,
+        normalize: bool,
+        metric: str,
+        ef_search: int | None = None,
+    ):
         self.path = Path(f"{db_path}.faiss")
         self.settings = {"factory": factory, "normalize": normalize, "metric": metric}
+        self.ef_search = ef_search  # a search-time setting: not part of the file's settings
         self.dim = dim
         self._current: tuple[str, FaissVectorIndex, dict[int, int], str] | None = None
         self.rebuilds = 0  # full rebuilds from the catalog (for tests and stats)
 
     def _fresh(self) -> FaissVectorIndex:
         s = self.settings
-        return FaissVectorIndex(self.dim, s["factory"], s["normalize"], s["metric"])
+        return FaissVectorIndex(
+            self.dim, s["factory"], s["normalize"], s["metric"], ef_search=self.ef_search
+        )
 
     def index(self, conn: sqlite3.Connection) -> FaissVectorIndex:
         """The index as of ``conn``'s snapshot: the one in memory, the file, brought up to date
@@ -416,8 +443,10 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
     ``dim``: the vectors' length (None: taken from the first vectors; checked on every add).
     ``index_factory``: a FAISS factory string (``"Flat"`` exact; ``"IVF256,Flat"``,
     ``"HNSW32"`` approximate). ``normalize``: unit-length vectors, so inner product is cosine.
-    ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``path``: the SQLite file (default
-    ``paths.knowledge_db``); the index lives in ``<path>.faiss``.
+    ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``ef_search``: HNSW candidates per
+    query (recall against speed; None: FAISS's 16; a filtered search uses at least 2k).
+    ``path``: the SQLite file (default ``paths.knowledge_db``); the index lives in
+    ``<path>.faiss``.
     """
 
     def __init__(
@@ -427,6 +456,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
         normalize: bool = True,
         metric: str | None = None,
         path: str | os.PathLike[str] | None = None,
+        ef_search: int | None = None,
         *,
         analyzer: Analyzer | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
@@ -437,10 +467,13 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
         self.index_factory = index_factory
         self.normalize = normalize
         self.metric = resolve_metric(metric, normalize)
+        self.ef_search = check_ef_search(ef_search)
         super().__init__(path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
 
     def _open_vectors(self) -> FaissFile:
-        return FaissFile(self.path, self.dim, self.index_factory, self.normalize, self.metric)
+        return FaissFile(
+            self.path, self.dim, self.index_factory, self.normalize, self.metric, self.ef_search
+        )
 
     @property
     def faiss_path(self) -> Path:
@@ -496,6 +529,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
             "index_factory": self.index_factory,
             "metric": self.metric,
             "normalize": self.normalize,
+            "ef_search": self.ef_search,
             "file": str(self.faiss_path),
         }
         return out
