@@ -352,6 +352,9 @@ def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
             got += len({i for i, _ in index.search(q, 10)} & truth)
         return got / (10 * len(queries))
 
+    default = FaissVectorIndex(16, "HNSW8")  # DEFAULT_EF_SEARCH, not FAISS's 16
+    default.build(ids, matrix)
+    assert recall(default) >= 0.97
     index = FaissVectorIndex(16, "HNSW8", ef_search=1)
     index.build(ids, matrix)
     low = recall(index)
