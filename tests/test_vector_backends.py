@@ -371,3 +371,21 @@ def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
     for bad in (0, -3, 2.5, True, "64"):
         with pytest.raises(InvalidOptionError):
             FaissVectorIndex(16, "HNSW8", ef_search=bad)
+
+
+def test_opening_a_faiss_store_for_keyword_search_imports_neither_faiss_nor_numpy(tmp_path):
+    import subprocess
+
+    store = FaissStore(path=tmp_path / "kb.db")
+    store.add([Document("a", "reset your password here", {"source": "a.md"})], [[1.0] * DIM])
+    store.close()
+    code = (
+        "import sys\n"
+        "from kbcli.stores.faiss_store import FaissStore\n"
+        f"s = FaissStore(path={str(tmp_path / 'kb.db')!r}, create=False)\n"
+        "assert [h.document.id for h in s.keyword_search('password', 3)] == ['a']\n"
+        "print(sorted(m for m in ('faiss', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

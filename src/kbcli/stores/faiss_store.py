@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +41,16 @@ REBUILD_SHARE = 0.5  # a difference touching more than this share of vectors reb
 
 def _faiss() -> Any:
     return require("faiss", extra="faiss", feature="The faiss store", package="faiss-cpu")
+
+
+def _check_faiss() -> None:
+    """Fail now, naming the pip command, when faiss is missing, without importing it (faiss
+    and numpy cost ~100 ms, which keyword search, ``kb stats`` or ``kb list`` never need)."""
+    import importlib.util
+
+    loaded = "faiss" in sys.modules
+    if (sys.modules["faiss"] is None) if loaded else importlib.util.find_spec("faiss") is None:
+        _faiss()
 
 
 def check_ef_search(value: int | None) -> int | None:
@@ -464,7 +475,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
     ):
-        _faiss()
+        _check_faiss()
         self.dim = dim
         self.index_factory = index_factory
         self.normalize = normalize
