@@ -147,12 +147,15 @@ def main() -> None:
             if label.startswith("kb"):
                 results[label].update(imports(python, argv, env, tmp))
 
-    load = {"load_start": load_start, "load_end": os.getloadavg()}
+    load = {
+        "load_start": [round(x, 2) for x in load_start],
+        "load_end": [round(x, 2) for x in os.getloadavg()],
+    }
     if args.json:
         out = {"runs": args.runs, "kb": str(kb), "results": results, **load}
         print(json.dumps(out, indent=2))
         return
-    print(f"kb: {kb}   runs: {args.runs}   load average {load_start} -> {load['load_end']}")
+    print(f"kb: {kb}   runs: {args.runs}   load average {load['load_start']} -> {load['load_end']}")
     for label, figures in results.items():
         print(
             f"{label:28} min {figures['min_ms']:7.1f} ms   median {figures['median_ms']:7.1f} ms"
