@@ -38,6 +38,9 @@ STORES = {
     "sqlite": lambda tmp: SQLiteStore(tmp / "kb.db"),
     "faiss": lambda tmp: FaissStore(path=tmp / "kb.db"),
     "faiss-hnsw": lambda tmp: FaissStore(index_factory="HNSW16", path=tmp / "kb.db"),
+    "faiss-hnsw-ef": lambda tmp: FaissStore(
+        index_factory="HNSW16", ef_search=4, path=tmp / "kb.db"
+    ),
     "faiss-ivf": lambda tmp: FaissStore(index_factory="IVF4,Flat", path=tmp / "kb.db"),
     "faiss-l2": lambda tmp: FaissStore(metric="l2", path=tmp / "kb.db"),
     "chroma": lambda tmp: ChromaStore(tmp / "chroma"),
@@ -46,7 +49,7 @@ STORES = {
 
 
 # approximate indexes: k allowed hits, not always the exact k
-APPROXIMATE = {"faiss-hnsw", "faiss-ivf", "chroma", "postgres"}
+APPROXIMATE = {"faiss-hnsw", "faiss-hnsw-ef", "faiss-ivf", "chroma", "postgres"}
 
 
 @pytest.mark.parametrize("name", list(STORES))
@@ -242,6 +245,8 @@ def test_store_settings_are_validated(tmp_path):
     store = load_config(cfg).store
     assert store.backend == "faiss"
     assert store.settings == {"dim": 384, "index_factory": "HNSW32", "metric": "l2"}
+    cfg.write_text("store: {backend: faiss, index_factory: HNSW32, ef_search: 64}\n")
+    assert load_config(cfg).store.settings == {"index_factory": "HNSW32", "ef_search": 64}
     cfg.write_text("store: {backend: chroma, path: /tmp/c, collection: notes}\n")
     assert load_config(cfg).store.settings == {"path": "/tmp/c", "collection": "notes"}
     bad_sections = (
@@ -249,6 +254,9 @@ def test_store_settings_are_validated(tmp_path):
         "{backend: faiss, dim: 0}",
         "{backend: chroma, index_factory: Flat}",
         "{backend: faiss, normalize: 3}",
+        "{backend: faiss, ef_search: 0}",
+        "{backend: faiss, ef_search: many}",
+        "{backend: sqlite, ef_search: 64}",
     )
     for bad in bad_sections:
         cfg.write_text(f"store: {bad}\n")
@@ -324,3 +332,60 @@ def test_kill_minus_nine_never_leaves_a_faiss_file_in_use_half_written(tmp_path)
         assert _top(store, query, 5) == _top(exact, query, 5)
         exact.close()
         store.close()
+
+
+def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
+    from kbcli.errors import InvalidOptionError
+    from kbcli.stores.faiss_store import FaissVectorIndex
+
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    matrix = rng.standard_normal((3000, 16)).astype("float32")
+    ids = np.arange(3000)
+    unit = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    queries = rng.standard_normal((40, 16)).astype("float32")
+
+    def recall(index: FaissVectorIndex) -> float:
+        got = 0
+        for q in queries:
+            truth = set(np.argsort(-(unit @ q))[:10].tolist())
+            got += len({i for i, _ in index.search(q, 10)} & truth)
+        return got / (10 * len(queries))
+
+    default = FaissVectorIndex(16, "HNSW8")  # DEFAULT_EF_SEARCH, not FAISS's 16
+    default.build(ids, matrix)
+    assert recall(default) >= 0.97
+    index = FaissVectorIndex(16, "HNSW8", ef_search=1)
+    index.build(ids, matrix)
+    low = recall(index)
+    index.ef_search = 400
+    assert recall(index) > low and recall(index) >= 0.99
+    # filtered: still k allowed hits at any ef_search
+    allowed = ids[ids % 37 == 0].tolist()
+    index.ef_search = 1
+    hits = index.search(queries[0], 10, allowed)
+    assert len(hits) == 10 and all(i % 37 == 0 for i, _ in hits)
+    store = FaissStore(index_factory="HNSW32", ef_search=64, path=tmp_path / "kb.db")
+    assert store.stats()["vector_index"]["ef_search"] == 64
+    store.close()
+    for bad in (0, -3, 2.5, True, "64"):
+        with pytest.raises(InvalidOptionError):
+            FaissVectorIndex(16, "HNSW8", ef_search=bad)
+
+
+def test_opening_a_faiss_store_for_keyword_search_imports_neither_faiss_nor_numpy(tmp_path):
+    import subprocess
+
+    store = FaissStore(path=tmp_path / "kb.db")
+    store.add([Document("a", "reset your password here", {"source": "a.md"})], [[1.0] * DIM])
+    store.close()
+    code = (
+        "import sys\n"
+        "from kbcli.stores.faiss_store import FaissStore\n"
+        f"s = FaissStore(path={str(tmp_path / 'kb.db')!r}, create=False)\n"
+        "assert [h.document.id for h in s.keyword_search('password', 3)] == ['a']\n"
+        "print(sorted(m for m in ('faiss', 'numpy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

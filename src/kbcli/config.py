@@ -39,6 +39,7 @@ STORE_SETTINGS: dict[str, dict[str, Any]] = {
         "index_factory": str,
         "normalize": bool,
         "metric": ("ip", "cosine", "l2"),
+        "ef_search": int,
     },
     "chroma": {"busy_timeout": float, "path": str, "collection": str},
     # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the

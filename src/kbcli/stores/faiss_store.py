@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,11 +35,31 @@ FILE_MAGIC = b"KBFAISS1"
 METRICS = ("ip", "cosine", "l2")
 TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
 FIRST_LOOK = 64  # nearest vectors checked against a filter before the selector search
+DEFAULT_EF_SEARCH = 128  # HNSW candidates per query unless store.ef_search (docs/benchmarks.md)
 REBUILD_SHARE = 0.5  # a difference touching more than this share of vectors rebuilds instead
 
 
 def _faiss() -> Any:
     return require("faiss", extra="faiss", feature="The faiss store", package="faiss-cpu")
+
+
+def _check_faiss() -> None:
+    """Fail now, naming the pip command, when faiss is missing, without importing it (faiss
+    and numpy cost ~100 ms, which keyword search, ``kb stats`` or ``kb list`` never need)."""
+    import importlib.util
+
+    loaded = "faiss" in sys.modules
+    if (sys.modules["faiss"] is None) if loaded else importlib.util.find_spec("faiss") is None:
+        _faiss()
+
+
+def check_ef_search(value: int | None) -> int | None:
+    """``ef_search`` as given (None: ``DEFAULT_EF_SEARCH``), refused unless a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"store.ef_search must be a positive integer, not {value!r}")
+    return value
 
 
 def resolve_metric(metric: str | None, normalize: bool) -> str:
@@ -65,6 +86,7 @@ class FaissVectorIndex:
         index_factory: str = "Flat",
         normalize: bool = True,
         metric: str | None = None,
+        ef_search: int | None = None,
     ):
         self._faiss = _faiss()
         import numpy as np
@@ -76,6 +98,7 @@ class FaissVectorIndex:
         self.metric = resolve_metric(metric, normalize)
         self._index: Any = None
         self._flat_standin = False
+        self.ef_search = check_ef_search(ef_search)
 
     @property
     def exact(self) -> bool:
@@ -185,7 +208,12 @@ class FaissVectorIndex:
         f = self._faiss
         inner = f.downcast_index(self._index.index)
         if isinstance(inner, f.IndexHNSW):
-            return f.SearchParametersHNSW(sel=selector, efSearch=max(inner.hnsw.efSearch, 2 * k))
+            ef = self.ef_search or DEFAULT_EF_SEARCH
+            if selector is None:
+                return f.SearchParametersHNSW(efSearch=max(ef, k))
+            return f.SearchParametersHNSW(sel=selector, efSearch=max(ef, 2 * k))
+        if selector is None:
+            return None
         if isinstance(inner, f.IndexIVF):
             # every list: the selector then sees every allowed vector (no short answer)
             return f.SearchParametersIVF(sel=selector, nprobe=inner.nlist)
@@ -201,7 +229,7 @@ class FaissVectorIndex:
         if self._index is None or k <= 0:
             return []
         q = self._prepare(np.asarray(query, dtype=np.float32).reshape(1, -1))
-        params = None
+        params = self._params(None, k)
         pool = len(self)
         if allowed is not None:
             wanted = np.unique(np.asarray(list(allowed), dtype=np.int64))
@@ -291,16 +319,27 @@ class FaissFile:
     header that does not match, a truncated or unreadable file is treated as missing.
     """
 
-    def __init__(self, db_path: Path, dim: int | None, factory: str, normalize: bool, metric: str):
+    def __init__(
+        self,
+        db_path: Path,
+        dim: int | None,
+        factory: str,
+        normalize: bool,
+        metric: str,
+        ef_search: int | None = None,
+    ):
         self.path = Path(f"{db_path}.faiss")
         self.settings = {"factory": factory, "normalize": normalize, "metric": metric}
+        self.ef_search = ef_search  # a search-time setting: not part of the file's settings
         self.dim = dim
         self._current: tuple[str, FaissVectorIndex, dict[int, int], str] | None = None
         self.rebuilds = 0  # full rebuilds from the catalog (for tests and stats)
 
     def _fresh(self) -> FaissVectorIndex:
         s = self.settings
-        return FaissVectorIndex(self.dim, s["factory"], s["normalize"], s["metric"])
+        return FaissVectorIndex(
+            self.dim, s["factory"], s["normalize"], s["metric"], ef_search=self.ef_search
+        )
 
     def index(self, conn: sqlite3.Connection) -> FaissVectorIndex:
         """The index as of ``conn``'s snapshot: the one in memory, the file, brought up to date
@@ -450,8 +489,11 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
     ``dim``: the vectors' length (None: taken from the first vectors; checked on every add).
     ``index_factory``: a FAISS factory string (``"Flat"`` exact; ``"IVF256,Flat"``,
     ``"HNSW32"`` approximate). ``normalize``: unit-length vectors, so inner product is cosine.
-    ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``path``: the SQLite file (default
-    ``paths.knowledge_db``); the index lives in ``<path>.faiss``.
+    ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``ef_search``: HNSW candidates per
+    query (recall against speed; None: ``DEFAULT_EF_SEARCH``, 128, where FAISS's own default of
+    16 gave recall@10 0.70 on a 100k set; a filtered search uses at least 2k).
+    ``path``: the SQLite file (default ``paths.knowledge_db``); the index lives in
+    ``<path>.faiss``.
     """
 
     def __init__(
@@ -461,20 +503,24 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
         normalize: bool = True,
         metric: str | None = None,
         path: str | os.PathLike[str] | None = None,
+        ef_search: int | None = None,
         *,
         analyzer: Analyzer | None = None,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         create: bool = True,
     ):
-        _faiss()
+        _check_faiss()
         self.dim = dim
         self.index_factory = index_factory
         self.normalize = normalize
         self.metric = resolve_metric(metric, normalize)
+        self.ef_search = check_ef_search(ef_search)
         super().__init__(path, analyzer=analyzer, busy_timeout=busy_timeout, create=create)
 
     def _open_vectors(self) -> FaissFile:
-        return FaissFile(self.path, self.dim, self.index_factory, self.normalize, self.metric)
+        return FaissFile(
+            self.path, self.dim, self.index_factory, self.normalize, self.metric, self.ef_search
+        )
 
     @property
     def faiss_path(self) -> Path:
@@ -530,6 +576,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
             "index_factory": self.index_factory,
             "metric": self.metric,
             "normalize": self.normalize,
+            "ef_search": self.ef_search,
             "file": str(self.faiss_path),
         }
         return out
