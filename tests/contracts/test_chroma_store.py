@@ -19,6 +19,7 @@ from kbcli.testing import (  # noqa: E402
     RoutesContract,
     VectorIndexContract,
     VectorStoreContract,
+    reopener,
 )
 
 
@@ -31,16 +32,8 @@ def store(tmp_path):
 
 @pytest.fixture
 def reopen(store):
-    """Close the store last returned (at first the fixture's) and open the folder again."""
-    current = [store]
-    yield lambda: _swap(current)
-    current[-1].close()
-
-
-def _swap(current: list[ChromaStore]) -> ChromaStore:
-    current[-1].close()
-    current.append(ChromaStore(current[-1].chroma_path, busy_timeout=0.05))
-    return current[-1]
+    """Close the store last returned (at first the fixture's) and open it again."""
+    yield from reopener(store, lambda old: ChromaStore(old.chroma_path, busy_timeout=0.05))
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from kbcli.testing import (  # noqa: E402
     RoutesContract,
     VectorIndexContract,
     VectorStoreContract,
+    reopener,
 )
 
 
@@ -29,16 +30,8 @@ def store(tmp_path):
 
 @pytest.fixture
 def reopen(store):
-    """Close the store last returned (at first the fixture's) and open the file again."""
-    current = [store]
-    yield lambda: _swap(current)
-    current[-1].close()
-
-
-def _swap(current: list[FaissStore]) -> FaissStore:
-    current[-1].close()
-    current.append(FaissStore(path=current[-1].path, busy_timeout=0.05))
-    return current[-1]
+    """Close the store last returned (at first the fixture's) and open it again."""
+    yield from reopener(store, lambda old: FaissStore(path=old.path, busy_timeout=0.05))
 
 
 @pytest.fixture(params=["Flat", "HNSW16", "IVF2,Flat"])

@@ -14,6 +14,7 @@ from kbcli.testing import (
     RoutesContract,
     VectorIndexContract,
     VectorStoreContract,
+    reopener,
 )
 
 
@@ -33,15 +34,7 @@ def store(pg_dsn, pg_table):
 @pytest.fixture
 def reopen(store, pg_dsn, pg_table):
     """Close the store last returned (at first the fixture's) and connect again."""
-    current = [store]
-
-    def swap():
-        current[-1].close()
-        current.append(_open(pg_dsn, pg_table))
-        return current[-1]
-
-    yield swap
-    current[-1].close()
+    yield from reopener(store, lambda old: _open(pg_dsn, pg_table))
 
 
 class TestVectorStore(VectorStoreContract):

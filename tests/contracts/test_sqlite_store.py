@@ -13,6 +13,7 @@ from kbcli.testing import (
     PersistenceContract,
     RoutesContract,
     VectorStoreContract,
+    reopener,
 )
 
 
@@ -25,16 +26,8 @@ def store(tmp_path):
 
 @pytest.fixture
 def reopen(store):
-    """Close the store last returned (at first the fixture's) and open the file again."""
-    current = [store]
-    yield lambda: _swap(current)
-    current[-1].close()
-
-
-def _swap(current: list[SQLiteStore]) -> SQLiteStore:
-    current[-1].close()
-    current.append(SQLiteStore(current[-1].path, busy_timeout=0.05))
-    return current[-1]
+    """Close the store last returned (at first the fixture's) and open it again."""
+    yield from reopener(store, lambda old: SQLiteStore(old.path, busy_timeout=0.05))
 
 
 class TestVectorStore(VectorStoreContract):

@@ -28,7 +28,7 @@ tests: ``import kbcli`` never imports it).
 
 from __future__ import annotations
 
-from ._common import TableEmbedder
+from ._common import TableEmbedder, reopener
 from .cache import EmbeddingCacheContract
 from .catalog import DocumentCatalogContract
 from .keyword import KeywordIndexContract
@@ -48,4 +48,5 @@ __all__ = [
     "TableEmbedder",
     "VectorIndexContract",
     "VectorStoreContract",
+    "reopener",
 ]

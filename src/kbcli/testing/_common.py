@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..embedders.base import EmbedderInfo
@@ -69,3 +70,18 @@ class TableEmbedder:
     def embed_query(self, text: str) -> list[float]:
         """The vector of one query."""
         return self._embed(text)
+
+
+def reopener(store: Any, open_again: Callable[[Any], Any]) -> Iterator[Callable[[], Any]]:
+    """The body of a ``reopen`` fixture: yields a callable that closes the store it last
+    returned (at first ``store``) and returns ``open_again(closed_store)``; the last one is
+    closed at teardown. Use as ``yield from reopener(store, lambda old: MyStore(old.path))``."""
+    current = [store]
+
+    def swap() -> Any:
+        current[-1].close()
+        current.append(open_again(current[-1]))
+        return current[-1]
+
+    yield swap
+    current[-1].close()
