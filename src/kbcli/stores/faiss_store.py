@@ -398,20 +398,7 @@ class FaissFile:
         ).encode()
         head = FILE_MAGIC + len(header).to_bytes(8, "little") + header
         sqlite_vectors.write_atomic(self.path, [head, stamp_bytes, body])
-        self._remove_dead_temp_files()
-
-    def _remove_dead_temp_files(self) -> None:
-        """Delete temp files left by writers that were killed (their pid no longer runs)."""
-        for tmp in self.path.parent.glob(f"{self.path.name}.*.tmp"):
-            pid = tmp.name[len(self.path.name) + 1 : -len(".tmp")]
-            if not pid.isdigit() or int(pid) == os.getpid():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
+        sqlite_vectors.remove_dead_temp_files(self.path)
 
     def _load(self) -> tuple[str, FaissVectorIndex, dict[int, int], str] | None:
         import numpy as np

@@ -31,6 +31,7 @@ import numpy as np
 
 from ...crashpoints import crash_point
 from .packlog import HEADER_SIZE, MAGIC, current_seq, log_floor, read_header
+from .vectors import fsync_dir
 
 FETCH = 20_000  # chunk rows per step when packing
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
@@ -133,7 +134,7 @@ def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) ->
             tmp.unlink(missing_ok=True)
             return True
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return True
     except OSError:
         tmp.unlink(missing_ok=True)
@@ -160,17 +161,6 @@ def map_pack(path: Path, tag: str) -> Pack | None:
     return Pack(tag, int(header["seq"]), arrays)
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -172,7 +172,7 @@ def write_atomic(path: Path, chunks: Sequence[bytes]) -> bool:
     except OSError:
         tmp.unlink(missing_ok=True)
         return False
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True
 
 
@@ -299,7 +299,7 @@ class MatrixCache:
                 fh.close()
                 fh = None
                 os.replace(tmp, self.path)
-                _fsync_dir(self.path.parent)
+                fsync_dir(self.path.parent)
         except OSError:
             tmp.unlink(missing_ok=True)
             if matrix is None:  # the write failed half-way: fall back to memory
@@ -346,7 +346,8 @@ def remove_dead_temp_files(path: Path) -> list[Path]:
     return gone
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """fsync a folder so a rename in it survives a power loss (best effort)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
