@@ -17,10 +17,13 @@ from typing import Any
 from .types import SearchOptions, SearchResult
 
 UNITS = ("file", "chunk")
-# Extra chunks recalled per wanted hit when hits may be dropped or grouped afterwards.
+# Extra chunks recalled per wanted hit when hits may be dropped or grouped afterwards. When
+# the pool still leaves fewer than k hits (one long file fills it, or few chunks hold the
+# phrase) and more chunks matched, the pool grows by POOL_FACTOR up to POOL_DEEPEST chunks.
 POOL_FACTOR = 4
 POOL_MIN = 50
 POOL_MAX = 1000
+POOL_DEEPEST = 16000
 
 _PHRASE = re.compile(r'"([^"]*)"')
 _SPACE = re.compile(r"\s+")
@@ -142,18 +145,33 @@ def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> Hit
         raise InvalidOptionError(f"Unknown result unit {by!r}: choose file or chunk")
     parsed = parse_query(query)
     k = options.k
+    if not parsed.text.strip():
+        hits = Hits()
+        hits.results = []
+        return hits
     deep = by == "file" or not parsed.plain
-    if deep:
-        pool = min(max(k * POOL_FACTOR, POOL_MIN), max(POOL_MAX, k))
-        options = replace(options, k=pool)
-    answered = kb.search_with(parsed.text, options) if parsed.text.strip() else []
-    results = list(answered)
-    if not parsed.plain:
-        analyzer = kb.analyzer
-        results = [r for r in results if passes(r.document.text, parsed, analyzer)]
-    hits = Hits(group_by_file(results, k) if by == "file" else [Hit(r) for r in results[:k]])
+    pool = min(max(k * POOL_FACTOR, POOL_MIN), max(POOL_MAX, k)) if deep else k
+    analyzer = kb.analyzer if not parsed.plain else None
+    while True:
+        answered = kb.search_with(parsed.text, replace(options, k=pool))
+        results = list(answered)
+        if analyzer is not None:
+            results = [r for r in results if passes(r.document.text, parsed, analyzer)]
+        chosen = group_by_file(results, k) if by == "file" else [Hit(r) for r in results[:k]]
+        if not _deepen(answered, chosen, k, pool, deep):
+            break
+        pool = min(pool * POOL_FACTOR, POOL_DEEPEST)
+    hits = Hits(chosen)
     hits.results = answered
     return hits
+
+
+def _deepen(answered: Any, chosen: list[Hit], k: int, pool: int, deep: bool) -> bool:
+    """True when a deeper pool can add hits: too few were kept, the pool came back full (more
+    chunks matched) and it was not a reranked pool (a second rerank would cost a model pass)."""
+    if not deep or len(chosen) >= k or len(answered) < pool or pool >= POOL_DEEPEST:
+        return False
+    return not getattr(answered, "candidates", 0)
 
 
 def line_of(text: str, offset: int) -> int:
