@@ -13,6 +13,9 @@ list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only 
 numbers with numbers and strings with strings; other documents do not match. Keys are bound as
 SQL parameters, never spliced into SQL text.
 
+A text value in the metadata is compared up to its first NUL character, if it has one, on
+every store (SQLite's JSON functions read it that far; PostgreSQL refuses NUL altogether).
+
 ``$prefix`` (``{"source": {"$prefix": "/docs/guide/"}}``) matches text values that start with the
 operand, compared character by character and case-sensitively (no wildcards: ``%`` and ``_``
 are ordinary characters); a non-text value or a missing key does not match. The operand is a
@@ -78,6 +81,18 @@ def _check(filter: dict[str, Any]) -> None:
 def _check_key(key: str) -> None:
     if '"' in key or any(ord(c) < 32 for c in key):
         raise FilterError(f"Filter key {key!r} may not contain quotes or control characters")
+    _check_unicode(f"Filter key {key!r}", key)
+
+
+def _check_unicode(what: str, text: str) -> None:
+    """A lone surrogate (``\\udcff``: Python's stand-in for a byte of a non-UTF-8 argument)
+    cannot be sent to a database: refuse it rather than fail while binding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FilterError(
+            f"{what} is not valid UTF-8 text (undecodable bytes or a lone surrogate)"
+        ) from None
 
 
 def _check_operator(key: str, op: str, operand: Any) -> None:
@@ -120,6 +135,8 @@ def _check_range(key: str, op: str, operand: Any) -> None:
         return
     if isinstance(operand, str) and "\0" in operand:
         raise FilterError(f"{op} on {key!r}: filter values may not contain NUL characters")
+    if isinstance(operand, str):
+        _check_unicode(f"{op} on {key!r}: the value {operand!r}", operand)
     if isinstance(operand, int) and not INT64_MIN <= operand <= INT64_MAX:
         raise FilterError(
             f"{op} on {key!r}: {operand} is outside the 64-bit integer range "
@@ -145,6 +162,8 @@ def matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:
                 return False
         else:
             actual = metadata.get(key, _MISSING)
+            if isinstance(actual, str) and "\0" in actual:
+                actual = actual[: actual.index("\0")]  # as SQLite's JSON functions read it
             ops = value if isinstance(value, dict) else {"$eq": value}
             if not all(_apply(op, actual, operand) for op, operand in ops.items()):
                 return False

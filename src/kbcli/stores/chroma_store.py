@@ -6,8 +6,9 @@ beside the Chroma folder; the collection is a derived vector index in cosine spa
 scalar metadata copied so Chroma ``where`` filters work. It is brought up to date from the
 ``vectors`` table whenever its recorded generation differs (by difference; rebuilt when the
 embedder changed or an earlier sync was interrupted). Filters compile to ``where``
-(:func:`compile_where`); what ``where`` cannot express (``$exists``, ``null``, string ranges)
-runs as an exact scan of the allowed chunks' vectors, so a filter never returns fewer than k.
+(:func:`compile_where`); what ``where`` cannot express (``$exists``, ``null``, string ranges,
+fractional numbers) runs as an exact scan of the allowed chunks' vectors, so a filter never
+returns fewer than k.
 
 Chroma's local mode is not multi-process safe: kb serialises its own syncs with a lock file,
 but run one writer at a time and do not point other Chroma clients at the folder.
@@ -49,7 +50,8 @@ def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
 
     Covers ``$eq $ne $in $nin $gt $gte $lt $lte`` on strings, numbers and booleans and
     ``$and``/``$or``; raises :class:`FilterError` for what Chroma cannot express (``$exists``,
-    ``$prefix``, ``null`` operands, ranges over strings, keys it cannot store), so a caller
+    ``$prefix``, ``null`` operands, ranges over strings, fractional numbers, which Chroma
+    truncates when it compares them with whole numbers, keys it cannot store), so a caller
     never runs a filter that means something else.
     """
     filter = validate_filter(filter)
@@ -83,6 +85,9 @@ def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
             raise FilterError(f"Chroma cannot compare {key!r} with null")
     if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(operand, str):
         raise FilterError(f"Chroma cannot order strings ({op} on {key!r})")
+    if any(isinstance(item, float) and not item.is_integer() for item in items):
+        # Chroma truncates such a number against whole-number values: 0.5 equals 0
+        raise FilterError(f"Chroma cannot compare {key!r} with a fractional number")
     if op in ("$in", "$nin"):
         # Chroma wants one type per list: split by type ($in: any group, $nin: every group)
         groups: dict[type, list[Any]] = {}
