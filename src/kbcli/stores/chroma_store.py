@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import Analyzer
+from ..crashpoints import crash_point
 from ..errors import FilterError, require
 from ..filters import validate_filter
 from ..types import SearchResult
@@ -265,6 +266,7 @@ class ChromaCollection:
                 matrix,
                 [chroma_metadata(metas.get(int(i), {})) for i in ids],
             )
+            crash_point("vector-index-sync")
         self._save(tag, current, embedder, dirty=False)
         self._index = index
 
