@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import FilterError
@@ -211,7 +212,29 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
     return actual <= operand
 
 
-# --- compilation to SQLite SQL over a JSON metadata column ------------------------------------
+# --- compilation to SQL: one tree walker; the SQLite operators over a JSON column --------
+
+
+def compile_tree(
+    filter: dict[str, Any], condition: Callable[[str, str, Any, list[Any]], str], true: str
+) -> tuple[str, list[Any]]:
+    """``(sql, params)`` for a validated ``filter``: ``$and``/``$or`` joined, each key's
+    operators ANDed, and ``condition(key, op, operand, params)`` writing one operator's SQL
+    (appending its bound values to ``params``). ``true`` is the dialect's always-true SQL."""
+    params: list[Any] = []
+
+    def walk(node: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                joiner = " AND " if key == "$and" else " OR "
+                parts.append("(" + joiner.join(walk(sub) for sub in value) + ")")
+                continue
+            ops = value if isinstance(value, dict) else {"$eq": value}
+            parts.extend(condition(key, op, operand, params) for op, operand in ops.items())
+        return "(" + " AND ".join(parts) + ")" if parts else true
+
+    return walk(filter), params
 
 
 def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tuple[str, list[Any]]:
@@ -221,28 +244,15 @@ def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tupl
     """
     if not filter:
         return "1", []
-    params: list[Any] = []
-    sql = _compile(filter, column, params)
-    return sql, params
+    return compile_tree(
+        filter, lambda key, op, operand, params: _compile_op(column, key, op, operand, params), "1"
+    )
 
 
 def _path(key: str) -> str:
     # SQLite matches a quoted path label against the key as JSON spells it: a backslash is
     # stored escaped (keys with quotes or control characters are refused earlier).
     return '$."' + key.replace("\\", "\\\\") + '"'
-
-
-def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
-    parts: list[str] = []
-    for key, value in filter.items():
-        if key in LOGICAL_OPERATORS:
-            joiner = " AND " if key == "$and" else " OR "
-            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
-            continue
-        ops = value if isinstance(value, dict) else {"$eq": value}
-        for op, operand in ops.items():
-            parts.append(_compile_op(column, key, op, operand, params))
-    return "(" + " AND ".join(parts) + ")" if parts else "1"
 
 
 def _typed_equal(column: str, key: str, value: Any, params: list[Any]) -> str:

@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from ...errors import FilterError
-from ...filters import LOGICAL_OPERATORS, validate_filter
+from ...filters import compile_tree, validate_filter
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
@@ -30,23 +30,11 @@ def compile_filter(
     filter = validate_filter(filter)
     if not filter:
         return "TRUE", []
-    params: list[Any] = []
-    return _compile(filter, column, params), params
-
-
-def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
-    parts: list[str] = []
-    for key, value in filter.items():
-        if key in LOGICAL_OPERATORS:
-            joiner = " AND " if key == "$and" else " OR "
-            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
-            continue
-        if key.startswith("$"):
-            raise FilterError(f"Unsupported filter operator {key!r}")
-        ops = value if isinstance(value, dict) else {"$eq": value}
-        for op, operand in ops.items():
-            parts.append(_compile_op(column, key, op, operand, params))
-    return "(" + " AND ".join(parts) + ")" if parts else "TRUE"
+    return compile_tree(
+        filter,
+        lambda key, op, operand, params: _compile_op(column, key, op, operand, params),
+        "TRUE",
+    )
 
 
 def _scalar(value: Any) -> str:
