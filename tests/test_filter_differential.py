@@ -107,6 +107,8 @@ def chroma():
 @example(([{"n": 1}, {"n": 1.0}, {"n": 2}], {"n": 1.0}))
 @example(([{"n": 0}, {"n": 0.5}, {"n": 1}], {"n": 0.5}))  # Chroma: 0.5 equals 0
 @example(([{"n": 2}, {"n": 2.5}, {"n": 3}], {"n": {"$gte": 2.5}}))
+@example(([{"n": 2**63 - 1}, {"n": 1e300}], {"n": 1e300}))  # Chroma: 1e300 equals 2**63 - 1
+@example(([{"n": 2**63 - 1}, {"n": 9.223372036854776e18}], {"n": 2**63 - 1}))
 @example(([{"n": 1}, {"n": "a"}, {}, {"n": True}], {"n": {"$nin": [1, "a"]}}))
 def test_chroma_where_passes_what_the_evaluator_passes(chroma, case):
     docs, flt = case
