@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,8 +54,10 @@ print(len(store.keyword_search(sys.argv[2], k=3)))
 """
 
 
-def kb(db: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": SRC}
+def kb(
+    db: Path, *args: str, crash: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC, **(env or {})}
     env.pop("KB_TEST_CRASH_AT", None)
     if crash:
         env["KB_TEST_CRASH_AT"] = crash
@@ -77,18 +80,22 @@ def ingest(db: Path, docs: Path, crash: str | None = None) -> subprocess.Complet
     return kb(db, "ingest", str(docs), "--prune", "-q", crash=crash)
 
 
-def chunk_set(db: Path) -> set[tuple[str, str]]:
-    with SQLiteStore(db, create=False) as store:
-        docs = list(store.iter_documents())
+def chunk_set(db: Path, store: Any = None) -> set[tuple[str, str]]:
+    with store or SQLiteStore(db, create=False) as opened:
+        docs = list(opened.iter_documents())
     return {(Path(str(d.metadata.get("source", ""))).name, d.text) for d in docs}
 
 
-def check_consistent(db: Path, allowed: set[int]) -> None:
-    conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    conn.close()
-    with SQLiteStore(db, create=False) as store:
+def check_consistent(db: Path, allowed: set[int], store: Any = None) -> None:
+    """Every file wholly at one version in ``allowed`` (or absent) and its record naming
+    exactly its chunks; ``store`` opens a non-SQLite catalog (default: SQLite at ``db``)."""
+    if store is None:
+        conn = sqlite3.connect(db)
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        conn.close()
+        store = SQLiteStore(db, create=False)
         assert store.integrity_check() == []
+    with store:
         records = store.file_records()
         by_source: dict[str, list] = {}
         for doc in store.iter_documents():
@@ -101,8 +108,8 @@ def check_consistent(db: Path, allowed: set[int]) -> None:
             assert len(versions) == 1 and versions <= allowed, (path, versions)
 
 
-def assert_no_drift(db: Path) -> None:
-    done = kb(db, "doctor", "--json")
+def assert_no_drift(db: Path, *store: str, env: dict[str, str] | None = None) -> None:
+    done = kb(db, *store, "doctor", "--json", env=env)
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["ok"], report
 
@@ -207,6 +214,121 @@ def test_a_crash_mid_migration_leaves_the_old_schema_and_converges(tmp_path):
     assert_no_drift(db)
 
 
+# --- the stores beyond SQLite ----------------------------------------------------------------
+
+
+def ingest_on(
+    store: tuple[str, ...], db: Path, docs: Path, crash: str | None = None, env: Any = None
+) -> subprocess.CompletedProcess:
+    return kb(db, *store, "ingest", str(docs), "--prune", "-q", "--wait", "30", crash=crash,
+              env=env)  # fmt: skip
+
+
+def semantic_ids(db: Path, *store: str, env: Any = None) -> list[str]:
+    found = kb(db, *store, "search", "topic1 file1", "--mode", "semantic", "-k", "4", "--json",
+               env=env)  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    return [hit["id"] for hit in json.loads(found.stdout)]
+
+
+@pytest.mark.parametrize(
+    "backend,point",
+    [("faiss", "before-commit"), ("faiss", "after-commit"), ("chroma", "before-commit"),
+     ("chroma", "after-commit@3")],
+)  # fmt: skip
+def test_a_crash_at_commit_under_faiss_or_chroma_converges(tmp_path, reference, backend, point):
+    pytest.importorskip("faiss" if backend == "faiss" else "chromadb")
+    store = ("--store", backend)
+    db, docs = tmp_path / "kb.db", tmp_path / "docs"
+    write_version(docs, 0)
+    assert ingest_on(store, db, docs).returncode == 0
+    write_version(docs, 1)
+    crashed = ingest_on(store, db, docs, crash=point)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    check_consistent(db, {0, 1})
+    assert_no_drift(db, *store)  # the vector index is stale (older generation), not drifted
+    done = ingest_on(store, db, docs)
+    assert done.returncode == 0, done.stderr
+    check_consistent(db, {1})
+    assert chunk_set(db) == reference
+    assert_no_drift(db, *store)
+    assert semantic_ids(db, *store) == semantic_ids(db)  # the index agrees with the catalog
+
+
+@pytest.mark.parametrize("point", ["vector-index-sync", "derived-file-write"])
+def test_a_crash_while_chroma_syncs_is_redone_on_next_use(tmp_path, point):
+    """``vector-index-sync``: the collection changed, its state file still marked dirty (so
+    the next use rebuilds it); ``derived-file-write``: killed writing that dirty mark, so the
+    old state and the untouched collection stay (the next use syncs by difference)."""
+    pytest.importorskip("chromadb")
+    store = ("--store", "chroma")
+    db, docs = tmp_path / "kb.db", tmp_path / "docs"
+    write_version(docs, 0)
+    assert ingest_on(store, db, docs).returncode == 0
+    write_version(docs, 1)  # the ingest's refresh on close syncs the collection: die there
+    crashed = ingest_on(store, db, docs, crash=point)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    check_consistent(db, {1})  # every file was committed before the sync
+    state = Path(f"{db}.chroma", "jianmu.kbcli-sync").read_bytes()
+    assert (b'"dirty": true' in state) == (point == "vector-index-sync")
+    assert_no_drift(db, *store)
+    assert semantic_ids(db, *store) == semantic_ids(db)
+    assert_no_drift(db, *store)
+    assert b'"dirty": false' in Path(f"{db}.chroma", "jianmu.kbcli-sync").read_bytes()
+
+
+@pytest.fixture
+def postgres(pg_dsn, pg_table, tmp_path):
+    """The environment that points ``kb`` at a fresh table on the session's server, and an
+    opener of that table (for the checks)."""
+    from kbcli.stores.postgres import PostgresStore
+
+    config = tmp_path / "pg.yaml"
+    config.write_text(f"store:\n  backend: postgres\n  table: {pg_table}\n")
+    env = {"KB_CONFIG": str(config), "KB_PG_DSN": pg_dsn}
+    return env, lambda: PostgresStore(pg_dsn, pg_table, create=False)
+
+
+@pytest.mark.parametrize("point", ["before-commit", "before-commit@2", "after-commit"])
+def test_a_crash_at_commit_under_postgres_converges_and_frees_the_lock(
+    tmp_path, reference, postgres, point
+):
+    """A kill inside the transaction rolls it back, one after COMMIT keeps it; either way
+    the server drops the dead process's advisory locks, so the next run proceeds."""
+    env, store = postgres
+    db, docs = tmp_path / "unused.db", tmp_path / "docs"
+    write_version(docs, 0)
+    assert ingest_on((), db, docs, env=env).returncode == 0
+    write_version(docs, 1)
+    crashed = ingest_on((), db, docs, crash=point, env=env)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    check_consistent(db, {0, 1}, store())
+    done = ingest_on((), db, docs, env=env)
+    assert done.returncode == 0, done.stderr  # not "Another kb ingest is writing"
+    check_consistent(db, {1}, store())
+    assert chunk_set(db, store()) == reference
+    assert_no_drift(db, env=env)
+    assert not db.exists()
+
+
+def test_a_crash_while_postgres_creates_the_index_leaves_nothing_half_made(
+    tmp_path, reference, postgres
+):
+    """The first ingest creates the tables in one transaction: killed before its COMMIT,
+    there is no index at all (not a half-made one), and the next run creates it."""
+    env, store = postgres
+    db, docs = tmp_path / "unused.db", tmp_path / "docs"
+    write_version(docs, 1)
+    crashed = ingest_on((), db, docs, crash="before-commit", env=env)
+    assert crashed.returncode == 137, (crashed.returncode, crashed.stderr[-500:])
+    listed = kb(db, "list", "--json", env=env)
+    assert listed.returncode == 1 and b"No knowledge base" in listed.stderr, listed.stderr
+    assert ingest_on((), db, docs, env=env).returncode == 0
+    check_consistent(db, {1}, store())
+    assert chunk_set(db, store()) == reference
+    assert_no_drift(db, env=env)
+
+
 @pytest.mark.skipif(not STRESS, reason="long variant: KB_STRESS=1")
 def test_stress_every_point_moved_forward_step_by_step(tmp_path):
     """150 files (three write batches): each point at its 1st, 2nd, ... hit until a run
@@ -251,6 +373,7 @@ def test_the_hook_is_inert_when_unset_and_names_real_points():
     named = set(re.findall(r'crash_point\("([a-z-]+)"\)', source))
     expected = {p.split("@")[0] for p in INGEST_POINTS}
     expected |= {"vector-cache-write", "keyword-pack-write", "derived-file-write", "mid-migration"}
+    expected |= {"vector-index-sync"}
     assert expected <= named
 
 

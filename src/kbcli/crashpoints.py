@@ -7,10 +7,12 @@
 
 Points: ``after-parse`` (a file read and parsed, nothing embedded), ``after-embed`` (a batch
 embedded, nothing written), ``before-commit`` (inside a write transaction, rows written, COMMIT
-not yet run), ``after-commit`` (just after a COMMIT), ``vector-cache-write`` (the vectors cache
-half written), ``derived-file-write`` (a FAISS file or Chroma state file half written),
-``keyword-pack-write`` (the keyword pack half written), ``mid-migration`` (a schema upgrade
-inside its transaction).
+not yet run; SQLite and PostgreSQL), ``after-commit`` (just after a COMMIT; both),
+``vector-cache-write`` (the vectors cache half written), ``derived-file-write`` (a FAISS file or
+Chroma state file half written), ``vector-index-sync`` (a Chroma collection changed by a sync
+that has not recorded it yet), ``keyword-pack-write`` (the keyword pack half written),
+``mid-migration`` (an SQLite schema upgrade inside its transaction; the PostgreSQL schema has
+no migration yet).
 """
 
 from __future__ import annotations

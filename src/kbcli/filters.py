@@ -13,6 +13,9 @@ list of filters. Equality is typed: ``1`` does not equal ``"1"``; ``True`` only 
 numbers with numbers and strings with strings; other documents do not match. Keys are bound as
 SQL parameters, never spliced into SQL text.
 
+A text value in the metadata is compared up to its first NUL character, if it has one, on
+every store (SQLite's JSON functions read it that far; PostgreSQL refuses NUL altogether).
+
 ``$prefix`` (``{"source": {"$prefix": "/docs/guide/"}}``) matches text values that start with the
 operand, compared character by character and case-sensitively (no wildcards: ``%`` and ``_``
 are ordinary characters); a non-text value or a missing key does not match. The operand is a
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .errors import FilterError
@@ -78,6 +82,18 @@ def _check(filter: dict[str, Any]) -> None:
 def _check_key(key: str) -> None:
     if '"' in key or any(ord(c) < 32 for c in key):
         raise FilterError(f"Filter key {key!r} may not contain quotes or control characters")
+    _check_unicode(f"Filter key {key!r}", key)
+
+
+def _check_unicode(what: str, text: str) -> None:
+    """A lone surrogate (``\\udcff``: Python's stand-in for a byte of a non-UTF-8 argument)
+    cannot be sent to a database: refuse it rather than fail while binding."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FilterError(
+            f"{what} is not valid UTF-8 text (undecodable bytes or a lone surrogate)"
+        ) from None
 
 
 def _check_operator(key: str, op: str, operand: Any) -> None:
@@ -120,6 +136,8 @@ def _check_range(key: str, op: str, operand: Any) -> None:
         return
     if isinstance(operand, str) and "\0" in operand:
         raise FilterError(f"{op} on {key!r}: filter values may not contain NUL characters")
+    if isinstance(operand, str):
+        _check_unicode(f"{op} on {key!r}: the value {operand!r}", operand)
     if isinstance(operand, int) and not INT64_MIN <= operand <= INT64_MAX:
         raise FilterError(
             f"{op} on {key!r}: {operand} is outside the 64-bit integer range "
@@ -145,6 +163,8 @@ def matches(metadata: dict[str, Any], filter: dict[str, Any] | None) -> bool:
                 return False
         else:
             actual = metadata.get(key, _MISSING)
+            if isinstance(actual, str) and "\0" in actual:
+                actual = actual[: actual.index("\0")]  # as SQLite's JSON functions read it
             ops = value if isinstance(value, dict) else {"$eq": value}
             if not all(_apply(op, actual, operand) for op, operand in ops.items()):
                 return False
@@ -192,7 +212,29 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
     return actual <= operand
 
 
-# --- compilation to SQLite SQL over a JSON metadata column ------------------------------------
+# --- compilation to SQL: one tree walker; the SQLite operators over a JSON column --------
+
+
+def compile_tree(
+    filter: dict[str, Any], condition: Callable[[str, str, Any, list[Any]], str], true: str
+) -> tuple[str, list[Any]]:
+    """``(sql, params)`` for a validated ``filter``: ``$and``/``$or`` joined, each key's
+    operators ANDed, and ``condition(key, op, operand, params)`` writing one operator's SQL
+    (appending its bound values to ``params``). ``true`` is the dialect's always-true SQL."""
+    params: list[Any] = []
+
+    def walk(node: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                joiner = " AND " if key == "$and" else " OR "
+                parts.append("(" + joiner.join(walk(sub) for sub in value) + ")")
+                continue
+            ops = value if isinstance(value, dict) else {"$eq": value}
+            parts.extend(condition(key, op, operand, params) for op, operand in ops.items())
+        return "(" + " AND ".join(parts) + ")" if parts else true
+
+    return walk(filter), params
 
 
 def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tuple[str, list[Any]]:
@@ -202,28 +244,15 @@ def compile_sql(filter: dict[str, Any] | None, column: str = "metadata") -> tupl
     """
     if not filter:
         return "1", []
-    params: list[Any] = []
-    sql = _compile(filter, column, params)
-    return sql, params
+    return compile_tree(
+        filter, lambda key, op, operand, params: _compile_op(column, key, op, operand, params), "1"
+    )
 
 
 def _path(key: str) -> str:
     # SQLite matches a quoted path label against the key as JSON spells it: a backslash is
     # stored escaped (keys with quotes or control characters are refused earlier).
     return '$."' + key.replace("\\", "\\\\") + '"'
-
-
-def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
-    parts: list[str] = []
-    for key, value in filter.items():
-        if key in LOGICAL_OPERATORS:
-            joiner = " AND " if key == "$and" else " OR "
-            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
-            continue
-        ops = value if isinstance(value, dict) else {"$eq": value}
-        for op, operand in ops.items():
-            parts.append(_compile_op(column, key, op, operand, params))
-    return "(" + " AND ".join(parts) + ")" if parts else "1"
 
 
 def _typed_equal(column: str, key: str, value: Any, params: list[Any]) -> str:

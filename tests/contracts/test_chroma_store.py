@@ -14,6 +14,7 @@ from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -69,6 +70,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFilterDifferential(FilterDifferentialContract):
     pass
 
 

@@ -12,6 +12,7 @@ from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -56,6 +57,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFilterDifferential(FilterDifferentialContract):
     pass
 
 

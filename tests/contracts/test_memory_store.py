@@ -9,6 +9,7 @@ from kbcli.testing import (  # no PersistenceContract: nothing is kept on disk
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FilterDifferentialContract,
     KeywordIndexContract,
     RoutesContract,
     VectorStoreContract,
@@ -33,6 +34,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFilterDifferential(FilterDifferentialContract):
     pass
 
 

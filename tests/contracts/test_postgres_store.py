@@ -9,6 +9,7 @@ from kbcli.testing import (
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -50,6 +51,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFilterDifferential(FilterDifferentialContract):
     pass
 
 

@@ -6,8 +6,9 @@ beside the Chroma folder; the collection is a derived vector index in cosine spa
 scalar metadata copied so Chroma ``where`` filters work. It is brought up to date from the
 ``vectors`` table whenever its recorded generation differs (by difference; rebuilt when the
 embedder changed or an earlier sync was interrupted). Filters compile to ``where``
-(:func:`compile_where`); what ``where`` cannot express (``$exists``, ``null``, string ranges)
-runs as an exact scan of the allowed chunks' vectors, so a filter never returns fewer than k.
+(:func:`compile_where`); what ``where`` cannot express (``$exists``, ``null``, string ranges,
+fractions and numbers beyond 2**53) runs as an exact scan of the allowed chunks' vectors, so
+a filter never returns fewer than k.
 
 Chroma's local mode is not multi-process safe: kb serialises its own syncs with a lock file,
 but run one writer at a time and do not point other Chroma clients at the folder.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis import Analyzer
+from ..crashpoints import crash_point
 from ..errors import FilterError, require
 from ..filters import validate_filter
 from ..types import SearchResult
@@ -49,7 +51,8 @@ def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
 
     Covers ``$eq $ne $in $nin $gt $gte $lt $lte`` on strings, numbers and booleans and
     ``$and``/``$or``; raises :class:`FilterError` for what Chroma cannot express (``$exists``,
-    ``$prefix``, ``null`` operands, ranges over strings, keys it cannot store), so a caller
+    ``$prefix``, ``null`` operands, ranges over strings, numbers Chroma does not compare
+    exactly (fractions, beyond 2**53), keys it cannot store), so a caller
     never runs a filter that means something else.
     """
     filter = validate_filter(filter)
@@ -83,6 +86,8 @@ def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
             raise FilterError(f"Chroma cannot compare {key!r} with null")
     if op in ("$gt", "$gte", "$lt", "$lte") and isinstance(operand, str):
         raise FilterError(f"Chroma cannot order strings ({op} on {key!r})")
+    if not all(_exact_in_chroma(item) for item in items):
+        raise FilterError(f"Chroma cannot compare {key!r} exactly with {operand!r}")
     if op in ("$in", "$nin"):
         # Chroma wants one type per list: split by type ($in: any group, $nin: every group)
         groups: dict[type, list[Any]] = {}
@@ -91,6 +96,15 @@ def _operator(key: str, op: str, operand: Any) -> dict[str, Any]:
         parts = [{key: {op: group}} for group in groups.values()]
         return _conjunction(parts, "$or" if op == "$in" else "$and")
     return {key: {op: operand}}
+
+
+def _exact_in_chroma(value: Any) -> bool:
+    """Chroma converts a number to the type of the value it meets: 0.5 equals 0 and 1e300
+    equals 2**63 - 1 against whole numbers, and integers beyond 2**53 round against floats.
+    Whole numbers up to 2**53 (int or float) compare exactly."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    return float(value).is_integer() and abs(value) <= 2**53
 
 
 def chroma_metadata(metadata: dict[str, Any]) -> dict[str, Any] | None:
@@ -260,6 +274,7 @@ class ChromaCollection:
                 matrix,
                 [chroma_metadata(metas.get(int(i), {})) for i in ids],
             )
+            crash_point("vector-index-sync")
         self._save(tag, current, embedder, dirty=False)
         self._index = index
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from ._common import TableEmbedder, reopener
 from .cache import EmbeddingCacheContract
 from .catalog import DocumentCatalogContract
+from .filters import FilterDifferentialContract
 from .keyword import KeywordIndexContract
 from .ledger import FileLedgerContract
 from .persistence import PersistenceContract
@@ -42,6 +43,7 @@ __all__ = [
     "DocumentCatalogContract",
     "EmbeddingCacheContract",
     "FileLedgerContract",
+    "FilterDifferentialContract",
     "KeywordIndexContract",
     "PersistenceContract",
     "RoutesContract",

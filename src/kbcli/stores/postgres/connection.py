@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ...crashpoints import crash_point
 from ...errors import DatabaseLockedError, StoreError, require
 from . import schema
 from .dsn import describe, redact
@@ -137,8 +138,10 @@ class Database:
                                 f"UPDATE {self.tables.stats} SET generation = generation + 1"
                                 " WHERE id = 1"
                             )
+                        crash_point("before-commit")
                     finally:
                         self.depth = 0
+                crash_point("after-commit")
             except pg.OperationalError as exc:
                 if isinstance(exc, pg.errors.LockNotAvailable):
                     raise DatabaseLockedError(

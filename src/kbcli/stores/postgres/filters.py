@@ -7,7 +7,8 @@ the SQL. Equality is jsonb equality, which is typed (``1`` is not ``"1"``, ``tru
 ``coalesce`` turns into "no match", so ``$ne`` and ``$nin`` match documents without the key.
 Ordering compares numbers with numbers (jsonb numeric order) and strings with strings in code
 point order (``COLLATE "C"`` on UTF-8 bytes), guarded by ``CASE`` so that no other value is
-compared or cast. A filter this module does not know fails closed with :class:`FilterError`.
+compared or cast. ``$prefix`` is ``starts_with`` on string values (code points, no wildcards).
+A filter this module does not know fails closed with :class:`FilterError`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import math
 from typing import Any
 
 from ...errors import FilterError
-from ...filters import LOGICAL_OPERATORS, validate_filter
+from ...filters import compile_tree, validate_filter
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
@@ -29,23 +30,11 @@ def compile_filter(
     filter = validate_filter(filter)
     if not filter:
         return "TRUE", []
-    params: list[Any] = []
-    return _compile(filter, column, params), params
-
-
-def _compile(filter: dict[str, Any], column: str, params: list[Any]) -> str:
-    parts: list[str] = []
-    for key, value in filter.items():
-        if key in LOGICAL_OPERATORS:
-            joiner = " AND " if key == "$and" else " OR "
-            parts.append("(" + joiner.join(_compile(sub, column, params) for sub in value) + ")")
-            continue
-        if key.startswith("$"):
-            raise FilterError(f"Unsupported filter operator {key!r}")
-        ops = value if isinstance(value, dict) else {"$eq": value}
-        for op, operand in ops.items():
-            parts.append(_compile_op(column, key, op, operand, params))
-    return "(" + " AND ".join(parts) + ")" if parts else "TRUE"
+    return compile_tree(
+        filter,
+        lambda key, op, operand, params: _compile_op(column, key, op, operand, params),
+        "TRUE",
+    )
 
 
 def _scalar(value: Any) -> str:
@@ -72,6 +61,14 @@ def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any])
     if op == "$exists":
         params.append(key)
         return f"(({column} -> %s::text) IS {'NOT ' if operand else ''}NULL)"
+    if op == "$prefix":
+        if not isinstance(operand, str):
+            raise FilterError(f"$prefix on {key!r} needs a string, got {operand!r}")
+        params.extend([key, key, operand])
+        return (
+            f"(CASE WHEN jsonb_typeof({column} -> %s::text) = 'string' THEN"
+            f" starts_with({column} ->> %s::text, %s::text) ELSE FALSE END)"
+        )
     if op in _ORDER:
         sign = _ORDER[op]
         if isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
