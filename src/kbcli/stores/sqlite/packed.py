@@ -26,6 +26,7 @@ import os
 import sqlite3
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -287,10 +288,10 @@ class View:
         """The slots a search may rank: live ones, and of those the ``allowed`` (per slot)."""
         if allowed is None:
             if self._visible is None:
-                self._visible = visible(self.alive, self.src, self.srclen.shape[0])
+                self._visible = Visible(self.alive, self.src, self.srclen.shape[0])
             return self._visible
         mask = allowed if self.alive is None else self.alive & allowed
-        return visible(mask, self.src, self.srclen.shape[0])
+        return Visible(mask, self.src, self.srclen.shape[0])
 
     def slot_of(self, docs: np.ndarray) -> np.ndarray:
         """The live slot of each doc id (all must exist)."""
@@ -302,22 +303,23 @@ class View:
         return self._slot_of[docs]
 
 
-@dataclass(frozen=True)
 class Visible:
     """Which slots a search ranks: ``mask`` (None: all) and each slot's source, where a
-    hidden slot's is a sink past the last source, so a hidden chunk never counts in its
-    source's score (a filter is a pre-filter)."""
+    hidden slot's is a sink past the last source (``sources``), so a hidden chunk never counts
+    in its source's score (a filter is a pre-filter)."""
 
-    mask: np.ndarray | None
-    src: np.ndarray
+    def __init__(self, mask: np.ndarray | None, src: np.ndarray, sources: int):
+        self.mask = mask
+        self._all_src = src
+        self._sources = sources
 
-
-def visible(mask: np.ndarray | None, src: np.ndarray, sources: int) -> Visible:
-    """:class:`Visible` of ``mask`` over slots whose sources are ``src`` (ids below
-    ``sources``)."""
-    if mask is None:
-        return Visible(None, src)
-    return Visible(mask, np.where(mask, src, sources))
+    @cached_property
+    def src(self) -> np.ndarray:
+        """The source of each slot, the sink for hidden ones (made when first needed: the
+        sparse executor never needs it)."""
+        if self.mask is None:
+            return self._all_src
+        return np.where(self.mask, self._all_src, self._sources)
 
 
 def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
