@@ -228,13 +228,12 @@ class View:
         return self._norms[key]
 
     def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
-        """``k1 * (1 - b + b * length / avgsl)`` per source, and 1 for the sink past them (and
-        for a source of length 0 when b is 1: it holds no postings, so scores 0 either way)."""
+        """``k1 * (1 - b + b * length / avgsl)`` per source (1 for a source of length 0 when b
+        is 1: it holds no postings, so it scores 0 either way)."""
         key = (avgsl, k1, b)
         if key not in self._source_norm:
             scale = b / avgsl if avgsl > 0 else 0.0
-            norm = np.ones(self.srclen.shape[0] + 1)
-            norm[:-1] = k1 * ((1.0 - b) + scale * self.srclen.astype(np.float64))
+            norm = k1 * ((1.0 - b) + scale * self.srclen.astype(np.float64))
             norm[norm == 0] = 1.0
             self._source_norm = {key: norm}
         return self._source_norm[key]
@@ -304,22 +303,23 @@ class View:
 
 
 class Visible:
-    """Which slots a search ranks: ``mask`` (None: all) and each slot's source, where a
-    hidden slot's is a sink past the last source (``sources``), so a hidden chunk never counts
-    in its source's score (a filter is a pre-filter)."""
+    """Which slots a search ranks: ``mask`` (None: all) and the bucket each slot counts in per
+    source: its source, or for a hidden slot a shadow of it past the ``sources`` real ones, so
+    a hidden chunk never counts in its source's score (a filter is a pre-filter). Shadows,
+    not one sink: counting most postings into one bucket serialises the increments."""
 
     def __init__(self, mask: np.ndarray | None, src: np.ndarray, sources: int):
         self.mask = mask
         self._all_src = src
-        self._sources = sources
+        self.sources = sources
+        self.buckets = sources if mask is None else 2 * sources
 
     @cached_property
     def src(self) -> np.ndarray:
-        """The source of each slot, the sink for hidden ones (made when first needed: the
-        sparse executor never needs it)."""
+        """Each slot's bucket (made when first needed: the sparse executor never needs it)."""
         if self.mask is None:
             return self._all_src
-        return np.where(self.mask, self._all_src, self._sources)
+        return np.where(self.mask, self._all_src, self._all_src + self.sources)
 
 
 def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
@@ -440,13 +440,14 @@ def _score_dense(
     Most postings have tf 1 and score ``weight * table[slot]`` (:meth:`View.norms`): those
     of every term are summed as weights per slot, one scatter each, and multiplied by the
     table once; the other runs of one tf gather their table, the rest take the formula. A
-    term's source part counts its postings per source, hidden slots in a sink. Ranking: the
+    term's source part counts its postings per source (:class:`Visible`). Ranking: the
     k-th best total among one term's postings above tf 1 is a lower bound of the final k-th,
     and a slot whose chunk part plus the best source part stays below it is never ranked."""
     norm, tables = view.norms(avgdl, k1, b)
     n_src = view.srclen.shape[0]
     chunk = np.zeros(view.slots)  # the tf-1 weights, then the chunk part
-    src_score = np.zeros(n_src + 1)
+    src_score = np.zeros(n_src)
+    width = vis.buckets
     later_slots: list[np.ndarray] = []
     later_parts: list[np.ndarray] = []
     probe = None
@@ -467,20 +468,20 @@ def _score_dense(
                 candidates = candidates[vis.mask[candidates]]
             probe = candidates if candidates.shape[0] >= k else None
         if source_weight:
-            per = np.bincount(vis.src.take(equal[0]), minlength=n_src + 1)
+            per = np.bincount(vis.src.take(equal[0]), minlength=width)[:n_src]
             for tf_value, e in enumerate(equal[1:], 2):
                 if e.shape[0]:
-                    per += tf_value * np.bincount(vis.src.take(e), minlength=n_src + 1)
+                    per += tf_value * np.bincount(vis.src.take(e), minlength=width)[:n_src]
             v = per.astype(np.float64)
             if slot.shape[0]:
-                v += np.bincount(vis.src.take(slot), weights=tf, minlength=n_src + 1)
+                v += np.bincount(vis.src.take(slot), weights=tf, minlength=width)[:n_src]
             src_score += (t.source_weight * (k1 + 1.0)) * v / (v + source_norm)
     chunk *= tables[0]
     if later_slots:
         np.add.at(chunk, np.concatenate(later_slots), np.concatenate(later_parts))
     if probe is not None:
         floor = np.partition(chunk[probe] + source_weight * src_score[vis.src[probe]], -k)[-k]
-        best_source = source_weight * float(src_score[:n_src].max()) if n_src else 0.0
+        best_source = source_weight * float(src_score.max()) if n_src else 0.0
         lower = floor - best_source
         lower -= 1e-9 * (abs(floor) + 1.0)  # float rounding of the sums: never drop a tie
         hit = np.flatnonzero(chunk >= lower) if lower > 0 else np.flatnonzero(chunk > 0)
