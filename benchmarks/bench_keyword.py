@@ -207,6 +207,23 @@ def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> di
     return result
 
 
+def goal_ratios(result: dict) -> dict[str, float]:
+    """The ratios of issue 16's keyword goals from one size's result (p50s of one run): kb's
+    index-only search against FTS5 and bm25s (content words: at most 0.5; common words: at
+    most 3 against bm25s) and with a filter against without (at most 1.5)."""
+    kb, out = result["kb"], {}
+    for label in ("content", "common"):
+        out[f"{label}: filter / none"] = (
+            kb[f"{label}+filter index only"]["p50"] / kb[f"{label} index only"]["p50"]
+        )
+        for engine in ("fts5", "bm25s"):
+            if engine in result:
+                out[f"{label}: kb / {engine}"] = (
+                    kb[f"{label} index only"]["p50"] / result[engine][label]["p50"]
+                )
+    return {name: round(value, 3) for name, value in out.items()}
+
+
 def keywords_search_new(store: SQLiteStore, q: str, filter: dict) -> None:
     store._keywords._filters.clear()
     store.keyword_search(q, K, filter)
@@ -235,6 +252,7 @@ def main() -> None:
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         r = run_size(size, args.workdir, args.queries, args.kb_only)
+        r["goal_ratios"] = goal_ratios(r)
         results.append(r)
         print(json.dumps(r, indent=1), flush=True)
     info["load_after"] = os.getloadavg()

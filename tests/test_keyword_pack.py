@@ -223,7 +223,7 @@ def test_filters_use_candidates_or_a_cached_bitmap(stores, monkeypatch):
         store._keywords._filters.clear()
         assert_same(store, reference)
     cached = {k: v for k, v in store._keywords._filters.items() if k != "seen"}
-    assert cached and all(v.dtype == bool for v in cached.values())
+    assert cached and all(v.mask.dtype == bool for v in cached.values())
     store.add(make_docs(random.Random(12), "g", 1))
     results(store, "w1")
     assert store._keywords._filters == {}  # a new generation drops the bitmaps
@@ -271,3 +271,120 @@ def test_auto_executor_imports_numpy_only_when_it_pays(tmp_path, monkeypatch, nu
         used.clear()
         store.keyword_search("w1 w2", k=5)
         assert (used == ["sql"]) == (expect == "sql" and not numpy_loaded)
+
+
+@pytest.mark.parametrize("change", ["format 1", "other tf runs"])
+def test_a_pack_of_another_layout_is_rebuilt(stores, change):
+    store, reference = stores
+    assert_same(store, reference)
+    path = store._keywords.packed_path
+    head = header(store)
+    # What an older kb left beside the database: its magic and no format field, or the
+    # runs split at another tf; the arrays after the header are as they were.
+    if change == "format 1":
+        head.pop("format")
+        magic = b"KBPACK1\n"
+    else:
+        head["tf_runs"] = packlog.TF_RUNS + 1
+        magic = packlog.MAGIC
+    raw = bytearray(path.read_bytes())
+    raw[: packlog.HEADER_SIZE] = (magic + json.dumps(head).encode()).ljust(packlog.HEADER_SIZE)
+    path.write_bytes(bytes(raw))
+    assert packlog.read_header(path)["tag"] is None  # of no index: stale, never mapped
+    fresh = open_store(store.path)  # a new process
+    assert fresh.integrity_check() == []  # a stale pack is no damage
+    assert_same(fresh, reference)
+    rebuilt = header(fresh)
+    assert rebuilt["format"] == packlog.FORMAT and rebuilt["tf_runs"] == packlog.TF_RUNS
+    assert rebuilt["tag"] == packlog.current_tag(fresh._db.conn)
+
+
+def reference_rank(path, analyzer, query: str, k: int, filter, weight: float) -> list:
+    """(id, score) of :func:`kbcli.bm25.rank` over the database's tables: the definition."""
+    from kbcli.bm25 import CorpusStats, QueryTerm, rank, select_terms
+    from kbcli.filters import matches
+
+    conn = sqlite3.connect(path)
+    counts = analyzer.query_counts(query)
+    marks = ",".join("?" * len(counts))
+    found = [
+        QueryTerm(tid, counts[term], df, sdf)
+        for tid, term, df, sdf in conn.execute(
+            f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})", list(counts)
+        )
+    ]
+    n, total, sources = conn.execute("SELECT n, total_length, sources FROM stats").fetchone()
+    lengths = dict(conn.execute("SELECT id, length FROM sources"))
+    chunks = {doc: (cid, json.loads(meta)) for doc, cid, meta in conn.execute(
+        "SELECT doc, id, metadata FROM chunks"
+    )}
+
+    def postings(term):
+        return conn.execute("SELECT doc, src, tf, dl FROM postings WHERE term = ?", (term,))
+
+    ranked = rank(
+        select_terms(found),
+        lambda t: postings(t).fetchall(),
+        lengths.__getitem__,
+        CorpusStats(n, total, sources),
+        k,
+        source_weight=weight,
+        allowed=None if filter is None else (lambda doc: matches(chunks[doc][1], filter)),
+    )
+    conn.close()
+    return [(chunks[s.doc][0], s.score) for s in ranked]
+
+
+def varied_docs(rng: random.Random, prefix: str, n: int) -> list[Document]:
+    """Chunks of 1-60 words from a skewed vocabulary (tfs from 1 to over a dozen), sources of
+    one to eight chunks and some without one, repeated texts (exact ties)."""
+    vocab = [f"v{i}" for i in range(25)]
+    weights = [1 / (r + 1) for r in range(len(vocab))]
+    out, texts = [], []
+    for i in range(n):
+        if texts and rng.random() < 0.1:
+            text = rng.choice(texts)
+        else:
+            text = " ".join(rng.choices(vocab, weights, k=rng.randint(1, 60)))
+            texts.append(text)
+        meta = {"team": rng.choice(["ops", "dev", "dev"])}
+        if rng.random() < 0.9:
+            meta["source"] = f"/s{rng.randint(0, n // 4)}.md"
+        out.append(Document(f"{prefix}{i}", text, meta))
+    return out
+
+
+@pytest.mark.parametrize("tf_runs", [2, 4, 7])
+@pytest.mark.parametrize("sparse_ratio", [0, 8, 10**9])
+@pytest.mark.parametrize("seed", [21, 22])
+def test_runs_and_the_ranking_floor_match_the_definition(
+    tmp_path, monkeypatch, tf_runs, sparse_ratio, seed
+):
+    """Random corpora, a pack then a delta with tombstones, many k, filters and weights:
+    every top k is :func:`kbcli.bm25.rank`'s, ids in order and scores to 1e-9."""
+    monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)
+    monkeypatch.setattr(packed, "TF_RUNS", tf_runs)
+    monkeypatch.setattr(packlog, "TF_RUNS", tf_runs)
+    rng = random.Random(seed)
+    store = open_store(tmp_path / "kb.db")
+    store.add(varied_docs(rng, "a", 300))
+    queries = ["v0 v1 v2", "v0", "v1 v1 v7", "v3 v12 v20 v24", "v5 v0 v9 v2 v14"]
+    filters = [None, {"team": "ops"}, {"team": "nobody"}]
+    for stage in ("pack", "delta"):
+        if stage == "delta":
+            store.remove([f"a{i}" for i in rng.sample(range(300), 25)])
+            store.add(varied_docs(rng, "b", 30))
+            store.add(varied_docs(rng, "a", 10))  # upserts: new postings for old ids
+        for query in queries:
+            for k, weight, filter in itertools.product((1, 2, 3, 10, 50), (0.0, 2.0), filters):
+                got = [
+                    (h.document.id, h.score)
+                    for h in store.keyword_search(query, k=k, filter=filter, source_weight=weight)
+                ]
+                want = reference_rank(store.path, store.analyzer, query, k, filter, weight)
+                assert [d for d, _ in got] == [d for d, _ in want], (stage, query, k, filter)
+                assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+        view = store._keywords._view[1]
+        assert (view.alive is None) == (stage == "pack")
+    assert header(store)["tf_runs"] == tf_runs
+    store.close()

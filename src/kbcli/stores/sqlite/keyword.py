@@ -380,8 +380,9 @@ class KeywordTables:
         filter: dict[str, Any],
         terms: list[QueryTerm],
     ) -> Any:
-        """Which slots pass ``filter``: checked in SQL for the candidates only when there are
-        few and the filter is new, else for the whole index once per (filter, generation)."""
+        """Which slots pass ``filter`` (a :class:`packed.Visible`): checked in SQL for the
+        candidates only when there are few and the filter is new, else for the whole index once
+        per (filter, generation)."""
         import numpy as np
 
         from .packed import FILTER_PROBE
@@ -399,15 +400,15 @@ class KeywordTables:
             ok = catalog.passing(conn, docs.tolist(), filter)
             allowed = np.zeros(view.slots, bool)
             allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
-            return allowed
+            return view.visible(allowed)
         ids = catalog.rowids_where(conn, filter)
         allowed = np.zeros(view.slots, bool)
         if ids:
             allowed[view.slot_of(np.fromiter(ids, np.int64, len(ids)))] = True
         if len(self._filters) > FILTER_CACHE:
             self._filters.pop(next(k for k in self._filters if k != "seen"))
-        self._filters[key] = allowed
-        return allowed
+        self._filters[key] = view.visible(allowed)
+        return self._filters[key]
 
 
 def _bm25_sql(

@@ -3,18 +3,20 @@
 The ``postings``/``terms``/``sources`` tables stay the transactional truth; this module only
 reads them. A pack file beside the database (``<db>.keyword-pack``) holds, as of one position
 ``seq`` of ``keyword_log``: every chunk as a slot (doc id, length, source), every term's
-postings as slot and tf arrays (slots ascending) with per-term bounds for MaxScore, and the
-source lengths. Every write appends the chunks it adds or removes to ``keyword_log`` in its own
-transaction, so a search sees the *delta* since the pack exactly: the pack's slots of those
-chunks are tombstones, their current postings come from the chunks' forward index, and the
-statistics (df, sdf, N, lengths) always come from the tables. Every committed write is visible
-at once. When the delta outgrows :data:`MERGE_FRACTION` of the corpus, the searching process
-writes a new pack from its snapshot (temp -> fsync -> rename, outside any write lock): a crash
-leaves the old pack or none, and both are valid. The file is tagged with the index id and the
-keyword epoch (a re-analysis starts a new one); writers prune log rows a pack on disk already
-holds and record that floor, so a pack older than the floor is rebuilt, never trusted.
+postings as slot and tf arrays (ordered by tf, then slot: runs of one tf, see :data:`TF_RUNS`),
+and the source lengths. Every write appends the chunks it adds or removes to ``keyword_log`` in
+its own transaction, so a search sees the *delta* since the pack exactly: the pack's slots of
+those chunks are tombstones, their current postings come from the chunks' forward index, and
+the statistics (df, sdf, N, lengths) always come from the tables. Every committed write is
+visible at once. When the delta outgrows :data:`MERGE_FRACTION` of the corpus, the searching
+process writes a new pack from its snapshot (temp -> fsync -> rename, outside any write lock):
+a crash leaves the old pack or none, and both are valid. The file is tagged with the index id
+and the keyword epoch (a re-analysis starts a new one); writers prune log rows a pack on disk
+already holds and record that floor, so a pack older than the floor is rebuilt, never trusted.
 
-Scores are :func:`kbcli.bm25.rank`'s arithmetic in float64 (checked by the parity test).
+Scores are :func:`kbcli.bm25.rank`'s arithmetic in float64 (checked by the parity test). The
+file's layout has a version (``packlog.FORMAT`` and ``TF_RUNS``, in the header): a
+pack of another layout is stale, replaced by the next search like a missing one.
 """
 
 from __future__ import annotations
@@ -24,13 +26,22 @@ import os
 import sqlite3
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...crashpoints import crash_point
-from .packlog import HEADER_SIZE, MAGIC, current_seq, log_floor, read_header
+from .packlog import (
+    FORMAT,
+    HEADER_SIZE,
+    MAGIC,
+    TF_RUNS,
+    current_seq,
+    log_floor,
+    read_header,
+)
 from .vectors import fsync_dir
 
 FETCH = 20_000  # chunk rows per step when packing
@@ -39,7 +50,7 @@ MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
 FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
 # for the candidates only
-ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "maxtf", "mindl", "srclen")
+ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
 
 
 # --- building and mapping a pack --------------------------------------------------------------
@@ -72,20 +83,20 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
     max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
     n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
     lengths = np.bincount(term, minlength=n_terms)
-    order = np.argsort(term, kind="stable")  # chunks were read by doc: slots stay ascending
-    del term  # the arrays below are the size of every posting: keep few alive at once
+    # Within a term, postings by tf (TF_RUNS and above as one), then slot (see TF_RUNS): the
+    # sort is stable and chunks were read by doc. In place where it can be: every array here
+    # is the size of every posting, keep few alive at once.
+    if n_terms * (TF_RUNS + 1) >= 2**31:
+        term = term.astype(np.int64)
+    term *= TF_RUNS + 1
+    term += np.minimum(tf, TF_RUNS)
+    order = np.argsort(term, kind="stable")
+    del term
     slot = slot[order]
     tf = tf[order]
     del order
     offsets = np.zeros(n_terms + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    maxtf = np.zeros(n_terms, np.int32)
-    mindl = np.zeros(n_terms, np.int32)
-    present = np.flatnonzero(lengths)
-    if len(present):
-        starts = offsets[present]
-        maxtf[present] = np.maximum.reduceat(tf, starts)
-        mindl[present] = np.minimum.reduceat(dl.astype(np.int32)[slot], starts)
     sources = conn.execute("SELECT id, length FROM sources").fetchall()
     max_src = max([s for s, _ in sources] + [int(src.max()) if len(src) else 0])
     srclen = np.zeros(max_src + 1, np.int64)
@@ -99,8 +110,6 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
         "offsets": offsets,
         "slot": slot,
         "tf": tf,
-        "maxtf": maxtf,
-        "mindl": mindl,
         "srclen": srclen,
     }
 
@@ -108,7 +117,13 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
 def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) -> bool:
     """Write a pack atomically (temp -> fsync -> rename); False when it cannot be written.
     A pack on disk of the same tag and a later position is kept."""
-    header: dict[str, Any] = {"tag": tag, "seq": seq, "arrays": {}}
+    header: dict[str, Any] = {
+        "tag": tag,
+        "seq": seq,
+        "format": FORMAT,
+        "tf_runs": TF_RUNS,
+        "arrays": {},
+    }
     offset = HEADER_SIZE
     for name in ARRAYS:
         a = arrays[name]
@@ -189,24 +204,51 @@ class View:
     delta_term: np.ndarray  # sorted term ids of the delta's postings
     delta_slot: np.ndarray
     delta_tf: np.ndarray
-    _norm: dict[tuple[float, float, float], np.ndarray] = field(default_factory=dict)
+    _norms: dict[tuple[float, float, float], tuple[np.ndarray, list[np.ndarray]]] = field(
+        default_factory=dict
+    )
+    _source_norm: dict[tuple[float, float, float], np.ndarray] = field(default_factory=dict)
     _slot_of: np.ndarray | None = None
+    _visible: Visible | None = None
 
     @property
     def slots(self) -> int:
         """Number of slots (pack chunks plus delta chunks)."""
         return int(self.doc.shape[0])
 
-    def norm(self, avgdl: float, k1: float, b: float) -> np.ndarray:
-        """``k1 * (1 - b + b * dl / avgdl)`` per slot."""
+    def norms(self, avgdl: float, k1: float, b: float) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Per slot: ``norm = k1 * (1 - b + b * dl / avgdl)``, and for each tf below
+        :data:`TF_RUNS` the score ``tf * (k1 + 1) / (tf + norm)`` before the term's weight."""
         key = (avgdl, k1, b)
-        if key not in self._norm:
+        if key not in self._norms:
             scale = b / avgdl if avgdl > 0 else 0.0
-            self._norm = {key: k1 * ((1.0 - b) + scale * self.dl.astype(np.float64))}
-        return self._norm[key]
+            norm = k1 * ((1.0 - b) + scale * self.dl.astype(np.float64))
+            tables = [(tf * (k1 + 1.0)) / (tf + norm) for tf in range(1, TF_RUNS)]
+            self._norms = {key: (norm, tables)}
+        return self._norms[key]
+
+    def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
+        """``k1 * (1 - b + b * length / avgsl)`` per source (1 for a source of length 0 when b
+        is 1: it holds no postings, so it scores 0 either way)."""
+        key = (avgsl, k1, b)
+        if key not in self._source_norm:
+            scale = b / avgsl if avgsl > 0 else 0.0
+            norm = k1 * ((1.0 - b) + scale * self.srclen.astype(np.float64))
+            norm[norm == 0] = 1.0
+            self._source_norm = {key: norm}
+        return self._source_norm[key]
+
+    def count(self, term: int) -> int:
+        """How many postings ``term`` has (dead slots included)."""
+        offsets = self.pack.arrays["offsets"]
+        n = int(offsets[term + 1] - offsets[term]) if term + 1 < offsets.shape[0] else 0
+        if self.delta_term.shape[0]:
+            lo, hi = np.searchsorted(self.delta_term, [term, term + 1])
+            n += int(hi - lo)
+        return n
 
     def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
-        """(slots, tfs) of ``term``, pack then delta."""
+        """(slots, tfs) of ``term``: the pack's (by tf, then slot), then the delta's."""
         a = self.pack.arrays
         offsets = a["offsets"]
         if term + 1 < offsets.shape[0]:
@@ -221,22 +263,34 @@ class View:
                 tf = np.concatenate([tf, self.delta_tf[lo:hi]])
         return slot, tf
 
-    def upper_bound(self, term: int, avgdl: float, k1: float, b: float) -> float:
-        """An upper bound of ``tf / (tf + norm)`` over the term's postings."""
+    def runs(self, term: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """``term``'s postings: the pack's slots of tf 1, 2, .. :data:`TF_RUNS` - 1 (one
+        array each), then the other slots and their tfs (higher tfs, the delta's postings)."""
         a = self.pack.arrays
-        maxtf, mindl = 0, None
-        if term < a["maxtf"].shape[0] and a["offsets"][term + 1] > a["offsets"][term]:
-            maxtf, mindl = int(a["maxtf"][term]), int(a["mindl"][term])
+        offsets = a["offsets"]
+        if term + 1 < offsets.shape[0]:
+            lo, hi = int(offsets[term]), int(offsets[term + 1])
+            slot, tf = a["slot"][lo:hi], a["tf"][lo:hi]
+        else:
+            slot, tf = a["slot"][:0], a["tf"][:0]
+        cuts = np.searchsorted(tf, np.arange(1, TF_RUNS + 1)).tolist()
+        equal = [slot[cuts[i] : cuts[i + 1]] for i in range(TF_RUNS - 1)]
+        slot, tf = slot[cuts[-1] :], tf[cuts[-1] :]
         if self.delta_term.shape[0]:
             lo, hi = np.searchsorted(self.delta_term, [term, term + 1])
             if hi > lo:
-                maxtf = max(maxtf, int(self.delta_tf[lo:hi].max()))
-                low = int(self.dl[self.delta_slot[lo:hi]].min())
-                mindl = low if mindl is None else min(mindl, low)
-        if mindl is None:
-            return 0.0
-        scale = b / avgdl if avgdl > 0 else 0.0
-        return maxtf / (maxtf + k1 * ((1.0 - b) + scale * mindl))
+                slot = np.concatenate([slot, self.delta_slot[lo:hi]])
+                tf = np.concatenate([tf, self.delta_tf[lo:hi]])
+        return equal, slot, tf
+
+    def visible(self, allowed: np.ndarray | None = None) -> Visible:
+        """The slots a search may rank: live ones, and of those the ``allowed`` (per slot)."""
+        if allowed is None:
+            if self._visible is None:
+                self._visible = Visible(self.alive, self.src, self.srclen.shape[0])
+            return self._visible
+        mask = allowed if self.alive is None else self.alive & allowed
+        return Visible(mask, self.src, self.srclen.shape[0])
 
     def slot_of(self, docs: np.ndarray) -> np.ndarray:
         """The live slot of each doc id (all must exist)."""
@@ -246,6 +300,26 @@ class View:
             table[self.doc[live]] = live
             self._slot_of = table
         return self._slot_of[docs]
+
+
+class Visible:
+    """Which slots a search ranks: ``mask`` (None: all) and the bucket each slot counts in per
+    source: its source, or for a hidden slot a shadow of it past the ``sources`` real ones, so
+    a hidden chunk never counts in its source's score (a filter is a pre-filter). Shadows,
+    not one sink: counting most postings into one bucket serialises the increments."""
+
+    def __init__(self, mask: np.ndarray | None, src: np.ndarray, sources: int):
+        self.mask = mask
+        self._all_src = src
+        self.sources = sources
+        self.buckets = sources if mask is None else 2 * sources
+
+    @cached_property
+    def src(self) -> np.ndarray:
+        """Each slot's bucket (made when first needed: the sparse executor never needs it)."""
+        if self.mask is None:
+            return self._all_src
+        return np.where(self.mask, self._all_src, self._all_src + self.sources)
 
 
 def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
@@ -335,81 +409,91 @@ def score(
     k1: float,
     b: float,
     source_weight: float,
-    allowed: np.ndarray | None,
+    allowed: Visible | np.ndarray | None,
 ) -> list[tuple[int, float, float, float]]:
     """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
-    first, ties by lower doc id. ``allowed`` (per slot) is the pre-filter.
+    first, ties by lower doc id. ``allowed`` is the pre-filter: a :class:`Visible` of the
+    view, or a mask per slot."""
+    vis = allowed if isinstance(allowed, Visible) else view.visible(allowed)
+    source_norm = view.source_norm(avgsl, k1, b)
+    if sum(view.count(t.term) for t in terms) * SPARSE_RATIO < view.slots:
+        lists = [(t, *view.postings(t.term)) for t in terms]
+        norm = view.norms(avgdl, k1, b)[0]
+        return _score_sparse(view, lists, k, norm, vis.mask, k1, source_weight, source_norm)
+    runs = [(t, *view.runs(t.term)) for t in terms]
+    return _score_dense(view, runs, k, avgdl, k1, b, source_weight, source_norm, vis)
 
-    MaxScore: terms go in order of falling upper bound; once the bounds of the terms left
-    cannot lift a chunk outside the current candidates past the k-th best score so far (a
-    lower bound of the final k-th), those terms are scored only for the candidates whose
-    partial score plus that bound can still reach it. Source parts are exact sums over every
-    posting (one bincount per term) and count fully in the bound."""
-    visible = view.alive
-    if allowed is not None:
-        visible = allowed if visible is None else (visible & allowed)
-    norm = view.norm(avgdl, k1, b)
-    src = view.src
+
+def _score_dense(
+    view: View,
+    runs: list[tuple[Weighted, list[np.ndarray], np.ndarray, np.ndarray]],
+    k: int,
+    avgdl: float,
+    k1: float,
+    b: float,
+    source_weight: float,
+    source_norm: np.ndarray,
+    vis: Visible,
+) -> list[tuple[int, float, float, float]]:
+    """:func:`score` for long postings, over dense per-slot and per-source arrays.
+
+    Most postings have tf 1 and score ``weight * table[slot]`` (:meth:`View.norms`): those
+    of every term are summed as weights per slot, one scatter each, and multiplied by the
+    table once; the other runs of one tf gather their table, the rest take the formula. A
+    term's source part counts its postings per source (:class:`Visible`). Ranking: the
+    k-th best total among one term's postings above tf 1 is a lower bound of the final k-th,
+    and a slot whose chunk part plus the best source part stays below it is never ranked."""
+    norm, tables = view.norms(avgdl, k1, b)
     n_src = view.srclen.shape[0]
-    src_norm_scale = b / avgsl if avgsl > 0 else 0.0
-    lists = [(t, *view.postings(t.term)) for t in terms]
-    if sum(slot.shape[0] for _, slot, _ in lists) * SPARSE_RATIO < view.slots:
-        return _score_sparse(view, lists, k, norm, visible, k1, b, source_weight, src_norm_scale)
-    src_score = np.zeros(n_src) if source_weight else None
-    bounds = [
-        t.chunk_weight * (k1 + 1.0) * view.upper_bound(t.term, avgdl, k1, b)
-        + source_weight * t.source_weight * (k1 + 1.0)
-        for t, _, _ in lists
-    ]
-    order = sorted(range(len(lists)), key=lambda i: -bounds[i])
-    chunk = np.zeros(view.slots)
-    candidates: np.ndarray | None = None  # None: every slot hit so far
-    remaining = sum(bounds)
-    for i in order:
-        t, slot, tf = lists[i]
-        remaining -= bounds[i]
-        tf = tf.astype(np.float64)
+    chunk = np.zeros(view.slots)  # the tf-1 weights, then the chunk part
+    src_score = np.zeros(n_src)
+    width = vis.buckets
+    later_slots: list[np.ndarray] = []
+    later_parts: list[np.ndarray] = []
+    probe = None
+    for t, equal, slot, tf in sorted(runs, key=lambda r: -r[0].chunk_weight):
+        np.add.at(chunk, equal[0], t.chunk_weight)
+        own = [e for e in equal[1:] if e.shape[0]]
+        later_parts += [t.chunk_weight * table.take(e) for e, table in zip(equal[1:], tables[1:])]
+        later_slots += equal[1:]
+        if slot.shape[0]:
+            f = tf.astype(np.float64)
+            later_parts.append((t.chunk_weight * (k1 + 1.0)) * f / (f + norm.take(slot)))
+            later_slots.append(slot)
+            own.append(slot)
+        if probe is None and own:
+            # distinct slots (one term's), among the likely best: the postings above tf 1
+            candidates = np.concatenate(own)
+            if vis.mask is not None:
+                candidates = candidates[vis.mask[candidates]]
+            probe = candidates if candidates.shape[0] >= k else None
         if source_weight:
-            weights = tf if visible is None else tf * visible[slot]
-            per = np.bincount(src[slot], weights=weights, minlength=n_src)
-            nz = np.flatnonzero(per)
-            v = per[nz]
-            sl = view.srclen[nz].astype(np.float64)
-            src_score[nz] += (
-                (t.source_weight * (k1 + 1.0)) * v / (v + k1 * ((1.0 - b) + src_norm_scale * sl))
-            )
-        cw = t.chunk_weight * (k1 + 1.0)
-        if candidates is None and i == order[0]:
-            chunk[slot] = cw * tf / (tf + norm[slot])  # the first list: no read-modify-write
-        elif candidates is None:
-            chunk[slot] += cw * tf / (tf + norm[slot])
-        else:
-            where = np.searchsorted(slot, candidates)
-            where[where >= slot.shape[0]] = 0
-            hit = slot[where] == candidates if slot.shape[0] else where.astype(bool)
-            s, f = candidates[hit], tf[where[hit]]
-            chunk[s] += cw * f / (f + norm[s])
-        if candidates is None and remaining > 0 and slot.shape[0] > 4 * k:
-            candidates = _prune(chunk, src_score, src, visible, source_weight, remaining, k, slot)
-    if candidates is None:
-        # Rank over every slot (no index list of the hits): the ones never hit, or hidden,
-        # sink to -inf; at most k are taken, then the hits among them.
-        total = chunk if not source_weight else chunk + source_weight * src_score[src]
-        shown = chunk > 0 if visible is None else (chunk > 0) & visible
-        total = np.where(shown, total, -np.inf)
-        if total.shape[0] > k:
-            kth = np.partition(total, -k)[-k]
-            hit_slots = np.flatnonzero(total >= kth) if np.isfinite(kth) else np.flatnonzero(shown)
-        else:
-            hit_slots = np.flatnonzero(shown)
-        hit_slots = hit_slots[shown[hit_slots]]
+            per = np.bincount(vis.src.take(equal[0]), minlength=width)[:n_src]
+            for tf_value, e in enumerate(equal[1:], 2):
+                if e.shape[0]:
+                    per += tf_value * np.bincount(vis.src.take(e), minlength=width)[:n_src]
+            v = per.astype(np.float64)
+            if slot.shape[0]:
+                v += np.bincount(vis.src.take(slot), weights=tf, minlength=width)[:n_src]
+            src_score += (t.source_weight * (k1 + 1.0)) * v / (v + source_norm)
+    chunk *= tables[0]
+    if later_slots:
+        np.add.at(chunk, np.concatenate(later_slots), np.concatenate(later_parts))
+    if probe is not None:
+        floor = np.partition(chunk[probe] + source_weight * src_score[vis.src[probe]], -k)[-k]
+        best_source = source_weight * float(src_score.max()) if n_src else 0.0
+        lower = floor - best_source
+        lower -= 1e-9 * (abs(floor) + 1.0)  # float rounding of the sums: never drop a tie
+        hit = np.flatnonzero(chunk >= lower) if lower > 0 else np.flatnonzero(chunk > 0)
     else:
-        hit_slots = candidates[chunk[candidates] > 0]
-    if hit_slots.shape[0] == 0:
+        hit = np.flatnonzero(chunk > 0)
+    hit = hit[chunk[hit] > 0]
+    if vis.mask is not None:
+        hit = hit[vis.mask[hit]]
+    if hit.shape[0] == 0:
         return []
-    chunk_part = chunk[hit_slots]
-    source_part = src_score[src[hit_slots]] if source_weight else np.zeros_like(chunk_part)
-    return _top(view, hit_slots, chunk_part, source_part, k, source_weight)
+    source_part = src_score[vis.src[hit]] if source_weight else np.zeros(hit.shape[0])
+    return _top(view, hit, chunk[hit], source_part, k, source_weight)
 
 
 def _top(
@@ -442,9 +526,8 @@ def _score_sparse(
     norm: np.ndarray,
     visible: np.ndarray | None,
     k1: float,
-    b: float,
     source_weight: float,
-    src_norm_scale: float,
+    source_norm: np.ndarray,
 ) -> list[tuple[int, float, float, float]]:
     """:func:`score` for short postings: every sum over the hit chunks and sources only."""
     parts, source_ids, source_parts = [], [], []
@@ -456,13 +539,8 @@ def _score_sparse(
             ids, where = np.unique(view.src[slot], return_inverse=True)
             per = np.bincount(where, weights=weights)
             ids, per = ids[per > 0], per[per > 0]
-            sl = view.srclen[ids].astype(np.float64)
             source_ids.append(ids)
-            source_parts.append(
-                (t.source_weight * (k1 + 1.0))
-                * per
-                / (per + k1 * ((1.0 - b) + src_norm_scale * sl))
-            )
+            source_parts.append((t.source_weight * (k1 + 1.0)) * per / (per + source_norm[ids]))
     slots, where = np.unique(np.concatenate([slot for _, slot, _ in lists]), return_inverse=True)
     chunk = np.bincount(where, weights=np.concatenate(parts))
     if visible is not None:
@@ -477,34 +555,6 @@ def _score_sparse(
     else:
         source = np.zeros_like(chunk)
     return _top(view, slots, chunk, source, k, source_weight)
-
-
-def _prune(
-    chunk: np.ndarray,
-    src_score: np.ndarray | None,
-    src: np.ndarray,
-    visible: np.ndarray | None,
-    source_weight: float,
-    remaining: float,
-    k: int,
-    scored: np.ndarray,
-) -> np.ndarray | None:
-    """The slots that can still reach the top ``k`` (None: too many to be worth it).
-
-    Partial totals only grow, so the k-th best partial total among chunks already hit (here:
-    those of the list just ``scored``) is a lower bound of the final k-th; a slot whose partial
-    total plus ``remaining`` (the bounds of the terms not scored yet) stays below it cannot
-    make the top ``k``."""
-    upper = chunk if not source_weight else chunk + source_weight * src_score[src]
-    sure = scored if visible is None else scored[visible[scored]]
-    if sure.shape[0] < k:
-        return None
-    kth = np.partition(upper[sure], -k)[-k]
-    keep = upper >= kth - remaining
-    if visible is not None:
-        keep &= visible
-    candidates = np.flatnonzero(keep)
-    return candidates if candidates.shape[0] * 4 < chunk.shape[0] else None
 
 
 def triples(view: View) -> tuple[np.ndarray, ...]:

@@ -11,7 +11,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-MAGIC = b"KBPACK1\n"
+# The layout's version is in the magic: a pack of another version reads as of no index
+# (stale), so the next search replaces it and nothing else trusts it.
+FORMAT = 2
+MAGIC = b"KBPACK%d\n" % FORMAT
+# Postings of tf 1 .. TF_RUNS - 1 form one run per tf in each term (and score from per-slot
+# tables); higher tfs share the last run. Part of the layout: recorded in the header.
+TF_RUNS = 4
 HEADER_SIZE = 4096
 
 
@@ -43,13 +49,23 @@ def log_floor(conn: sqlite3.Connection) -> int:
 
 
 def read_header(path: Path) -> dict[str, Any] | None:
-    """The JSON header of a pack file (None when missing or not a pack)."""
+    """The JSON header of a pack file (None when missing or not a pack). A pack of another
+    format version has the tag None: of no index."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(HEADER_SIZE)
-        if not head.startswith(MAGIC):
+        if not head.startswith(MAGIC[:6]) or len(head) < len(MAGIC):
             return None
-        return json.loads(head[len(MAGIC) :].rstrip(b"\0 \n"))
+        header = json.loads(head[len(MAGIC) :].rstrip(b"\0 \n"))
+        if not isinstance(header, dict):
+            return None
+        if (
+            not head.startswith(MAGIC)
+            or header.get("format") != FORMAT
+            or header.get("tf_runs") != TF_RUNS
+        ):
+            header["tag"] = None
+        return header
     except (OSError, ValueError):
         return None
 
