@@ -1,6 +1,7 @@
 """Retrieval evaluation on BEIR-layout collections (``kb eval``).
 
-A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
+A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; or ``corpus.jsonl.gz``),
+``queries.jsonl``
 (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``, one header
 line). Each document (title + blank line + text) goes through the normal ingest path (chunked
 like any file) with metadata ``doc_id`` and the document as the chunks' ``source`` (as a file
@@ -15,6 +16,7 @@ scores 0, nDCG@k uses the graded judgment itself as the gain (``gain = rel``, as
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -95,9 +97,12 @@ def choose_split(dataset_dir: str | Path, split: str | None = None) -> str:
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    if not path.is_file() and path.with_name(path.name + ".gz").is_file():
+        path = path.with_name(path.name + ".gz")
     if not path.is_file():
         raise DatasetError(f"Missing {path}: a BEIR folder needs corpus.jsonl and queries.jsonl")
-    with path.open(encoding="utf-8") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -237,7 +242,10 @@ def score_run(
 def corpus_fingerprint(dataset_dir: str | Path, chunking: str) -> str:
     """Identifies a corpus file plus the chunk settings it was indexed with."""
     digest = hashlib.sha256()
-    with (Path(dataset_dir) / "corpus.jsonl").open("rb") as fh:
+    path = Path(dataset_dir) / "corpus.jsonl"
+    if not path.is_file() and path.with_name("corpus.jsonl.gz").is_file():
+        path = path.with_name("corpus.jsonl.gz")
+    with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     digest.update(chunking.encode())
