@@ -48,6 +48,7 @@ class Variant:
     twin: float = 0  # title terms indexed as their own terms, queried with this weight
     twin_heading: float = 0  # the same for heading-path terms
     twin_max: int = 0  # twins only for titles of at most this many terms (0: any)
+    name_match: float = 0  # whole-title term (titles of <= 3 terms), matched by query n-grams
 
 
 def chunked(path: Path, split: str):
@@ -67,6 +68,7 @@ def chunked(path: Path, split: str):
 
 TWIN = "\x00t:"
 HTWIN = "\x00h:"
+NAME = "\x00n:"
 
 
 def counts_of(a: Analyzer, v: Variant, text: str, meta: dict) -> tuple[Counter, Counter]:
@@ -89,6 +91,8 @@ def counts_of(a: Analyzer, v: Variant, text: str, meta: dict) -> tuple[Counter, 
         if v.twin and short:
             tt[TWIN + t] += 1
         tt[t] += v.weights.title
+    if v.name_match and 0 < len(set(title_terms)) <= 3:
+        tt[NAME + " ".join(sorted(set(title_terms)))] += 1
     if v.twin_heading:
         for t in a.terms(heading):
             rest[HTWIN + t] += 1
@@ -128,7 +132,17 @@ class Index:
         self.avgdl = sum(self.dl) / self.n
         self.avgsl = sum(self.sl) / self.ns
 
-    def rank(self, counts: Counter) -> list[str]:
+    def rank(self, counts: Counter, seq: list[str] | None = None) -> list[str]:
+        if self.v.name_match and seq:
+            counts = Counter(counts)
+            keys = {
+                NAME + " ".join(sorted(set(seq[i : i + n])))
+                for n in (1, 2, 3)
+                for i in range(len(seq) - n + 1)
+            }
+            for key in keys:
+                if key in self.postings:
+                    counts[key] = self.v.name_match
         found = [(len(self.postings[t]), t, n) for t, n in counts.items() if t in self.postings]
         found.sort(key=lambda x: x[0])
         if self.v.max_terms:
@@ -195,6 +209,9 @@ VARIANTS = [
     Variant("twin title 0.5 + t1", FieldWeights(1, 1, 1), twin=0.5),
     Variant("t8 h1 b1", FieldWeights(8, 1, 1)),
     Variant("t2 h1 b1 all terms", FieldWeights(2, 1, 1), max_terms=0),
+    Variant("t2 + name 1", FieldWeights(2, 1, 1), max_terms=0, name_match=1),
+    Variant("t2 + name 0.5", FieldWeights(2, 1, 1), max_terms=0, name_match=0.5),
+    Variant("t2 + name 2", FieldWeights(2, 1, 1), max_terms=0, name_match=2),
     Variant("twin<=4 0.5", FieldWeights(1, 1, 1), twin=0.5, twin_max=4),
     Variant("twin<=4 1", FieldWeights(1, 1, 1), twin=1, twin_max=4),
     Variant("twin<=2 0.5", FieldWeights(1, 1, 1), twin=0.5, twin_max=2),
@@ -227,6 +244,7 @@ def main() -> None:
         if args.max_queries and len(qids) > args.max_queries:
             qids = random.Random(1).sample(sorted(qids), args.max_queries)
         qcounts = {q: a.query_counts(ds.queries[q]) for q in qids}
+        qseq = {q: a.terms(ds.queries[q]) for q in qids}
         base = None
         print(f"## {name} ({len(qids)} queries)")
         for v in variants:
@@ -234,7 +252,7 @@ def main() -> None:
             per = [], [], []
             for q in qids:
                 rels = {d: g for d, g in ds.qrels[q].items() if g > 0}
-                r = idx.rank(qcounts[q])
+                r = idx.rank(qcounts[q], qseq[q])
                 per[0].append(ndcg_at_k(r, ds.qrels[q], 10))
                 per[1].append(hit(r, rels, 1))
                 per[2].append(hit(r, rels, 3))

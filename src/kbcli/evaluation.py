@@ -218,13 +218,30 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def hit_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    """1.0 when a document with the query's highest grade is in the top ``k`` (the obvious page
+    where graded judgments name one; any relevant document where they are binary), else 0."""
+    top = max((g for g in qrels.values() if g > 0), default=0)
+    if top == 0:
+        return 0.0
+    return 1.0 if any(qrels.get(d, 0) == top for d in ranking[:k]) else 0.0
+
+
 def score_run(
     run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], k: int = 10
 ) -> dict[str, float]:
-    """Mean nDCG@k, Recall@k, Recall@100 and MRR@k of ``run`` (query -> ranked doc ids) over
-    the queries of ``qrels`` that have a relevant document; missing queries score 0."""
+    """Mean nDCG@k, Recall@k, Recall@100, MRR@k, hit@1 and hit@3 of ``run`` (query -> ranked
+    doc ids) over the queries of ``qrels`` that have a relevant document; missing queries
+    score 0."""
     judged = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
-    totals = {f"ndcg@{k}": 0.0, f"recall@{k}": 0.0, "recall@100": 0.0, f"mrr@{k}": 0.0}
+    totals = {
+        f"ndcg@{k}": 0.0,
+        f"recall@{k}": 0.0,
+        "recall@100": 0.0,
+        f"mrr@{k}": 0.0,
+        "hit@1": 0.0,
+        "hit@3": 0.0,
+    }
     for q in judged:
         ranking = run.get(q, [])
         rels = qrels[q]
@@ -232,6 +249,8 @@ def score_run(
         totals[f"recall@{k}"] += recall_at_k(ranking, rels, k)
         totals["recall@100"] += recall_at_k(ranking, rels, 100)
         totals[f"mrr@{k}"] += mrr_at_k(ranking, rels, k)
+        totals["hit@1"] += hit_at_k(ranking, rels, 1)
+        totals["hit@3"] += hit_at_k(ranking, rels, 3)
     n = len(judged)
     return {key: (value / n if n else 0.0) for key, value in totals.items()}
 
@@ -358,6 +377,10 @@ def _check_reuse(kb: Any, path: Path) -> None:
     recorded = store.embedder_info
     info = embedder_info(kb.embedder)
     problem = None
+    upgrade = getattr(store, "upgrade_keyword_index", None)
+    if analyzer is not None and analyzer != store.keyword_signature and upgrade is not None:
+        if upgrade(wait=0.0):  # an index of an older kbcli: re-tokenised in place
+            analyzer = store.keyword_signature
     if analyzer is not None and analyzer != store.keyword_signature:
         problem = f"analyzer [{analyzer}], not [{store.keyword_signature}]"
     elif recorded is not None and (recorded.provider, recorded.model) != (

@@ -55,6 +55,11 @@ class KeywordTables:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
         return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
+    def recorded_signature(self, conn: Any) -> str | None:
+        """The signature the index was built with (None: never written)."""
+        row = conn.execute(f"SELECT value FROM {self.t.meta} WHERE key = 'analyzer'").fetchone()
+        return row[0] if row else None
+
     def check_signature(self, conn: Any, *, writing: bool) -> int | None:
         """Make the index match the current analyzer and fields: an empty index is taken over;
         one built with another signature is re-tokenised from the stored chunks when
@@ -74,7 +79,7 @@ class KeywordTables:
             if n == 0:
                 conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
                 return None
-            return self.rebuild(conn, add_titles=not has_title_field(row[0]))
+            return self.rebuild(conn)
         raise outdated(f"{t.base} at {self.where}", row[0], signature)
 
     # --- writes --------------------------------------------------------------------------------
@@ -206,10 +211,12 @@ class KeywordTables:
             (sign * change.chunks_delta, sign * change.length_delta, change.sources_delta),
         )
 
-    def rebuild(self, conn: Any, *, add_titles: bool = False) -> int:
-        """Re-analyse every chunk with the current analyzer; returns how many. ``add_titles``:
-        give the chunks of each file stored without a title the one ingest would record (an
-        index of a kbcli without titles)."""
+    def rebuild(self, conn: Any) -> int:
+        """Re-analyse every chunk with the current analyzer; returns how many. An index of a
+        kbcli without titles (its signature has no title field) also gets them: each file's
+        chunks stored without a title are given the one ingest would record (metadata
+        ``title``), in the same transaction."""
+        add_titles = not has_title_field(self.recorded_signature(conn) or "")
         t = self.t
         conn.execute(f"TRUNCATE {t.postings}")
         conn.execute(f"DELETE FROM {t.terms}")

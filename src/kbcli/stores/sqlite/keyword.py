@@ -98,6 +98,12 @@ class KeywordTables:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
         return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
+    @staticmethod
+    def recorded_signature(conn: sqlite3.Connection) -> str | None:
+        """The signature the index was built with (None: never written)."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+        return row[0] if row else None
+
     def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> int | None:
         """Make the index match the current analyzer and fields: an empty index is taken over;
         one built with another signature is re-tokenised from the stored chunks when
@@ -116,7 +122,7 @@ class KeywordTables:
             if n == 0:
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
                 return None
-            return self.rebuild(conn, add_titles=not has_title_field(row[0]))
+            return self.rebuild(conn)
         raise outdated(f"at {self.path}", row[0], signature)
 
     # --- writes --------------------------------------------------------------------------------
@@ -218,10 +224,12 @@ class KeywordTables:
             (sign * change.chunks_delta, sign * change.length_delta, change.sources_delta),
         )
 
-    def rebuild(self, conn: sqlite3.Connection, *, add_titles: bool = False) -> int:
-        """Re-analyse every chunk with the current analyzer; returns how many. ``add_titles``:
-        give the chunks of each file stored without a title the one ingest would record (an
-        index of a kbcli without titles)."""
+    def rebuild(self, conn: sqlite3.Connection) -> int:
+        """Re-analyse every chunk with the current analyzer; returns how many. An index of a
+        kbcli without titles (its signature has no title field) also gets them: each file's
+        chunks stored without a title are given the one ingest would record (metadata
+        ``title``), in the same transaction."""
+        add_titles = not has_title_field(self.recorded_signature(conn) or "")
         conn.execute("DELETE FROM postings")
         conn.execute("DELETE FROM terms")
         conn.execute("UPDATE sources SET length = 0, chunks = 0")
