@@ -369,21 +369,15 @@ def _open_index(
 
 
 def _check_reuse(kb: Any, path: Path) -> None:
-    """A kept index must match the analyzer and embedder of this run."""
+    """A kept index must match the embedder of this run (one built with another analyzer or
+    keyword fields re-tokenises itself at its first search, without re-embedding)."""
     from .embedders.base import embedder_info
 
     store = kb.store
-    analyzer = store.get_meta("analyzer")
     recorded = store.embedder_info
     info = embedder_info(kb.embedder)
     problem = None
-    upgrade = getattr(store, "upgrade_keyword_index", None)
-    if analyzer is not None and analyzer != store.keyword_signature and upgrade is not None:
-        if upgrade(wait=0.0):  # an index of an older kbcli: re-tokenised in place
-            analyzer = store.keyword_signature
-    if analyzer is not None and analyzer != store.keyword_signature:
-        problem = f"analyzer [{analyzer}], not [{store.keyword_signature}]"
-    elif recorded is not None and (recorded.provider, recorded.model) != (
+    if recorded is not None and (recorded.provider, recorded.model) != (
         info.provider,
         info.model,
     ):
