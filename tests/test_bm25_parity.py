@@ -16,6 +16,7 @@ import pytest
 
 from bm25_plain import plain_bm25_with_sources
 from kbcli import Document, InMemoryStore, SQLiteStore
+from kbcli.analysis import keyword_counts
 from kbcli.filters import matches
 
 WORDS = [f"w{i}" for i in range(40)]
@@ -31,16 +32,22 @@ def random_doc(rng: random.Random, doc_id: str) -> Document:
     return Document(doc_id, text, meta)
 
 
+def indexed_terms(analyzer, doc: Document) -> list[str]:
+    """The terms an index holds for ``doc``: its fields' terms, weighted (title from the file
+    name of its source here), as a flat list for the plain formula."""
+    return list(keyword_counts(analyzer, doc.text, doc.metadata).elements())
+
+
 def expected(store, query: list[str], weight: float, filter):
     docs = [d for d in store.iter_documents() if matches(d.metadata, filter)]
     analyzer = store.analyzer
-    terms = {d.id: analyzer.terms(d.text) for d in docs}
+    terms = {d.id: indexed_terms(analyzer, d) for d in docs}
     sources = {d.id: d.metadata.get("source") for d in docs}
     # The statistics count every document; only the scored set is filtered.
     everything = list(store.iter_documents())
     if not everything:
         return {}
-    all_terms = {d.id: analyzer.terms(d.text) for d in everything}
+    all_terms = {d.id: indexed_terms(analyzer, d) for d in everything}
     all_sources = {d.id: d.metadata.get("source") for d in everything}
     full = plain_bm25_with_sources(query, all_terms, all_sources, weight)
     if not filter:

@@ -36,6 +36,8 @@ def test_eval_json_shape_and_perfect_scores(tmp_path):
         "recall@10",
         "recall@100",
         "mrr@10",
+        "hit@1",
+        "hit@3",
         "latency_ms",
     }
     assert (out["dataset"], out["split"], out["mode"], out["queries"]) == (

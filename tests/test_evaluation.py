@@ -113,6 +113,8 @@ def test_evaluate_end_to_end(beir, mode):
         "recall@10",
         "recall@100",
         "mrr@10",
+        "hit@1",
+        "hit@3",
         "latency_ms",
     ]
     assert (result["dataset"], result["split"], result["mode"], result["queries"]) == (

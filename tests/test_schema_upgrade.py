@@ -64,11 +64,14 @@ def test_upgrade_keeps_every_chunk_and_builds_sources(old_db):
 
 def test_upgraded_index_scores_like_the_plain_formula(old_db):
     store = SQLiteStore(old_db)
+    store.keyword_search("reset password")  # re-tokenises the old index (title field)
     docs = {d.id: d for d in store.list_all()}
     analyzer = store.analyzer
-    from kbcli.analysis import keyword_text
+    from kbcli.analysis import keyword_counts
 
-    terms = {i: analyzer.terms(keyword_text(d.text, d.metadata)) for i, d in docs.items()}
+    terms = {
+        i: list(keyword_counts(analyzer, d.text, d.metadata).elements()) for i, d in docs.items()
+    }
     sources = {i: d.metadata.get("source") for i, d in docs.items()}
     for query in ("reset password", "rotate token", "invoice billing", "密码"):
         expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
@@ -125,11 +128,14 @@ def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db, use_pack):
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] == 0
     conn.close()
+    store.keyword_search("reset password")  # re-tokenises the old index (title field)
     docs = {d.id: d for d in store.list_all()}
     analyzer = store.analyzer
-    from kbcli.analysis import keyword_text
+    from kbcli.analysis import keyword_counts
 
-    terms = {i: analyzer.terms(keyword_text(d.text, d.metadata)) for i, d in docs.items()}
+    terms = {
+        i: list(keyword_counts(analyzer, d.text, d.metadata).elements()) for i, d in docs.items()
+    }
     sources = {i: d.metadata.get("source") for i, d in docs.items()}
     for step in range(2):
         for query in ("reset password", "rotate token", "invoice billing"):

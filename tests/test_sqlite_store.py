@@ -166,12 +166,13 @@ def test_embedder_mismatch_is_refused(tmp_path):
     store.check_embedder(EmbedderInfo("openai", "m1", None))
 
 
-def test_analyzer_mismatch_then_rebuild(tmp_path):
+def test_analyzer_change_re_tokenises_the_index(tmp_path):
     path = tmp_path / "kb.db"
     SQLiteStore(path, analyzer=Analyzer(stopwords=False)).add([Document("a", "the cat")])
     other = SQLiteStore(path, analyzer=Analyzer(stopwords=True))
-    with pytest.raises(IndexMismatchError, match="kb ingest --rebuild"):
-        other.keyword_search("cat")
+    assert [r.document.id for r in other.keyword_search("cat")] == ["a"]
+    assert other.get_meta("analyzer") == other.keyword_signature
+    assert other.stats()["vocabulary"] == 1  # "the" is a stopword now
     assert other.rebuild_keyword_index() == 1
     assert [r.document.id for r in other.keyword_search("cat")] == ["a"]
     assert other.integrity_check() == []

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 from .errors import InvalidOptionError
 
 ANALYZER_VERSION = 2
-# Distinct query terms looked up at most; the store then scores only the rarest 32 of them.
+# Distinct query terms looked up (and scored, see kbcli.bm25.MAX_SCORED_TERMS) at most.
 MAX_QUERY_TERMS = 256
 LANGUAGES = ("auto", "en", "zh", "none")
 CJK_SCHEMES = ("chars+bigrams", "bigrams", "chars", "jieba")
@@ -270,14 +271,113 @@ def analyzer_from_config(config: Any) -> Analyzer:
     return Analyzer(language=a.language, stem=a.stem, stopwords=a.stopwords)
 
 
-# What a chunk contributes to the keyword index besides its text. The heading path gives every
-# chunk of a section the words of its headings ("Install > Linux"), so a query naming the
-# section finds chunks that never repeat it (measured: +0.02 nDCG@10 on SciFact, +0.008 on
-# Cranfield with 500-character chunks; see docs/quality.md).
-KEYWORD_FIELDS = "text+heading"
+# --- the fields of a chunk -------------------------------------------------------------------
+
+TITLE_KEY = "title"
+_HEADING_SEPARATOR = " > "  # as kbcli.ingest.markdown.HEADING_SEPARATOR (not imported: start-up)
+_STEM_SPLIT = re.compile(r"[-_.\s]+")
 
 
-def keyword_text(text: str, metadata: dict | None) -> str:
-    """The text indexed for keyword search: the chunk's text plus its heading path."""
-    heading = (metadata or {}).get("heading")
-    return f"{text}\n{heading}" if isinstance(heading, str) and heading else text
+@dataclass(frozen=True)
+class FieldWeights:
+    """Integer weights of a chunk's fields in its keyword index entry (simplified BM25F: a
+    term's frequency is ``title * tf_title + heading * tf_heading + body * tf_body`` and the
+    chunk's length is weighted the same way). Integers keep every executor's postings as they
+    are (tf INTEGER)."""
+
+    title: int = 1
+    heading: int = 1
+    body: int = 1
+
+    def __str__(self) -> str:
+        return f"title{self.title}+heading{self.heading}+body{self.body}"
+
+
+# Chosen on the usable splits and the man-page collection (docs/quality.md).
+FIELD_WEIGHTS = FieldWeights(title=2, heading=1, body=1)
+# What the keyword index is built from (part of its signature): a change re-tokenises it.
+KEYWORD_FIELDS = str(FIELD_WEIGHTS)
+
+
+def document_title(headings: Iterable[str | None], source: str | None = None) -> str | None:
+    """A document's title: its first heading (``headings`` are its chunks' heading paths, in
+    order; the first path's first part is the first heading), else the file name of
+    ``source`` without its extension, ``-``, ``_`` and ``.`` read as spaces."""
+    for path in headings:
+        if isinstance(path, str) and path.strip():
+            return path.split(_HEADING_SEPARATOR)[0].strip()
+    if source:
+        name = source.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+        words = " ".join(w for w in _STEM_SPLIT.split(stem) if w)
+        return words or None
+    return None
+
+
+def chunk_title(chunks: Iterable[Mapping[str, Any]]) -> str | None:
+    """The title of a document stored without one, from its chunks' metadata: as at ingest
+    (:func:`document_title` of the heading paths in ``chunk_index`` order and the ``source``)."""
+    ordered = sorted(chunks, key=lambda m: _index_of(m.get("chunk_index")))
+    source = next((m["source"] for m in ordered if isinstance(m.get("source"), str)), None)
+    return document_title((m.get("heading") for m in ordered), source)
+
+
+def _index_of(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def titles_to_add(rows: Iterable[tuple[Any, Mapping[str, Any]]]) -> dict[Any, str]:
+    """For ``(source key, metadata)`` rows of stored chunks: the title each source's chunks
+    get when none of them has one (chunks indexed before titles were recorded)."""
+    groups: dict[Any, list[Mapping[str, Any]]] = {}
+    for key, meta in rows:
+        groups.setdefault(key, []).append(meta)
+    out = {}
+    for key, metas in groups.items():
+        if key is not None and not any(TITLE_KEY in m for m in metas):
+            title = chunk_title(metas)
+            if title:
+                out[key] = title
+    return out
+
+
+def has_title_field(signature: str) -> bool:
+    """True when a keyword index signature includes the title field (kbcli records titles
+    since that field exists; an older index gets them when it is re-tokenised)."""
+    return "fields=title" in signature
+
+
+def chunk_fields(text: str, metadata: Mapping[str, Any] | None) -> tuple[str, str, str]:
+    """(title, heading, body) of a chunk: its ``title`` metadata (set at ingest: the document's
+    first heading, else its file name), its heading path without a leading part equal to the
+    title (not counted twice), and its text."""
+    metadata = metadata or {}
+    title = metadata.get(TITLE_KEY)
+    title = title.strip() if isinstance(title, str) else ""
+    heading = metadata.get("heading")
+    heading = heading if isinstance(heading, str) else ""
+    if title and heading:
+        first, _, rest = heading.partition(_HEADING_SEPARATOR)
+        if first.strip() == title:
+            heading = rest
+    return title, heading, text
+
+
+def keyword_counts(
+    analyzer: Analyzer,
+    text: str,
+    metadata: Mapping[str, Any] | None,
+    weights: FieldWeights = FIELD_WEIGHTS,
+) -> Counter[str]:
+    """The term frequencies a keyword index stores for a chunk: its fields' terms, weighted
+    (their sum is the chunk's BM25 length)."""
+    title, heading, body = chunk_fields(text, metadata)
+    counts: Counter[str] = Counter()
+    for field_text, weight in ((title, weights.title), (heading, weights.heading)):
+        if field_text and weight:
+            for term in analyzer.terms(field_text):
+                counts[term] += weight
+    if weights.body:
+        for term in analyzer.terms(body):
+            counts[term] += weights.body
+    return counts

@@ -34,8 +34,11 @@ B = 0.75
 # the source part lets the file's evidence count. Measured with 500-character chunks (nDCG@10,
 # docs/quality.md): SciFact train 0.670 -> 0.696, Cranfield 0.358 -> 0.377 at 2.0.
 SOURCE_WEIGHT = 2.0
-# Query terms scored at most (the rarest ones found in the index): pasted paragraphs stay fast.
-MAX_SCORED_TERMS = 32
+# Query terms scored at most (the rarest ones found in the index). As many as the analyzer
+# looks up (analysis.MAX_QUERY_TERMS): a cap of 32 cut more than half of the long English
+# queries of a held-out set and most long Chinese ones, and scoring them all changed no usable
+# split beyond noise (docs/quality.md); the SQL/packed choice bounds the cost.
+MAX_SCORED_TERMS = 256
 
 Term = Hashable
 

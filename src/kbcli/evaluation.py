@@ -1,6 +1,7 @@
 """Retrieval evaluation on BEIR-layout collections (``kb eval``).
 
-A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``), ``queries.jsonl``
+A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; or ``corpus.jsonl.gz``),
+``queries.jsonl``
 (``_id``, ``text``) and ``qrels/<split>.tsv`` (``query-id``, ``corpus-id``, ``score``, one header
 line). Each document (title + blank line + text) goes through the normal ingest path (chunked
 like any file) with metadata ``doc_id`` and the document as the chunks' ``source`` (as a file
@@ -15,6 +16,7 @@ scores 0, nDCG@k uses the graded judgment itself as the gain (``gain = rel``, as
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -95,9 +97,12 @@ def choose_split(dataset_dir: str | Path, split: str | None = None) -> str:
 
 
 def _read_jsonl(path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
+    if not path.is_file() and path.with_name(path.name + ".gz").is_file():
+        path = path.with_name(path.name + ".gz")
     if not path.is_file():
         raise DatasetError(f"Missing {path}: a BEIR folder needs corpus.jsonl and queries.jsonl")
-    with path.open(encoding="utf-8") as fh:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
         for number, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
@@ -213,13 +218,30 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[index]
 
 
+def hit_at_k(ranking: Sequence[str], qrels: Mapping[str, int], k: int) -> float:
+    """1.0 when a document with the query's highest grade is in the top ``k`` (the obvious page
+    where graded judgments name one; any relevant document where they are binary), else 0."""
+    top = max((g for g in qrels.values() if g > 0), default=0)
+    if top == 0:
+        return 0.0
+    return 1.0 if any(qrels.get(d, 0) == top for d in ranking[:k]) else 0.0
+
+
 def score_run(
     run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], k: int = 10
 ) -> dict[str, float]:
-    """Mean nDCG@k, Recall@k, Recall@100 and MRR@k of ``run`` (query -> ranked doc ids) over
-    the queries of ``qrels`` that have a relevant document; missing queries score 0."""
+    """Mean nDCG@k, Recall@k, Recall@100, MRR@k, hit@1 and hit@3 of ``run`` (query -> ranked
+    doc ids) over the queries of ``qrels`` that have a relevant document; missing queries
+    score 0."""
     judged = [q for q, rels in qrels.items() if any(g > 0 for g in rels.values())]
-    totals = {f"ndcg@{k}": 0.0, f"recall@{k}": 0.0, "recall@100": 0.0, f"mrr@{k}": 0.0}
+    totals = {
+        f"ndcg@{k}": 0.0,
+        f"recall@{k}": 0.0,
+        "recall@100": 0.0,
+        f"mrr@{k}": 0.0,
+        "hit@1": 0.0,
+        "hit@3": 0.0,
+    }
     for q in judged:
         ranking = run.get(q, [])
         rels = qrels[q]
@@ -227,6 +249,8 @@ def score_run(
         totals[f"recall@{k}"] += recall_at_k(ranking, rels, k)
         totals["recall@100"] += recall_at_k(ranking, rels, 100)
         totals[f"mrr@{k}"] += mrr_at_k(ranking, rels, k)
+        totals["hit@1"] += hit_at_k(ranking, rels, 1)
+        totals["hit@3"] += hit_at_k(ranking, rels, 3)
     n = len(judged)
     return {key: (value / n if n else 0.0) for key, value in totals.items()}
 
@@ -237,7 +261,10 @@ def score_run(
 def corpus_fingerprint(dataset_dir: str | Path, chunking: str) -> str:
     """Identifies a corpus file plus the chunk settings it was indexed with."""
     digest = hashlib.sha256()
-    with (Path(dataset_dir) / "corpus.jsonl").open("rb") as fh:
+    path = Path(dataset_dir) / "corpus.jsonl"
+    if not path.is_file() and path.with_name("corpus.jsonl.gz").is_file():
+        path = path.with_name("corpus.jsonl.gz")
+    with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     digest.update(chunking.encode())
@@ -342,17 +369,15 @@ def _open_index(
 
 
 def _check_reuse(kb: Any, path: Path) -> None:
-    """A kept index must match the analyzer and embedder of this run."""
+    """A kept index must match the embedder of this run (one built with another analyzer or
+    keyword fields re-tokenises itself at its first search, without re-embedding)."""
     from .embedders.base import embedder_info
 
     store = kb.store
-    analyzer = store.get_meta("analyzer")
     recorded = store.embedder_info
     info = embedder_info(kb.embedder)
     problem = None
-    if analyzer is not None and analyzer != store.keyword_signature:
-        problem = f"analyzer [{analyzer}], not [{store.keyword_signature}]"
-    elif recorded is not None and (recorded.provider, recorded.model) != (
+    if recorded is not None and (recorded.provider, recorded.model) != (
         info.provider,
         info.model,
     ):

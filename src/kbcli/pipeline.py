@@ -276,11 +276,24 @@ class IngestPipeline:
     def build_documents(
         self, chunks: list[Section], metadata: dict[str, Any] | None
     ) -> list[Document]:
-        """Documents for chunks: shared metadata + chunk metadata + ``chunk_index``."""
+        """Documents for chunks: shared metadata + chunk metadata + ``chunk_index`` + the
+        document's ``title`` (given in ``metadata``, else its first heading, else the file
+        name of ``metadata["source"]``; see :func:`kbcli.analysis.document_title`)."""
+        from .analysis import TITLE_KEY, document_title
+
         now = datetime.now(timezone.utc)
+        shared = dict(metadata or {})
+        if not shared.get(TITLE_KEY):
+            source = shared.get("source")
+            title = document_title(
+                (c.metadata.get("heading") for c in chunks),
+                source if isinstance(source, str) else None,
+            )
+            if title:
+                shared[TITLE_KEY] = title
         docs = []
         for index, chunk in enumerate(chunks):
-            meta = {**(metadata or {}), **chunk.metadata, "chunk_index": index}
+            meta = {**shared, **chunk.metadata, "chunk_index": index}
             docs.append(Document(id=_new_id(), text=chunk.text, metadata=meta, created_at=now))
         return docs
 

@@ -42,6 +42,16 @@ def unpack_vector(blob: bytes) -> list[float]:
     return out.tolist()
 
 
+def outdated(where: str, recorded: str, current: str) -> IndexMismatchError:
+    """The error of a keyword index built with another analyzer or field set, for a process
+    that cannot re-tokenise it now (a reader, or the database is locked or read-only)."""
+    return IndexMismatchError(
+        f"The keyword index {where} was built with [{recorded}], not the current [{current}]: "
+        "the next 'kb ingest' or 'kb add' re-tokenises it automatically, or run "
+        "'kb doctor --repair' now (no re-embedding)"
+    )
+
+
 def check_embedder(recorded: EmbedderInfo | None, info: EmbedderInfo, where: str) -> None:
     """Raise :class:`IndexMismatchError` when ``info`` is not the ``recorded`` embedder.
 

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..analysis import Analyzer, keyword_text
+from ..analysis import Analyzer, keyword_counts
 from ..bm25 import (
     ChunkTerms,
     CorpusStats,
@@ -45,8 +45,8 @@ class MemoryKeywordIndex:
         self.total_length = 0
 
     def terms_of(self, doc: Document) -> Counter[str]:
-        """The term frequencies the index stores for ``doc`` (text plus heading path)."""
-        return Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
+        """The term frequencies the index stores for ``doc`` (its weighted fields)."""
+        return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
     @property
     def stats(self) -> CorpusStats:

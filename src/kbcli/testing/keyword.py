@@ -25,6 +25,33 @@ FRUIT = [
 ]
 
 
+# A page whose title names the query, and two pages repeating the word in shorter bodies: with
+# the title scored as its own field (weight 2) the page ranks first; as plain text it was 3rd.
+TITLED = [
+    Document(
+        "page",
+        "# systemctl\n\nControl the systemd system and service manager: start, stop and inspect"
+        " units, read their state and choose what starts at boot.",
+        {"source": "/docs/systemctl.md", "title": "systemctl", "heading": "systemctl"},
+    ),
+    Document(
+        "howto",
+        "To run nginx as a service: systemctl start nginx, then systemctl enable nginx so that"
+        " it starts at boot.",
+        {
+            "source": "/docs/services.md",
+            "title": "Managing services",
+            "heading": "Managing services",
+        },
+    ),
+    Document(
+        "notes",
+        "After changing a unit file run systemctl daemon-reload, then systemctl restart the unit.",
+        {"source": "/docs/upgrade.md", "title": "Upgrade notes", "heading": "Upgrade notes"},
+    ),
+]
+
+
 def _bm25(tf: float, dl: float, avgdl: float, k1: float, b: float) -> float:
     return tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
 
@@ -71,6 +98,13 @@ class KeywordIndexContract:
         assert isinstance(store, KeywordIndex)
         assert isinstance(store.keyword_signature, str) and store.keyword_signature
         assert store.analyzer.terms("apple") == store.analyzer.terms("apple")
+
+    def test_a_page_titled_with_the_query_ranks_first(self, store):
+        self.fill(store, TITLED)
+        assert ids(store.keyword_search("systemctl", k=3)) == ["page", "notes", "howto"]
+        assert ids(store.keyword_search("systemctl", k=3, filter={"title": "systemctl"})) == [
+            "page"
+        ]
 
     def test_ranks_by_bm25(self, store):
         self.fill(store)

@@ -45,11 +45,20 @@ def problems(conn: Any, t: Tables) -> list[str]:
     return out
 
 
+def _signature(conn: Any, t: Any, current: str) -> list[str]:
+    """An index built with another analyzer or field set (re-tokenised by the repair)."""
+    row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'analyzer'").fetchone()
+    n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
+    if row is None or row[0] == current or n == 0:
+        return []
+    return [f"built with [{row[0]}], not the current [{current}]"]
+
+
 def run(store: PostgresStore, repair: bool) -> list[Finding]:
     """The keyword-index check; with ``repair``, rebuilt and checked again."""
     t = store._t
     with store._db.read() as conn:
-        found = problems(conn, t)
+        found = _signature(conn, t, store.keyword_signature) + problems(conn, t)
     if not found:
         return [Finding("keyword-index", True)]
     detail = found[0] + (f" (+{len(found) - 1} more)" if len(found) > 1 else "")
@@ -57,6 +66,6 @@ def run(store: PostgresStore, repair: bool) -> list[Finding]:
         return [Finding("keyword-index", False, detail)]
     n = store.rebuild_keyword_index()
     with store._db.read() as conn:
-        left = problems(conn, t)
+        left = _signature(conn, t, store.keyword_signature) + problems(conn, t)
     action = f"rebuilt the keyword index from {n} chunks"
     return [Finding("keyword-index", not left, left[0] if left else detail, not left, action)]

@@ -12,7 +12,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...analysis import KEYWORD_FIELDS, Analyzer, keyword_text
+from ...analysis import (
+    KEYWORD_FIELDS,
+    TITLE_KEY,
+    Analyzer,
+    has_title_field,
+    keyword_counts,
+    titles_to_add,
+)
 from ...bm25 import (
     ChunkTerms,
     CorpusStats,
@@ -23,8 +30,9 @@ from ...bm25 import (
     plan_removal,
     select_terms,
 )
-from ...errors import IndexMismatchError
+from ...filters import dumps_metadata
 from ...types import Document
+from ..common import outdated
 from .catalog import ChunkRow, allocate
 from .filters import compile_filter
 from .schema import Tables
@@ -45,27 +53,34 @@ class KeywordTables:
 
     def terms_of(self, doc: Document) -> Counter[str]:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
+        return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
-    def check_signature(self, conn: Any, *, writing: bool) -> None:
-        """Refuse an index built with another analyzer (an empty one is taken over)."""
+    def recorded_signature(self, conn: Any) -> str | None:
+        """The signature the index was built with (None: never written)."""
+        row = conn.execute(f"SELECT value FROM {self.t.meta} WHERE key = 'analyzer'").fetchone()
+        return row[0] if row else None
+
+    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
+        """Make the index match the current analyzer and fields: an empty index is taken over;
+        one built with another signature is re-tokenised from the stored chunks when
+        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
+        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
         t = self.t
         row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'analyzer'").fetchone()
         signature = self.signature
         if row is None:
             if writing:
                 conn.execute(f"INSERT INTO {t.meta} VALUES ('analyzer', %s)", (signature,))
-            return
-        if row[0] != signature:
-            n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
-            if n == 0 and writing:
+            return None
+        if row[0] == signature:
+            return None
+        n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
+        if writing:
+            if n == 0:
                 conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
-                return
-            raise IndexMismatchError(
-                f"The keyword index {t.base} at {self.where} was built with analyzer [{row[0]}] "
-                f"but the configured one is [{signature}]: rebuild it with 'kb ingest "
-                "--rebuild' (or restore the analysis settings)"
-            )
+                return None
+            return self.rebuild(conn)
+        raise outdated(f"{t.base} at {self.where}", row[0], signature)
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -197,19 +212,35 @@ class KeywordTables:
         )
 
     def rebuild(self, conn: Any) -> int:
-        """Re-analyse every chunk with the current analyzer; returns how many."""
+        """Re-analyse every chunk with the current analyzer; returns how many. An index of a
+        kbcli without titles (its signature has no title field) also gets them: each file's
+        chunks stored without a title are given the one ingest would record (metadata
+        ``title``), in the same transaction."""
+        add_titles = not has_title_field(self.recorded_signature(conn) or "")
         t = self.t
         conn.execute(f"TRUNCATE {t.postings}")
         conn.execute(f"DELETE FROM {t.terms}")
         conn.execute(f"UPDATE {t.sources} SET length = 0, chunks = 0")
         conn.execute(f"UPDATE {t.stats} SET n = 0, total_length = 0 WHERE id = 1")
-        rows = conn.execute(f"SELECT doc, text, metadata, src FROM {t.chunks} ORDER BY doc")
+        rows = conn.execute(
+            f"SELECT doc, text, metadata, src, source FROM {t.chunks} ORDER BY doc"
+        ).fetchall()
+        titles = titles_to_add((r[4], r[2]) for r in rows) if add_titles else {}
         counted = []
         vocab: set[str] = set()
-        for doc, text, metadata, src in rows.fetchall():
+        titled = []
+        for doc, text, metadata, src, source in rows:
+            if source in titles:
+                metadata = {**metadata, TITLE_KEY: titles[source]}
+                titled.append((dumps_metadata(metadata), doc))
             counts = self.terms_of(Document("", text, metadata))
             vocab.update(counts)
             counted.append((doc, src, counts))
+        if titled:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    f"UPDATE {t.chunks} SET metadata = %s::jsonb WHERE doc = %s", titled
+                )
         ids = self.term_ids(conn, vocab)
         chunks = []
         for doc, src, counts in counted:

@@ -16,7 +16,7 @@ from typing import Any
 from ...analysis import Analyzer
 from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
-from ...errors import StoreError
+from ...errors import IndexMismatchError, StoreError
 from ...filters import dumps_metadata, validate_filter
 from ...types import Document, FileRecord, Finding, SearchResult
 from ..common import check_embedder, vector_dimensions
@@ -246,6 +246,17 @@ class PostgresStore:
             self._remove_rows(conn, catalog.rows_by_source(conn, self._t, source))
             return self.add(docs, embeddings, embedder=embedder)
 
+    def upgrade_keyword_index(self, wait: float = 0.0) -> bool:
+        """Re-tokenise the keyword index from the stored chunks if it was built with another
+        analyzer or field set (an index of an older kbcli), in one transaction, when the
+        writer lock is free within ``wait`` seconds. True when the index now matches."""
+        try:
+            with self.writer_lock(wait), self._db.transaction() as conn:
+                self._keywords.check_signature(conn, writing=True)
+        except StoreError:
+            return False  # another writer holds the lock: the caller says what to run
+        return True
+
     def rebuild_keyword_index(self) -> int:
         """Re-tokenise every chunk with the current analyzer (no re-embedding); returns count."""
         with self._db.transaction() as conn:
@@ -415,11 +426,17 @@ class PostgresStore:
         """BM25 with source context over the inverted index (see :mod:`kbcli.bm25`); ``filter``
         applies before ranking. Every hit's ``explain`` holds both parts."""
         filter = validate_filter(filter)
-        with self._db.read() as conn:
-            scored = self._keywords.search(
-                conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
-            )
-            docs = catalog.documents_by_rowid(conn, self._t, [s.doc for s in scored])
+        for attempt in (1, 2):
+            try:
+                with self._db.read() as conn:
+                    scored = self._keywords.search(
+                        conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
+                    )
+                    docs = catalog.documents_by_rowid(conn, self._t, [s.doc for s in scored])
+                break
+            except IndexMismatchError:
+                if attempt == 2 or not self.upgrade_keyword_index(wait=0.0):
+                    raise
         return [
             SearchResult(
                 docs[s.doc],

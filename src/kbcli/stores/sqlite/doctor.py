@@ -52,7 +52,21 @@ def run(store: SQLiteStore, repair: bool) -> list[Finding]:
 
 def _keyword_tables(store: SQLiteStore) -> list[str]:
     with store._db.read() as conn:
-        return integrity._corpus(conn) + integrity._sources(conn) + integrity._keyword_log(conn)
+        return (
+            _signature(conn, store.keyword_signature)
+            + integrity._corpus(conn)
+            + integrity._sources(conn)
+            + integrity._keyword_log(conn)
+        )
+
+
+def _signature(conn, current: str) -> list[str]:
+    """An index built with another analyzer or field set (re-tokenised by the repair)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+    n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+    if row is None or row[0] == current or n == 0:
+        return []
+    return [f"built with [{row[0]}], not the current [{current}]"]
 
 
 def _fix_keyword_tables(store: SQLiteStore) -> str:

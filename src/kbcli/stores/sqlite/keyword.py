@@ -20,7 +20,14 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ...analysis import KEYWORD_FIELDS, Analyzer, keyword_text
+from ...analysis import (
+    KEYWORD_FIELDS,
+    TITLE_KEY,
+    Analyzer,
+    has_title_field,
+    keyword_counts,
+    titles_to_add,
+)
 from ...bm25 import (
     ChunkTerms,
     CorpusStats,
@@ -31,9 +38,9 @@ from ...bm25 import (
     plan_removal,
     select_terms,
 )
-from ...errors import IndexMismatchError
-from ...filters import compile_sql
+from ...filters import compile_sql, dumps_metadata
 from ...types import Document
+from ..common import outdated
 from . import catalog
 from .catalog import BATCH, ChunkRow
 from .packlog import current_seq, current_tag, pack_path, prune_log
@@ -89,26 +96,34 @@ class KeywordTables:
 
     def terms_of(self, doc: Document) -> Counter[str]:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return Counter(self.analyzer.terms(keyword_text(doc.text, doc.metadata)))
+        return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
-    def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> None:
-        """Refuse an index built with another analyzer (an empty one is taken over)."""
+    @staticmethod
+    def recorded_signature(conn: sqlite3.Connection) -> str | None:
+        """The signature the index was built with (None: never written)."""
+        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+        return row[0] if row else None
+
+    def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> int | None:
+        """Make the index match the current analyzer and fields: an empty index is taken over;
+        one built with another signature is re-tokenised from the stored chunks when
+        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
+        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
         row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
         signature = self.signature
         if row is None:
             if writing:
                 conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
-            return
-        if row[0] != signature:
-            n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
-            if n == 0 and writing:
+            return None
+        if row[0] == signature:
+            return None
+        n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+        if writing:
+            if n == 0:
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
-                return
-            raise IndexMismatchError(
-                f"The keyword index at {self.path} was built with analyzer [{row[0]}] but the "
-                f"configured one is [{signature}]: rebuild it with 'kb ingest --rebuild' "
-                "(or restore the analysis settings)"
-            )
+                return None
+            return self.rebuild(conn)
+        raise outdated(f"at {self.path}", row[0], signature)
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -210,7 +225,11 @@ class KeywordTables:
         )
 
     def rebuild(self, conn: sqlite3.Connection) -> int:
-        """Re-analyse every chunk with the current analyzer; returns how many."""
+        """Re-analyse every chunk with the current analyzer; returns how many. An index of a
+        kbcli without titles (its signature has no title field) also gets them: each file's
+        chunks stored without a title are given the one ingest would record (metadata
+        ``title``), in the same transaction."""
+        add_titles = not has_title_field(self.recorded_signature(conn) or "")
         conn.execute("DELETE FROM postings")
         conn.execute("DELETE FROM terms")
         conn.execute("UPDATE sources SET length = 0, chunks = 0")
@@ -220,11 +239,18 @@ class KeywordTables:
             "INSERT OR REPLACE INTO meta VALUES ('keyword_epoch', ?)", (os.urandom(8).hex(),)
         )
         conn.execute("DELETE FROM keyword_log")
-        rows = conn.execute("SELECT doc, text, metadata, src FROM chunks").fetchall()
+        rows = conn.execute("SELECT doc, text, metadata, src, source FROM chunks").fetchall()
+        metas = [json.loads(metadata) for _, _, metadata, _, _ in rows]
+        titles = titles_to_add(zip((r[4] for r in rows), metas)) if add_titles else {}
         counted = []
         vocab: set[str] = set()
-        for doc, text, metadata, src in rows:
-            counts = self.terms_of(Document("", text, json.loads(metadata)))
+        for (doc, text, _, src, source), meta in zip(rows, metas):
+            if source in titles:
+                meta[TITLE_KEY] = titles[source]
+                conn.execute(
+                    "UPDATE chunks SET metadata = ? WHERE doc = ?", (dumps_metadata(meta), doc)
+                )
+            counts = self.terms_of(Document("", text, meta))
             vocab.update(counts)
             counted.append((doc, src, counts))
         ids = self.term_ids(conn, vocab)
@@ -269,7 +295,7 @@ class KeywordTables:
             _STATE_SQL
         ).fetchone()
         if analyzer is not None and analyzer != self.signature:
-            self.check_signature(conn, writing=False)  # raises
+            self.check_signature(conn, writing=False)  # raises IndexMismatchError
         stats = CorpusStats(n, total, n_sources)
         state = (f"{index_id or ''}:{epoch or '0'}", generation, seq or 0)
         if n == 0:

@@ -19,6 +19,7 @@ from typing import Any
 from ...analysis import Analyzer
 from ...bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ...embedders.base import EmbedderInfo
+from ...errors import IndexMismatchError, StoreError
 from ...filters import validate_filter
 from ...types import Document, FileRecord, Finding, SearchResult
 from ..common import check_embedder, keyword_hit, lock_file, prefiltered_search, vector_dimensions
@@ -374,12 +375,29 @@ class SQLiteStore:
         """BM25 with source context over the persistent inverted index (see :mod:`kbcli.bm25`);
         ``filter`` applies before ranking. Every hit's ``explain`` holds both parts."""
         filter = validate_filter(filter)
-        with self._db.read() as conn:
-            scored = self._keywords.search(
-                conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
-            )
-            docs = catalog.documents_by_rowid(conn, [s.doc for s in scored])
+        for attempt in (1, 2):
+            try:
+                with self._db.read() as conn:
+                    scored = self._keywords.search(
+                        conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
+                    )
+                    docs = catalog.documents_by_rowid(conn, [s.doc for s in scored])
+                break
+            except IndexMismatchError:
+                if attempt == 2 or not self.upgrade_keyword_index(wait=0.0):
+                    raise
         return [keyword_hit(docs[s.doc], s, source_weight) for s in scored if s.doc in docs]
+
+    def upgrade_keyword_index(self, wait: float = 0.0) -> bool:
+        """Re-tokenise the keyword index from the stored chunks if it was built with another
+        analyzer or field set (an index of an older kbcli), in one transaction, when the
+        writer lock is free within ``wait`` seconds. True when the index now matches."""
+        try:
+            with self.writer_lock(wait), self._db.transaction() as conn:
+                self._keywords.check_signature(conn, writing=True)
+        except (StoreError, OSError, sqlite3.Error):
+            return False  # locked, or a read-only database: the caller says what to run
+        return True
 
     def search(
         self, query_vec: list[float], k: int = 5, filter: dict[str, Any] | None = None
