@@ -66,6 +66,25 @@ def latency(fn: Callable[[Any], Any], items: Sequence[Any], repeat: int = 3) -> 
     return p50_p95(timings(fn, items, repeat=repeat, warm=True))
 
 
+def paired_latency(
+    fns: dict[str, Callable[[Any], Any]], items: Sequence[Any], repeat: int = 3
+) -> dict[str, dict[str, float]]:
+    """:func:`latency` of several functions taken in turns on each item, so that every one of
+    them meets the same moments of a shared machine; after one warm call of each."""
+    for fn in fns.values():
+        fn(items[0])
+    best: dict[str, list[float]] = {name: [] for name in fns}
+    for item in items:
+        for name in fns:
+            best[name].append(float("inf"))
+        for _ in range(repeat):
+            for name, fn in fns.items():
+                started = time.perf_counter()
+                fn(item)
+                best[name][-1] = min(best[name][-1], (time.perf_counter() - started) * 1000)
+    return {name: p50_p95(ms) for name, ms in best.items()}
+
+
 @dataclass
 class ChildRun:
     """One finished child process: wall and CPU seconds, peak resident memory, its output."""
