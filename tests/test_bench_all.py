@@ -27,7 +27,13 @@ LATENCIES = [
     for f in ("", "+filter")
 ] + [
     f"{name}{f}{threads}"
-    for name in ("kb.search semantic", "kb.search hybrid", "dense exact", "numpy")
+    for name in (
+        "kb.search semantic",
+        "kb.search hybrid",
+        "kb.search hybrid alpha",
+        "dense exact",
+        "numpy",
+    )
     for f in ("", "+filter")
     for threads in ("", " (1 BLAS thread)" if ONE else "")
 ]
