@@ -415,10 +415,12 @@ def local_model(kb: Path, workdir: Path, chunks: int, query: str, runs: int) -> 
     d = workdir / f"local-{chunks}"
     d.mkdir(parents=True, exist_ok=True)
     write_corpus(chunks, d / "corpus")
-    out = {"ingest": ingest(kb, d, d / "corpus", "local")}
+    out: dict[str, Any] = {"chunks": chunks, "load_start": load_average()}
+    out["ingest"] = ingest(kb, d, d / "corpus", "local")
     env = tree_env(KB_CONFIG=str(d / "jianmu.yaml"))
     argv = [kb, "-q", "--db", d / "kb.db", "search", query]
     out["kb search (hybrid, local model)"] = whole_process(argv, env, d, runs)
+    out["load_end"] = load_average()
     return out
 
 
@@ -460,8 +462,9 @@ def goals(sizes: dict[str, dict[str, Any]], local: dict[str, Any]) -> list[dict[
     rows: list[dict[str, Any]] = []
 
     def add(goal: str, r: dict | None, measured, peer, met, note: str = "") -> None:
-        load = [r["load_start"][0], r["load_end"][0]] if r else None
-        size = label(r["chunks"]) if r else "–"
+        load = [r["load_start"][0], r["load_end"][0]] if r and "load_start" in r else None
+        n = r.get("chunks") or r["ingest"]["chunks"] if r else None
+        size = "–" if n is None else label(n) if n % 1000 == 0 else f"{n:,}"
         rows.append(dict(goal=goal, size=size, measured=measured, peer=peer, met=met,
                          load=load, note=note))  # fmt: skip
 
@@ -484,22 +487,28 @@ def goals(sizes: dict[str, dict[str, Any]], local: dict[str, Any]) -> list[dict[
         hybrid = p50(kb, "kb.search hybrid")
         add("hybrid (built-in embedder) p50 ≤ 20 ms in-process", base, hybrid,
             p50(kb, "kb.search keyword content"), hybrid <= 20,
-            "peer: kb.search keyword")  # fmt: skip
+            "peer: kb.search keyword (dense route skipped: keywords filled the list)")  # fmt: skip
+        if "kb.search hybrid alpha" in kb:
+            forced = p50(kb, "kb.search hybrid alpha")
+            add("hybrid, alpha 0.5 (both routes) p50 ≤ 20 ms in-process", base, forced,
+                p50(kb, "numpy"), forced <= 20, "peer: numpy brute force alone")  # fmt: skip
         for key in ("kb search --mode keyword", "kb --help"):
             ms = cmd[key]["median_ms"]
-            add(f"`{key}` ≤ 200 ms (whole command, median)", base, ms, None, ms <= 200)
+            add(f"`{key}` ≤ 200 ms (whole command, median)", base, ms, None, ms <= 200,
+                f"CPU {cmd[key]['cpu_median_ms']:g} ms, min {cmd[key]['min_ms']:g} ms")  # fmt: skip
         search = local.get("kb search (hybrid, local model)")
         if search:
             ms = search["median_ms"]
-            add(f"local-model hybrid `kb search` ≤ 600 ms ({local['ingest']['chunks']:,}-chunk"
-                " index)", base, ms, cmd["kb search (hybrid)"]["median_ms"], ms <= 600,
-                "peer: built-in hybrid `kb search` on this size")  # fmt: skip
+            add("local-model hybrid `kb search` ≤ 600 ms", local, ms,
+                cmd["kb search (hybrid)"]["median_ms"], ms <= 600,
+                f"CPU {search['cpu_median_ms']:g} ms, min {search['min_ms']:g} ms; peer: built-in"
+                f" hybrid `kb search` at {label(base['chunks'])}")  # fmt: skip
         wall, scaled = base["kb_ingest"]["wall_s"], 40 * base["chunks"] / 100_000
         add(f"`kb ingest` with the built-in embedder ≤ {scaled:g} s", base, wall,
             bm["build_s"], wall <= scaled, "s; peer: bm25s build")  # fmt: skip
         if local.get("ingest"):
             rate = local["ingest"]["chunks_per_s"]
-            add("local embedder ≥ 2× today's chunks/s (6/s in the issue)", base, rate, 6.0,
+            add("local embedder ≥ 2× today's chunks/s (6/s in the issue)", local, rate, 6.0,
                 rate >= 12, "chunks/s of a local-model `kb ingest`, model load in")  # fmt: skip
     add("API embedding requests ≤ chunks / batch size + 1", None, None, None, None,
         "not measured here: needs an API server (tests/test_embedders_openai.py)")  # fmt: skip
