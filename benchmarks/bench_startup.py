@@ -18,9 +18,11 @@ Usage::
 model) and adds ``kb search`` in the default hybrid mode, which loads the index's embedder.
 The load average is reported at the start and the end.
 
-``--kb`` defaults to the ``kb`` beside this Python, then the one on PATH. Everything runs in a
-temporary folder holding the index (``$KB_DB``), so no ``./jianmu.yaml`` is read; API keys are
-removed from the environment so no provider is contacted. "cpu" is the median user + system
+``--kb`` defaults to the ``kb`` beside this Python, then the one on PATH; it runs this
+checkout's ``src`` (``PYTHONPATH``) with bytecode caching on, as an installed package has it
+(``common.tree_env``). Everything runs in a temporary folder holding the index (``$KB_DB``), so
+no ``./jianmu.yaml`` is read; API keys are removed from the environment so no provider is
+contacted. "cpu" is the median user + system
 time of the process: on a busy machine it is steadier than wall time.
 """
 
@@ -29,17 +31,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import find_kb, tree_env, whole_process  # noqa: E402
+
 HEAVY = ("numpy", "openai", "google.genai", "pypdf", "docx")
-KEY_VARS = ("OPENAI_API_KEY", "API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY")
 TEXTS = (
     "To reset your password, open Settings, choose Security and click Reset password.",
     "Water the tomatoes every morning and keep the basil out of the afternoon sun.",
@@ -47,42 +48,9 @@ TEXTS = (
 )
 
 
-def find_kb(explicit: str | None) -> Path:
-    if explicit:
-        return Path(explicit)
-    beside = Path(sys.executable).parent / "kb"
-    if beside.exists():
-        return beside
-    found = shutil.which("kb")
-    if not found:
-        sys.exit("No kb command found: pip install -e . or pass --kb PATH")
-    return Path(found)
-
-
 def interpreter_of(kb: Path) -> str:
     first = kb.read_text(errors="replace").splitlines()[0]
     return first[2:].strip() if first.startswith("#!") else sys.executable
-
-
-def timed(argv: list[str], env: dict[str, str], cwd: str, runs: int) -> dict[str, float]:
-    """Wall time and CPU time (user + system of the child) per run, in milliseconds. CPU time
-    moves less than wall time when the machine is busy."""
-    times, cpu = [], []
-    for _ in range(runs):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        start = time.perf_counter()
-        done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True)
-        times.append((time.perf_counter() - start) * 1000)
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
-        if done.returncode != 0:
-            sys.exit(f"{' '.join(argv)} failed: {done.stderr.decode(errors='replace')}")
-    return {
-        "min_ms": round(min(times), 1),
-        "median_ms": round(statistics.median(times), 1),
-        "max_ms": round(max(times), 1),
-        "cpu_median_ms": round(statistics.median(cpu), 1),
-    }
 
 
 def imports(python: str, argv: list[str], env: dict[str, str], cwd: str) -> dict[str, object]:
@@ -121,7 +89,7 @@ def main() -> None:
     kb = find_kb(args.kb)
     python = interpreter_of(kb)
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if k not in KEY_VARS}
+        env = tree_env()
         env["KB_DB"] = str(Path(args.db).resolve()) if args.db else str(Path(tmp) / "kb.db")
         for text in TEXTS if not args.db else ():
             subprocess.run(
@@ -142,8 +110,7 @@ def main() -> None:
             commands["kb search (hybrid)"] = [str(kb), "-q", "search", args.query]
         results: dict[str, dict[str, object]] = {}
         for label, argv in commands.items():
-            subprocess.run(argv, env=env, cwd=tmp, capture_output=True)  # warm the file cache
-            results[label] = timed(argv, env, tmp, args.runs)
+            results[label] = whole_process(argv, env, tmp, args.runs)  # after a warm-up run
             if label.startswith("kb"):
                 results[label].update(imports(python, argv, env, tmp))
 

@@ -24,7 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from common import percentile, timings  # noqa: E402
 
 from kbcli import Analyzer, Document, SQLiteStore  # noqa: E402
 
@@ -36,19 +39,8 @@ def make_vocab(n: int, rng: random.Random) -> list[str]:
     return sorted(words, key=lambda w: rng.random())
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
 def timed(fn, queries) -> list[float]:
-    fn(queries[0])
-    out = []
-    for q in queries:
-        t = time.perf_counter()
-        fn(q)
-        out.append((time.perf_counter() - t) * 1000)
-    return out
+    return timings(fn, queries, warm=True)
 
 
 def report(label: str, ms: list[float]) -> None:

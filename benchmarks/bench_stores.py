@@ -21,7 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from common import percentile, timings  # noqa: E402
 
 from kbcli import Document, InMemoryStore, SQLiteStore  # noqa: E402
 
@@ -45,20 +48,6 @@ def make_store(name: str, folder: Path):
 
         return ChromaStore(folder / "chroma")
     raise SystemExit(f"unknown store {name}")
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-def timed(fn, items) -> list[float]:
-    out = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        out.append((time.perf_counter() - t) * 1000)
-    return out
 
 
 def run(name: str, n: int, queries: int, seed: int = 7) -> dict[str, float]:
@@ -88,12 +77,12 @@ def run(name: str, n: int, queries: int, seed: int = 7) -> dict[str, float]:
         t0 = time.perf_counter()
         store.search(qs[0], k=10)
         first = time.perf_counter() - t0
-        dense = timed(lambda q: store.search(q, k=10), qs[1:])
+        dense = timings(lambda q: store.search(q, k=10), qs[1:])
         sources = [f"/docs/f{rng.randrange(n // PER_SOURCE)}.md" for _ in qs[1:]]
         pairs = list(zip(qs[1:], sources))
-        filtered = timed(lambda p: store.search(p[0], k=10, filter={"source": p[1]}), pairs)
+        filtered = timings(lambda p: store.search(p[0], k=10, filter={"source": p[1]}), pairs)
         words = [" ".join(rng.choices(vocab[50:5000], k=3)) for _ in range(queries)]
-        keyword = timed(lambda w: store.keyword_search(w, k=10), words)
+        keyword = timings(lambda w: store.keyword_search(w, k=10), words)
         store.close()
     return {
         "ingest_s": ingest,

@@ -1,0 +1,159 @@
+"""benchmarks/bench_all.py keeps working: a tiny run of the real command (real files, a real
+``kb ingest``, every engine in its child process) writes every figure the report reads.
+
+No figure is compared with a time: speed goals live in the benchmark's report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_all.py"
+LOCAL = all(importlib.util.find_spec(m) for m in ("onnxruntime", "tokenizers"))
+ONE = importlib.util.find_spec("threadpoolctl") is not None
+
+LATENCIES = [
+    f"{prefix} {words}{f}"
+    for prefix in ("keyword_search", "kb.search keyword")
+    for words in ("content", "common")
+    for f in ("", "+filter")
+] + [
+    f"{name}{f}{threads}"
+    for name in (
+        "kb.search semantic",
+        "kb.search hybrid",
+        "kb.search hybrid alpha",
+        "dense exact",
+        "numpy",
+    )
+    for f in ("", "+filter")
+    for threads in ("", " (1 BLAS thread)" if ONE else "")
+]
+PEER = ["content", "content+filter", "common", "common+filter"]
+COMMANDS = [
+    "kb --help",
+    "kb search --mode keyword",
+    "kb search --mode keyword --in g3",
+    "kb search (hybrid)",
+]
+WHOLE = {"min_ms", "median_ms", "max_ms", "cpu_median_ms", "peak_rss_mb"}
+
+
+def load_bench_all():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_all", SCRIPT)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One quick run at 300 chunks (and a 20-chunk local-model index when the extra is here)."""
+    work = tmp_path_factory.mktemp("bench")
+    out = work / "all.json"
+    argv = [sys.executable, str(SCRIPT), "--sizes", "300", "--quick", "--workdir", str(work)]
+    argv += ["--out", str(out), "--local-chunks", "20" if LOCAL else "0"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=work)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text()), work, json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_every_figure_is_there(run):
+    results, work, printed = run
+    assert printed == results  # stdout is the same JSON
+    info = results["info"]
+    assert {"cpu", "cores", "ram_gb", "platform", "started", "command"} <= set(info)
+    assert len(info["load_start"]) == 3 and len(info["load_end"]) == 3
+    for name in ("python", "sqlite", "numpy", "bm25s", "faiss-cpu", "onnxruntime", "kbcli"):
+        assert name in info["versions"]
+    size = results["sizes"]["300"]
+    assert size["chunks"] == 300
+    ingest = size["kb_ingest"]
+    assert ingest["chunks"] == 300  # one chunk per paragraph, nothing split or merged
+    assert ingest["files"] == 30
+    assert ingest["chunks_per_s"] > 0 and ingest["peak_rss_mb"] > 0 and ingest["db_mb"] > 0
+    commands = size["commands"]
+    for name in COMMANDS:
+        assert set(commands[name]) == WHOLE, name
+        assert commands[name]["min_ms"] <= commands[name]["median_ms"] <= commands[name]["max_ms"]
+    assert size["index_mb"] > 0
+    assert {"kb.db", "kb.db.vectors-cache", "kb.db.keyword-pack"} <= set(size["index_files"])
+    kb = size["kb"]
+    for name in LATENCIES:
+        assert 0 < kb[name]["p50"] <= kb[name]["p95"], name
+    assert kb["filter_share"] == 0.1  # the folder filter allows one chunk in ten
+    assert kb["dense_top10_agreement"] == 1.0  # exact dense search is numpy brute force
+    for engine in ("fts5", "bm25s"):
+        for name in PEER:
+            assert 0 < size[engine][name]["p50"] <= size[engine][name]["p95"], (engine, name)
+        assert size[engine]["build_s"] >= 0 and size[engine]["size_mb"] > 0
+        assert size[engine]["child_peak_rss_mb"] > 0
+    goals = {g["goal"]: g for g in results["goals"]}
+    if LOCAL:
+        local = results["local_model"]
+        assert local["chunks"] == local["ingest"]["chunks"] == 20
+        assert goals["local-model hybrid `kb search` ≤ 600 ms"]["size"] == "20"
+        assert set(local["kb search (hybrid, local model)"]) == WHOLE
+    assert len(goals) == (13 if LOCAL else 11)
+    for goal in goals.values():
+        assert set(goal) == {"goal", "size", "measured", "peer", "met", "load", "note"}
+        assert goal["met"] in (True, False, None)
+        if goal["met"] is not None:
+            assert goal["measured"] is not None and goal["size"] in ("300", "20")
+
+
+@pytest.mark.slow
+def test_the_corpus_and_the_report(run, tmp_path, monkeypatch):
+    results, work, _ = run
+    bench = load_bench_all()
+    corpus = work / "300" / "corpus"
+    texts = (work / "300" / "texts.txt").read_text().splitlines()
+    assert len(texts) == 300 and all(289 <= len(t) <= 500 for t in texts)
+    for i in (0, 3, 99, 100, 257):
+        j, paragraph = bench.file_of(i)
+        assert bench.file_path(corpus, j).parent.name == f"g{i % 10}"
+        assert bench.file_path(corpus, j).read_text().split("\n\n")[paragraph].strip() == texts[i]
+    assert sorted(p.parent.name for p in corpus.rglob("*.md")).count("g3") == 3
+
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\nkeep me\n")
+    monkeypatch.setattr(bench, "DOCS", docs)
+    bench.write_docs(results, [work / "all.json"])
+    bench.write_docs(results, [work / "all.json"])  # replaces its own section, once
+    text = docs.read_text()
+    assert text.startswith("# Benchmarks\n\nkeep me\n") and text.count(bench.START) == 1
+    section = text.split(bench.START)[1]
+    for name, _path in bench.query_rows() + list(bench.BUILD_ROWS):
+        line = next(line for line in section.splitlines() if line.startswith(f"| {name} |"))
+        if ONE or "BLAS" not in name:
+            assert "–" not in line, line  # every figure the table shows was measured
+    assert "| 300 |" in section
+
+
+def test_sizes_parse():
+    bench = load_bench_all()
+    assert [bench.parse_size(s) for s in ("10k", "100K", "1M", "300", "1,000")] == [
+        10_000,
+        100_000,
+        1_000_000,
+        300,
+        1000,
+    ]
+    assert bench.label(1_000_000) == "1M" and bench.label(100_000) == "100k"
+    for bad in ("150", "50", "10x"):
+        with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+            bench.parse_size(bad)
