@@ -15,3 +15,32 @@ def vector_index():
 
 class TestNumpyVectorIndex(VectorIndexContract):
     pass
+
+
+def test_a_widening_filtered_search_scores_the_matrix_once(monkeypatch):
+    """prefiltered_search asks for wider windows of one query's ranking; the index scores the
+    matrix once for them, and a change to the index scores again."""
+    import random
+
+    import kbcli.vectors as vectors
+    from kbcli.stores.common import prefiltered_search
+
+    rng = random.Random(3)
+    index = NumpyVectorIndex()
+    index.upsert(list(range(2000)), [[rng.random() for _ in range(8)] for _ in range(2000)])
+    calls = []
+    real = vectors.cosine_scores
+    monkeypatch.setattr(vectors, "cosine_scores", lambda m, q: calls.append(1) or real(m, q))
+    query = [rng.random() for _ in range(8)]
+    allowed = set(range(0, 2000, 97))  # 21 ids: the first windows hold too few of them
+    windows = []
+
+    def passes(ids):
+        windows.append(len(ids))
+        return allowed & set(ids)
+
+    hits = prefiltered_search(index, query, 10, passes, lambda: sorted(allowed))
+    assert len(windows) >= 2 and len(calls) == 1
+    assert hits == index.search(query, 10, sorted(allowed))  # the exact top 10 of the allowed
+    index.upsert([5000], [query])
+    assert index.search(query, 1)[0][0] == 5000 and len(calls) == 2
