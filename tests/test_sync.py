@@ -336,3 +336,22 @@ def test_embedding_batches_cross_file_boundaries(tmp_path):
     (docs / "f3.md").write_text("A new text for file three.")
     sync(kb, [docs])
     assert embedder.calls == math.ceil(chunks / 64) + 1
+
+
+def test_an_ingest_that_changed_the_index_writes_the_keyword_pack(tmp_path):
+    """The first search after an ingest finds the keyword pack written (it would otherwise
+    build it: 19 s at 1M chunks); a run that changed nothing leaves the pack alone."""
+    docs = tmp_path / "docs"
+    make_tree(docs)
+    pack = Path(f"{tmp_path / 'kb.db'}.keyword-pack")
+    kb = open_kb(tmp_path)
+    sync(kb, [docs])
+    assert pack.is_file()
+    written = pack.stat().st_mtime_ns
+    kb.close()
+    kb = open_kb(tmp_path)
+    assert sync(kb, [docs]).chunks_added == 0
+    assert pack.stat().st_mtime_ns == written
+    hits = kb.store.keyword_search("topic3", k=1)
+    assert hits[0].document.metadata["source"].endswith("doc3.md")
+    assert pack.stat().st_mtime_ns == written  # the search used the pack the ingest wrote

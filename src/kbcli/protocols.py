@@ -386,6 +386,11 @@ class FileLedger(Protocol):
         """Let the store fold its write-ahead log during a long ingest (may do nothing)."""
         ...
 
+    def prepare_search(self) -> None:
+        """Build now what the next search would otherwise build first (a derived index), at
+        the end of an ingest that changed the index (may do nothing)."""
+        ...
+
 
 @runtime_checkable
 class EmbeddingCache(Protocol):

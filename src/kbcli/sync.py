@@ -522,6 +522,8 @@ def sync(
             report.stale = 0
         store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
         store.checkpoint()
+        if report.chunks_added or report.chunks_removed or report.rebuilt:
+            store.prepare_search()
     report.seconds = time.monotonic() - started
     return report
 

@@ -401,6 +401,9 @@ class InMemoryStore:
     def checkpoint(self) -> None:
         """Nothing to fold."""
 
+    def prepare_search(self) -> None:
+        """Nothing to build: the in-memory indexes are kept current on every write."""
+
     def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors ``info``'s embedder already made for any of ``texts``."""
         key = f"{info.provider}/{info.model}"

@@ -322,6 +322,9 @@ class PostgresStore:
     def checkpoint(self) -> None:
         """Nothing to do: PostgreSQL checkpoints its write-ahead log itself."""
 
+    def prepare_search(self) -> None:
+        """Nothing to build: PostgreSQL's indexes are kept current by every write."""
+
     def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors already computed by this embedder for any of ``texts``, by text."""
         with self._db.read() as conn:

@@ -283,6 +283,12 @@ class SQLiteStore:
         """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""
         self._db.checkpoint()
 
+    def prepare_search(self) -> None:
+        """Write the keyword pack now if the next search would (none yet, or its delta grew
+        too large), so that search does not pay for it: 0.7 s at 100k chunks, 19 s at 1M."""
+        with self._db.read() as conn:
+            self._keywords.view(conn)
+
     def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors already computed by this embedder for any of ``texts``, by text."""
         with self._db.read() as conn:
