@@ -189,8 +189,9 @@ class KeywordTables:
             conn.executemany(
                 "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
                 (
-                    (tid, c.src, c.doc, tf, c.length)
+                    (tid, c.src, c.doc, tf, length)
                     for c in change.chunks
+                    for length in (c.length,)  # once per chunk, not per posting
                     for tid, tf in c.tf.items()
                 ),
             )
