@@ -63,6 +63,7 @@ CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a l
 # every file in it at its previous version.
 WRITE_BATCH_FILES = 64
 WRITE_BATCH_CHUNKS = 4000
+SLOWEST_FILES = 5  # per-file times kept in the report (kb ingest --json "slowest")
 
 Progress = Callable[[str, int, int], None]
 
@@ -96,12 +97,24 @@ class SyncReport:
     unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
     metadata_updated: int = 0
     interrupted: bool = False
+    # The SLOWEST_FILES files the run spent longest on, slowest first: {"path", "seconds"}
+    # (reading, parsing, chunking, the embedding of its full batches, and a group write it
+    # completed; see :meth:`timed`).
+    slowest: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-ready data."""
         data = asdict(self)
         data["seconds"] = round(self.seconds, 3)
+        data["slowest"] = [{**s, "seconds": round(s["seconds"], 3)} for s in self.slowest]
         return data
+
+    def timed(self, path: str, seconds: float) -> None:
+        """Note that ``path`` took ``seconds``; keeps the slowest :data:`SLOWEST_FILES`."""
+        if len(self.slowest) < SLOWEST_FILES or seconds > self.slowest[-1]["seconds"]:
+            self.slowest.append({"path": path, "seconds": seconds})
+            self.slowest.sort(key=lambda s: -s["seconds"])
+            del self.slowest[SLOWEST_FILES:]
 
 
 def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -495,11 +508,13 @@ def sync(
             progress("", 0, total)
         try:
             for done, path in enumerate(found.files, start=1):
+                began = time.monotonic()
                 prepared = _sync_file(
                     kb, path, records.get(str(path)), settings, metadata, rebuild, report, reading
                 )
                 if prepared is not None:
                     pending.add(*prepared)
+                report.timed(str(path), time.monotonic() - began)
                 if progress is not None:
                     progress(str(path), done, total)
                 if done % CHECKPOINT_EVERY == 0:
