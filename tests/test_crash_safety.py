@@ -36,8 +36,11 @@ from pathlib import Path
 
 import pytest
 
+import kbcli.sync as sync_module
 from hostile import make_docx, make_pdf
-from kbcli import SQLiteStore
+from kbcli import KnowledgeBase, SQLiteStore, StoreError
+from kbcli.embedders import SimpleEmbedder
+from kbcli.sync import sync
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 STRESS = os.environ.get("KB_STRESS") == "1"
@@ -49,11 +52,6 @@ KINDS = (".md", ".txt", ".html", ".pdf", ".docx")
 EXT = ",".join(KINDS)
 CONVERGE_EVERY = 25
 TAG = re.compile(r"\bver(\d+)x\b")
-
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads /proc/locks (Linux)"),
-]
 
 
 # --- the corpus -------------------------------------------------------------------------------
@@ -298,6 +296,8 @@ def check_converges(db: Path, tree: Tree, reference_db: Path) -> None:
 # --- the test ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads /proc/locks (Linux)")
 def test_kill_minus_nine_at_random_moments_of_kb_ingest(tmp_path):
     rng = random.Random(SEED)
     tree = Tree(tmp_path / "docs", rng)
@@ -320,6 +320,15 @@ def test_kill_minus_nine_at_random_moments_of_kb_ingest(tmp_path):
     kinds = ["uniform"] * TRIALS + ["targeted"] * TARGETED
     rng.shuffle(kinds)
     converged = 0
+    spent = dict.fromkeys(("changing files", "killed runs", "checks", "converging"), 0.0)
+    clock = time.monotonic()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        spent[phase] += now - clock
+        clock = now
+
     for trial, kind in enumerate(kinds):
         version = trial + 2
         for key, n in tree.mutate(version).items():
@@ -327,22 +336,71 @@ def test_kill_minus_nine_at_random_moments_of_kb_ingest(tmp_path):
         allowed = {p: {v} for p, v in state.items()}
         for p, v in tree.files.items():
             allowed.setdefault(p, set()).add(v)
+        lap("changing files")
         if kind == "uniform":
             landed[killed_run(db, tree.root, rng.uniform(0, run_seconds))] += 1
         else:
             targeted[killed_run(db, tree.root, None)] += 1
+        lap("killed runs")
         state = check_after_kill(db, tree, allowed)
+        lap("checks")
         if (trial + 1) % CONVERGE_EVERY == 0 or trial == len(kinds) - 1:
             check_converges(db, tree, reference)
             converged += 1
             state = dict(tree.files)
+            lap("converging")
     print(
         f"\nkill -9 matrix: {TRIALS} trials over {N_FILES} files ({EXT}); full run "
         f"{full_seconds:.1f} s, trial run {run_seconds:.1f} s; kills mid-transaction "
         f"{landed['mid-transaction']}, elsewhere {landed['elsewhere']}, after the run ended "
         f"{landed['after-exit']}; plus {TARGETED} kills timed into a write transaction "
         f"({targeted['mid-transaction']} landed there); changes {changes}; {converged} "
-        "convergence checks, all equal to a fresh ingest"
+        "convergence checks, all equal to a fresh ingest; seconds spent: "
+        + ", ".join(f"{phase} {seconds:.0f}" for phase, seconds in spent.items())
     )
     assert landed["mid-transaction"] + landed["elsewhere"] >= TRIALS // 2
     assert targeted["mid-transaction"] >= TARGETED // 2
+
+
+def test_a_big_file_written_in_slices_is_still_all_or_nothing(tmp_path, monkeypatch):
+    """A file of more chunks than WRITE_BATCH_CHUNKS goes to the store in slices inside its
+    one transaction: a failure in a later slice leaves the old version whole."""
+    monkeypatch.setattr(sync_module, "WRITE_BATCH_CHUNKS", 3)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    big = docs / "big.md"
+
+    def version(n: int) -> str:
+        return "\n\n".join(f"## Part {i}\n\nver{n}x part {i} " + "word " * 40 for i in range(10))
+
+    def chunks(kb: KnowledgeBase) -> list[tuple[int, str]]:
+        return sorted((d.metadata["chunk_index"], d.text) for d in kb.store.iter_documents())
+
+    big.write_text(version(1), encoding="utf-8")
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
+    sync(kb, [docs])
+    old = chunks(kb)
+    assert len(old) >= 9  # three slices or more
+    big.write_text(version(2), encoding="utf-8")
+    store_type = type(kb.store)
+    real_add = store_type.add
+    calls = []
+
+    def add_failing_on_the_second_slice(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(store_type, "add", add_failing_on_the_second_slice)
+    with pytest.raises(StoreError, match="No space left"):
+        sync(kb, [docs])
+    assert chunks(kb) == old and kb.store.integrity_check() == []
+    monkeypatch.setattr(store_type, "add", real_add)
+    sync(kb, [docs])
+    fresh = KnowledgeBase.open(tmp_path / "fresh.db", embedder=SimpleEmbedder())
+    sync(fresh, [docs])
+    assert chunks(kb) == chunks(fresh) and TAG.findall(chunks(kb)[-1][1]) == ["2"]
+    record = kb.store.file_records()[str(big.resolve())]
+    assert sorted(record.chunk_ids) == sorted(d.id for d in kb.store.iter_documents())
+    assert kb.store.integrity_check() == []
