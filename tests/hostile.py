@@ -25,17 +25,23 @@ def _pdf_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
 
-def pdf_from_objects(objects: list[bytes], *, root: int = 1, xref: bool = True) -> bytes:
-    """A PDF of these numbered objects (1, 2, ...), with an exact xref table when ``xref``."""
+def _pdf_body(objects: list[bytes]) -> tuple[bytes, str]:
+    """The header and numbered objects (1, 2, ...) of a PDF, and their exact xref table."""
     out = b"%PDF-1.4\n"
     offsets = []
     for number, body in enumerate(objects, 1):
         offsets.append(len(out))
         out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    table = f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n"
+    return out, table + "".join(f"{offset:010d} 00000 n \n" for offset in offsets)
+
+
+def pdf_from_objects(objects: list[bytes], *, root: int = 1, xref: bool = True) -> bytes:
+    """A PDF of these numbered objects (1, 2, ...), with an exact xref table when ``xref``."""
+    out, table = _pdf_body(objects)
     start = len(out)
     if xref:
-        out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-        out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+        out += table.encode()
     out += f"trailer\n<< /Size {len(objects) + 1} /Root {root} 0 R >>\n".encode()
     return out + f"startxref\n{start}\n%%EOF\n".encode()
 
@@ -85,13 +91,8 @@ def circular_xref_pdf() -> bytes:
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [2 0 R] /Count 1 >>",
     ]
-    body = b"%PDF-1.4\n"
-    offsets = []
-    for number, obj in enumerate(objects, 1):
-        offsets.append(len(body))
-        body += f"{number} 0 obj\n".encode() + obj + b"\nendobj\n"
+    body, table = _pdf_body(objects)
     first = len(body)
-    table = "xref\n0 3\n0000000000 65535 f \n" + "".join(f"{o:010d} 00000 n \n" for o in offsets)
     # Two xref sections, each naming the other as /Prev.
     second = first + len(table) + len(f"trailer\n<< /Size 3 /Root 1 0 R /Prev {0:010d} >>\n")
     body += (table + f"trailer\n<< /Size 3 /Root 1 0 R /Prev {second:010d} >>\n").encode()

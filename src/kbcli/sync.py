@@ -825,7 +825,8 @@ def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
     from .ingest.lines import is_text_file, to_file_lines
 
     if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
-        to_file_lines(path, sections[0].text, chunks, loader.encoding)
+        limit = limit_bytes(loader.max_file_mb)  # the second read is bounded like the first
+        to_file_lines(path, sections[0].text, chunks, loader.encoding, max_bytes=limit)
 
 
 def _same(report: SyncReport) -> None:

@@ -77,12 +77,19 @@ def is_text_file(path: str | Path) -> bool:
         return False
 
 
-def to_file_lines(path: Path, loaded: str, chunks: list[Any], encoding: str = "utf-8") -> None:
+def to_file_lines(
+    path: Path,
+    loaded: str,
+    chunks: list[Any],
+    encoding: str = "utf-8",
+    *,
+    max_bytes: int | None = None,
+) -> None:
     """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
-    the file at ``path`` (read with the loader's decoding)."""
+    the file at ``path`` (read with the loader's decoding, at most ``max_bytes``)."""
     from .text_encoding import read_text
 
-    mapping = file_line_map(read_text(path, encoding), loaded)
+    mapping = file_line_map(read_text(path, encoding, max_bytes=max_bytes), loaded)
     if mapping is None:
         return
     for chunk in chunks:
