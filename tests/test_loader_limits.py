@@ -11,11 +11,11 @@ import os
 import subprocess
 import sys
 import time
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from hostile import docx_external_entity, docx_with, flat_page
 from kbcli.errors import LoaderError
 from kbcli.ingest import DefaultDocumentLoader, register_loader
 from kbcli.ingest.html import html_to_sections
@@ -23,14 +23,6 @@ from kbcli.ingest.loaders import TextLoader
 from kbcli.ingest.reading import read_blocks, read_bounded
 
 STRESS = os.environ.get("KB_STRESS") == "1"
-
-
-def flat_page(size: int) -> str:
-    """A page whose body has thousands of sibling elements (quadratic for tree editing)."""
-    row = "<tr><td>cell one</td><td>cell <b>two</b></td></tr>\n"
-    para = "<p>Some <i>text</i> in a paragraph &amp; more.</p>\n"
-    unit = para * 5 + "<table>" + row * 5 + "</table>\n<h2>Heading</h2>\n<br>"
-    return "<html><body>" + (unit * (size // len(unit) + 1))[:size] + "</body></html>"
 
 
 # --- HTML -----------------------------------------------------------------------------------
@@ -202,35 +194,8 @@ def test_loader_rereads_a_file_that_changed_while_read(tmp_path, monkeypatch):
 # --- DOCX archives --------------------------------------------------------------------------
 
 
-def docx_with(tmp_path: Path, name: str, extra: dict[str, bytes]) -> Path:
-    import docx
-
-    path = tmp_path / name
-    document = docx.Document()
-    document.add_paragraph("Hello from Word.")
-    document.save(str(path))
-    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as archive:
-        for member, data in extra.items():
-            archive.writestr(member, data)
-    return path
-
-
-def replace_member(path: Path, member: str, data: bytes) -> None:
-    with zipfile.ZipFile(path) as src:
-        items = [(i, src.read(i.filename)) for i in src.infolist()]
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as out:
-        for info, content in items:
-            out.writestr(info, data if info.filename == member else content)
-
-
 def test_docx_with_a_doctype_is_refused(tmp_path):
-    path = docx_with(tmp_path, "xxe.docx", {})
-    evil = (
-        b'<?xml version="1.0"?>\n<!DOCTYPE w:document [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
-        b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
-        b"<w:body><w:p><w:r><w:t>&x;</w:t></w:r></w:p></w:body></w:document>"
-    )
-    replace_member(path, "word/document.xml", evil)
+    path = docx_external_entity(tmp_path / "xxe.docx")
     with pytest.raises(LoaderError, match="DOCTYPE"):
         DefaultDocumentLoader(timeout=30).load(path)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hostile import guide_docx, make_pdf
 from kbcli.errors import LoaderError, MissingDependencyError, UnsupportedFormatError
 from kbcli.ingest import (
     DefaultDocumentLoader,
@@ -27,41 +28,6 @@ from kbcli.protocols import DocumentLoaderProtocol
 from kbcli.types import Section
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def _pdf_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-
-
-def make_pdf(pages: list[str]) -> bytes:
-    """A minimal valid PDF: one Helvetica content stream per page, an exact xref table."""
-    kids = [4 + 2 * i for i in range(len(pages))]
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        f"<< /Type /Pages /Kids [{' '.join(f'{k} 0 R' for k in kids)}] "
-        f"/Count {len(pages)} >>".encode(),
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    for kid, text in zip(kids, pages, strict=True):
-        ops = " ".join(f"({_pdf_escape(line)}) Tj T*" for line in text.split("\n")) if text else ""
-        stream = f"BT /F1 12 Tf 14 TL 72 720 Td {ops} ET".encode()
-        objects.append(
-            f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-            f"/Resources << /Font << /F1 3 0 R >> >> /Contents {kid + 1} 0 R >>".encode()
-        )
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = b"%PDF-1.4\n"
-    offsets = []
-    for number, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
-    xref = len(out)
-    out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
-    out += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
-    out += (
-        f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
-    )
-    return out
 
 
 PAGES = ["Page one text.\nSecond line of page one.", "Page two (with parens).", "Page three."]
@@ -212,29 +178,8 @@ def test_bounded_run_returns_the_result() -> None:
 # --- DOCX --------------------------------------------------------------------------------------
 
 
-def make_docx(path: Path) -> Path:
-    import docx
-
-    document = docx.Document()
-    document.add_paragraph("Preamble before any heading.")
-    document.add_heading("Install", level=1)
-    document.add_paragraph("Pick your system.")
-    document.add_heading("Linux", level=2)
-    document.add_paragraph("Use the package manager.")
-    table = document.add_table(rows=2, cols=2)
-    for r, row in enumerate([["OS", "Command"], ["Debian", "apt install kb"]]):
-        for c, value in enumerate(row):
-            table.cell(r, c).text = value
-    document.add_heading("Windows", level=2)
-    document.add_paragraph("Use the installer.")
-    document.add_heading("Usage", level=1)
-    document.add_paragraph("Run kb search.")
-    document.save(path)
-    return path
-
-
 def test_docx_paragraphs_headings_and_tables_in_order(tmp_path: Path) -> None:
-    path = make_docx(tmp_path / "guide.docx")
+    path = guide_docx(tmp_path / "guide.docx")
     sections = DefaultDocumentLoader(timeout=30).load_sections(path)
     assert [s.metadata.get("heading") for s in sections] == [
         None,
@@ -251,7 +196,7 @@ def test_docx_paragraphs_headings_and_tables_in_order(tmp_path: Path) -> None:
 
 
 def test_docx_in_process_matches_worker(tmp_path: Path) -> None:
-    path = make_docx(tmp_path / "guide.docx")
+    path = guide_docx(tmp_path / "guide.docx")
     assert DefaultDocumentLoader().load(path) == DefaultDocumentLoader(timeout=30).load(path)
 
 
@@ -273,7 +218,7 @@ def test_zip_without_word_parts_is_a_loader_error(tmp_path: Path) -> None:
 
 
 def test_zip_bomb_docx_is_refused_before_unpacking(tmp_path: Path) -> None:
-    path = make_docx(tmp_path / "bomb.docx")
+    path = guide_docx(tmp_path / "bomb.docx")
     with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as archive:
         with archive.open("word/media/zeros.bin", "w") as member:
             block = bytes(1 << 20)

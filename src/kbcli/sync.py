@@ -29,7 +29,8 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -63,6 +64,7 @@ CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a l
 # every file in it at its previous version.
 WRITE_BATCH_FILES = 64
 WRITE_BATCH_CHUNKS = 4000
+SLOWEST_FILES = 5  # per-file times kept in the report (kb ingest --json "slowest")
 
 Progress = Callable[[str, int, int], None]
 
@@ -96,12 +98,24 @@ class SyncReport:
     unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
     metadata_updated: int = 0
     interrupted: bool = False
+    # The SLOWEST_FILES files the run spent longest on, slowest first: {"path", "seconds"}
+    # (reading, parsing, chunking, the embedding of its full batches, and a group write it
+    # completed; see :meth:`timed`).
+    slowest: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-ready data."""
         data = asdict(self)
         data["seconds"] = round(self.seconds, 3)
+        data["slowest"] = [{**s, "seconds": round(s["seconds"], 3)} for s in self.slowest]
         return data
+
+    def timed(self, path: str, seconds: float) -> None:
+        """Note that ``path`` took ``seconds``; keeps the slowest :data:`SLOWEST_FILES`."""
+        if len(self.slowest) < SLOWEST_FILES or seconds > self.slowest[-1]["seconds"]:
+            self.slowest.append({"path": path, "seconds": seconds})
+            self.slowest.sort(key=lambda s: -s["seconds"])
+            del self.slowest[SLOWEST_FILES:]
 
 
 def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -495,11 +509,13 @@ def sync(
             progress("", 0, total)
         try:
             for done, path in enumerate(found.files, start=1):
+                began = time.monotonic()
                 prepared = _sync_file(
                     kb, path, records.get(str(path)), settings, metadata, rebuild, report, reading
                 )
                 if prepared is not None:
                     pending.add(*prepared)
+                report.timed(str(path), time.monotonic() - began)
                 if progress is not None:
                     progress(str(path), done, total)
                 if done % CHECKPOINT_EVERY == 0:
@@ -579,7 +595,9 @@ class _PendingWrites:
         self.report = report
         self.items: list[tuple[FileRecord, list, bool | None]] = []
         self.chunks = 0
-        self.vectors: dict[str, list[float]] = {}
+        # float32 arrays, as every store keeps them: a 64-d vector as a list of floats costs
+        # ~2.1 KB against ~0.3 KB, and a big file's vectors are all held until its write.
+        self.vectors: dict[str, array] = {}
         self.waiting: dict[str, None] = {}  # texts to embed, in order
         self.batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
 
@@ -594,24 +612,31 @@ class _PendingWrites:
         ones it has, so nothing is embedded)."""
         self.items.append((record, docs, is_new))
         if vectors is not None:
-            self.vectors.update((d.text, v) for d, v in zip(docs, vectors) if v is not None)
+            self._keep((d.text, v) for d, v in zip(docs, vectors) if v is not None)
         self.chunks += len(docs)
         texts = [d.text for d in docs if d.text not in self.vectors]
-        self.vectors.update(self.kb.ingestor.cached_vectors(texts))
+        self._keep(self.kb.ingestor.cached_vectors(texts).items())
         for text in texts:
             if text not in self.vectors:
                 self.waiting[text] = None
         full = len(self.waiting) // self.batch * self.batch
         if full:
             self._embed(full)
-        if len(self.items) >= WRITE_BATCH_FILES or self.chunks >= WRITE_BATCH_CHUNKS:
+        if self.chunks >= WRITE_BATCH_CHUNKS:
+            # a big file: write it now (its partial batch embedded too), not with the next
+            # files, so its vectors are not held longer and its time is its own
+            self.flush(final=True)
+        elif len(self.items) >= WRITE_BATCH_FILES:
             self.flush()
+
+    def _keep(self, pairs: Iterable[tuple[str, Sequence[float]]]) -> None:
+        self.vectors.update((text, array("f", v)) for text, v in pairs)
 
     def _embed(self, n: int) -> None:
         texts = list(self.waiting)[:n]
         fresh = self.kb.embedder.embed_documents(texts)
         crash_point("after-embed")
-        self.vectors.update(zip(texts, fresh))
+        self._keep(zip(texts, fresh))
         for text in texts:
             del self.waiting[text]
 
@@ -625,12 +650,7 @@ class _PendingWrites:
         store, report = self.kb.store, self.report
         info = _embedder_info(self.kb)
         with store.transaction():
-            removed = [
-                store.replace_file(
-                    record, docs, [self.vectors[d.text] for d in docs], embedder=info
-                )
-                for record, docs, _ in ready
-            ]
+            removed = [self._write(record, docs, info) for record, docs, _ in ready]
         for (_, docs, is_new), gone in zip(ready, removed):
             if is_new is None:
                 report.metadata_updated += 1
@@ -646,6 +666,24 @@ class _PendingWrites:
         self.chunks = sum(len(docs) for _, docs, _ in self.items)
         needed = {d.text for _, docs, _ in self.items for d in docs}
         self.vectors = {t: v for t, v in self.vectors.items() if t in needed}
+
+    def _write(self, record: FileRecord, docs: list, info: Any) -> int:
+        """Swap one file in (inside the caller's transaction); returns the chunks removed.
+
+        A file of more than :data:`WRITE_BATCH_CHUNKS` chunks goes to the store in slices of
+        that size within the same transaction (still all or nothing), so the store never
+        prepares every row of a huge file at once (per-chunk term counts cost ~3 KB each).
+        """
+        store = self.kb.store
+        head = docs[:WRITE_BATCH_CHUNKS]
+        vectors = [self.vectors[d.text] for d in head]
+        removed = store.replace_file(record, head, vectors, embedder=info)
+        for start in range(WRITE_BATCH_CHUNKS, len(docs), WRITE_BATCH_CHUNKS):
+            part = docs[start : start + WRITE_BATCH_CHUNKS]
+            vectors = [self.vectors[d.text] for d in part]
+            store.add(part, vectors, embedder=info)
+            store.cache_embeddings(info, {d.text: v for d, v in zip(part, vectors)})
+        return removed
 
 
 @dataclass(frozen=True)
@@ -789,7 +827,8 @@ def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
     from .ingest.lines import is_text_file, to_file_lines
 
     if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
-        to_file_lines(path, sections[0].text, chunks, loader.encoding)
+        limit = limit_bytes(loader.max_file_mb)  # the second read is bounded like the first
+        to_file_lines(path, sections[0].text, chunks, loader.encoding, max_bytes=limit)
 
 
 def _same(report: SyncReport) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +27,43 @@ def _clean(line: str) -> str:
 
 def file_line_map(raw: str, loaded: str) -> list[int] | None:
     """For each line of ``loaded`` (0-based index), its 1-based line in ``raw``; None when the
-    two have the same lines (nothing to map)."""
-    raw_lines = _LINE_BREAK.split(raw)
-    loaded_lines = loaded.split("\n")
-    if raw_lines == loaded_lines:
-        return None
+    two have the same lines (nothing to map).
+
+    Both texts are walked line by line with a window of :data:`LOOKAHEAD` raw lines, never
+    split whole: a 150 MB file's two line lists alone would cost about 500 MB.
+    """
+    raw_lines = _lines(raw)
+    window: deque[str] = deque()  # raw lines j, j+1, ... already read
     out: list[int] = []
-    j = 0
-    for line in loaded_lines:
-        found = None
-        for k in range(j, min(len(raw_lines), j + LOOKAHEAD)):
-            if _clean(raw_lines[k]) == line:
-                found = k
+    same = True
+    j = 0  # the raw line (0-based) the next loaded line is looked for from
+    for line in _lines(loaded):
+        while len(window) < LOOKAHEAD:
+            nxt = next(raw_lines, None)
+            if nxt is None:
                 break
+            window.append(nxt)
+        found = next((k for k, r in enumerate(window) if _clean(r) == line), None)
+        same = same and bool(window) and window[0] == line
         if found is None:
-            found = min(j, max(0, len(raw_lines) - 1))
-        out.append(found + 1)
-        j = found + 1
+            # no match ahead: stay on line j (or the last line), as the whole-list version did
+            found = 0 if window else -1
+        out.append(j + found + 1)
+        for _ in range(found + 1):
+            window.popleft()
+        j += found + 1
+    if same and not window and next(raw_lines, None) is None:
+        return None
     return out
+
+
+def _lines(text: str) -> Iterator[str]:
+    """``text``'s lines, split as ``_LINE_BREAK.split`` splits them, one at a time."""
+    start = 0
+    for match in _LINE_BREAK.finditer(text):
+        yield text[start : match.start()]
+        start = match.end()
+    yield text[start:]
 
 
 def is_text_file(path: str | Path) -> bool:
@@ -56,12 +77,19 @@ def is_text_file(path: str | Path) -> bool:
         return False
 
 
-def to_file_lines(path: Path, loaded: str, chunks: list[Any], encoding: str = "utf-8") -> None:
+def to_file_lines(
+    path: Path,
+    loaded: str,
+    chunks: list[Any],
+    encoding: str = "utf-8",
+    *,
+    max_bytes: int | None = None,
+) -> None:
     """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
-    the file at ``path`` (read with the loader's decoding)."""
+    the file at ``path`` (read with the loader's decoding, at most ``max_bytes``)."""
     from .text_encoding import read_text
 
-    mapping = file_line_map(read_text(path, encoding), loaded)
+    mapping = file_line_map(read_text(path, encoding, max_bytes=max_bytes), loaded)
     if mapping is None:
         return
     for chunk in chunks:
