@@ -128,8 +128,12 @@ def prefiltered_search(
     checked = 0
     kept: list[tuple[int, float]] = []
     window = max(4 * k, FILTER_WINDOW_MIN)
+    # An index that can score once and be asked for longer prefixes (the exact numpy index)
+    # saves a full scan per wider window.
+    ranking = getattr(index, "ranking", None)
+    top = ranking(query) if ranking is not None else lambda n: index.search(query, n)
     while checked < total and window <= FILTER_WINDOW_MAX:
-        ranked = index.search(query, min(total, checked + window))
+        ranked = top(min(total, checked + window))
         fresh = ranked[checked:]
         ok = passes([i for i, _ in fresh])
         kept.extend(hit for hit in fresh if hit[0] in ok)

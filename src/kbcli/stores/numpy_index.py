@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import IndexMismatchError
@@ -13,9 +13,8 @@ class NumpyVectorIndex:
 
     Built from ``ids`` and a unit-row ``matrix`` (which may be a read-only memory map), or empty
     and filled with :meth:`upsert`. Changes are collected and folded into new arrays at the next
-    search, so many small writes cost one rebuild. The scores of the last query are kept until
-    the next change: a filtered search that widens its window (see
-    :func:`~kbcli.stores.common.prefiltered_search`) scores the matrix once.
+    search, so many small writes cost one rebuild. :meth:`ranking` scores the matrix once for a
+    search that widens its window (see :func:`~kbcli.stores.common.prefiltered_search`).
     """
 
     exact = True
@@ -27,7 +26,6 @@ class NumpyVectorIndex:
         self._ids = np.zeros(0, dtype=np.int64) if ids is None else ids
         self._matrix = np.zeros((0, 0), dtype=np.float32) if matrix is None else matrix
         self._pending: dict[int, Any] = {}
-        self._last: tuple[bytes, Any] | None = None  # (query bytes, its scores)
 
     @property
     def dimension(self) -> int | None:
@@ -58,7 +56,7 @@ class NumpyVectorIndex:
         self, query: Sequence[float], k: int, allowed: Sequence[int] | None = None
     ) -> list[tuple[int, float]]:
         """``(id, cosine)`` of the ``k`` nearest rows among ``allowed``, best first."""
-        from ..vectors import top_k_scores
+        from ..vectors import cosine_scores, top_k_scores
 
         self._fold()
         if self._ids.shape[0] == 0 or k <= 0:
@@ -67,24 +65,28 @@ class NumpyVectorIndex:
         if allowed is not None:
             wanted = self._np.asarray(allowed, dtype=self._np.int64)
             mask = self._np.isin(self._ids, wanted)
-        hits = top_k_scores(self._scores(query), k, mask)
+        hits = top_k_scores(cosine_scores(self._matrix, query), k, mask)
         return [(int(self._ids[i]), score) for i, score in hits]
 
-    def _scores(self, query: Sequence[float]) -> Any:
-        from ..vectors import cosine_scores
+    def ranking(self, query: Sequence[float]) -> Callable[[int], list[tuple[int, float]]]:
+        """``top(n)``: the ``n`` nearest ``(id, cosine)`` for ``query``, best first, from one
+        scoring of the matrix (the snapshot of this call) however often it is asked."""
+        from ..vectors import cosine_scores, top_k_scores
 
-        key = self._np.asarray(query, dtype=self._np.float32).tobytes()
-        last = self._last
-        if last is not None and last[0] == key:
-            return last[1]
-        scores = cosine_scores(self._matrix, query)
-        self._last = (key, scores)
-        return scores
+        self._fold()
+        ids = self._ids
+        scores = cosine_scores(self._matrix, query) if ids.shape[0] else None
+
+        def top(n: int) -> list[tuple[int, float]]:
+            if scores is None or n <= 0:
+                return []
+            return [(int(ids[i]), score) for i, score in top_k_scores(scores, n)]
+
+        return top
 
     def _fold(self) -> None:
         if not self._pending:
             return
-        self._last = None
         np = self._np
         rows = {int(i): r for i, r in zip(self._ids, self._matrix)}
         for i, row in self._pending.items():
