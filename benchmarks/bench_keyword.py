@@ -26,13 +26,14 @@ import os
 import platform
 import random
 import sqlite3
-import statistics
 import string
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from common import latency as timed  # noqa: E402  (p50/p95 of each query's best of 3)
 
 from kbcli import Analyzer, Document, SQLiteStore  # noqa: E402
 
@@ -62,26 +63,6 @@ def queries(vocab: list[str], n: int) -> tuple[list[str], list[str]]:
     content = [" ".join(rng.sample(vocab[50:5000], rng.randint(2, 4))) for _ in range(n)]
     common = [" ".join(rng.sample(vocab[:50], 3)) for _ in range(max(20, n // 5))]
     return content, common
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-def timed(fn, qs, repeat: int = 3) -> dict[str, float]:
-    """p50 and p95 over ``qs`` of each query's best of ``repeat`` runs (the machine is shared:
-    the best of a few runs filters out the moments another process held the CPU)."""
-    fn(qs[0])
-    out = []
-    for q in qs:
-        best = float("inf")
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn(q)
-            best = min(best, time.perf_counter() - t)
-        out.append(best * 1000)
-    return {"p50": statistics.median(out), "p95": percentile(out, 95)}
 
 
 def build_kb(db: Path, texts: list[str], files_per: int) -> tuple[SQLiteStore, float | None]:
