@@ -732,7 +732,8 @@ def render(results: dict[str, Any], sources: list[Path]) -> str:
             f" SQLite {v['sqlite']}, numpy {v['numpy']}, bm25s {v['bm25s']}, faiss-cpu"
             f" {v['faiss-cpu']}, onnxruntime {v['onnxruntime']}. Load average"
             f" {info['load_start']} at the start, {info['load_end']} at the end: the 2 cores"
-            " are shared with other engineers' work, so read the ratios within a column.",
+            " are shared with other engineers' work, so read the ratios within a column."
+            + (f" {info['note']}" if info.get("note") else ""),
             "",
         ]
     if sources:
