@@ -355,3 +355,29 @@ def test_an_ingest_that_changed_the_index_writes_the_keyword_pack(tmp_path):
     hits = kb.store.keyword_search("topic3", k=1)
     assert hits[0].document.metadata["source"].endswith("doc3.md")
     assert pack.stat().st_mtime_ns == written  # the search used the pack the ingest wrote
+
+
+def test_meta_title_relabels_both_ways_without_reembedding(tmp_path):
+    """--meta title=X on a re-ingest names the page X (keyword search finds it by X); a later
+    --meta without a title gives back the title from its first heading, not none."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# Setup guide\n\nInstall the planter and water it weekly.\n")
+    embedder = CountingEmbedder()
+    kb = open_kb(tmp_path, embedder)
+    sync(kb, [docs])
+    embedded = embedder.embedded
+
+    def titles() -> set:
+        return {d.metadata.get("title") for d in kb.store.list_all()}
+
+    assert titles() == {"Setup guide"}
+    report = sync(kb, [docs], metadata={"title": "Zucchini handbook"})
+    assert report.metadata_updated == 1 and titles() == {"Zucchini handbook"}
+    hits = kb.store.keyword_search("zucchini", k=1)
+    assert hits and hits[0].document.metadata["source"].endswith("guide.md")
+    assert sync(kb, [docs]).metadata_updated == 0  # no --meta: the file keeps what it has
+    report = sync(kb, [docs], metadata={"team": "garden"})
+    assert report.metadata_updated == 1 and titles() == {"Setup guide"}
+    assert kb.store.keyword_search("zucchini", k=1) == []
+    assert embedder.embedded == embedded  # relabelled, never re-embedded

@@ -845,13 +845,25 @@ def _relabel(
 ) -> tuple[FileRecord, list, None, list]:
     """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
     vectors (no embedder call), and its record with the new meta."""
+    from .analysis import TITLE_KEY, document_title
     from .types import Document
 
     docs = list(kb.store.iter_documents(source=record.path, with_embeddings=True))
+    # The title as build_documents gives it: --meta title wins, else the first heading or name.
+    in_order = sorted(docs, key=lambda d: d.metadata.get("chunk_index", 0))
+    title = new.get(TITLE_KEY) or document_title(
+        (d.metadata.get("heading") for d in in_order), record.path
+    )
     relabelled = []
     for doc in docs:
-        kept = {k: v for k, v in doc.metadata.items() if k not in old or k in _OWN_KEYS}
+        kept = {
+            k: v
+            for k, v in doc.metadata.items()
+            if (k not in old or k in _OWN_KEYS) and k != TITLE_KEY
+        }
         metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
+        if title:
+            metadata[TITLE_KEY] = title
         relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
     vectors = [d.embedding for d in relabelled]  # a missing one comes from the cache
     fresh = FileRecord(
