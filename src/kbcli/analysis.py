@@ -299,6 +299,12 @@ FIELD_WEIGHTS = FieldWeights(title=2, heading=1, body=1)
 KEYWORD_FIELDS = str(FIELD_WEIGHTS)
 
 
+def keyword_signature(analyzer: Analyzer) -> str:
+    """What a keyword index's terms depend on: the analyzer and the indexed fields (recorded
+    with every index; a difference means re-tokenising it)."""
+    return f"{analyzer.signature};fields={KEYWORD_FIELDS}"
+
+
 def document_title(headings: Iterable[str | None], source: str | None = None) -> str | None:
     """A document's title: its first heading (``headings`` are its chunks' heading paths, in
     order; the first path's first part is the first heading), else the file name of

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..analysis import KEYWORD_FIELDS, Analyzer
+from ..analysis import Analyzer
+from ..analysis import keyword_signature as signature_of
 from ..bm25 import K1, SOURCE_WEIGHT, B, ChunkTerms
 from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
@@ -62,7 +63,7 @@ class InMemoryStore:
     @property
     def keyword_signature(self) -> str:
         """What the keyword index depends on: the analyzer and the indexed fields."""
-        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+        return signature_of(self.analyzer)
 
     # --- transactions ------------------------------------------------------------------------
 

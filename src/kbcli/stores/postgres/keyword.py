@@ -13,11 +13,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...analysis import (
-    KEYWORD_FIELDS,
     TITLE_KEY,
     Analyzer,
     has_title_field,
     keyword_counts,
+    keyword_signature,
     titles_to_add,
 )
 from ...bm25 import (
@@ -49,7 +49,7 @@ class KeywordTables:
     @property
     def signature(self) -> str:
         """What the keyword index depends on: the analyzer and the indexed fields."""
-        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+        return keyword_signature(self.analyzer)
 
     def terms_of(self, doc: Document) -> Counter[str]:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
@@ -66,13 +66,13 @@ class KeywordTables:
         ``writing`` (inside the caller's transaction; returns how many chunks), and raises
         :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
         t = self.t
-        row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'analyzer'").fetchone()
+        recorded = self.recorded_signature(conn)
         signature = self.signature
-        if row is None:
+        if recorded is None:
             if writing:
                 conn.execute(f"INSERT INTO {t.meta} VALUES ('analyzer', %s)", (signature,))
             return None
-        if row[0] == signature:
+        if recorded == signature:
             return None
         n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
         if writing:
@@ -80,7 +80,7 @@ class KeywordTables:
                 conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
                 return None
             return self.rebuild(conn)
-        raise outdated(f"{t.base} at {self.where}", row[0], signature)
+        raise outdated(f"{t.base} at {self.where}", recorded, signature)
 
     # --- writes --------------------------------------------------------------------------------
 

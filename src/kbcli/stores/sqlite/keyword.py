@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...analysis import (
-    KEYWORD_FIELDS,
     TITLE_KEY,
     Analyzer,
     has_title_field,
     keyword_counts,
+    keyword_signature,
     titles_to_add,
 )
 from ...bm25 import (
@@ -92,7 +92,7 @@ class KeywordTables:
     @property
     def signature(self) -> str:
         """What the keyword index depends on: the analyzer and the indexed fields."""
-        return f"{self.analyzer.signature};fields={KEYWORD_FIELDS}"
+        return keyword_signature(self.analyzer)
 
     def terms_of(self, doc: Document) -> Counter[str]:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
@@ -109,13 +109,13 @@ class KeywordTables:
         one built with another signature is re-tokenised from the stored chunks when
         ``writing`` (inside the caller's transaction; returns how many chunks), and raises
         :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
-        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
+        recorded = self.recorded_signature(conn)
         signature = self.signature
-        if row is None:
+        if recorded is None:
             if writing:
                 conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
             return None
-        if row[0] == signature:
+        if recorded == signature:
             return None
         n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
         if writing:
@@ -123,7 +123,7 @@ class KeywordTables:
                 conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
                 return None
             return self.rebuild(conn)
-        raise outdated(f"at {self.path}", row[0], signature)
+        raise outdated(f"at {self.path}", recorded, signature)
 
     # --- writes --------------------------------------------------------------------------------
 
