@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hostile import guide_docx, make_pdf
+from hostile import (
+    docx_bad_crc,
+    docx_flipped_byte,
+    docx_truncated_directory,
+    guide_docx,
+    make_pdf,
+)
 from kbcli.errors import LoaderError, MissingDependencyError, UnsupportedFormatError
 from kbcli.ingest import (
     DefaultDocumentLoader,
@@ -215,6 +221,65 @@ def test_zip_without_word_parts_is_a_loader_error(tmp_path: Path) -> None:
     with pytest.raises(LoaderError) as exc:
         DefaultDocumentLoader(timeout=30).load(path)
     assert_one_line_error(exc, path, "not a readable .docx")
+
+
+DAMAGED = "open it in Word or LibreOffice (they can often repair it) and save it again as .docx"
+
+
+@pytest.mark.parametrize("timeout", [30, None], ids=["worker", "in-process"])
+@pytest.mark.parametrize(
+    "paragraphs",
+    [1, 400],
+    ids=["small-part: the prolog check reads it all", "large-part: python-docx reads it"],
+)
+def test_docx_whose_part_fails_its_crc_is_called_damaged(tmp_path, paragraphs, timeout):
+    path = docx_flipped_byte(tmp_path / "crc.docx", paragraphs, damage="crc")
+    with zipfile.ZipFile(path) as archive:  # the damage is what the test means it to be
+        with pytest.raises(zipfile.BadZipFile, match="Bad CRC-32"):
+            archive.read("word/document.xml")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=timeout).load(path)
+    assert_one_line_error(exc, path, "the file is damaged", "word/document.xml", "CRC-32", DAMAGED)
+    assert "not a zip" not in str(exc.value)
+
+
+def test_docx_with_a_wrong_recorded_crc_is_called_damaged(tmp_path):
+    path = docx_bad_crc(tmp_path / "bad-crc.docx")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "damaged", "word/document.xml fails its CRC-32", DAMAGED)
+
+
+@pytest.mark.parametrize("paragraphs", [1, 400])
+def test_docx_with_corrupt_deflate_data_names_the_part(tmp_path, paragraphs):
+    path = docx_flipped_byte(tmp_path / "deflate.docx", paragraphs, damage="deflate")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(
+        exc, path, "damaged", "word/document.xml has corrupt compressed data", DAMAGED
+    )
+
+
+@pytest.mark.parametrize("cut", ["half", "directory"])
+def test_truncated_docx_is_called_truncated_not_a_non_zip(tmp_path, cut):
+    path = tmp_path / "cut.docx"
+    if cut == "half":
+        data = guide_docx(path).read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        docx_truncated_directory(path)
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "truncated or damaged", "zip directory", DAMAGED)
+    assert "not a zip" not in str(exc.value)
+
+
+def test_password_protected_docx_says_so(tmp_path):
+    path = tmp_path / "locked.docx"  # Word writes an encrypted .docx as an OLE container
+    path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "password-protected", "remove the password")
 
 
 def test_zip_bomb_docx_is_refused_before_unpacking(tmp_path: Path) -> None:
