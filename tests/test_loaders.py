@@ -405,7 +405,7 @@ def test_utf16_that_breaks_after_its_start_is_refused_naming_the_encoding(tmp_pa
     path.write_bytes(good.encode("utf-16-le") + b"\x00\xd8" + "tail".encode("utf-16-le"))
     with pytest.raises(LoaderError) as exc:
         read_text(path)
-    assert_one_line_error(exc, path, "UTF-16-LE text without a byte-order mark", "UTF-8")
+    assert_one_line_error(exc, path, "starts as UTF-16-LE text without a byte-order mark", "UTF-8")
 
 
 def _elf() -> bytes:

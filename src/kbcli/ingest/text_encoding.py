@@ -43,6 +43,7 @@ UTF16_MIN_BYTES = 128
 # characters whose two bytes are ASCII letters (what bytes of ASCII text pair into).
 _UTF16_MAX_ODD_SHARE = 0.01
 _TEXT_CONTROLS = frozenset("\t\n\r\f\v")
+_UTF16_CLAIM = "the file starts as {} text without a byte-order mark"
 _UTF16_MAX_LETTER_PAIRS = 0.3
 _ASCII_LETTERS = frozenset(range(0x41, 0x5B)) | frozenset(range(0x61, 0x7B))
 
@@ -79,17 +80,13 @@ def read_text(
         return ""
     declared = bom_encoding(sample[:4])
     if declared is not None:
-        text = _decode_file(path, declared, limits)
-        if text is None:
-            raise LoaderError(
-                f"{path}: the file starts with a {declared} byte-order mark but "
-                f"is not valid {declared}: {_FIX}"
-            )
-        return text
+        return _decode_as_claimed(
+            path, declared, limits, f"the file starts with a {declared} byte-order mark"
+        )
     if b"\x00" in sample[:8192]:
         wide = utf16_without_bom(sample)
         if wide is not None:
-            return _read_utf16(path, wide, limits)
+            return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
         raise LoaderError(
             f"{path}: looks like a binary file (NUL bytes), not text: "
             "load the original document, or save it as UTF-8 text"
@@ -107,7 +104,7 @@ def read_text(
     # on a sample long enough that legacy or binary bytes could not pass for it by chance.
     wide = utf16_without_bom(sample) if len(sample) >= UTF16_MIN_BYTES else None
     if wide is not None:
-        return _read_utf16(path, wide, limits)
+        return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
     raise LoaderError(
         f"{path}: cannot decode the text (tried {', '.join(tried)}; no other encoding fits): {_FIX}"
     )
@@ -163,13 +160,11 @@ def _odd_characters(head: bytes, encoding: str) -> int | None:
     return odd
 
 
-def _read_utf16(path: Path, encoding: str, limits: _Limits) -> str:
+def _decode_as_claimed(path: Path, encoding: str, limits: _Limits, claim: str) -> str:
+    """The file decoded as ``encoding``, which ``claim`` says it is; else LoaderError."""
     text = _decode_file(path, encoding, limits)
     if text is None:
-        raise LoaderError(
-            f"{path}: starts as {encoding.upper()} text without a byte-order mark but is not "
-            f"valid {encoding.upper()} throughout: {_FIX}"
-        )
+        raise LoaderError(f"{path}: {claim} but is not valid {encoding}: {_FIX}")
     return text
 
 
