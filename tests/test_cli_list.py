@@ -65,4 +65,4 @@ def test_mistyped_filter_operator_exits_2_with_the_likely_meaning():
     result = run("list", "--filter", "page>>1")
     assert result.exit_code == 2 and result.stdout == ""
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "'page>>1'" in lines[0] and "did you mean page>1?" in lines[0]
+    assert len(lines) == 1 and "'page>>1'" in lines[0] and "did you mean 'page>1'?" in lines[0]

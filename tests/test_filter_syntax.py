@@ -120,7 +120,7 @@ def test_a_value_starting_with_an_operator_is_a_mistyped_operator(expr, run, mea
     message = str(info.value)
     assert "\n" not in message
     assert repr(expr) in message and f"{run} is not an operator" in message
-    assert (f"did you mean {meant}?" in message) if meant else "did you mean" not in message
+    assert (f"did you mean {meant!r}?" in message) if meant else "did you mean" not in message
     assert "quote a value that starts with one" in message
 
 
@@ -169,3 +169,11 @@ def test_quoted_text_matches_only_text():
     where = parse_filter_expressions(['code="2024"'])
     assert matches({"code": "2024"}, where) and not matches({"code": 2024}, where)
     assert matches({"t": "=x"}, parse_filter_expressions(['t="=x"']))
+
+
+def test_the_mistyped_operator_error_stays_one_line_for_any_key_or_value():
+    # found by the KB_STRESS fuzz: the suggestion repeated the key's newline
+    with pytest.raises(FilterError) as info:
+        parse_filter_expressions(["0\n0<<\n1"])
+    assert "\n" not in str(info.value)
+    assert "did you mean '0\\n0<\\n1'?" in str(info.value)

@@ -367,10 +367,11 @@ def _malformed_operator(expr: str, key: str, op: str, raw: str) -> FilterError:
     rest = raw.lstrip(_OPERATOR_CHARS + " \t")
     run = op + "".join(raw[: len(raw) - len(rest)].split())
     meant = _MEANT.get(frozenset(run))
-    hint = f", did you mean {key}{meant}{rest}?" if meant and rest else ""
+    hint = f", did you mean {key + meant + rest!r}?" if meant and rest else ""
+    quoted = f'{key}{op}"{raw}"'
     return FilterError(
         f"Cannot read filter {expr!r}: {run!r} is not an operator{hint} (operators: "
-        f'= != > >= < <=; quote a value that starts with one: {key}{op}"{raw}")'
+        f"= != > >= < <=; quote a value that starts with one: {quoted!r})"
     )
 
 
