@@ -205,6 +205,37 @@ def docx_bad_crc(path: Path, text: str = "Checksummed paragraph.") -> Path:
     return path
 
 
+def docx_flipped_byte(path: Path, paragraphs: int = 1, damage: str = "crc") -> Path:
+    """A .docx with one byte of ``word/document.xml``'s deflated data flipped so that
+    unpacking it fails: ``damage="crc"`` where it still inflates but its CRC-32 no longer
+    matches (zipfile: "Bad CRC-32"), ``"deflate"`` where the deflate stream itself breaks
+    (zlib.error). The byte is searched from the member's end, so with enough ``paragraphs`` the
+    first 4 KB of the part (kbcli's prolog check) still unpack intact."""
+    make_docx(path, [("p", f"Paragraph {i} of a checksummed document.") for i in range(paragraphs)])
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("word/document.xml")
+    name_len, extra_len = struct.unpack(
+        "<HH", data[info.header_offset + 26 : info.header_offset + 30]
+    )
+    start = info.header_offset + 30 + name_len + extra_len
+    for offset in range(info.compress_size - 8, 0, -1):
+        flipped = bytearray(data)
+        flipped[start + offset] ^= 0x10
+        try:
+            zipfile.ZipFile(io.BytesIO(bytes(flipped))).read(info.filename)
+            continue
+        except zipfile.BadZipFile as exc:
+            if damage != "crc" or "Bad CRC-32" not in str(exc):
+                continue
+        except zlib.error:
+            if damage != "deflate":
+                continue
+        path.write_bytes(bytes(flipped))
+        return path
+    raise AssertionError(f"no single flipped byte gives {damage} damage")
+
+
 def docx_truncated_directory(path: Path) -> Path:
     """A .docx cut in the middle of its central directory."""
     make_docx(path)

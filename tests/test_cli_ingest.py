@@ -121,3 +121,26 @@ def test_acceptance_reset_password_first(corpus):
     run("ingest", str(corpus))
     hits, _ = run_json("search", "reset password", "--mode", "keyword", "-k", "5", "--json")
     assert hits[0]["metadata"]["source"].endswith("password.md")
+
+
+def test_damaged_docx_is_named_damaged_and_the_rest_is_indexed(tmp_path):
+    from hostile import docx_flipped_byte
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "note.md").write_text("# Note\n\nThe quarterly zebrafish report.\n")
+    docx_flipped_byte(folder / "report.docx", paragraphs=400, damage="crc")
+    docx_flipped_byte(folder / "small.docx", paragraphs=1, damage="crc")
+    result = run("ingest", str(folder))
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    failures = sorted(line for line in result.stderr.splitlines() if line.startswith("Failed:"))
+    assert len(failures) == 2, result.stderr
+    for line, name in zip(failures, ["report.docx", "small.docx"]):
+        assert (
+            f"{folder / name}: the file is damaged: its part word/document.xml fails its "
+            "CRC-32 checksum: open it in Word or LibreOffice" in line
+        ), line
+    assert "Indexed 1 file" in result.stdout and "Failed 2 files" in result.stdout
+    hits, _ = run_json("search", "zebrafish", "--mode", "keyword", "--json")
+    assert [h["metadata"]["source"] for h in hits] == [str(folder / "note.md")]

@@ -58,3 +58,11 @@ def test_bad_filter_exits_2():
     seed(SAMPLE)
     result = run("list", "--filter", "lang")
     assert result.exit_code == 2
+
+
+def test_mistyped_filter_operator_exits_2_with_the_likely_meaning():
+    seed(SAMPLE)
+    result = run("list", "--filter", "page>>1")
+    assert result.exit_code == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'page>>1'" in lines[0] and "did you mean 'page>1'?" in lines[0]

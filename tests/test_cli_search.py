@@ -133,3 +133,13 @@ def test_embedder_note_only_when_the_choice_changed(ids, monkeypatch):
     assert quiet.exit_code == 0
     assert "Using" not in quiet.stderr
     assert quiet.stdout == result.stdout
+
+
+@pytest.mark.parametrize("expr", ["year>>3", "year=<3", "year<>3", "year=>3", "year!3", "year>"])
+def test_mistyped_filter_operator_exits_2_with_one_line(ids, expr):
+    result = run("search", "password", "--mode", "keyword", "--filter", expr)
+    assert result.exit_code == 2, result.stdout
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and repr(expr) in lines[0], result.stderr
+    assert "did you mean" in lines[0] or "key>=3" in lines[0]

@@ -95,3 +95,85 @@ def test_parse_meta_types_numbers_and_booleans_only():
 def test_parse_meta_rejects_bad_syntax(expr):
     with pytest.raises(InvalidOptionError):
         parse_meta([expr])
+
+
+# --- mistyped operators: refused with the likely meaning, never matched as a value -------------
+
+MISTYPED = [
+    ("year>>3", "'>>'", "year>3"),
+    ("year=<3", "'=<'", "year<=3"),
+    ("year=>3", "'=>'", "year>=3"),
+    ("year<>3", "'<>'", "year!=3"),
+    ("year=!3", "'=!'", "year!=3"),
+    ("year!==3", "'!=='", "year!=3"),
+    ("year===3", "'==='", "year=3"),
+    ("year<<3", "'<<'", "year<3"),
+    ("year> >3", "'>>'", "year>3"),
+    ("year>=<3", "'>=<'", None),
+]
+
+
+@pytest.mark.parametrize(("expr", "run", "meant"), MISTYPED)
+def test_a_value_starting_with_an_operator_is_a_mistyped_operator(expr, run, meant):
+    with pytest.raises(FilterError) as info:
+        parse_filter_expressions([expr])
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(expr) in message and f"{run} is not an operator" in message
+    assert (f"did you mean {meant!r}?" in message) if meant else "did you mean" not in message
+    assert "quote a value that starts with one" in message
+
+
+def test_a_bang_without_equals_suggests_not_equal():
+    with pytest.raises(FilterError, match=r"'year!3' \(did you mean 'year!=3'\?\): use key="):
+        parse_filter_expressions(["year!3"])
+
+
+def test_double_equals_is_equals():
+    assert parse_filter_expressions(["year==3"]) == parse_filter_expressions(["year=3"])
+    assert parse_filter_expressions(["lang == en"]) == {"lang": "en"}
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("title=a>b", {"title": "a>b"}),
+        ("formula=x<=y", {"formula": "x<=y"}),
+        ("cmp=a!=b", {"cmp": "a!=b"}),
+        ("title!=a=b", {"title": {"$ne": "a=b"}}),
+        ("name>m<n", {"name": {"$gt": "m<n"}}),
+    ],
+)
+def test_operator_characters_inside_a_value_are_text(expr, expected):
+    assert parse_filter_expressions([expr]) == expected
+
+
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ('title="=x"', {"title": "=x"}),
+        ("title='>3'", {"title": ">3"}),
+        ('arrow!="=>"', {"arrow": {"$ne": "=>"}}),
+        ('code="2024"', {"code": "2024"}),  # text only, not also the number
+        ('title="a,b"', {"title": "a,b"}),  # one value, not any of two
+        ('empty=""', {"empty": ""}),
+        ('name>="m"', {"name": {"$gte": "m"}}),
+        ('q="', {"q": '"'}),  # a lone quote is just text
+    ],
+)
+def test_a_quoted_value_is_exactly_the_text_between_the_quotes(expr, expected):
+    assert parse_filter_expressions([expr]) == expected
+
+
+def test_quoted_text_matches_only_text():
+    where = parse_filter_expressions(['code="2024"'])
+    assert matches({"code": "2024"}, where) and not matches({"code": 2024}, where)
+    assert matches({"t": "=x"}, parse_filter_expressions(['t="=x"']))
+
+
+def test_the_mistyped_operator_error_stays_one_line_for_any_key_or_value():
+    # found by the KB_STRESS fuzz: the suggestion repeated the key's newline
+    with pytest.raises(FilterError) as info:
+        parse_filter_expressions(["0\n0<<\n1"])
+    assert "\n" not in str(info.value)
+    assert "did you mean '0\\n0<\\n1'?" in str(info.value)

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from hostile import guide_docx, make_pdf
+from hostile import (
+    docx_bad_crc,
+    docx_flipped_byte,
+    docx_truncated_directory,
+    guide_docx,
+    make_pdf,
+)
 from kbcli.errors import LoaderError, MissingDependencyError, UnsupportedFormatError
 from kbcli.ingest import (
     DefaultDocumentLoader,
@@ -24,6 +30,7 @@ from kbcli.ingest import (
 )
 from kbcli.ingest import loaders as loaders_module
 from kbcli.ingest.bounded import run_bounded
+from kbcli.ingest.text_encoding import SAMPLE_SIZE, read_text, utf16_without_bom
 from kbcli.protocols import DocumentLoaderProtocol
 from kbcli.types import Section
 
@@ -217,6 +224,65 @@ def test_zip_without_word_parts_is_a_loader_error(tmp_path: Path) -> None:
     assert_one_line_error(exc, path, "not a readable .docx")
 
 
+DAMAGED = "open it in Word or LibreOffice (they can often repair it) and save it again as .docx"
+
+
+@pytest.mark.parametrize("timeout", [30, None], ids=["worker", "in-process"])
+@pytest.mark.parametrize(
+    "paragraphs",
+    [1, 400],
+    ids=["small-part: the prolog check reads it all", "large-part: python-docx reads it"],
+)
+def test_docx_whose_part_fails_its_crc_is_called_damaged(tmp_path, paragraphs, timeout):
+    path = docx_flipped_byte(tmp_path / "crc.docx", paragraphs, damage="crc")
+    with zipfile.ZipFile(path) as archive:  # the damage is what the test means it to be
+        with pytest.raises(zipfile.BadZipFile, match="Bad CRC-32"):
+            archive.read("word/document.xml")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=timeout).load(path)
+    assert_one_line_error(exc, path, "the file is damaged", "word/document.xml", "CRC-32", DAMAGED)
+    assert "not a zip" not in str(exc.value)
+
+
+def test_docx_with_a_wrong_recorded_crc_is_called_damaged(tmp_path):
+    path = docx_bad_crc(tmp_path / "bad-crc.docx")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "damaged", "word/document.xml fails its CRC-32", DAMAGED)
+
+
+@pytest.mark.parametrize("paragraphs", [1, 400])
+def test_docx_with_corrupt_deflate_data_names_the_part(tmp_path, paragraphs):
+    path = docx_flipped_byte(tmp_path / "deflate.docx", paragraphs, damage="deflate")
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(
+        exc, path, "damaged", "word/document.xml has corrupt compressed data", DAMAGED
+    )
+
+
+@pytest.mark.parametrize("cut", ["half", "directory"])
+def test_truncated_docx_is_called_truncated_not_a_non_zip(tmp_path, cut):
+    path = tmp_path / "cut.docx"
+    if cut == "half":
+        data = guide_docx(path).read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        docx_truncated_directory(path)
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "truncated or damaged", "zip directory", DAMAGED)
+    assert "not a zip" not in str(exc.value)
+
+
+def test_password_protected_docx_says_so(tmp_path):
+    path = tmp_path / "locked.docx"  # Word writes an encrypted .docx as an OLE container
+    path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504))
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader(timeout=30).load(path)
+    assert_one_line_error(exc, path, "password-protected", "remove the password")
+
+
 def test_zip_bomb_docx_is_refused_before_unpacking(tmp_path: Path) -> None:
     path = guide_docx(tmp_path / "bomb.docx")
     with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -298,6 +364,135 @@ def test_binary_file_with_nul_bytes_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(LoaderError) as exc:
         DefaultDocumentLoader().load(path)
     assert_one_line_error(exc, path, "binary")
+
+
+# --- UTF-16 without a byte-order mark ------------------------------------------------------------
+
+UTF16_TEXTS = {
+    "english": "A note saved by a Windows tool.\r\nSecond line, with digits 2024.\r\n" * 8,
+    "german": "Grüße aus Köln: Straße, Größe, Maß.\n" * 10,
+    "russian": "Привет, мир! Поиск по документам работает.\n" * 10,
+    "chinese-with-ascii": "笔记 kb 知识库：搜索 search 中文。\n" * 10,
+    "chinese-no-ascii": CHINESE * 6,  # no ASCII at all: no NUL byte but the U+4E00 of 一
+    "japanese-no-nul": "日本語のテキストです。検索エンジンのテストをしています。" * 4,
+    "emoji": "ok 😀 fine, 𝄞 music\n" * 20,  # surrogate pairs
+    "short-ascii": "hi",
+}
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+@pytest.mark.parametrize("name", list(UTF16_TEXTS))
+def test_utf16_without_a_bom_decodes_exactly(tmp_path, name, codec):
+    text = UTF16_TEXTS[name]
+    path = tmp_path / "wide.txt"
+    path.write_bytes(text.encode(codec))
+    assert not path.read_bytes().startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    assert read_text(path) == text
+    assert utf16_without_bom(path.read_bytes()) == codec
+
+
+def test_a_large_utf16_file_decodes_past_the_sniffed_sample(tmp_path):
+    line = "Line about sixteenword, 中文 and 😀.\n"
+    text = line * ((3 * SAMPLE_SIZE) // len(line))  # past the 1 MB sample, pairs cut anywhere
+    path = tmp_path / "big.md"
+    path.write_bytes(text.encode("utf-16-le"))
+    assert DefaultDocumentLoader().load(path) == text.strip()
+
+
+def test_utf16_that_breaks_after_its_start_is_refused_naming_the_encoding(tmp_path):
+    path = tmp_path / "broken.txt"
+    good = "Plain text in UTF-16.\n" * 4000  # past the sniffed 64 KB
+    path.write_bytes(good.encode("utf-16-le") + b"\x00\xd8" + "tail".encode("utf-16-le"))
+    with pytest.raises(LoaderError) as exc:
+        read_text(path)
+    assert_one_line_error(exc, path, "starts as UTF-16-LE text without a byte-order mark", "UTF-8")
+
+
+def _elf() -> bytes:
+    with open(sys.executable, "rb") as fh:  # a real executable (or the real ELF it runs)
+        data = fh.read(256 << 10)
+    if not data.startswith(b"\x7fELF"):
+        pytest.skip("the interpreter is not an ELF binary here")
+    return data
+
+
+def _sqlite(tmp_path: Path) -> bytes:
+    import sqlite3
+
+    db = tmp_path / "real.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (name TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [(f"row {i}",) for i in range(500)])
+    return db.read_bytes()
+
+
+def _png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + bytes((x * 7 + y) % 256 for x in range(96)) for y in range(32))
+    header = struct.pack(">IIBBBBB", 32, 32, 8, 0, 0, 0, 0)  # 32x32, 8-bit grey (96 = 3 x 32)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+
+
+def _zip(tmp_path: Path) -> bytes:
+    return guide_docx(tmp_path / "any.docx").read_bytes()
+
+
+def _nul_separated() -> bytes:  # find -print0, /proc/*/environ: ASCII strings split by NULs
+    return b"\x00".join(f"./docs/section-{i}/notes-{i * 7}.md".encode() for i in range(300))
+
+
+BINARIES = {
+    "png": lambda tmp: _png(),
+    "elf": lambda tmp: _elf(),
+    "gzip": lambda tmp: __import__("gzip").compress(b"text inside a gzip " * 500, mtime=0),
+    "sqlite": _sqlite,
+    "zip": _zip,
+    "random": lambda tmp: __import__("random").Random(7).randbytes(8192),
+    "nul-separated": lambda tmp: _nul_separated(),
+    "utf-32-no-bom": lambda tmp: ("UTF-32 text without a BOM.\n" * 50).encode("utf-32-le"),
+    "png-like": lambda tmp: b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8,
+}
+
+
+@pytest.mark.parametrize("kind", list(BINARIES))
+def test_binary_files_are_still_refused_as_binary(tmp_path, kind):
+    data = BINARIES[kind](tmp_path)
+    assert b"\x00" in data[:8192]
+    path = tmp_path / f"{kind}.txt"
+    path.write_bytes(data)
+    assert utf16_without_bom(data) is None
+    with pytest.raises(LoaderError) as exc:
+        DefaultDocumentLoader().load(path)
+    assert_one_line_error(exc, path, "binary")
+
+
+def test_random_short_binaries_with_nuls_are_not_taken_for_utf16():
+    rng = __import__("random").Random(11)
+    taken = 0
+    for size in (8, 16, 32, 64, 128, 512):
+        for _ in range(300):
+            data = rng.randbytes(size - 1) + b"\x00"
+            taken += utf16_without_bom(data) is not None
+    assert taken <= 2, taken  # measured: 0 of 1800 with this seed
+
+
+def test_short_utf16_without_ascii_is_not_detected(tmp_path):
+    """Under 64 characters, UTF-16 without a BOM is recognised only when mostly ASCII: a
+    12-character Chinese note has too little to tell it from a few random bytes, and stays
+    refused (as binary when it has a NUL byte, as undecodable when it has none)."""
+    path = tmp_path / "short.txt"
+    path.write_bytes("你好世界，这是一个测试。".encode("utf-16-le"))  # 一 is U+4E00: a NUL byte
+    with pytest.raises(LoaderError, match="binary"):
+        read_text(path)
+    path.write_bytes("日本語のテキストです。".encode("utf-16-le"))
+    with pytest.raises(LoaderError, match="cannot decode"):
+        read_text(path)
 
 
 def test_text_is_normalised_by_the_loader(tmp_path: Path) -> None:

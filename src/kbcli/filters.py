@@ -307,11 +307,28 @@ def dumps_metadata(metadata: dict[str, Any]) -> str:
 
 # --- the command-line syntax: key=value, key!=value, key>=3 ... ------------------------------
 
-FILTER_SYNTAX = "key=value, key!=value, key=a,b (any of), key>3, key>=3, key<3, key<=3"
-_EXPRESSION = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(!=|>=|<=|=|>|<)\s*(.*?)\s*$", re.DOTALL)
+FILTER_SYNTAX = (
+    'key=value, key!=value, key=a,b (any of), key>3, key>=3, key<3, key<=3, key="exact text"'
+)
+# The operator is the first of = == != > >= < <= after the key; a value may contain any of
+# these characters (title=a>b) but not start with one (year>>3, year=<3), unless quoted.
+_EXPRESSION = re.compile(r"^\s*([^=!<>\s][^=!<>]*?)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$", re.DOTALL)
+_OPERATOR_CHARS = "=!<>"
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 _WORDS = {"true": True, "false": False, "null": None}
+_ORDERING = {">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
+# What a run of operator characters was most likely meant to be, by the characters in it.
+_MEANT = {
+    frozenset("<"): "<",
+    frozenset(">"): ">",
+    frozenset("<="): "<=",
+    frozenset(">="): ">=",
+    frozenset("="): "=",
+    frozenset("<>"): "!=",
+    frozenset("!"): "!=",
+    frozenset("!="): "!=",
+}
 
 
 def _typed(text: str) -> Any:
@@ -338,11 +355,42 @@ def _forms(text: str) -> list[Any]:
     return [value] if isinstance(value, str) else [value, text]
 
 
+def _quoted(raw: str) -> str | None:
+    """The text between matching double or single quotes around ``raw``; else None."""
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        return raw[1:-1]
+    return None
+
+
+def _malformed_operator(expr: str, key: str, op: str, raw: str) -> FilterError:
+    """The error for a value that starts with operator characters (``year>>3``)."""
+    rest = raw.lstrip(_OPERATOR_CHARS + " \t")
+    run = op + "".join(raw[: len(raw) - len(rest)].split())
+    meant = _MEANT.get(frozenset(run))
+    hint = f", did you mean {key + meant + rest!r}?" if meant and rest else ""
+    quoted = f'{key}{op}"{raw}"'
+    return FilterError(
+        f"Cannot read filter {expr!r}: {run!r} is not an operator{hint} (operators: "
+        f"= != > >= < <=; quote a value that starts with one: {quoted!r})"
+    )
+
+
 def _parse_one(expr: str) -> dict[str, Any]:
     match = _EXPRESSION.match(expr)
     if not match or not match.group(3):
-        raise FilterError(f"Cannot read filter {expr!r}: use {FILTER_SYNTAX}")
-    key, op, raw = match.groups()
+        # year!3: a "!" is only ever part of "!=" (a key cannot contain one)
+        meant = _EXPRESSION.match(expr.replace("!", "!=", 1)) if "!" in expr else None
+        hint = f" (did you mean {expr.replace('!', '!=', 1)!r}?)" if meant and meant[3] else ""
+        raise FilterError(f"Cannot read filter {expr!r}{hint}: use {FILTER_SYNTAX}")
+    key, written, raw = match.groups()
+    op = "=" if written == "==" else written
+    text = _quoted(raw)
+    if text is not None:  # exactly this text: not typed, not split at commas
+        if op in ("=", "!="):
+            return {key: text} if op == "=" else {key: {"$ne": text}}
+        return {key: {_ORDERING[op]: text}}
+    if raw[0] in _OPERATOR_CHARS:
+        raise _malformed_operator(expr, key, written, raw)
     if op in ("=", "!="):
         values: list[Any] = []
         for part in raw.split(","):
@@ -363,7 +411,7 @@ def _parse_one(expr: str) -> dict[str, Any]:
             f"Filter {expr!r}: {raw} is too large to compare as a number (64-bit integers, "
             "finite decimals)"
         )
-    return {key: {{">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}[op]: value}}
+    return {key: {_ORDERING[op]: value}}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -373,10 +421,13 @@ def _same(a: Any, b: Any) -> bool:
 def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
     """Turn repeated ``--filter`` expressions into one filter (all must hold); None for none.
 
-    Accepted: ``key=value``, ``key!=value``, ``key=a,b`` (any of), ``key>3``, ``key>=3``,
-    ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and floats are typed, anything
-    else is a string. ``=`` and ``!=`` with a typed value also match its string form, so
-    ``page=3`` finds ``{"page": 3}`` and ``{"page": "3"}``. Raises :class:`FilterError`.
+    Accepted: ``key=value`` (``key==value`` alike), ``key!=value``, ``key=a,b`` (any of),
+    ``key>3``, ``key>=3``, ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and
+    floats are typed, anything else is a string. ``=`` and ``!=`` with a typed value also
+    match its string form, so ``page=3`` finds ``{"page": 3}`` and ``{"page": "3"}``. A value
+    in double or single quotes is exactly the text between them (``code="2024"``,
+    ``title="a,b"``). An unquoted value may not start with ``= ! < >``: ``year>>3`` or
+    ``year=<3`` is a mistyped operator, refused. Raises :class:`FilterError`.
     """
     filters = [_parse_one(expr) for expr in exprs or ()]
     if not filters:

@@ -128,8 +128,9 @@ def _extract_pdf(path: str, max_bytes: int | None) -> Extracted:
 
 
 def check_docx_zip(path: str) -> None:
-    """Reject a .docx that is not a zip, would unpack too big or too many (zip bomb), or has
-    an XML part with a DOCTYPE (entity expansion, external entities): before parsing it."""
+    """Reject a .docx that is not a zip, is truncated or damaged, would unpack too big or too
+    many (zip bomb), or has an XML part with a DOCTYPE (entity expansion, external entities):
+    before parsing it."""
     try:
         fh, _ = open_regular(path)
         with fh, zipfile.ZipFile(fh) as archive:
@@ -138,18 +139,108 @@ def check_docx_zip(path: str) -> None:
             for info in infos:
                 if info.filename.lower().endswith(_XML_PARTS):
                     _check_xml_prolog(path, info.filename, archive)
-    except zipfile.BadZipFile:
-        raise LoaderError(
-            f"{path}: not a valid .docx file (not a zip archive): open it in Word and save it "
-            "again as .docx"
-        ) from None
-    except (zipfile.LargeZipFile, NotImplementedError, RuntimeError, zlib.error, EOFError) as exc:
+    except LoaderError:
+        raise
+    except _ZIP_DAMAGE as exc:
+        raise _zip_error(path, exc) from None
+    except (zipfile.LargeZipFile, NotImplementedError, RuntimeError) as exc:
         raise LoaderError(
             f"{path}: not a readable .docx file ({_reason(exc)}): open it in Word and save it "
             "again as .docx"
         ) from None
     except OSError as exc:
         raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+
+
+# How a damaged zip shows: a bad directory or header (BadZipFile, also "Bad CRC-32" when a
+# member's data does not match its checksum), corrupt deflate data (zlib.error), a member cut
+# short (EOFError).
+_ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError)
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_REPAIR = (
+    "open it in Word or LibreOffice (they can often repair it) and save it again as .docx, or "
+    "restore an undamaged copy"
+)
+_CRC_MEMBER = re.compile(r"Bad CRC-32 for file '(.*)'$", re.DOTALL)
+
+
+def _zip_error(path: str, exc: BaseException, raw: bytes | None = None) -> LoaderError:
+    """The one-line error for a .docx whose zip is not one, is cut short or is damaged.
+
+    With the file's bytes ``raw``, the first member that fails to unpack is named when ``exc``
+    does not say which one it was."""
+    if isinstance(exc, zipfile.BadZipFile) and str(exc) == "File is not a zip file":
+        head = raw[:8] if raw is not None else _head(path)
+        if head.startswith(_OLE_MAGIC):
+            return LoaderError(
+                f"{path}: not a .docx zip archive but an OLE file (a password-protected document, "
+                "or a Word 97-2003 .doc renamed .docx): remove the password or save it as .docx "
+                "in Word"
+            )
+        if not head.startswith(b"PK"):
+            return LoaderError(
+                f"{path}: not a valid .docx file (not a zip archive): open it in Word and save "
+                "it again as .docx"
+            )
+        return LoaderError(
+            f"{path}: the file is truncated or damaged (its zip directory is missing or cut "
+            f"short): {_REPAIR}"
+        )
+    name = None
+    if raw is not None:
+        found = _damaged_member(raw)
+        if found:
+            name, exc = found
+    return _damaged(path, exc, name)
+
+
+def _damaged(path: str, exc: BaseException, name: str | None) -> LoaderError:
+    """The error for a .docx whose member ``name`` (None: unknown) failed with ``exc``."""
+    crc = _CRC_MEMBER.match(str(exc)) if isinstance(exc, zipfile.BadZipFile) else None
+    part = f"its part {name}" if name else "a part"
+    if crc:
+        problem = f"its part {crc.group(1)} fails its CRC-32 checksum"
+    elif isinstance(exc, zlib.error):
+        problem = f"{part} has corrupt compressed data ({exc})"
+    elif isinstance(exc, EOFError):
+        problem = f"{part} is cut short"
+    else:
+        problem = f"{part} cannot be unpacked ({_reason(exc)})"
+    return LoaderError(f"{path}: the file is damaged: {problem}: {_REPAIR}")
+
+
+def _head(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8)
+    except OSError:
+        return b""
+
+
+def _unpack_error(archive: zipfile.ZipFile, name: str) -> BaseException | None:
+    """The error unpacking member ``name`` to its end (where its CRC-32 is checked), if any."""
+    try:
+        with archive.open(name) as member:
+            while member.read(1 << 20):
+                pass
+    except _ZIP_DAMAGE as exc:
+        return exc
+    return None
+
+
+def _damaged_member(raw: bytes) -> tuple[str, BaseException] | None:
+    """The first member of the zip ``raw`` that fails to unpack, with its error; None when
+    every member unpacks (or the directory itself cannot be read)."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+    except _ZIP_DAMAGE:
+        return None
+    with archive:
+        for name in archive.namelist():
+            exc = _unpack_error(archive, name)
+            if exc is not None:
+                return name, exc
+    return None
 
 
 def _check_zip_sizes(path: str, infos: list[zipfile.ZipInfo]) -> None:
@@ -181,8 +272,11 @@ def _check_zip_sizes(path: str, infos: list[zipfile.ZipInfo]) -> None:
 
 def _check_xml_prolog(path: str, name: str, archive: zipfile.ZipFile) -> None:
     """Refuse an XML part with a DOCTYPE: Office files never have one, entity attacks do."""
-    with archive.open(name) as member:
-        head = member.read(DOCX_PROLOG_BYTES)
+    try:
+        with archive.open(name) as member:
+            head = member.read(DOCX_PROLOG_BYTES)
+    except _ZIP_DAMAGE as exc:
+        raise _damaged(path, exc, name) from None
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         text = head.decode("utf-16", errors="replace")
     else:
@@ -208,6 +302,9 @@ def _check_xml_prolog(path: str, name: str, archive: zipfile.ZipFile) -> None:
             "entity attack?); not loaded"
         )
     if len(head) == DOCX_PROLOG_BYTES and not rest.startswith("<"):
+        damage = _unpack_error(archive, name)  # garbage at the start: a bad checksum?
+        if damage is not None:
+            raise _damaged(path, damage, name)
         raise LoaderError(f"{path}: {name} does not start like an XML part Word writes; not loaded")
 
 
@@ -242,18 +339,13 @@ def extract_docx(path: str, max_bytes: int | None = None) -> Extracted:
     from docx.table import Table
     from lxml.etree import LxmlError
 
-    data = io.BytesIO(read_bounded(path, max_bytes))
+    raw = read_bounded(path, max_bytes)
     try:
-        document = docx.Document(data)
+        document = docx.Document(io.BytesIO(raw))
         body = list(document.iter_inner_content())
-    except (
-        PackageNotFoundError,
-        zipfile.BadZipFile,
-        KeyError,
-        ValueError,
-        LxmlError,
-        zlib.error,
-    ) as exc:
+    except _ZIP_DAMAGE as exc:
+        raise _zip_error(path, exc, raw) from None
+    except (PackageNotFoundError, KeyError, ValueError, LxmlError) as exc:
         raise LoaderError(
             f"{path}: not a readable .docx file ({_reason(exc)}): open it in Word and save it "
             "again as .docx"

@@ -1,4 +1,5 @@
-"""Reading text files: BOM sniffing, a first-guess encoding, then charset detection.
+"""Reading text files: BOM sniffing, UTF-16 without a BOM, a first-guess encoding, then
+charset detection.
 
 The file is decoded strictly in blocks (never ``errors="replace"``), so a file is either read
 exactly or rejected with a :class:`~kbcli.errors.LoaderError` naming it.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import time
+import unicodedata
 from pathlib import Path
 
 from ..errors import LoaderError
@@ -32,6 +34,18 @@ _PREFERRED = (
 _MARGIN = 0.1
 _WIDE = ("utf_16", "utf_32")
 _FIX = "save it as UTF-8 and load it again"
+UTF16_SNIFF_BYTES = 64 << 10
+# Below this many bytes, UTF-16 without a BOM is recognised only when half of its characters
+# are ASCII (a NUL high byte), and never without a NUL byte.
+UTF16_MIN_BYTES = 128
+# Decoded as UTF-16, text has almost no control codes, unassigned or private-use code points
+# (binary data, and text read with the wrong byte order, has them everywhere), and few
+# characters whose two bytes are ASCII letters (what bytes of ASCII text pair into).
+_UTF16_MAX_ODD_SHARE = 0.01
+_TEXT_CONTROLS = frozenset("\t\n\r\f\v")
+_UTF16_CLAIM = "the file starts as {} text without a byte-order mark"
+_UTF16_MAX_LETTER_PAIRS = 0.3
+_ASCII_LETTERS = frozenset(range(0x41, 0x5B)) | frozenset(range(0x61, 0x7B))
 
 
 def bom_encoding(head: bytes) -> str | None:
@@ -66,14 +80,13 @@ def read_text(
         return ""
     declared = bom_encoding(sample[:4])
     if declared is not None:
-        text = _decode_file(path, declared, limits)
-        if text is None:
-            raise LoaderError(
-                f"{path}: the file starts with a {declared} byte-order mark but "
-                f"is not valid {declared}: {_FIX}"
-            )
-        return text
+        return _decode_as_claimed(
+            path, declared, limits, f"the file starts with a {declared} byte-order mark"
+        )
     if b"\x00" in sample[:8192]:
+        wide = utf16_without_bom(sample)
+        if wide is not None:
+            return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
         raise LoaderError(
             f"{path}: looks like a binary file (NUL bytes), not text: "
             "load the original document, or save it as UTF-8 text"
@@ -87,9 +100,72 @@ def read_text(
         text = _decode_file(path, name, limits)
         if text is not None:
             return text
+    # Last, UTF-16 with no NUL byte at all (CJK without a space or line break in ASCII): only
+    # on a sample long enough that legacy or binary bytes could not pass for it by chance.
+    wide = utf16_without_bom(sample) if len(sample) >= UTF16_MIN_BYTES else None
+    if wide is not None:
+        return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
     raise LoaderError(
         f"{path}: cannot decode the text (tried {', '.join(tried)}; no other encoding fits): {_FIX}"
     )
+
+
+def utf16_without_bom(sample: bytes) -> str | None:
+    """``"utf-16-le"`` or ``"utf-16-be"`` when ``sample`` (a file's first bytes, no BOM) is
+    UTF-16 text; None otherwise (binary data, or text in another encoding).
+
+    Text in the Latin, Greek or Cyrillic ranges, and any text with ASCII spaces, digits or line
+    breaks, has a NUL in the high byte of those characters, but NULs alone do not tell it from
+    binary. Decoded strictly with the right byte order, UTF-16 text has no NUL character, at
+    most 1% control codes (other than tab, line and page breaks), unassigned or private-use
+    code points, and few characters made of two ASCII letters (under 30%; CJK text has about
+    10%). Binary data fails one of these: unpaired surrogates (an error), NUL characters from
+    zero padding, or, for strings separated by NULs (an ELF's symbol table, ``find -print0``),
+    mostly pairs of ASCII letters. The byte order with fewer odd characters wins; on a tie, the
+    one whose high bytes hold more of the NULs. A sample under :data:`UTF16_MIN_BYTES` (64
+    characters) must also have a NUL in half of its high bytes: a few random bytes would too
+    often pass for text otherwise."""
+    head = sample[:UTF16_SNIFF_BYTES]
+    head = head[: len(head) - len(head) % 2]
+    high_nuls = {"utf-16-le": head[1::2].count(0), "utf-16-be": head[0::2].count(0)}
+    best: tuple[int, int, str] | None = None
+    for name, nuls in high_nuls.items():
+        if len(head) < UTF16_MIN_BYTES and 2 * nuls < len(head) // 2:
+            continue  # a few random bytes pass the tests below by chance: ask for ASCII text
+        odd = _odd_characters(head, name)
+        if odd is not None and (best is None or (odd, -nuls) < best[:2]):
+            best = (odd, -nuls, name)
+    return best[2] if best is not None else None
+
+
+def _odd_characters(head: bytes, encoding: str) -> int | None:
+    """How many characters of ``head`` decoded strictly as ``encoding`` no text has; None when
+    it does not decode or is not text. The end may cut a surrogate pair: it stays undecoded."""
+    try:
+        text = codecs.getincrementaldecoder(encoding)("strict").decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+    if not text or "\x00" in text:
+        return None
+    odd = letter_pairs = 0
+    for char in text:
+        category = unicodedata.category(char)
+        if category in ("Cn", "Co", "Cs") or (category == "Cc" and char not in _TEXT_CONTROLS):
+            odd += 1
+        code = ord(char)
+        if code >> 8 in _ASCII_LETTERS and code & 0xFF in _ASCII_LETTERS:
+            letter_pairs += 1
+    if odd > _UTF16_MAX_ODD_SHARE * len(text) or letter_pairs > _UTF16_MAX_LETTER_PAIRS * len(text):
+        return None
+    return odd
+
+
+def _decode_as_claimed(path: Path, encoding: str, limits: _Limits, claim: str) -> str:
+    """The file decoded as ``encoding``, which ``claim`` says it is; else LoaderError."""
+    text = _decode_file(path, encoding, limits)
+    if text is None:
+        raise LoaderError(f"{path}: {claim} but is not valid {encoding}: {_FIX}")
+    return text
 
 
 def detect_encoding(sample: bytes, truncated: bool = False) -> str | None:
