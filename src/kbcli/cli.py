@@ -26,8 +26,8 @@ MAX_INT64 = 2**63 - 1  # SQLite's integers
 
 
 FILTER_HELP = (
-    "Metadata filter: key=value, key!=value, key=a,b (any of), key>3, key>=3, key<3, key<=3. "
-    "Repeatable; all must hold."
+    "Metadata filter: key=value, key!=value, key=a,b (any of), key>3, key>=3, key<3, key<=3, "
+    'key="exact text" (a value starting with = ! < > must be quoted). Repeatable; all must hold.'
 )
 FilterOption = Annotated[
     list[str] | None, typer.Option("--filter", "-f", metavar="EXPR", help=FILTER_HELP)
