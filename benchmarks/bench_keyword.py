@@ -1,4 +1,4 @@
-"""Keyword search: kb (packed postings and the SQL executor) against SQLite FTS5 and bm25s.
+"""Keyword search: kb (packed postings) against SQLite FTS5 and bm25s.
 
     python benchmarks/bench_keyword.py                      # 10k and 100k chunks
     python benchmarks/bench_keyword.py --sizes 1000000      # 1M (slow to build)
@@ -10,11 +10,12 @@ source file, metadata ``group = i % 10``. Queries: 2-4 content words (vocabulary
 50-5,000) and 3 common words (the 50 most frequent ranks, the worst case: long postings), each
 with and without the filter ``group = 3``. Top-10, in-process, after one warm-up query; p50 and
 p95 in milliseconds over the queries, each query's best of 3 runs (the machine is shared).
-kb runs its default (BM25 with source context), chunk-only BM25, and the SQL executor the
-packed index replaced (``before``); "index only" is the keyword index's own search (ids and
-scores, as FTS5 and bm25s return them), the others ``keyword_search`` with the documents.
-Build times: kb from scratch (SQLite writes), the packed index from the tables; FTS5 and bm25s
-from the texts.
+kb runs its default (BM25 with source context) and chunk-only BM25 (the SQL executor it also
+ran until schema 4 is gone with the postings table; ``keyword-results*.json`` keep its rows as
+``kb_sql_before``); "index only" is the keyword index's own search (ids and scores, as FTS5 and
+bm25s return them), the others ``keyword_search`` with the documents. Build times: kb from
+scratch (SQLite writes), the packed index from the forward indexes; FTS5 and bm25s from the
+texts.
 """
 
 from __future__ import annotations
@@ -124,7 +125,6 @@ def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> di
     store, build = build_kb(db, texts, 10) if texts else build_kb(db, [""] * n, 10)
     result["kb_build_s"] = build
     keywords = store._keywords
-    keywords.executor = "packed"
     keywords.packed_path.unlink(missing_ok=True)
     started = time.perf_counter()
     store.keyword_search(content[0], K)
@@ -153,14 +153,8 @@ def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> di
         store.close()
         result["kb"] = kb
         return result
-    keywords.executor = "sql"  # the SQL executor the packed index replaced
-    before: dict = {}
-    for label, qs in (("content", content), ("common", common[: max(5, len(common) // 4)])):
-        before[label] = timed(lambda q: store.keyword_search(q, K), qs)
-        before[label + "+filter"] = timed(lambda q: store.keyword_search(q, K, group), qs)
     store.close()
     result["kb"] = kb
-    result["kb_sql_before"] = before
 
     fts, result["fts5_build_s"] = build_fts(texts)
     result["fts5"] = {

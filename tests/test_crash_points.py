@@ -49,7 +49,6 @@ PACKED_SEARCH = """
 import sys
 from kbcli import SQLiteStore
 store = SQLiteStore(sys.argv[1], create=False)
-store._keywords.executor = "packed"  # small corpora search in SQL; force the pack
 print(len(store.keyword_search(sys.argv[2], k=3)))
 """
 

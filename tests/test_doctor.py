@@ -34,7 +34,6 @@ def db(tmp_path) -> Path:
     result = run("--db", str(path), "ingest", str(_corpus(tmp_path / "docs")), "-q")
     assert result.exit_code == 0, result.stderr
     with SQLiteStore(path) as store:
-        store._keywords.executor = "packed"
         assert store.keyword_search("password reset", k=3)
         store.refresh_vector_index()
     assert Path(f"{path}.vectors-cache").exists()
@@ -96,6 +95,37 @@ def test_a_tampered_document_frequency_is_drift_and_repair_rebuilds_the_keyword_
     assert_drift_repaired(db, "keyword-index", "wrong document frequency")
 
 
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (
+            "UPDATE terms SET sdf = sdf + 1 WHERE id = (SELECT max(id) FROM terms)",
+            "source frequency",
+        ),
+        ("DELETE FROM terms WHERE id = (SELECT max(id) FROM terms)", "the vocabulary lacks"),
+    ],
+)
+def test_frequencies_are_checked_against_the_forward_indexes(db, tamper, reason):
+    _sql(db, tamper)
+    assert_drift_repaired(db, "keyword-index", reason)
+
+
+def test_a_chunk_length_is_checked_against_its_forward_index(db):
+    # stats follow the tampered length, so only the sum of the forward index's tfs shows it
+    _sql(
+        db,
+        "UPDATE chunks SET length = length + 1 WHERE doc = (SELECT min(doc) FROM chunks)",
+        "UPDATE stats SET total_length = total_length + 1",
+        "UPDATE sources SET length = length + 1"
+        " WHERE id = (SELECT src FROM chunks WHERE doc = (SELECT min(doc) FROM chunks))",
+    )
+    code, report = doctor(db)
+    drifted = {c["check"]: c["detail"] for c in report["checks"] if c["status"] == "drift"}
+    assert code == 1 and "lengths disagree with their forward indexes" in drifted["keyword-index"]
+    assert doctor(db, "--repair")[0] == 0
+    assert_clean(db)
+
+
 def test_tampered_corpus_statistics_are_drift(db):
     _sql(db, "UPDATE stats SET n = n + 3 WHERE id = 1")
     assert_drift_repaired(db, "keyword-index", "stats say")
@@ -148,7 +178,7 @@ def test_a_keyword_pack_that_disagrees_or_is_cut_short_is_drift(db):
     pack = packlog.pack_path(db)
     good = pack.read_bytes()
     _flip(pack, len(good) - 64, 32)
-    assert_drift_repaired(db, "keyword-pack", "disagrees with the postings")
+    assert_drift_repaired(db, "keyword-pack", "disagrees with the forward indexes")
     assert not pack.exists()  # deleted; the next packed search writes a new one
     pack.write_bytes(good[: len(good) // 2])
     assert_drift_repaired(db, "keyword-pack", "cut short")

@@ -1,7 +1,8 @@
 """The packed keyword index: a derived file plus the log's delta, always exact.
 
-Every search here is compared with the SQL executor over the same tables (the parity test
-checks both against the plain formula); the pack is forced on with ``executor = "packed"``.
+Every search here is compared with :func:`kbcli.bm25.rank` over the same database's tables and
+forward indexes (:class:`Definition`); the parity test checks the pack against an independent
+plain formula.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import itertools
 import json
 import random
 import sqlite3
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from kbcli import Document, SQLiteStore
+from kbcli.scoring import SOURCE_WEIGHT
 from kbcli.stores.sqlite import packed, packlog
+from kbcli.stores.sqlite.catalog import unpack_terms
 
 WORDS = [f"w{i}" for i in range(30)]
 QUERIES = ["w1 w2", "w3", "w0 w5 w9", "w20 w21", "w1 w1 w4"]
@@ -31,10 +35,24 @@ def make_docs(rng: random.Random, prefix: str, n: int) -> list[Document]:
     return out
 
 
-def open_store(path, *, use_pack: bool = True) -> SQLiteStore:
-    store = SQLiteStore(path)
-    store._keywords.executor = "packed" if use_pack else "sql"
-    return store
+def open_store(path, *, use_pack: bool = True):
+    """A store searching its pack, or (``use_pack=False``) the definition over its file."""
+    return SQLiteStore(path) if use_pack else Definition(path)
+
+
+class Definition:
+    """``keyword_search`` as :func:`reference_rank` computes it from the committed tables."""
+
+    def __init__(self, path):
+        self.path = path
+        self.analyzer = SQLiteStore(path).analyzer
+
+    def keyword_search(self, query, k=5, filter=None, *, source_weight=SOURCE_WEIGHT):
+        ranked = reference_rank(self.path, self.analyzer, query, k, filter, source_weight)
+        return [SimpleNamespace(document=SimpleNamespace(id=i), score=s) for i, s in ranked]
+
+    def close(self) -> None:
+        pass
 
 
 def results(store: SQLiteStore, query: str, filter=None) -> list[tuple[str, float]]:
@@ -253,24 +271,88 @@ def test_common_terms_prune_and_stay_exact(tmp_path, monkeypatch, sparse_ratio):
             assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
 
 
-@pytest.mark.parametrize("numpy_loaded", [False, True])
-def test_auto_executor_imports_numpy_only_when_it_pays(tmp_path, monkeypatch, numpy_loaded):
-    import sys
-
-    from kbcli.stores.sqlite import keyword
+def test_small_queries_without_numpy_rank_from_the_pack_on_disk(tmp_path, monkeypatch):
+    """A process without numpy (a whole `kb search`) ranks a query of few postings from the
+    pack on disk and the log's delta with bm25.rank; with many postings or a large delta the
+    numpy executor runs. Both exact."""
+    from kbcli.stores.sqlite import keyword, packread
 
     store = SQLiteStore(tmp_path / "kb.db")
-    store.add(make_docs(random.Random(14), "h", 50))
-    used = []
-    real_sql = keyword._bm25_sql
-    monkeypatch.setattr(keyword, "_bm25_sql", lambda *a: used.append("sql") or real_sql(*a))
-    if not numpy_loaded:  # as in a fresh `kb search` process
-        monkeypatch.delitem(sys.modules, "numpy")
-    for limit, expect in ((10**9, "sql"), (1, "packed")):
-        monkeypatch.setattr(keyword, "SQL_MAX_POSTINGS", limit)
-        used.clear()
-        store.keyword_search("w1 w2", k=5)
-        assert (used == ["sql"]) == (expect == "sql" and not numpy_loaded)
+    store.add(make_docs(random.Random(14), "h", 80))
+    store.prepare_search()  # the pack holds this snapshot, as after `kb ingest`
+    reference = Definition(store.path)
+    used: list[int] = []
+    real = packread.search
+
+    def counted(*args, **kwargs):
+        rows = real(*args, **kwargs)
+        if rows is not None:  # None: left to the numpy executor
+            used.append(1)
+        return rows
+
+    monkeypatch.setattr(packread, "search", counted)
+    # as in a fresh `kb search` process (numpy itself stays loaded: it cannot be re-imported)
+    monkeypatch.setattr(keyword, "sys", SimpleNamespace(modules={}))
+
+    def assert_exact(expect_small: bool) -> None:
+        for query, filter, weight in itertools.product(QUERIES, FILTERS, (0.0, 2.0)):
+            used.clear()
+            got = store.keyword_search(query, k=7, filter=filter, source_weight=weight)
+            want = reference.keyword_search(query, k=7, filter=filter, source_weight=weight)
+            assert [h.document.id for h in got] == [h.document.id for h in want]
+            assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-9)
+            assert bool(used) == expect_small, (query, filter)
+
+    assert_exact(expect_small=True)
+    monkeypatch.setattr(keyword, "SMALL_MAX_POSTINGS", 1)  # many postings for the limit
+    assert_exact(expect_small=False)
+    monkeypatch.setattr(keyword, "SMALL_MAX_POSTINGS", packread.SMALL_MAX_POSTINGS)
+    # a delta since the pack: tombstones, an upsert, new chunks in old and new sources
+    store.remove(["h3"])
+    store.add(make_docs(random.Random(15), "h", 2) + make_docs(random.Random(16), "j", 6))
+    store.delete_source("/f2.md")
+    assert_exact(expect_small=True)
+    monkeypatch.setattr(packread, "SMALL_MAX_DELTA", 3)  # too large a delta for packread
+    assert_exact(expect_small=False)
+    store.close()
+
+
+def test_a_store_that_wrote_leaves_the_pack_when_it_closes(tmp_path):
+    path = tmp_path / "kb.db"
+    store = SQLiteStore(path)
+    store.add(make_docs(random.Random(17), "h", 20))
+    pack = store._keywords.packed_path
+    assert not pack.exists()
+    store.close()  # what the next search would write, written by the command that wrote
+    assert packlog.read_header(pack)["seq"] == packlog.current_seq(sqlite3.connect(path))
+    pack.unlink()
+    reader = SQLiteStore(path)
+    assert reader.count() == 20
+    reader.close()  # it wrote nothing, so it leaves nothing
+    assert not pack.exists()
+
+
+def test_a_pack_that_packread_cannot_map_leaves_the_search_to_numpy(tmp_path, monkeypatch):
+    from kbcli.stores.sqlite import keyword, packread
+
+    store = SQLiteStore(tmp_path / "kb.db")
+    store.add(make_docs(random.Random(16), "h", 30))
+    store.prepare_search()
+    tag = packlog.current_tag(store._db.conn)
+    path = store._keywords.packed_path
+    assert packread.open_pack(path, tag) is not None
+    assert packread.open_pack(path, "another:index") is None
+    store.close()  # it maps the pack: cutting that file in place would change its mapping
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-8])  # cut short
+    assert packread.open_pack(path, tag) is None
+    monkeypatch.setattr(keyword, "sys", SimpleNamespace(modules={}))
+    fresh = SQLiteStore(tmp_path / "kb.db")
+    got, want = results(fresh, "w1 w2"), results(Definition(fresh.path), "w1 w2")
+    assert [d for d, _ in got] == [d for d, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
+    assert packread.open_pack(path, tag) is not None  # the numpy executor wrote a whole one
+    fresh.close()
 
 
 @pytest.mark.parametrize("change", ["format 1", "other tf runs"])
@@ -300,7 +382,8 @@ def test_a_pack_of_another_layout_is_rebuilt(stores, change):
 
 
 def reference_rank(path, analyzer, query: str, k: int, filter, weight: float) -> list:
-    """(id, score) of :func:`kbcli.bm25.rank` over the database's tables: the definition."""
+    """(id, score) of :func:`kbcli.bm25.rank` over the database's tables and the chunks'
+    forward indexes: the definition."""
     from kbcli.bm25 import CorpusStats, QueryTerm, rank, select_terms
     from kbcli.filters import matches
 
@@ -315,16 +398,18 @@ def reference_rank(path, analyzer, query: str, k: int, filter, weight: float) ->
     ]
     n, total, sources = conn.execute("SELECT n, total_length, sources FROM stats").fetchone()
     lengths = dict(conn.execute("SELECT id, length FROM sources"))
-    chunks = {doc: (cid, json.loads(meta)) for doc, cid, meta in conn.execute(
-        "SELECT doc, id, metadata FROM chunks"
-    )}
+    chunks = {
+        doc: (cid, json.loads(meta))
+        for doc, cid, meta in conn.execute("SELECT doc, id, metadata FROM chunks")
+    }
 
-    def postings(term):
-        return conn.execute("SELECT doc, src, tf, dl FROM postings WHERE term = ?", (term,))
-
+    postings: dict[int, list] = {}
+    for doc, src, dl, blob in conn.execute("SELECT doc, src, length, terms FROM chunks"):
+        for term, tf in unpack_terms(blob).items():
+            postings.setdefault(term, []).append((doc, src, tf, dl))
     ranked = rank(
         select_terms(found),
-        lambda t: postings(t).fetchall(),
+        lambda t: postings.get(t, []),
         lengths.__getitem__,
         CorpusStats(n, total, sources),
         k,

@@ -2,7 +2,9 @@
 
 ``data/schema-v1.db`` was written by the schema-1 code (commit 6add7b8): ``kb ingest
 examples/docs`` plus two chunks added without a source. ``data/schema-v2.db`` was written the
-same way by the schema-2 code (commit eb402d5).
+same way by the schema-2 code (commit eb402d5), ``data/schema-v3.db`` by the schema-3 code
+(commit 38e810b: ``kb ingest examples/docs``, then ``note-1`` and ``note-2`` added without a
+source).
 """
 
 import shutil
@@ -18,6 +20,7 @@ from kbcli.stores.sqlite import SCHEMA_VERSION
 
 FIXTURE = Path(__file__).parent / "data" / "schema-v1.db"
 FIXTURE_V2 = Path(__file__).parent / "data" / "schema-v2.db"
+FIXTURE_V3 = Path(__file__).parent / "data" / "schema-v3.db"
 
 
 @pytest.fixture
@@ -117,15 +120,13 @@ def test_fixture_is_schema_2():
     conn.close()
 
 
-@pytest.mark.parametrize("use_pack", [False, True])
-def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db, use_pack):
+def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db):
     before = _rows(v2_db)
     store = SQLiteStore(v2_db)
-    store._keywords.executor = "packed" if use_pack else "sql"
     assert store.integrity_check() == []
     assert _rows(v2_db) == before
     conn = sqlite3.connect(v2_db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] == 0
     conn.close()
     store.keyword_search("reset password")  # re-tokenises the old index (title field)
@@ -150,4 +151,54 @@ def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db, use_pack):
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] >= 1
     conn.close()
     assert store.integrity_check() == []
+    store.close()
+
+
+def _tables(path: Path) -> set[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+
+
+def test_fixture_is_schema_3_with_postings():
+    conn = sqlite3.connect(f"file:{FIXTURE_V3}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert conn.execute("SELECT count(*) FROM postings").fetchone()[0] > 0
+    conn.close()
+
+
+def test_upgrade_from_3_drops_the_postings_and_keeps_scores_and_writes(tmp_path):
+    path = tmp_path / "v3.db"
+    shutil.copy(FIXTURE_V3, path)
+    before = _rows(path)
+    store = SQLiteStore(path)
+    assert store.integrity_check() == []
+    assert _rows(path) == before
+    assert "postings" not in _tables(path) and "chunks_src" in _tables(path)
+    docs = {d.id: d for d in store.list_all()}
+    analyzer = store.analyzer
+    from kbcli.analysis import keyword_counts
+
+    def check() -> None:
+        terms = {
+            i: list(keyword_counts(analyzer, d.text, d.metadata).elements())
+            for i, d in docs.items()
+        }
+        sources = {i: d.metadata.get("source") for i, d in docs.items()}
+        for query in ("reset password", "rotate token", "invoice billing"):
+            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
+            got = store.keyword_search(query, k=len(docs))
+            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
+
+    check()
+    # One chunk out of a source of several: its source frequencies are counted from the
+    # forward indexes of the chunks that stay.
+    source = next(s for s, n in store.sources() if n > 1)
+    victim = next(i for i, d in docs.items() if d.metadata.get("source") == source)
+    store.remove([victim])
+    del docs[victim]
+    assert store.integrity_check() == []
+    check()
     store.close()

@@ -3,9 +3,10 @@
 - :mod:`.connection`: the connection, pragmas, write transactions and read snapshots;
 - :mod:`.schema`: the tables and numbered migrations;
 - :mod:`.catalog`: chunk rows, sources, the ``meta`` table;
-- :mod:`.keyword`: the BM25 inverted index (postings, term and source statistics, the log);
-- :mod:`.packed`: the packed postings beside the database, scored with numpy (:mod:`.packlog`:
-  the parts writers need, without numpy);
+- :mod:`.keyword`: the BM25 index's tables (term and source statistics, the log; a chunk's
+  postings are its forward index);
+- :mod:`.packed`: the packed (inverted) postings beside the database, scored with numpy
+  (:mod:`.packlog`: the parts writers need, without numpy);
 - :mod:`.vectors`: vectors, the recorded embedder, the memory-mapped matrix cache, re-embedding;
 - :mod:`.ledger`: the file ledger and the embedding cache;
 - :mod:`.integrity`: integrity checks;

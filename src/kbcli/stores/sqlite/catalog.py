@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,6 +46,22 @@ def to_document(row: Sequence[Any], vec: bytes | None = None) -> Document:
         created_at=datetime.fromisoformat(row[3]),
         embedding=unpack_vector(vec) if vec is not None else None,
     )
+
+
+def pack_terms(counts: dict[int, int]) -> bytes:
+    """The forward index of a chunk: (term id, tf) pairs as int64."""
+    flat = array("q")
+    for term_id, tf in counts.items():
+        flat.append(term_id)
+        flat.append(tf)
+    return flat.tobytes()
+
+
+def unpack_terms(blob: bytes) -> dict[int, int]:
+    """The (term id -> tf) pairs of :func:`pack_terms`."""
+    flat = array("q")
+    flat.frombytes(blob)
+    return dict(zip(flat[0::2], flat[1::2]))
 
 
 # --- writes ---------------------------------------------------------------------------------

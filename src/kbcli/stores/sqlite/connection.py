@@ -35,6 +35,7 @@ class Database:
         self.busy_timeout = busy_timeout
         self.lock = threading.RLock()
         self.depth = 0
+        self.commits = 0  # write transactions committed through this connection
         self.conn = self._open(create)
 
     def _open(self, create: bool) -> sqlite3.Connection:
@@ -127,6 +128,7 @@ class Database:
                 self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
                 crash_point("before-commit")
                 self.conn.execute("COMMIT")
+                self.commits += 1
                 crash_point("after-commit")
             except BaseException:
                 self.conn.execute("ROLLBACK")

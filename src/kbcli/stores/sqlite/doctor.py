@@ -55,6 +55,7 @@ def _keyword_tables(store: SQLiteStore) -> list[str]:
         return (
             _signature(conn, store.keyword_signature)
             + integrity._corpus(conn)
+            + integrity._frequencies(conn)
             + integrity._sources(conn)
             + integrity._keyword_log(conn)
         )

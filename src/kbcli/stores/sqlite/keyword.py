@@ -1,12 +1,13 @@
-"""The BM25 inverted index in SQLite: ``terms``, ``postings``, source statistics.
+"""The BM25 index in SQLite: ``terms`` (df, sdf), source statistics, the chunks' forward indexes.
 
 Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
 Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
-packed postings of :mod:`.packed` exact between merges. Search runs the formula with numpy over
-the packed postings wherever numpy is loaded anyway, or as one SQL query over ``postings`` in
-a process without numpy (such as ``kb search --mode keyword``) when the query's postings are
-few enough (:data:`SQL_MAX_POSTINGS`) that importing numpy would cost more than it saves. Both are
-checked against :func:`kbcli.bm25.rank` by the parity test.
+packed postings of :mod:`.packed` exact between merges. There is no postings table: a chunk's
+postings are its forward index (``chunks.terms``). Search runs the formula with numpy over the
+packed postings, inverted from the forward indexes; in a process without numpy (a whole ``kb
+search --mode keyword``) a query of few postings is ranked from the pack on disk by
+:mod:`.packread` instead, when that pack holds the snapshot exactly. The parity test checks
+both against an independent plain BM25.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 import os
 import sqlite3
 import sys
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -38,17 +38,14 @@ from ...bm25 import (
     plan_removal,
     select_terms,
 )
-from ...filters import compile_sql, dumps_metadata
+from ...filters import dumps_metadata
 from ...types import Document
 from ..common import outdated
-from . import catalog
-from .catalog import BATCH, ChunkRow
+from . import catalog, packread
+from .catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from .packlog import current_seq, current_tag, pack_path, prune_log
+from .packread import SMALL_MAX_POSTINGS
 
-# In a process that has not imported numpy (a whole `kb search --mode keyword`), a query whose
-# scored terms hold fewer postings than this runs as SQL: the query costs ~2.5 us per posting,
-# importing numpy ~90 ms, about 36k postings' worth. Where numpy is loaded, the pack is used.
-SQL_MAX_POSTINGS = 30_000
 FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
 _STATE_SQL = (
     "SELECT n, total_length, sources, generation,"
@@ -59,22 +56,6 @@ _STATE_SQL = (
 )
 
 
-def pack_terms(counts: dict[int, int]) -> bytes:
-    """The forward index of a chunk: (term id, tf) pairs as int64."""
-    flat = array("q")
-    for term_id, tf in counts.items():
-        flat.append(term_id)
-        flat.append(tf)
-    return flat.tobytes()
-
-
-def unpack_terms(blob: bytes) -> dict[int, int]:
-    """The (term id -> tf) pairs of :func:`pack_terms`."""
-    flat = array("q")
-    flat.frombytes(blob)
-    return dict(zip(flat[0::2], flat[1::2]))
-
-
 class KeywordTables:
     """Reads and writes the keyword index of one database for one analyzer."""
 
@@ -82,9 +63,8 @@ class KeywordTables:
         self.analyzer = analyzer
         self.path = path
         self.packed_path = pack_path(path)
-        # "auto" (the rule at SQL_MAX_POSTINGS), "packed" or "sql": tests and benchmarks pin one.
-        self.executor = "auto"
         self._pack: Any = None  # the mapped packed.Pack
+        self._small: packread.SmallPack | None = None  # the pack as packread maps it
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
@@ -145,11 +125,20 @@ class KeywordTables:
         return ids
 
     @staticmethod
-    def _source_postings(conn: sqlite3.Connection):
+    def _source_postings(conn: sqlite3.Connection, skip: frozenset[int] = frozenset()):
+        """``count(src, term)``: how many of ``src``'s chunks (but ``skip``) hold ``term``,
+        from their forward indexes, each source read once."""
+        seen: dict[int, Counter] = {}
+
         def count(src: int, term: Any) -> int:
-            return conn.execute(
-                "SELECT count(*) FROM postings WHERE term = ? AND src = ?", (term, src)
-            ).fetchone()[0]
+            if src not in seen:
+                held: Counter = Counter()
+                rows = conn.execute("SELECT doc, terms FROM chunks WHERE src = ?", (src,))
+                for doc, blob in rows:
+                    if doc not in skip:
+                        held.update(unpack_terms(blob).keys())
+                seen[src] = held
+            return seen[src][term]
 
         return count
 
@@ -157,9 +146,9 @@ class KeywordTables:
         self, conn: sqlite3.Connection, chunks: list[ChunkTerms], new_sources: set[int]
     ) -> None:
         """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
-        change = plan_addition(
-            chunks, source_postings=self._source_postings(conn), new_sources=new_sources
-        )
+        # the new rows exist already: the count is of the source as it was without them
+        before = self._source_postings(conn, frozenset(c.doc for c in chunks))
+        change = plan_addition(chunks, source_postings=before, new_sources=new_sources)
         self.apply(conn, change)
 
     def remove(self, conn: sqlite3.Connection, rows: Sequence[ChunkRow]) -> None:
@@ -178,28 +167,14 @@ class KeywordTables:
         self.apply(conn, change)
 
     def apply(self, conn: sqlite3.Connection, change: PostingsChange) -> None:
-        """Write a planned change: postings, term and source frequencies, source lengths and
-        chunk counts, corpus totals; emptied sources are deleted; the chunks go to the log."""
+        """Write a planned change: term and source frequencies, source lengths and chunk
+        counts, corpus totals; emptied sources are deleted; the chunks go to the log (their
+        postings are their forward indexes, written or deleted with their rows)."""
         sign = 1 if change.adding else -1
         prune_log(conn, self.packed_path)
         conn.executemany(
             "INSERT INTO keyword_log (doc) VALUES (?)", ((c.doc,) for c in change.chunks)
         )
-        if change.adding:
-            conn.executemany(
-                "INSERT INTO postings VALUES (?, ?, ?, ?, ?)",
-                (
-                    (tid, c.src, c.doc, tf, length)
-                    for c in change.chunks
-                    for length in (c.length,)  # once per chunk, not per posting
-                    for tid, tf in c.tf.items()
-                ),
-            )
-        else:
-            conn.executemany(
-                "DELETE FROM postings WHERE term = ? AND src = ? AND doc = ?",
-                ((tid, c.src, c.doc) for c in change.chunks for tid in c.tf),
-            )
         conn.executemany(
             "UPDATE terms SET df = df + ?, sdf = sdf + ? WHERE id = ?",
             ((sign * d, sign * change.sdf.get(t, 0), t) for t, d in change.df.items()),
@@ -231,7 +206,6 @@ class KeywordTables:
         chunks stored without a title are given the one ingest would record (metadata
         ``title``), in the same transaction."""
         add_titles = not has_title_field(self.recorded_signature(conn) or "")
-        conn.execute("DELETE FROM postings")
         conn.execute("DELETE FROM terms")
         conn.execute("UPDATE sources SET length = 0, chunks = 0")
         conn.execute("UPDATE stats SET n = 0, total_length = 0 WHERE id = 1")
@@ -313,16 +287,37 @@ class KeywordTables:
         if not terms:
             return []
         rows = None
-        if self.executor == "packed" or (
-            self.executor == "auto"
-            and ("numpy" in sys.modules or sum(t.df for t in terms) >= SQL_MAX_POSTINGS)
-        ):
-            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
+        if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
+            rows = self._small_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
         if rows is None:
-            rows = _bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
-    # --- the packed executor -------------------------------------------------------------------
+    # --- the executors -------------------------------------------------------------------------
+
+    def _small_search(
+        self,
+        conn: sqlite3.Connection,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        filter: dict[str, Any] | None,
+        k: int,
+        k1: float,
+        b: float,
+        source_weight: float,
+        state: tuple[str, int, int],
+    ) -> list[tuple[int, float, float, float]] | None:
+        """:mod:`.packread` (no numpy) over the pack on disk and the log's delta since it;
+        None when there is no such pack or the delta is large."""
+        tag, _, seq = state
+        pack = self._small
+        if pack is None or pack.tag != tag or pack.seq < seq:
+            pack = self._small = packread.open_pack(self.packed_path, tag)
+        if pack is None:
+            return None
+        return packread.search(
+            conn, pack, terms, stats, filter, k, k1=k1, b=b, source_weight=source_weight
+        )
 
     def _packed_search(
         self,
@@ -335,14 +330,11 @@ class KeywordTables:
         b: float,
         source_weight: float,
         state: tuple[str, int, int] | None = None,
-    ) -> list[tuple[int, float, float, float]] | None:
-        """:func:`kbcli.bm25.rank` with numpy over the packed postings; None when this
-        snapshot cannot use a pack (then SQL runs)."""
+    ) -> list[tuple[int, float, float, float]]:
+        """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
         from . import packed
 
         view = self.view(conn, state)
-        if view is None:
-            return None
         allowed = self._allowed(conn, view, filter, terms) if filter else None
         weighted = [
             packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
@@ -379,9 +371,11 @@ class KeywordTables:
             view = packed.make_view(conn, pack)
         if view is None:
             pack = packed.map_pack(self.packed_path, tag)
+            if pack is not None and pack.seq > key[2]:
+                # written by a writer after this snapshot began: it holds chunks this snapshot
+                # must not see, so this one query reads its own postings (rare: a race)
+                return packed.make_view(conn, packed.Pack(tag, key[2], packed.build_arrays(conn)))
             if pack is not None:
-                if pack.seq > key[2]:
-                    return None  # a pack newer than this snapshot: SQL for this one query
                 view = packed.make_view(conn, pack)
         if view is None:
             arrays = packed.build_arrays(conn)
@@ -436,63 +430,3 @@ class KeywordTables:
             self._filters.pop(next(k for k in self._filters if k != "seen"))
         self._filters[key] = view.visible(allowed)
         return self._filters[key]
-
-
-def _bm25_sql(
-    conn: sqlite3.Connection,
-    terms: list[QueryTerm],
-    stats: CorpusStats,
-    filter: dict[str, Any] | None,
-    k: int,
-    k1: float,
-    b: float,
-    source_weight: float,
-) -> list[tuple[int, float, float, float]]:
-    """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
-    term_marks = ",".join("?" * len(terms))
-    hits_params: list[Any] = [t.term for t in terms]
-    hits_sql = "SELECT p.term, p.src, p.doc, p.tf, p.dl FROM postings p"
-    where = f" WHERE p.term IN ({term_marks})"
-    if filter:
-        # CROSS JOIN keeps postings as the outer loop: the filter is checked only for chunks
-        # that contain a query term, not for the whole table.
-        fsql, fparams = compile_sql(filter, "c.metadata")
-        hits_sql += " CROSS JOIN chunks c ON c.doc = p.doc"
-        where += f" AND {fsql}"
-        hits_params += fparams
-    hits_sql += where
-
-    def weight_case(weights: list[tuple[Any, float]]) -> tuple[str, list[Any]]:
-        sql = "CASE h.term " + " ".join("WHEN ? THEN ?" for _ in weights) + " END"
-        return sql, [x for pair in weights for x in pair]
-
-    chunk_case, chunk_params = weight_case([(t.term, t.chunk_weight(stats)) for t in terms])
-    chunk_sql = (
-        f"SELECT h.doc AS doc, h.src AS src, sum(({chunk_case}) * h.tf * ?"
-        " / (h.tf + ? * (? + ? * h.dl))) AS score FROM hits h GROUP BY h.doc"
-    )
-    avgdl, avgsl = stats.avgdl, stats.avgsl
-    chunk_params += [k1 + 1.0, k1, 1.0 - b, b / avgdl if avgdl else 0.0]
-    if source_weight == 0.0:
-        sql = (
-            f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql})"
-            " SELECT doc, score, score, 0.0 FROM per_chunk ORDER BY score DESC, doc LIMIT ?"
-        )
-        return conn.execute(sql, [*hits_params, *chunk_params, int(k)]).fetchall()
-    source_case, source_params = weight_case([(t.term, t.source_weight(stats)) for t in terms])
-    source_sql = (
-        f"SELECT h.src AS src, sum(({source_case}) * h.tf * ?"
-        " / (h.tf + ? * (? + ? * s.length))) AS score"
-        " FROM (SELECT term, src, sum(tf) AS tf FROM hits GROUP BY term, src) h"
-        " JOIN sources s ON s.id = h.src GROUP BY h.src"
-    )
-    source_params += [k1 + 1.0, k1, 1.0 - b, b / avgsl if avgsl else 0.0]
-    sql = (
-        f"WITH hits AS ({hits_sql}), per_chunk AS ({chunk_sql}),"
-        f" per_source AS ({source_sql})"
-        " SELECT c.doc, c.score + ? * s.score AS total, c.score, s.score"
-        " FROM per_chunk c JOIN per_source s ON s.src = c.src"
-        " ORDER BY total DESC, c.doc LIMIT ?"
-    )
-    params = [*hits_params, *chunk_params, *source_params, source_weight, int(k)]
-    return conn.execute(sql, params).fetchall()

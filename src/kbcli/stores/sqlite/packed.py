@@ -1,6 +1,6 @@
 """Packed postings: the keyword index's read-optimised copy, scored with numpy.
 
-The ``postings``/``terms``/``sources`` tables stay the transactional truth; this module only
+The forward indexes and ``terms``/``sources`` tables stay the transactional truth; this module only
 reads them. A pack file beside the database (``<db>.keyword-pack``) holds, as of one position
 ``seq`` of ``keyword_log``: every chunk as a slot (doc id, length, source), every term's
 postings as slot and tf arrays (ordered by tf, then slot: runs of one tf, see :data:`TF_RUNS`),
@@ -174,8 +174,6 @@ def map_pack(path: Path, tag: str) -> Pack | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Pack(tag, int(header["seq"]), arrays)
-
-
 
 
 @dataclass

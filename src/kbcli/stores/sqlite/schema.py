@@ -4,14 +4,16 @@
 version. Tables:
 
 - ``chunks``: one row per document (chunk): id, text, metadata JSON, source, text hash, term
-  count (BM25 length), a packed forward index (term id, tf) used to undo postings exactly on
-  delete, and ``src``, its row in ``sources``.
+  count (BM25 length), its forward index (term id, tf pairs: the postings of the keyword
+  index, which the packed index inverts) and ``src``, its row in ``sources``.
 - ``sources``: one row per source (file) with its total length and chunk count; a chunk with no
   source is a source of its own.
 - ``vectors``: a float32 BLOB per chunk.
-- ``terms`` (term, df, sdf) and ``postings`` (term, src, doc, tf, dl), clustered by term then
-  source: the inverted index, read at chunk and source level. ``stats`` holds N, the total
-  length, the number of sources and generation counters bumped by writes.
+- ``terms`` (term, df, sdf): the vocabulary with its chunk and source frequencies. There is
+  no postings table since schema 4: keeping one clustered by term cost an ingest more than
+  everything else together (every commit rewrote a page per distinct term), and the packed
+  index is built from the forward indexes. ``stats`` holds N, the total length, the number of
+  sources and generation counters bumped by writes.
 - ``keyword_log``: the chunks each write added or removed, in order (``seq``); the packed
   keyword index (:mod:`.packed`, a file beside the database) reads the entries after its own
   position as its delta. Writers prune entries a pack on disk holds (``meta.keyword_log_floor``).
@@ -35,7 +37,7 @@ from pathlib import Path
 from ...crashpoints import crash_point
 from ...errors import NotAKnowledgeBaseError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APP_ID = 0x4B42_4C49  # "KBLI"
 
 TABLES = """
@@ -53,6 +55,7 @@ CREATE TABLE chunks (
     src INTEGER NOT NULL
 );
 CREATE INDEX chunks_source ON chunks (source);
+CREATE INDEX chunks_src ON chunks (src);
 CREATE TABLE sources (
     id INTEGER PRIMARY KEY,
     source TEXT UNIQUE,
@@ -66,14 +69,6 @@ CREATE TABLE terms (
     df INTEGER NOT NULL,
     sdf INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE postings (
-    term INTEGER NOT NULL,
-    src INTEGER NOT NULL,
-    doc INTEGER NOT NULL,
-    tf INTEGER NOT NULL,
-    dl INTEGER NOT NULL,
-    PRIMARY KEY (term, src, doc)
-) WITHOUT ROWID;
 CREATE TABLE stats (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     n INTEGER NOT NULL,
@@ -154,10 +149,18 @@ def migrate_2_to_3(conn: sqlite3.Connection) -> None:
     )
 
 
+def migrate_3_to_4(conn: sqlite3.Connection) -> None:
+    """Schema 4 drops the ``postings`` table (the chunks' forward indexes hold the same pairs)
+    and indexes chunks by ``src``, which source frequencies are counted by."""
+    conn.execute("DROP TABLE postings")
+    conn.execute("CREATE INDEX chunks_src ON chunks (src)")
+
+
 # Migration from version N to N+1, by N.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
+    3: migrate_3_to_4,
 }
 
 

@@ -24,9 +24,9 @@ from ...filters import validate_filter
 from ...types import Document, FileRecord, Finding, SearchResult
 from ..common import check_embedder, keyword_hit, lock_file, prefiltered_search, vector_dimensions
 from . import catalog, integrity, ledger, vectors
-from .catalog import ChunkRow
+from .catalog import ChunkRow, pack_terms
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
-from .keyword import KeywordTables, pack_terms
+from .keyword import KeywordTables
 from .schema import SCHEMA_VERSION
 
 
@@ -79,7 +79,14 @@ class SQLiteStore:
         return self._matrix.path
 
     def close(self) -> None:
-        """Close the connection (the store cannot be used afterwards)."""
+        """Close the connection (the store cannot be used afterwards). After writes, first
+        write the keyword pack if the next search would (:meth:`prepare_search`): a later
+        ``kb search`` then ranks from it without importing numpy."""
+        if self._db.commits:
+            try:
+                self.prepare_search()
+            except (sqlite3.Error, OSError):
+                pass  # the pack is derived: the next search writes it
         self._matrix.close()
         self._db.close()
 
