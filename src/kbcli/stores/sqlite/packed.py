@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -245,7 +245,7 @@ class View:
         a = self.pack.arrays
         offsets = a["offsets"]
         if term + 1 < offsets.shape[0]:
-            lo, hi = int(offsets[term]), int(offsets[term + 1])
+            lo, hi = offsets[term : term + 2].tolist()
             slot, tf = a["slot"][lo:hi], a["tf"][lo:hi]
         else:
             slot, tf = a["slot"][:0], a["tf"][:0]
@@ -404,9 +404,9 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
 # --- scoring -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Weighted:
-    """A query term as the executor needs it: id and its chunk and source weights."""
+class Weighted(NamedTuple):
+    """A query term as the executor needs it: id and its chunk and source weights (a tuple:
+    made for every term of every query, a frozen dataclass costs a microsecond each)."""
 
     term: int
     chunk_weight: float
@@ -551,7 +551,8 @@ def _score_sparse(
     slot; a term's source part counts its visible postings' tfs per source, and a slot takes the
     sum over terms of its source's parts."""
     scratch = view.scratch()
-    slot = np.concatenate([s for _, s, _ in lists])
+    # intp: numpy's fancy indexing converts any other index type on every use
+    slot = np.concatenate([s for _, s, _ in lists], dtype=np.intp)
     if slot.shape[0] == 0:
         view.release(scratch)
         return []
@@ -580,14 +581,15 @@ def _score_sparse(
         best = np.arange(total.shape[0])
     docs = view.doc.take(slot.take(best))
     ranked = total.take(best)
-    order = np.lexsort((docs, -ranked)).tolist()
-    docs, ranked = docs.tolist(), ranked.tolist()
+    order = np.lexsort((docs, -ranked))
+    rows = zip(docs.take(order).tolist(), ranked.take(order).tolist(),
+               chunk_part.take(best.take(order)).tolist(),
+               source_part.take(best.take(order)).tolist())  # fmt: skip
     out: list[tuple[int, float, float, float]] = []
-    for j in order:  # a slot's entries are equal, so they are neighbours here
-        if ranked[j] == -np.inf or (out and out[-1][0] == docs[j]):
+    for row in rows:  # a slot's entries are equal, so they are neighbours here
+        if row[1] == -np.inf or (out and out[-1][0] == row[0]):
             continue
-        entry = best[j]
-        out.append((docs[j], ranked[j], float(chunk_part[entry]), float(source_part[entry])))
+        out.append(row)
         if len(out) == k:
             break
     return out
