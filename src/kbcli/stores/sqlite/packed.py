@@ -559,7 +559,7 @@ def _score_sparse(
     lengths = [s.shape[0] for _, s, _ in lists]
     tf = np.concatenate([f for _, _, f in lists]).astype(np.float64)
     weights = np.array([t.chunk_weight * (k1 + 1.0) for t, _, _ in lists])
-    parts = np.repeat(weights, lengths) * tf / (tf + norm.take(slot))
+    parts = weights.repeat(lengths) * tf / (tf + norm.take(slot))
     chunk = scratch.chunk
     np.add.at(chunk, slot, parts)
     chunk_part = chunk.take(slot)
@@ -625,12 +625,12 @@ def _sparse_sources(
         end = start + sum(width)
         rows = len(group)
         s = src[start:end]
-        key = s + np.repeat(np.arange(0, rows * n_src, n_src), width)
+        key = s + np.arange(0, rows * n_src, n_src).repeat(width)
         np.add.at(table, key, counted[start:end])
         v = table.take(key)
         weights = np.array([t.source_weight * (k1 + 1.0) for t, _, _ in group])
         # every entry of one (term, source) writes the same score: duplicates are harmless
-        table[key] = np.repeat(weights, width) * v / (v + source_norm.take(s))
+        table[key] = weights.repeat(width) * v / (v + source_norm.take(s))
         out += table[: rows * n_src].reshape(rows, n_src).take(src, axis=1).sum(axis=0)
         table[key] = 0.0
         start = end
