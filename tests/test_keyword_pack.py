@@ -379,7 +379,7 @@ def test_runs_and_the_ranking_floor_match_the_definition(
             store.add(varied_docs(rng, "b", 30))
             store.add(varied_docs(rng, "a", 10))  # upserts: new postings for old ids
         for query in queries:
-            for k, weight, filter in itertools.product((1, 2, 3, 10, 50), (0.0, 2.0), filters):
+            for k, weight, filter in itertools.product((0, 1, 2, 3, 10, 50), (0.0, 2.0), filters):
                 got = [
                     (h.document.id, h.score)
                     for h in store.keyword_search(query, k=k, filter=filter, source_weight=weight)

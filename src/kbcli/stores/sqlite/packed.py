@@ -428,6 +428,8 @@ def score(
     """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
     first, ties by lower doc id. ``allowed`` is the pre-filter: a :class:`Visible` of the
     view, or a mask per slot."""
+    if k <= 0:
+        return []
     vis = allowed if isinstance(allowed, Visible) else view.visible(allowed)
     source_norm = view.source_norm(avgsl, k1, b)
     lists = [(t, *view.postings(t.term)) for t in terms]
@@ -593,10 +595,10 @@ def _score_sparse(
                chunk_part.take(best).tolist(), source_part.take(best).tolist())  # fmt: skip
     out: list[tuple[int, float, float, float]] = []
     for row in rows:  # a slot's entries are equal, so they are neighbours here
+        if len(out) >= k:
+            break
         if not out or out[-1][0] != row[0]:
             out.append(row)
-            if len(out) == k:
-                break
     return out
 
 
