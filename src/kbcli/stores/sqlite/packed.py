@@ -552,12 +552,11 @@ def _score_sparse(
     Each entry is one posting (a slot may occur once per term): the chunk part is summed per
     slot; a term's source part counts its visible postings' tfs per source, and a slot takes the
     sum over terms of its source's parts."""
-    scratch = view.scratch()
     # intp: numpy's fancy indexing converts any other index type on every use
     slot = np.concatenate([s for _, s, _ in lists], dtype=np.intp)
     if slot.shape[0] == 0:
-        view.release(scratch)
         return []
+    scratch = view.scratch()
     lengths = [s.shape[0] for _, s, _ in lists]
     tf = np.concatenate([f for _, _, f in lists]).astype(np.float64)
     weights = np.array([t.chunk_weight * (k1 + 1.0) for t, _, _ in lists])
