@@ -446,14 +446,17 @@ def test_runs_and_the_ranking_floor_match_the_definition(
     tmp_path, monkeypatch, tf_runs, sparse_ratio, seed
 ):
     """Random corpora, a pack then a delta with tombstones, many k, filters and weights:
-    every top k is :func:`kbcli.bm25.rank`'s, ids in order and scores to 1e-9."""
+    every top k is :func:`kbcli.bm25.rank`'s, ids in order and scores to 1e-9; the sparse
+    scorer's scratch arrays are zero again after every search (a query of more terms than
+    packed.SCRATCH_TERMS takes several passes)."""
     monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)
     monkeypatch.setattr(packed, "TF_RUNS", tf_runs)
     monkeypatch.setattr(packlog, "TF_RUNS", tf_runs)
     rng = random.Random(seed)
     store = open_store(tmp_path / "kb.db")
     store.add(varied_docs(rng, "a", 300))
-    queries = ["v0 v1 v2", "v0", "v1 v1 v7", "v3 v12 v20 v24", "v5 v0 v9 v2 v14"]
+    queries = ["v0 v1 v2", "v0", "v1 v1 v7", "v3 v12 v20 v24", "v5 v0 v9 v2 v14",
+               "v1 v3 v5 v7 v9 v11 v13 v15 v17"]  # fmt: skip
     filters = [None, {"team": "ops"}, {"team": "nobody"}]
     for stage in ("pack", "delta"):
         if stage == "delta":
@@ -461,7 +464,7 @@ def test_runs_and_the_ranking_floor_match_the_definition(
             store.add(varied_docs(rng, "b", 30))
             store.add(varied_docs(rng, "a", 10))  # upserts: new postings for old ids
         for query in queries:
-            for k, weight, filter in itertools.product((1, 2, 3, 10, 50), (0.0, 2.0), filters):
+            for k, weight, filter in itertools.product((0, 1, 2, 3, 10, 50), (0.0, 2.0), filters):
                 got = [
                     (h.document.id, h.score)
                     for h in store.keyword_search(query, k=k, filter=filter, source_weight=weight)
@@ -471,5 +474,8 @@ def test_runs_and_the_ranking_floor_match_the_definition(
                 assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-9)
         view = store._keywords._view[1]
         assert (view.alive is None) == (stage == "pack")
+        if sparse_ratio != 8:  # 0: always sparse, 10**9: never
+            assert bool(view._spare) == (sparse_ratio == 0)
+        assert not any(s.chunk.any() or s.sources.any() for s in view._spare)
     assert header(store)["tf_runs"] == tf_runs
     store.close()

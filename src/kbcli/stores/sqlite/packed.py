@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -48,6 +48,7 @@ FETCH = 20_000  # chunk rows per step when packing
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
+SCRATCH_TERMS = 4  # terms whose source sums share one pass of the sparse scorer
 FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
 # for the candidates only
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
@@ -208,6 +209,7 @@ class View:
     _source_norm: dict[tuple[float, float, float], np.ndarray] = field(default_factory=dict)
     _slot_of: np.ndarray | None = None
     _visible: Visible | None = None
+    _spare: list[Scratch] = field(default_factory=list)
 
     @property
     def slots(self) -> int:
@@ -236,21 +238,12 @@ class View:
             self._source_norm = {key: norm}
         return self._source_norm[key]
 
-    def count(self, term: int) -> int:
-        """How many postings ``term`` has (dead slots included)."""
-        offsets = self.pack.arrays["offsets"]
-        n = int(offsets[term + 1] - offsets[term]) if term + 1 < offsets.shape[0] else 0
-        if self.delta_term.shape[0]:
-            lo, hi = np.searchsorted(self.delta_term, [term, term + 1])
-            n += int(hi - lo)
-        return n
-
     def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
         """(slots, tfs) of ``term``: the pack's (by tf, then slot), then the delta's."""
         a = self.pack.arrays
         offsets = a["offsets"]
         if term + 1 < offsets.shape[0]:
-            lo, hi = int(offsets[term]), int(offsets[term + 1])
+            lo, hi = offsets[term : term + 2].tolist()
             slot, tf = a["slot"][lo:hi], a["tf"][lo:hi]
         else:
             slot, tf = a["slot"][:0], a["tf"][:0]
@@ -290,6 +283,18 @@ class View:
         mask = allowed if self.alive is None else self.alive & allowed
         return Visible(mask, self.src, self.srclen.shape[0])
 
+    def scratch(self) -> Scratch:
+        """Zeroed work arrays for one search (taken from the spare ones, or new): a thread
+        takes its own, so concurrent searches of one view never share them."""
+        try:
+            return self._spare.pop()
+        except IndexError:
+            return Scratch(self.slots, self.srclen.shape[0])
+
+    def release(self, scratch: Scratch) -> None:
+        """Give back a :meth:`scratch` zeroed again (one that is not is dropped instead)."""
+        self._spare.append(scratch)
+
     def slot_of(self, docs: np.ndarray) -> np.ndarray:
         """The live slot of each doc id (all must exist)."""
         if self._slot_of is None:
@@ -298,6 +303,15 @@ class View:
             table[self.doc[live]] = live
             self._slot_of = table
         return self._slot_of[docs]
+
+
+class Scratch:
+    """Zeroed accumulators of the sparse scorer: one value per slot, one per (term, source)
+    for :data:`SCRATCH_TERMS` terms. Zero pages cost no memory until a search touches them."""
+
+    def __init__(self, slots: int, sources: int):
+        self.chunk = np.zeros(slots)
+        self.sources = np.zeros(SCRATCH_TERMS * sources)
 
 
 class Visible:
@@ -388,9 +402,9 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
 # --- scoring -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Weighted:
-    """A query term as the executor needs it: id and its chunk and source weights."""
+class Weighted(NamedTuple):
+    """A query term as the executor needs it: id and its chunk and source weights (a tuple:
+    made for every term of every query, a frozen dataclass costs a microsecond each)."""
 
     term: int
     chunk_weight: float
@@ -412,10 +426,12 @@ def score(
     """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
     first, ties by lower doc id. ``allowed`` is the pre-filter: a :class:`Visible` of the
     view, or a mask per slot."""
+    if k <= 0:
+        return []
     vis = allowed if isinstance(allowed, Visible) else view.visible(allowed)
     source_norm = view.source_norm(avgsl, k1, b)
-    if sum(view.count(t.term) for t in terms) * SPARSE_RATIO < view.slots:
-        lists = [(t, *view.postings(t.term)) for t in terms]
+    lists = [(t, *view.postings(t.term)) for t in terms]
+    if sum(s.shape[0] for _, s, _ in lists) * SPARSE_RATIO < view.slots:
         norm = view.norms(avgdl, k1, b)[0]
         return _score_sparse(view, lists, k, norm, vis.mask, k1, source_weight, source_norm)
     runs = [(t, *view.runs(t.term)) for t in terms]
@@ -527,32 +543,97 @@ def _score_sparse(
     source_weight: float,
     source_norm: np.ndarray,
 ) -> list[tuple[int, float, float, float]]:
-    """:func:`score` for short postings: every sum over the hit chunks and sources only."""
-    parts, source_ids, source_parts = [], [], []
-    for t, slot, tf in lists:
-        tf = tf.astype(np.float64)
-        parts.append((t.chunk_weight * (k1 + 1.0)) * tf / (tf + norm[slot]))
-        if source_weight and slot.shape[0]:
-            weights = tf if visible is None else tf * visible[slot]
-            ids, where = np.unique(view.src[slot], return_inverse=True)
-            per = np.bincount(where, weights=weights)
-            ids, per = ids[per > 0], per[per > 0]
-            source_ids.append(ids)
-            source_parts.append((t.source_weight * (k1 + 1.0)) * per / (per + source_norm[ids]))
-    slots, where = np.unique(np.concatenate([slot for _, slot, _ in lists]), return_inverse=True)
-    chunk = np.bincount(where, weights=np.concatenate(parts))
-    if visible is not None:
-        shown = visible[slots]
-        slots, chunk = slots[shown], chunk[shown]
-    if slots.shape[0] == 0:
+    """:func:`score` for short postings: the sums go through zeroed scratch arrays of the view
+    (scatter, gather, zero again), so a query costs a fixed few dozen numpy calls whatever its
+    number of terms up to :data:`SCRATCH_TERMS`; no sort but the final one of the best few.
+
+    Each entry is one posting (a slot may occur once per term): the chunk part is summed per
+    slot; a term's source part counts its visible postings' tfs per source, and a slot takes the
+    sum over terms of its source's parts."""
+    # intp: numpy's fancy indexing converts any other index type on every use
+    slot = np.concatenate([s for _, s, _ in lists], dtype=np.intp)
+    if slot.shape[0] == 0:
         return []
-    if source_ids:
-        ids, where = np.unique(np.concatenate(source_ids), return_inverse=True)
-        per_source = np.bincount(where, weights=np.concatenate(source_parts))
-        source = per_source[np.searchsorted(ids, view.src[slots])]
+    scratch = view.scratch()
+    lengths = [s.shape[0] for _, s, _ in lists]
+    tf = np.concatenate([f for _, _, f in lists]).astype(np.float64)
+    weights = np.array([t.chunk_weight * (k1 + 1.0) for t, _, _ in lists])
+    parts = weights.repeat(lengths) * tf / (tf + norm.take(slot))
+    chunk = scratch.chunk
+    np.add.at(chunk, slot, parts)
+    chunk_part = chunk.take(slot)
+    chunk[slot] = 0.0
+    shown = None if visible is None else visible.take(slot)
+    if source_weight:
+        counted = tf if shown is None else tf * shown
+        source_part = _sparse_sources(view, scratch, lists, lengths, slot, counted, k1,
+                                      source_norm)  # fmt: skip
     else:
-        source = np.zeros_like(chunk)
-    return _top(view, slots, chunk, source, k, source_weight)
+        source_part = np.zeros(slot.shape[0])
+    view.release(scratch)
+    total = chunk_part + source_weight * source_part
+    # Only shown entries are ranked (not the others at -inf: np.partition slows down
+    # severalfold on many equal values).
+    entries = None if shown is None else np.flatnonzero(shown)
+    ranked = total if entries is None else total.take(entries)
+    # A slot occurs at most once per term: the best len(lists) * k entries hold k slots.
+    keep = min(ranked.shape[0], len(lists) * k)
+    if keep < ranked.shape[0]:
+        best = np.flatnonzero(ranked >= np.partition(ranked, -keep)[-keep])
+    else:
+        best = np.arange(ranked.shape[0])
+    if entries is not None:
+        best = entries.take(best)
+    docs = view.doc.take(slot.take(best))
+    ranked = total.take(best)
+    order = np.lexsort((docs, -ranked))
+    best = best.take(order)
+    rows = zip(docs.take(order).tolist(), ranked.take(order).tolist(),
+               chunk_part.take(best).tolist(), source_part.take(best).tolist())  # fmt: skip
+    out: list[tuple[int, float, float, float]] = []
+    for row in rows:  # a slot's entries are equal, so they are neighbours here
+        if len(out) >= k:
+            break
+        if not out or out[-1][0] != row[0]:
+            out.append(row)
+    return out
+
+
+def _sparse_sources(
+    view: View,
+    scratch: Scratch,
+    lists: list[tuple[Weighted, np.ndarray, np.ndarray]],
+    lengths: list[int],
+    slot: np.ndarray,
+    counted: np.ndarray,
+    k1: float,
+    source_norm: np.ndarray,
+) -> np.ndarray:
+    """Each entry's source part for :func:`_score_sparse`: for up to :data:`SCRATCH_TERMS`
+    terms at a time, the (term, source) sums of the ``counted`` tfs (0 for a hidden chunk) in
+    ``scratch.sources`` (row per term), replaced by their score, then summed over the rows for
+    each entry's source."""
+    src = view.src.take(slot)
+    n_src = source_norm.shape[0]
+    table = scratch.sources
+    out = np.zeros(slot.shape[0])
+    start = 0
+    for first in range(0, len(lists), SCRATCH_TERMS):
+        group = lists[first : first + SCRATCH_TERMS]
+        width = lengths[first : first + SCRATCH_TERMS]
+        end = start + sum(width)
+        rows = len(group)
+        s = src[start:end]
+        key = s + np.arange(0, rows * n_src, n_src).repeat(width)
+        np.add.at(table, key, counted[start:end])
+        v = table.take(key)
+        weights = np.array([t.source_weight * (k1 + 1.0) for t, _, _ in group])
+        # every entry of one (term, source) writes the same score: duplicates are harmless
+        table[key] = weights.repeat(width) * v / (v + source_norm.take(s))
+        out += table[: rows * n_src].reshape(rows, n_src).take(src, axis=1).sum(axis=0)
+        table[key] = 0.0
+        start = end
+    return out
 
 
 def triples(view: View) -> tuple[np.ndarray, ...]:
