@@ -288,36 +288,25 @@ class KeywordTables:
             return []
         rows = None
         if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
-            rows = self._small_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
+            pack = self._small_pack(state)
+            if pack is not None:  # None from search too: a delta too large to apply here
+                rows = packread.search(
+                    conn, pack, terms, stats, filter, k, k1=k1, b=b, source_weight=source_weight
+                )
         if rows is None:
             rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     # --- the executors -------------------------------------------------------------------------
 
-    def _small_search(
-        self,
-        conn: sqlite3.Connection,
-        terms: list[QueryTerm],
-        stats: CorpusStats,
-        filter: dict[str, Any] | None,
-        k: int,
-        k1: float,
-        b: float,
-        source_weight: float,
-        state: tuple[str, int, int],
-    ) -> list[tuple[int, float, float, float]] | None:
-        """:mod:`.packread` (no numpy) over the pack on disk and the log's delta since it;
-        None when there is no such pack or the delta is large."""
+    def _small_pack(self, state: tuple[str, int, int]) -> packread.SmallPack | None:
+        """The pack on disk as :mod:`.packread` maps it (no numpy), for the snapshot of
+        ``state``; mapped again only when the index or a newer pack may have replaced it."""
         tag, _, seq = state
         pack = self._small
         if pack is None or pack.tag != tag or pack.seq < seq:
             pack = self._small = packread.open_pack(self.packed_path, tag)
-        if pack is None:
-            return None
-        return packread.search(
-            conn, pack, terms, stats, filter, k, k1=k1, b=b, source_weight=source_weight
-        )
+        return pack
 
     def _packed_search(
         self,
