@@ -62,7 +62,9 @@ def subset(dataset: Path, docs: int, out: Path) -> Path:
     return folder
 
 
-def real_vectors(dataset: Path, docs: int, db: Path, queries: int) -> tuple[Any, Any, float]:
+def real_vectors(
+    dataset: Path, docs: int, db: Path, queries: int, threads: int | None = None
+) -> tuple[Any, Any, float]:
     """(chunk matrix, query matrix, seconds spent embedding) from the cached index or a new one."""
     from kbcli.config import get_config
     from kbcli.embedders.local import LocalEmbedder
@@ -72,7 +74,7 @@ def real_vectors(dataset: Path, docs: int, db: Path, queries: int) -> tuple[Any,
     folder = subset(dataset, docs, db.parent)
     data = load_beir(folder)
     config = get_config()
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(threads=threads)
     start = time.perf_counter()
     kb = _open_index(db, data, config, embedder, "semantic", _progress)
     spent = time.perf_counter() - start
@@ -208,6 +210,9 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.5)
     ap.add_argument("--filter-share", type=float, default=0.1)
     ap.add_argument("--ef", default=",".join(map(str, EF_VALUES)))
+    ap.add_argument(
+        "--threads", type=int, default=None, help="ONNX threads (default: fit to the load now)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     dataset = Path(args.dataset)
@@ -216,7 +221,7 @@ def main() -> None:
     )
     db.parent.mkdir(parents=True, exist_ok=True)
     efs = tuple(int(x) for x in args.ef.split(","))
-    matrix, queries, spent = real_vectors(dataset, args.docs, db, args.queries)
+    matrix, queries, spent = real_vectors(dataset, args.docs, db, args.queries, args.threads)
     queries = unit(queries)
     load = os.getloadavg()
     report: dict[str, Any] = {

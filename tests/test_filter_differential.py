@@ -152,3 +152,92 @@ def test_postgres_store_filters_by_folder(pg_dsn, pg_table):
         assert sorted(h.document.id for h in store.search([1.0, 0.0], 5, inside)) == ["d0", "d2"]
     finally:
         store.close()
+
+
+# --- the source-range narrowing of whole-table scans ---------------------------------------
+
+
+def _renamed(node: dict, old: str, new: str) -> dict:
+    """``node`` with the filter key ``old`` called ``new`` (operators' operands untouched)."""
+    out: dict = {}
+    for key, value in node.items():
+        if key in ("$and", "$or"):
+            out[key] = [_renamed(sub, old, new) for sub in value]
+        else:
+            out[new if key == old else key] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def chunks_table():
+    from kbcli.stores.sqlite.schema import TABLES
+
+    conn = sqlite3.connect(":memory:")
+    conn.executescript(TABLES)
+    yield conn
+    conn.close()
+
+
+@DIFF
+@given(corpus_and_filter(sqlite_corpora))
+@example(
+    ([{"s": "a\U0010ffff"}, {"s": "a\U0010ffffz"}, {"s": "b"}], {"s": {"$prefix": "a\U0010ffff"}})
+)
+@example(
+    ([{"s": "\U0010ffff"}, {"s": "\U0010ffffa"}, {"s": "a"}], {"s": {"$prefix": "\U0010ffff"}})
+)
+@example(([{"s": "\ud7ff"}, {"s": "\ud7ffx"}, {"s": "\ue000"}], {"s": {"$prefix": "\ud7ff"}}))
+@example(([{"s": "a\x00b"}, {"s": "a"}, {"s": "ab"}], {"s": "a"}))
+@example(([{"s": 1}, {"s": "1"}, {"s": ["1"]}], {"s": {"$in": ["1", "2"]}}))
+@example(
+    ([{"s": "/d/a/x"}, {"s": "/d/b/y"}, {"n": 1}], {"$or": [{"s": {"$prefix": "/d/a/"}}, {"n": 1}]})
+)
+def test_source_ranges_pass_what_the_evaluator_passes(chunks_table, case):
+    """``catalog.scan_where`` leads a pinned ``source`` filter with a range on the indexed
+    column: it must pass exactly what the filter alone passes (NULs, non-text sources,
+    the last code point, the surrogate gap), through every catalog read that uses it."""
+    from kbcli.stores.sqlite import catalog
+
+    docs, flt = case
+    docs = [{("source" if k == "s" else k): v for k, v in d.items()} for d in docs]
+    flt = validate_filter(_renamed(flt, "s", "source"))
+    chunks_table.execute("DELETE FROM chunks")
+    for i, meta in enumerate(docs):
+        source = meta.get("source")
+        chunks_table.execute(
+            "INSERT INTO chunks (doc, id, text, metadata, created_at, source, text_hash, length,"
+            " terms, src) VALUES (?, ?, '', ?, '2026-01-01T00:00:00', ?, '', 0, x'', 0)",
+            (i, str(i), dumps_metadata(meta), str(source) if source is not None else None),
+        )
+    want = expected(docs, flt)
+    assert sorted(catalog.rowids_where(chunks_table, flt)) == want, (flt, docs)
+    assert sorted(r.doc for r in catalog.rows_where(chunks_table, flt)) == want
+    assert catalog.count(chunks_table, flt) == len(want)
+    listed = catalog.select_documents(chunks_table, flt)
+    assert [int(d.id) for d in listed] == want
+
+
+def test_a_folder_filter_reads_only_that_folders_rows(chunks_table):
+    """The point of the narrowing: ``--in DIR`` (and a scope, and either ANDed with another
+    filter) is answered through the ``chunks_source`` index, not a scan of every row."""
+    from kbcli.filters import under_folders
+    from kbcli.stores.sqlite import catalog
+
+    folder = under_folders(["/docs/a"])
+    assert folder is not None
+    for flt in (
+        folder,
+        {"$and": [folder, {"lang": "en"}]},
+        {"lang": "en", "$or": [{"source": "/x.md"}, {"source": {"$prefix": "/docs/b/"}}]},
+        under_folders(["/docs/a", "/docs/b"]),
+    ):
+        sql, params = catalog.scan_where(flt)
+        plan = " ".join(
+            str(r[3])
+            for r in chunks_table.execute(
+                f"EXPLAIN QUERY PLAN SELECT doc FROM chunks WHERE {sql}", params
+            )
+        )
+        assert "USING INDEX chunks_source" in plan and "SCAN" not in plan, (flt, plan)
+    for flt in ({"lang": "en"}, {"$or": [folder, {"lang": "en"}]}, {"source": {"$ne": "/a"}}):
+        assert catalog.scan_where(flt) == compile_sql(flt), flt  # nothing pins the source

@@ -142,3 +142,38 @@ def test_random_filters_agree():
         sql, params = compile_sql(flt)
         got = {r[0] for r in conn.execute(f"SELECT i FROM t WHERE {sql}", params)}
         assert got == {i for i, d in enumerate(docs) if matches(d, flt)}, flt
+
+
+def test_text_prefixes_name_what_a_filter_pins_a_key_to():
+    from kbcli.filters import text_prefixes
+
+    assert text_prefixes({"source": "/a.md"}, "source") == ["/a.md"]
+    assert text_prefixes({"source": {"$prefix": "/d/"}, "lang": "en"}, "source") == ["/d/"]
+    assert text_prefixes({"source": {"$in": ["/a", "/b"]}}, "source") == ["/a", "/b"]
+    assert text_prefixes({"$and": [{"lang": "en"}, {"source": "/a"}]}, "source") == ["/a"]
+    both = {"$or": [{"source": "/a"}, {"source": {"$prefix": "/d/"}}]}
+    assert text_prefixes(both, "source") == ["/a", "/d/"]
+    for loose in (
+        None,
+        {},
+        {"lang": "en"},
+        {"source": 7},
+        {"source": ""},
+        {"source": {"$in": ["/a", 7]}},
+        {"source": {"$ne": "/a"}},
+        {"source": {"$gt": "/a"}},
+        {"$or": [{"source": "/a"}, {"lang": "en"}]},
+    ):
+        assert text_prefixes(loose, "source") is None, loose
+
+
+def test_after_prefix_is_the_least_string_past_every_extension():
+    from kbcli.filters import after_prefix
+
+    assert after_prefix("/docs/") == "/docs0"
+    assert after_prefix("a\U0010ffff") == "b"
+    assert after_prefix("\U0010ffff\U0010ffff") is None
+    assert after_prefix("\ud7ff") == "\ue000"  # past the surrogates, which cannot be encoded
+    for text in ("/docs/x", "/docs/\U0010ffff", "/docs/" + "\U0010ffff" * 3):
+        assert "/docs/" <= text < after_prefix("/docs/")
+        assert text.encode() < after_prefix("/docs/").encode()  # what SQLite compares

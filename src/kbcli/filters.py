@@ -212,6 +212,44 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
     return actual <= operand
 
 
+def text_prefixes(filter: dict[str, Any] | None, key: str) -> list[str] | None:
+    """Text prefixes one of which every document passing ``filter`` has in ``key`` (a value
+    or a prefix it is pinned to by ``$eq``, ``$in`` or ``$prefix``, through ``$and`` and
+    ``$or``), or None when ``filter`` does not pin ``key`` to text. Lets a store narrow a
+    scan by an index on ``key`` before testing the filter itself."""
+    if not filter:
+        return None
+    for name, value in filter.items():
+        if name == "$and":
+            for sub in value:
+                found = text_prefixes(sub, key)
+                if found is not None:
+                    return found
+        elif name == "$or":
+            branches = [text_prefixes(sub, key) for sub in value]
+            if branches and all(b is not None for b in branches):
+                return [p for b in branches for p in b]  # type: ignore[union-attr]
+        elif name == key:
+            for op, operand in (value if isinstance(value, dict) else {"$eq": value}).items():
+                if op in ("$eq", "$prefix") and isinstance(operand, str) and operand:
+                    return [operand]
+                if op == "$in" and operand and all(isinstance(v, str) and v for v in operand):
+                    return list(operand)
+    return None
+
+
+def after_prefix(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix`` (code point
+    order, which is UTF-8 byte order), or None when there is none."""
+    for cut in range(len(prefix) - 1, -1, -1):
+        point = ord(prefix[cut]) + 1
+        if 0xD800 <= point <= 0xDFFF:  # surrogates cannot be encoded: skip past them
+            point = 0xE000
+        if point <= 0x10FFFF:
+            return prefix[:cut] + chr(point)
+    return None
+
+
 # --- compilation to SQL: one tree walker; the SQLite operators over a JSON column --------
 
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...filters import compile_sql, dumps_metadata, validate_filter
+from ...filters import after_prefix, compile_sql, dumps_metadata, text_prefixes, validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
 
 BATCH = 500  # ids per IN (...) list
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
+MAX_SOURCE_RANGES = 64  # past this many pinned sources a filter scans the table as before
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,29 @@ def rows_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[ChunkRow]:
     return rows
 
 
+def scan_where(filter: dict[str, Any] | None, alias: str = "") -> tuple[str, list[Any]]:
+    """``(sql, params)`` testing ``filter`` on ``{alias}metadata``, for a statement that would
+    read every chunk. When the filter pins ``source`` to text values or prefixes (``kb search
+    --in``, an access scope), a range on the indexed ``source`` column leads, so SQLite reads
+    only those sources' rows; the filter itself is still tested on each."""
+    where, params = compile_sql(filter, f"{alias}metadata")
+    prefixes = text_prefixes(filter, "source")
+    if not prefixes or len(prefixes) > MAX_SOURCE_RANGES:
+        return where, params
+    column = f"{alias}source"
+    ranges: list[str] = []
+    bounds: list[Any] = []
+    for prefix in dict.fromkeys(prefixes):
+        end = after_prefix(prefix)
+        if end is None:
+            ranges.append(f"{column} >= ?")
+            bounds.append(prefix)
+        else:
+            ranges.append(f"({column} >= ? AND {column} < ?)")
+            bounds.extend((prefix, end))
+    return f"({' OR '.join(ranges)}) AND {where}", [*bounds, *params]
+
+
 def rows_by_source(conn: sqlite3.Connection, source: str) -> list[ChunkRow]:
     """The rows of every chunk of ``source``."""
     sql = "SELECT doc, length, terms, src FROM chunks WHERE source = ?"
@@ -137,7 +161,7 @@ def rows_by_source(conn: sqlite3.Connection, source: str) -> list[ChunkRow]:
 
 def rows_where(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> list[ChunkRow]:
     """The rows of every chunk passing ``filter``."""
-    where, params = compile_sql(validate_filter(filter))
+    where, params = scan_where(validate_filter(filter))
     sql = f"SELECT doc, length, terms, src FROM chunks WHERE {where}"
     return [ChunkRow(*r) for r in conn.execute(sql, params)]
 
@@ -182,7 +206,7 @@ def passing(conn: sqlite3.Connection, rowids: Sequence[int], filter: dict) -> se
 
 def rowids_where(conn: sqlite3.Connection, filter: dict) -> list[int]:
     """Rowids of every chunk passing ``filter``."""
-    where, params = compile_sql(filter)
+    where, params = scan_where(filter)
     return [r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)]
 
 
@@ -211,7 +235,11 @@ def select_documents(
     with_embeddings: bool = False,
 ) -> list[Document]:
     """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
-    where, params = compile_sql(validate_filter(filter), "c.metadata")
+    filter = validate_filter(filter)
+    # With a limit, a scan in rowid order may stop early: the source range would sort first.
+    where, params = (
+        compile_sql(filter, "c.metadata") if limit is not None else scan_where(filter, "c.")
+    )
     if source is not None:
         where += " AND c.source = ?"
         params.append(source)
@@ -230,7 +258,7 @@ def count(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> int:
     filter = validate_filter(filter)
     if not filter:
         return conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
-    where, params = compile_sql(filter)
+    where, params = scan_where(filter)
     return conn.execute(f"SELECT count(*) FROM chunks WHERE {where}", params).fetchone()[0]
 
 
