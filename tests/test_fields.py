@@ -296,3 +296,33 @@ def test_postgres_old_index_is_re_tokenised(pg_dsn, pg_table, pages, monkeypatch
         assert all(f.ok for f in store.doctor())
     finally:
         store.close()
+
+
+def test_chroma_copies_the_titles_an_upgrade_adds(tmp_path, pages, monkeypatch):
+    """Chroma holds a copy of each chunk's metadata for its ``where`` filters: when the
+    keyword upgrade of an old index adds titles in place, the copy is rebuilt, so a dense
+    search filtered by title finds the page (it found nothing while the copy lacked titles)."""
+    pytest.importorskip("chromadb")
+    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.sqlite import keyword
+
+    with monkeypatch.context() as m:
+        patch_old_fields(m, keyword)
+        old = ChromaStore(tmp_path / "chroma")
+        base = ingest(old, pages)
+        query = base.embedder.embed_query("systemctl")
+        assert old.search(query, k=5, filter={"title": "systemctl"}) == []  # no titles yet
+        old.close()
+    store = ChromaStore(tmp_path / "chroma")
+    try:
+        rebuilds = store._matrix.rebuilds  # the collection object
+        assert names(store.keyword_search("systemctl", k=1)) == ["systemctl.md"]  # upgrades
+        assert store.get_meta("analyzer") == store.keyword_signature
+        hits = store.search(query, k=5, filter={"title": "systemctl"})
+        assert names(hits) == ["systemctl.md"]
+        assert store._matrix.rebuilds == rebuilds + 1
+        assert store.doctor() and all(f.ok for f in store.doctor())
+        store.search(query, k=5, filter={"title": "systemctl"})
+        assert store._matrix.rebuilds == rebuilds + 1  # once
+    finally:
+        store.close()

@@ -240,7 +240,7 @@ class ChromaCollection:
 
     def index(self, conn: sqlite3.Connection) -> ChromaVectorIndex:
         """The collection as of ``conn``'s snapshot (synced first when it is stale)."""
-        tag = sqlite_vectors.generation_tag(conn)
+        tag = _collection_tag(conn)
         if self._index is not None and self._tag == tag:
             return self._index
         with lock_file(self.path / f"{self.name}.kbcli-lock", 60.0, str(self.path)):
@@ -318,7 +318,7 @@ class ChromaCollection:
         if state is None:
             return f"{self.state_path.name} is damaged (the collection is rebuilt on use)"
         tag, held, _, dirty = state
-        if dirty or tag != sqlite_vectors.generation_tag(conn):
+        if dirty or tag != _collection_tag(conn):
             return None
         current = sqlite_vectors.stamps(conn)
         if held != current:
@@ -344,9 +344,22 @@ class ChromaCollection:
         self._client = None
 
 
+def _collection_tag(conn: sqlite3.Connection) -> str:
+    """Names what the collection must hold: the vectors' generation and the metadata epoch."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'metadata_epoch'").fetchone()
+    tag = sqlite_vectors.generation_tag(conn)
+    return f"{tag}|metadata:{row[0]}" if row else tag
+
+
 def _embedder_key(conn: sqlite3.Connection) -> str:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
-    return row[0] if row else ""
+    """What the whole collection depends on besides each vector: the embedder, and the epoch
+    of the chunks' metadata (changed when an upgrade rewrites it in place, e.g. adds titles),
+    since the collection holds a copy of it."""
+    meta = dict(
+        conn.execute("SELECT key, value FROM meta WHERE key IN ('embedder', 'metadata_epoch')")
+    )
+    key = meta.get("embedder", "")
+    return f"{key}|metadata:{meta['metadata_epoch']}" if "metadata_epoch" in meta else key
 
 
 class ChromaStore(RefreshAfterIngest, SQLiteStore):

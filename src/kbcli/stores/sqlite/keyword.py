@@ -217,6 +217,10 @@ class KeywordTables:
         rows = conn.execute("SELECT doc, text, metadata, src, source FROM chunks").fetchall()
         metas = [json.loads(metadata) for _, _, metadata, _, _ in rows]
         titles = titles_to_add(zip((r[4] for r in rows), metas)) if add_titles else {}
+        if titles:  # stored metadata changes in place: copies of it (Chroma's) are stale
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('metadata_epoch', ?)", (os.urandom(8).hex(),)
+            )
         counted = []
         vocab: set[str] = set()
         for (doc, text, _, src, source), meta in zip(rows, metas):
