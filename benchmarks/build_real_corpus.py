@@ -3,9 +3,10 @@
 Writes a BEIR folder (``corpus.jsonl``, ``queries.jsonl``) from text every machine like this one
 has: the English eval collections (SciFact, Cranfield, CISI), the man-page corpus, then Python's
 own standard library sources, the documentation files (.md, .rst, .txt) of the installed
-packages and their sources, in a fixed order, up to ``--chars`` characters. In the development
-venv the documentation files end at 44M characters (10,953 documents) and everything holds
-299M (30,425 documents; files over 200k characters are left out). Queries are the collections' real
+packages and their sources, then the system's text files under /usr/share/doc and its C headers
+(/usr/include), in a fixed order, up to ``--chars`` characters. In the development venv the
+documentation files end at 44M characters (10,953 documents), the package sources at 299M
+(30,425 documents) and everything holds about 430M (files over 200k characters are left out). Queries are the collections' real
 queries, interleaved (their relevance judgements are not needed: the ground truth of an
 approximate search is exact search; SciFact's train judgements are copied only because a BEIR
 folder has them). ``bench_ann.py --dataset OUT --docs N`` then embeds it with
@@ -50,8 +51,15 @@ def _files() -> Iterator[tuple[str, str]]:
     for path in sorted(purelib.rglob("*")):
         if path.suffix in (".md", ".rst", ".txt") and path.is_file():
             yield f"packages/{path.relative_to(purelib)}", path.read_text("utf-8", "replace")
-    for path in sorted(purelib.rglob("*.py")):  # last: enough text for a 1M-chunk corpus
+    for path in sorted(purelib.rglob("*.py")):
         yield f"packages/{path.relative_to(purelib)}", path.read_text("utf-8", "replace")
+    # last, so that the documents before them stay the same: enough text for 1M chunks
+    for root in (Path("/usr/share/doc"), Path("/usr/include")):
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and path.suffix != ".gz":
+                data = path.read_bytes()
+                if b"\0" not in data:  # text only
+                    yield str(path), data.decode("utf-8", "replace")
 
 
 def documents() -> Iterator[dict]:
