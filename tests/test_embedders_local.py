@@ -258,3 +258,67 @@ def test_lazy_embedder_reports_the_local_models_languages():
     embedding = EmbeddingConfig(provider="local", provider_set=True)
     lazy = LazyEmbedder(Config(rag=RAGConfig(embedding=embedding)))
     assert lazy.languages == frozenset({"en"})
+
+
+def test_fit_threads_discounts_this_process_own_load(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert local.fit_threads(2, 0.0) == 2
+    assert local.fit_threads(2, 1.0, own=1.0) == 2  # only this process's one thread: go to 2
+    assert local.fit_threads(2, 2.0, own=1.0) == 1  # another process keeps a CPU busy
+    assert local.fit_threads(2, 3.0, own=2.0) == 1
+    assert local.fit_threads(2, 0.5, own=1.0) == 2  # own above the load: nobody else
+    assert local.fit_threads(4, 9.0) == 1  # never zero
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert local.fit_threads(4, 0.0) == 1
+
+
+class _Clock:
+    """Wall and CPU clocks the test moves by hand (the real ones cannot be made to pass a
+    minute, or to know another process's load)."""
+
+    def __init__(self) -> None:
+        self.wall = 1000.0
+        self.cpu = 10.0
+
+    def advance(self, seconds: float, busy_cpus: float) -> None:
+        self.wall += seconds
+        self.cpu += seconds * busy_cpus
+
+
+def test_a_long_job_refits_its_threads_to_the_load(monkeypatch):
+    """A job started on a busy machine (one thread) gets the second CPU once the other process
+    is gone, and gives it back when another comes; vectors agree across sessions. Load, CPUs
+    and clocks are set by the test; the ONNX sessions are real."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    clock = _Clock()
+    monkeypatch.setattr(local.time, "monotonic", lambda: clock.wall)
+    monkeypatch.setattr(local.time, "process_time", lambda: clock.cpu)
+    monkeypatch.setattr(local, "available_cpus", lambda: 2)
+    load = [3.0]
+    monkeypatch.setattr(local, "load_average", lambda: load[0])
+    monkeypatch.setattr(local, "default_threads", lambda: local.fit_threads(2, load[0]))
+    _, _, args = local._plan(None, "onnx")
+    model = local.OnnxModel(device="cpu", **args)
+    assert (model.adaptive, model.threads) == (True, 1)
+    first = model.session
+    before = model.encode([QUERY, FAR])
+
+    load[0] = 1.0  # the other process ended: the load is this job's one busy thread
+    clock.advance(30, busy_cpus=1.0)
+    model.encode([QUERY])
+    assert model.threads == 1  # not yet: the load average lags a minute
+    clock.advance(31, busy_cpus=1.0)
+    after = model.encode([QUERY, FAR])
+    assert model.threads == 2 and model.session is not first
+    assert np.all((before * after).sum(axis=1) >= 0.9999)
+
+    load[0] = 3.0  # another process is back; this job kept two CPUs busy
+    clock.advance(61, busy_cpus=2.0)
+    model.encode([QUERY])
+    assert model.threads == 1 and model.session is first  # the first session, reused
+
+    pinned = local.OnnxModel(device="cpu", threads=1, **args)
+    load[0] = 0.0
+    clock.advance(120, busy_cpus=0.0)
+    pinned.encode([QUERY])
+    assert (pinned.adaptive, pinned.threads) == (False, 1)  # threads= is kept as given

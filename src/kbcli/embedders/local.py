@@ -26,7 +26,9 @@ The int8 model agrees with the float one to a cosine of about 0.999 (see
 Each model is loaded once per process (cache keyed by path, backend, device and thread count).
 ``embed_documents`` sorts texts by length so each batch pads only to its own longest text, and
 returns vectors in the caller's order; the ONNX session's thread count fits the CPUs this
-process can get (:func:`default_threads`). Figures: docs/embedders.md, "Speed".
+process can get (:func:`default_threads`), and is fitted again while a long job runs (a job
+started on a busy machine speeds up when the machine goes quiet). Figures: docs/embedders.md,
+"Speed".
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import importlib.util
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,9 @@ SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedde
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
 # runs of 4-6 texts, 56 in one run of 32).
 MAX_BATCH_TOKENS = 512
+# How often a session with the default thread count is fitted to the load again: the load
+# average is a 1-minute mean, so a shorter interval would mostly read its own last change.
+REFIT_SECONDS = 60.0
 
 _CACHE: dict[tuple[str, str, str, int | None], Any] = {}
 _LOCK = threading.Lock()
@@ -133,19 +139,30 @@ def available_cpus() -> int:
 
 @functools.lru_cache(maxsize=1)
 def default_threads() -> int:
-    """Threads for the ONNX session, decided once per process.
+    """Threads an ONNX session starts with, decided once per process (a long job fits them
+    again: :meth:`OnnxModel.refit_threads`).
 
     The available CPUs, less those other processes keep busy (the 1-minute load average): the
     session's threads meet at a barrier after every operator, so one thread preempted by another
     process stalls the rest, and on a loaded machine fewer threads embed faster. A positive
     ``OMP_NUM_THREADS`` caps the count.
     """
-    cpus = available_cpus()
+    return fit_threads(available_cpus(), load_average())
+
+
+def load_average() -> float:
+    """The 1-minute load average (0 where the system has none)."""
     try:
-        busy = os.getloadavg()[0]
+        return os.getloadavg()[0]
     except (AttributeError, OSError):
-        busy = 0.0
-    threads = max(1, min(cpus, int(cpus - busy + 0.5)))
+        return 0.0
+
+
+def fit_threads(cpus: int, load: float, own: float = 0.0) -> int:
+    """Threads for ``cpus`` CPUs when the load average is ``load``, of which ``own`` (CPUs this
+    process kept busy) is not other processes' (rounded; at least 1; ``OMP_NUM_THREADS`` caps)."""
+    others = max(0.0, load - own)
+    threads = max(1, min(cpus, int(cpus - others + 0.5)))
     cap = os.environ.get("OMP_NUM_THREADS", "")
     if cap.isdigit() and int(cap) > 0:
         threads = min(threads, int(cap))
@@ -160,6 +177,10 @@ class OnnxModel:
     own longest text, so short texts do not pay for long ones; rows come back in the caller's
     order. Padding is
     masked out of attention and pooling, so a text's vector does not depend on its batch.
+
+    Without ``threads`` the session's thread count is :func:`default_threads`, fitted again
+    every :data:`REFIT_SECONDS` of a job from the load less this process's own CPU use; a
+    session per thread count is kept (a change back costs nothing).
     """
 
     backend = "onnx"
@@ -186,21 +207,16 @@ class OnnxModel:
         self._encode_batch = getattr(
             self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch
         )
-        providers = ["CPUExecutionProvider"]
+        self._ort = ort
+        self._onnx_path = onnx_path
+        self._providers = ["CPUExecutionProvider"]
         if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
-            providers.insert(0, "CUDAExecutionProvider")
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
+            self._providers.insert(0, "CUDAExecutionProvider")
+        self.adaptive = not threads
         self.threads = threads or default_threads()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        # Workers sleep between operators instead of spinning: the same speed on an idle machine,
-        # faster on a loaded one, and no CPU burnt while Python tokenises or writes to SQLite.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        # Basic (constant folding) is faster here than the extended fusions, and builds as fast.
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=providers)
+        self._sessions: dict[int, Any] = {}
+        self.session = self._session(self.threads)
+        self._fitted = (time.monotonic(), time.process_time())
         self.inputs = {i.name for i in self.session.get_inputs()}
         outputs = self.session.get_outputs()
         names = [o.name for o in outputs]
@@ -208,9 +224,46 @@ class OnnxModel:
         shape = outputs[names.index(self.output)].shape
         self.dimension = shape[-1] if shape and isinstance(shape[-1], int) else None
 
+    def _session(self, threads: int) -> Any:
+        session = self._sessions.get(threads)
+        if session is None:
+            ort = self._ort
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # Workers sleep between operators instead of spinning: the same speed on an idle
+            # machine, faster on a loaded one, and no CPU burnt while Python tokenises or writes.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            # Basic (constant folding) is faster here than the extended fusions, as fast to build.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            session = ort.InferenceSession(
+                str(self._onnx_path), options, providers=self._providers
+            )
+            self._sessions[threads] = session
+        return session
+
+    def refit_threads(self) -> None:
+        """Fit the thread count to the load again, if :data:`REFIT_SECONDS` have passed since
+        the last fit (only for a session with the default count)."""
+        if not self.adaptive:
+            return
+        wall, cpu = time.monotonic(), time.process_time()
+        since, cpu_since = self._fitted
+        if wall - since < REFIT_SECONDS:
+            return
+        own = (cpu - cpu_since) / (wall - since)  # CPUs this process kept busy meanwhile
+        threads = fit_threads(available_cpus(), load_average(), own)
+        if threads != self.threads:
+            self.session = self._session(threads)
+            self.threads = threads
+        self._fitted = (wall, cpu)
+
     def encode(self, texts: list[str], batch_size: int = 32) -> Any:
         """Normalised float32 vectors, one row per text, in the order of ``texts``."""
         np = self._np
+        self.refit_threads()
         encodings = self._encode_batch(list(texts))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         order = np.argsort(lengths, kind="stable")
