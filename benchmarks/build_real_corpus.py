@@ -6,11 +6,12 @@ own standard library sources, the documentation files (.md, .rst, .txt) of the i
 packages and their sources, then the system's text files under /usr/share/doc and its C headers
 (/usr/include), in a fixed order, up to ``--chars`` characters. In the development venv the
 documentation files end at 44M characters (10,953 documents), the package sources at 299M
-(30,425 documents) and everything holds about 430M (files over 200k characters are left out). Queries are the collections' real
-queries, interleaved (their relevance judgements are not needed: the ground truth of an
-approximate search is exact search; SciFact's train judgements are copied only because a BEIR
-folder has them). ``bench_ann.py --dataset OUT --docs N`` then embeds it with
-the local model.
+(30,425 documents) and everything holds 428M (40,615 documents, 1,259,399 chunks; the 1M-th
+chunk is in document 33,673; files over 200k characters are left out). Queries are the
+collections' real queries, interleaved (their relevance judgements are not needed: the
+ground truth of an approximate search is exact search; SciFact's train judgements are copied
+only because a BEIR folder has them). ``bench_ann.py --dataset OUT --docs N`` then embeds it
+with the local model.
 
     python benchmarks/build_real_corpus.py --out /tmp/realcorpus --chars 60000000
 """

@@ -404,7 +404,9 @@ class ChromaStore(RefreshAfterIngest, SQLiteStore):
                 try:
                     hits = index.search(query_vec, k, where=compile_where(filter))
                 except FilterError:
-                    hits = _exact_scan(conn, query_vec, k, catalog.rowids_where(conn, filter))
+                    hits = _exact_scan(
+                        conn, query_vec, k, self._allowed.get(conn, filter)
+                    )
             docs = catalog.documents_by_rowid(conn, [i for i, _ in hits])
         return [SearchResult(docs[i], score) for i, score in hits if i in docs]
 

@@ -550,7 +550,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
             ok = catalog.passing(conn, [i for i, _ in first], filter)
             hits = [h for h in first if h[0] in ok]
             if len(hits) < k and len(first) < len(index):
-                hits = index.search(query_vec, k, catalog.rowids_where(conn, filter))
+                hits = index.search(query_vec, k, self._allowed.get(conn, filter))
             hits = hits[:k]
             docs = catalog.documents_by_rowid(conn, [i for i, _ in hits])
         return [SearchResult(docs[i], score) for i, score in hits if i in docs]

@@ -59,9 +59,11 @@ _STATE_SQL = (
 class KeywordTables:
     """Reads and writes the keyword index of one database for one analyzer."""
 
-    def __init__(self, analyzer: Analyzer, path: Any):
+    def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
         self.analyzer = analyzer
         self.path = path
+        # rowids a filter allows (catalog.AllowedRowids), shared with the store's dense search
+        self.allowed_rowids = allowed if allowed is not None else catalog.AllowedRowids()
         self.packed_path = pack_path(path)
         self._pack: Any = None  # the mapped packed.Pack
         self._small: packread.SmallPack | None = None  # the pack as packread maps it
@@ -415,10 +417,10 @@ class KeywordTables:
             allowed = np.zeros(view.slots, bool)
             allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
             return view.visible(allowed)
-        ids = catalog.rowids_where(conn, filter)
+        ids = self.allowed_rowids.get(conn, filter)
         allowed = np.zeros(view.slots, bool)
         if ids:
-            allowed[view.slot_of(np.fromiter(ids, np.int64, len(ids)))] = True
+            allowed[view.slot_of(np.frombuffer(ids, np.int64))] = True
         if len(self._filters) > FILTER_CACHE:
             self._filters.pop(next(k for k in self._filters if k != "seen"))
         self._filters[key] = view.visible(allowed)

@@ -29,6 +29,10 @@ from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .keyword import KeywordTables
 from .schema import SCHEMA_VERSION
 
+# A filter whose kept allowed set is at most 1/8 of the index skips the walk of the ranking (which
+# would check windows of ids in SQL) for an exact search of that set.
+FEW_ALLOWED = 8
+
 
 class SQLiteStore:
     """A persistent store with an exact BM25 index and vectorised dense search.
@@ -54,7 +58,8 @@ class SQLiteStore:
             path = get_config().paths.knowledge_db
         self.path = Path(path).expanduser()
         self.busy_timeout = busy_timeout
-        self._keywords = KeywordTables(analyzer or Analyzer(), self.path)
+        self._allowed = catalog.AllowedRowids()
+        self._keywords = KeywordTables(analyzer or Analyzer(), self.path, self._allowed)
         self._db = Database(self.path, busy_timeout=busy_timeout, create=create)
         self._matrix = self._open_vectors()
 
@@ -425,13 +430,16 @@ class SQLiteStore:
             index = self._matrix.index(conn)
             if len(index) == 0:
                 return []
-            if filter:
+            kept = self._allowed.peek(conn, filter) if filter else None
+            if kept is not None and len(kept) * FEW_ALLOWED <= len(index):
+                hits = index.search(query_vec, k, kept)  # a selective filter, already read
+            elif filter:
                 hits = prefiltered_search(
                     index,
                     query_vec,
                     k,
                     lambda ids: catalog.passing(conn, ids, filter),
-                    lambda: catalog.rowids_where(conn, filter),
+                    lambda: self._allowed.get(conn, filter),
                 )
             else:
                 hits = index.search(query_vec, k)
