@@ -36,6 +36,11 @@ METRICS = ("ip", "cosine", "l2")
 TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
 FIRST_LOOK = 64  # nearest vectors checked against a filter before the selector search
 DEFAULT_EF_SEARCH = 128  # HNSW candidates per query unless store.ef_search (docs/benchmarks.md)
+# Without store.ef_search, larger graphs get more candidates: (up to this many vectors, ef).
+# Measured on real MiniLM embeddings (benchmarks/bench_ann.py, docs/benchmarks.md): 128 gave
+# recall@10 0.992 at 131k vectors but 0.907 at 266k, where 512 gave 0.954.
+EF_SEARCH_BY_SIZE = ((150_000, DEFAULT_EF_SEARCH), (400_000, 512))
+LARGE_EF_SEARCH = 1024  # past the last size
 REBUILD_SHARE = 0.5  # a difference touching more than this share of vectors rebuilds instead
 
 
@@ -53,8 +58,18 @@ def _check_faiss() -> None:
         _faiss()
 
 
+def default_ef_search(vectors: int) -> int:
+    """HNSW candidates per query for a graph of ``vectors`` when ``store.ef_search`` is unset:
+    :data:`DEFAULT_EF_SEARCH` for most indexes, more for large ones (:data:`EF_SEARCH_BY_SIZE`),
+    whose recall at a fixed setting falls as they grow."""
+    for size, ef in EF_SEARCH_BY_SIZE:
+        if vectors <= size:
+            return ef
+    return LARGE_EF_SEARCH
+
+
 def check_ef_search(value: int | None) -> int | None:
-    """``ef_search`` as given (None: ``DEFAULT_EF_SEARCH``), refused unless a positive int."""
+    """``ef_search`` as given (None: :func:`default_ef_search`), refused unless a positive int."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -204,11 +219,17 @@ class FaissVectorIndex:
     def __len__(self) -> int:
         return 0 if self._index is None else int(self._index.ntotal)
 
+    @property
+    def effective_ef_search(self) -> int:
+        """The HNSW candidates a search uses: ``ef_search``, else :func:`default_ef_search` of
+        the vectors held."""
+        return self.ef_search or default_ef_search(len(self))
+
     def _params(self, selector: Any, k: int) -> Any:
         f = self._faiss
         inner = f.downcast_index(self._index.index)
         if isinstance(inner, f.IndexHNSW):
-            ef = self.ef_search or DEFAULT_EF_SEARCH
+            ef = self.effective_ef_search
             if selector is None:
                 return f.SearchParametersHNSW(efSearch=max(ef, k))
             return f.SearchParametersHNSW(sel=selector, efSearch=max(ef, 2 * k))
@@ -477,8 +498,9 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
     ``index_factory``: a FAISS factory string (``"Flat"`` exact; ``"IVF256,Flat"``,
     ``"HNSW32"`` approximate). ``normalize``: unit-length vectors, so inner product is cosine.
     ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``ef_search``: HNSW candidates per
-    query (recall against speed; None: ``DEFAULT_EF_SEARCH``, 128, where FAISS's own default of
-    16 gave recall@10 0.70 on a 100k set; a filtered search uses at least 2k).
+    query (recall against speed; None: :func:`default_ef_search`, 128 up to 150k vectors,
+    where FAISS's own default of 16 gave recall@10 0.70 on a 100k set, and more beyond; a
+    filtered search uses at least 2k).
     ``path``: the SQLite file (default ``paths.knowledge_db``); the index lives in
     ``<path>.faiss``.
     """
