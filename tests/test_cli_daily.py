@@ -126,6 +126,20 @@ def test_in_limits_to_a_folder_before_ranking(docs):
     assert hits("tomato planter", "--in", "docs/guide/../nowhere") == []
 
 
+def test_in_a_folder_with_nothing_indexed_says_so(docs):
+    """A mistyped ``--in`` finds nothing; the message names the folder (exit 0, as for any
+    search that finds nothing), and a folder that is indexed keeps the plain message."""
+    typo = run("search", "tomato", "--in", "docs/giude")
+    assert typo.exit_code == 0 and typo.stdout == ""
+    assert "nothing is indexed under docs/giude" in typo.stderr
+    assert typo.stderr.count("\n") == 1
+    both = run("search", "zzzunknownword", "--in", "docs/guide", "--in", "docs/nope", "--json")
+    assert both.exit_code == 0 and json.loads(both.stdout) == []
+    assert "under docs/nope " in both.stderr and "docs/guide" not in both.stderr
+    plain = run("search", "zzzunknownword", "--in", "docs/guide")
+    assert plain.stderr.strip() == "No relevant knowledge found."
+
+
 def test_relative_source_filter_matches_like_list_source(docs):
     found = hits("password", "--mode", "keyword", "--filter", "source=docs/password.md")
     assert found and {h["metadata"]["source"] for h in found} == {

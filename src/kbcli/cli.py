@@ -717,11 +717,18 @@ def search(
     try:
         hits = run_search(kb, query, options, by=unit)
         terms = kb.analyzer.query_terms(query)
+        unindexed = _unindexed_folders(kb, in_) if not hits and in_ else []
     finally:
         kb.close()
     if fmt != "table":
         render.search_output(hits, fmt, unit, explain)
-    if not hits:
+    if not hits and unindexed:
+        where = ", ".join(str(folder) for folder in unindexed)
+        render.message(
+            f"No relevant knowledge found: nothing is indexed under {where} (check the "
+            f"path, or 'kb ingest {unindexed[0]}')."
+        )
+    elif not hits:
         render.message(render.no_results_text(hits.results))
     elif fmt == "table":
         render.search_table(hits, terms, explain, unit)
@@ -750,6 +757,13 @@ def _unit(by: str) -> str:
     if unit in ("chunks", "chunk"):
         return "chunk"
     raise typer.BadParameter(f"{by!r} is not file or chunk.", param_hint="'--by'")
+
+
+def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
+    """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
+    from .filters import under_folders
+
+    return [f for f in folders if not kb.store.count(under_folders([_resolve_source(f)]))]
 
 
 def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
