@@ -140,6 +140,18 @@ def test_in_a_folder_with_nothing_indexed_says_so(docs):
     assert plain.stderr.strip() == "No relevant knowledge found."
 
 
+def test_a_filter_key_no_chunk_has_is_named(docs):
+    """``--filter lnag=en`` (a typo) finds nothing; the message names the key no chunk has
+    (exit 0, as for any search that finds nothing); a known key keeps the plain message."""
+    typo = run("search", "tomato", "--filter", "titel=Install", "--filter", "source!=x")
+    assert typo.exit_code == 0 and typo.stdout == ""
+    assert "no indexed chunk has the metadata key 'titel'" in typo.stderr
+    assert "'source'" not in typo.stderr and typo.stderr.count("\n") == 1
+    plain = run("search", "tomato", "--filter", "title=No such title", "--json")
+    assert plain.exit_code == 0 and json.loads(plain.stdout) == []
+    assert plain.stderr.strip() == "No relevant knowledge found."
+
+
 def test_relative_source_filter_matches_like_list_source(docs):
     found = hits("password", "--mode", "keyword", "--filter", "source=docs/password.md")
     assert found and {h["metadata"]["source"] for h in found} == {

@@ -177,3 +177,11 @@ def test_after_prefix_is_the_least_string_past_every_extension():
     for text in ("/docs/x", "/docs/\U0010ffff", "/docs/" + "\U0010ffff" * 3):
         assert "/docs/" <= text < after_prefix("/docs/")
         assert text.encode() < after_prefix("/docs/").encode()  # what SQLite compares
+
+
+def test_filter_keys_lists_each_tested_key_once():
+    from kbcli.filters import filter_keys
+
+    assert filter_keys(None) == [] and filter_keys({}) == []
+    flt = {"a": 1, "$or": [{"b": {"$gt": 2}}, {"$and": [{"a": 3}, {"c": {"$exists": False}}]}]}
+    assert filter_keys(flt) == ["a", "b", "c"]

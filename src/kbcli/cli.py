@@ -718,6 +718,7 @@ def search(
         hits = run_search(kb, query, options, by=unit)
         terms = kb.analyzer.query_terms(query)
         unindexed = _unindexed_folders(kb, in_) if not hits and in_ else []
+        unknown = _unknown_keys(kb, options.filter) if not hits and not unindexed else []
     finally:
         kb.close()
     if fmt != "table":
@@ -727,6 +728,12 @@ def search(
         render.message(
             f"No relevant knowledge found: nothing is indexed under {where} (check the "
             f"path, or 'kb ingest {unindexed[0]}')."
+        )
+    elif not hits and unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        render.message(
+            f"No relevant knowledge found: no indexed chunk has the metadata key {names} "
+            "(check the spelling; 'kb list --json' shows the keys in use)."
         )
     elif not hits:
         render.message(render.no_results_text(hits.results))
@@ -763,7 +770,24 @@ def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
     from .filters import under_folders
 
-    return [f for f in folders if not kb.store.count(under_folders([_resolve_source(f)]))]
+    count = getattr(kb.store, "count", None)  # a plugin store may only search
+    if count is None:
+        return []
+    return [f for f in folders if not count(under_folders([_resolve_source(f)]))]
+
+
+def _unknown_keys(kb: Any, filter: dict[str, Any] | None) -> list[str]:
+    """The keys ``filter`` tests that no stored chunk has (a mistyped key finds nothing)."""
+    from .filters import filter_keys
+
+    documents = getattr(kb.store, "iter_documents", None)  # a plugin store may only search
+    if documents is None:
+        return []
+
+    def used(key: str) -> bool:  # stops at the first chunk that has it
+        return any(True for _ in documents({key: {"$exists": True}}, limit=1))
+
+    return [key for key in filter_keys(filter) if not used(key)]
 
 
 def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:

@@ -238,6 +238,22 @@ def text_prefixes(filter: dict[str, Any] | None, key: str) -> list[str] | None:
     return None
 
 
+def filter_keys(filter: dict[str, Any] | None) -> list[str]:
+    """The metadata keys ``filter`` tests, in order of first use, through ``$and``/``$or``."""
+    keys: list[str] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                for sub in value:
+                    walk(sub)
+            elif key not in keys:
+                keys.append(key)
+
+    walk(filter or {})
+    return keys
+
+
 def after_prefix(prefix: str) -> str | None:
     """The least string greater than every string starting with ``prefix`` (code point
     order, which is UTF-8 byte order), or None when there is none."""
