@@ -3,6 +3,8 @@
 Reads the vectors bench_ann.py stored (its ``--db`` file and the ``.queries.npy`` beside it),
 builds ``IndexHNSWFlat(M=32)`` (what ``index_factory: HNSW32`` builds) once per
 ``--ef-construction`` and searches it at each ``--ef``. Ground truth: exact top 10 (cosine).
+``--distinct`` keeps one vector per distinct vector first (what the index would hold if
+identical chunks were indexed once), ground truth included.
 
     python benchmarks/ann_build_study.py --db /tmp/bench_ann_real/real-33700.db \\
         --ef-construction 40,128 --ef 256,512,1024,2048,4096
@@ -38,10 +40,15 @@ def main() -> None:
     ap.add_argument("--db", required=True)
     ap.add_argument("--ef-construction", default="40,128")
     ap.add_argument("--ef", default="256,512,1024,2048")
+    ap.add_argument("--distinct", action="store_true")
     args = ap.parse_args()
     conn = sqlite3.connect(f"file:{args.db}?mode=ro", uri=True)
     _, matrix = sqlite_vectors.read_vectors(conn, [])
     matrix = unit(matrix)
+    if args.distinct:
+        rows = np.ascontiguousarray(matrix).view(np.dtype((np.void, matrix.shape[1] * 4)))
+        _, first = np.unique(rows.ravel(), return_index=True)
+        matrix = matrix[np.sort(first)]
     queries = unit(np.load(f"{args.db}.queries.npy"))
     truth = [set(np.argpartition(-(matrix @ q), K)[:K].tolist()) for q in queries]
     print(json.dumps({"vectors": len(matrix), "queries": len(queries)}), flush=True)
