@@ -769,23 +769,25 @@ def _unit(by: str) -> str:
 def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
     from .filters import under_folders
+    from .protocols import DocumentCatalog
 
-    count = getattr(kb.store, "count", None)  # a plugin store may only search
-    if count is None:
+    store = kb.store
+    if not isinstance(store, DocumentCatalog):  # a plugin store may only search
         return []
-    return [f for f in folders if not count(under_folders([_resolve_source(f)]))]
+    return [f for f in folders if not store.count(under_folders([_resolve_source(f)]))]
 
 
 def _unknown_keys(kb: Any, filter: dict[str, Any] | None) -> list[str]:
     """The keys ``filter`` tests that no stored chunk has (a mistyped key finds nothing)."""
     from .filters import filter_keys
+    from .protocols import DocumentCatalog
 
-    documents = getattr(kb.store, "iter_documents", None)  # a plugin store may only search
-    if documents is None:
+    store = kb.store
+    if not isinstance(store, DocumentCatalog):  # a plugin store may only search
         return []
 
     def used(key: str) -> bool:  # stops at the first chunk that has it
-        return any(True for _ in documents({key: {"$exists": True}}, limit=1))
+        return any(True for _ in store.iter_documents({key: {"$exists": True}}, limit=1))
 
     return [key for key in filter_keys(filter) if not used(key)]
 
