@@ -23,6 +23,8 @@ from ..types import Document, SearchResult
 # computing the allowed set (see prefiltered_search).
 FILTER_WINDOW_MIN = 64
 FILTER_WINDOW_MAX = 4096
+# A known allowed set of at most 1/FEW_ALLOWED of the index is searched directly, without the walk.
+FEW_ALLOWED = 8
 
 
 def text_hash(text: str) -> str:
@@ -116,6 +118,7 @@ def prefiltered_search(
     k: int,
     passes: Callable[[list[int]], set[int]],
     allowed_ids: Callable[[], Sequence[int]],
+    known: Sequence[int] | None = None,
 ) -> list[tuple[int, float]]:
     """Exact top ``k`` among the ids a filter allows, without always computing the allowed set.
 
@@ -123,8 +126,12 @@ def prefiltered_search(
     window's ids the filter allows, so a filter most documents pass costs a few metadata lookups;
     a selective filter falls back to ``allowed_ids()`` and a search restricted to them. Either
     way the result is the top ``k`` of the allowed set, never a post-filtered top ``k``.
+    ``known``: the allowed set when the caller already holds it; a small one (at most
+    1/:data:`FEW_ALLOWED` of the index) is searched directly, skipping the walk.
     """
     total = len(index)
+    if known is not None and len(known) * FEW_ALLOWED <= total:
+        return index.search(query, k, known)
     checked = 0
     kept: list[tuple[int, float]] = []
     window = max(4 * k, FILTER_WINDOW_MIN)

@@ -29,10 +29,6 @@ from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .keyword import KeywordTables
 from .schema import SCHEMA_VERSION
 
-# A filter whose kept allowed set is at most 1/8 of the index skips the walk of the ranking (which
-# would check windows of ids in SQL) for an exact search of that set.
-FEW_ALLOWED = 8
-
 
 class SQLiteStore:
     """A persistent store with an exact BM25 index and vectorised dense search.
@@ -430,16 +426,14 @@ class SQLiteStore:
             index = self._matrix.index(conn)
             if len(index) == 0:
                 return []
-            kept = self._allowed.peek(conn, filter) if filter else None
-            if kept is not None and len(kept) * FEW_ALLOWED <= len(index):
-                hits = index.search(query_vec, k, kept)  # a selective filter, already read
-            elif filter:
+            if filter:
                 hits = prefiltered_search(
                     index,
                     query_vec,
                     k,
                     lambda ids: catalog.passing(conn, ids, filter),
                     lambda: self._allowed.get(conn, filter),
+                    known=self._allowed.peek(conn, filter),
                 )
             else:
                 hits = index.search(query_vec, k)
