@@ -15,6 +15,10 @@ Then, on the index's vectors:
 - *filtered*: the same with a filter allowing a share of the chunks (``--filter-share``), the
   pre-filtered (``IDSelectorBatch``) path: recall@10 against exact top 10 of the allowed set, and
   how many of the k hits are allowed;
+- *store* (``--store HNSW32``): the same through ``FaissStore`` on the benchmark's own SQLite
+  file, each step in a fresh process: build ``<db>.faiss`` from the catalog, open it again,
+  and search (unfiltered, and filtered by ``--store-prefix`` of ``source``); p50 per
+  ``store.search`` (documents included), recall@10 by chunk id, peak resident memory;
 - *synthetic*: a larger set (``--synthetic N``) made by perturbing the real vectors
   (``v + sigma * noise``, renormalised; ``sigma`` = ``--sigma`` times the per-dimension spread),
   with the real queries, to see recall at a size the CPU cannot embed in the time.
@@ -187,6 +191,62 @@ def measure(
     return row
 
 
+def store_child(db: Path, factory: str, prefix: str | None) -> None:
+    """(A child process.) Open ``FaissStore`` on ``db``, bring its index up to date (build or
+    load ``<db>.faiss``), run every cached query; print one JSON line."""
+    import resource
+
+    from kbcli.stores.faiss_store import FaissStore
+
+    queries = unit(np.load(f"{db}.queries.npy"))
+    start = time.perf_counter()
+    store = FaissStore(index_factory=factory, path=db, create=False)
+    store.refresh_vector_index()
+    ready = time.perf_counter() - start
+    where = {"source": {"$prefix": prefix}} if prefix else None
+    found, p50 = timed(lambda q: store.search(q.tolist(), K, where), queries)
+    print(json.dumps({
+        "ready_s": round(ready, 2),
+        "rebuilds": store._matrix.rebuilds,
+        "p50_ms": p50,
+        "hits": [[(r.document.id, r.score) for r in hits] for hits in found],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }))  # fmt: skip
+    store.close()
+
+
+def measure_store(db: Path, matrix: Any, queries: Any, factory: str, prefix: str) -> dict:
+    """Build, reopen and search ``FaissStore(index_factory=factory)`` on ``db`` in child
+    processes; recall@10 (ties counted) by chunk id against exact search."""
+    import sqlite3
+    import subprocess
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = conn.execute("SELECT c.doc, c.id, c.source FROM chunks c JOIN vectors v "
+                        "ON v.doc = c.doc ORDER BY c.doc").fetchall()  # fmt: skip
+    conn.close()
+    chunk_ids = [r[1] for r in rows]  # the vectors' order (read_vectors sorts by rowid)
+    inside = np.asarray([str(r[2]).startswith(prefix) for r in rows])
+    matrix = unit(matrix)
+    Path(f"{db}.faiss").unlink(missing_ok=True)
+    row: dict[str, Any] = {"set": f"FaissStore {factory}", "vectors": len(matrix),
+                           "filter": f"source $prefix {prefix} ({inside.mean():.1%})"}  # fmt: skip
+    for step, where in (("build", None), ("open", None), ("filtered", prefix)):
+        cmd = [sys.executable, __file__, "--store-child", str(db), "--store", factory,
+               "--store-prefix", where or ""]  # fmt: skip
+        out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        truth = exact_top(matrix, queries, K, inside if where else None)
+        shares = []
+        for hits, (top, kth) in zip(out["hits"], truth):
+            best = {chunk_ids[i] for i in top}
+            shares.append(sum(1 for i, s in hits if i in best or s >= kth - 1e-6) / K)
+        row[step] = {"ready_s": out["ready_s"], "rebuilds": out["rebuilds"],
+                     "p50_ms": out["p50_ms"], "recall@10 ties": round(float(np.mean(shares)), 4),
+                     "peak_rss_mb": out["peak_rss_mb"]}  # fmt: skip
+        print(f"store {step}: {row[step]}", file=sys.stderr)
+    return row
+
+
 def synthetic(matrix: Any, size: int, sigma: float, seed: int = 3) -> Any:
     rng = np.random.default_rng(seed)
     base = unit(matrix)
@@ -213,8 +273,14 @@ def main() -> None:
     ap.add_argument(
         "--threads", type=int, default=None, help="ONNX threads (default: fit to the load now)"
     )
+    ap.add_argument("--store", default=None, help="also measure FaissStore with this factory")
+    ap.add_argument("--store-prefix", default="/usr/", help="source prefix of the store filter")
+    ap.add_argument("--store-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.store_child:
+        store_child(Path(args.store_child), args.store, args.store_prefix)
+        return
     dataset = Path(args.dataset)
     db = Path(
         args.db or Path(tempfile.gettempdir()) / "bench_ann" / f"{dataset.name}-{args.docs}.db"
@@ -234,6 +300,8 @@ def main() -> None:
         "corpus": f"{dataset.name}, first {args.docs} documents",
         "rows": [measure(matrix, queries, "real", args.filter_share, efs)],
     }
+    if args.store:
+        report["rows"].append(measure_store(db, matrix, queries, args.store, args.store_prefix))
     if args.synthetic:
         big = synthetic(matrix, args.synthetic, args.sigma)
         report["rows"].append(
@@ -245,6 +313,15 @@ def main() -> None:
         return
     print(json.dumps({k: v for k, v in report.items() if k != "rows"}))
     for row in report["rows"]:
+        if "build" in row:
+            print(f"\n{row['set']}: {row['vectors']} vectors; filter {row['filter']}")
+            print("| step | ready s | rebuilds | p50 ms | recall@10 (ties) | peak RSS MB |")
+            print("|---|---|---|---|---|---|")
+            for step in ("build", "open", "filtered"):
+                e = row[step]
+                print(f"| {step} | {e['ready_s']} | {e['rebuilds']} | {e['p50_ms']} |"
+                      f" {e['recall@10 ties']} | {e['peak_rss_mb']} |")  # fmt: skip
+            continue
         print(
             f"\n{row['set']}: {row['vectors']} vectors, {row['queries']} queries; exact p50 "
             f"{row['exact_p50_ms']} ms (numpy {row['numpy_brute_p50_ms']} ms), filtered exact "

@@ -18,7 +18,7 @@ faiss = pytest.importorskip("faiss")
 chromadb = pytest.importorskip("chromadb")
 
 from kbcli.stores.chroma_store import ChromaStore, compile_where  # noqa: E402
-from kbcli.stores.faiss_store import FaissStore  # noqa: E402
+from kbcli.stores.faiss_store import FILE_MAGIC, FaissStore  # noqa: E402
 
 DIM = 8
 
@@ -139,7 +139,7 @@ def test_missing_or_corrupt_faiss_file_is_rebuilt(tmp_path, damage):
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:-100])
     else:
-        path.write_bytes(b"KBFAISS1" + b"\xff" * 64)
+        path.write_bytes(FILE_MAGIC + b"\xff" * 64)
     again = FaissStore(path=tmp_path / "kb.db")
     assert _top(again, vecs[11]) == want
     assert again._matrix.rebuilds == 1
@@ -160,7 +160,7 @@ def test_a_half_written_temp_file_is_never_used(tmp_path):
     again = FaissStore(path=tmp_path / "kb.db")
     assert _top(again, vecs[5]) == want
     assert again._matrix.rebuilds == 1
-    assert path.read_bytes()[:8] == b"KBFAISS1"
+    assert path.read_bytes()[:8] == FILE_MAGIC
     assert not dead.exists()  # the dead writer's temp file is cleared by the next write
     again.close()
 

@@ -102,3 +102,46 @@ class VectorIndexContract:
             if vector_index.exact:
                 want = sorted(pool, key=lambda i: (-_cosine(query, pool[i]), i))[:10]
                 assert [i for i, _ in hits] == want
+
+    def test_copies_of_one_vector(self, vector_index):
+        """The same vector under many ids (one chunk text in many files): each id is found,
+        ties by id, and removing or moving some copies leaves the others."""
+        self.fill(vector_index)
+        vector_index.upsert([30, 10, 20, 40], [POINTS[2]] * 4)
+        assert len(vector_index) == 8
+        assert [i for i, _ in vector_index.search(POINTS[2], 3)] == [2, 10, 20]
+        assert [i for i, _ in vector_index.search(POINTS[2], 5, allowed=[40, 30, 1])] == [
+            30, 40, 1,
+        ]  # fmt: skip
+        vector_index.remove([2, 20])
+        vector_index.upsert([10], [POINTS[4]])
+        assert len(vector_index) == 6
+        assert [i for i, _ in vector_index.search(POINTS[2], 2)] == [30, 40]
+        assert [i for i, _ in vector_index.search(POINTS[4], 2)] == [4, 10]
+        vector_index.remove([30, 40])
+        assert [i for i, _ in vector_index.search(POINTS[2], 1)] == [3]
+
+    def test_exact_index_with_copies_equals_a_scan(self, vector_index):
+        rng = random.Random(11)
+        base = [[rng.gauss(0, 1) for _ in range(8)] for _ in range(60)]
+        ids = rng.sample(range(1, 10_000), 240)
+        vecs = [base[rng.randrange(len(base))] for _ in ids]  # every vector about 4 times
+        vector_index.upsert(ids[:200], vecs[:200])
+        vector_index.upsert(ids[200:], vecs[200:])
+        vector_index.remove(ids[:30])
+        live = dict(zip(ids[30:], vecs[30:]))
+        for allow in (None, rng.sample(sorted(live), 40)):
+            query = [rng.gauss(0, 1) for _ in range(8)]
+            pool = live if allow is None else {i: live[i] for i in allow}
+            for k in (1, 7, 25):
+                hits = vector_index.search(query, k, allowed=allow)
+                assert len(hits) == k and len({i for i, _ in hits}) == k
+                assert {i for i, _ in hits} <= set(pool)
+                for i, score in hits:
+                    assert score == pytest.approx(_cosine(query, pool[i]), abs=1e-5)
+                if vector_index.exact:
+                    want = sorted(pool, key=lambda i: (-_cosine(query, pool[i]), i))[:k]
+                    assert [s for _, s in hits] == pytest.approx(
+                        [_cosine(query, pool[i]) for i in want], abs=1e-5
+                    )
+
