@@ -191,11 +191,18 @@ def measure(
     return row
 
 
+def peak_rss_mb() -> int:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
+    parent across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024)
+    return -1
+
+
 def store_child(db: Path, factory: str, prefix: str | None) -> None:
     """(A child process.) Open ``FaissStore`` on ``db``, bring its index up to date (build or
     load ``<db>.faiss``), run every cached query; print one JSON line."""
-    import resource
-
     from kbcli.stores.faiss_store import FaissStore
 
     queries = unit(np.load(f"{db}.queries.npy"))
@@ -210,14 +217,17 @@ def store_child(db: Path, factory: str, prefix: str | None) -> None:
         "rebuilds": store._matrix.rebuilds,
         "p50_ms": p50,
         "hits": [[(r.document.id, r.score) for r in hits] for hits in found],
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_rss_mb": peak_rss_mb(),
     }))  # fmt: skip
     store.close()
 
 
-def measure_store(db: Path, matrix: Any, queries: Any, factory: str, prefix: str) -> dict:
+def measure_store(
+    db: Path, matrix: Any, queries: Any, factory: str, prefix: str, reuse: bool = False
+) -> dict:
     """Build, reopen and search ``FaissStore(index_factory=factory)`` on ``db`` in child
-    processes; recall@10 (ties counted) by chunk id against exact search."""
+    processes; recall@10 (ties counted) by chunk id against exact search. ``reuse``: keep an
+    existing ``<db>.faiss`` (no build step)."""
     import sqlite3
     import subprocess
 
@@ -228,10 +238,14 @@ def measure_store(db: Path, matrix: Any, queries: Any, factory: str, prefix: str
     chunk_ids = [r[1] for r in rows]  # the vectors' order (read_vectors sorts by rowid)
     inside = np.asarray([str(r[2]).startswith(prefix) for r in rows])
     matrix = unit(matrix)
-    Path(f"{db}.faiss").unlink(missing_ok=True)
+    steps = (("build", None), ("open", None), ("filtered", prefix))
+    if reuse and Path(f"{db}.faiss").exists():
+        steps = steps[1:]
+    else:
+        Path(f"{db}.faiss").unlink(missing_ok=True)
     row: dict[str, Any] = {"set": f"FaissStore {factory}", "vectors": len(matrix),
                            "filter": f"source $prefix {prefix} ({inside.mean():.1%})"}  # fmt: skip
-    for step, where in (("build", None), ("open", None), ("filtered", prefix)):
+    for step, where in steps:
         cmd = [sys.executable, __file__, "--store-child", str(db), "--store", factory,
                "--store-prefix", where or ""]  # fmt: skip
         out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
@@ -275,6 +289,8 @@ def main() -> None:
     )
     ap.add_argument("--store", default=None, help="also measure FaissStore with this factory")
     ap.add_argument("--store-prefix", default="/usr/", help="source prefix of the store filter")
+    ap.add_argument("--store-reuse", action="store_true", help="keep an existing <db>.faiss")
+    ap.add_argument("--store-only", action="store_true", help="skip the index-level rows")
     ap.add_argument("--store-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -298,10 +314,14 @@ def main() -> None:
         "load_start": [round(x, 2) for x in load],
         "embed_or_open_s": round(spent, 1),
         "corpus": f"{dataset.name}, first {args.docs} documents",
-        "rows": [measure(matrix, queries, "real", args.filter_share, efs)],
+        "rows": [],
     }
+    if not args.store_only:
+        report["rows"].append(measure(matrix, queries, "real", args.filter_share, efs))
     if args.store:
-        report["rows"].append(measure_store(db, matrix, queries, args.store, args.store_prefix))
+        report["rows"].append(
+            measure_store(db, matrix, queries, args.store, args.store_prefix, args.store_reuse)
+        )
     if args.synthetic:
         big = synthetic(matrix, args.synthetic, args.sigma)
         report["rows"].append(
@@ -313,11 +333,13 @@ def main() -> None:
         return
     print(json.dumps({k: v for k, v in report.items() if k != "rows"}))
     for row in report["rows"]:
-        if "build" in row:
+        if "filter" in row:
             print(f"\n{row['set']}: {row['vectors']} vectors; filter {row['filter']}")
             print("| step | ready s | rebuilds | p50 ms | recall@10 (ties) | peak RSS MB |")
             print("|---|---|---|---|---|---|")
             for step in ("build", "open", "filtered"):
+                if step not in row:
+                    continue
                 e = row[step]
                 print(f"| {step} | {e['ready_s']} | {e['rebuilds']} | {e['p50_ms']} |"
                       f" {e['recall@10 ties']} | {e['peak_rss_mb']} |")  # fmt: skip

@@ -259,3 +259,51 @@ def test_hidden_vectors_survive_the_file(tmp_path, monkeypatch):
     hits = again.search(licence, 10)
     assert len(hits) == 10 and "c.md" not in {h.document.metadata["source"] for h in hits}
     again.close()
+
+
+def _exact_ids(vecs, ids, query, allowed, k):
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    q = np.asarray(query) / np.linalg.norm(query)
+    pool = [(-float(unit[ids.index(i)] @ q), i) for i in allowed]
+    return [i for _, i in sorted(pool)[:k]]
+
+
+def test_a_folder_filter_on_hnsw_is_an_exact_scan_of_its_runs():
+    """A filter whose allowed vectors lie in a few runs (a folder's files were added together)
+    gets the exact top k, even where the graph walk would miss (ef_search 1)."""
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((3000, DIM)).astype(np.float32)
+    ids = list(range(10, 3010))
+    index = FaissVectorIndex(DIM, "HNSW8", ef_search=1)
+    index.build(ids, vecs)
+    folder = ids[1200:1500] + ids[2600:2650]  # two runs, 350 of 3,000
+    for query in rng.standard_normal((30, DIM)):
+        got = [i for i, _ in index.search(query, 1, allowed=folder)]
+        assert got == _exact_ids(vecs, ids, query, folder, 1)
+    # new vectors (appended) and a rebuild after many removals keep the scan exact
+    more = rng.standard_normal((100, DIM)).astype(np.float32)
+    index.upsert(list(range(5000, 5100)), more)
+    vecs, ids = np.vstack([vecs, more]), ids + list(range(5000, 5100))
+    index.remove(ids[:900])  # 30 % dead: rebuilt, groups renumbered
+    assert index.faiss_index.ntotal == index.distinct == 2200
+    folder = ids[1300:1500] + ids[-60:]
+    for query in rng.standard_normal((30, DIM)):
+        hits = index.search(query, 3, allowed=folder)
+        assert [i for i, _ in hits] == _exact_ids(vecs, ids, query, folder, 3)
+
+
+def test_a_scattered_filter_on_hnsw_uses_the_graph(monkeypatch):
+    rng = np.random.default_rng(6)
+    vecs = rng.standard_normal((2000, DIM)).astype(np.float32)
+    index = FaissVectorIndex(DIM, "HNSW8")
+    index.build(np.arange(2000), vecs)
+    scans = []
+    real_scan = FaissVectorIndex._scan
+    monkeypatch.setattr(FaissVectorIndex, "_scan", lambda self, *a: scans.append(1) or
+                        real_scan(self, *a))  # fmt: skip
+    scattered = np.arange(0, 2000, 7)  # 286 runs of one, within SCAN_RUNS: scanned
+    index.search(vecs[0], 5, allowed=scattered)
+    assert scans == [1]
+    monkeypatch.setattr(faiss_store, "SCAN_RUNS", 100)  # too many runs: the graph walks
+    hits = index.search(vecs[0], 5, allowed=scattered)
+    assert scans == [1] and len(hits) == 5 and hits[0][0] == 0
