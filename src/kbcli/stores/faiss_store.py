@@ -36,12 +36,12 @@ METRICS = ("ip", "cosine", "l2")
 TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
 FIRST_LOOK = 64  # nearest vectors checked against a filter before the selector search
 DEFAULT_EF_SEARCH = 128  # HNSW candidates per query unless store.ef_search (docs/benchmarks.md)
-# Without store.ef_search, larger graphs get more candidates: (up to this many vectors, ef).
-# Measured on real MiniLM embeddings (benchmarks/bench_ann.py, docs/benchmarks.md): 128 gave
-# recall@10 0.992 at 131k vectors but 0.907 at 266k, where 512 gave 0.954; at 1M, 1024 gave
-# 0.931 in 1.9 ms and 2048 only 0.936 in 4 ms.
-EF_SEARCH_BY_SIZE = ((150_000, DEFAULT_EF_SEARCH), (400_000, 512))
-LARGE_EF_SEARCH = 1024  # past the last size
+# Without store.ef_search, larger graphs get more candidates: (up to this many distinct vectors,
+# ef). Measured on real MiniLM embeddings, identical vectors held once (benchmarks/bench_ann.py,
+# docs/benchmarks.md): 128 gave recall@10 0.979 at 266k vectors; at 1M, 128 gave 0.968, 512
+# gave 0.989 in 1.4 ms and 1024 0.992 in 2.4 ms.
+EF_SEARCH_BY_SIZE = ((400_000, DEFAULT_EF_SEARCH),)
+LARGE_EF_SEARCH = 512  # past the last size
 REBUILD_SHARE = 0.5  # a difference touching more than this share of vectors rebuilds instead
 # An index that cannot remove (HNSW, IVF here) keeps the vectors no id holds any more, unseen by
 # search, until they are this share of it; then it is rebuilt from the vectors still held.
@@ -735,9 +735,9 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
     ``index_factory``: a FAISS factory string (``"Flat"`` exact; ``"IVF256,Flat"``,
     ``"HNSW32"`` approximate). ``normalize``: unit-length vectors, so inner product is cosine.
     ``metric``: ``"ip"``/``"cosine"`` (default) or ``"l2"``. ``ef_search``: HNSW candidates per
-    query (recall against speed; None: :func:`default_ef_search`, 128 up to 150k vectors,
-    where FAISS's own default of 16 gave recall@10 0.70 on a 100k set, and more beyond; a
-    filtered search uses at least 2k).
+    query (recall against speed; None: :func:`default_ef_search`, 128 up to 400k distinct
+    vectors, where FAISS's own default of 16 gave recall@10 0.70 on a 100k set, and 512
+    beyond; a filtered search uses at least 2k).
     ``path``: the SQLite file (default ``paths.knowledge_db``); the index lives in
     ``<path>.faiss``.
     """
