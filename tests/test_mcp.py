@@ -24,7 +24,7 @@ import pytest
 
 import tenants as shared
 from cli_helpers import run
-from kbcli.tools import NO_CHUNK, NO_FILE
+from kbcli.tools import NO_CHUNK, NO_FILE, NO_KEY, NO_RESULTS, NO_SOURCE
 
 pytest.importorskip("mcp")
 
@@ -257,6 +257,54 @@ def test_stdio_errors_are_texts(stdio):
         assert "Traceback" not in text
 
 
+def test_stdio_empty_answers_name_only_what_the_scope_holds(stdio, setup):
+    """A folder or file indexed only outside the scope answers as one indexed nowhere."""
+    for where, filter in [
+        ("under '/globex/'", {"source": {"$prefix": "/globex/"}}),
+        ("under '/nowhere/'", {"source": {"$prefix": "/nowhere/"}}),
+        ("at '/globex/doc0.md'", {"source": "/globex/doc0.md"}),
+        ("at '/nowhere/doc0.md'", {"source": "/nowhere/doc0.md"}),
+    ]:
+        text, is_error = stdio.call("knowledge_search", {"query": "invoices", "filter": filter})
+        assert not is_error and text == NO_SOURCE.format(where=where)
+    # acme's file shares its source with an initech chunk; only the canary is in that chunk
+    arguments = {"query": "zebracanary", "mode": "keyword", "filter": {"source": "/acme/doc0.md"}}
+    assert stdio.call("knowledge_search", arguments) == (NO_RESULTS, False)
+    text, _ = stdio.call("knowledge_search", {"query": "invoices", "filter": {"paeg": 2}})
+    assert text == NO_KEY.format(names="'paeg'")
+
+
+@pytest.fixture(scope="module")
+def hints_stdio(tmp_path_factory, home):
+    """``kb mcp --filter tenant=acme`` over an index where some keys only exist outside acme."""
+    from mcp import Client, StdioServerParameters
+
+    from test_search_hints import _kb
+
+    folder = tmp_path_factory.mktemp("mcp-hints")
+    _kb("sqlite", folder, with_outside=True).close()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kbcli", "--db", str(folder / "kb.db"), "mcp", "--filter", "tenant=acme"],
+        env=_env(home),
+        cwd=str(home),
+    )
+    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    yield client
+    client.close()
+
+
+def test_stdio_a_key_held_only_outside_the_scope_is_unknown(hints_stdio):
+    for query, filter, expected in [
+        ("password", {"clearance": "top"}, NO_KEY.format(names="'clearance'")),  # globex's key
+        ("password", {"clarity": "top"}, NO_KEY.format(names="'clarity'")),  # nobody's key
+        ("password", {"year": 1999}, NO_RESULTS),  # acme's key, no chunk of that year
+        ("zzzqqq", {"source": {"$prefix": "/acme/"}}, NO_RESULTS),
+    ]:
+        text, is_error = hints_stdio.call("knowledge_search", {"query": query, "filter": filter})
+        assert (text, is_error) == (expected, False), filter
+
+
 # --- HTTP ----------------------------------------------------------------------------------
 
 
@@ -285,6 +333,24 @@ def test_each_token_reads_its_own_scope(http_url, setup):
     finally:
         globex.close()
         admin.close()
+
+
+def test_each_token_gets_the_empty_answer_of_its_own_scope(http_url):
+    """Over HTTP the hint follows the token: /globex/ is unindexed for acme, indexed for the
+    others (whose search for a word it lacks then keeps the plain answer)."""
+    arguments = {"query": "zzzqqq", "filter": {"source": {"$prefix": "/globex/"}}}
+    answers = {}
+    for name in ("acme", "globex", "admin"):
+        client = ClientThread(_http_client(http_url, TOKENS[name]))
+        try:
+            answers[name] = client.call("knowledge_search", arguments)
+        finally:
+            client.close()
+    assert answers == {
+        "acme": (NO_SOURCE.format(where="under '/globex/'"), False),
+        "globex": (NO_RESULTS, False),
+        "admin": (NO_RESULTS, False),
+    }
 
 
 @pytest.mark.parametrize(

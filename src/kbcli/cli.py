@@ -694,6 +694,7 @@ def search(
     chunk lists every matching chunk."""
     from . import render
     from .filters import parse_filter_expressions
+    from .hints import unknown_keys
     from .query import search as run_search
     from .types import SearchOptions
 
@@ -718,7 +719,7 @@ def search(
         hits = run_search(kb, query, options, by=unit)
         terms = kb.analyzer.query_terms(query)
         unindexed = _unindexed_folders(kb, in_) if not hits and in_ else []
-        unknown = _unknown_keys(kb, options.filter) if not hits and not unindexed else []
+        unknown = unknown_keys(kb.store, options.filter) if not hits and not unindexed else []
     finally:
         kb.close()
     if fmt != "table":
@@ -769,27 +770,9 @@ def _unit(by: str) -> str:
 def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
     from .filters import under_folders
-    from .protocols import DocumentCatalog
+    from .hints import unindexed
 
-    store = kb.store
-    if not isinstance(store, DocumentCatalog):  # a plugin store may only search
-        return []
-    return [f for f in folders if not store.count(under_folders([_resolve_source(f)]))]
-
-
-def _unknown_keys(kb: Any, filter: dict[str, Any] | None) -> list[str]:
-    """The keys ``filter`` tests that no stored chunk has (a mistyped key finds nothing)."""
-    from .filters import filter_keys
-    from .protocols import DocumentCatalog
-
-    store = kb.store
-    if not isinstance(store, DocumentCatalog):  # a plugin store may only search
-        return []
-
-    def used(key: str) -> bool:  # stops at the first chunk that has it
-        return any(True for _ in store.iter_documents({key: {"$exists": True}}, limit=1))
-
-    return [key for key in filter_keys(filter) if not used(key)]
+    return unindexed(kb.store, [(f, under_folders([_resolve_source(f)])) for f in folders])
 
 
 def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:

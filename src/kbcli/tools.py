@@ -11,7 +11,9 @@ says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.tool
 Scopes: a tool built over a :class:`~kbcli.scope.ScopedKnowledgeBase` (``kb.as_tool(filter=...)``,
 ``knowledge_tools(kb, filter=...)``) reads only through it. The ``filter`` argument a caller
 sends is validated and ANDed with the scope, so it can only narrow what the tool sees; unknown
-arguments are refused; an id or path the scope hides is reported exactly like an unknown one.
+arguments are refused; an id or path the scope hides is reported exactly like an unknown one,
+and an empty search's reason (a source nothing is indexed under, a filter key no chunk has) is
+judged over the scope alone.
 The MCP server (:mod:`kbcli.mcp_server`) serves these same tool objects.
 """
 
@@ -26,6 +28,18 @@ from .errors import InvalidOptionError, KBError
 from .types import MODES, SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
+# Empty answers with the caller's filter to blame (``where``: "under '/docs/'", "at '/a.md'"):
+NO_SOURCE = (
+    "No relevant knowledge found: nothing you can search is indexed {where} "
+    "(check the source path in the filter argument)."
+)
+NO_KEY = (
+    "No relevant knowledge found: no chunk you can search has the metadata key {names} "
+    "(check the key's spelling in the filter argument)."
+)
+# Sources, and keys, looked up to explain one empty answer (an unknown key reads every chunk
+# in scope).
+MAX_HINT_CHECKS = 5
 NO_QUERY = "Error: No query provided"
 NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
 NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
@@ -311,6 +325,11 @@ class KnowledgeSearchTool(KnowledgeTool):
 
     def options(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions]:
         """Validate ``arguments`` into ``(query, SearchOptions)``; raises ToolArgumentError."""
+        query, options, _ = self._parse(arguments)
+        return query, options
+
+    def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
+        """:meth:`options` and the caller's own validated ``filter`` (without the scope)."""
         from .filters import validate_filter
         from .scope import and_filters
 
@@ -340,11 +359,13 @@ class KnowledgeSearchTool(KnowledgeTool):
             except InvalidOptionError as exc:
                 raise ToolArgumentError(f"invalid filter: {exc}") from None
         combined = and_filters(self.access_filter, caller)
-        return query, SearchOptions(k=k, mode=mode, filter=combined)
+        return query, SearchOptions(k=k, mode=mode, filter=combined), caller
 
     def search(self, arguments: dict[str, Any]) -> list[Citation]:
         """Validated search: the hits as citations (raises ToolArgumentError / KBError)."""
-        query, options = self.options(arguments)
+        return self._search(*self.options(arguments))
+
+    def _search(self, query: str, options: SearchOptions) -> list[Citation]:
         from .pipeline import RAGPipeline
 
         if isinstance(self.pipeline, RAGPipeline):
@@ -353,10 +374,32 @@ class KnowledgeSearchTool(KnowledgeTool):
             results = self.pipeline.search_with(query, options)
         return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
 
+    def empty_answer(self, caller_filter: dict[str, Any] | None) -> str:
+        """What a search that found nothing answers: :data:`NO_RESULTS`, or with the caller's
+        ``filter`` to blame, which of its sources nothing is indexed under, else which of its
+        keys no chunk has. Both are judged only over the chunks this tool can see, so the
+        answer says nothing of what a scope hides."""
+        from . import hints
+        from .pipeline import KnowledgeBase
+        from .scope import ScopedKnowledgeBase
+
+        if not caller_filter or not isinstance(self.pipeline, (KnowledgeBase, ScopedKnowledgeBase)):
+            return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
+        view = _reader(self.pipeline)
+        pins = hints.source_pins(caller_filter)[:MAX_HINT_CHECKS]
+        missing = hints.unindexed(view, pins)
+        if missing:
+            return NO_SOURCE.format(where=hints.listed(missing))
+        unknown = hints.unknown_keys(view, caller_filter, most=MAX_HINT_CHECKS)
+        if unknown:
+            return NO_KEY.format(names=hints.listed([hints.quoted(key) for key in unknown]))
+        return NO_RESULTS
+
     def _call(self, arguments: dict[str, Any]) -> ToolResult:
-        citations = self.search(arguments)
+        query, options, caller = self._parse(arguments)
+        citations = self._search(query, options)
         if not citations:
-            return ToolResult(NO_RESULTS)
+            return ToolResult(self.empty_answer(caller))
         lines = [f"{c.number}. {' '.join(c.text.split())} ({c.label()})" for c in citations]
         return ToolResult("\n".join(lines), citations)
 
@@ -377,7 +420,9 @@ class KnowledgeSearchTool(KnowledgeTool):
         """Search and format the hits as ``1. <text> (source: <path>, page 2; id: <id>)`` lines.
 
         An empty query (also looked up in ``kwargs["input"]``) gives ``Error: No query provided``;
-        no hits give ``No relevant knowledge found.``; bad arguments an ``Error: ...`` line.
+        no hits give ``No relevant knowledge found.`` (with the reason when a ``filter`` names a
+        source nothing is indexed under, or a key no chunk has: :meth:`empty_answer`); bad
+        arguments an ``Error: ...`` line.
         """
         import asyncio
 
