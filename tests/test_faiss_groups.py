@@ -307,3 +307,27 @@ def test_a_scattered_filter_on_hnsw_uses_the_graph(monkeypatch):
     monkeypatch.setattr(faiss_store, "SCAN_RUNS", 100)  # too many runs: the graph walks
     hits = index.search(vecs[0], 5, allowed=scattered)
     assert scans == [1] and len(hits) == 5 and hits[0][0] == 0
+
+
+def test_doctor_finds_a_chunk_filed_under_another_vector_and_repairs_it(tmp_path):
+    """A file whose numbers all hold together but which files one chunk under another
+    vector's group (search would answer with it for the wrong query): kb doctor compares
+    every stored vector's fingerprint with its group's."""
+    store, licence = _store_with_copies(tmp_path / "kb.db")
+    path = store.faiss_path
+    store.close()
+    data = bytearray(path.read_bytes())
+    body = 16 + int.from_bytes(data[8:16], "little") + 14 * 16
+    first_group = body + 16 + 8 * 14
+    data[first_group : first_group + 8] = (5).to_bytes(8, "little")  # a valid, other group
+    path.write_bytes(bytes(data))
+    again = FaissStore(path=tmp_path / "kb.db")
+    bad = [f for f in again.doctor() if not f.ok]
+    want = f"{path.name} holds other vectors than the catalog for 1 chunks"
+    assert [f.detail for f in bad] == [want]
+    assert all(f.repaired for f in again.doctor(repair=True) if not f.ok)
+    assert all(f.ok for f in again.doctor())
+    assert sorted(h.document.metadata["source"] for h in again.search(licence, 2)) == [
+        "a.md", "b.md",
+    ]  # fmt: skip
+    again.close()

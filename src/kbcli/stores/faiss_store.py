@@ -481,6 +481,23 @@ class FaissVectorIndex:
             return distance
         return 1.0 - distance / 2.0 if self.normalize else -distance
 
+    def disagreements(self, ids: Any, vectors: Any) -> int:
+        """How many of ``ids`` (with their ``vectors``, as stored) this index does not hold, or
+        holds in a group of another vector (compared by :func:`~kbcli.vectors.row_fingerprints`)."""
+        from ..vectors import row_fingerprints
+
+        np = self._np
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return len(self)
+        at = np.minimum(np.searchsorted(self._rowids, ids), max(len(self._rowids) - 1, 0))
+        held = self._rowids[at] == ids if len(self._rowids) else np.zeros(len(ids), bool)
+        same = np.zeros(len(ids), bool)
+        same[held] = row_fingerprints(self._matrix(vectors)[held]) == self._fingerprint[
+            self._group[at[held]]
+        ]
+        return int(np.count_nonzero(~same)) + len(self) - int(np.count_nonzero(held))
+
     def serialize(self) -> list[Any]:
         """The index as byte buffers to write one after another (none while empty): the ids,
         their groups and the groups' fingerprints, then the index serialised by FAISS."""
@@ -714,6 +731,9 @@ class FaissFile:
         if held != current or len(index) != len(current):
             wrong = len(set(held.items()) ^ set(current.items()))
             return f"{self.path.name} disagrees with the catalog on {wrong} vectors"
+        wrong = index.disagreements(*sqlite_vectors.read_vectors(conn, []))
+        if wrong:
+            return f"{self.path.name} holds other vectors than the catalog for {wrong} chunks"
         return None
 
     def discard(self) -> None:
