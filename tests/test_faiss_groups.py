@@ -331,3 +331,16 @@ def test_doctor_finds_a_chunk_filed_under_another_vector_and_repairs_it(tmp_path
         "a.md", "b.md",
     ]  # fmt: skip
     again.close()
+
+
+@pytest.mark.parametrize("factory", ["Flat", "HNSW16"])
+def test_a_build_that_may_reuse_its_input_gives_the_same_index(factory):
+    keys, vecs, base = _copies(seed=12, distinct=40, ids=300)
+    matrix = np.asarray(vecs, np.float32)
+    plain = FaissVectorIndex(DIM, factory, ef_search=300)
+    plain.build(keys, matrix.copy())
+    reused = FaissVectorIndex(DIM, factory, ef_search=300)
+    reused.build(keys, matrix, reuse=True)
+    assert (reused.distinct, len(reused)) == (plain.distinct, len(plain)) == (40, 300)
+    for n in (0, 17, 39):
+        assert reused.search(base[n], 12) == plain.search(base[n], 12)

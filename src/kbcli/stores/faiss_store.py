@@ -206,9 +206,10 @@ class FaissVectorIndex:
             self._faiss.normalize_L2(matrix)
         return matrix
 
-    def build(self, ids: Any, vectors: Any) -> None:
+    def build(self, ids: Any, vectors: Any, *, reuse: bool = False) -> None:
         """Replace the whole index with ``vectors`` under ``ids`` (trains when needed; the
-        last of a repeated id wins)."""
+        last of a repeated id wins). ``reuse``: ``vectors`` (a writable float32 array the
+        caller no longer needs) may be overwritten, saving a copy of the distinct vectors."""
         from ..vectors import distinct_rows, row_fingerprints
 
         np = self._np
@@ -222,7 +223,15 @@ class FaissVectorIndex:
             raw = raw[last]
         fingerprints = row_fingerprints(raw)
         groups, firsts = distinct_rows(raw, fingerprints)
-        held = self._unit(raw[firsts], owned=True)
+        if reuse and raw.flags.writeable:
+            # firsts ascend and firsts[i] >= i: moving them down in blocks never overwrites a
+            # row still to be moved
+            for start in range(0, len(firsts), 65536):
+                part = firsts[start : start + 65536]
+                raw[start : start + len(part)] = raw[part]
+            held = self._unit(raw[: len(firsts)], owned=True)
+        else:
+            held = self._unit(raw[firsts], owned=True)
         index = self._new(held)
         index.add_with_ids(held, np.arange(len(firsts), dtype=np.int64))
         self._index = index
@@ -648,7 +657,7 @@ class FaissFile:
         self.rebuilds += 1
         index = self._fresh()
         ids, matrix = sqlite_vectors.read_vectors(conn, [])
-        index.build(ids, matrix)
+        index.build(ids, matrix, reuse=True)
         return index
 
     def _save(self) -> None:

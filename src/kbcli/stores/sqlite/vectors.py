@@ -148,11 +148,33 @@ def read_vectors(conn: sqlite3.Connection, rowids: Sequence[int]) -> tuple[Any, 
             found.extend(conn.execute(f"SELECT doc, vec FROM vectors WHERE doc IN ({marks})", part))
         found.sort()
     else:
-        found = conn.execute("SELECT doc, vec FROM vectors ORDER BY doc").fetchall()
+        return _read_all_vectors(conn, dim)
     ids = np.fromiter((d for d, _ in found), np.int64, len(found))
     if not found:
         return ids, np.zeros((0, dim), np.float32)
     matrix = np.frombuffer(b"".join(v for _, v in found), np.float32).reshape(-1, dim)
+    return ids, matrix
+
+
+def _read_all_vectors(conn: sqlite3.Connection, dim: int) -> tuple[Any, Any]:
+    """Every stored vector, copied straight into one matrix: at 1M x 384 the rows as a list of
+    blobs joined into one would hold the 1.5 GB twice more at once."""
+    import numpy as np
+
+    count = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+    ids = np.empty(count, np.int64)
+    matrix = np.empty((count, dim), np.float32)
+    if not count:
+        return ids, matrix
+    out, width, n = memoryview(matrix).cast("B"), 4 * dim, 0
+    for n, (doc, blob) in enumerate(conn.execute("SELECT doc, vec FROM vectors ORDER BY doc")):
+        if len(blob) != width:
+            raise IndexMismatchError(
+                f"Stored vectors have different lengths (chunk {doc}): use one embedder, "
+                "or 'kb ingest --rebuild'"
+            )
+        ids[n] = doc
+        out[n * width : (n + 1) * width] = blob
     return ids, matrix
 
 
