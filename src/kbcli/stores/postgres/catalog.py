@@ -15,7 +15,7 @@ from typing import Any
 from ...filters import dumps_metadata
 from ...types import Document
 from ..common import text_hash
-from .filters import compile_filter
+from .filters import scan_filter
 from .schema import Tables
 
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
@@ -137,7 +137,7 @@ def rows_by_source(conn: Any, t: Tables, source: str) -> list[ChunkRow]:
 
 def rows_where(conn: Any, t: Tables, filter: dict[str, Any] | None) -> list[ChunkRow]:
     """The rows of every chunk passing ``filter``."""
-    where, params = compile_filter(filter, "c.metadata")
+    where, params = scan_filter(filter)
     sql = f"SELECT {CHUNK_ROW} FROM {t.chunks} c WHERE {where}"
     return [ChunkRow(*r) for r in conn.execute(sql, params)]
 
@@ -170,7 +170,7 @@ def select_documents(
     with_embeddings: bool = False,
 ) -> list[Document]:
     """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
-    where, params = compile_filter(filter, "c.metadata")
+    where, params = scan_filter(filter)
     if source is not None:
         where += " AND c.source = %s"
         params.append(source)
@@ -185,7 +185,7 @@ def select_documents(
 
 def count(conn: Any, t: Tables, filter: dict[str, Any] | None) -> int:
     """How many chunks pass ``filter``."""
-    where, params = compile_filter(filter, "c.metadata")
+    where, params = scan_filter(filter)
     if where == "TRUE":
         return conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
     return conn.execute(f"SELECT count(*) FROM {t.chunks} c WHERE {where}", params).fetchone()[0]

@@ -9,6 +9,13 @@ Ordering compares numbers with numbers (jsonb numeric order) and strings with st
 point order (``COLLATE "C"`` on UTF-8 bytes), guarded by ``CASE`` so that no other value is
 compared or cast. ``$prefix`` is ``starts_with`` on string values (code points, no wildcards).
 A filter this module does not know fails closed with :class:`FilterError`.
+
+:func:`scan_filter` is the form for a statement that would otherwise read every chunk: when the
+filter pins ``source`` to text (``kb search --in``, an access scope, a value or ``$in`` of
+values), a range on the chunk table's ``source`` column leads it, so PostgreSQL reads only those
+sources' rows through its index; the whole filter is still tested on each. The column and its
+index are ``COLLATE "C"`` (code point order, which is what ``after_prefix`` bounds): under a
+locale collation a range would miss rows, and an index of another collation is not used.
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ import math
 from typing import Any
 
 from ...errors import FilterError
-from ...filters import compile_tree, validate_filter
+from ...filters import after_prefix, compile_tree, text_prefixes, validate_filter
 
+MAX_SOURCE_RANGES = 64  # past this many pinned sources a filter is tested on every row, as before
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
@@ -35,6 +43,27 @@ def compile_filter(
         lambda key, op, operand, params: _compile_op(column, key, op, operand, params),
         "TRUE",
     )
+
+
+def scan_filter(filter: dict[str, Any] | None, alias: str = "c.") -> tuple[str, list[Any]]:
+    """``(sql, params)``: :func:`compile_filter` on ``{alias}metadata``, led by a range on the
+    indexed ``{alias}source`` when ``filter`` pins ``source`` to text values or prefixes."""
+    where, params = compile_filter(filter, f"{alias}metadata")
+    prefixes = text_prefixes(validate_filter(filter), "source")
+    if not prefixes or len(prefixes) > MAX_SOURCE_RANGES:
+        return where, params
+    column = f'{alias}source COLLATE "C"'
+    ranges: list[str] = []
+    bounds: list[Any] = []
+    for prefix in dict.fromkeys(prefixes):
+        end = after_prefix(prefix)
+        if end is None:
+            ranges.append(f"{column} >= %s::text")
+            bounds.append(prefix)
+        else:
+            ranges.append(f"({column} >= %s::text AND {column} < %s::text)")
+            bounds.extend((prefix, end))
+    return f"({' OR '.join(ranges)}) AND {where}", [*bounds, *params]
 
 
 def _scalar(value: Any) -> str:

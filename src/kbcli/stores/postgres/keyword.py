@@ -34,7 +34,7 @@ from ...filters import dumps_metadata
 from ...types import Document
 from ..common import outdated
 from .catalog import ChunkRow, allocate
-from .filters import compile_filter
+from .filters import scan_filter
 from .schema import Tables
 
 
@@ -329,7 +329,7 @@ class KeywordTables:
         )
         if filter:
             # Only chunks passing the filter are scored and add to their source's score.
-            where, fparams = compile_filter(filter, "c.metadata")
+            where, fparams = scan_filter(filter)
             hits += f" JOIN {t.chunks} c ON c.doc = p.doc WHERE {where}"
             params += fparams
         avgdl, avgsl = stats.avgdl, stats.avgsl

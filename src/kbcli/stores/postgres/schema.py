@@ -4,10 +4,11 @@ Every table is named after ``table`` (default ``kb_chunks``), so several indexes
 database or schema:
 
 - ``{table}``: one row per document (chunk): ``doc`` (insertion order), id, text, ``metadata``
-  JSONB, source, text hash, BM25 length, the forward index (``term_ids``/``tfs``, to undo its
-  postings exactly), ``src`` (its row in ``_sources``) and ``embedding``, a pgvector
-  ``vector`` column; once the dimension is known it is typed ``vector(d)`` and carries an HNSW
-  index with ``vector_cosine_ops``.
+  JSONB, source (``COLLATE "C"`` and indexed, so a filter pinning sources reads a range), text
+  hash, BM25 length, the forward index (``term_ids``/``tfs``, to undo its postings exactly),
+  ``src`` (its row in ``_sources``) and ``embedding``, a pgvector ``vector`` column; once the
+  dimension is known it is typed ``vector(d)`` and carries an HNSW index with
+  ``vector_cosine_ops``.
 - ``{table}_sources`` (source, length, chunks), ``{table}_terms`` (term, df, sdf),
   ``{table}_postings`` (term, src, doc, tf, dl; its key covers every column, so a query's
   postings are read by index-only scans): the inverted index of :mod:`kbcli.bm25`;
@@ -29,7 +30,7 @@ from typing import Any
 
 from ...errors import ConfigError, NotAKnowledgeBaseError, StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 
 
@@ -108,7 +109,7 @@ def _create(conn: Any, t: Tables) -> None:
         chunks bigint NOT NULL);
     CREATE TABLE {t.chunks} (
         doc bigserial PRIMARY KEY, id text NOT NULL UNIQUE, text text NOT NULL,
-        metadata jsonb NOT NULL DEFAULT '{{}}', created_at text NOT NULL, source text,
+        metadata jsonb NOT NULL DEFAULT '{{}}', created_at text NOT NULL, source text COLLATE "C",
         text_hash text NOT NULL, length integer NOT NULL, term_ids bigint[] NOT NULL,
         tfs integer[] NOT NULL, src bigint NOT NULL, embedding vector);
     CREATE INDEX "{t.base}_source" ON {t.chunks} (source);
@@ -139,8 +140,15 @@ def _create(conn: Any, t: Tables) -> None:
     )
 
 
-# Migration from version N to N+1, by N (none yet: version 1 is the first).
-MIGRATIONS: dict[int, Callable[[Any, Tables], None]] = {}
+def _source_in_code_point_order(conn: Any, t: Tables) -> None:
+    """1 -> 2: the chunks' ``source`` column (and so its index) in ``COLLATE "C"``, so that a
+    filter pinning sources reads a range of that index. Only the index is rebuilt: the rows
+    are not rewritten, as the type stays ``text``."""
+    conn.execute(f'ALTER TABLE {t.chunks} ALTER COLUMN source TYPE text COLLATE "C"')
+
+
+# Migration from version N to N+1, by N.
+MIGRATIONS: dict[int, Callable[[Any, Tables], None]] = {1: _source_in_code_point_order}
 
 
 def exists(conn: Any, t: Tables) -> bool:

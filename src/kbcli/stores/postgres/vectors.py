@@ -18,7 +18,7 @@ from typing import Any
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
 from ..common import check_embedder
-from .filters import compile_filter
+from .filters import scan_filter
 from .schema import Tables
 
 HNSW_MAX_DIM = 2000
@@ -136,30 +136,30 @@ def search(
             "use the embedder that built it"
         )
     vec = np.asarray(query, dtype=np.float32)
-    where, params = compile_filter(filter, "c.metadata")
-    sql = (
-        f"SELECT c.doc, c.embedding <=> %s AS distance FROM {t.chunks} c"
-        f" WHERE c.embedding IS NOT NULL AND {where} ORDER BY distance LIMIT %s"
-    )
+    where, params = scan_filter(filter)
+
+    def nearest(distance: str) -> str:
+        return (
+            f"SELECT c.doc, {distance} AS distance FROM {t.chunks} c"
+            f" WHERE c.embedding IS NOT NULL AND {where} ORDER BY distance LIMIT %s"
+        )
+
+    # The exact form orders by an expression the HNSW index cannot serve: turning index scans
+    # off (SET LOCAL) would not reach a plan psycopg has prepared after a few calls, which then
+    # walked the index again. Any other index (the source range) stays usable.
+    indexed_sql = nearest("c.embedding <=> %s")
+    exact_sql = nearest("(c.embedding <=> %s) + 0.0::float8")
     args = [vec, *params, int(k)]
     if exact:
-        conn.execute("SET LOCAL enable_indexscan = off")
-        conn.execute("SET LOCAL enable_bitmapscan = off")
-        rows = conn.execute(sql, args).fetchall()
-        conn.execute("SET LOCAL enable_indexscan = on")
-        conn.execute("SET LOCAL enable_bitmapscan = on")
+        rows = conn.execute(exact_sql, args).fetchall()
         return sorted(((int(d), _score(x)) for d, x in rows), key=lambda h: (-h[1], h[0]))
     conn.execute(f"SET LOCAL hnsw.ef_search = {min(EF_SEARCH_MAX, max(int(ef_search), int(k)))}")
     if iterative:
         conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-    rows = conn.execute(sql, args).fetchall()
+    rows = conn.execute(indexed_sql, args).fetchall()
     if len(rows) < k and indexed(conn, t):
         # The walk ended early (very selective filter): an exact scan of the allowed rows.
-        conn.execute("SET LOCAL enable_indexscan = off")
-        conn.execute("SET LOCAL enable_bitmapscan = off")
-        rows = conn.execute(sql, args).fetchall()
-        conn.execute("SET LOCAL enable_indexscan = on")
-        conn.execute("SET LOCAL enable_bitmapscan = on")
+        rows = conn.execute(exact_sql, args).fetchall()
     hits = [(int(doc), _score(distance)) for doc, distance in rows]
     hits.sort(key=lambda h: (-h[1], h[0]))  # relaxed order: sort the k found exactly
     return hits
