@@ -49,6 +49,7 @@ def bench(dsn: str, n_chunks: int, args: argparse.Namespace) -> None:
     import numpy as np
 
     from kbcli.stores.postgres import PostgresStore
+    from kbcli.stores.postgres.schema import SCHEMA_VERSION
 
     rng = random.Random(7)
     vocab = make_vocab(50_000, rng)
@@ -61,7 +62,9 @@ def bench(dsn: str, n_chunks: int, args: argparse.Namespace) -> None:
         for name in reversed(store._t.all()):
             conn.execute(f"TRUNCATE {name}")
         conn.execute(f"INSERT INTO {store._t.stats} VALUES (1, 0, 0, 0, 0)")
-        conn.execute(f"INSERT INTO {store._t.meta} VALUES ('schema_version', '1')")
+        conn.execute(
+            f"INSERT INTO {store._t.meta} VALUES ('schema_version', %s)", (str(SCHEMA_VERSION),)
+        )
     nprng = np.random.default_rng(7)
     matrix = np.empty((n_chunks, args.dim), np.float32)
     print(f"\n== {n_chunks:,} chunks ({store.location}) ==")
