@@ -187,7 +187,7 @@ def test_the_store_finds_each_copy_and_keeps_the_groups_in_its_file(tmp_path):
     again.close()
 
 
-@pytest.mark.parametrize("damage", ["first format", "groups", "ids"])
+@pytest.mark.parametrize("damage", ["first format", "groups", "ids", "cut short", "trailing"])
 def test_a_file_whose_groups_do_not_hold_is_rebuilt(tmp_path, damage):
     store, licence = _store_with_copies(tmp_path / "kb.db")
     path = store.faiss_path
@@ -201,8 +201,12 @@ def test_a_file_whose_groups_do_not_hold_is_rebuilt(tmp_path, damage):
         data[:8] = b"KBFAISS1"  # files of earlier versions hold every copy: rebuilt once
     elif damage == "groups":
         data[body + 16 + 8 * 14 : body + 16 + 8 * 15] = (999).to_bytes(8, "little")
-    else:
+    elif damage == "ids":
         data[body + 16 : body + 24] = (123_456).to_bytes(8, "little")
+    elif damage == "cut short":
+        del data[-10:]  # inside the FAISS part, which is streamed in
+    else:
+        data += b"\0" * 8
     path.write_bytes(bytes(data))
     again = FaissStore(path=tmp_path / "kb.db")
     if damage != "first format":

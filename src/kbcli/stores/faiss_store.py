@@ -508,8 +508,9 @@ class FaissVectorIndex:
         return int(np.count_nonzero(~same)) + len(self) - int(np.count_nonzero(held))
 
     def serialize(self) -> list[Any]:
-        """The index as byte buffers to write one after another (none while empty): the ids,
-        their groups and the groups' fingerprints, then the index serialised by FAISS."""
+        """The index as parts to write one after another (none while empty): bytes of the ids,
+        their groups and the groups' fingerprints, then a callable that streams the index
+        serialised by FAISS to the ``write`` it is given (never held whole in memory)."""
         np = self._np
         if self._index is None:
             return []
@@ -519,7 +520,9 @@ class FaissVectorIndex:
             self._rowids.astype("<i8").tobytes(),
             self._group.astype("<i8").tobytes(),
             self._fingerprint.astype("<u8").tobytes(),
-            self._faiss.serialize_index(self._index),
+            lambda write: self._faiss.write_index(
+                self._index, self._faiss.PyCallbackIOWriter(write)
+            ),
         ]
 
     def load(self, read: Any, dim: int | None, flat_standin: bool) -> None:
@@ -676,7 +679,6 @@ class FaissFile:
                 "dim": index.dim,
                 "flat_standin": index._flat_standin,
                 "stamps": len(rows),
-                "body": sum(memoryview(part).nbytes for part in body),
             }
         ).encode()
         head = FILE_MAGIC + len(header).to_bytes(8, "little") + header
@@ -697,13 +699,12 @@ class FaissFile:
                 if header.get("settings") != self.settings:
                     return None
                 n = int(header["stamps"])
-                end = fh.tell() + 16 * n + int(header["body"])
-                if total != end:
+                if total < fh.tell() + 16 * n:
                     return None
                 pairs = np.frombuffer(fh.read(16 * n), dtype="<i8").reshape(-1, 2)
                 index = self._fresh()
                 index.load(fh.read, header["dim"], bool(header["flat_standin"]))
-                if fh.tell() != end or not np.array_equal(index.ids(), pairs[:, 0]):
+                if fh.tell() != total or not np.array_equal(index.ids(), pairs[:, 0]):
                     return None
             held = dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()))
             return str(header["tag"]), index, held, str(header["embedder"])

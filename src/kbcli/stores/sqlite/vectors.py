@@ -178,15 +178,19 @@ def _read_all_vectors(conn: sqlite3.Connection, dim: int) -> tuple[Any, Any]:
     return ids, matrix
 
 
-def write_atomic(path: Path, chunks: Sequence[bytes]) -> bool:
+def write_atomic(path: Path, chunks: Sequence[Any]) -> bool:
     """Write ``chunks`` to ``path`` as temp file -> fsync -> rename -> fsync(folder), so a
-    reader (or a crash) only ever sees the old file or the whole new one. False when the
-    folder is not writable (a derived file then lives in memory only)."""
+    reader (or a crash) only ever sees the old file or the whole new one. A chunk is bytes (or
+    any buffer), or a callable handed the file's ``write`` to stream a large part itself.
+    False when the folder is not writable (a derived file then lives in memory only)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
             for chunk in chunks:
-                fh.write(chunk)
+                if callable(chunk):
+                    chunk(fh.write)
+                else:
+                    fh.write(chunk)
                 crash_point("derived-file-write")
             fh.flush()
             os.fsync(fh.fileno())
