@@ -20,13 +20,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from filter_strategies import examples  # noqa: E402
 from kbcli import Document  # noqa: E402
-from kbcli.filters import matches, under_folders, validate_filter  # noqa: E402
+from kbcli.filters import MAX_SOURCE_RANGES, matches, under_folders, validate_filter  # noqa: E402
 from kbcli.stores.postgres import PostgresStore  # noqa: E402
-from kbcli.stores.postgres.filters import (  # noqa: E402
-    MAX_SOURCE_RANGES,
-    compile_filter,
-    scan_filter,
-)
+from kbcli.stores.postgres.filters import compile_filter, scan_filter  # noqa: E402
 
 TOP = "\U0010ffff"  # the last code point: a prefix ending in it has no simple successor
 PIECES = ["a", "b", "/", "é", TOP, "\ud7ff", "\ue000", "0", "A", "日"]

@@ -266,6 +266,33 @@ def after_prefix(prefix: str) -> str | None:
     return None
 
 
+MAX_SOURCE_RANGES = 64  # past this many pinned sources a filter is tested on every row
+
+
+def source_ranges(
+    filter: dict[str, Any] | None, column: str, mark: str
+) -> tuple[str, list[Any]] | None:
+    """``(sql, params)``: ranges on an indexed ``column`` of sources covering every text value
+    and prefix ``filter`` pins ``source`` to (:func:`text_prefixes`, bounded by
+    :func:`after_prefix`), ORed, with ``mark`` the dialect's placeholder; None when it pins
+    none or more than :data:`MAX_SOURCE_RANGES`. A statement leads with it and still tests the
+    whole filter on each row it reads."""
+    prefixes = text_prefixes(filter, "source")
+    if not prefixes or len(prefixes) > MAX_SOURCE_RANGES:
+        return None
+    ranges: list[str] = []
+    bounds: list[Any] = []
+    for prefix in dict.fromkeys(prefixes):
+        end = after_prefix(prefix)
+        if end is None:
+            ranges.append(f"{column} >= {mark}")
+            bounds.append(prefix)
+        else:
+            ranges.append(f"({column} >= {mark} AND {column} < {mark})")
+            bounds.extend((prefix, end))
+    return f"({' OR '.join(ranges)})", bounds
+
+
 # --- compilation to SQL: one tree walker; the SQLite operators over a JSON column --------
 
 

@@ -25,9 +25,8 @@ import math
 from typing import Any
 
 from ...errors import FilterError
-from ...filters import after_prefix, compile_tree, text_prefixes, validate_filter
+from ...filters import compile_tree, source_ranges, validate_filter
 
-MAX_SOURCE_RANGES = 64  # past this many pinned sources a filter is tested on every row, as before
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 
 
@@ -49,21 +48,10 @@ def scan_filter(filter: dict[str, Any] | None, alias: str = "c.") -> tuple[str, 
     """``(sql, params)``: :func:`compile_filter` on ``{alias}metadata``, led by a range on the
     indexed ``{alias}source`` when ``filter`` pins ``source`` to text values or prefixes."""
     where, params = compile_filter(filter, f"{alias}metadata")
-    prefixes = text_prefixes(validate_filter(filter), "source")
-    if not prefixes or len(prefixes) > MAX_SOURCE_RANGES:
+    ranges = source_ranges(validate_filter(filter), f'{alias}source COLLATE "C"', "%s::text")
+    if ranges is None:
         return where, params
-    column = f'{alias}source COLLATE "C"'
-    ranges: list[str] = []
-    bounds: list[Any] = []
-    for prefix in dict.fromkeys(prefixes):
-        end = after_prefix(prefix)
-        if end is None:
-            ranges.append(f"{column} >= %s::text")
-            bounds.append(prefix)
-        else:
-            ranges.append(f"({column} >= %s::text AND {column} < %s::text)")
-            bounds.extend((prefix, end))
-    return f"({' OR '.join(ranges)}) AND {where}", [*bounds, *params]
+    return f"{ranges[0]} AND {where}", [*ranges[1], *params]
 
 
 def _scalar(value: Any) -> str:

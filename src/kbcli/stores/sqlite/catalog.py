@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...filters import after_prefix, compile_sql, dumps_metadata, text_prefixes, validate_filter
+from ...filters import compile_sql, dumps_metadata, source_ranges, validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
 
 BATCH = 500  # ids per IN (...) list
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
 ALLOWED_CACHE = 8  # filters whose allowed rowids a store keeps (AllowedRowids)
-MAX_SOURCE_RANGES = 64  # past this many pinned sources a filter scans the table as before
 
 
 @dataclass(frozen=True)
@@ -137,21 +136,10 @@ def scan_where(filter: dict[str, Any] | None, alias: str = "") -> tuple[str, lis
     --in``, an access scope), a range on the indexed ``source`` column leads, so SQLite reads
     only those sources' rows; the filter itself is still tested on each."""
     where, params = compile_sql(filter, f"{alias}metadata")
-    prefixes = text_prefixes(filter, "source")
-    if not prefixes or len(prefixes) > MAX_SOURCE_RANGES:
+    ranges = source_ranges(filter, f"{alias}source", "?")
+    if ranges is None:
         return where, params
-    column = f"{alias}source"
-    ranges: list[str] = []
-    bounds: list[Any] = []
-    for prefix in dict.fromkeys(prefixes):
-        end = after_prefix(prefix)
-        if end is None:
-            ranges.append(f"{column} >= ?")
-            bounds.append(prefix)
-        else:
-            ranges.append(f"({column} >= ? AND {column} < ?)")
-            bounds.extend((prefix, end))
-    return f"({' OR '.join(ranges)}) AND {where}", [*bounds, *params]
+    return f"{ranges[0]} AND {where}", [*ranges[1], *params]
 
 
 def rows_by_source(conn: sqlite3.Connection, source: str) -> list[ChunkRow]:
