@@ -110,8 +110,8 @@ class FaissVectorIndex:
     links many identical points poorly: on 1M real chunks, 18 % of them repeats, recall@10 was
     0.931 at ef_search 1024 with every copy indexed and 0.967 at 128 with each held once
     (docs/benchmarks.md). Vectors added later join a group when FAISS gives the group's vector
-    back bit for bit (flat and HNSW storage do; IVF lists do not, so there they stay apart
-    until the next rebuild: still correct, only not shared).
+    back bit for bit (flat, HNSW and IVF-flat storage do; a quantiser such as PQ does not, so
+    there they stay apart until the next rebuild: still correct, only not shared).
     """
 
     def __init__(
@@ -286,17 +286,17 @@ class FaissVectorIndex:
         for n in np.flatnonzero(high > low):
             for group in slots[order[low[n] : high[n]]]:
                 try:
-                    held = self._index.reconstruct(int(group))
-                except RuntimeError:  # an index that cannot give vectors back (IVF, PQ)
+                    stored = self._index.reconstruct(int(group))
+                except RuntimeError:  # an index that cannot give vectors back
                     return out
-                if held.view(np.uint32).tobytes() == unit_rows[n].view(np.uint32).tobytes():
+                if stored.view(np.uint32).tobytes() == unit_rows[n].view(np.uint32).tobytes():
                     out[n] = group
                     break
         return out
 
     def remove(self, ids: Sequence[int]) -> None:
         """Remove the vectors of ``ids`` (unknown ids are ignored). A group left without ids
-        leaves FAISS with ``remove_ids``; an index type that cannot remove (HNSW) keeps it,
+        leaves FAISS with ``remove_ids``; an index type that cannot remove (HNSW, IVF) keeps it,
         unseen by search, until such groups pass :data:`DEAD_SHARE` of the index, and is then
         rebuilt from the vectors still held."""
         np = self._np
