@@ -185,3 +185,17 @@ def test_filter_keys_lists_each_tested_key_once():
     assert filter_keys(None) == [] and filter_keys({}) == []
     flt = {"a": 1, "$or": [{"b": {"$gt": 2}}, {"$and": [{"a": 3}, {"c": {"$exists": False}}]}]}
     assert filter_keys(flt) == ["a", "b", "c"]
+
+
+def test_text_prefixes_gives_the_narrowest_of_anded_pins():
+    from kbcli.filters import text_prefixes
+
+    scope = {"source": {"$prefix": "/team/"}}
+    mine = {"source": {"$prefix": "/team/docs/"}}
+    for pair in ([scope, mine], [mine, scope]):
+        assert text_prefixes({"$and": pair}, "source") == ["/team/docs/"]
+    both = {"source": {"$prefix": "/team/", "$eq": "/team/a.md"}}
+    assert text_prefixes(both, "source") == ["/team/a.md"]
+    apart = {"$and": [{"source": {"$prefix": "/x/"}}, {"source": {"$in": ["/y/1", "/x/2"]}}]}
+    assert text_prefixes(apart, "source") == ["/x/"]  # neither within the other: the first
+    assert text_prefixes({"$and": [{"lang": "en"}]}, "source") is None

@@ -216,26 +216,28 @@ def text_prefixes(filter: dict[str, Any] | None, key: str) -> list[str] | None:
     """Text prefixes one of which every document passing ``filter`` has in ``key`` (a value
     or a prefix it is pinned to by ``$eq``, ``$in`` or ``$prefix``, through ``$and`` and
     ``$or``), or None when ``filter`` does not pin ``key`` to text. Lets a store narrow a
-    scan by an index on ``key`` before testing the filter itself."""
+    scan by an index on ``key`` before testing the filter itself. Of several pins ANDed (an
+    access scope's folder and the caller's subfolder) the narrowest is given."""
     if not filter:
         return None
+    pins: list[list[str]] = []
     for name, value in filter.items():
         if name == "$and":
-            for sub in value:
-                found = text_prefixes(sub, key)
-                if found is not None:
-                    return found
+            pins.extend(found for sub in value if (found := text_prefixes(sub, key)))
         elif name == "$or":
             branches = [text_prefixes(sub, key) for sub in value]
             if branches and all(b is not None for b in branches):
-                return [p for b in branches for p in b]  # type: ignore[union-attr]
+                pins.append([p for b in branches for p in b])  # type: ignore[union-attr]
         elif name == key:
             for op, operand in (value if isinstance(value, dict) else {"$eq": value}).items():
                 if op in ("$eq", "$prefix") and isinstance(operand, str) and operand:
-                    return [operand]
-                if op == "$in" and operand and all(isinstance(v, str) and v for v in operand):
-                    return list(operand)
-    return None
+                    pins.append([operand])
+                elif op == "$in" and operand and all(isinstance(v, str) and v for v in operand):
+                    pins.append(list(operand))
+    for pin in pins:  # one that lies within every other, if any
+        if all(all(any(p.startswith(q) for q in other) for p in pin) for other in pins):
+            return pin
+    return pins[0] if pins else None
 
 
 def filter_keys(filter: dict[str, Any] | None) -> list[str]:
