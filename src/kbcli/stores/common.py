@@ -112,6 +112,12 @@ def lock_file(path: Path, wait: float, holder: str) -> Iterator[None]:
         os.close(fd)  # releases the flock
 
 
+def few_allowed(known: Sequence[int] | None, total: int) -> bool:
+    """Whether a known allowed set is small enough (at most 1/:data:`FEW_ALLOWED` of an index
+    of ``total`` vectors) to be searched directly instead of walking the ranking first."""
+    return known is not None and len(known) * FEW_ALLOWED <= total
+
+
 def prefiltered_search(
     index: VectorIndex,
     query: Sequence[float],
@@ -130,7 +136,7 @@ def prefiltered_search(
     1/:data:`FEW_ALLOWED` of the index) is searched directly, skipping the walk.
     """
     total = len(index)
-    if known is not None and len(known) * FEW_ALLOWED <= total:
+    if few_allowed(known, total):
         return index.search(query, k, known)
     checked = 0
     kept: list[tuple[int, float]] = []

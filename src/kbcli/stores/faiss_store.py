@@ -25,7 +25,7 @@ from ..analysis import Analyzer
 from ..errors import IndexMismatchError, InvalidOptionError, require
 from ..filters import validate_filter
 from ..types import Document, SearchResult
-from .common import FEW_ALLOWED, vector_dimensions
+from .common import few_allowed, vector_dimensions
 from .derived import RefreshAfterIngest
 from .sqlite import SQLiteStore, catalog
 from .sqlite import vectors as sqlite_vectors
@@ -269,14 +269,19 @@ class FaissVectorIndex:
         self._group = np.concatenate([self._group, joined[local]])[order]
         self._members = self._live = self._rows = None
 
+    def _group_mask(self, groups: Any) -> Any:
+        """A boolean array over group numbers, True at ``groups``."""
+        mask = self._np.zeros(len(self._fingerprint), bool)
+        mask[groups] = True
+        return mask
+
     def _held_groups(self, fingerprints: Any, unit_rows: Any) -> Any:
         """For each row, the group FAISS holds exactly it in (as FAISS gives it back), or -1."""
         np = self._np
         out = np.full(len(unit_rows), -1, dtype=np.int64)
         if self._index is None:
             return out
-        held = np.zeros(len(self._fingerprint), bool)
-        held[self._group] = True
+        held = self._group_mask(self._group)
         held[self._dead] = True  # a vector that comes back takes its old entry again
         slots = np.flatnonzero(held)
         order = np.argsort(self._fingerprint[slots], kind="stable")
@@ -364,7 +369,7 @@ class FaissVectorIndex:
         if self._index is None or k <= 0:
             return []
         q = self._unit(self._matrix(np.asarray(query, dtype=np.float32).reshape(1, -1)))
-        wanted = None
+        wanted = bitmap = None
         params = self._params(None, k)
         pool = self.distinct
         if allowed is not None:
@@ -379,8 +384,7 @@ class FaissVectorIndex:
             wanted = wanted[held]
             if not len(wanted):
                 return []
-            mask = np.zeros(len(self._fingerprint), bool)
-            mask[self._group[at[held]]] = True
+            mask = self._group_mask(self._group[at[held]])
             groups = np.flatnonzero(mask)
             pool = len(groups)
             if self._few_runs(groups):
@@ -388,14 +392,11 @@ class FaissVectorIndex:
                 hits.sort(key=lambda h: (-h[1], h[0]))
                 return hits[:k]
             bitmap = np.packbits(mask, bitorder="little")
-            selector = self._faiss.IDSelectorBitmap(len(bitmap), self._faiss.swig_ptr(bitmap))
-            params = self._params(selector, k)
         elif len(self._dead):
             if self._live is None:
-                mask = np.zeros(len(self._fingerprint), bool)
-                mask[self._group] = True
-                self._live = np.packbits(mask, bitorder="little")
+                self._live = np.packbits(self._group_mask(self._group), bitorder="little")
             bitmap = self._live
+        if bitmap is not None:  # kept alive here while FAISS reads it
             selector = self._faiss.IDSelectorBitmap(len(bitmap), self._faiss.swig_ptr(bitmap))
             params = self._params(selector, k)
         fetch = min(pool, k + TIE_SLACK)
@@ -828,7 +829,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
         ``max(4k, 64)`` (enough when the filter passes most chunks), else a single search
         restricted to the allowed rowids (a pre-filter: every allowed vector is a candidate),
         instead of widening windows of full searches. An allowed set already kept for this
-        generation and at most 1/:data:`~kbcli.stores.common.FEW_ALLOWED` of the index skips
+        generation and small enough (:func:`~kbcli.stores.common.few_allowed`) skips
         the first look."""
         filter = validate_filter(filter)
         if filter is None or not len(query_vec):
@@ -838,7 +839,7 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
             if len(index) == 0 or k <= 0:
                 return []
             known = self._allowed.peek(conn, filter)
-            if known is not None and len(known) * FEW_ALLOWED <= len(index):
+            if few_allowed(known, len(index)):
                 hits = index.search(query_vec, k, known)  # few allowed, already known
             else:
                 first = index.search(query_vec, min(len(index), max(4 * k, FIRST_LOOK)))
