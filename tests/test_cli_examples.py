@@ -111,6 +111,21 @@ def test_every_help_example_runs_as_printed(sandbox):
             timeout=120,
         )
         expected = 1 if NOT_FOUND_IDS in example else 0
+        if done.returncode == 1 and _names_a_missing_extra(done.stderr):
+            continue  # README: without an extra, what needs it says which package to install
         if done.returncode != expected or "Traceback" in done.stderr:
             failures.append(f"{example}\n  exit {done.returncode}: {done.stderr.strip()[:300]}")
     assert not failures, "\n".join(failures)
+
+
+def _names_a_missing_extra(stderr: str) -> bool:
+    """Whether ``stderr`` is the one-line error of an optional package that is truly not
+    installed here (with every extra installed, as in CI, every example runs)."""
+    import importlib.util
+    import re
+
+    found = re.fullmatch(
+        r"Error: .* needs the '([\w.-]+)' package: pip install 'kbcli\[[\w-]+\]'", stderr.strip()
+    )
+    module = {"faiss-cpu": "faiss"}.get(found[1], found[1]) if found else None
+    return module is not None and importlib.util.find_spec(module) is None
