@@ -725,6 +725,41 @@ class KnowledgeBase:
         """Search with a ready :class:`SearchOptions`."""
         return self.pipeline.search(query, options)
 
+    def ask(
+        self,
+        question: str,
+        k: int = 8,
+        mode: str = "hybrid",
+        filter: dict[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        strict: bool = False,
+        min_coverage: float | None = None,
+        on_text: Callable[[str], None] | None = None,
+        chat: Any = None,
+        dry_run: bool = False,
+        **options: Any,
+    ) -> Any:
+        """Answer ``question`` from the best ``k`` passages, citing them as ``[n]``, or refuse
+        without calling the model when none is good enough (``rag.answer``; see
+        :func:`kbcli.answer.ask`). Extra keyword arguments are :class:`SearchOptions` fields.
+        Returns a :class:`~kbcli.answer.Answer`."""
+        from .answer import ask
+
+        return ask(
+            self,
+            question,
+            SearchOptions(k=k, mode=mode, filter=filter, **options),
+            model=model,
+            prompt=prompt,
+            strict=strict,
+            min_coverage=min_coverage,
+            on_text=on_text,
+            chat=chat,
+            dry_run=dry_run,
+        )
+
     def delete(self, ids: list[str]) -> bool:
         """Delete documents by id; True when at least one existed."""
         return self.store.delete(list(ids))

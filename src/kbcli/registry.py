@@ -42,6 +42,12 @@ RERANKERS: dict[str, str] = {
     "llm": "kbcli.rerankers.llm:LLMReranker",
 }
 
+#: Chat models that write ``kb ask`` answers (``rag.answer.provider``).
+CHAT_MODELS: dict[str, str] = {
+    "openai": "kbcli.chat:OpenAIChat",
+    "gemini": "kbcli.chat:GeminiChat",
+}
+
 
 def is_class_path(name: str) -> bool:
     """True for a user's ``"package.module:Class"`` path (as opposed to a registered name)."""
