@@ -4,7 +4,8 @@ streamed) and Gemini's ``generateContent`` / ``streamGenerateContent?alt=sse``.
 The real ``openai`` and ``google-genai`` SDKs talk to it over real HTTP; nothing in them is
 mocked. The answer is ``server.reply``: a string, a function of the request body, or None for
 the default, which cites the first passage of the prompt: ``"<its first words> [1]."``.
-Streamed answers are sent a word at a time (``stream_gap`` seconds apart). Failures are
+Streamed answers are sent a word at a time (``stream_gap`` seconds apart, from event
+``gap_from`` on). Failures are
 scripted as in :mod:`fake_providers` (``script``, ``always``, ``stalls``, ``hang``,
 ``trickle``, ``echo_key_in_errors``); ``malformed`` answers 200 with ``"html"`` (not JSON),
 ``"no_choices"`` (JSON without choices) or ``"empty"`` (an empty answer); ``break_after``
@@ -50,6 +51,7 @@ class FakeChatServer(FakeServer):
         self.reply: str | Callable[[dict[str, Any]], str] | None = None
         self.model_name = "fake-chat-1"
         self.stream_gap = 0.0
+        self.gap_from = 1  # the first stream event the gap comes before
         self.malformed: str | None = None
         self.break_after: int | None = None
         self.finish_reason = "stop"
@@ -191,7 +193,11 @@ class FakeChatServer(FakeServer):
                 for n, data in enumerate(events):
                     if server.break_after is not None and n >= server.break_after:
                         return  # the connection closes mid-stream
-                    if n and server.stream_gap and server._stopped.wait(server.stream_gap):
+                    if (
+                        n >= server.gap_from
+                        and server.stream_gap
+                        and server._stopped.wait(server.stream_gap)
+                    ):
                         return
                     try:
                         self.wfile.write(f"data: {data}\n\n".encode())
