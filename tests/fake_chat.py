@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from fake_providers import ERROR_BODIES, FakeServer
+from fake_providers import FakeServer
 
 
 def prompt_text(body: dict[str, Any]) -> str:
@@ -67,177 +66,99 @@ class FakeChatServer(FakeServer):
             return self.reply(body)
         return self.reply if self.reply is not None else default_reply(body)
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
+    def answer(self, handler: BaseHTTPRequestHandler, path: str, body: dict[str, Any]) -> bool:
+        """The chat routes (recording, stalls and scripted failures are FakeServer's)."""
+        gemini = ":generateContent" in path or ":streamGenerateContent" in path
+        if not gemini and not path.endswith("/chat/completions"):
+            return False
+        if self.malformed == "html":
+            _raw(handler, 200, b"<html><body>It works!</body></html>", "text/html")
+        elif gemini:
+            self._gemini(handler, body, stream=":streamGenerateContent" in path)
+        else:
+            self._openai(handler, body)
+        return True
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
+    def _openai(self, handler: Any, body: dict[str, Any]) -> None:
+        text = self.answer_for(body)
+        if self.malformed == "no_choices":
+            handler._send(200, {"id": "x", "object": "chat.completion"})
+            return
+        if body.get("stream"):
+            events = [
+                self._chunk({"role": "assistant", "content": ""}, None),
+                *(self._chunk({"content": piece}, None) for piece in _pieces(text)),
+                self._chunk({}, self.finish_reason),
+            ]
+            self._sse(handler, [json.dumps(e) for e in events] + ["[DONE]"])
+            return
+        message = {"role": "assistant", "content": text}
+        handler._send(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                with server._lock:
-                    server.requests.append((self.path, headers, body))
-                    stall = server.stalls.pop(0) if server.stalls else 0.0
-                if stall:
-                    time.sleep(stall)
-                if server.hang:
-                    server._stopped.wait()
-                    return
-                gemini = ":generateContent" in self.path or ":streamGenerateContent" in self.path
-                failure = server._next_failure()
-                if failure is not None:
-                    status, extra = failure
-                    message = ERROR_BODIES.get(status, "error")
-                    if server.echo_key_in_errors:
-                        key = headers.get("authorization", "").removeprefix("Bearer ")
-                        message += f" (key {key or headers.get('x-goog-api-key', '')})"
-                    if gemini:
-                        error = {"code": status, "message": message, "status": "ERROR"}
-                    else:
-                        error = {"message": message, "type": "error", "code": server.error_code}
-                    self._json(status, {"error": error}, extra)
-                    return
-                if server.malformed == "html":
-                    self._raw(200, b"<html><body>It works!</body></html>", "text/html")
-                    return
-                path = self.path.split("?", 1)[0]
-                if path.endswith("/chat/completions"):
-                    self._openai(body)
-                elif gemini:
-                    self._gemini(body, stream=":streamGenerateContent" in self.path)
-                else:
-                    self._json(404, {"error": {"message": f"no route {path}"}})
+    def _chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": self.model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
 
-            # --- OpenAI ------------------------------------------------------------------
+    def _gemini(self, handler: Any, body: dict[str, Any], stream: bool) -> None:
+        text = self.answer_for(body)
+        finish = "STOP" if self.finish_reason == "stop" else "MAX_TOKENS"
 
-            def _openai(self, body: dict[str, Any]) -> None:
-                text = server.answer_for(body)
-                if server.malformed == "no_choices":
-                    self._json(200, {"id": "x", "object": "chat.completion"})
-                    return
-                if body.get("stream"):
-                    events = [
-                        self._chunk({"role": "assistant", "content": ""}, None),
-                        *(self._chunk({"content": piece}, None) for piece in _pieces(text)),
-                        self._chunk({}, server.finish_reason),
-                    ]
-                    self._sse([json.dumps(e) for e in events] + ["[DONE]"])
-                    return
-                self._json(
-                    200,
-                    {
-                        "id": "chatcmpl-1",
-                        "object": "chat.completion",
-                        "created": 1,
-                        "model": server.model_name,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": text},
-                                "finish_reason": server.finish_reason,
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    },
-                )
+        def response(piece: str, last: bool) -> dict[str, Any]:
+            candidate: dict[str, Any] = {
+                "content": {"role": "model", "parts": [{"text": piece}]},
+                "index": 0,
+            }
+            if last:
+                candidate["finishReason"] = finish
+            return {"candidates": [candidate], "modelVersion": self.model_name}
 
-            @staticmethod
-            def _chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-                return {
-                    "id": "chatcmpl-1",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": server.model_name,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
+        if self.malformed == "no_choices":
+            handler._send(200, {"modelVersion": self.model_name})
+        elif not stream:
+            handler._send(200, response(text, True))
+        else:
+            pieces = _pieces(text) or [""]
+            events = [response(p, i == len(pieces) - 1) for i, p in enumerate(pieces)]
+            self._sse(handler, [json.dumps(e) for e in events])
 
-            # --- Gemini ------------------------------------------------------------------
+    def _sse(self, handler: Any, events: list[str]) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.end_headers()
+        for n, data in enumerate(events):
+            if self.break_after is not None and n >= self.break_after:
+                return  # the connection closes mid-stream
+            if n >= self.gap_from and self.stream_gap and self._stopped.wait(self.stream_gap):
+                return
+            try:
+                handler.wfile.write(f"data: {data}\n\n".encode())
+                handler.wfile.flush()
+            except OSError:
+                return
 
-            def _gemini(self, body: dict[str, Any], stream: bool) -> None:
-                text = server.answer_for(body)
-                finish = "STOP" if server.finish_reason == "stop" else "MAX_TOKENS"
 
-                def response(piece: str, last: bool) -> dict[str, Any]:
-                    candidate: dict[str, Any] = {
-                        "content": {"role": "model", "parts": [{"text": piece}]},
-                        "index": 0,
-                    }
-                    if last:
-                        candidate["finishReason"] = finish
-                    return {"candidates": [candidate], "modelVersion": server.model_name}
-
-                if server.malformed == "no_choices":
-                    self._json(200, {"modelVersion": server.model_name})
-                    return
-                if not stream:
-                    self._json(200, response(text, True))
-                    return
-                pieces = _pieces(text) or [""]
-                events = [response(p, i == len(pieces) - 1) for i, p in enumerate(pieces)]
-                self._sse([json.dumps(e) for e in events])
-
-            # --- sending -----------------------------------------------------------------
-
-            def _sse(self, events: list[str]) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.end_headers()
-                for n, data in enumerate(events):
-                    if server.break_after is not None and n >= server.break_after:
-                        return  # the connection closes mid-stream
-                    if (
-                        n >= server.gap_from
-                        and server.stream_gap
-                        and server._stopped.wait(server.stream_gap)
-                    ):
-                        return
-                    try:
-                        self.wfile.write(f"data: {data}\n\n".encode())
-                        self.wfile.flush()
-                    except OSError:
-                        return
-
-            def _json(self, status: int, payload: Any, extra: dict[str, str] | None = None):
-                data = json.dumps(payload).encode()
-                if server.trickle:
-                    head = [f"HTTP/1.1 {status} OK", "Content-Type: application/json"]
-                    head.append(f"Content-Length: {len(data)}")
-                    raw = ("\r\n".join(head) + "\r\n\r\n").encode() + data
-                    for i in range(len(raw)):
-                        if server._stopped.wait(server.trickle):
-                            return
-                        try:
-                            self.wfile.write(raw[i : i + 1])
-                            self.wfile.flush()
-                        except OSError:
-                            return
-                    return
-                self._raw(status, data, "application/json", extra)
-
-            def _raw(
-                self,
-                status: int,
-                data: bytes,
-                kind: str,
-                extra: dict[str, str] | None = None,
-            ) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in (extra or {}).items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
+def _raw(handler: Any, status: int, data: bytes, kind: str) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
 
 
 def _pieces(text: str) -> list[str]:
