@@ -18,7 +18,9 @@ held-out ``*.enc`` files are never opened):
   Chinese sets are Wikipedia); the rate is an upper bound of wrong answers.
 
 Run:  python benchmarks/bench_ask.py --data /work/shared/eval [--queries 300] [--all]
-          [--modes keyword,hybrid] [--db-dir DIR] [--json]
+          [--modes keyword,hybrid] [--pairs en,zh] [--flat] [--db-dir DIR] [--json]
+
+``--flat`` weighs every question term 1 instead of its idf, for comparison.
 Indexes are built with the built-in embedder (no key, no model) into ``--db-dir`` (default: a
 temporary folder) and reused from there.
 """
@@ -44,10 +46,10 @@ from kbcli.config import AnswerConfig, load_config  # noqa: E402
 from kbcli.evaluation import _open_index, load_beir  # noqa: E402
 from kbcli.types import SearchOptions  # noqa: E402
 
-PAIRS = [
-    (("scifact", "train"), ("cranfield", "test")),
-    (("cmrc2018-dev-retrieval", "test"), ("drcd-retrieval", "dev")),
-]
+PAIRS = {
+    "en": (("scifact", "train"), ("cranfield", "test")),
+    "zh": (("cmrc2018-dev-retrieval", "test"), ("drcd-retrieval", "dev")),
+}
 THRESHOLDS = [0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7]
 K = 8
 
@@ -87,6 +89,10 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300, help="questions per set (sampled)")
     parser.add_argument("--all", action="store_true", help="every judged question")
     parser.add_argument("--modes", default="keyword,hybrid")
+    parser.add_argument("--pairs", default="en,zh", help="en (scifact, cranfield), zh (cmrc, drcd)")
+    parser.add_argument(
+        "--flat", action="store_true", help="every term weighs 1 (to compare with idf weights)"
+    )
     parser.add_argument("--db-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -95,8 +101,10 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="kb-bench-ask-")
     db_dir = args.db_dir or Path(tmp.name)
     db_dir.mkdir(parents=True, exist_ok=True)
-    report: dict = {"machine": machine_info(), "k": K, "thresholds": THRESHOLDS, "rows": []}
-    for pair in PAIRS:
+    if args.flat:
+        flatten_weights()
+    report: dict = {"machine": machine_info(), "k": K, "flat": args.flat, "rows": []}
+    for pair in (PAIRS[name] for name in args.pairs.split(",")):
         loaded = {name: load_beir(args.data / name, split) for name, split in pair}
         kbs = {
             name: _open_index(db_dir / f"{name}.db", loaded[name], config, None, "keyword", None)
@@ -104,12 +112,30 @@ def main() -> None:
         }
         for (asked, _), (other, _) in (pair, pair[::-1]):
             data = loaded[asked]
-            judged = [q for q, rels in data.qrels.items() if q in data.queries and rels]
+            judged = [
+                q
+                for q, rels in data.qrels.items()
+                if q in data.queries and any(g > 0 for g in rels.values())
+            ]
             if not args.all and len(judged) > args.queries:
                 judged = sorted(random.Random(7).sample(judged, args.queries))
             for mode in args.modes.split(","):
                 inside, ms = measure(kbs[asked], data, judged, mode, True)
                 outside, ms_out = measure(kbs[other], data, judged, mode, False)
+                by_threshold = []
+                for t in THRESHOLDS:
+                    answerable, unanswerable = (
+                        rates(inside, t, settings),
+                        rates(outside, t, settings),
+                    )
+                    by_threshold.append(
+                        {
+                            "min_coverage": t,
+                            "answerable_refused": answerable["refused"],
+                            "answerable_with_judged": answerable["with_judged"],
+                            "unanswerable_answered": unanswerable["answered"],
+                        }
+                    )
                 report["rows"].append(
                     {
                         "questions": asked,
@@ -117,17 +143,7 @@ def main() -> None:
                         "mode": mode,
                         "n": len(judged),
                         "ms_per_question": round((ms + ms_out) / 2, 1),
-                        "by_threshold": [
-                            {
-                                "min_coverage": t,
-                                "answerable_refused": rates(inside, t, settings)["refused"],
-                                "answerable_with_judged": rates(inside, t, settings)[
-                                    "with_judged"
-                                ],
-                                "unanswerable_answered": rates(outside, t, settings)["answered"],
-                            }
-                            for t in THRESHOLDS
-                        ],
+                        "by_threshold": by_threshold,
                     }
                 )
                 if not args.json:
@@ -137,6 +153,18 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
     tmp.cleanup()
+
+
+def flatten_weights() -> None:
+    """Make every question term weigh 1 in kb ask's floor (this process only)."""
+    import kbcli.answer as answer
+
+    class Flat(answer.TermWeights):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.weights = {term: 1.0 for term in self.weights}
+
+    answer.TermWeights = Flat
 
 
 def print_row(row: dict) -> None:
