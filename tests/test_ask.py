@@ -554,6 +554,57 @@ def test_term_weights_of_chinese_bigrams_are_exact(kb):
         assert math.isclose(weight, bm25_idf(len(docs), df[term]), rel_tol=1e-9), term
 
 
+TEXTS = [
+    ("The VPN password rotates every month.", "ops"),
+    ("Reset the router password from the admin page; the router reboots.", "ops"),
+    ("Water the tomatoes every morning.", "garden"),
+    ("重置密码：打开设置，选择安全。", "ops"),
+    ("密码每个月更换一次。", "garden"),
+]
+
+
+def _store(kind: str, tmp_path, request):
+    if kind == "memory":
+        from kbcli import InMemoryStore
+
+        return InMemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "weights.db")
+    pytest.importorskip("psycopg", reason="the postgres store needs pip install 'kbcli[postgres]'")
+    from kbcli.stores.postgres import PostgresStore
+
+    return PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+def test_every_keyword_index_gives_the_exact_idf_inside_a_filter(kind, tmp_path, request):
+    kb = KnowledgeBase(store=_store(kind, tmp_path, request), embedder=SimpleEmbedder())
+    try:
+        for text, team in TEXTS:
+            kb.add(text, {"team": team, "source": f"/{team}/{len(text)}.md"})
+        docs = list(kb.store.iter_documents(None))
+        df = Counter(t for d in docs for t in keyword_counts(kb.analyzer, d.text, d.metadata))
+        inside = Counter(
+            t
+            for d in docs
+            if d.metadata["team"] == "ops"
+            for t in keyword_counts(kb.analyzer, d.text, d.metadata)
+        )
+        unknown = set()
+        for question in ("How does the router password reset?", "如何重置密码？", "tomatoes?"):
+            weights = TermWeights(kb, question, {"team": "ops"})
+            assert weights.weights
+            for term, weight in weights.weights.items():
+                known = inside[term] > 0  # a term only other teams hold counts as unknown
+                if not known:
+                    unknown.add(term)
+                expected = bm25_idf(len(docs), df[term] if known else 0)
+                assert math.isclose(weight, expected, rel_tol=1e-9), (kind, term)
+        assert unknown == {"tomato"}
+    finally:
+        kb.close()
+
+
 def test_coverage_is_the_weighted_share_of_terms_a_passage_holds(kb):
     weights = TermWeights(kb, "VPN password zyzzyva", None)
     hit = kb.search("VPN password rotates", k=1, mode="keyword")[0]

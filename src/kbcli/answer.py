@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .analysis import keyword_counts
 from .errors import InvalidOptionError
 from .types import SearchOptions, SearchResult
 
@@ -284,6 +285,10 @@ def content_text(question: str) -> str:
     return _QUESTION_WORD.sub(" ", text)
 
 
+class _Unaskable(Exception):
+    """The keyword index cannot be asked for this term alone (no text analyses to it)."""
+
+
 class TermWeights:
     """How much each question term counts: its BM25 idf in the store's keyword index, looked
     up with one single-term keyword search per term (``k1 = b = 0``, no source part, so the
@@ -312,50 +317,48 @@ class TermWeights:
         if not isinstance(self.store, KeywordIndex):
             self.weights = {t: 1.0 for t in self.counts}
             return
-        found = {t: self._lookup(t, set()) for t in self.counts}
+        found: dict[str, float | None] = {}
+        for term in self.counts:
+            try:
+                found[term] = self._lookup(term)
+            except _Unaskable:
+                continue  # left out of the measure
         from .bm25 import bm25_idf
 
         if isinstance(self.store, DocumentCatalog):
             absent = bm25_idf(self.store.count(), 0)
         else:
             absent = max((w for w in found.values() if w), default=1.0)
-        for term, idf in found.items():
-            if idf is not False:  # False: the index cannot be asked for this term alone
-                self.weights[term] = absent if idf is None else idf
+        self.weights = {t: absent if idf is None else idf for t, idf in found.items()}
 
     def _search(self, text: str) -> list[SearchResult]:
         return self.store.keyword_search(text, 1, self.filter, k1=0.0, b=0.0, source_weight=0.0)
 
-    def _lookup(self, term: str, seen: set[str]) -> float | None | bool:
+    def _lookup(self, term: str, seen: frozenset[str] = frozenset()) -> float | None:
+        """``idf`` of ``term`` inside the filter; None when no passage there holds it."""
         if term in self._idf:
             return self._idf[term]
         probe, parts = self._probe(term)
         if probe is None or term in seen:
-            return False
+            raise _Unaskable(term)
         hits = self._search(probe)
-        value: float | None | bool
+        value: float | None
         if not hits:
             value = None
-        elif parts == {term: 1}:
+        elif parts == Counter({term: 1}):
             value = hits[0].score
-        else:
-            from .analysis import keyword_counts
-
-            top = hits[0].document
-            if term not in keyword_counts(self.analyzer, top.text, top.metadata):
-                value = None
-            else:
-                others = 0.0
-                for part, count in parts.items():
-                    if part == term:
-                        continue
-                    weight = self._lookup(part, seen | {term})
-                    if not isinstance(weight, float):
-                        return False
-                    others += weight * count
-                value = max(0.0, hits[0].score - others) / parts[term]
-        if value is not False:
-            self._idf[term] = value  # type: ignore[assignment]
+        elif term not in keyword_counts(
+            self.analyzer, hits[0].document.text, hits[0].document.metadata
+        ):
+            value = None  # the best hit holds the parts, not the term itself
+        else:  # every passage holding the term holds its parts: the best one holds all
+            others = sum(
+                (self._lookup(part, seen | {term}) or 0.0) * count
+                for part, count in parts.items()
+                if part != term
+            )
+            value = max(0.0, hits[0].score - others) / parts[term]
+        self._idf[term] = value
         return value
 
     def _probe(self, term: str) -> tuple[str | None, Counter]:
@@ -371,8 +374,6 @@ class TermWeights:
 
     def coverage(self, result: SearchResult) -> float:
         """Weighted share of the question's terms ``result`` holds (0..1)."""
-        from .analysis import keyword_counts
-
         total = sum(w * self.counts[t] for t, w in self.weights.items())
         if total <= 0:
             return 0.0
@@ -476,7 +477,9 @@ def select_evidence(
         return Selection([(hit, None) for hit in hits])  # the reranker's threshold decided
     weights = TermWeights(kb, question, where)
     scored = [(hit, weights.coverage(hit)) for hit in hits]
-    passed = [(hit, c) for hit, c in scored if c >= min_coverage]
+    passed: list[tuple[SearchResult, float | None]] = [
+        (hit, c) for hit, c in scored if c >= min_coverage
+    ]
     if passed:
         return Selection(passed)
     best = max(c for _, c in scored)

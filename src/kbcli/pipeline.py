@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embedders.base import EmbedderInfo, embedder_info
 from .protocols import (
@@ -18,6 +18,9 @@ from .protocols import (
     SectionLoaderProtocol,
 )
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .answer import Answer
 
 DEFAULT_BATCH = 64  # texts per embedding request when an embedder does not say
 
@@ -740,7 +743,7 @@ class KnowledgeBase:
         chat: Any = None,
         dry_run: bool = False,
         **options: Any,
-    ) -> Any:
+    ) -> Answer:
         """Answer ``question`` from the best ``k`` passages, citing them as ``[n]``, or refuse
         without calling the model when none is good enough (``rag.answer``; see
         :func:`kbcli.answer.ask`). Extra keyword arguments are :class:`SearchOptions` fields.

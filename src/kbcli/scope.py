@@ -20,12 +20,15 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import FilterError, NotFoundError
 from .filters import matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex
 from .types import Document, SearchOptions, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .answer import Answer
 
 
 def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -109,7 +112,7 @@ class ScopedKnowledgeBase:
         chat: Any = None,
         dry_run: bool = False,
         **options: Any,
-    ) -> Any:
+    ) -> Answer:
         """Answer from passages inside the scope only (the search, the term weights and a
         refusal's hints read nothing outside it); arguments as
         :meth:`KnowledgeBase.ask <kbcli.pipeline.KnowledgeBase.ask>` (``filter`` only narrows)."""
