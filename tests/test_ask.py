@@ -351,14 +351,17 @@ def test_a_missing_key_is_one_line_naming_the_variable(tmp_path, server, files):
         kb.close()
 
 
-def test_an_unset_api_key_env_is_named(tmp_path, server, files):
-    config = Config(rag=RAGConfig(answer=AnswerConfig(api_key_env="MY_LLM_KEY")))
+@pytest.mark.parametrize("local", [False, True])
+def test_an_unset_api_key_env_is_named(tmp_path, server, files, local):
+    base_url = server.url + "/v1" if local else None  # named explicitly: needed even locally
+    config = Config(rag=RAGConfig(answer=AnswerConfig(api_key_env="MY_LLM_KEY", base_url=base_url)))
     kb = open_kb(tmp_path, config, files)
     try:
         with pytest.raises(AnswerError, match="api_key_env names MY_LLM_KEY, which is not set"):
             kb.ask("How often does the VPN password rotate?")
     finally:
         kb.close()
+    assert server.requests == []
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -98,8 +98,9 @@ class ChatModel:
     """One chat model behind an SDK, with kbcli's retries, deadlines and messages.
 
     Subclasses set ``provider``, ``default_model`` and ``key_env`` and implement
-    ``_make_client``, ``_create`` (one completion), ``_stream`` (``(text, finish_reason)``
-    pieces) and ``_classify`` (an SDK exception as a :class:`~kbcli.embedders.retry.Failure`).
+    ``_make_client``, ``_create`` (one completion), ``_stream`` (``(text, finish_reason,
+    model)`` pieces) and ``_classify`` (an SDK exception as a
+    :class:`~kbcli.embedders.retry.Failure`).
     ``api_key`` is the key itself; else the variable ``api_key_env`` names; else the
     provider's variables. ``label`` and ``setting`` name the model and its configuration
     section in messages.
@@ -129,7 +130,9 @@ class ChatModel:
         self.key_env = (api_key_env,) if api_key_env else type(self).key_env
         key, source = find_api_key(api_key, self.key_env)
         self.base_url = base_url or self._base_url_from_env()
-        if not key and not self._keyless():
+        # A variable named in the configuration must be set; otherwise a server of the user's
+        # own (not the provider's) may do without a key.
+        if not key and (api_key_env or not self._keyless()):
             raise AnswerError(self._no_key_message(api_key_env))
         self._api_key = key
         self.key_source = source
