@@ -137,6 +137,15 @@ def test_stream_prints_the_answer_as_it_arrives(docs, server):
     assert server.bodies()[0]["stream"] is True
 
 
+def test_a_stream_cut_midway_ends_its_line_then_says_so(docs, server):
+    server.break_after = 4
+    done = run("ask", QUESTION, "--in", "docs/ops", "--stream")
+    assert done.exit_code == 1
+    assert done.stdout.endswith("\n") and "Sources" not in done.stdout  # what arrived, ended
+    assert done.stderr.endswith("stopped in the middle of the answer (the stream ended without "
+                                "a finish reason)\n")  # fmt: skip
+
+
 def test_strict_refuses_an_answer_citing_nothing(docs, server):
     server.reply = "It rotates monthly, I believe."
     loose = run("ask", QUESTION, "--in", "docs/ops")

@@ -912,6 +912,11 @@ def ask(
             min_relevance=min_relevance,
             rewrite=rewrite,
         )
+    except BaseException:
+        if streamed:  # end the half-shown answer's line before the error (or Ctrl-C) follows
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        raise
     finally:
         kb.close()
     if fmt == "json" and not show_prompt:
