@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -748,3 +749,45 @@ def test_bad_rag_answer_values(section, message):
     with pytest.raises(ConfigError) as caught:
         _build({"rag": {"answer": section}}, None)
     assert message in str(caught.value) and SECRET not in str(caught.value)
+
+
+def test_the_library_promise_runs_as_a_script(tmp_path, server, files):
+    """README's library lines for ask, as a user's script in its own process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "ask_script.py"
+    script.write_text(
+        "import sys\n"
+        "from kbcli import KnowledgeBase\n"
+        "kb = KnowledgeBase.open(sys.argv[1])\n"
+        "kb.ingest_file(sys.argv[2], {'team': 'ops'})\n"
+        "answer = kb.ask('How often does the VPN password rotate?', filter={'team': 'ops'})\n"
+        "print(answer.text if not answer.refused else answer.message)\n"
+        "for source in answer.citations:\n"
+        "    print(f'[{source.n}] {source.location}')\n"
+        "show = lambda piece: print(piece, end='', flush=True)\n"
+        "answer = kb.scoped({'team': 'ops'}).ask('What is the capital of Peru?', on_text=show)\n"
+        "print(answer.message)\n"
+        "kb.close()\n",
+        encoding="utf-8",
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KB_")},
+        "OPENAI_BASE_URL": server.url + "/v1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
+    }
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "script.db"), str(files["vpn"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "## Password The VPN password rotates every month; [1].",
+        f"[1] {files['vpn'].resolve()}:5",
+        "No relevant knowledge found: no indexed passage matches the question.",
+    ]
+    assert len(server.requests) == 1
