@@ -203,3 +203,50 @@ def test_quoted_meta_stays_text(tmp_path):
     assert docs[0]["metadata"]["code"] == "2024" and docs[0]["metadata"]["draft"] is True
     hits, _ = run_json("list", "--filter", "code>=2000", "--json")
     assert hits == []  # a text value is not compared as a number
+
+
+# --- a kb-shaped file of no known format version (issue 25, item 8) -------------------------
+
+
+def file_state(db: Path) -> tuple[bytes, list[str]]:
+    """The database's bytes and the files beside it (nothing may be written or left)."""
+    return db.read_bytes(), sorted(p.name for p in db.parent.iterdir() if p.name != "docs")
+
+
+@pytest.mark.parametrize("version", [0, -1, -(2**31)])
+@pytest.mark.parametrize(
+    "command", [["stats"], ["search", "alpha", "--mode", "keyword"], ["ingest", "docs"]]
+)
+def test_unknown_format_version_is_one_line_exit_2_and_the_file_untouched(
+    tmp_path, monkeypatch, version, command
+):
+    monkeypatch.chdir(tmp_path)
+    docs_folder(tmp_path)
+    db = tmp_path / "kb.db"
+    assert run("ingest", "docs").exit_code == 0
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.execute("PRAGMA journal_mode = DELETE")  # no -wal / -shm left to compare
+    conn.close()
+    before = file_state(db)
+    result = run(*command)
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    line = one_line(result)
+    assert f"{db} is not a kb database: unknown format version {version}" in line, line
+    assert file_state(db) == before
+
+
+def test_unknown_format_version_of_a_postgres_index_is_one_line(pg_dsn, pg_table):
+    import psycopg
+
+    from kbcli.errors import NotAKnowledgeBaseError
+    from kbcli.stores.postgres import PostgresStore
+
+    PostgresStore(pg_dsn, pg_table).close()
+    for value in ("0", "-3", "x"):
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{pg_table}_meta" SET value = %s WHERE key = %s', (value, "schema_version")
+            )
+        with pytest.raises(NotAKnowledgeBaseError, match="unknown format version"):
+            PostgresStore(pg_dsn, pg_table)
