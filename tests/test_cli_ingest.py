@@ -144,3 +144,23 @@ def test_damaged_docx_is_named_damaged_and_the_rest_is_indexed(tmp_path):
     assert "Indexed 1 file" in result.stdout and "Failed 2 files" in result.stdout
     hits, _ = run_json("search", "zebrafish", "--mode", "keyword", "--json")
     assert [h["metadata"]["source"] for h in hits] == [str(folder / "note.md")]
+
+
+def test_meta_relabel_summary_counts_each_file_once(corpus):
+    """Issue 24 item 9: relabelled files were "0 unchanged" and then "unchanged" again."""
+    report, _ = run_json("ingest", str(corpus), "--meta", "team=a", "--json")
+    assert report["added"] == 4
+    (corpus / "garden.txt").write_text("Prune the roses in early spring.\n", encoding="utf-8")
+    result = run("ingest", str(corpus), "--meta", "team=b")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "Indexed 1 file (0 new, 1 changed), 3 relabelled (new --meta, nothing re-embedded), "
+        f"0 unchanged; {lines[0].split('unchanged; ')[1]}"
+    )
+    assert sum("unchanged" in line for line in lines) == 1, lines
+    report, _ = run_json("ingest", str(corpus), "--meta", "team=c", "--json")
+    assert (report["updated"], report["metadata_updated"], report["unchanged"]) == (0, 4, 0)
+    result = run("ingest", str(corpus), "--meta", "team=c")
+    assert result.stdout.startswith("Indexed 0 files (0 new, 0 changed), 4 unchanged;")
+    assert "relabelled" not in result.stdout

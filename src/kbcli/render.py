@@ -551,14 +551,18 @@ def eval_summary(result: dict[str, Any]) -> None:
 def ingest_summary(report: Any) -> list[str]:
     """The human summary of a sync report, one line per fact worth saying."""
     indexed = report.added + report.updated
+    # every file seen is counted once: new, changed, relabelled (same bytes, new --meta) or
+    # unchanged
+    relabelled = (
+        f"{report.metadata_updated} relabelled (new --meta, nothing re-embedded), "
+        if report.metadata_updated
+        else ""
+    )
     lines = [
         f"Indexed {indexed} file{_s(indexed)} ({report.added} new, {report.updated} changed), "
-        f"{report.unchanged} unchanged; {report.chunks_added} chunk{_s(report.chunks_added)} "
-        f"added, {report.chunks_removed} removed."
+        f"{relabelled}{report.unchanged} unchanged; {report.chunks_added} "
+        f"chunk{_s(report.chunks_added)} added, {report.chunks_removed} removed."
     ]
-    if report.metadata_updated:
-        n = report.metadata_updated
-        lines.append(f"Updated the metadata of {n} unchanged file{_s(n)} (nothing re-embedded).")
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")
@@ -599,10 +603,11 @@ def ingest_summary(report: Any) -> list[str]:
 def interrupted_summary(report: Any) -> str:
     """What an interrupted ingest kept, and that the next run resumes."""
     kept = report.added + report.updated
+    relabelled = f", {report.metadata_updated} relabelled" if report.metadata_updated else ""
     return (
         f"Interrupted: kept {kept} file{_s(kept)} indexed in this run ({report.added} new, "
-        f"{report.updated} changed; {report.unchanged} were unchanged). Every file is at its "
-        "old or its new version; run the same kb ingest again to resume."
+        f"{report.updated} changed{relabelled}; {report.unchanged} were unchanged). Every file "
+        "is at its old or its new version; run the same kb ingest again to resume."
     )
 
 
