@@ -114,7 +114,7 @@ def _paragraph_chunker():
     return ParagraphChunker()
 
 
-def test_moved_file_reembeds_nothing_and_prune_removes_old(tmp_path):
+def test_moved_file_reembeds_nothing_and_the_old_path_leaves_by_default(tmp_path):
     docs = tmp_path / "docs"
     files = make_tree(docs, 3)
     kb = open_kb(tmp_path)
@@ -122,12 +122,12 @@ def test_moved_file_reembeds_nothing_and_prune_removes_old(tmp_path):
     embedded = kb.embedder.embedded
     moved = docs / "renamed.md"
     files[0].rename(moved)
-    report = sync(kb, [docs])
-    assert (report.added, report.stale, report.removed) == (1, 1, 0)
+    report = sync(kb, [docs], prune=False)  # --no-prune: the vanished path stays
+    assert (report.added, report.stale, report.missing, report.removed) == (1, 1, 1, 0)
     assert kb.embedder.embedded == embedded
-    assert str(files[0].resolve()) in chunks_by_source(kb)  # stale, not yet pruned
-    pruned = sync(kb, [docs], prune=True)
-    assert (pruned.removed, pruned.stale, pruned.unchanged) == (1, 0, 3)
+    assert str(files[0].resolve()) in chunks_by_source(kb)
+    pruned = sync(kb, [docs])  # the default follows the deletion
+    assert (pruned.removed, pruned.stale, pruned.missing, pruned.unchanged) == (1, 0, 0, 3)
     assert pruned.chunks_removed > 0
     sources = chunks_by_source(kb)
     assert str(files[0].resolve()) not in sources and str(moved.resolve()) in sources

@@ -21,6 +21,7 @@ from typing import Any
 from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
+from .pathnames import source_name, source_path
 from .protocols import FileLedger
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
@@ -74,12 +75,12 @@ def _sha256(path: Path) -> str:
 
 
 def _find_source(kb: Any, path: str) -> tuple[str, list[Any]] | None:
-    candidates = [path]
+    candidates = [source_name(path)]
     try:
-        resolved = str(Path(path).expanduser().resolve())
+        resolved = source_name(Path(source_path(path)).expanduser().resolve())
     except (OSError, RuntimeError, ValueError):
-        resolved = path
-    if resolved != path:
+        resolved = candidates[0]
+    if resolved != candidates[0]:
         candidates.append(resolved)
     for source in candidates:
         docs = list(kb.store.iter_documents(source=source))
@@ -100,7 +101,7 @@ def _file_lines(kb: Any, source: str) -> list[str] | None:
     if not isinstance(store, FileLedger):
         return None
     record = store.file_records().get(source)
-    path = Path(source)
+    path = Path(source_path(source))
     try:
         if record is None or not path.is_file() or _sha256(path) != record.sha256:
             return None
