@@ -381,3 +381,49 @@ def test_meta_title_relabels_both_ways_without_reembedding(tmp_path):
     assert report.metadata_updated == 1 and titles() == {"Setup guide"}
     assert kb.store.keyword_search("zucchini", k=1) == []
     assert embedder.embedded == embedded  # relabelled, never re-embedded
+
+
+def test_sigterm_in_a_sync_is_an_interrupt_that_keeps_what_was_prepared(tmp_path, monkeypatch):
+    import signal
+
+    from kbcli.signals import Terminated
+    from kbcli.sync import SyncInterrupted
+
+    docs = tmp_path / "docs"
+    make_tree(docs, 5)
+    kb = open_kb(tmp_path)
+    real = sync_module._sync_file
+    seen = []
+
+    def terminated_at_the_fourth(kb, path, *args):
+        seen.append(path)
+        if len(seen) == 4:
+            raise Terminated(signal.SIGTERM)
+        return real(kb, path, *args)
+
+    monkeypatch.setattr(sync_module, "_sync_file", terminated_at_the_fourth)
+    with pytest.raises(SyncInterrupted) as stop:
+        sync(kb, [docs])
+    assert stop.value.signum == signal.SIGTERM
+    report = stop.value.report
+    assert (report.interrupted, report.signal, report.added) == (True, "SIGTERM", 3)
+    assert len(kb.store.file_records()) == 3
+
+
+def test_an_interrupt_just_after_commit_stays_an_interrupt(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM between COMMIT and the end of the transaction block: the write is
+    kept and the interrupt goes on (a ROLLBACK there raised "no transaction is active")."""
+    from kbcli.stores.sqlite import connection
+
+    kb = open_kb(tmp_path)
+
+    def interrupt(name):
+        if name == "after-commit":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(connection, "crash_point", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        kb.store.set_meta("probe", "kept")
+    monkeypatch.undo()
+    assert kb.store.get_meta("probe") == "kept"
+    kb.store.set_meta("probe", "again")  # the connection is usable: no transaction left open

@@ -154,9 +154,9 @@ class Database:
                 finally:
                     self.depth -= 1
                 return
-            self._begin()
-            self.depth = 1
-            try:
+            try:  # BEGIN inside: an interrupt right after it must not leave the lock held
+                self._begin()
+                self.depth = 1
                 yield self.conn
                 self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
                 crash_point("before-commit")
@@ -164,15 +164,21 @@ class Database:
                 self.commits += 1
                 crash_point("after-commit")
             except sqlite3.OperationalError as exc:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 if _is_readonly(exc):
                     raise StoreError(readonly_cause(self.path)) from None
                 raise
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             finally:
                 self.depth = 0
+
+    def _rollback(self) -> None:
+        # An interrupt (Ctrl-C, SIGTERM) can land just before BEGIN took effect or just after
+        # COMMIT: a ROLLBACK then would replace it with "no transaction is active".
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
     def _begin(self) -> None:
         try:
@@ -194,15 +200,15 @@ class Database:
         with self.lock:
             if self.depth:
                 return
-            self._begin()
             try:
+                self._begin()
                 self.conn.execute("UPDATE stats SET generation = generation WHERE id = 1")
             except sqlite3.OperationalError as exc:
                 if _is_readonly(exc):
                     raise StoreError(readonly_cause(self.path)) from None
                 raise
             finally:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -211,11 +217,12 @@ class Database:
             if self.depth:
                 yield self.conn
                 return
-            self.conn.execute("BEGIN")
             try:
+                self.conn.execute("BEGIN")
                 yield self.conn
             finally:
-                self.conn.execute("COMMIT")
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     def checkpoint(self) -> None:
         """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""
