@@ -492,112 +492,86 @@ def sync(
         )
     extensions = parse_extensions(extensions)
     report = SyncReport()
-    try:
-        _sync(
-            kb,
-            report,
+    with _interrupts_kept(report, started):
+        found = discover(
             list(paths),
             extensions,
             recursive=recursive,
-            metadata=metadata,
-            prune=prune,
             include_hidden=include_hidden,
-            rebuild=rebuild,
-            wait=wait,
-            progress=progress,
             follow_symlinks=follow_symlinks,
-            allow_mass_delete=allow_mass_delete,
         )
+        report.skipped = found.skipped
+        report.warnings = [source_name(w) for w in found.warnings]
+        report.special, report.links = found.special, found.links
+        report.unreadable = len(found.unreadable)
+        with store.writer_lock(wait), _write_errors():
+            records = store.file_records()
+            names = {path: source_name(path) for path in found.files}
+            present = set(names.values())
+            stale = [p for p in records if p not in present and found.covers(p)]
+            gone = [p for p in stale if not _on_disk(p)]
+            going = stale if prune else gone if prune is None else []
+            if going and not allow_mass_delete:
+                check_prune(found, records, going, extensions)
+            if rebuild:
+                report.rebuilt = _rebuild_index(kb)
+                records = store.file_records()
+            settings = chunk_settings(kb)
+            kb.ingestor._check_embedder()
+            total = len(found.files)
+            pending = _PendingWrites(kb, report)
+            reading = _Reading(_max_bytes(kb), follow_symlinks)
+            if progress is not None:
+                progress("", 0, total)
+            try:
+                for done, path in enumerate(found.files, start=1):
+                    began = time.monotonic()
+                    name = names[path]
+                    if name != str(path) and os.path.lexists(name):
+                        report.failed.append(FileFailure(name, _name_taken(name)))
+                        continue
+                    prepared = _sync_file(
+                        kb, path, records.get(name), settings, metadata, rebuild, report, reading
+                    )
+                    if prepared is not None:
+                        pending.add(*prepared)
+                    report.timed(name, time.monotonic() - began)
+                    if progress is not None:
+                        progress(name, done, total)
+                    if done % CHECKPOINT_EVERY == 0:
+                        pending.flush()
+                        store.checkpoint()
+                pending.flush(final=True)
+            except KeyboardInterrupt:
+                # Keep what was prepared: embed the partial batch still waiting (one request; a
+                # second Ctrl-C stops that too) and write those files, each whole.
+                pending.flush(final=True)
+                store.checkpoint()
+                raise
+            for path in going:
+                report.chunks_removed += store.delete_source(path)
+                report.removed += 1
+            report.stale = len(stale) - len(going)
+            report.missing = len(gone) if prune is False else 0
+            store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            store.checkpoint()
+            if report.chunks_added or report.chunks_removed or report.rebuilt:
+                store.prepare_search()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+@contextmanager
+def _interrupts_kept(report: SyncReport, started: float) -> Iterator[None]:
+    """An interrupt anywhere in a sync (files prepared so far written already) becomes
+    :class:`SyncInterrupted` carrying the report and the signal."""
+    try:
+        yield
     except KeyboardInterrupt as stop:
         signum = getattr(stop, "signum", signal.SIGINT)
         report.interrupted, report.signal = True, signal.Signals(signum).name
         report.seconds = time.monotonic() - started
         raise SyncInterrupted(report, signum) from None
-    report.seconds = time.monotonic() - started
-    return report
-
-
-def _sync(
-    kb: Any,
-    report: SyncReport,
-    paths: list[Path],
-    extensions: tuple[str, ...],
-    *,
-    recursive: bool,
-    metadata: dict[str, Any] | None,
-    prune: bool | None,
-    include_hidden: bool,
-    rebuild: bool,
-    wait: float,
-    progress: Progress | None,
-    follow_symlinks: bool,
-    allow_mass_delete: bool,
-) -> None:
-    store = kb.store
-    found = discover(
-        paths,
-        extensions,
-        recursive=recursive,
-        include_hidden=include_hidden,
-        follow_symlinks=follow_symlinks,
-    )
-    report.skipped = found.skipped
-    report.warnings = [source_name(w) for w in found.warnings]
-    report.special, report.links = found.special, found.links
-    report.unreadable = len(found.unreadable)
-    with store.writer_lock(wait), _write_errors():
-        records = store.file_records()
-        names = {path: source_name(path) for path in found.files}
-        present = set(names.values())
-        stale = [p for p in records if p not in present and found.covers(p)]
-        gone = [p for p in stale if not _on_disk(p)]
-        going = stale if prune else gone if prune is None else []
-        if going and not allow_mass_delete:
-            check_prune(found, records, going, extensions)
-        if rebuild:
-            report.rebuilt = _rebuild_index(kb)
-            records = store.file_records()
-        settings = chunk_settings(kb)
-        kb.ingestor._check_embedder()
-        total = len(found.files)
-        pending = _PendingWrites(kb, report)
-        reading = _Reading(_max_bytes(kb), follow_symlinks)
-        if progress is not None:
-            progress("", 0, total)
-        try:
-            for done, path in enumerate(found.files, start=1):
-                began = time.monotonic()
-                name = names[path]
-                if name != str(path) and os.path.lexists(name):
-                    report.failed.append(FileFailure(name, _name_taken(name)))
-                    continue
-                prepared = _sync_file(
-                    kb, path, records.get(name), settings, metadata, rebuild, report, reading
-                )
-                if prepared is not None:
-                    pending.add(*prepared)
-                report.timed(name, time.monotonic() - began)
-                if progress is not None:
-                    progress(name, done, total)
-                if done % CHECKPOINT_EVERY == 0:
-                    pending.flush()
-                    store.checkpoint()
-            pending.flush(final=True)
-        except KeyboardInterrupt:
-            # Keep what was prepared: embed the partial batch still waiting (one request; a
-            # second Ctrl-C stops that too) and write those files, each whole.
-            pending.flush(final=True)
-            store.checkpoint()
-            raise
-        for path in going:
-            report.chunks_removed += store.delete_source(path)
-            report.removed += 1
-        report.stale = len(stale) - len(going)
-        report.missing = len(gone) if prune is False else 0
-        store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        store.checkpoint()
-        if report.chunks_added or report.chunks_removed or report.rebuilt:
-            store.prepare_search()
 
 
 def _name_taken(name: str) -> str:
