@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-TERMINATION = (signal.SIGTERM, signal.SIGHUP)
+# (Windows has no SIGHUP)
+TERMINATION = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 class Terminated(KeyboardInterrupt):

@@ -166,7 +166,8 @@ class Discovery:
     found_per_root: dict[Path, int] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
-        """True when ``path`` lies where this discovery looked (so it can be stale)."""
+        """True when the recorded source ``path`` lies where this discovery looked (so it can
+        be stale)."""
         p = Path(source_path(path))
         if any(p == u or p.is_relative_to(u) for u in self.unreadable):
             return False
@@ -175,7 +176,7 @@ class Discovery:
         return any(self._under(p, root, recursive) for root, recursive in self.dir_roots)
 
     def covered_by(self, path: str, root: Path) -> bool:
-        """True when ``path`` lies under the folder root ``root``."""
+        """True when the recorded source ``path`` lies under the folder root ``root``."""
         p = Path(source_path(path))
         return any(r == root and self._under(p, r, recursive) for r, recursive in self.dir_roots)
 
