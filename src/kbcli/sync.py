@@ -549,8 +549,8 @@ def sync(
                 pending.flush(final=True)
                 store.checkpoint()
                 raise
-            for path in going:
-                report.chunks_removed += store.delete_source(path)
+            for source in going:
+                report.chunks_removed += store.delete_source(source)
                 report.removed += 1
             report.stale = len(stale) - len(going)
             report.missing = len(gone) if prune is False else 0
