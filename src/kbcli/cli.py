@@ -1085,7 +1085,7 @@ def config_(
     "eval",
     cls=KBCommand,
     epilog=_example(
-        "kb eval ../shared/eval/scifact --split train --mode keyword",
+        "kb eval examples/eval/it-helpdesk --mode keyword",
         "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
