@@ -231,8 +231,11 @@ def test_stdio_search_cites_and_stays_in_scope(stdio, setup):
 def test_stdio_get_and_stats(stdio, setup):
     text, is_error = stdio.call("knowledge_get", {"id": setup.allowed_ids[1]})
     assert not is_error and "Invoices are due" in text and "/acme/doc1.md" in text
+    # ingested by the library (no file ledger), so its indexed chunks, each with its id
     text, is_error = stdio.call("knowledge_get", {"path": setup.acme_file, "end_line": 2})
-    assert not is_error and text.startswith(f"[source: {setup.acme_file}; lines 1-2 of ")
+    assert not is_error
+    assert text.startswith(f"[source: {setup.acme_file}; indexed chunks covering lines 1-")
+    assert "\n[line 1; id: " in text
     text, is_error = stdio.call("knowledge_get", {"id": setup.forbidden_ids[0]})
     assert is_error and text == NO_CHUNK
     text, is_error = stdio.call("knowledge_get", {"path": setup.globex_file})
@@ -303,6 +306,84 @@ def test_stdio_a_key_held_only_outside_the_scope_is_unknown(hints_stdio):
     ]:
         text, is_error = hints_stdio.call("knowledge_search", {"query": query, "filter": filter})
         assert (text, is_error) == (expected, False), filter
+
+
+@pytest.fixture(scope="module")
+def lined_stdio(tmp_path_factory, home):
+    """``kb mcp --filter team=docs`` over a synced folder: the 33-line CRLF file (team docs)
+    and a file of another team, which the scope hides."""
+    from mcp import Client, StdioServerParameters
+
+    from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
+    from kbcli.ingest import StructureAwareChunker
+    from kbcli.sync import sync
+    from test_tools import lined_file
+
+    folder = tmp_path_factory.mktemp("mcp-lined")
+    docs, other = folder / "docs", folder / "other"
+    docs.mkdir()
+    other.mkdir()
+    path, lines = lined_file(docs)
+    (other / "secret.md").write_text("# Other team\n\nmarker5 of the other team\n")
+    kb = KnowledgeBase(
+        store=SQLiteStore(folder / "kb.db"),
+        embedder=SimpleEmbedder(),
+        chunker=StructureAwareChunker(160, 30),
+    )
+    sync(kb, [docs], metadata={"team": "docs"})
+    sync(kb, [other], metadata={"team": "other"})
+    kb.close()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kbcli", "--db", str(folder / "kb.db"), "mcp", "--filter", "team=docs"],
+        env=_env(home),
+        cwd=str(home),
+    )
+    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    yield client, path.resolve(), lines, (other / "secret.md").resolve()
+    client.close()
+
+
+def test_stdio_get_reads_the_files_own_lines_from_a_hits_line(lined_stdio):
+    """An agent's round trip: the line a hit cites, fed as start_line, gives that line of the
+    file, line breaks and blank lines kept, numbered as ``kb get`` numbers them."""
+    client, path, lines, secret = lined_stdio
+    text, is_error = client.call("knowledge_get", {"path": str(path)})
+    assert not is_error and text.split("\n")[0] == f"[source: {path}; lines 1-33 of 33]"
+    assert text.split("\n")[1:] == [f"{n:>2}  {line}" for n, line in enumerate(lines, 1)]
+    for n in (9, 17, 26, 33):
+        result = client.run(
+            client.client.call_tool(
+                "knowledge_search", {"query": f"marker{n}", "k": 1, "mode": "keyword"}
+            )
+        )
+        answer = result.content[0].text
+        cited = answer[answer.index(f"(source: {path}, lines ") :]
+        first, last = map(int, cited.split("lines ", 1)[1].split(",", 1)[0].split("-"))
+        assert first <= n <= last
+        text, is_error = client.call(
+            "knowledge_get", {"path": str(path), "start_line": first, "end_line": last}
+        )
+        assert not is_error, text
+        width = len(str(last))
+        assert text.split("\n")[1:] == [
+            f"{m:>{width}}  {lines[m - 1]}" for m in range(first, last + 1)
+        ]
+        chunk_id = cited.split("id: ", 1)[1].rstrip(")")
+        text, is_error = client.call("knowledge_get", {"id": chunk_id})
+        assert not is_error and text.startswith(f"[source: {path}, lines {first}-{last}, ")
+        assert f"marker{n}" in text
+
+
+def test_stdio_get_of_a_hidden_file_is_an_unknown_file(lined_stdio):
+    client, path, _, secret = lined_stdio
+    assert client.call("knowledge_get", {"path": str(secret)}) == (NO_FILE, True)
+    assert client.call("knowledge_get", {"path": str(secret), "start_line": 2}) == (NO_FILE, True)
+    assert client.call("knowledge_get", {"path": "/no/such/file.md"}) == (NO_FILE, True)
+    text, _ = client.call("knowledge_search", {"query": "marker5 other team", "k": 5})
+    assert str(secret) not in text
+    text, is_error = client.call("knowledge_get", {"path": str(path), "start_line": 40})
+    assert is_error and text == f"Error: start_line 40 is past the end of {path} (33 lines)"
 
 
 # --- HTTP ----------------------------------------------------------------------------------
