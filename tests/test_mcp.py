@@ -119,6 +119,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _wait_for_port(process: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        if process.poll() is not None or time.monotonic() > deadline:
+            out, err = process.communicate(timeout=5) if process.poll() is not None else ("", "")
+            pytest.fail(f"kb mcp --http did not start: {err!r}")
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def http_url(setup, home):
     tokens = home / "tokens.yaml"
@@ -138,14 +149,7 @@ def http_url(setup, home):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            break
-        if process.poll() is not None or time.monotonic() > deadline:
-            out, err = process.communicate(timeout=5) if process.poll() is not None else ("", "")
-            pytest.fail(f"kb mcp --http did not start: {err!r}")
-        time.sleep(0.05)
+    _wait_for_port(process, port)
     yield f"http://127.0.0.1:{port}/mcp"
     process.terminate()
     try:
@@ -460,6 +464,152 @@ def test_the_sdk_client_with_a_wrong_token_or_none_fails(http_url):
 
         with pytest.raises(BaseException):  # noqa: B017 - the SDK raises an exception group
             asyncio.run(attempt())
+
+
+# --- slow and idle sockets without a token -------------------------------------------------
+
+SLOW_SOCKETS = 2000
+ANSWER_WITHIN = 2.0  # seconds: the issue's bound for a token holder under 2,000 slow sockets
+HEAD_ONLY = b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+HEAD_ONLY += b"Content-Length: 1000\r\n\r\n"
+
+
+class SlowSockets:
+    """``count`` loopback sockets to ``port`` without a token: a third send nothing, a third
+    trickle a header byte a second, a third send whole headers and never their body."""
+
+    def __init__(self, port: int, count: int):
+        self.sockets = []
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            self.sockets.append(sock)
+        self.sent = [0] * count
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._feed, daemon=True)
+        self._thread.start()
+
+    def _feed(self) -> None:
+        while not self._stop.is_set():
+            for n, sock in enumerate(self.sockets):
+                if n % 3 == 0:
+                    continue
+                whole = n % 3 == 2
+                if whole and self.sent[n]:
+                    continue
+                start = self.sent[n] % len(HEAD_ONLY)
+                with contextlib.suppress(OSError):
+                    self.sent[n] += sock.send(HEAD_ONLY if whole else HEAD_ONLY[start : start + 1])
+            self._stop.wait(1.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for sock in self.sockets:
+            sock.close()
+
+
+def _limited(soft: int, hard: int | None):
+    def limit() -> None:
+        import resource
+
+        top = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard is None else hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, top))
+
+    return limit
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
+@pytest.mark.parametrize("hard", [None, 1024], ids=["soft-limit-1024", "soft-and-hard-limit-1024"])
+def test_2000_slow_sockets_without_a_token_leave_a_token_holder_answered(setup, home, hard):
+    """The server starts with the common soft limit of 1,024 open files (and, in the second
+    case, a hard one too, so it cannot raise it): 2,000 slow or half-open sockets must not
+    keep a token holder from an answer."""
+    import resource
+
+    soft, top = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = SLOW_SOCKETS + 500
+    if top != resource.RLIM_INFINITY and top < need:
+        pytest.skip(f"the hard open-file limit ({top}) is below the {need} this test opens")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (need if top == resource.RLIM_INFINITY else top, top)
+        )
+    tokens = home / "slow-tokens.yaml"
+    tokens.write_text(f"tokens:\n  - {{token: {TOKENS['acme']}, filter: {{tenant: acme}}}}\n")
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "--db", str(setup.db), "mcp"]
+        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
+        env=_env(home),
+        cwd=str(home),
+        stderr=subprocess.PIPE,
+        preexec_fn=_limited(1024, hard),
+    )
+    slow = None
+    try:
+        _wait_for_port(process, port)
+        url = f"http://127.0.0.1:{port}/mcp"
+        slow = SlowSockets(port, SLOW_SOCKETS)
+        time.sleep(1.5)  # the server has taken them in and the trickle has begun
+        began = time.monotonic()
+        status, body, _ = _raw_post(url, {"Authorization": f"Bearer {TOKENS['acme']}"})
+        raw_seconds = time.monotonic() - began
+        assert status == 200 and b"/acme/" in body, (status, body)
+        began = time.monotonic()
+        client = ClientThread(_http_client(url, TOKENS["acme"]))
+        try:
+            text, is_error = client.call("knowledge_search", {"query": "invoices", "k": 2})
+        finally:
+            client.close()
+        sdk_seconds = time.monotonic() - began
+        assert not is_error and "/acme/doc1.md" in text
+        print(
+            f"\n{SLOW_SOCKETS} slow sockets, server nofile soft 1024 hard {hard or top}: "
+            f"raw POST answered in {raw_seconds:.3f} s, SDK client (initialize, call, close) "
+            f"in {sdk_seconds:.3f} s"
+        )
+        assert raw_seconds < ANSWER_WITHIN and sdk_seconds < ANSWER_WITHIN
+    finally:
+        if slow is not None:
+            slow.close()
+        process.terminate()
+        try:
+            _, err = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+    err_text = err.decode(errors="replace")
+    assert "Traceback" not in err_text and "out of system resource" not in err_text, err_text
+    assert "kb mcp: closed HTTP connections: " in err_text  # the guard says what it did
+
+
+def test_a_busy_port_is_one_line_with_its_own_exit_code(setup, home):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    tokens = home / "busy-tokens.yaml"
+    tokens.write_text(f"tokens:\n  - {{token: {TOKENS['acme']}, filter: {{}}}}\n")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "kbcli", "--db", str(setup.db), "mcp"]
+            + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
+            env=_env(home),
+            cwd=str(home),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert result.returncode == 4
+    assert result.stderr == (
+        f"Error: kb mcp cannot listen on 127.0.0.1:{port}: the port is already in use (another "
+        "kb mcp, or another server): stop it, or give another port with --http 127.0.0.1:PORT\n"
+    )
+    assert result.stdout == ""
 
 
 # --- the access sweep over both transports -------------------------------------------------
