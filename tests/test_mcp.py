@@ -98,17 +98,22 @@ def home(tmp_path_factory):
     return tmp_path_factory.mktemp("mcp-home")
 
 
-@pytest.fixture(scope="module")
-def stdio(setup, home):
+def _stdio_client(db: Path, home: Path, *mcp_args: str) -> ClientThread:
+    """An SDK client session with ``kb --db DB mcp MCP_ARGS`` started as a subprocess."""
     from mcp import Client, StdioServerParameters
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "kbcli", "--db", str(setup.db), "mcp", "--filter", "tenant=acme"],
+        args=["-m", "kbcli", "--db", str(db), "mcp", *mcp_args],
         env=_env(home),
         cwd=str(home),
     )
-    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    return ClientThread(lambda: Client(params, read_timeout_seconds=60))
+
+
+@pytest.fixture(scope="module")
+def stdio(setup, home):
+    client = _stdio_client(setup.db, home, "--filter", "tenant=acme")
     yield client
     client.close()
 
@@ -117,6 +122,34 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _start_http(db: Path, home: Path, tokens: Path, **popen: Any) -> tuple[Any, int]:
+    """``kb --db DB mcp --http`` on a free loopback port, once it accepts connections:
+    ``(process, port)``."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "--db", str(db), "mcp"]
+        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
+        env=_env(home),
+        cwd=str(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
+    _wait_for_port(process, port)
+    return process, port
+
+
+def _stop(process: subprocess.Popen) -> str:
+    """Terminate the server; its stderr."""
+    process.terminate()
+    try:
+        _, err = process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+    return err.decode(errors="replace")
 
 
 def _wait_for_port(process: subprocess.Popen, port: int) -> None:
@@ -140,24 +173,10 @@ def http_url(setup, home):
         f"  - {{token: {TOKENS['admin']}, name: admin, filter: {{}}}}\n",
         encoding="utf-8",
     )
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kbcli", "--db", str(setup.db), "mcp"]
-        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
-        env=_env(home),
-        cwd=str(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    _wait_for_port(process, port)
+    process, port = _start_http(setup.db, home, tokens)
     yield f"http://127.0.0.1:{port}/mcp"
-    process.terminate()
-    try:
-        _, err = process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        _, err = process.communicate()
-    assert b"Traceback" not in err, err.decode(errors="replace")
+    err = _stop(process)
+    assert "Traceback" not in err, err
 
 
 def _http_client(url: str, token: str | None) -> Any:
@@ -284,19 +303,11 @@ def test_stdio_empty_answers_name_only_what_the_scope_holds(stdio, setup):
 @pytest.fixture(scope="module")
 def hints_stdio(tmp_path_factory, home):
     """``kb mcp --filter tenant=acme`` over an index where some keys only exist outside acme."""
-    from mcp import Client, StdioServerParameters
-
     from test_search_hints import _kb
 
     folder = tmp_path_factory.mktemp("mcp-hints")
     _kb("sqlite", folder, with_outside=True).close()
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kbcli", "--db", str(folder / "kb.db"), "mcp", "--filter", "tenant=acme"],
-        env=_env(home),
-        cwd=str(home),
-    )
-    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    client = _stdio_client(folder / "kb.db", home, "--filter", "tenant=acme")
     yield client
     client.close()
 
@@ -316,8 +327,6 @@ def test_stdio_a_key_held_only_outside_the_scope_is_unknown(hints_stdio):
 def lined_stdio(tmp_path_factory, home):
     """``kb mcp --filter team=docs`` over a synced folder: the 33-line CRLF file (team docs)
     and a file of another team, which the scope hides."""
-    from mcp import Client, StdioServerParameters
-
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
     from kbcli.ingest import StructureAwareChunker
     from kbcli.sync import sync
@@ -337,13 +346,7 @@ def lined_stdio(tmp_path_factory, home):
     sync(kb, [docs], metadata={"team": "docs"})
     sync(kb, [other], metadata={"team": "other"})
     kb.close()
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kbcli", "--db", str(folder / "kb.db"), "mcp", "--filter", "team=docs"],
-        env=_env(home),
-        cwd=str(home),
-    )
-    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    client = _stdio_client(folder / "kb.db", home, "--filter", "team=docs")
     yield client, path.resolve(), lines, (other / "secret.md").resolve()
     client.close()
 
@@ -538,19 +541,12 @@ def test_2000_slow_sockets_without_a_token_leave_a_token_holder_answered(setup, 
         )
     tokens = home / "slow-tokens.yaml"
     tokens.write_text(f"tokens:\n  - {{token: {TOKENS['acme']}, filter: {{tenant: acme}}}}\n")
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kbcli", "--db", str(setup.db), "mcp"]
-        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
-        env=_env(home),
-        cwd=str(home),
-        stderr=subprocess.PIPE,
-        preexec_fn=_limited(1024, hard),
-    )
+    process, port = _start_http(setup.db, home, tokens, preexec_fn=_limited(1024, hard))
+    url = f"http://127.0.0.1:{port}/mcp"
     slow = None
     try:
-        _wait_for_port(process, port)
-        url = f"http://127.0.0.1:{port}/mcp"
+        # a first search loads the index: that is start-up time, not the sockets' doing
+        assert _raw_post(url, {"Authorization": f"Bearer {TOKENS['acme']}"})[0] == 200
         slow = SlowSockets(port, SLOW_SOCKETS)
         time.sleep(1.5)  # the server has taken them in and the trickle has begun
         began = time.monotonic()
@@ -574,13 +570,7 @@ def test_2000_slow_sockets_without_a_token_leave_a_token_holder_answered(setup, 
     finally:
         if slow is not None:
             slow.close()
-        process.terminate()
-        try:
-            _, err = process.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-    err_text = err.decode(errors="replace")
+        err_text = _stop(process)
     assert "Traceback" not in err_text and "out of system resource" not in err_text, err_text
     assert "kb mcp: closed HTTP connections: " in err_text  # the guard says what it did
 

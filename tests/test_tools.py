@@ -293,8 +293,10 @@ def test_long_lines_are_cut_never_wrapped(tmp_path):
 
 def test_a_changed_file_gives_its_indexed_chunks(lined):
     kb, path, lines = lined
-    path.write_text("rewritten since\n", encoding="utf-8")
-    text = KnowledgeGetTool(kb).call({"path": str(path), "start_line": 17}).text
+    get = KnowledgeGetTool(kb)
+    assert get.call({"path": str(path)}).text.startswith(f"[source: {path}; lines 1-33 of 33]")
+    path.write_text("rewritten since\n", encoding="utf-8")  # what was read is not served again
+    text = get.call({"path": str(path), "start_line": 17}).text
     header, first = text.split("\n")[:2]
     assert header.startswith(f"[source: {path}; indexed chunks covering lines ")
     assert "the file's own lines are not available" in header

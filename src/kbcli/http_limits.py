@@ -43,6 +43,7 @@ logger = logging.getLogger("kbcli.mcp")
 
 RESERVED_FILES = 256  # descriptors kept for the database, its threads and the process itself
 OPEN_FILES_TARGET = 65536  # the soft open-file limit asked for at start (at most the hard one)
+LISTEN_BACKLOG = 2048  # the kernel's queue of connections not yet accepted (uvicorn's default)
 REPORT_EVERY = 30.0  # seconds between log lines about connections closed by these limits
 BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
 BUSY += b"Content-Length: 0\r\n\r\n"
@@ -344,7 +345,7 @@ def make_server(
         ws="none",  # streamable HTTP has no websockets
         lifespan="on",
         log_level="warning",
-        backlog=cap,  # also how many connections asyncio accepts in one go
+        backlog=cap,  # how many connections asyncio accepts in one go
         timeout_keep_alive=limits.keep_alive,
         timeout_graceful_shutdown=limits.shutdown_timeout,
         h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -356,6 +357,10 @@ def make_server(
         async def startup(self, sockets: Any = None) -> None:
             logging.getLogger("uvicorn.error").addFilter(count_invalid)  # configured by now
             await super().startup(sockets=sockets)
+            for sock in sockets or ():
+                # asyncio listened with the accept burst (``backlog``); the kernel's queue of
+                # connections not yet accepted may be longer, so a flood does not drop SYNs
+                sock.listen(LISTEN_BACKLOG)
             if self.started and on_start is not None:
                 on_start()
 

@@ -10,7 +10,9 @@ signatures and silently drops unknown arguments; here the tools' contract is the
 Transports: stdio (default), with the scope fixed at start (``--filter``); or streamable HTTP,
 where every request must carry ``Authorization: Bearer <token>``. A token file maps each token
 to the scope it may read; the scope comes from the server's side, never from the request.
-A missing or unknown token gets ``401`` with an empty body, on every path.
+A missing or unknown token gets ``401`` with an empty body, on every path, and the connection
+is closed. The HTTP server runs under :mod:`kbcli.http_limits` (a request deadline, a bound on
+connections, the address bound before it says it serves).
 
 Token file (YAML)::
 
