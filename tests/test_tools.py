@@ -291,6 +291,36 @@ def test_long_lines_are_cut_never_wrapped(tmp_path):
         kb.close()
 
 
+def test_paging_through_a_pdf_parses_it_once(tmp_path):
+    """A PDF's lines are those its parse gives (as ``kb get`` shows them); reading it page by
+    page reuses that parse while the file's bytes stay the same."""
+    from cli_helpers import minimal_pdf
+    from kbcli.reading import LinesCache
+    from kbcli.sync import sync
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    pdf = folder / "manual.pdf"
+    pdf.write_bytes(minimal_pdf("Reset the password from the manual."))
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"), embedder=SimpleEmbedder())
+    sync(kb, [folder])
+    loader = kb.ingestor.loader
+    parses = []
+    parse = loader.load
+    loader.load = lambda path: parses.append(path) or parse(path)
+    try:
+        get = KnowledgeGetTool(kb, cache=LinesCache())
+        texts = [get.call({"path": str(pdf), "start_line": 1, "end_line": n}).text for n in (1, 2)]
+        assert all("Reset the password from the manual." in text for text in texts), texts
+        assert texts[0].startswith(f"[source: {pdf.resolve()}; lines 1-1 of ")
+        assert len(parses) == 1
+        pdf.write_bytes(minimal_pdf("Another text now."))  # other bytes: not the kept parse
+        assert "indexed chunks" in get.call({"path": str(pdf)}).text.split("\n")[0]
+        assert len(parses) == 1
+    finally:
+        kb.close()
+
+
 def test_a_changed_file_gives_its_indexed_chunks(lined):
     kb, path, lines = lined
     get = KnowledgeGetTool(kb)

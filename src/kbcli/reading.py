@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,32 +66,42 @@ class Shown:
 
 
 class LinesCache:
-    """The lines of the last few files read again, by source and SHA-256, so paging through
-    one file (a PDF's parse above all) reads it once. At most ``files`` entries and about
-    ``chars`` characters are kept."""
+    """The lines of the last few files read again, by source, SHA-256 and loader, so paging
+    through one file (a PDF's parse above all) reads it once. At most ``files`` entries and
+    about ``chars`` characters are kept; safe to share between threads (and scopes: a file is
+    read again only when the reader may see all of it)."""
 
-    def __init__(self, files: int = 4, chars: int = 32_000_000):
+    def __init__(self, files: int = 4, chars: int = 16_000_000):
         self.files = files
         self.chars = chars
-        self._kept: OrderedDict[tuple[str, str], tuple[list[str], int]] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, ...], tuple[list[str], int]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> list[str] | None:
-        """The lines kept for ``key`` (source, sha256), or None."""
-        entry = self._kept.get(key)
-        if entry is None:
-            return None
-        self._kept.move_to_end(key)
-        return entry[0]
+    def get(self, key: tuple[str, ...]) -> list[str] | None:
+        """The lines kept for ``key``, or None."""
+        with self._lock:
+            entry = self._kept.get(key)
+            if entry is None:
+                return None
+            self._kept.move_to_end(key)
+            return entry[0]
 
-    def put(self, key: tuple[str, str], lines: list[str]) -> None:
+    def put(self, key: tuple[str, ...], lines: list[str]) -> None:
         """Keep ``lines``; drop the least recently read files beyond the bounds."""
         size = sum(len(line) for line in lines)
         if size > self.chars:
             return
-        self._kept[key] = (lines, size)
-        self._kept.move_to_end(key)
-        while len(self._kept) > self.files or sum(s for _, s in self._kept.values()) > self.chars:
-            self._kept.popitem(last=False)
+        with self._lock:
+            self._kept[key] = (lines, size)
+            self._kept.move_to_end(key)
+            while (
+                len(self._kept) > self.files
+                or sum(kept for _, kept in self._kept.values()) > self.chars
+            ):
+                self._kept.popitem(last=False)
+
+
+SHARED = LinesCache()  # what knowledge_get tools use unless given their own
 
 
 def parse_target(target: str) -> tuple[str, int | None, int | None]:
@@ -159,10 +170,11 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
         digest = _sha256(path)
         if digest != record.sha256:
             return None
-        kept = cache.get((source, digest)) if cache is not None else None
+        loader = kb.ingestor.loader
+        key = (source, digest, type(loader).__qualname__, str(getattr(loader, "encoding", "")))
+        kept = cache.get(key) if cache is not None else None
         if kept is not None:
             return kept
-        loader = kb.ingestor.loader
         if isinstance(loader, DefaultDocumentLoader) and is_text_file(path):
             lines = file_lines(path, loader.encoding)  # numbered as an editor numbers them
         else:
@@ -170,7 +182,7 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
     except (OSError, KBError):  # unreadable now: fall back to the indexed chunks
         return None
     if cache is not None:
-        cache.put((source, digest), lines)
+        cache.put(key, lines)
     return lines
 
 
@@ -181,12 +193,12 @@ def read_chunk(kb: Any, chunk_id: str) -> Shown | None:
         return None
     doc = docs[0]
     meta = doc.metadata
-    line = meta.get("line") if isinstance(meta.get("line"), int) else 1
+    line = meta.get("line")
     source = meta.get("source")
     return Shown(
         str(source) if source is not None else None,
         "chunk",
-        [(line, doc.text)],
+        [(line if isinstance(line, int) else 1, doc.text)],
         1,
         id=doc.id,
         metadata=meta,

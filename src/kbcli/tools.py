@@ -458,7 +458,9 @@ class KnowledgeGetTool(KnowledgeTool):
     at the line it starts on (:mod:`kbcli.reading`). A file the scope hides answers exactly like
     an unknown one. An answer holds at most ``max_lines`` lines and about ``max_chars``
     characters, with the ``start_line`` to go on from; a line longer than ``line_width`` is
-    cut with a marker, never wrapped (its line number stays the file's)."""
+    cut with a marker, never wrapped (its line number stays the file's). Files read again are
+    kept in ``cache`` (a :class:`~kbcli.reading.LinesCache`; default one per process) while
+    their bytes stay the same."""
 
     name = "knowledge_get"
     description = (
@@ -474,14 +476,15 @@ class KnowledgeGetTool(KnowledgeTool):
         max_lines: int = MAX_LINES,
         line_width: int = LINE_WIDTH,
         max_chars: int = MAX_CHARS,
+        cache: Any = None,
     ):
-        from .reading import LinesCache
+        from .reading import SHARED
 
         self.view = _reader(view)
         self.max_lines = max_lines
         self.line_width = line_width
         self.max_chars = max_chars
-        self._cache = LinesCache()
+        self.cache = SHARED if cache is None else cache  # a reading.LinesCache
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -554,7 +557,7 @@ class KnowledgeGetTool(KnowledgeTool):
                 raise ToolArgumentError(f"end_line ({end}) is before start_line ({start})")
         last = start + self.max_lines - 1 if end is None else min(end, start + self.max_lines - 1)
         try:
-            shown = read_file(self.view, path, start, last, cache=self._cache)
+            shown = read_file(self.view, path, start, last, cache=self.cache)
         except NotFoundError:
             return _error(NO_FILE)
         except InvalidOptionError as exc:  # a range past the end, said in the tool's terms
