@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -222,13 +223,14 @@ def test_the_soft_open_file_limit_is_raised_toward_the_hard_one():
     def low() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
 
+    src = str(Path(__file__).resolve().parents[1] / "src")
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         preexec_fn=low,
         check=True,
-        cwd=Path(__file__).parent,
+        env={**os.environ, "PYTHONPATH": src},
     ).stdout.split()
     expected = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
     assert out == [str(expected), str(expected)]
