@@ -364,11 +364,13 @@ def test_chunks_without_lines_are_numbered_by_their_place(kb):
         "[line 2; id: n2]",
         "second fact about /notes",
     ]
-    assert (
-        KnowledgeGetTool(kb)
-        .call({"path": "/notes", "start_line": 2})
-        .text.endswith("second fact about /notes")
-    )
+    get = KnowledgeGetTool(kb)
+    assert get.call({"path": "/notes", "start_line": 2}).text.endswith("second fact about /notes")
+    first = get.call({"path": "/notes", "end_line": 1}).text
+    header = "[source: /notes; indexed chunks covering lines 1-1 (more: start_line=2); "
+    assert first.startswith(header) and "second" not in first
+    bounded = KnowledgeGetTool(kb, max_lines=1).call({"path": "/notes"}).text
+    assert bounded.startswith(header) and "second" not in bounded
 
 
 def test_knowledge_stats(kb):

@@ -50,6 +50,7 @@ class Shown:
     metadata: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     documents: list[Document] = field(default_factory=list)
+    following: int | None = None  # chunks: the first line of the next chunk past the range
 
     def to_dict(self) -> dict[str, Any]:
         """The ``kb get --json`` object."""
@@ -245,12 +246,14 @@ def _read(
         end = total if last is None else min(last, total)
         numbered = [(n, lines[n - 1]) for n in range(first, end + 1)]
         return Shown(source, "file", numbered, total)
-    chosen, entries = [], []
+    chosen, entries, later = [], [], []
     for place, doc in enumerate(sorted(docs, key=_order), start=1):
         start, stop = chunk_lines(doc, place)
         if stop >= first and (last is None or start <= last):
             chosen.append(doc)
             entries.append((start, doc.text))
+        elif last is not None and start > last:
+            later.append(start)
     if not chosen:
         raise InvalidOptionError(f"No indexed chunk of {source} covers line {first}")
     notes = []
@@ -259,7 +262,15 @@ def _read(
             f"{source} changed or is gone since it was indexed: showing its indexed chunks "
             "(run kb ingest to refresh)"
         )
-    return Shown(source, "chunks", entries, len(docs), notes=notes, documents=chosen)
+    return Shown(
+        source,
+        "chunks",
+        entries,
+        len(docs),
+        notes=notes,
+        documents=chosen,
+        following=min(later, default=None),
+    )
 
 
 def read_target(kb: Any, target: str) -> Shown:

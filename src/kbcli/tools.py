@@ -607,10 +607,10 @@ class KnowledgeGetTool(KnowledgeTool):
             used += len(block) + 1
             count += len(rows)
         last = max(stop for _, stop in spans)
-        more = ""
+        following = shown.following
         if len(blocks) < len(shown.lines):
             following = max(shown.lines[len(blocks)][0], spans[-1][0] + 1)
-            more = f" (more: start_line={following})"
+        more = "" if following is None else f" (more: start_line={following})"
         header = (
             f"[source: {shown.source}; indexed chunks covering lines {start}-{last}{more}; "
             "the file's own lines are not available, so each chunk is shown from the line "
