@@ -20,8 +20,10 @@ class RefreshAfterIngest:
         return super().replace_file(*args, **kwargs)  # type: ignore[misc]
 
     def close(self) -> None:
-        """Refresh the derived index after an ingest, then close."""
-        if self._ingested:
-            self._ingested = False
-            self.refresh_vector_index()  # type: ignore[attr-defined]
-        super().close()  # type: ignore[misc]
+        """Refresh the derived index after an ingest (not for a temporary store), then close."""
+        try:
+            if self._ingested and self._scratch is None:  # type: ignore[attr-defined]
+                self._ingested = False
+                self.refresh_vector_index()  # type: ignore[attr-defined]
+        finally:
+            super().close()  # type: ignore[misc]
