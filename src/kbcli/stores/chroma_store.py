@@ -254,13 +254,7 @@ class ChromaCollection:
     def _collection(self, reset: bool = False) -> Any:
         with _chroma_calls():
             if self._client is None:
-                chromadb = _chromadb()
-                from chromadb.config import Settings
-
-                self.path.mkdir(parents=True, exist_ok=True)
-                self._client = chromadb.PersistentClient(
-                    path=str(self.path), settings=Settings(anonymized_telemetry=False)
-                )
+                self._client = _open_client(self.path)
             if reset and self.name in {c.name for c in self._client.list_collections()}:
                 self._client.delete_collection(self.name)
             return self._client.get_or_create_collection(
@@ -489,6 +483,37 @@ class ChromaCollection:
                 pass
 
 
+def _index_id(db: str) -> str | None:
+    """The ``index_id`` of the kb database at ``db``, None when it is not one (any more)."""
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'index_id'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def _open_client(path: Path) -> Any:
+    chromadb = _chromadb()
+    from chromadb.config import Settings
+
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        return chromadb.PersistentClient(
+            path=str(path), settings=Settings(anonymized_telemetry=False)
+        )
+    except Exception:
+        # Chroma keeps the System of a folder it failed to start, and the next client gets
+        # that broken one: drop it, so that the next open (after a repair) starts afresh
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        getattr(SharedSystemClient, "_identifier_to_system", {}).pop(str(path), None)
+        raise
+
+
 def _spread_rowids(conn: sqlite3.Connection, n: int) -> list[int]:
     """Up to ``n`` rowids of stored vectors spread from the lowest to the highest (one index
     seek each)."""
@@ -584,8 +609,10 @@ class ChromaStore(RefreshAfterIngest, SQLiteStore):
                 f"{self.collection!r}: use collection {recorded!r} (store.collection), or "
                 f"give {self.collection!r} a database of its own (another --db)"
             )
-        owner = (self._matrix.header() or {}).get("catalog")
-        if owner and Path(owner).exists() and not os.path.samefile(owner, self.path):
+        header = self._matrix.header() or {}
+        owner, theirs = header.get("catalog"), str(header.get("tag", "")).split(":")[0]
+        # another index (not a copy of this one) that still exists synced the collection
+        if owner and theirs != self.get_meta("index_id") and _index_id(owner) == theirs:
             raise IndexMismatchError(
                 f"The Chroma collection {self.collection!r} in {self.chroma_path} is built "
                 f"from {owner}, not {self.path}: open that catalog (--db), or use another "
