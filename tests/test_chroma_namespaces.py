@@ -220,3 +220,25 @@ def test_build_store_keeps_the_configured_database_as_the_catalog(tmp_path):
     default = build_store(load_config(plain), db=tmp_path / "d.db")
     assert (default.path, default.chroma_path) == (tmp_path / "d.db", tmp_path / "d.db.chroma")
     default.close()
+
+
+def test_a_copy_of_a_database_and_its_folder_opens_beside_the_original(tmp_path):
+    """A backup (database and Chroma folder copied together) is the same index: its
+    collection's state names the original catalog, which still exists, and that is no
+    reason to refuse it."""
+    import shutil
+
+    original = ChromaStore(tmp_path / "c", db=tmp_path / "kb.db")
+    original.add([Document("x", "words", {})], [[1.0, 0.0]])
+    assert original.search([1.0, 0.0], k=1)
+    original.close()
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    shutil.copy2(tmp_path / "kb.db", backup / "kb.db")
+    shutil.copytree(tmp_path / "c", backup / "c")
+    copy = ChromaStore(backup / "c", db=backup / "kb.db")
+    try:
+        assert [h.document.id for h in copy.search([1.0, 0.0], k=1)] == ["x"]
+        assert copy._matrix.rebuilds == 0
+    finally:
+        copy.close()

@@ -1,14 +1,17 @@
 """ChromaStore: an SQLiteStore whose dense search runs on a Chroma collection (``kbcli[chroma]``).
 
-The catalog, keyword index, file ledger and the vectors (the truth) stay in an SQLite file
-beside the Chroma folder; the collection is a derived vector index in cosine space (so
+The catalog, keyword index, file ledger and the vectors (the truth) stay in an SQLite file of
+the collection's own (:mod:`~kbcli.stores.chroma_folder`: ``<folder>/<collection>.kbcli.db``,
+or the ``db`` given); the collection is a derived vector index in cosine space (so
 ``1 - distance`` is the cosine), with ids = the catalog's rowids as strings and each chunk's
 scalar metadata copied so Chroma ``where`` filters work. It is brought up to date from the
 ``vectors`` table whenever its recorded generation differs (by difference; rebuilt when the
 embedder changed or an earlier sync was interrupted). Filters compile to ``where``
 (:func:`compile_where`); what ``where`` cannot express (``$exists``, ``null``, string ranges,
 fractions and numbers beyond 2**53) runs as an exact scan of the allowed chunks' vectors, so
-a filter never returns fewer than k.
+a filter never returns fewer than k. A collection Chroma cannot read, or that disagrees with
+the catalog (count, sampled vectors, a short answer), is rebuilt from the catalog; a search
+never returns fewer hits than the catalog holds.
 
 Chroma's local mode is not multi-process safe: kb serialises its own syncs with a lock file,
 but run one writer at a time and do not point other Chroma clients at the folder.
@@ -567,6 +570,8 @@ class ChromaStore(RefreshAfterIngest, SQLiteStore):
     ``path`` the store is private to this object: a temporary folder deleted on
     :meth:`close` (see :class:`SQLiteStore`). Not multi-process safe (Chroma's local mode).
     """
+
+    _matrix: ChromaCollection
 
     def __init__(
         self,
