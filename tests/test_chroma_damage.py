@@ -200,3 +200,16 @@ def test_a_short_answer_from_a_collection_in_use_is_completed_and_the_collection
         assert store._matrix.rebuilds == 3
     finally:
         store.close()
+
+
+def test_doctor_on_a_collection_never_synced_creates_nothing(tmp_path):
+    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.types import Document
+
+    store = ChromaStore(tmp_path / "chroma")
+    try:
+        store.add([Document("x", "words", {})], [[1.0, 0.0]])
+        assert all(f.ok for f in store.doctor())
+        assert not (tmp_path / "chroma" / "chroma.sqlite3").exists()
+    finally:
+        store.close()

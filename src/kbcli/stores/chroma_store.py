@@ -264,6 +264,14 @@ class ChromaCollection:
                 self.name, embedding_function=None, metadata={"hnsw:space": "cosine"}
             )
 
+    def _readable(self) -> None:
+        """Open the folder and list its collections, creating nothing (raises
+        :class:`ChromaUnreadable`)."""
+        with _chroma_calls():
+            if self._client is None:
+                self._client = _open_client(self.path)
+            self._client.list_collections()
+
     def index(self, conn: sqlite3.Connection) -> ChromaVectorIndex:
         """The collection as of ``conn``'s snapshot: synced first when it is stale, rebuilt
         when it is damaged (:class:`StoreError` naming ``kb doctor --repair`` when it cannot
@@ -434,17 +442,16 @@ class ChromaCollection:
         """Why the collection of the current generation disagrees with the ``vectors`` table
         (state file, stamps, count, sampled vectors, a short query, or Chroma failing on its
         files), or None (agrees, missing, or stale)."""
+        if not (self.path / "chroma.sqlite3").exists():
+            return None  # nothing synced yet, or Chroma's files gone: rebuilt on use
         try:
-            if not self.state_path.exists():
-                self._collection()  # nothing synced yet, but Chroma must open its folder
-                return None
             state = self._load()
-            if state is None:
-                return f"{self.state_path.name} is damaged (the collection is rebuilt on use)"
-            tag, held, _, dirty = state
-            if dirty or tag != _collection_tag(conn):
-                self._collection()
+            if state is None or state[3] or state[0] != _collection_tag(conn):
+                self._readable()  # rebuilt on use, but Chroma must be able to open its folder
+                if state is None and self.state_path.exists():
+                    return f"{self.state_path.name} is damaged (the collection is rebuilt on use)"
                 return None
+            held = state[1]
             current = sqlite_vectors.stamps(conn)
             if held != current:
                 wrong = len(set(held.items()) ^ set(current.items()))
