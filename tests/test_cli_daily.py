@@ -292,6 +292,9 @@ def test_init_then_config(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value-1234")
     shown = run("config")
     assert "sk-secret" not in shown.stdout and "OPENAI_API_KEY" in shown.stdout
+    # booleans as jianmu.yaml spells them, not Python's True
+    stem = next(line for line in shown.stdout.splitlines() if "analysis.stem" in line)
+    assert stem.split()[1] == "true", stem
 
 
 def test_packaged_template_is_the_repository_jianmu_yaml():

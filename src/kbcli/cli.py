@@ -1109,7 +1109,7 @@ def config_(
     "eval",
     cls=KBCommand,
     epilog=_example(
-        "kb eval ../shared/eval/scifact --split train --mode keyword",
+        "kb eval examples/eval/it-helpdesk --mode keyword",
         "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
@@ -1210,7 +1210,9 @@ def mcp(
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
-    (and, over HTTP, each token's scope)."""
+    (and, over HTTP, each token's scope). Over HTTP a request must arrive whole within 10 s and
+    at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
+    be listened on (a port in use) exits 4."""
     from .errors import InvalidOptionError, require
     from .filters import parse_filter_expressions
 

@@ -466,7 +466,9 @@ def config_table(rows: Sequence[dict[str, Any]]) -> None:
     table.add_column("Value", overflow="fold")
     table.add_column("From", overflow="fold")
     for row in rows:
-        table.add_row(row["key"], str(row["value"]), row["origin"])
+        value = row["value"]
+        shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        table.add_row(row["key"], shown, row["origin"])  # as jianmu.yaml writes it
     _console().print(table)
 
 
