@@ -17,7 +17,7 @@ bug and keeps its traceback.
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
     │   ├── DatabaseLockedError     another process holds the write lock too long
     │   └── IndexMismatchError      index built with another embedder or analyzer
-    ├── UnsafePruneError       --prune would delete most of the index (an unmounted folder?)
+    ├── UnsafePruneError       an ingest would remove most of the index (an unmounted folder?)
     ├── NotFoundError          an id or source that is not in the index
     └── ListenError            kb mcp --http cannot listen on its address (port in use ...)
 """
@@ -94,7 +94,8 @@ class IndexMismatchError(StoreError):
 
 
 class UnsafePruneError(KBError):
-    """``prune`` refused: the folder looks empty or unmounted, or most files would go."""
+    """Removing indexed files refused: the folder looks empty or unmounted, or most files
+    would go."""
 
     exit_code = 2
 

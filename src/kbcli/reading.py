@@ -28,6 +28,7 @@ from typing import Any
 from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
+from .pathnames import source_name, source_path
 from .protocols import FileLedger
 from .scope import ScopedKnowledgeBase, as_view
 from .types import Document
@@ -126,13 +127,14 @@ def _sha256(path: Path) -> str:
 
 def find_source(view: ScopedKnowledgeBase, path: str) -> tuple[str, list[Document]] | None:
     """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
-    absolute path), or None when nothing in the scope has that source."""
-    candidates = [path]
+    absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
+    scope has that source."""
+    candidates = [source_name(path)]
     try:
-        resolved = str(Path(path).expanduser().resolve())
+        resolved = source_name(Path(source_path(path)).expanduser().resolve())
     except (OSError, RuntimeError, ValueError):
-        resolved = path
-    if resolved != path:
+        resolved = candidates[0]
+    if resolved != candidates[0]:
         candidates.append(resolved)
     for source in candidates:
         docs = list(view.iter_documents(source=source))
@@ -164,7 +166,7 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
     if not isinstance(store, FileLedger):
         return None
     record = store.file_records().get(source)
-    path = Path(source)
+    path = Path(source_path(source))
     try:
         if record is None or not path.is_file():
             return None

@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -268,9 +268,13 @@ class SQLiteStore:
 
     # --- file ledger and embedding cache --------------------------------------------------------
 
-    def writer_lock(self, wait: float) -> AbstractContextManager[None]:
-        """The one-ingest-at-a-time lock (a lock file beside the database)."""
-        return lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path))
+    @contextmanager
+    def writer_lock(self, wait: float) -> Iterator[None]:
+        """The one-ingest-at-a-time lock (a lock file beside the database); checks first that
+        the database can be written, so an ingest fails before it reads or embeds anything."""
+        with lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path)):
+            self._db.check_writable()
+            yield
 
     def file_records(self) -> dict[str, FileRecord]:
         """Every indexed file, by absolute path."""
