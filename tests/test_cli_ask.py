@@ -1,4 +1,4 @@
-"""kb ask: the answer and its sources as path:line, refusal (exit 4, no request), --json,
+"""kb ask: the answer and its sources as path:line, refusal (exit 5, no request), --json,
 --format md, streaming to a terminal, --strict, --show-prompt, errors, scopes.
 
 The chat server is tests/fake_chat.py on loopback, reached through the real openai SDK;
@@ -95,11 +95,11 @@ def test_an_unknown_citation_is_flagged_in_the_output(docs, server):
 
 def test_no_relevant_knowledge_exits_4_without_a_request(docs, server):
     done = run("ask", "What is the capital of Peru?")
-    assert done.exit_code == 4
+    assert done.exit_code == 5
     assert done.stdout == ""
     assert done.stderr == "No relevant knowledge found: no indexed passage matches the question.\n"
     weak = run("ask", "How do I calibrate the greenhouse irrigation robot password?")
-    assert weak.exit_code == 4 and "under min_coverage 0.3" in weak.stderr
+    assert weak.exit_code == 5 and "under min_coverage 0.3" in weak.stderr
     assert server.requests == []
 
 
@@ -113,7 +113,7 @@ def test_json_is_one_object_and_nothing_else(docs, server):
     assert citation["source"] == str((docs / "ops" / "vpn.md").resolve())
     assert data["refused"] is False and data["model"] == "fake-chat-1"
     refused = run("ask", "What is the capital of Peru?", "--json")
-    assert refused.exit_code == 4
+    assert refused.exit_code == 5
     assert json.loads(refused.stdout) == {
         "answer": None,
         "citations": [],
@@ -152,7 +152,7 @@ def test_strict_refuses_an_answer_citing_nothing(docs, server):
     assert loose.exit_code == 0
     assert "Sources: none cited (this answer may not come from the knowledge base)" in loose.stdout
     strict = run("ask", QUESTION, "--in", "docs/ops", "--strict")
-    assert strict.exit_code == 4 and strict.stdout == ""
+    assert strict.exit_code == 5 and strict.stdout == ""
     assert "No relevant knowledge found: the answer cites none" in strict.stderr
     both = run("ask", QUESTION, "--strict", "--stream")
     assert both.exit_code == 2 and "drop --stream" in both.stderr
@@ -292,6 +292,6 @@ def test_a_pipe_gets_the_whole_answer_and_a_refusal_its_exit_code(docs, server):
         ["ask", "capital of Peru?"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     out, err = refused.communicate(timeout=60)
-    assert refused.returncode == 4 and out == b""
+    assert refused.returncode == 5 and out == b""
     assert err.decode() == "No relevant knowledge found: no indexed passage matches the question.\n"
     assert len(server.requests) == 1 and "stream" not in server.bodies()[0]

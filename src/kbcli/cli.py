@@ -389,21 +389,31 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
 
 def _resolve_source(path: Path) -> str:
-    """A source path as ingest records it: absolute, symlinks resolved."""
+    """A source path as ingest records it: absolute, symlinks resolved, a name that is not
+    UTF-8 escaped (:func:`kbcli.pathnames.source_name`)."""
+    from .pathnames import source_name, source_path
+
     if "\0" in str(path):
         from .errors import InvalidOptionError
 
         raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
-    return str(path.expanduser().resolve())
+    # the escaped form as printed by kb (bad\xff.md) names the same file as the raw bytes
+    return source_name(Path(source_path(str(path))).expanduser().resolve())
 
 
 def _source_candidates(path: Path) -> list[str]:
     """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
     (a file named on the command line), its folder resolved but not the file itself (a file
     reached through a link with --follow-symlinks), and as written."""
+    from .pathnames import source_name
+
     path = path.expanduser()
     absolute = Path(os.path.abspath(path))
-    found = [_resolve_source(path), str(absolute.parent.resolve() / absolute.name), str(absolute)]
+    found = [
+        _resolve_source(path),
+        source_name(absolute.parent.resolve() / absolute.name),
+        source_name(absolute),
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -415,6 +425,7 @@ def _source_candidates(path: Path) -> list[str]:
     epilog=_example(
         "kb ingest ~/notes docs/manual.pdf --ext .md,.pdf --meta project=apollo",
         "kb ingest ~/notes --prune --json",
+        "kb ingest ~/notes --no-prune",
     ),
 )
 def ingest(
@@ -433,13 +444,19 @@ def ingest(
     ] = True,
     meta: MetaOption = None,
     prune: Annotated[
-        bool, typer.Option("--prune", help="Remove indexed files that no longer exist under PATH.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--prune/--no-prune",
+            help="--prune: also remove indexed files under PATH that still exist but are no "
+            "longer picked (--ext, .kbignore, hidden); --no-prune: keep even those deleted "
+            "[default: remove the deleted ones].",
+        ),
+    ] = None,
     allow_mass_delete: Annotated[
         bool,
         typer.Option(
             "--allow-mass-delete",
-            help="Let --prune empty a folder's index or remove more than half of its files "
+            help="Let a run empty a folder's index or remove more than half of its files "
             "(refused otherwise: an unmounted or emptied folder looks the same).",
         ),
     ] = False,
@@ -470,10 +487,12 @@ def ingest(
         bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
 ) -> None:
-    """Index files and folders (only new and changed files are read again)."""
+    """Index files and folders (only new and changed files are read again; files deleted
+    from PATH leave the index)."""
     from . import render
     from .filters import parse_meta
-    from .sync import DEFAULT_EXTENSIONS, parse_extensions, sync
+    from .signals import exit_code, interrupt_on_termination, signal_name
+    from .sync import DEFAULT_EXTENSIONS, SyncReport, parse_extensions, sync
 
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
@@ -481,33 +500,38 @@ def ingest(
     from .pipeline import LazyEmbedder
     from .sync import SyncInterrupted
 
-    kb = _open(ctx, create=True, busy_timeout=wait)
     try:
-        show_bar = render.stderr_is_terminal() and not state.quiet
-        if show_bar and isinstance(kb.embedder, LazyEmbedder):
-            _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
-        with render.progress(show_bar) as on_progress:
-            report = sync(
-                kb,
-                list(paths),
-                extensions=extensions,
-                recursive=recursive,
-                metadata=metadata,
-                prune=prune,
-                include_hidden=include_hidden,
-                rebuild=rebuild,
-                wait=wait,
-                progress=on_progress,
-                follow_symlinks=follow_symlinks,
-                allow_mass_delete=allow_mass_delete,
-            )
-    except SyncInterrupted as stop:
+        # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
+        with interrupt_on_termination():
+            kb = _open(ctx, create=True, busy_timeout=wait)
+            try:
+                show_bar = render.stderr_is_terminal() and not state.quiet
+                if show_bar and isinstance(kb.embedder, LazyEmbedder):
+                    _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
+                with render.progress(show_bar) as on_progress:
+                    report = sync(
+                        kb,
+                        list(paths),
+                        extensions=extensions,
+                        recursive=recursive,
+                        metadata=metadata,
+                        prune=prune,
+                        include_hidden=include_hidden,
+                        rebuild=rebuild,
+                        wait=wait,
+                        progress=on_progress,
+                        follow_symlinks=follow_symlinks,
+                        allow_mass_delete=allow_mass_delete,
+                    )
+            finally:
+                kb.close()
+    except KeyboardInterrupt as stop:
+        stopped = stop.report if isinstance(stop, SyncInterrupted) else SyncReport()
+        stopped.interrupted, stopped.signal = True, signal_name(stop)
         if json_out:
-            render.print_json(stop.report.to_dict(), one_line=True)
-        render.message(render.interrupted_summary(stop.report))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        kb.close()
+            render.print_json(stopped.to_dict(), one_line=True)
+        render.message(render.interrupted_summary(stopped))
+        raise typer.Exit(exit_code(stop)) from None
     for failure in report.failed:
         reason = (
             failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
@@ -742,7 +766,7 @@ def search(
         render.search_table(hits, terms, explain, unit)
 
 
-EXIT_NO_KNOWLEDGE = 4  # kb ask refused: no evidence good enough (no request was made)
+EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
 ASK_FORMATS = ("text", "md", "json")
 
 
@@ -838,7 +862,7 @@ def ask(
     strict: Annotated[
         bool,
         typer.Option(
-            "--strict", help="An answer citing none of the sources is a refusal (exit 4)."
+            "--strict", help="An answer citing none of the sources is a refusal (exit 5)."
         ),
     ] = False,
     stream: Annotated[
@@ -869,7 +893,7 @@ def ask(
     OpenAI-compatible server, OPENAI_API_KEY / OPENAI_BASE_URL, or Gemini) told to answer only
     from them and cite them as [n]; the sources it cited follow as [n] path:line. A citation
     naming no source is flagged. When no passage is good enough, kb says "No relevant
-    knowledge found" and exits 4 without calling the model."""
+    knowledge found" and exits 5 without calling the model."""
     from . import render
     from .filters import parse_filter_expressions
 
@@ -1283,7 +1307,7 @@ def config_(
     "eval",
     cls=KBCommand,
     epilog=_example(
-        "kb eval ../shared/eval/scifact --split train --mode keyword",
+        "kb eval examples/eval/it-helpdesk --mode keyword",
         "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
@@ -1384,7 +1408,9 @@ def mcp(
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
-    (and, over HTTP, each token's scope)."""
+    (and, over HTTP, each token's scope). Over HTTP a request must arrive whole within 10 s and
+    at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
+    be listened on (a port in use) exits 4."""
     from .errors import InvalidOptionError, require
     from .filters import parse_filter_expressions
 
