@@ -481,6 +481,7 @@ def ingest(
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from .errors import KBError
     from .pipeline import LazyEmbedder
     from .sync import SyncInterrupted
 
@@ -509,6 +510,11 @@ def ingest(
             render.print_json(stop.report.to_dict(), one_line=True)
         render.message(render.interrupted_summary(stop.report))
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KBError as exc:  # the one-line error follows; the summary counts what was written
+        partial = getattr(exc, "report", None)
+        if json_out and partial is not None:
+            render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
+        raise
     finally:
         kb.close()
     for failure in report.failed:

@@ -491,7 +491,7 @@ def sync(
         links=found.links,
         unreadable=len(found.unreadable),
     )
-    with store.writer_lock(wait), _write_errors():
+    with _reported(report, started), store.writer_lock(wait), _write_errors():
         records = store.file_records()
         present = {str(p) for p in found.files}
         stale = [p for p in records if p not in present and found.covers(p)]
@@ -542,6 +542,19 @@ def sync(
             store.prepare_search()
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextmanager
+def _reported(report: SyncReport, started: float) -> Iterator[None]:
+    """Attach ``report`` (what the index kept: the files written before the error) to a
+    :class:`KBError` that stops the sync, as ``exc.report``, so ``kb ingest --json`` still
+    prints its summary."""
+    try:
+        yield
+    except KBError as exc:
+        report.seconds = time.monotonic() - started
+        exc.report = report  # type: ignore[attr-defined]
+        raise
 
 
 @contextmanager
