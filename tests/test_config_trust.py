@@ -264,6 +264,20 @@ def test_a_trust_record_is_for_one_place(repo, tmp_path):
     assert done.returncode == 2 and "not trusted" in one_line(done)
 
 
+def test_a_link_to_a_trusted_file_is_not_trusted_a_linked_folder_is(repo, tmp_path):
+    (repo / "jianmu.yaml").write_text(LEGIT)
+    _works(kb("trust", str(tmp_path / "repo")))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "jianmu.yaml").symlink_to(repo / "jianmu.yaml")  # relative paths: from other/
+    assert kb("search", "backup", cwd=other).returncode == 2
+    (tmp_path / "alias").symlink_to(repo)  # the same folder by another name
+    _works(kb("trust", "--revoke", str(tmp_path / "alias")))
+    assert kb("search", "backup").returncode == 2
+    _works(kb("trust", str(tmp_path / "alias" / "jianmu.yaml")))
+    _works(kb("search", "backup"))
+
+
 def test_kb_trust_refuses_a_missing_or_invalid_file(repo):
     done = kb("trust")
     assert done.returncode == 2 and "No configuration file" in one_line(done)

@@ -111,9 +111,11 @@ def digest(raw: bytes) -> str:
 
 
 def key(path: Path) -> str:
-    """A file's record key: its absolute path, symbolic links kept (relative paths in the
-    file are read from the folder it is in, so the same bytes elsewhere are another file)."""
-    return os.path.abspath(path)
+    """A file's record key: the real path of its folder and its own name. Relative paths in the
+    file are read from that folder, so the same bytes elsewhere (a copy, or a symbolic link to
+    a trusted file) are another file; a linked folder is the folder it leads to."""
+    absolute = Path(os.path.abspath(path))
+    return os.path.join(os.path.realpath(absolute.parent), absolute.name)
 
 
 def records() -> dict[str, dict[str, Any]]:
