@@ -168,3 +168,23 @@ def _pieces(text: str) -> list[str]:
         if " " in text
         else [text[i : i + 3] for i in range(0, len(text), 3)]
     )
+
+
+class EchoChat:
+    """A user's own answer model (``rag.answer.provider: fake_chat:EchoChat``): answers with
+    the first line of passage [1], citing it, without any server."""
+
+    def __init__(self, model: str = "echo") -> None:
+        self.model = model
+
+    @classmethod
+    def from_config(cls, settings: Any, model: str | None = None) -> EchoChat:
+        return cls(model or settings.model or "echo")
+
+    def complete(self, messages, *, max_tokens=800, temperature=0.0, on_text=None):
+        from kbcli.chat import Completion
+
+        text = default_reply({"messages": messages})
+        if on_text is not None:
+            on_text(text)
+        return Completion(text, self.model, "stop")

@@ -791,3 +791,63 @@ def test_the_library_promise_runs_as_a_script(tmp_path, server, files):
         "No relevant knowledge found: no indexed passage matches the question.",
     ]
     assert len(server.requests) == 1
+
+
+# --- a class of one's own, and trust ------------------------------------------------------
+
+
+def test_an_answer_model_of_ones_own(tmp_path, files):
+    config = Config(rag=RAGConfig(answer=AnswerConfig(provider="fake_chat:EchoChat", model="m")))
+    kb = open_kb(tmp_path, config, files)
+    try:
+        answer = kb.ask("How often does the VPN password rotate?")
+    finally:
+        kb.close()
+    assert answer.model == "m" and answer.cited == [1]
+
+
+@pytest.mark.parametrize(
+    "provider,words",
+    [
+        ("fake_chat:default_reply", "is a function, not a class"),
+        ("fake_chat:FakeChatServer", "lacks the methods of ChatModelProtocol (complete)"),
+        ("claude", "Unknown answer model 'claude': choose from openai, gemini"),
+    ],
+)
+def test_an_answer_provider_must_be_a_chat_model_class(tmp_path, files, provider, words):
+    config = Config(rag=RAGConfig(answer=AnswerConfig(provider=provider)))
+    kb = open_kb(tmp_path, config, files)
+    try:
+        with pytest.raises(InvalidOptionError, match=re.escape(words)):
+            kb.ask("How often does the VPN password rotate?")
+    finally:
+        kb.close()
+
+
+@pytest.mark.parametrize(
+    "section,key",
+    [
+        ("base_url: http://attacker.example/v1", "rag.answer.base_url"),
+        ("api_key_env: GITHUB_TOKEN", "rag.answer.api_key_env"),
+        ("provider: 'fake_chat:EchoChat'", "rag.answer.provider"),
+    ],
+)
+def test_a_working_directory_config_needs_trust_for_the_answer_model(section, key):
+    from kbcli.config import load_config
+
+    file = Path.cwd() / "jianmu.yaml"
+    file.write_text(f"rag:\n  answer:\n    {section}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    assert key in str(info.value) and f"kb trust {file}" in str(info.value)
+
+
+def test_answer_settings_that_reach_no_server_apply_without_trust():
+    from kbcli.config import load_config
+
+    (Path.cwd() / "jianmu.yaml").write_text(
+        "rag:\n  answer:\n    provider: gemini\n    model: gemini-x\n    max_tokens: 300\n"
+        "    min_coverage: 0.4\n    max_evidence: 2000 tokens\n"
+    )
+    answer = load_config().rag.answer
+    assert (answer.provider, answer.model, answer.max_tokens) == ("gemini", "gemini-x", 300)

@@ -71,6 +71,20 @@ def test_disk_full_during_ingest_is_one_line_and_the_index_is_unchanged(
     assert run("search", "alpha", "--mode", "keyword").exit_code == 0
 
 
+def test_a_run_stopped_by_an_error_still_prints_its_json_summary(tmp_path):
+    """kb ingest --json: the summary line comes even when an error ends the run (here the
+    lock of another ingest), with the error that stderr shows."""
+    from kbcli.sync import ingest_lock
+
+    docs = docs_folder(tmp_path)
+    with ingest_lock(Path(os.environ["KB_DB"]), 0.0):
+        result = run("ingest", str(docs), "--wait", "0", "--json")
+    assert result.exit_code == 3
+    summary = json.loads(result.stdout)
+    assert summary["added"] == 0 and one_line(result) == f"Error: {summary['error']}"
+    assert "Another kb ingest" in summary["error"]
+
+
 def test_library_sync_raises_store_error_on_enospc(tmp_path, monkeypatch):
     docs = docs_folder(tmp_path)
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())

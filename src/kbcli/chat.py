@@ -510,7 +510,7 @@ def build_chat_model(settings: Any, model: str | None = None) -> ChatModel:
     ``from_config(settings, model)`` when it has one."""
     from .registry import CHAT_MODELS, load_class
 
-    cls = load_class(settings.provider, CHAT_MODELS, kind="answer provider")
+    cls = load_class(settings.provider, CHAT_MODELS, kind="answer model")
     from_config = getattr(cls, "from_config", None)
     if callable(from_config):
         return from_config(settings, model)

@@ -342,6 +342,9 @@ def _root(
     ] = None,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
+    from .config import use_config_file
+
+    use_config_file(config)  # defaults read deep in the library come from this file too
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
 
 
@@ -497,6 +500,7 @@ def ingest(
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from .errors import KBError
     from .pipeline import LazyEmbedder
     from .sync import SyncInterrupted
 
@@ -532,6 +536,11 @@ def ingest(
             render.print_json(stopped.to_dict(), one_line=True)
         render.message(render.interrupted_summary(stopped))
         raise typer.Exit(exit_code(stop)) from None
+    except KBError as exc:  # the one-line error follows; the summary counts what was written
+        partial = getattr(exc, "report", None)
+        if json_out and partial is not None:
+            render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
+        raise
     for failure in report.failed:
         reason = (
             failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
@@ -1301,6 +1310,57 @@ def config_(
         render.print_json(rows)
     else:
         render.config_table(rows)
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=_example("kb trust", "kb trust ~/src/team-wiki", "kb trust --list", "kb trust --revoke"),
+)
+def trust(
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[PATH]", help="The jianmu.yaml, or its folder [default: ./jianmu.yaml]."
+        ),
+    ] = None,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Forget the trust of PATH instead.")
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the trusted files: trusted, changed or missing.")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON (with --list).")] = False,
+) -> None:
+    """Let kb use the code, servers and models a folder's jianmu.yaml names (as it is now).
+
+    A ./jianmu.yaml found in the working directory (a cloned repository, an unpacked archive)
+    that names a class path, a server URL or DSN, a locally run model or a database outside its
+    folder is refused until you trust it; an edited file needs trusting again. Files named with
+    --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
+    """
+    from . import render
+    from . import trust as records
+
+    if list_:
+        rows = records.listing()
+        if json_out:
+            render.print_json(rows)
+        elif not rows:
+            render.message("No trusted jianmu.yaml: kb trust PATH adds one")
+        for row in [] if json_out else rows:
+            render.result(f"{row['state']:8} {row['path']}  (trusted {row['trusted_at']})")
+        return
+    if revoke:
+        file = records.config_path(path)
+        done = records.revoke(file)
+        render.result(f"No longer trusted: {file}" if done else f"{file} was not trusted")
+        return
+    file, digest, risks = records.trust_config(path)
+    allows = "; ".join(str(r) for r in risks) or "nothing that needs trust today"
+    render.result(
+        f"Trusted {file} as it is now (sha256 {digest[:12]}): kb may use {allows}. "
+        "After an edit, run kb trust again."
+    )
 
 
 @app.command(

@@ -493,7 +493,7 @@ def sync(
         )
     extensions = parse_extensions(extensions)
     report = SyncReport()
-    with _interrupts_kept(report, started):
+    with _interrupts_kept(report, started), _reported(report, started):
         found = discover(
             list(paths),
             extensions,
@@ -582,6 +582,19 @@ def _name_taken(name: str) -> str:
         f"{name}: the file name is not valid UTF-8 and the form kb records it under (shown "
         "here) is the name of another file beside it: not indexed; rename one of them"
     )
+
+
+@contextmanager
+def _reported(report: SyncReport, started: float) -> Iterator[None]:
+    """Attach ``report`` (what the index kept: the files written before the error) to a
+    :class:`KBError` that stops the sync, as ``exc.report``, so ``kb ingest --json`` still
+    prints its summary."""
+    try:
+        yield
+    except KBError as exc:
+        report.seconds = time.monotonic() - started
+        exc.report = report  # type: ignore[attr-defined]
+        raise
 
 
 @contextmanager
