@@ -143,7 +143,9 @@ def read_target(kb: Any, target: str) -> Shown:
     last = None
     if line is not None:
         last = first + (count or DEFAULT_COUNT) - 1
-    lines = _file_lines(kb, source)
+    # Recognised text (OCR) is shown as indexed: loading the file again would recognise it again.
+    recognised = any(doc.metadata.get("ocr") is True for doc in docs)
+    lines = None if recognised else _file_lines(kb, source)
     if lines is not None:
         total = len(lines)
         if first > total:
@@ -161,7 +163,9 @@ def read_target(kb: Any, target: str) -> Shown:
         if stop >= first and (last is None or start <= last):
             entries.append((start, doc.text))
     notes = [
-        f"{source} changed or is gone since it was indexed: showing its indexed chunks "
+        f"{source}: showing the text OCR recognised when it was indexed, chunk by chunk"
+        if recognised
+        else f"{source} changed or is gone since it was indexed: showing its indexed chunks "
         "(run kb ingest to refresh)"
     ]
     if not entries:
