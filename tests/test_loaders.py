@@ -143,9 +143,11 @@ def test_random_bytes_named_pdf_is_a_loader_error(tmp_path: Path) -> None:
 
 
 def test_scanned_pdf_gives_no_sections_and_a_warning(tmp_path: Path, pdf_path: Path) -> None:
+    from kbcli.config import OcrConfig
+
     path = tmp_path / "scan.pdf"
     path.write_bytes(make_pdf(["", ""]))
-    loader = DefaultDocumentLoader(timeout=30)
+    loader = DefaultDocumentLoader(timeout=30, ocr=OcrConfig(enabled=False))
     assert loader.load_sections(path) == []
     assert len(loader.last_warnings) == 1
     assert "scanned" in loader.last_warnings[0] and "OCR" in loader.last_warnings[0]
@@ -154,7 +156,26 @@ def test_scanned_pdf_gives_no_sections_and_a_warning(tmp_path: Path, pdf_path: P
     assert loader.last_warnings == []  # reset by every call
 
 
+def test_blank_pages_with_ocr_give_no_sections_and_one_warning(tmp_path: Path) -> None:
+    pytest.importorskip("rapidocr_onnxruntime")
+    pytest.importorskip("pypdfium2")
+    path = tmp_path / "blank.pdf"
+    path.write_bytes(make_pdf(["", ""]))
+    loader = DefaultDocumentLoader(timeout=30)
+    assert loader.load_sections(path) == []
+    assert loader.last_warnings == [
+        f"{path}: no text on any of its 2 pages: it has no text layer and OCR recognised none "
+        "(blank or picture-only pages?)"
+    ]
+    assert loader.last_ocr == {"pages": 2, "seconds": loader.last_ocr["seconds"]}
+
+
 def test_pdf_parse_past_the_timeout_is_stopped(pdf_path: Path) -> None:
+    from kbcli.ingest.bounded import shutdown
+
+    # a fresh child: a warm one can parse this small file and answer before the parent even
+    # waits for it (seen after an OCR test, on a loaded machine)
+    shutdown()
     with pytest.raises(LoaderError) as exc:
         DefaultDocumentLoader(timeout=1e-9).load(pdf_path)
     assert_one_line_error(exc, pdf_path, "limits.file_timeout")
