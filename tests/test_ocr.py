@@ -343,6 +343,19 @@ def test_a_text_only_ingest_imports_no_ocr_package(tmp_path):
     assert not imported & {"rapidocr_onnxruntime", "pypdfium2", "onnxruntime", "cv2"}
 
 
+def test_a_huge_page_is_rendered_within_max_megapixels(tmp_path):
+    from kbcli.config import OcrConfig
+    from kbcli.ingest.ocr import render_scale, scan_pdf_page
+
+    options = OcrConfig()
+    assert render_scale(612, 792, options) == 200 / 72  # a letter page: ocr.dpi
+    huge = tmp_path / "poster.pdf"  # 200 x 200 inches, the most a PDF page may be
+    huge.write_bytes(image_pdf([render_page(["Poster."], dpi=20, width_in=200, height_in=200)], 1))
+    scan = scan_pdf_page(str(huge), None, 1, options)
+    assert scan.width * scan.height <= options.max_megapixels * 1e6
+    assert 31 <= scan.width / 200 <= 32  # about 32 dpi instead of 200
+
+
 # --- layout (plain functions over boxes) -------------------------------------------------------
 
 

@@ -112,9 +112,10 @@ class TextLoader(BuiltinLoader):
 class PdfLoader(BuiltinLoader):
     """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf.
 
-    A page with less text than ``ocr.min_text_per_page`` characters is rendered and recognised
-    (:mod:`kbcli.ingest.ocr`; its section also has ``ocr: True``) when OCR is on and installed;
-    otherwise its text, if any, is kept and a warning says how to recognise it."""
+    A page with less text than ``ocr.min_text_per_page`` characters that shows an image is
+    rendered and recognised (:mod:`kbcli.ingest.ocr`; its section also has ``ocr: True``) when
+    OCR is on and installed; otherwise its text, if any, is kept and a warning says how to
+    recognise it."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
@@ -129,29 +130,41 @@ class PdfLoader(BuiltinLoader):
     def _scanned(
         self, path: str | Path, scanned: list, pages: dict[int, Section], total: int
     ) -> None:
-        """Recognise the pages with (almost) no text, or say why they cannot be."""
-        off = self._ocr_off()
-        if off is None:
-            recognised = self._recognise(ocr_pages.scan_pdf_page, path, [n for n, _, _ in scanned])
-        else:
-            recognised = {}
-            looks_scanned = [n for n, _, image in scanned if image or not pages]
-            if looks_scanned:
-                self.last_warnings.append(
-                    f"{path}: {_pages(looks_scanned, total)} no extractable text; "
-                    f"{'it looks' if len(looks_scanned) == 1 else 'they look'} scanned: {off} "
-                    "(or run OCR first, e.g. ocrmypdf in.pdf out.pdf)"
-                )
+        """Recognise the pages with (almost) no text that show an image (a scan; a page with
+        neither is blank, or draws its text as shapes), or say why they cannot be."""
+        to_read = [n for n, _, image in scanned if image]
+        off = self._ocr_off() if to_read else None
+        recognised: dict[int, str] = {}
+        if to_read and off is None:
+            recognised = self._recognise(ocr_pages.scan_pdf_page, path, to_read)
+        elif to_read:
+            self.last_warnings.append(
+                f"{path}: {_pages(to_read, total)} no extractable text; "
+                f"{'it looks' if len(to_read) == 1 else 'they look'} scanned: {off} "
+                "(or run OCR first, e.g. ocrmypdf in.pdf out.pdf)"
+            )
         for number, text, _ in scanned:
             if number in recognised:
                 pages[number] = Section(recognised[number], {"page": number, "ocr": True})
             elif text.strip():
                 pages[number] = Section(text, {"page": number})
-        if not pages and off is None:
+        if pages:
+            return
+        if not to_read:
             self.last_warnings.append(
-                f"{path}: no text on any of its {total} pages: it has no text layer and OCR "
+                f"{path}: no extractable text on {_all_pages(total)}, and no image to "
+                "recognise (blank pages, or text drawn as shapes: run OCR first, e.g. "
+                "ocrmypdf in.pdf out.pdf)"
+            )
+        elif off is None:
+            self.last_warnings.append(
+                f"{path}: no text on {_all_pages(total)}: it has no text layer and OCR "
                 "recognised none (blank or picture-only pages?)"
             )
+
+
+def _all_pages(total: int) -> str:
+    return "its only page" if total == 1 else f"any of its {total} pages"
 
 
 def _pages(numbers: list[int], total: int) -> str:

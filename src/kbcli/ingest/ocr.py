@@ -285,7 +285,7 @@ def render_scale(width_pt: float, height_pt: float, options: Any) -> float:
     area = max(1.0, width_pt * height_pt)
     limit = options.max_megapixels * 1e6
     if area * scale * scale > limit:
-        scale = math.sqrt(limit / area)
+        scale = math.sqrt(limit / area) * 0.995  # the renderer rounds pixel sizes up
     return scale
 
 
