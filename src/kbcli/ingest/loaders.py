@@ -331,9 +331,9 @@ class DefaultDocumentLoader:
         self._normalizer = StructurePreservingNormalizer()
 
     def ocr_signature(self, path: str | Path) -> str | None:
-        """The OCR settings that decide ``path``'s text, when its loader may recognise it and
-        OCR can run (else None): part of a file record's settings, so installing the extra or
-        changing ``ocr`` re-reads scans and images, and nothing else."""
+        """The OCR settings that decide ``path``'s text, when its loader may recognise it (a
+        PDF, an image) and OCR can run (else None): part of a file record's settings, so
+        installing the extra or changing ``ocr`` re-reads PDFs and images, and nothing else."""
         try:
             loader = loader_for(path)
         except UnsupportedFormatError:

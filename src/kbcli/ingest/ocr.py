@@ -399,6 +399,14 @@ def scan_image_frame(path: str, max_bytes: int | None, number: int, options: Any
 # --- the parent: pages in bounded calls --------------------------------------------------------
 
 
+_PAGE_WORDS = (
+    ("parsing took", "recognising took"),
+    ("parsing needed", "recognising needed"),
+    ("raise limits.file_timeout if the file is just large", "raise ocr.page_timeout"),
+    ("the file is probably malformed", "the page is probably malformed"),
+)
+
+
 @dataclass
 class OcrRun:
     """The pages of one file recognised so far, the warnings, and the time it took."""
@@ -442,7 +450,8 @@ def run_pages(
         except LoaderError as exc:
             reason = " ".join(str(exc).split())
             reason = reason.replace(f"{path}: page {number}: ", "").replace(f"{path}: ", "")
-            reason = reason.replace("raise limits.file_timeout", "raise ocr.page_timeout")
+            for parser_words, page_words in _PAGE_WORDS:  # the bounded call speaks of files
+                reason = reason.replace(parser_words, page_words)
             run.warnings.append(f"{path}: page {number} could not be recognised: {reason}")
             continue
         finally:

@@ -133,11 +133,29 @@ def _extract_pdf(path: str, max_bytes: int | None, min_chars: int) -> ExtractedP
 
 
 def _shows_image(page: Any, errors: tuple[type[BaseException], ...]) -> bool:
-    """Whether a page draws an image (a scan does; a blank page does not)."""
+    """Whether a page draws an image XObject (a scan does; a blank page does not). Read from
+    its resources only: parsing the content stream for inline images would inflate it whole,
+    and a bomb's inflates to gigabytes."""
     try:
-        return len(page.images) > 0
+        return _has_image(page.get("/Resources"), 0)
     except errors:
         return True  # unreadable resources: let OCR (or the warning) look at it
+
+
+def _has_image(resources: Any, depth: int) -> bool:
+    if resources is None or depth > 4:  # forms inside forms: deeper is not a scan
+        return False
+    xobjects = resources.get_object().get("/XObject")
+    if xobjects is None:
+        return False
+    for ref in xobjects.get_object().values():
+        xobject = ref.get_object()
+        kind = xobject.get("/Subtype")
+        if kind == "/Image":
+            return True
+        if kind == "/Form" and _has_image(xobject.get("/Resources"), depth + 1):
+            return True
+    return False
 
 
 def check_docx_zip(path: str) -> None:
