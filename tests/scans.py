@@ -125,6 +125,33 @@ def png_bomb(path: Path, width: int = 100_000, height: int = 100_000) -> None:
     path.write_bytes(png + chunk(b"IEND", b""))
 
 
+def pdf_image_bomb(unpacked_mb: int = 2000) -> bytes:
+    """A one-page PDF drawing a 100000 x 100000 grey image whose ~2 MB stream inflates to
+    ``unpacked_mb`` MB."""
+    import zlib
+
+    from hostile import pdf_from_objects
+
+    packer = zlib.compressobj(9)
+    block = b"\x00" * (1 << 20)
+    packed = b"".join(packer.compress(block) for _ in range(unpacked_mb)) + packer.flush()
+    image = (
+        b"<< /Type /XObject /Subtype /Image /Width 100000 /Height 100000 /BitsPerComponent 8 "
+        b"/ColorSpace /DeviceGray /Filter /FlateDecode /Length %d >>\nstream\n" % len(packed)
+    )
+    draw = b"q 612 0 0 792 0 0 cm /Im0 Do Q"
+    return pdf_from_objects(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
+            b"/Resources << /XObject << /Im0 5 0 R >> >> /Contents 4 0 R >>",
+            b"<< /Length %d >>\nstream\n" % len(draw) + draw + b"\nendstream",
+            image + packed + b"\nendstream",
+        ]
+    )
+
+
 def tiff_with_broken_frame(path: Path, good: Image.Image, second: Image.Image) -> None:
     """A two-frame TIFF whose second frame's compressed data is garbage."""
     good.save(path, save_all=True, append_images=[second], compression="tiff_deflate")

@@ -31,6 +31,7 @@ from scans import (
     cjk_font,
     image_pdf,
     merge_pdfs,
+    pdf_image_bomb,
     png_bomb,
     render_page,
     scanned,
@@ -165,6 +166,8 @@ def make_folder(folder: Path) -> dict[str, Path]:
     )
     files["bomb"] = folder / "bomb.png"
     png_bomb(files["bomb"])
+    files["pdf_bomb"] = folder / "image-bomb.pdf"
+    files["pdf_bomb"].write_bytes(pdf_image_bomb())
     return files
 
 
@@ -254,6 +257,13 @@ def test_an_image_bomb_is_refused_with_one_line(scans):
     (failure,) = [f for f in report["failed"] if f["path"] == str(files["bomb"])]
     assert "100000 x 100000 pixels" in failure["error"]
     assert "ocr.max_megapixels" in failure["error"] and "\n" not in failure["error"]
+
+
+def test_a_pdf_page_drawing_a_bomb_image_is_a_warning(scans):
+    _, files, report, _ = scans
+    bomb = str(files["pdf_bomb"])
+    assert bomb not in [f["path"] for f in report["failed"]]
+    assert any(w.startswith(f"{bomb}: ") for w in report["warnings"]), report["warnings"]
 
 
 def test_slowest_carries_the_ocr_time_per_page(scans):
