@@ -10,7 +10,7 @@ call; the first page also loads the models), with the load average.
 
 Goals: CER <= 2 % English and <= 5 % Chinese on clean renders, <= 5 % English crooked+blurred.
 
-    python benchmarks/bench_ocr.py [--dpi 150] [--pages 2] [--keep DIR]
+    python benchmarks/bench_ocr.py [--dpi 150] [--pages 2] [--size-pt 12] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -63,24 +63,27 @@ CHINESE = [
 GOALS = {"en": 0.02, "zh": 0.05, "en-crooked": 0.05}
 
 
-def make_folder(folder: Path, dpi: int, pages: int) -> dict[str, tuple[str, str, int]]:
+def make_folder(
+    folder: Path, dpi: int, pages: int, size_pt: float = 12
+) -> dict[str, tuple[str, str, int]]:
     """name -> (kind, reference text, pages)."""
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, tuple[str, str, int]] = {}
-    english = [ENGLISH[n % len(ENGLISH)] for n in range(pages)]
-    renders = [render_page(text, dpi=dpi) for text in english]
+    english = [[f"Section {n + 1} of the manual.", "", *ENGLISH[n % 2]] for n in range(pages)]
+    renders = [render_page(text, dpi=dpi, size_pt=size_pt) for text in english]
     (folder / "english.pdf").write_bytes(image_pdf(renders, dpi))
     out["english.pdf"] = ("en", " ".join(" ".join(t) for t in english), pages)
     renders[0].save(folder / "english.png")
     out["english.png"] = ("en", " ".join(english[0]), 1)
-    crooked = scanned(render_page(ENGLISH[0], dpi=dpi), angle=1.5, blur=dpi / 150)
+    crooked = render_page(english[0], dpi=dpi, size_pt=size_pt)
+    crooked = scanned(crooked, angle=1.5, blur=dpi / 150)
     crooked.convert("RGB").save(folder / "crooked.jpg", quality=85)
-    out["crooked.jpg"] = ("en-crooked", " ".join(ENGLISH[0]), 1)
+    out["crooked.jpg"] = ("en-crooked", " ".join(english[0]), 1)
     font = cjk_font()
     if font is None:
         print("no CJK font (apt-get install fonts-wqy-zenhei): Chinese skipped", file=sys.stderr)
         return out
-    chinese = render_page(CHINESE, font=font, dpi=dpi, size_pt=14)
+    chinese = render_page(CHINESE, font=font, dpi=dpi, size_pt=size_pt + 2)
     (folder / "chinese.pdf").write_bytes(image_pdf([chinese], dpi))
     out["chinese.pdf"] = ("zh", "".join(CHINESE), 1)
     chinese.save(folder / "chinese.png")
@@ -100,13 +103,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dpi", type=int, default=150, help="resolution of the scans")
     parser.add_argument("--pages", type=int, default=2, help="pages of the English PDF")
+    parser.add_argument("--size-pt", type=float, default=12, help="English text size")
     parser.add_argument("--keep", type=Path, help="write the scans and index here")
     args = parser.parse_args()
     home = args.keep or Path(tempfile.mkdtemp(prefix="bench-ocr-"))
     home.mkdir(parents=True, exist_ok=True)
     # one chunk per page, no overlap: the indexed text is the recognised text
     (home / "jianmu.yaml").write_text("limits:\n  chunk_size: 100000\n  chunk_overlap: 0\n")
-    files = make_folder(home / "scans", args.dpi, args.pages)
+    files = make_folder(home / "scans", args.dpi, args.pages, args.size_pt)
     load_before = os.getloadavg()
     began = time.monotonic()
     done = kb(home, "ingest", str(home / "scans"), "--ext", ".pdf,.png,.jpg", "--json")
@@ -131,7 +135,8 @@ def main() -> None:
         print(f"{name:14} {kind:11} {pages:5} {rate:7.2%} {GOALS[kind]:6.0%} {per_page:7.2f}{flag}")
     print(
         f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
-        f"({os.cpu_count()} CPUs); scans at {args.dpi} dpi, pages rendered at ocr.dpi"
+        f"({os.cpu_count()} CPUs); {args.size_pt:g} pt text (Chinese +2) scanned at "
+        f"{args.dpi} dpi; PDF pages rendered at ocr.dpi"
     )
     if failed:
         sys.exit(f"over the CER goal: {', '.join(failed)}")

@@ -11,7 +11,8 @@ Plain Python over the boxes of a document's pages, in the caller's process:
   columns under a full-width title are read column by column, not band by band);
 - *lines*: boxes of one region that overlap vertically by half a line are one line, left to
   right;
-- *headers and footers*: a line in the top or bottom :data:`MARGIN_SHARE` of the page whose
+- *headers and footers*: one of a page's first or last two lines, in the top or bottom
+  :data:`MARGIN_SHARE` of the page, whose
   text (digits ignored, so page numbers match) recurs there on at least 60% of the document's
   recognised pages, two at least, is dropped;
 - *paragraphs*: a new one starts where the gap above a line is half a line height more than
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from .ocr import PageScan, TextBox
 
 COLUMN_MIN_WIDTH = 6.0  # line heights: the median line width on each side of a column gap
-MARGIN_SHARE = 0.12  # the top and bottom bands where headers and footers are looked for
+MARGIN_SHARE = 0.08  # the top and bottom bands where headers and footers are looked for
+MARGIN_LINES = 2  # ... among a page's first and last lines only
 REPEAT_SHARE = 0.6  # share of recognised pages a header or footer must recur on
 _CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]")
 
@@ -186,6 +188,8 @@ def drop_repeated(pages: list[tuple[PageScan, list[_Line]]]) -> None:
     marks: dict[tuple[int, int], int] = {}
     for p, (scan, lines) in enumerate(counted):
         for i, line in enumerate(lines):
+            if MARGIN_LINES <= i < len(lines) - MARGIN_LINES:
+                continue
             key = _margin_key(line, scan.height)
             if key is None:
                 continue
