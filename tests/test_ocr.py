@@ -378,11 +378,12 @@ def test_two_columns_under_a_title_are_read_column_by_column():
     for n in range(4):  # lines of the two columns at the same heights
         boxes.append(line(100, 150 + 30 * n, f"left column line number {n} text"))
         boxes.append(line(600, 150 + 30 * n, f"right column line number {n} text"))
+    boxes.append(line(100, 1540, "Page 1"))  # under the left column only: still read last
     text = compose([PageScan(1, 1200, 1600, boxes)])[1]
     left = text.index("left column line number 0")
     right = text.index("right column line number 0")
     assert text.index("left column line number 3") < right and left < right
-    assert text.startswith("A title across")
+    assert text.startswith("A title across") and text.endswith("\n\nPage 1")
 
 
 def test_label_value_rows_stay_rows():

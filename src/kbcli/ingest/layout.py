@@ -4,7 +4,9 @@ Plain Python over the boxes of a document's pages, in the caller's process:
 
 - *deskew* (already done when the page was read): box coordinates are turned by the median
   angle of the page's long lines;
-- *columns*: a recursive XY cut: a region splits at a vertical gap (at least one line height
+- *blocks*: first the page splits where more than two line heights of space run across it
+  (so a header or footer never joins a column);
+- *columns*: then a recursive XY cut: a region splits at a vertical gap (at least one line height
   wide) that runs through all of it, when both sides hold real text lines (median width at
   least :data:`COLUMN_MIN_WIDTH` line heights: label/value rows and tables stay rows); else at
   its horizontal gaps, where consecutive bands that share a vertical gap stay together (two
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from .ocr import PageScan, TextBox
 
 COLUMN_MIN_WIDTH = 6.0  # line heights: the median line width on each side of a column gap
+BLOCK_GAP = 2.0  # line heights of empty space that end a block (a header's, a footer's)
 MARGIN_SHARE = 0.08  # the top and bottom bands where headers and footers are looked for
 MARGIN_LINES = 2  # ... among a page's first and last lines only
 REPEAT_SHARE = 0.6  # share of recognised pages a header or footer must recur on
@@ -118,8 +121,24 @@ def _bands(boxes: list[TextBox]) -> list[list[TextBox]]:
     return bands
 
 
+def _blocks(boxes: list[TextBox], unit: float) -> list[list[TextBox]]:
+    """``boxes`` split where more than :data:`BLOCK_GAP` line heights of space run across."""
+    blocks: list[list[TextBox]] = []
+    bottom = -math.inf
+    for box in sorted(boxes, key=lambda b: b.y0):
+        if blocks and box.y0 - bottom <= BLOCK_GAP * unit:
+            blocks[-1].append(box)
+        else:
+            blocks.append([box])
+        bottom = max(bottom, box.y1) if len(blocks[-1]) > 1 else box.y1
+    return blocks
+
+
 def _regions(boxes: list[TextBox], unit: float) -> list[list[TextBox]]:
     """``boxes`` cut into regions in reading order (recursive XY cut, module docstring)."""
+    blocks = _blocks(boxes, unit)
+    if len(blocks) > 1:  # a header, the body, a footer: never parts of one column
+        return [region for block in blocks for region in _regions(block, unit)]
     cut = _column_gap(boxes, unit)
     if cut is not None:
         left = [b for b in boxes if (b.x0 + b.x1) / 2 < cut]

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LoaderError, missing_message
-from .reading import open_regular, read_bounded, too_large
+from .reading import open_regular, too_large
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp")
 # What Pillow may open them as (never its other plugins: EPS would run Ghostscript).
@@ -333,22 +333,27 @@ def _our_pixel_limit() -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = saved
 
 
-def _open_image(path: str, max_bytes: int | None, options: Any) -> Any:
-    """The image at ``path``, opened (not decoded); LoaderError for a bomb or a non-image."""
+@contextmanager
+def _open_image(path: str, max_bytes: int | None, options: Any) -> Iterator[Any]:
+    """The image at ``path``, opened (read lazily, not decoded: a multi-page TIFF is not read
+    whole for each page); LoaderError for a bomb or a non-image."""
     from PIL import Image, UnidentifiedImageError
 
-    data = read_bounded(path, max_bytes)
-    Image.init()  # registers TIFF and WebP (only a few formats are preloaded)
-    try:
-        with _our_pixel_limit():
-            image = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise LoaderError(
-            f"{path}: not a readable image ({_reason(exc)}): check the file opens in an image "
-            "viewer"
-        ) from None
-    _check_size(path, image, options)
-    return image
+    raw, st = open_regular(path)
+    with raw, io.BufferedReader(raw) as fh:
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise too_large(path, max_bytes)
+        Image.init()  # registers TIFF and WebP (only a few formats are preloaded)
+        try:
+            with _our_pixel_limit():
+                image = Image.open(fh, formats=IMAGE_FORMATS)
+        except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
+            raise LoaderError(
+                f"{path}: not a readable image ({_reason(exc)}): check the file opens in an "
+                "image viewer"
+            ) from None
+        _check_size(path, image, options)
+        yield image
 
 
 def _check_size(path: str, image: Any, options: Any) -> None:
@@ -365,9 +370,8 @@ def _check_size(path: str, image: Any, options: Any) -> None:
 
 def image_frames(path: str, max_bytes: int | None, options: Any) -> int:
     """How many frames (pages) the image at ``path`` has; refuses an oversized one (child)."""
-    image = _open_image(path, max_bytes, options)
-    count = max(1, int(getattr(image, "n_frames", 1) or 1))
-    with _our_pixel_limit():
+    with _open_image(path, max_bytes, options) as image, _our_pixel_limit():
+        count = max(1, int(getattr(image, "n_frames", 1) or 1))
         for frame in range(1, count):
             try:
                 image.seek(frame)
@@ -381,19 +385,18 @@ def scan_image_frame(path: str, max_bytes: int | None, number: int, options: Any
     """Decode frame ``number`` (1-based) of the image at ``path`` and recognise it (child)."""
     from PIL import ImageOps
 
-    image = _open_image(path, max_bytes, options)
-    try:
-        with _our_pixel_limit():
-            image.seek(number - 1)
-            _check_size(path, image, options)
-            image.load()
-            if number == 1:
-                image = ImageOps.exif_transpose(image)
-    except LoaderError:
-        raise
-    except (OSError, ValueError, SyntaxError, EOFError) as exc:
-        raise LoaderError(f"the image data cannot be decoded ({_reason(exc)})") from None
-    return recognise(image, number, options)
+    with _open_image(path, max_bytes, options) as image:
+        try:
+            with _our_pixel_limit():
+                image.seek(number - 1)
+                _check_size(path, image, options)
+                image.load()
+                frame = ImageOps.exif_transpose(image) if number == 1 else image.copy()
+        except LoaderError:
+            raise
+        except (OSError, ValueError, SyntaxError, EOFError) as exc:
+            raise LoaderError(f"the image data cannot be decoded ({_reason(exc)})") from None
+    return recognise(frame, number, options)
 
 
 # --- the parent: pages in bounded calls --------------------------------------------------------
