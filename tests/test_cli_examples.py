@@ -68,6 +68,9 @@ def sandbox(tmp_path) -> dict[str, str]:
     user_config.mkdir(parents=True)  # a reranker for the --rerank example (no model needed)
     (user_config / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: passthrough\n")
     shutil.copytree(ROOT / "examples" / "eval", cwd / "examples" / "eval")  # as in a clone
+    wiki = home / "src" / "team-wiki"  # a cloned repository's config, for kb trust
+    wiki.mkdir(parents=True)
+    (wiki / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: 'wiki.rank:Reranker'\n")
     _beir(cwd / "my-beir-set", "test")
     kb = bin_dir / "kb"
     kb.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m kbcli "$@"\n')
