@@ -119,12 +119,12 @@ class PdfLoader(BuiltinLoader):
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
-        found, self.last_warnings, scanned = self._bounded(
+        found, self.last_warnings, scanned, total = self._bounded(
             extract_pdf, path, self.ocr.min_text_per_page
         )
         pages = {meta["page"]: Section(text, meta) for text, meta in found}
         if scanned:
-            self._scanned(path, scanned, pages, total=len(found) + len(scanned))
+            self._scanned(path, scanned, pages, total)
         return [pages[n] for n in sorted(pages)]
 
     def _scanned(

@@ -20,8 +20,8 @@ from .markdown import HEADING_SEPARATOR
 from .reading import open_regular, read_bounded
 
 Extracted = tuple[list[tuple[str, dict[str, Any]]], list[str]]
-# ... and the pages to recognise: (page number, its text, whether it shows an image)
-ExtractedPdf = tuple[list[tuple[str, dict[str, Any]]], list[str], list[tuple[int, str, bool]]]
+# ... the pages to recognise, (page number, its text, whether it shows an image), and the count
+ExtractedPdf = tuple[list[tuple[str, dict[str, Any]]], list[str], list[tuple[int, str, bool]], int]
 
 # DOCX (zip) safety limits, checked from the zip directory before anything is unpacked.
 # python-docx reads every part into memory and lxml needs several times an XML part's size, so
@@ -62,9 +62,9 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
 
 
 def extract_pdf(path: str, max_bytes: int | None = None, min_chars: int = 0) -> ExtractedPdf:
-    """Text of each page with ``{"page": n}`` (1-based), warnings, and the pages with fewer
-    than ``min_chars`` characters of text (none at all with 0) as ``(page, text, shows an
-    image)``: the candidates for OCR, left out of the sections.
+    """Text of each page with ``{"page": n}`` (1-based), warnings, the pages with fewer than
+    ``min_chars`` characters of text (none at all with 0) as ``(page, text, shows an image)``:
+    the candidates for OCR, left out of the sections, and the number of pages.
 
     At most ``max_bytes`` of the file are read."""
 
@@ -129,7 +129,7 @@ def _extract_pdf(path: str, max_bytes: int | None, min_chars: int) -> ExtractedP
         warnings.append(f"{path}: {problem}: its text was skipped")
     if count == 0:
         warnings.append(f"{path}: the PDF has no pages")
-    return sections, warnings, scanned
+    return sections, warnings, scanned, count
 
 
 def _shows_image(page: Any, errors: tuple[type[BaseException], ...]) -> bool:
