@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("rapidocr_onnxruntime", reason="the ocr extra: pip install 'kbcli[ocr]'")
+pytest.importorskip("pypdfium2", reason="the ocr extra: pip install 'kbcli[ocr]'")
+
 from hostile import make_pdf
 from kbcli.config import load_config
 from kbcli.errors import ConfigError
@@ -37,9 +40,6 @@ from scans import (
     scanned,
     tiff_with_broken_frame,
 )
-
-pytest.importorskip("rapidocr_onnxruntime", reason="the ocr extra: pip install 'kbcli[ocr]'")
-pytest.importorskip("pypdfium2", reason="the ocr extra: pip install 'kbcli[ocr]'")
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 EXT = ".pdf,.png,.jpg,.tif"
