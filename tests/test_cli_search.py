@@ -143,3 +143,27 @@ def test_mistyped_filter_operator_exits_2_with_one_line(ids, expr):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and repr(expr) in lines[0], result.stderr
     assert "did you mean" in lines[0] or "key>=3" in lines[0]
+
+
+@pytest.mark.parametrize("option", ["--min-score", "--alpha", "--mmr", "--min-relevance"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])
+def test_non_finite_numbers_are_refused_at_the_option(ids, option, value):
+    """--min-score nan was accepted and every hit compared false with it: an empty answer
+    with exit 0, as if nothing matched."""
+    result = run("search", "password", option, value)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and option in lines[0] and "finite" in lines[0], result.stderr
+
+
+def test_min_score_nan_through_the_library_is_refused():
+    from kbcli import KnowledgeBase
+    from kbcli.errors import InvalidOptionError
+
+    kb = KnowledgeBase()
+    kb.add("reset your password")
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(InvalidOptionError, match="min_score must be a finite number"):
+            kb.search("password", min_score=bad)
+    assert len(kb.search("password", min_score=-1e9)) == 1

@@ -9,6 +9,7 @@ Start-up: module-level imports are typer and the standard library only; the libr
 anything heavy are imported inside the command that needs them.
 """
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -117,6 +118,12 @@ class _PlainCoercion:
             raise typer.BadParameter(
                 f"{value!r} is not a valid {name}.", ctx=ctx, param=param
             ) from None
+        if self.kind is float and not math.isfinite(number):
+            # nan passes every range check (its comparisons are false) and inf overflows timers
+            from .errors import InvalidOptionError
+
+            name = max(param.opts, key=len) if param.opts else param.name
+            raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")
         low, high = self.minimum, self.maximum
         if (low is not None and number < low) or (high is not None and number > high):
             bounds = " and ".join(

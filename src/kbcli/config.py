@@ -11,6 +11,7 @@ sections kbcli reads are errors, so a typo never silently falls back to a defaul
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -282,6 +283,8 @@ class _Reader:
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(f"{prefix}.{key}", f"must be a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan passes every range check below
+            raise self.fail(f"{prefix}.{key}", f"must be a finite number, got {value!r}")
         if value < lo or (hi is not None and value > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise self.fail(f"{prefix}.{key}", f"must be {bound}, got {value}")
@@ -453,8 +456,6 @@ def target_store_config(config: Config, backend: str, sets: list[str]) -> Config
 
 
 def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:
-    import math
-
     from .registry import RERANKERS
 
     prefix = "rag.rerank"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -149,6 +150,17 @@ class SearchOptions:
                     f"source_weight must be a number, 0 or more, got {self.source_weight!r}"
                 )
             self.source_weight = float(self.source_weight)
+        if self.min_score is not None:
+            if (
+                isinstance(self.min_score, bool)
+                or not isinstance(self.min_score, (int, float))
+                or not math.isfinite(self.min_score)
+            ):
+                # nan compares false with every score: the search would silently return nothing
+                raise InvalidOptionError(
+                    f"min_score must be a finite number, got {self.min_score!r}"
+                )
+            self.min_score = float(self.min_score)
         if self.candidates is not None and (
             isinstance(self.candidates, bool)
             or not isinstance(self.candidates, int)
@@ -161,10 +173,10 @@ class SearchOptions:
             if (
                 isinstance(self.min_relevance, bool)
                 or not isinstance(self.min_relevance, (int, float))
-                or self.min_relevance != self.min_relevance
+                or not math.isfinite(self.min_relevance)
             ):
                 raise InvalidOptionError(
-                    f"min_relevance must be a number, got {self.min_relevance!r}"
+                    f"min_relevance must be a finite number, got {self.min_relevance!r}"
                 )
             self.min_relevance = float(self.min_relevance)
         if self.rewrite is not None:
