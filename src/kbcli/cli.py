@@ -785,10 +785,17 @@ def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
 def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
     """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
     ``--in`` folders."""
-    from .filters import under_folders, validate_filter, with_source_paths
+    from .errors import InvalidOptionError
+    from .filters import MAX_FILTER_CONDITIONS, under_folders, validate_filter, with_source_paths
 
     where = with_source_paths(where, lambda value: _resolve_source(Path(value)))
     scope = under_folders([_resolve_source(folder) for folder in folders or []])
+    distinct = len(scope.get("$or", [scope])) if scope else 0
+    if distinct > MAX_FILTER_CONDITIONS:
+        raise InvalidOptionError(
+            f"--in was given {distinct} folders (none inside another): at most "
+            f"{MAX_FILTER_CONDITIONS}; give the folders that hold them instead"
+        )
     parts = [part for part in (where, scope) if part]
     if not parts:
         return None
