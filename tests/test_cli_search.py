@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cli_helpers import SAMPLE, run, run_json, seed
@@ -167,3 +169,54 @@ def test_min_score_nan_through_the_library_is_refused():
         with pytest.raises(InvalidOptionError, match="min_score must be a finite number"):
             kb.search("password", min_score=bad)
     assert len(kb.search("password", min_score=-1e9)) == 1
+
+
+PYTHON_LITERAL = re.compile(r"\b(True|False|None)\b|[{}\[\]]|'\w+':")
+
+
+def test_explain_says_why_alpha_is_tiny_and_prints_no_python_values(ids):
+    """--explain printed "alpha 0.001" beside kb config's 0.6 with no reason, then
+    "keyword_first True" and "mmr {'lambda': 0.5, ...}"."""
+    result = run("search", "reset password", "--explain", "--mmr", "0.5", "--by", "chunk")
+    assert result.exit_code == 0, result.stderr
+    screen = result.stdout
+    flat = " ".join(line.strip(" │") for line in screen.splitlines())
+    assert "alpha 0.001 (keyword-first: the simple embedder is weak; limits.rerank_alpha 0.6" in (
+        " ".join(flat.split())
+    )
+    assert "applies to a strong embedder)" in " ".join(flat.split())
+    assert not PYTHON_LITERAL.search(screen), screen
+    assert "mmr lambda 0.500, pool_rank 1, similarity" in " ".join(flat.split())
+    hits, _ = run_json("search", "reset password", "--explain", "--json")
+    assert hits[0]["explain"]["keyword_first"] is True
+    assert hits[0]["explain"]["alpha_note"].startswith("keyword-first: the simple embedder")
+
+
+def test_explain_with_a_chosen_alpha_has_no_note(ids):
+    result = run("search", "reset password", "--explain", "--alpha", "0.5", "-k", "1")
+    assert "alpha 0.500" in result.stdout and "keyword-first" not in result.stdout
+
+
+def test_explain_text_spells_every_value():
+    from kbcli.render import explain_text
+
+    text = explain_text(
+        {
+            "keyword": {"rank": 2, "score": 1.5},
+            "dense": None,
+            "fused": 0.25,
+            "keyword_first": True,
+            "duplicates": ["a1", "b2"],
+            "mmr": {"lambda": 0.5, "pool_rank": 3, "similarity": "jaccard"},
+            "flag": False,
+        }
+    )
+    assert text.splitlines() == [
+        "keyword #2 (1.500)",
+        "dense not found",
+        "fused 0.250",
+        "keyword_first yes",
+        "duplicates 2 collapsed (a1, b2)",
+        "mmr lambda 0.500, pool_rank 3, similarity jaccard",
+        "flag no",
+    ]

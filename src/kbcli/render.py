@@ -285,7 +285,7 @@ def search_table(
             count += f" (p. {meta['page']})"
         body: Any = _rich_snippet(r.document.text, pattern)
         if explain:
-            body = Group(body, Text(_explain_text(r.explain), style="dim"))
+            body = Group(body, Text(explain_text(r.explain), style="dim"))
         table.add_row(str(rank), f"{r.score:.3f}", location, count, body)
     console.print(table)
 
@@ -298,13 +298,19 @@ def _chunk_label(meta: dict[str, Any]) -> str:
     return label
 
 
-def _explain_text(explain: Any) -> str:
+def explain_text(explain: Any) -> str:
+    """``--explain`` under a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
+    1.396 + 2.000×file 1.396)``, ``dense not found``, ``alpha 0.001 (keyword-first: ...)``;
+    never a Python literal (``True``, ``{...}``, ``[...]``)."""
     if not explain:
         return "-"
     if not isinstance(explain, dict):
-        return str(explain)
+        return _fmt(explain)
+    note = explain.get("alpha_note")
     lines = []
     for key, value in explain.items():
+        if key == "alpha_note" or (key == "keyword_first" and note):
+            continue  # said beside alpha
         if isinstance(value, dict) and "rank" in value:
             line = f"{key} #{value['rank']} ({_fmt(value.get('score'))}"
             if "bm25_chunk" in value:
@@ -314,14 +320,29 @@ def _explain_text(explain: Any) -> str:
                 )
             lines.append(line + ")")
         elif value is None:
-            lines.append(f"{key} -")
+            lines.append(f"{key} not found")
+        elif key == "alpha" and note:
+            lines.append(f"alpha {_fmt(value)} ({note})")
+        elif key == "duplicates" and isinstance(value, list):
+            lines.append(f"duplicates {len(value)} collapsed ({_fmt(value)})")
         else:
             lines.append(f"{key} {_fmt(value)}")
     return "\n".join(lines)
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    """One explain value in words: floats to 3 places, yes/no, lists and mappings spelled."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
 
 
 def numbered(shown: Any) -> None:

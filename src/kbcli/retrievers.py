@@ -242,7 +242,27 @@ class HybridRetriever:
                 dense_hits = self.dense.search(query, pool, options)
             alpha = self.effective_alpha(options, query)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
+            if options.explain and weak and options.fusion == "weighted":
+                note = self.keyword_first_reason(query, options)
+                for hit in hits:
+                    hit.explain["alpha_note"] = note  # type: ignore[index]
         return self._finish(hits, k, options)
+
+    def keyword_first_reason(self, query: str, options: SearchOptions) -> str:
+        """Why weighted fusion ranks ``query`` keyword-first with a tiny alpha (what
+        ``--explain`` prints beside it): the embedder is weak, or does not know the query's
+        script."""
+        from .embedders.base import embedder_info
+
+        name = embedder_info(self.embedder).provider
+        configured = self.alpha if self.alpha is not None else options.alpha
+        if self.weak_embedder:
+            why = f"the {name} embedder is weak"
+            strong = "a strong embedder"
+        else:
+            why = f"the {name} embedder does not know Chinese or Japanese"
+            strong = "queries in its languages"
+        return f"keyword-first: {why}; limits.rerank_alpha {configured:g} applies to {strong}"
 
     def _nothing_matches(self, query: str, options: SearchOptions) -> bool:
         """True when the embedder is weak and no word of ``query`` occurs in any document
