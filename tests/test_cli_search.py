@@ -220,3 +220,63 @@ def test_explain_text_spells_every_value():
         "mmr lambda 0.500, pool_rank 3, similarity jaccard",
         "flag no",
     ]
+
+
+# --- --format files with names a line cannot hold ----------------------------------------------
+
+
+@pytest.fixture
+def odd_names(tmp_path):
+    """A real folder whose files' names hold a newline, a tab and an escape, ingested."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    names = ["plain.md", "two\nlines.md", "tab\there.md", "esc\x1b[31m.md"]
+    for name in names:
+        (folder / name).write_text(f"# Notes\n\nthe ferry timetable for {name!r}\n")
+    assert run("ingest", str(folder)).exit_code == 0
+    return [str(folder / name) for name in names]
+
+
+@pytest.mark.parametrize("command", [["search", "ferry timetable", "-k", "10"], ["list"]])
+def test_files_format_quotes_names_a_line_cannot_hold(odd_names, command):
+    """A file name holding a newline came out as two lines of --format files."""
+    import subprocess
+
+    result = run(*command, "--format", "files")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(odd_names)
+    assert odd_names[0] in lines  # a plain name is as it was
+    quoted = [line for line in lines if line.startswith("$'")]
+    assert len(quoted) == 3
+    script = "for f in " + " ".join(quoted) + '; do test -f "$f" && printf "%s\\0" "$f"; done'
+    back = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
+    assert sorted(back.split(b"\0")[:-1]) == sorted(n.encode() for n in odd_names[1:])
+    assert "3 file names hold a newline or another control character" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["search", "ferry timetable", "-k", "10"], ["list"]])
+def test_null_separated_names_are_exact(odd_names, command):
+    import subprocess
+
+    result = run(*command, "-0")
+    assert result.exit_code == 0, result.stderr
+    names = result.stdout_bytes.split(b"\0")
+    assert names[-1] == b"" and sorted(names[:-1]) == sorted(n.encode() for n in odd_names)
+    assert result.stderr == ""
+    # what xargs -0 receives
+    counted = subprocess.run(
+        ["xargs", "-0", "wc", "-l"], input=result.stdout_bytes, capture_output=True, check=True
+    ).stdout.decode()
+    assert counted.strip().endswith(" 12 total")  # four files of three lines, each opened
+    same = run(*command, "--null", "--format", "files")
+    assert same.stdout_bytes == result.stdout_bytes
+
+
+def test_null_with_another_format_is_one_line(odd_names):
+    for args in (["--format", "json"], ["--json"], ["--format", "csv"]):
+        result = run("search", "ferry", "-0", *args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stdout == ""
+        assert result.stderr.count("\n") == 1 and "-0" in result.stderr, result.stderr

@@ -33,6 +33,15 @@ FILTER_HELP = (
 FilterOption = Annotated[
     list[str] | None, typer.Option("--filter", "-f", metavar="EXPR", help=FILTER_HELP)
 ]
+NullOption = Annotated[
+    bool,
+    typer.Option(
+        "-0",
+        "--null",
+        help="File names (--format files) each ended by a NUL byte instead of a newline, "
+        "exactly as the file system spells them (xargs -0).",
+    ),
+]
 MetaOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -687,13 +696,15 @@ def search(
         typer.Option(
             "--format",
             metavar="FORMAT",
-            help="table, json, jsonl, csv, md, or files (one path per line).",
+            help="table, json, jsonl, csv, md, or files (one path per line; a name holding "
+            "a newline or control character is shell-quoted: $'a\\nb.md').",
         ),
     ] = "table",
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Same as --format json: an array of hits."),
     ] = False,
+    null: NullOption = False,
 ) -> None:
     """Search the knowledge base; hits show path:line ($EDITOR +LINE path).
 
@@ -705,7 +716,7 @@ def search(
     from .query import search as run_search
     from .types import SearchOptions
 
-    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    fmt = _files_format(_format(fmt, json_out, render.SEARCH_FORMATS), null)
     unit = _unit(by)
     options = SearchOptions(
         k=k,
@@ -730,7 +741,7 @@ def search(
     finally:
         kb.close()
     if fmt != "table":
-        render.search_output(hits, fmt, unit, explain)
+        render.search_output(hits, fmt, unit, explain, null)
     if not hits and unindexed:
         where = ", ".join(str(folder) for folder in unindexed)
         render.message(
@@ -763,6 +774,17 @@ def _format(fmt: str, json_out: bool, allowed: tuple[str, ...]) -> str:
             )
         return "json"
     return fmt
+
+
+def _files_format(fmt: str, null: bool) -> str:
+    """``-0`` is ``--format files`` with NUL bytes between the names."""
+    if not null or fmt == "files":
+        return fmt
+    if fmt == "table":
+        return "files"
+    from .errors import InvalidOptionError
+
+    raise InvalidOptionError(f"-0 prints file names (--format files), not {fmt}: drop one")
 
 
 def _unit(by: str) -> str:
@@ -957,19 +979,21 @@ def list_(
         typer.Option(
             "--format",
             metavar="FORMAT",
-            help="table, json, jsonl, csv, md, or files (each source once).",
+            help="table, json, jsonl, csv, md, or files (each source once; a name holding a "
+            "newline or control character is shell-quoted: $'a\\nb.md').",
         ),
     ] = "table",
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Same as --format json: {id, text, metadata, created_at}."),
     ] = False,
+    null: NullOption = False,
 ) -> None:
     """List stored chunks, oldest first."""
     from . import render
     from .filters import parse_filter_expressions
 
-    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    fmt = _files_format(_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = _search_filter(parse_filter_expressions(filter), None)
     kb = _open(ctx, create=False)
     try:
@@ -981,7 +1005,7 @@ def list_(
     finally:
         kb.close()
     if fmt != "table":
-        render.documents_output(docs, fmt)
+        render.documents_output(docs, fmt, null)
     if not docs:
         render.message("No chunks found.")
     elif fmt == "table":
