@@ -11,7 +11,7 @@ matched).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .types import SearchOptions, SearchResult
