@@ -144,29 +144,16 @@ def test_mmr_option_validated():
 
 
 def build_index(db, chunks: int) -> None:
-    """``chunks`` chunks of 42 words (ten a file), built-in embedder, written in batches."""
-    import random
+    """``chunks`` chunks of 42 words (ten a file), built-in embedder: the index of
+    benchmarks/bench_mmr.py, built by its own function."""
+    import importlib.util
+    from pathlib import Path
 
-    from kbcli import KnowledgeBase, SimpleEmbedder
-
-    embedder = SimpleEmbedder()
-    kb = KnowledgeBase.open(db, embedder=embedder)
-    rnd = random.Random(3)
-    words = [f"term{i}" for i in range(3000)]
-    try:
-        for start in range(0, chunks, 5000):
-            texts = [
-                "password reset " + " ".join(rnd.choices(words, k=40))
-                for _ in range(start, min(chunks, start + 5000))
-            ]
-            docs = [
-                Document(f"c{start + i}", text, {"source": f"/corpus/f{(start + i) // 10}.md"},
-                         embedding=vector)
-                for i, (text, vector) in enumerate(zip(texts, embedder.embed_documents(texts)))
-            ]  # fmt: skip
-            kb.store.add(docs)
-    finally:
-        kb.close()
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_mmr.py"
+    spec = importlib.util.spec_from_file_location("bench_mmr", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.build(db, chunks)
 
 
 @pytest.mark.slow

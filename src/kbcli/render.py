@@ -94,15 +94,7 @@ def shorten_source(source: Any, width: int = 48) -> str:
     long paths keep their tail (``.../folder/file.md``)."""
     if source is None or source == "":
         return "-"
-    text = str(source)
-    path = Path(text)
-    if path.is_absolute():
-        for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
-            try:
-                text = prefix + str(path.relative_to(base))
-                break
-            except ValueError:
-                continue
+    text = _as_typed(str(source))
     if len(text) <= width:
         return text
     parts = Path(text).parts
@@ -118,16 +110,19 @@ def display_path(source: Any) -> str:
     newline or another control character."""
     if source is None or source == "":
         return "-"
-    text = str(source)
+    return quote_name(_as_typed(str(source)))
+
+
+def _as_typed(text: str) -> str:
+    """An absolute path relative to the current folder, else to ``~/``; anything else as is."""
     path = Path(text)
     if path.is_absolute():
         for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
             try:
-                text = prefix + str(path.relative_to(base))
-                break
+                return prefix + str(path.relative_to(base))
             except ValueError:
                 continue
-    return quote_name(text)
+    return text
 
 
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a", "\b": "\\b", "\f": "\\f",
