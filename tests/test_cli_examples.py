@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,10 @@ def sandbox(tmp_path) -> dict[str, str]:
     user_config = home / ".config" / "kbcli"
     user_config.mkdir(parents=True)  # a reranker for the --rerank example (no model needed)
     (user_config / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: passthrough\n")
-    _beir(tmp_path / "shared" / "eval" / "scifact", "train")
+    shutil.copytree(ROOT / "examples" / "eval", cwd / "examples" / "eval")  # as in a clone
+    wiki = home / "src" / "team-wiki"  # a cloned repository's config, for kb trust
+    wiki.mkdir(parents=True)
+    (wiki / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: 'wiki.rank:Reranker'\n")
     _beir(cwd / "my-beir-set", "test")
     kb = bin_dir / "kb"
     kb.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m kbcli "$@"\n')

@@ -33,7 +33,7 @@ def test_second_run_reports_unchanged(corpus):
 def test_json_is_one_object_with_the_report(corpus):
     report, result = run_json("ingest", str(corpus), "--json")
     assert report["added"] == 4 and report["failed"] == [] and report["chunks_added"] >= 4
-    for key in ("updated", "unchanged", "removed", "stale", "skipped", "chunks_removed"):
+    for key in ("updated", "unchanged", "removed", "stale", "missing", "skipped", "chunks_removed"):
         assert report[key] == 0
     assert "Indexed" not in result.stdout
 
@@ -57,13 +57,66 @@ def test_failed_file_in_json_report(tmp_path):
     assert report["failed"][0]["error"]
 
 
-def test_stale_files_are_counted_and_pruned(corpus):
+def indexed_names() -> set[str]:
+    docs, _ = run_json("list", "--limit", "0", "--json")
+    return {d["metadata"]["source"].rsplit("/", 1)[1] for d in docs}
+
+
+def test_a_deleted_file_leaves_the_index_by_default(corpus):
+    """Issue 24 item 4: the deleted file was kept and searchable until --prune."""
     run("ingest", str(corpus))
     (corpus / "garden.txt").unlink()
     result = run("ingest", str(corpus))
-    assert "1 indexed file no longer exists; run with --prune" in result.stdout
-    report, _ = run_json("ingest", str(corpus), "--prune", "--json")
-    assert report["removed"] == 1 and report["stale"] == 0
+    assert result.exit_code == 0, result.stderr
+    assert "Removed 1 indexed file no longer found under the given paths." in result.stdout
+    assert "garden.txt" not in indexed_names()
+    hits, _ = run_json("search", "tomatoes basil", "--mode", "keyword", "--json")
+    assert hits == []
+    (corpus / "password.md").unlink()
+    report, _ = run_json("ingest", str(corpus), "--json")
+    assert (report["removed"], report["stale"], report["missing"]) == (1, 0, 0)
+    assert report["chunks_removed"] >= 1
+
+
+def test_no_prune_keeps_deleted_files_and_says_so(corpus):
+    run("ingest", str(corpus))
+    (corpus / "garden.txt").unlink()
+    result = run("ingest", str(corpus), "--no-prune")
+    assert "1 indexed file no longer exists and stayed (--no-prune)." in result.stdout
+    assert "garden.txt" in indexed_names()
+    report, _ = run_json("ingest", str(corpus), "--no-prune", "--json")
+    assert (report["removed"], report["stale"], report["missing"]) == (0, 1, 1)
+    report, _ = run_json("ingest", str(corpus), "--json")
+    assert (report["removed"], report["stale"]) == (1, 0)
+
+
+def test_files_that_exist_but_are_no_longer_picked_stay_until_prune(corpus):
+    run("ingest", str(corpus))
+    (corpus / ".kbignore").write_text("travel.docx\n")
+    result = run("ingest", str(corpus), "--ext", ".md,.pdf,.docx")
+    assert result.exit_code == 0, result.stderr
+    assert "2 indexed files still exist but are no longer picked" in result.stdout
+    assert indexed_names() == {"password.md", "garden.txt", "invoice.pdf", "travel.docx"}
+    report, _ = run_json("ingest", str(corpus), "--ext", ".md,.pdf,.docx", "--prune", "--json")
+    assert (report["removed"], report["stale"]) == (2, 0)
+    assert indexed_names() == {"password.md", "invoice.pdf"}
+
+
+def test_an_emptied_folder_is_refused_by_default_and_nothing_is_removed(corpus):
+    run("ingest", str(corpus))
+    for path in corpus.iterdir():
+        path.unlink()
+    result = run("ingest", str(corpus), "--json")
+    assert result.exit_code == 2
+    summary = json.loads(result.stdout)  # one line: nothing written, and why
+    assert summary["removed"] == 0 and "Removing indexed files refused" in summary["error"]
+    assert result.stderr.count("\n") == 1 and "Removing indexed files refused" in result.stderr
+    assert "--allow-mass-delete" in result.stderr and "--no-prune" in result.stderr
+    assert len(indexed_names()) == 4
+    report, _ = run_json("ingest", str(corpus), "--no-prune", "--json")
+    assert (report["removed"], report["stale"], report["missing"]) == (0, 4, 4)
+    report, _ = run_json("ingest", str(corpus), "--allow-mass-delete", "--json")
+    assert report["removed"] == 4 and indexed_names() == set()
 
 
 def test_ext_and_meta(corpus):
@@ -144,3 +197,23 @@ def test_damaged_docx_is_named_damaged_and_the_rest_is_indexed(tmp_path):
     assert "Indexed 1 file" in result.stdout and "Failed 2 files" in result.stdout
     hits, _ = run_json("search", "zebrafish", "--mode", "keyword", "--json")
     assert [h["metadata"]["source"] for h in hits] == [str(folder / "note.md")]
+
+
+def test_meta_relabel_summary_counts_each_file_once(corpus):
+    """Issue 24 item 9: relabelled files were "0 unchanged" and then "unchanged" again."""
+    report, _ = run_json("ingest", str(corpus), "--meta", "team=a", "--json")
+    assert report["added"] == 4
+    (corpus / "garden.txt").write_text("Prune the roses in early spring.\n", encoding="utf-8")
+    result = run("ingest", str(corpus), "--meta", "team=b")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "Indexed 1 file (0 new, 1 changed), 3 relabelled (new --meta, nothing re-embedded), "
+        f"0 unchanged; {lines[0].split('unchanged; ')[1]}"
+    )
+    assert sum("unchanged" in line for line in lines) == 1, lines
+    report, _ = run_json("ingest", str(corpus), "--meta", "team=c", "--json")
+    assert (report["updated"], report["metadata_updated"], report["unchanged"]) == (0, 4, 0)
+    result = run("ingest", str(corpus), "--meta", "team=c")
+    assert result.stdout.startswith("Indexed 0 files (0 new, 0 changed), 4 unchanged;")
+    assert "relabelled" not in result.stdout

@@ -71,6 +71,20 @@ def test_disk_full_during_ingest_is_one_line_and_the_index_is_unchanged(
     assert run("search", "alpha", "--mode", "keyword").exit_code == 0
 
 
+def test_a_run_stopped_by_an_error_still_prints_its_json_summary(tmp_path):
+    """kb ingest --json: the summary line comes even when an error ends the run (here the
+    lock of another ingest), with the error that stderr shows."""
+    from kbcli.sync import ingest_lock
+
+    docs = docs_folder(tmp_path)
+    with ingest_lock(Path(os.environ["KB_DB"]), 0.0):
+        result = run("ingest", str(docs), "--wait", "0", "--json")
+    assert result.exit_code == 3
+    summary = json.loads(result.stdout)
+    assert summary["added"] == 0 and one_line(result) == f"Error: {summary['error']}"
+    assert "Another kb ingest" in summary["error"]
+
+
 def test_library_sync_raises_store_error_on_enospc(tmp_path, monkeypatch):
     docs = docs_folder(tmp_path)
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
@@ -203,3 +217,182 @@ def test_quoted_meta_stays_text(tmp_path):
     assert docs[0]["metadata"]["code"] == "2024" and docs[0]["metadata"]["draft"] is True
     hits, _ = run_json("list", "--filter", "code>=2000", "--json")
     assert hits == []  # a text value is not compared as a number
+
+
+# --- a kb-shaped file of no known format version (issue 25, item 8) -------------------------
+
+
+def file_state(db: Path) -> tuple[bytes, list[str]]:
+    """The database's bytes and the files beside it (nothing may be written or left)."""
+    return db.read_bytes(), sorted(p.name for p in db.parent.iterdir() if p.name != "docs")
+
+
+@pytest.mark.parametrize("version", [0, -1, -(2**31)])
+@pytest.mark.parametrize(
+    "command", [["stats"], ["search", "alpha", "--mode", "keyword"], ["ingest", "docs"]]
+)
+def test_unknown_format_version_is_one_line_exit_2_and_the_file_untouched(
+    tmp_path, monkeypatch, version, command
+):
+    monkeypatch.chdir(tmp_path)
+    docs_folder(tmp_path)
+    db = tmp_path / "kb.db"
+    assert run("ingest", "docs").exit_code == 0
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.execute("PRAGMA journal_mode = DELETE")  # no -wal / -shm left to compare
+    conn.close()
+    before = file_state(db)
+    result = run(*command)
+    assert result.exit_code == 2, (result.stdout, result.stderr, result.exception)
+    line = one_line(result)
+    assert f"{db} is not a kb database: unknown format version {version}" in line, line
+    assert file_state(db) == before
+
+
+def test_unknown_format_version_of_a_postgres_index_is_one_line(pg_dsn, pg_table):
+    import psycopg
+
+    from kbcli.errors import NotAKnowledgeBaseError
+    from kbcli.stores.postgres import PostgresStore
+
+    PostgresStore(pg_dsn, pg_table).close()
+    for value in ("0", "-3", "x"):
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                f'UPDATE "{pg_table}_meta" SET value = %s WHERE key = %s', (value, "schema_version")
+            )
+        with pytest.raises(NotAKnowledgeBaseError, match="unknown format version"):
+            PostgresStore(pg_dsn, pg_table)
+
+
+# --- a read-only <db>-shm (issue 25, item 7) --------------------------------------------------
+#
+# SQLite opens a -shm it may not write read-only and then refuses every write ("attempt to write
+# a readonly database"), whatever the database file allows. A reader of a 0444 database leaves
+# such a -shm (SQLite creates it with the database's mode), and so does a killed writer whose
+# -shm is then made read-only or given to another user. Root ignores permissions, so as root
+# each kb child runs without CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER and CAP_CHOWN
+# (dropped from its bounding set before exec): the kernel then checks file permissions for it
+# as for any user, and SQLite, which as euid 0 hands the -shm to the database's owner, cannot.
+# As another user nothing needs dropping.
+
+PR_CAPBSET_DROP = 24
+FILE_POWERS = (0, 1, 2, 3)  # CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+
+
+def _as_plain_user() -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in FILE_POWERS:
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def kb_child(db: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "KB_DB": str(db)}
+    return subprocess.run(
+        [sys.executable, "-m", "kbcli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_as_plain_user if os.geteuid() == 0 else None,
+    )
+
+
+def child_error(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def readonly_shm_fails_then_converges(tmp_path: Path, docs: Path, db: Path) -> None:
+    shm = Path(f"{db}-shm")
+    (docs / "d0.md").write_text("# Doc 0\n\nbeta rewritten text.\n", encoding="utf-8")
+    for command in (["ingest", str(docs), "--json"], ["add", "one more note"]):
+        done = kb_child(db, *command)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        if "--json" in command:  # the summary of what was written (nothing), with the error
+            summary = json.loads(done.stdout)
+            assert summary["added"] == summary["updated"] == 0 and "-shm" in summary["error"]
+        else:
+            assert done.stdout == ""
+        line = child_error(done)
+        assert f"{shm} is read-only" in line and "remove it while no kb process" in line, line
+        assert "disk" not in line
+    found = json.loads(kb_child(db, "search", "alpha", "--mode", "keyword", "--json").stdout)
+    assert len(found) == 3  # nothing lost: the old version is still searched
+    shm.unlink()  # the fix the message gives (no kb process is running)
+    done = kb_child(db, "ingest", str(docs), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["updated"] == 1
+    check = sqlite3.connect(db)
+    assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    check.close()
+    hits = json.loads(kb_child(db, "search", "rewritten", "--mode", "keyword", "--json").stdout)
+    assert [Path(h["metadata"]["source"]).name for h in hits] == ["d0.md"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
+def test_a_readonly_shm_left_by_a_reader_of_a_0444_database_is_named_with_the_fix(tmp_path):
+    docs, db = docs_folder(tmp_path), tmp_path / "kb.db"
+    assert kb_child(db, "ingest", str(docs)).returncode == 0
+    db.chmod(0o444)
+    assert kb_child(db, "search", "alpha", "--mode", "keyword").returncode == 0
+    shm = Path(f"{db}-shm")
+    assert shm.exists() and shm.stat().st_mode & 0o777 == 0o444  # what the reader left
+    db.chmod(0o644)
+    readonly_shm_fails_then_converges(tmp_path, docs, db)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
+@pytest.mark.parametrize("made", ["mode-0444", "owned-by-nobody"])
+def test_a_shm_nobody_may_write_beside_a_killed_writers_wal_is_named_with_the_fix(tmp_path, made):
+    if made == "owned-by-nobody" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    docs, db = docs_folder(tmp_path), tmp_path / "kb.db"
+    assert kb_child(db, "ingest", str(docs)).returncode == 0
+    killed = (  # a writer killed after a commit: its -wal (with the commit) and -shm stay
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute(\"INSERT INTO meta VALUES ('marker', 'kept')\"); os._exit(9)"
+    )
+    subprocess.run([sys.executable, "-c", killed, str(db)], check=False)
+    shm = Path(f"{db}-shm")
+    assert shm.exists() and Path(f"{db}-wal").stat().st_size > 0
+    if made == "mode-0444":
+        shm.chmod(0o444)
+    else:
+        os.chown(shm, 65534, 65534)  # nobody
+    readonly_shm_fails_then_converges(tmp_path, docs, db)
+    check = sqlite3.connect(db)  # the killed writer's commit survived the removed -shm
+    assert check.execute("SELECT value FROM meta WHERE key = 'marker'").fetchone() == ("kept",)
+    check.close()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities as on Linux")
+@pytest.mark.parametrize("part", ["database", "folder"])
+def test_a_readonly_database_or_folder_is_named_not_a_full_disk(tmp_path, part):
+    folder = tmp_path / "dbdir"
+    folder.mkdir()
+    docs, db = docs_folder(tmp_path), folder / "kb.db"
+    assert kb_child(db, "ingest", str(docs)).returncode == 0
+    (docs / "d0.md").write_text("# Doc 0\n\nbeta rewritten text.\n", encoding="utf-8")
+    target = db if part == "database" else folder
+    mode = target.stat().st_mode & 0o777
+    target.chmod(0o444 if part == "database" else 0o555)
+    try:
+        for command in (["ingest", str(docs)], ["add", "one more note"]):
+            done = kb_child(db, *command)
+            assert done.returncode == 1, done.stderr
+            line = child_error(done)
+            expected = f"{db} is read-only" if part == "database" else f"folder {folder} is not"
+            assert expected in line and "disk" not in line, line
+    finally:
+        target.chmod(mode)
+    if part == "database":  # those runs left a -shm with the database's mode: 0444
+        assert "kb.db-shm is read-only" in child_error(kb_child(db, "ingest", str(docs)))
+        Path(f"{db}-shm").unlink()
+    done = kb_child(db, "ingest", str(docs), "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["updated"] == 1, done.stderr

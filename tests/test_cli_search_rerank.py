@@ -23,7 +23,14 @@ def ids():
 
 
 def configure(text: str) -> None:
-    Path("jianmu.yaml").write_text(text)  # the tests run in tmp_path/cwd
+    """Write ./jianmu.yaml (the tests run in tmp_path/cwd) and trust it, as its author would:
+    it names servers and models, which a file found in the working directory may not use
+    untrusted (tests/test_config_trust.py)."""
+    from kbcli.trust import trust
+
+    file = Path("jianmu.yaml").resolve()
+    file.write_text(text)
+    trust(file, file.read_bytes())
 
 
 @pytest.fixture

@@ -159,9 +159,9 @@ def test_store_backend_builds_the_store(tmp_path):
     assert isinstance(kb.store, InMemoryStore)
     kb.add("a fact about backups")
     assert kb.search("backups", mode="keyword")[0].document.text == "a fact about backups"
-    cfg.write_text("store: {backend: 'fake_providers:EchoEmbedder'}\n")
+    cfg.write_text("store: {backend: 'fake_providers:PlainStore', colour: blue}\n")
     kb = KnowledgeBase.from_config(load_config(cfg))  # a user class, built with its settings
-    assert type(kb.store).__name__ == "EchoEmbedder"
+    assert type(kb.store).__name__ == "PlainStore" and kb.store.settings == {"colour": "blue"}
     with pytest.raises(TypeError, match="unexpected overrides: colour"):
         KnowledgeBase.from_config(load_config(cfg), colour="red")
 

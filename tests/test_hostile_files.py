@@ -271,3 +271,154 @@ def test_big_input_is_indexed_or_failed_within_limits(tmp_path, kind):
         f"{max_file_seconds(report):.1f} s, run {report['seconds']:.1f} s, peak {peak:.0f} MB"
     )
     assert peak < MAX_PEAK_MB, peak
+
+
+# --- file names that are not UTF-8 (issue 25, item 1) ----------------------------------------
+#
+# Real files whose names hold the bytes 0xff 0xfe, made with bytes paths on this (Linux) file
+# system. kb records such a name with \xHH escapes (kbcli.pathnames); every command takes the
+# raw bytes or the escaped form.
+
+BAD = b"bad\xff\xfe.md"
+BAD_DIR = b"sub\xff"
+
+
+def kb_run(tmp_path: Path, *args: str | bytes) -> subprocess.CompletedProcess:
+    """``kb ARGS`` in a subprocess (arguments may be raw bytes, as a shell passes them)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "kbcli", *args],
+        capture_output=True,
+        env=kb_env(tmp_path),
+        timeout=RUN_TIMEOUT,
+    )
+    stderr = done.stderr.decode("utf-8")  # kb's own output is always UTF-8
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), stderr)
+
+
+def ingest_json(tmp_path: Path, *args: str | bytes) -> tuple[dict, int]:
+    done = kb_run(tmp_path, "ingest", *args, "--json")
+    (line,) = done.stdout.splitlines()  # one JSON line, whatever happened
+    return json.loads(line), done.returncode
+
+
+def nine_good_files(folder: Path) -> None:
+    for i in range(9):
+        (folder / f"good{i}.md").write_text(f"# Good {i}\n\nplainword{i} is here.\n")
+
+
+def bad_names(folder: Path) -> tuple[bytes, bytes]:
+    """A file and a folder whose names are not UTF-8; returns their paths as bytes."""
+    root = os.fsencode(folder)
+    with open(root + b"/" + BAD, "wb") as fh:
+        fh.write(b"# Odd name\n\nbyteword lives in a file named with bytes.\n")
+    os.mkdir(root + b"/" + BAD_DIR)
+    with open(root + b"/" + BAD_DIR + b"/inner.md", "wb") as fh:
+        fh.write(b"# Inner\n\ninnerword in a folder named with bytes.\n")
+    return root + b"/" + BAD, root + b"/" + BAD_DIR
+
+
+def escaped(path: bytes) -> str:
+    return path.decode("utf-8", "backslashreplace")
+
+
+def test_names_with_invalid_bytes_are_indexed_on_a_fresh_database(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    nine_good_files(folder)
+    bad_file, bad_dir = bad_names(folder)
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 0 and report["failed"] == [], report
+    assert report["added"] == 11  # the 9 good files, the odd name, the file in the odd folder
+    hit = json.loads(kb_run(tmp_path, "search", "byteword", "--mode", "keyword", "--json").stdout)
+    assert hit[0]["metadata"]["source"] == escaped(bad_file) == f"{folder}/bad\\xff\\xfe.md"
+    assert hit[0]["location"] == f"{escaped(bad_file)}:1"
+    inner = kb_run(tmp_path, "search", "innerword", "--mode", "keyword", "--json").stdout
+    inner = json.loads(inner)
+    assert inner[0]["metadata"]["source"] == f"{folder}/sub\\xff/inner.md"
+    # kb get: the raw bytes (as a shell passes $'bad\xff\xfe.md') and the form kb prints
+    for target in (bad_file, escaped(bad_file), bad_file + b":3"):
+        shown = json.loads(kb_run(tmp_path, "get", target, "--json").stdout)
+        assert shown["origin"] == "file" and shown["source"] == escaped(bad_file), shown
+        assert any("byteword" in line["text"] for line in shown["lines"])
+    files = kb_run(tmp_path, "list", "--limit", "0", "--format", "files").stdout.splitlines()
+    assert escaped(bad_file) in files and f"{folder}/sub\\xff/inner.md" in files
+    listed = kb_run(tmp_path, "list", "--source", bad_file, "--json")
+    assert [d["metadata"]["source"] for d in json.loads(listed.stdout)] == [escaped(bad_file)]
+    table = kb_run(tmp_path, "search", "byteword", "--mode", "keyword")
+    assert table.returncode == 0 and "bad\\xff\\xfe.md" in table.stdout
+    deleted = kb_run(tmp_path, "delete", "--source", bad_dir, "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(kb_run(tmp_path, "search", "innerword", "--mode", "keyword",
+                             "--json").stdout) == []  # fmt: skip
+
+
+def test_names_with_invalid_bytes_do_not_block_an_existing_index(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    nine_good_files(folder)
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 0 and report["added"] == 9
+    bad_file, _ = bad_names(folder)
+    (folder / "good3.md").write_text("# Good 3\n\nrewrittenword replaces the old text.\n")
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 0, report
+    assert (report["added"], report["updated"], report["unchanged"]) == (2, 1, 8)
+    assert kb_run(tmp_path, "search", "rewrittenword", "--mode", "keyword", "--json").stdout != "[]"
+    report, _ = ingest_json(tmp_path, str(folder))  # nothing changed: nothing re-read
+    assert (report["unchanged"], report["added"], report["updated"]) == (11, 0, 0)
+    os.unlink(bad_file)
+    report, _ = ingest_json(tmp_path, str(folder))  # the deletion is followed, by its name
+    assert (report["removed"], report["stale"]) == (1, 0)
+    with SQLiteStore(tmp_path / "kb.db", create=False) as store:
+        assert escaped(bad_file) not in store.file_records()
+        assert store.integrity_check() == []
+
+
+def test_a_folder_named_with_invalid_bytes_as_the_path_argument(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    _, bad_dir = bad_names(folder)
+    report, code = ingest_json(tmp_path, bad_dir)
+    assert code == 0 and report["added"] == 1, report
+    os.unlink(bad_dir + b"/inner.md")
+    with open(bad_dir + b"/other.md", "wb") as fh:
+        fh.write(b"# Other\n\notherword\n")
+    report, code = ingest_json(tmp_path, bad_dir)
+    assert code == 0 and (report["added"], report["removed"]) == (1, 1), report
+    os.unlink(bad_dir + b"/other.md")
+    refused = kb_run(tmp_path, "ingest", bad_dir)  # emptied: the guard names the folder
+    assert refused.returncode == 2 and f"{folder}/sub\\xff holds no" in refused.stderr
+
+
+def test_an_escaped_name_that_is_another_files_real_name_is_reported(tmp_path):
+    """``bad\\xff.md`` spelt with a real backslash beside a file whose name has the byte."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bad\\xff.md").write_text("# Literal\n\nliteralword\n")
+    with open(os.fsencode(folder) + b"/bad\xff.md", "wb") as fh:
+        fh.write(b"# Raw\n\nrawword\n")
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 1 and report["added"] == 1
+    (failure,) = report["failed"]
+    assert failure["path"] == f"{folder}/bad\\xff.md" and "rename one of them" in failure["error"]
+    shown = json.loads(kb_run(tmp_path, "get", f"{folder}/bad\\xff.md", "--json").stdout)
+    assert any("literalword" in line["text"] for line in shown["lines"])
+
+
+def test_names_with_invalid_bytes_on_postgres(tmp_path, monkeypatch, pg_dsn, pg_table):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    nine_good_files(folder)
+    bad_file, _ = bad_names(folder)
+    (tmp_path / "jianmu.yaml").write_text(f"store: {{backend: postgres, table: {pg_table}}}\n")
+    monkeypatch.setenv("KB_PG_DSN", pg_dsn)  # kb_env copies the environment
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 0 and report["added"] == 11 and report["failed"] == [], report
+    hits = json.loads(kb_run(tmp_path, "search", "byteword", "--mode", "keyword", "--json").stdout)
+    assert hits[0]["metadata"]["source"] == escaped(bad_file)
+    shown = json.loads(kb_run(tmp_path, "get", bad_file, "--json").stdout)
+    assert shown["origin"] == "file"
+    os.unlink(bad_file)
+    report, code = ingest_json(tmp_path, str(folder))
+    assert code == 0 and (report["removed"], report["unchanged"]) == (1, 10), report

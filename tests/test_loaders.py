@@ -182,6 +182,65 @@ def test_bounded_run_returns_the_result() -> None:
     assert run_bounded(sorted, ([3, 1, 2],), timeout=60, label="x") == [1, 2, 3]
 
 
+def test_one_parser_process_serves_file_after_file_and_a_stopped_one_is_replaced() -> None:
+    first = run_bounded(os.getpid, (), timeout=60, label="a")
+    assert run_bounded(os.getpid, (), timeout=60, label="b") == first != os.getpid()
+    with pytest.raises(LoaderError, match="longer than"):
+        run_bounded(time.sleep, (30,), timeout=0.3, label="slow.pdf")
+    assert not os.path.exists(f"/proc/{first}") or _zombie(first)
+    after = run_bounded(os.getpid, (), timeout=60, label="c")
+    assert after not in (first, os.getpid())
+    with pytest.raises(LoaderError, match="memory"):
+        run_bounded(bytearray, (64 << 30,), timeout=60, label="bomb.pdf")
+    assert run_bounded(os.getpid, (), timeout=60, label="d") != after  # not reused after that
+
+
+def test_a_parser_died_of_a_signal_is_one_line_and_the_next_file_gets_a_new_one() -> None:
+    with pytest.raises(LoaderError, match=r"crash.pdf: the parser process died \(exit code -6\)"):
+        run_bounded(os.abort, (), timeout=60, label="crash.pdf")
+    assert run_bounded(sorted, ([2, 1],), timeout=60, label="x") == [1, 2]
+
+
+def test_a_function_the_child_cannot_import_runs_in_this_process() -> None:
+    def local() -> int:
+        return os.getpid()
+
+    assert run_bounded(local, (), timeout=60, label="x") == os.getpid()
+
+
+def test_the_parser_process_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    script = (
+        "import os, time\n"
+        "from kbcli.ingest.bounded import run_bounded\n"
+        "print(run_bounded(os.getpid, (), timeout=60, label='a'), flush=True)\n"
+        "run_bounded(time.sleep, (120,), timeout=300, label='slow')\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(0.5)  # the child is now inside its 120 s sleep
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{child}") and not _zombie(child):
+            assert time.monotonic() < deadline, "the parser outlived its parent"
+            time.sleep(0.1)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "zombie" in fh.read()
+    except OSError:
+        return True
+
+
 # --- DOCX --------------------------------------------------------------------------------------
 
 

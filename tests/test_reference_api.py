@@ -22,6 +22,7 @@ from kbcli import (
 )
 from kbcli.config import reset_config_cache
 from kbcli.errors import InvalidOptionError, LoaderError
+from kbcli.trust import trust
 
 
 def test_search_options_alpha_is_the_configured_rerank_alpha(tmp_path):
@@ -152,6 +153,8 @@ def test_learned_dimension_is_not_refused_later_by_a_name_table(monkeypatch, tmp
             "rag:\n  embedding:\n    provider: openai\n    model: text-embedding-3-small\n"
             f"    base_url: {server.url}/v1\n"
         )
+        local = tmp_path / "cwd" / "jianmu.yaml"
+        trust(local, local.read_bytes())  # it names a server: found in the cwd, it needs trust
         reset_config_cache()
         db = tmp_path / "kb.db"
         kb = KnowledgeBase.open(db)

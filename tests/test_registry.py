@@ -57,9 +57,11 @@ def test_bad_paths_are_clear(path, words):
 
 
 def test_other_families_can_use_load_class():
-    stores = {"echo": "fake_providers:EchoEmbedder"}
-    assert registry.load_class("echo", stores, kind="store") is EchoEmbedder
-    with pytest.raises(InvalidOptionError, match="Unknown store 'x': choose from echo"):
+    from fake_providers import PlainStore
+
+    stores = {"plain": "fake_providers:PlainStore"}
+    assert registry.load_class("plain", stores, kind="store") is PlainStore
+    with pytest.raises(InvalidOptionError, match="Unknown store 'x': choose from plain"):
         registry.load_class("x", stores, kind="store")
 
 

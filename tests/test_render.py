@@ -58,9 +58,16 @@ def test_ingest_summary_mentions_stale_and_failures():
     assert lines[0] == (
         "Indexed 3 files (2 new, 1 changed), 3 unchanged; 7 chunks added, 0 removed."
     )
-    assert "2 indexed files no longer exist; run with --prune to remove them." in lines
+    assert (
+        "2 indexed files still exist but are no longer picked (--ext, .kbignore, hidden, links); "
+        "run with --prune to remove them." in lines
+    )
     assert any(line.startswith("Skipped 1 file ") for line in lines)
     assert not any("Failed" in line for line in lines)
+    kept = ingest_summary(SyncReport(unchanged=1, stale=3, missing=1, removed=2))
+    assert "Removed 2 indexed files no longer found under the given paths." in kept
+    assert "1 indexed file no longer exists and stayed (--no-prune)." in kept
+    assert any(line.startswith("2 indexed files still exist but") for line in kept)
 
 
 # --- locations are never cut; file names read back ---------------------------------------------

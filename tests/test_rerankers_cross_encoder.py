@@ -127,6 +127,9 @@ def test_configured_cross_encoder_reranks_a_knowledge_base(tiny_onnx, tmp_path):
         f"rag:\n  rerank:\n    provider: cross-encoder\n    model: {tiny_onnx}\n    batch_size: 4\n"
     )
     from kbcli.config import load_config
+    from kbcli.trust import trust
+
+    trust(config_file, config_file.read_bytes())  # it is in the cwd and names a model to run
 
     config = load_config(config_file)
     reranker = build_reranker(config)

@@ -139,6 +139,9 @@ def test_rewrite_option_overrides_and_none_switches_it_off(server, tmp_path):
 
     file = tmp_path / "cwd" / "jianmu.yaml"
     file.write_text(f"rag: {{rewrite: {{mode: none, model: w, base_url: '{server.url}'}}}}\n")
+    from kbcli.trust import trust
+
+    trust(file, file.read_bytes())  # it is in the cwd and names a server
     config = load_config(file)
     assert build_rewriter(config) is None
     assert build_rewriter(config, "expand").mode == "expand"

@@ -114,7 +114,7 @@ def _paragraph_chunker():
     return ParagraphChunker()
 
 
-def test_moved_file_reembeds_nothing_and_prune_removes_old(tmp_path):
+def test_moved_file_reembeds_nothing_and_the_old_path_leaves_by_default(tmp_path):
     docs = tmp_path / "docs"
     files = make_tree(docs, 3)
     kb = open_kb(tmp_path)
@@ -122,12 +122,12 @@ def test_moved_file_reembeds_nothing_and_prune_removes_old(tmp_path):
     embedded = kb.embedder.embedded
     moved = docs / "renamed.md"
     files[0].rename(moved)
-    report = sync(kb, [docs])
-    assert (report.added, report.stale, report.removed) == (1, 1, 0)
+    report = sync(kb, [docs], prune=False)  # --no-prune: the vanished path stays
+    assert (report.added, report.stale, report.missing, report.removed) == (1, 1, 1, 0)
     assert kb.embedder.embedded == embedded
-    assert str(files[0].resolve()) in chunks_by_source(kb)  # stale, not yet pruned
-    pruned = sync(kb, [docs], prune=True)
-    assert (pruned.removed, pruned.stale, pruned.unchanged) == (1, 0, 3)
+    assert str(files[0].resolve()) in chunks_by_source(kb)
+    pruned = sync(kb, [docs])  # the default follows the deletion
+    assert (pruned.removed, pruned.stale, pruned.missing, pruned.unchanged) == (1, 0, 0, 3)
     assert pruned.chunks_removed > 0
     sources = chunks_by_source(kb)
     assert str(files[0].resolve()) not in sources and str(moved.resolve()) in sources
@@ -381,3 +381,49 @@ def test_meta_title_relabels_both_ways_without_reembedding(tmp_path):
     assert report.metadata_updated == 1 and titles() == {"Setup guide"}
     assert kb.store.keyword_search("zucchini", k=1) == []
     assert embedder.embedded == embedded  # relabelled, never re-embedded
+
+
+def test_sigterm_in_a_sync_is_an_interrupt_that_keeps_what_was_prepared(tmp_path, monkeypatch):
+    import signal
+
+    from kbcli.signals import Terminated
+    from kbcli.sync import SyncInterrupted
+
+    docs = tmp_path / "docs"
+    make_tree(docs, 5)
+    kb = open_kb(tmp_path)
+    real = sync_module._sync_file
+    seen = []
+
+    def terminated_at_the_fourth(kb, path, *args):
+        seen.append(path)
+        if len(seen) == 4:
+            raise Terminated(signal.SIGTERM)
+        return real(kb, path, *args)
+
+    monkeypatch.setattr(sync_module, "_sync_file", terminated_at_the_fourth)
+    with pytest.raises(SyncInterrupted) as stop:
+        sync(kb, [docs])
+    assert stop.value.signum == signal.SIGTERM
+    report = stop.value.report
+    assert (report.interrupted, report.signal, report.added) == (True, "SIGTERM", 3)
+    assert len(kb.store.file_records()) == 3
+
+
+def test_an_interrupt_just_after_commit_stays_an_interrupt(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM between COMMIT and the end of the transaction block: the write is
+    kept and the interrupt goes on (a ROLLBACK there raised "no transaction is active")."""
+    from kbcli.stores.sqlite import connection
+
+    kb = open_kb(tmp_path)
+
+    def interrupt(name):
+        if name == "after-commit":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(connection, "crash_point", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        kb.store.set_meta("probe", "kept")
+    monkeypatch.undo()
+    assert kb.store.get_meta("probe") == "kept"
+    kb.store.set_meta("probe", "again")  # the connection is usable: no transaction left open

@@ -78,6 +78,8 @@ def test_citations_name_source_page_heading_and_id(kb):
         "source": "/docs/guide.pdf",
         "page": 3,
         "heading": "Account > Security",
+        "line": None,
+        "line_end": None,
     }
     assert "(id: chunk-3)" in result.text  # no source: the id alone
 
@@ -130,6 +132,27 @@ def test_the_tool_never_raises(caplog):
     assert "exploded" in caplog.text  # the details go to the log, not to the model
 
 
+def test_run_has_the_reference_signature(kb):
+    """``run(query=None, k: int = 3, mode=None, **kwargs)``, as the reference writes it; the
+    schema's default is the same 3."""
+    import inspect
+
+    for method in (KnowledgeSearchTool.run, KnowledgeSearchTool.run_sync):
+        parameters = inspect.signature(method).parameters
+        assert list(parameters)[:4] == ["self", "query", "k", "mode"]
+        assert parameters["k"].default == 3 and parameters["k"].annotation in (int, "int")
+        assert parameters["query"].default is None and parameters["mode"].default is None
+    tool = kb.as_tool()
+    assert tool.input_schema["properties"]["k"]["default"] == 3
+    for n in range(5):
+        kb.add(f"Password rotation note number {n}.", {"source": f"/notes/{n}.md"})
+    assert len(asyncio.run(tool.run("password rotation", mode="keyword")).splitlines()) == 3
+    assert len(tool.run_sync("password rotation", mode="keyword").splitlines()) == 3
+    assert len(asyncio.run(tool.run("password rotation", k=5)).splitlines()) == 5
+    assert asyncio.run(tool.run(input="password rotation", k=1)).startswith("1. ")
+    assert asyncio.run(tool.run("x", k=0)).startswith("Error: k must be a whole number")
+
+
 def test_as_tool_with_a_filter_cannot_be_widened(kb):
     tool = kb.as_tool(filter={"source": "/docs/billing.md"}, default_k=5)
     for arguments in (
@@ -141,32 +164,213 @@ def test_as_tool_with_a_filter_cannot_be_widened(kb):
         assert {c.id for c in result.citations} <= {"chunk-2"}, result.text
 
 
-def test_knowledge_get_by_id_and_path(kb, tmp_path):
-    from kbcli.ingest import SimpleTextChunker
+BLANK = {2, 3, 4, 10, 11, 19, 20, 21, 22, 30}  # runs of blank lines, which ingest folds
 
-    kb.ingestor._chunker = SimpleTextChunker(120, 30)
-    doc = tmp_path / "long.md"
-    doc.write_text(" ".join(f"word{n}" for n in range(400)), encoding="utf-8")
-    kb.ingest_file(doc)
-    get = KnowledgeGetTool(kb)
-    chunk = get.call({"id": "chunk-1"})
-    assert chunk.text.splitlines() == [
-        "[source: /docs/guide.pdf, page 3, heading: Account > Security; id: chunk-1]",
-        "Click Reset password on the Security page.",
+
+def lined_file(folder):
+    """A 33-line markdown file with CRLF endings and runs of blank lines; its text lines."""
+    lines = [
+        "" if n in BLANK else f"Line {n} says marker{n} among words of line number {n}."
+        for n in range(1, 34)
     ]
-    assert get.call({"id": "missing"}).text == NO_CHUNK
-    whole = get.call({"path": str(doc)})
-    body = whole.text.split("\n", 1)[1]
-    assert " ".join(body.split()) == " ".join(f"word{n}" for n in range(400))
-    assert whole.text.startswith(f"[source: {doc.resolve()}; lines 1-")
-    part = get.call({"path": str(doc), "start_line": 2, "end_line": 3})
-    assert "; lines 2-3 of" in part.text and "(more: start_line=4)" in part.text
-    assert len(part.text.splitlines()) == 3
+    lines[0] = "# Thirty-three lines"
+    path = folder / "lined.md"
+    path.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    return path, lines
+
+
+@pytest.fixture
+def lined(tmp_path):
+    """``lined.md`` indexed by a sync (which records it in the file ledger), small chunks."""
+    from kbcli.ingest import StructureAwareChunker
+    from kbcli.sync import sync
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    path, lines = lined_file(folder)
+    kb = KnowledgeBase(
+        store=SQLiteStore(tmp_path / "lined.db"),
+        embedder=SimpleEmbedder(),
+        chunker=StructureAwareChunker(160, 30),
+    )
+    sync(kb, [folder])
+    yield kb, path.resolve(), lines
+    kb.close()
+
+
+def _body(text):
+    return text.split("\n")[1:]
+
+
+def test_knowledge_get_numbers_the_files_own_lines(lined):
+    kb, path, lines = lined
+    get = KnowledgeGetTool(kb)
+    whole = get.call({"path": str(path)})
+    assert not whole.is_error, whole.text
+    assert whole.text.split("\n")[0] == f"[source: {path}; lines 1-33 of 33]"
+    assert _body(whole.text) == [f"{n:>2}  {line}" for n, line in enumerate(lines, 1)]
+    part = get.call({"path": str(path), "start_line": 18, "end_line": 23})
+    assert part.text.split("\n")[0] == f"[source: {path}; lines 18-23 of 33 (more: start_line=24)]"
+    assert _body(part.text) == [
+        "18  " + lines[17],
+        "19  ",
+        "20  ",
+        "21  ",
+        "22  ",
+        "23  " + lines[22],
+    ]
+    assert part.citations[0].line == 18 and part.citations[0].line_end == 23
+    past = get.call({"path": str(path), "start_line": 34})
+    assert past.is_error and past.text == (
+        f"Error: start_line 34 is past the end of {path} (33 lines)"
+    )
     assert get.call({"path": "/docs/none.md"}).text == NO_FILE
-    assert get.call({"path": str(doc), "start_line": 5, "end_line": 2}).is_error
-    assert get.call({"id": "chunk-1", "start_line": 2}).is_error
-    assert get.call({"id": "chunk-1", "path": "x"}).is_error
+    assert get.call({"path": str(path), "start_line": 5, "end_line": 2}).is_error
+    assert get.call({"id": "x", "start_line": 2}).is_error
+    assert get.call({"id": "x", "path": "y"}).is_error
     assert get.call({"text": "x"}).text.startswith("Error: Unknown argument 'text'")
+
+
+def test_a_hits_line_as_start_line_gives_that_lines_text(lined):
+    """What an agent does: search, then read the file from the line the hit cites; the same
+    text as ``kb get PATH:LINE``."""
+    from kbcli.reading import read_target
+
+    kb, path, lines = lined
+    search, get, _ = knowledge_tools(kb)
+    for n in (5, 9, 17, 26, 33):
+        answer = search.call({"query": f"marker{n}", "k": 1, "mode": "keyword"})
+        (hit,) = answer.citations
+        assert hit.source == str(path) and hit.line is not None
+        assert f"(source: {path}, lines {hit.line}-{hit.line_end}, heading: " in answer.text
+        assert hit.line <= n <= hit.line_end  # the hit covers the line holding its word
+        read = get.call({"path": hit.source, "start_line": hit.line, "end_line": hit.line_end})
+        assert not read.is_error, read.text
+        expected = [(m, lines[m - 1]) for m in range(hit.line, hit.line_end + 1)]
+        width = len(str(hit.line_end))
+        assert _body(read.text) == [f"{m:>{width}}  {t}" for m, t in expected]
+        # the chunk's text starts inside the line it says it starts on
+        assert " ".join(hit.text.split()[:3]) in lines[hit.line - 1]
+        shown = read_target(kb, f"{path}:{hit.line}:{hit.line_end - hit.line + 1}")
+        assert shown.lines == expected
+
+
+def test_chunk_ids_keep_working(lined):
+    kb, path, _ = lined
+    doc = next(iter(kb.store.iter_documents(source=str(path))))
+    chunk = KnowledgeGetTool(kb).call({"id": doc.id})
+    label = chunk.text.split("\n", 1)[0]
+    assert label.startswith(f"[source: {path}, line") and label.endswith(f"id: {doc.id}, chunk 0]")
+    assert chunk.text.split("\n", 1)[1] == doc.text
+    assert KnowledgeGetTool(kb).call({"id": "missing"}).text == NO_CHUNK
+
+
+def test_long_lines_are_cut_never_wrapped(tmp_path):
+    from kbcli.sync import sync
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    long = "word " * 2000
+    (folder / "wide.md").write_text(f"# Wide\n\n{long}\nafter the long line\n", encoding="utf-8")
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"), embedder=SimpleEmbedder())
+    sync(kb, [folder])
+    try:
+        get = KnowledgeGetTool(kb, line_width=100)
+        text = get.call({"path": str(folder / "wide.md")}).text
+        rows = _body(text)
+        assert len(rows) == 4 and text.split("\n")[0].endswith("; lines 1-4 of 4]")
+        assert rows[2] == f"3  {long[:100]} [... {len(long) - 100} more characters cut]"
+        assert rows[3] == "4  after the long line"
+        # a character budget pages by whole lines, with the line to go on from
+        small = KnowledgeGetTool(kb, max_chars=150).call({"path": str(folder / "wide.md")})
+        assert small.text.split("\n")[0].endswith("lines 1-2 of 4 (more: start_line=3)]")
+        assert len(small.text) < 300
+        few = KnowledgeGetTool(kb, max_lines=3).call({"path": str(folder / "wide.md")})
+        assert few.text.split("\n")[0].endswith("lines 1-3 of 4 (more: start_line=4)]")
+    finally:
+        kb.close()
+
+
+def test_paging_through_a_pdf_parses_it_once(tmp_path):
+    """A PDF's lines are those its parse gives (as ``kb get`` shows them); reading it page by
+    page reuses that parse while the file's bytes stay the same."""
+    from cli_helpers import minimal_pdf
+    from kbcli.reading import LinesCache
+    from kbcli.sync import sync
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    pdf = folder / "manual.pdf"
+    pdf.write_bytes(minimal_pdf("Reset the password from the manual."))
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"), embedder=SimpleEmbedder())
+    sync(kb, [folder])
+    loader = kb.ingestor.loader
+    parses = []
+    parse = loader.load
+    loader.load = lambda path: parses.append(path) or parse(path)
+    try:
+        get = KnowledgeGetTool(kb, cache=LinesCache())
+        texts = [get.call({"path": str(pdf), "start_line": 1, "end_line": n}).text for n in (1, 2)]
+        assert all("Reset the password from the manual." in text for text in texts), texts
+        assert texts[0].startswith(f"[source: {pdf.resolve()}; lines 1-1 of ")
+        assert len(parses) == 1
+        pdf.write_bytes(minimal_pdf("Another text now."))  # other bytes: not the kept parse
+        assert "indexed chunks" in get.call({"path": str(pdf)}).text.split("\n")[0]
+        assert len(parses) == 1
+    finally:
+        kb.close()
+
+
+def test_a_changed_file_gives_its_indexed_chunks(lined):
+    kb, path, lines = lined
+    get = KnowledgeGetTool(kb)
+    assert get.call({"path": str(path)}).text.startswith(f"[source: {path}; lines 1-33 of 33]")
+    path.write_text("rewritten since\n", encoding="utf-8")  # what was read is not served again
+    text = get.call({"path": str(path), "start_line": 17}).text
+    header, first = text.split("\n")[:2]
+    assert header.startswith(f"[source: {path}; indexed chunks covering lines ")
+    assert "the file's own lines are not available" in header
+    assert first.startswith("[line ") and "; id: " in first
+    assert "marker17" in text and "marker1 " not in text  # chunks from line 17 on
+    assert "rewritten" not in text
+
+
+def test_a_scope_that_hides_part_of_a_file_never_reads_it_from_disk(lined):
+    """The file is unchanged, but the scope shows only its first chunk: the answer holds that
+    chunk alone, with the same header as for a changed file; a scope showing none of it
+    answers like an unknown path."""
+    kb, path, lines = lined
+    part = KnowledgeGetTool(kb.scoped({"chunk_index": 0})).call({"path": str(path)})
+    assert not part.is_error
+    assert "indexed chunks covering lines 1-" in part.text.split("\n")[0]
+    (first,) = [
+        d for d in kb.store.iter_documents(source=str(path)) if d.metadata["chunk_index"] == 0
+    ]
+    assert part.text.split("\n", 2)[2] == first.text
+    assert "marker33" not in part.text
+    hidden = KnowledgeGetTool(kb.scoped({"chunk_index": 999})).call({"path": str(path)})
+    assert hidden.text == NO_FILE
+    whole = KnowledgeGetTool(kb.scoped({"source": str(path)})).call({"path": str(path)})
+    assert whole.text.startswith(f"[source: {path}; lines 1-33 of 33]")
+
+
+def test_chunks_without_lines_are_numbered_by_their_place(kb):
+    kb.add("first fact about /notes", {"source": "/notes"}, id="n1")
+    kb.add("second fact about /notes", {"source": "/notes"}, id="n2")
+    text = KnowledgeGetTool(kb).call({"path": "/notes"}).text
+    assert text.split("\n")[1:] == [
+        "[line 1; id: n1]",
+        "first fact about /notes",
+        "[line 2; id: n2]",
+        "second fact about /notes",
+    ]
+    get = KnowledgeGetTool(kb)
+    assert get.call({"path": "/notes", "start_line": 2}).text.endswith("second fact about /notes")
+    first = get.call({"path": "/notes", "end_line": 1}).text
+    header = "[source: /notes; indexed chunks covering lines 1-1 (more: start_line=2); "
+    assert first.startswith(header) and "second" not in first
+    bounded = KnowledgeGetTool(kb, max_lines=1).call({"path": "/notes"}).text
+    assert bounded.startswith(header) and "second" not in bounded
 
 
 def test_knowledge_stats(kb):

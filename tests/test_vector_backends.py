@@ -195,7 +195,7 @@ def test_chroma_collection_follows_writes_and_an_interrupted_sync_is_redone(tmp_
     # a sync killed half-way leaves its state marked dirty: the next one starts over
     state = coll.state_path.read_bytes()
     coll.state_path.write_bytes(state.replace(b'"dirty": false', b'"dirty": true'))
-    writer = SQLiteStore(tmp_path / "chroma" / "kbcli.db")
+    writer = SQLiteStore(store.path)  # the collection's catalog
     writer.add([Document("late", "late chunk", {"n": 1})], [vecs[4]])
     writer.close()
     again = ChromaStore(tmp_path / "chroma")

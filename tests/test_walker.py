@@ -309,7 +309,8 @@ def deny(monkeypatch, folder: Path) -> None:
     monkeypatch.setattr(sync_module.os, "scandir", scandir)
 
 
-def test_unlistable_subfolder_keeps_its_files_on_prune(tmp_path, monkeypatch):
+@pytest.mark.parametrize("prune", [None, True], ids=["default", "prune"])
+def test_unlistable_subfolder_keeps_its_files_on_prune(tmp_path, monkeypatch, prune):
     docs = tmp_path / "docs"
     note(docs / "a.md")
     note(docs / "private" / "p1.md")
@@ -317,19 +318,20 @@ def test_unlistable_subfolder_keeps_its_files_on_prune(tmp_path, monkeypatch):
     kb = open_kb(tmp_path)
     sync(kb, [docs])
     deny(monkeypatch, docs.resolve() / "private")
-    report = sync(kb, [docs], prune=True)
+    report = sync(kb, [docs], prune=prune)
     assert report.removed == 0 and report.stale == 0 and report.unreadable == 1
     assert len(sources(kb)) == 3
     assert any("cannot list folder" in w for w in report.warnings)
 
 
-def test_unlistable_root_keeps_everything(tmp_path, monkeypatch):
+@pytest.mark.parametrize("prune", [None, True], ids=["default", "prune"])
+def test_unlistable_root_keeps_everything(tmp_path, monkeypatch, prune):
     docs = tmp_path / "docs"
     note(docs / "a.md")
     kb = open_kb(tmp_path)
     sync(kb, [docs])
     deny(monkeypatch, docs.resolve())
-    report = sync(kb, [docs], prune=True)
+    report = sync(kb, [docs], prune=prune)
     assert report.removed == 0 and len(sources(kb)) == 1
 
 
@@ -391,14 +393,16 @@ def test_emptied_root_is_refused_and_index_untouched(tmp_path):
     assert report.removed == 3 and sources(kb) == set()
 
 
-def test_single_file_root_emptied_is_refused_too(tmp_path):
+@pytest.mark.parametrize("prune", [None, True], ids=["default", "prune"])
+def test_single_file_root_emptied_is_refused_too(tmp_path, prune):
     kb, docs, files = indexed_tree(tmp_path, 1)
     files[0].unlink()
     with pytest.raises(UnsafePruneError):
-        sync(kb, [docs], prune=True)
+        sync(kb, [docs], prune=prune)
 
 
-def test_more_than_half_gone_is_refused(tmp_path):
+@pytest.mark.parametrize("prune", [None, True], ids=["default", "prune"])
+def test_more_than_half_gone_is_refused(tmp_path, prune):
     n = MASS_DELETE_MIN_INDEXED + 2
     kb, docs, files = indexed_tree(tmp_path, n)
     gone = n // 2 + 1
@@ -407,9 +411,9 @@ def test_more_than_half_gone_is_refused(tmp_path):
     note(docs / "n0.md", "changed")  # an update that must not be written either
     (docs / "n0.md").unlink()
     with pytest.raises(UnsafePruneError, match=f"remove {gone} of the {n} files"):
-        sync(kb, [docs], prune=True)
+        sync(kb, [docs], prune=prune)
     assert len(sources(kb)) == n
-    report = sync(kb, [docs], prune=True, allow_mass_delete=True)
+    report = sync(kb, [docs], prune=prune, allow_mass_delete=True)
     assert report.removed == gone
 
 
@@ -429,11 +433,28 @@ def test_small_index_may_lose_most_of_its_files(tmp_path, n, gone):
     assert sync(kb, [docs], prune=True).removed == gone
 
 
-def test_without_prune_nothing_is_refused(tmp_path):
+def test_no_prune_keeps_everything_and_refuses_nothing(tmp_path):
     kb, docs, files = indexed_tree(tmp_path, 3)
     for f in files:
         f.unlink()
-    assert sync(kb, [docs]).stale == 3
+    report = sync(kb, [docs], prune=False)
+    assert (report.stale, report.missing, report.removed) == (3, 3, 0)
+    assert len(sources(kb)) == 3
+
+
+def test_deletes_are_followed_by_default_under_the_same_guard(tmp_path):
+    """Issue 24 item 4: the default removes vanished files, refusing an emptied folder."""
+    kb, docs, files = indexed_tree(tmp_path, 3)
+    files[0].unlink()
+    report = sync(kb, [docs])
+    assert (report.removed, report.stale, report.missing) == (1, 0, 0)
+    assert sources(kb) == {str(f) for f in files[1:]}
+    for f in files[1:]:
+        f.unlink()
+    with pytest.raises(UnsafePruneError, match="is it empty or not mounted"):
+        sync(kb, [docs])
+    assert len(sources(kb)) == 2
+    assert sync(kb, [docs], allow_mass_delete=True).removed == 2
 
 
 def test_cli_refusal_is_one_line_exit_2_and_flag_allows(tmp_path):

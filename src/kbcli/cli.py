@@ -358,6 +358,9 @@ def _root(
     ] = None,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
+    from .config import use_config_file
+
+    use_config_file(config)  # defaults read deep in the library come from this file too
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
 
 
@@ -405,21 +408,31 @@ def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None
 
 
 def _resolve_source(path: Path) -> str:
-    """A source path as ingest records it: absolute, symlinks resolved."""
+    """A source path as ingest records it: absolute, symlinks resolved, a name that is not
+    UTF-8 escaped (:func:`kbcli.pathnames.source_name`)."""
+    from .pathnames import source_name, source_path
+
     if "\0" in str(path):
         from .errors import InvalidOptionError
 
         raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
-    return str(path.expanduser().resolve())
+    # the escaped form as printed by kb (bad\xff.md) names the same file as the raw bytes
+    return source_name(Path(source_path(str(path))).expanduser().resolve())
 
 
 def _source_candidates(path: Path) -> list[str]:
     """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
     (a file named on the command line), its folder resolved but not the file itself (a file
     reached through a link with --follow-symlinks), and as written."""
+    from .pathnames import source_name
+
     path = path.expanduser()
     absolute = Path(os.path.abspath(path))
-    found = [_resolve_source(path), str(absolute.parent.resolve() / absolute.name), str(absolute)]
+    found = [
+        _resolve_source(path),
+        source_name(absolute.parent.resolve() / absolute.name),
+        source_name(absolute),
+    ]
     return list(dict.fromkeys(found))
 
 
@@ -431,6 +444,7 @@ def _source_candidates(path: Path) -> list[str]:
     epilog=_example(
         "kb ingest ~/notes docs/manual.pdf --ext .md,.pdf --meta project=apollo",
         "kb ingest ~/notes --prune --json",
+        "kb ingest ~/notes --no-prune",
     ),
 )
 def ingest(
@@ -449,13 +463,19 @@ def ingest(
     ] = True,
     meta: MetaOption = None,
     prune: Annotated[
-        bool, typer.Option("--prune", help="Remove indexed files that no longer exist under PATH.")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--prune/--no-prune",
+            help="--prune: also remove indexed files under PATH that still exist but are no "
+            "longer picked (--ext, .kbignore, hidden); --no-prune: keep even those deleted "
+            "[default: remove the deleted ones].",
+        ),
+    ] = None,
     allow_mass_delete: Annotated[
         bool,
         typer.Option(
             "--allow-mass-delete",
-            help="Let --prune empty a folder's index or remove more than half of its files "
+            help="Let a run empty a folder's index or remove more than half of its files "
             "(refused otherwise: an unmounted or emptied folder looks the same).",
         ),
     ] = False,
@@ -486,44 +506,57 @@ def ingest(
         bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
 ) -> None:
-    """Index files and folders (only new and changed files are read again)."""
+    """Index files and folders (only new and changed files are read again; files deleted
+    from PATH leave the index)."""
     from . import render
     from .filters import parse_meta
-    from .sync import DEFAULT_EXTENSIONS, parse_extensions, sync
+    from .signals import exit_code, interrupt_on_termination, signal_name
+    from .sync import DEFAULT_EXTENSIONS, SyncReport, parse_extensions, sync
 
     state = _state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from .errors import KBError
     from .pipeline import LazyEmbedder
     from .sync import SyncInterrupted
 
-    kb = _open(ctx, create=True, busy_timeout=wait)
     try:
-        show_bar = render.stderr_is_terminal() and not state.quiet
-        if show_bar and isinstance(kb.embedder, LazyEmbedder):
-            _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
-        with render.progress(show_bar) as on_progress:
-            report = sync(
-                kb,
-                list(paths),
-                extensions=extensions,
-                recursive=recursive,
-                metadata=metadata,
-                prune=prune,
-                include_hidden=include_hidden,
-                rebuild=rebuild,
-                wait=wait,
-                progress=on_progress,
-                follow_symlinks=follow_symlinks,
-                allow_mass_delete=allow_mass_delete,
-            )
-    except SyncInterrupted as stop:
+        # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
+        with interrupt_on_termination():
+            kb = _open(ctx, create=True, busy_timeout=wait)
+            try:
+                show_bar = render.stderr_is_terminal() and not state.quiet
+                if show_bar and isinstance(kb.embedder, LazyEmbedder):
+                    _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
+                with render.progress(show_bar) as on_progress:
+                    report = sync(
+                        kb,
+                        list(paths),
+                        extensions=extensions,
+                        recursive=recursive,
+                        metadata=metadata,
+                        prune=prune,
+                        include_hidden=include_hidden,
+                        rebuild=rebuild,
+                        wait=wait,
+                        progress=on_progress,
+                        follow_symlinks=follow_symlinks,
+                        allow_mass_delete=allow_mass_delete,
+                    )
+            finally:
+                kb.close()
+    except KeyboardInterrupt as stop:
+        stopped = stop.report if isinstance(stop, SyncInterrupted) else SyncReport()
+        stopped.interrupted, stopped.signal = True, signal_name(stop)
         if json_out:
-            render.print_json(stop.report.to_dict(), one_line=True)
-        render.message(render.interrupted_summary(stop.report))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    finally:
-        kb.close()
+            render.print_json(stopped.to_dict(), one_line=True)
+        render.message(render.interrupted_summary(stopped))
+        raise typer.Exit(exit_code(stop)) from None
+    except KBError as exc:  # the one-line error follows; the summary counts what was written
+        partial = getattr(exc, "report", None)
+        if json_out and partial is not None:
+            render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
+        raise
     for failure in report.failed:
         reason = (
             failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
@@ -1120,10 +1153,61 @@ def config_(
 
 
 @app.command(
+    cls=KBCommand,
+    epilog=_example("kb trust", "kb trust ~/src/team-wiki", "kb trust --list", "kb trust --revoke"),
+)
+def trust(
+    path: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[PATH]", help="The jianmu.yaml, or its folder [default: ./jianmu.yaml]."
+        ),
+    ] = None,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Forget the trust of PATH instead.")
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the trusted files: trusted, changed or missing.")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON (with --list).")] = False,
+) -> None:
+    """Let kb use the code, servers and models a folder's jianmu.yaml names (as it is now).
+
+    A ./jianmu.yaml found in the working directory (a cloned repository, an unpacked archive)
+    that names a class path, a server URL or DSN, a locally run model or a database outside its
+    folder is refused until you trust it; an edited file needs trusting again. Files named with
+    --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
+    """
+    from . import render
+    from . import trust as records
+
+    if list_:
+        rows = records.listing()
+        if json_out:
+            render.print_json(rows)
+        elif not rows:
+            render.message("No trusted jianmu.yaml: kb trust PATH adds one")
+        for row in [] if json_out else rows:
+            render.result(f"{row['state']:8} {row['path']}  (trusted {row['trusted_at']})")
+        return
+    if revoke:
+        file = records.config_path(path)
+        done = records.revoke(file)
+        render.result(f"No longer trusted: {file}" if done else f"{file} was not trusted")
+        return
+    file, digest, risks = records.trust_config(path)
+    allows = "; ".join(str(r) for r in risks) or "nothing that needs trust today"
+    render.result(
+        f"Trusted {file} as it is now (sha256 {digest[:12]}): kb may use {allows}. "
+        "After an edit, run kb trust again."
+    )
+
+
+@app.command(
     "eval",
     cls=KBCommand,
     epilog=_example(
-        "kb eval ../shared/eval/scifact --split train --mode keyword",
+        "kb eval examples/eval/it-helpdesk --mode keyword",
         "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
     ),
 )
@@ -1224,7 +1308,9 @@ def mcp(
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
-    (and, over HTTP, each token's scope)."""
+    (and, over HTTP, each token's scope). Over HTTP a request must arrive whole within 10 s and
+    at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
+    be listened on (a port in use) exits 4."""
     from .errors import InvalidOptionError, require
     from .filters import parse_filter_expressions
 

@@ -4,6 +4,11 @@ Lookup order for the file: the explicit path, ``$KB_CONFIG``, ``./jianmu.yaml``,
 config dir (``$XDG_CONFIG_HOME/kbcli/jianmu.yaml``, default ``~/.config/kbcli/jianmu.yaml``).
 No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db``.
 
+A ``./jianmu.yaml`` found by the lookup (not named by ``--config`` or ``$KB_CONFIG``) may come
+with a folder the user did not write: when it sets a class path, a server URL, a locally run
+model or a database outside its folder, it is refused until the user trusts it
+(:mod:`kbcli.trust`, ``kb trust``).
+
 Relative paths in the file are taken relative to the folder holding the file. Unknown top-level
 sections are ignored (the file may be shared with other jianmu tools); unknown keys inside the
 sections kbcli reads are errors, so a typo never silently falls back to a default.
@@ -190,13 +195,20 @@ class Config:
     source: Path | None = None
 
 
-def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
-    """Return the configuration file to read, or None when there is none."""
+#: How a configuration file was found (:func:`locate_config`).
+FOUND_OPTION = "--config"
+FOUND_ENV = "$KB_CONFIG"
+FOUND_CWD = "./jianmu.yaml"  # the only way a file the user did not name is read
+FOUND_USER = "user configuration folder"
+
+
+def locate_config(path: str | os.PathLike[str] | None = None) -> tuple[Path | None, str | None]:
+    """The configuration file to read and how it was found (``FOUND_*``), or (None, None)."""
     if path is not None:
         p = Path(path).expanduser()
         if not p.is_file():
             raise ConfigError(f"Config file {p} does not exist: fix the path or drop --config")
-        return p
+        return p, FOUND_OPTION
     env = os.environ.get("KB_CONFIG")
     if env:
         p = Path(env).expanduser()
@@ -204,32 +216,69 @@ def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
             raise ConfigError(
                 f"Config file {p} (from $KB_CONFIG) does not exist: fix or unset KB_CONFIG"
             )
-        return p
-    for candidate in (Path.cwd() / CONFIG_FILENAME, user_config_dir() / CONFIG_FILENAME):
-        if candidate.is_file():
-            return candidate
-    return None
+        return p, FOUND_ENV
+    user = user_config_dir() / CONFIG_FILENAME
+    local = Path.cwd() / CONFIG_FILENAME
+    if local.is_file():
+        if user.is_file() and os.path.samefile(local, user):
+            return user, FOUND_USER  # working in the user's own config folder
+        return local, FOUND_CWD
+    if user.is_file():
+        return user, FOUND_USER
+    return None, None
 
 
-def load_config(path: str | os.PathLike[str] | None = None) -> Config:
-    """Read, validate and return the configuration (see module docstring for the lookup)."""
-    file = find_config_file(path)
-    data: dict[str, Any] = {}
-    if file is not None:
-        data = _read_yaml(file)
-    config = _build(data, file)
+def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """Return the configuration file to read, or None when there is none."""
+    return locate_config(path)[0]
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, check_trust: bool = True) -> Config:
+    """Read, validate and return the configuration (see module docstring for the lookup).
+
+    A ``./jianmu.yaml`` found by the lookup that needs trust and has none raises
+    :class:`ConfigError` before anything it names is imported; ``check_trust=False`` reads it
+    anyway (for ``kb config`` and ``kb trust``, which only show it).
+    """
+    file, found = locate_config(path)
+    if file is None:
+        config = _build({}, None)
+    else:
+        config, raw = read_file(file)
+        if check_trust and found == FOUND_CWD:
+            from .trust import require
+
+            require(config, raw)
     env_db = os.environ.get("KB_DB")
     if env_db:
         config = replace(config, paths=PathsConfig(knowledge_db=Path(env_db).expanduser()))
     return config
 
 
+def read_file(file: Path) -> tuple[Config, bytes]:
+    """The configuration written in ``file`` (validated; no environment override, no trust
+    check) and the file's bytes."""
+    raw = _read_bytes(file)
+    return _build(_parse_yaml(raw, file), file), raw
+
+
+def _read_bytes(file: Path) -> bytes:
+    try:
+        return file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {file}: {exc}") from None
+
+
 def _read_yaml(file: Path) -> dict[str, Any]:
+    return _parse_yaml(_read_bytes(file), file)
+
+
+def _parse_yaml(raw: bytes, file: Path) -> dict[str, Any]:
     import yaml
 
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"Cannot read config file {file}: {exc}") from None
     try:
         data = yaml.safe_load(text)
@@ -517,17 +566,30 @@ def _rewrite_section(r: _Reader, sec: dict[str, Any]) -> RewriteConfig:
 
 
 _cached: Config | None = None
+_named: Path | None = None  # kb --config: the file every part of the command reads
 
 
 def get_config() -> Config:
-    """The configuration found by the default lookup, read once per process."""
+    """The configuration of this process, read once: the file :func:`use_config_file` named,
+    else the default lookup."""
     global _cached
     if _cached is None:
-        _cached = load_config()
+        _cached = load_config(_named)
     return _cached
 
 
-def reset_config_cache() -> None:
-    """Forget the cached configuration (tests, or after changing the environment)."""
-    global _cached
+def use_config_file(path: str | os.PathLike[str] | None) -> None:
+    """Make ``path`` (``kb --config``) the file :func:`get_config` reads, so that defaults
+    taken deep in the library (search options, retrievers) come from the file the user named;
+    None goes back to the default lookup."""
+    global _cached, _named
+    _named = Path(path) if path is not None else None
     _cached = None
+
+
+def reset_config_cache() -> None:
+    """Forget the cached configuration and any file named by :func:`use_config_file` (tests,
+    or after changing the environment)."""
+    global _cached, _named
+    _cached = None
+    _named = None

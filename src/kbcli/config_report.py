@@ -10,7 +10,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .config import CONFIG_FILENAME, _read_yaml, find_config_file, load_config, user_config_dir
+from .config import (
+    CONFIG_FILENAME,
+    FOUND_CWD,
+    _parse_yaml,
+    load_config,
+    locate_config,
+    read_file,
+)
 from .errors import InvalidOptionError
 
 # Environment variables the embedders read; values of *_KEY variables are never shown.
@@ -36,18 +43,28 @@ def write_template(path: Path, *, force: bool = False) -> Path:
     return target
 
 
-def _how_found(option: Path | None, file: Path | None) -> str:
-    if file is None:
-        return "no file: built-in defaults"
-    if option is not None:
-        return "--config"
-    if os.environ.get("KB_CONFIG"):
-        return "$KB_CONFIG"
-    if file == Path.cwd() / CONFIG_FILENAME:
-        return "./jianmu.yaml"
-    if file == user_config_dir() / CONFIG_FILENAME:
-        return "user configuration folder"
-    return "lookup"
+def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
+    """The ``config trust`` row of ``kb config``: whether kb uses the file's class paths,
+    servers, models and outside paths (:mod:`kbcli.trust`), and why."""
+    from . import trust
+
+    if found != FOUND_CWD:
+        return {"key": "config trust", "value": "not needed: a file you named or keep",
+                "origin": str(found)}  # fmt: skip
+    risks = trust.risky_settings(config)
+    if not risks:
+        return {"key": "config trust", "value": "not needed: it sets no code, server, model "
+                "or outside path", "origin": FOUND_CWD}  # fmt: skip
+    keys = ", ".join(r.key for r in risks)
+    state = trust.status(config.source, raw)
+    if state == "trusted":
+        when = trust.records()[trust.key(config.source)].get("trusted_at", "?")
+        return {"key": "config trust", "value": f"trusted: kb uses {keys}",
+                "origin": f"kb trust, {when}"}  # fmt: skip
+    what = "changed since trusted" if state == "changed" else "not trusted"
+    return {"key": "config trust",
+            "value": f"{what}: kb refuses it for {keys} until 'kb trust {config.source}'",
+            "origin": FOUND_CWD}  # fmt: skip
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> bool:
@@ -61,12 +78,16 @@ def _lookup(data: dict[str, Any], dotted: str) -> bool:
 
 def effective(config_option: Path | None = None, db_option: Path | None = None) -> list[dict]:
     """Rows ``{key, value, origin}``: every setting in effect and where it came from."""
-    file = find_config_file(config_option)
-    data = _read_yaml(file) if file is not None else {}
-    config = load_config(config_option)
+    file, found = locate_config(config_option)
+    data: dict[str, Any] = {}
+    config = load_config(config_option, check_trust=False)
     origin_file = "config file" if file is not None else "default"
     rows = [{"key": "config file", "value": str(file) if file else "-",
-             "origin": _how_found(config_option, file)}]  # fmt: skip
+             "origin": found or "no file: built-in defaults"}]  # fmt: skip
+    if file is not None:
+        as_written, raw = read_file(file)
+        data = _parse_yaml(raw, file)
+        rows.append(trust_row(as_written, found, raw))
 
     def add(dotted: str, value: Any) -> None:
         origin = origin_file if _lookup(data, dotted) else "default"

@@ -17,8 +17,9 @@ bug and keeps its traceback.
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
     │   ├── DatabaseLockedError     another process holds the write lock too long
     │   └── IndexMismatchError      index built with another embedder or analyzer
-    ├── UnsafePruneError       --prune would delete most of the index (an unmounted folder?)
-    └── NotFoundError          an id or source that is not in the index
+    ├── UnsafePruneError       an ingest would remove most of the index (an unmounted folder?)
+    ├── NotFoundError          an id or source that is not in the index
+    └── ListenError            kb mcp --http cannot listen on its address (port in use ...)
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ class KBError(Exception):
     """Base class of every error a user can cause or fix.
 
     ``exit_code`` is what the ``kb`` command exits with: 1 for a failure, 2 for a usage error
-    (bad option, filter, config or database path), 3 when the database stayed locked.
+    (bad option, filter, config or database path), 3 when the database stayed locked, 4 when
+    ``kb mcp --http`` cannot listen on its address.
     """
 
     exit_code = 1
@@ -92,13 +94,21 @@ class IndexMismatchError(StoreError):
 
 
 class UnsafePruneError(KBError):
-    """``prune`` refused: the folder looks empty or unmounted, or most files would go."""
+    """Removing indexed files refused: the folder looks empty or unmounted, or most files
+    would go."""
 
     exit_code = 2
 
 
 class NotFoundError(KBError):
     """An id or source is not in the index."""
+
+
+class ListenError(KBError):
+    """A server cannot listen on its address: the port is in use, needs privileges, or the
+    address is not this machine's."""
+
+    exit_code = 4
 
 
 def require(

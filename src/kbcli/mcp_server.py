@@ -10,7 +10,9 @@ signatures and silently drops unknown arguments; here the tools' contract is the
 Transports: stdio (default), with the scope fixed at start (``--filter``); or streamable HTTP,
 where every request must carry ``Authorization: Bearer <token>``. A token file maps each token
 to the scope it may read; the scope comes from the server's side, never from the request.
-A missing or unknown token gets ``401`` with an empty body, on every path.
+A missing or unknown token gets ``401`` with an empty body, on every path, and the connection
+is closed. The HTTP server runs under :mod:`kbcli.http_limits` (a request deadline, a bound on
+connections, the address bound before it says it serves).
 
 Token file (YAML)::
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, InvalidOptionError, require
+from .http_limits import Limits
 from .scope import ScopedKnowledgeBase
 from .tools import KnowledgeTool, knowledge_tools
 
@@ -213,15 +216,20 @@ class KnowledgeMCP:
         )
         return BearerTokens(app, tokens)
 
-    def run_http(self, host: str, port: int, tokens: dict[str, Identity]) -> None:
-        """Serve streamable HTTP on ``host:port`` until interrupted."""
-        import uvicorn
+    def run_http(
+        self, host: str, port: int, tokens: dict[str, Identity], limits: Limits | None = None
+    ) -> None:
+        """Serve streamable HTTP on ``host:port`` until interrupted, under ``limits``
+        (:mod:`kbcli.http_limits`). Raises :class:`~kbcli.errors.ListenError` before anything
+        is served when the address cannot be listened on."""
+        from .http_limits import address, serve
 
-        config = uvicorn.Config(
-            self.http_app(tokens, host), host=host, port=port, log_level="warning", lifespan="on"
-        )
-        print(f"kb mcp: serving http://{host}:{port}/mcp", file=sys.stderr, flush=True)
-        uvicorn.Server(config).run()
+        url = f"http://{address(host, port)}/mcp"
+
+        def started() -> None:
+            print(f"kb mcp: serving {url}", file=sys.stderr, flush=True)
+
+        serve(self.http_app(tokens, host), host, port, limits or Limits(), on_start=started)
 
 
 class BearerTokens:
@@ -265,7 +273,11 @@ class BearerTokens:
                 {
                     "type": "http.response.start",
                     "status": 401,
-                    "headers": [(b"www-authenticate", b"Bearer"), (b"content-length", b"0")],
+                    "headers": [
+                        (b"www-authenticate", b"Bearer"),
+                        (b"content-length", b"0"),
+                        (b"connection", b"close"),  # its body, if any, is never read
+                    ],
                 }
             )
             await send({"type": "http.response.body", "body": b""})

@@ -16,6 +16,7 @@ from .protocols import (
     EmbeddingCache,
     SectionChunkerProtocol,
     SectionLoaderProtocol,
+    missing_methods,
 )
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
 
@@ -776,5 +777,7 @@ class KnowledgeBase:
 
     def close(self) -> None:
         """Release the store's resources (closes the SQLite connection)."""
-        if isinstance(self.store, DocumentCatalog):
+        # Checked on the class: isinstance() would read the store's properties, a query each
+        # on a server that may be gone by now (the error that ends a command closes it too).
+        if not missing_methods(type(self.store), DocumentCatalog):
             self.store.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
 from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
 
@@ -420,3 +420,23 @@ class Doctor(Protocol):
     def doctor(self, repair: bool = False) -> list[Finding]:
         """Check (and with ``repair`` rebuild) the derived structures; one finding each."""
         ...
+
+
+def protocol_methods(protocol: type) -> list[str]:
+    """The public methods ``protocol`` declares, its own and inherited (not its properties:
+    an implementation may set those on the instance)."""
+    names: set[str] = set()
+    for base in protocol.__mro__:
+        if base not in (object, Protocol, Generic):
+            names.update(
+                name for name, value in vars(base).items()
+                if not name.startswith("_") and callable(value)
+            )  # fmt: skip
+    return sorted(names)
+
+
+def missing_methods(cls: type, protocol: type) -> list[str]:
+    """The methods of ``protocol`` that the class ``cls`` lacks, looked up on the class:
+    nothing is instantiated or called (``isinstance`` on Python 3.11 evaluates an instance's
+    properties, which for a server-backed store runs queries)."""
+    return [name for name in protocol_methods(protocol) if not callable(getattr(cls, name, None))]

@@ -1,19 +1,26 @@
-"""``kb get``: a file's indexed text with line numbers, or one chunk by id.
+"""Reading an indexed file by its own line numbers, or one chunk by id: ``kb get`` and the
+``knowledge_get`` tool.
 
 Line numbers are those the chunks record at ingest (``line``/``line_end``, computed from their
 ``char_start`` offsets in the file's text as loaded, and for text files mapped onto the
 file's own lines by :mod:`kbcli.ingest.lines`), so ``kb search`` output (``path:line``),
-``kb get path:line`` and ``$EDITOR +LINE path`` agree. When the file on disk still has the
-bytes that were indexed (its SHA-256 matches the file ledger) its text is read again and shown
-line by line (a text file as an editor numbers it, other formats as ingest loaded them);
-otherwise (changed, moved, or a store without a ledger) the indexed chunks are shown, each at
-the line it starts on.
+``kb get path:line``, ``knowledge_get`` and ``$EDITOR +LINE path`` agree. When the file on disk
+still has the bytes that were indexed (its SHA-256 matches the file ledger) its text is read
+again and shown line by line (a text file as an editor numbers it, other formats as ingest
+loaded them); otherwise (changed, moved, or a store without a ledger) the indexed chunks are
+shown, each at the line it starts on.
+
+Every read goes through a :class:`~kbcli.scope.ScopedKnowledgeBase`: a file or chunk the scope
+hides is not found, exactly like an unknown one, and a file is read again from disk only when
+every indexed chunk of it is in the scope (else the chunks in scope are shown).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +28,10 @@ from typing import Any
 from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
+from .pathnames import source_name, source_path
 from .protocols import FileLedger
+from .scope import ScopedKnowledgeBase, as_view
+from .types import Document
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", re.DOTALL)
@@ -30,7 +40,8 @@ _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", 
 @dataclass
 class Shown:
     """What ``kb get`` prints: numbered lines of a file (``origin`` ``file``), of its chunks
-    (``chunks``: one entry per chunk, numbered by its first line) or of one chunk (``chunk``)."""
+    (``chunks``: one entry per chunk, numbered by its first line; ``documents`` holds those
+    chunks) or of one chunk (``chunk``)."""
 
     source: str | None
     origin: str
@@ -39,6 +50,8 @@ class Shown:
     id: str | None = None
     metadata: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    documents: list[Document] = field(default_factory=list)
+    following: int | None = None  # chunks: the first line of the next chunk past the range
 
     def to_dict(self) -> dict[str, Any]:
         """The ``kb get --json`` object."""
@@ -52,6 +65,45 @@ class Shown:
             "total_lines": self.total,
             "lines": [{"line": n, "text": t} for n, t in self.lines],
         }
+
+
+class LinesCache:
+    """The lines of the last few files read again, by source, SHA-256 and loader, so paging
+    through one file (a PDF's parse above all) reads it once. At most ``files`` entries and
+    about ``chars`` characters are kept; safe to share between threads (and scopes: a file is
+    read again only when the reader may see all of it)."""
+
+    def __init__(self, files: int = 4, chars: int = 16_000_000):
+        self.files = files
+        self.chars = chars
+        self._kept: OrderedDict[tuple[str, ...], tuple[list[str], int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, ...]) -> list[str] | None:
+        """The lines kept for ``key``, or None."""
+        with self._lock:
+            entry = self._kept.get(key)
+            if entry is None:
+                return None
+            self._kept.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: tuple[str, ...], lines: list[str]) -> None:
+        """Keep ``lines``; drop the least recently read files beyond the bounds."""
+        size = sum(len(line) for line in lines)
+        if size > self.chars:
+            return
+        with self._lock:
+            self._kept[key] = (lines, size)
+            self._kept.move_to_end(key)
+            while (
+                len(self._kept) > self.files
+                or sum(kept for _, kept in self._kept.values()) > self.chars
+            ):
+                self._kept.popitem(last=False)
+
+
+SHARED = LinesCache()  # what knowledge_get tools use unless given their own
 
 
 def parse_target(target: str) -> tuple[str, int | None, int | None]:
@@ -73,77 +125,122 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _find_source(kb: Any, path: str) -> tuple[str, list[Any]] | None:
-    candidates = [path]
+def find_source(view: ScopedKnowledgeBase, path: str) -> tuple[str, list[Document]] | None:
+    """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
+    absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
+    scope has that source."""
+    candidates = [source_name(path)]
     try:
-        resolved = str(Path(path).expanduser().resolve())
+        resolved = source_name(Path(source_path(path)).expanduser().resolve())
     except (OSError, RuntimeError, ValueError):
-        resolved = path
-    if resolved != path:
+        resolved = candidates[0]
+    if resolved != candidates[0]:
         candidates.append(resolved)
     for source in candidates:
-        docs = list(kb.store.iter_documents(source=source))
+        docs = list(view.iter_documents(source=source))
         if docs:
             return source, docs
     return None
 
 
-def _order(doc: Any) -> tuple[int, int]:
+def _order(doc: Document) -> tuple[int, int]:
     meta = doc.metadata
     start, index = meta.get("char_start"), meta.get("chunk_index")
     return (start if isinstance(start, int) else -1, index if isinstance(index, int) else -1)
 
 
-def _file_lines(kb: Any, source: str) -> list[str] | None:
+def chunk_lines(doc: Document, place: int) -> tuple[int, int]:
+    """The first and last line a chunk covers, by its ``line``/``line_end``; a chunk without
+    them (added by text, not from a file) counts as the line ``place``, its place among the
+    file's chunks."""
+    meta = doc.metadata
+    start = meta.get("line")
+    start = start if isinstance(start, int) else place
+    stop = meta.get("line_end")
+    return start, max(start, stop) if isinstance(stop, int) else start
+
+
+def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | None:
     """The file's lines as ingest loaded them, when it still has the indexed bytes."""
     store = kb.store
     if not isinstance(store, FileLedger):
         return None
     record = store.file_records().get(source)
-    path = Path(source)
+    path = Path(source_path(source))
     try:
-        if record is None or not path.is_file() or _sha256(path) != record.sha256:
+        if record is None or not path.is_file():
+            return None
+        digest = _sha256(path)
+        if digest != record.sha256:
             return None
         loader = kb.ingestor.loader
+        key = (source, digest, type(loader).__qualname__, str(getattr(loader, "encoding", "")))
+        kept = cache.get(key) if cache is not None else None
+        if kept is not None:
+            return kept
         if isinstance(loader, DefaultDocumentLoader) and is_text_file(path):
-            return file_lines(path, loader.encoding)  # numbered as an editor numbers them
-        return loader.load(path).split("\n")
+            lines = file_lines(path, loader.encoding)  # numbered as an editor numbers them
+        else:
+            lines = loader.load(path).split("\n")
     except (OSError, KBError):  # unreadable now: fall back to the indexed chunks
         return None
+    if cache is not None:
+        cache.put(key, lines)
+    return lines
 
 
-def read_target(kb: Any, target: str) -> Shown:
-    """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
-    if target and "/" not in target and ":" not in target:
-        docs = kb.store.get([target])
-        if docs:
-            doc = docs[0]
-            meta = doc.metadata
-            line = meta.get("line") if isinstance(meta.get("line"), int) else 1
-            source = meta.get("source")
-            return Shown(
-                str(source) if source is not None else None,
-                "chunk",
-                [(line, doc.text)],
-                1,
-                id=doc.id,
-                metadata=meta,
-            )
-    found = _find_source(kb, target)
-    line = count = None
+def read_chunk(kb: Any, chunk_id: str) -> Shown | None:
+    """One chunk by id (``origin`` ``chunk``), or None when it is unknown or hidden."""
+    docs = as_view(kb).get([chunk_id])
+    if not docs:
+        return None
+    doc = docs[0]
+    meta = doc.metadata
+    line = meta.get("line")
+    source = meta.get("source")
+    return Shown(
+        str(source) if source is not None else None,
+        "chunk",
+        [(line if isinstance(line, int) else 1, doc.text)],
+        1,
+        id=doc.id,
+        metadata=meta,
+        documents=[doc],
+    )
+
+
+def read_file(
+    kb: Any,
+    path: str,
+    first: int = 1,
+    last: int | None = None,
+    *,
+    cache: LinesCache | None = None,
+) -> Shown:
+    """Lines ``first`` to ``last`` (inclusive; None: to the end) of the indexed file at
+    ``path`` in ``kb`` (a knowledge base or a scope); see the module docstring.
+
+    Raises :class:`NotFoundError` for a file that is not indexed or not in the scope, and
+    :class:`InvalidOptionError` for a range past its end.
+    """
+    view = as_view(kb)
+    found = find_source(view, path)
     if found is None:
-        path, line, count = parse_target(target)
-        found = _find_source(kb, path) if path else None
-    if found is None:
-        raise NotFoundError(
-            f"No indexed file or chunk id {target!r}: see 'kb list' for sources and ids"
-        )
-    source, docs = found
-    first = line or 1
-    last = None
-    if line is not None:
-        last = first + (count or DEFAULT_COUNT) - 1
-    lines = _file_lines(kb, source)
+        raise NotFoundError(f"No indexed file {path!r}: see 'kb list' for sources and ids")
+    return _read(view, *found, first, last, cache)
+
+
+def _read(
+    view: ScopedKnowledgeBase,
+    source: str,
+    docs: list[Document],
+    first: int,
+    last: int | None,
+    cache: LinesCache | None,
+) -> Shown:
+    # A file part of which is outside the scope is never read again: only its chunks in it.
+    whole = view.filter is None or as_view(view.kb).count({"source": source}) == len(docs)
+    lines = _file_lines(view.kb, source, cache) if whole else None
     if lines is not None:
         total = len(lines)
         if first > total:
@@ -151,19 +248,49 @@ def read_target(kb: Any, target: str) -> Shown:
         end = total if last is None else min(last, total)
         numbered = [(n, lines[n - 1]) for n in range(first, end + 1)]
         return Shown(source, "file", numbered, total)
-    entries = []
-    for doc in sorted(docs, key=_order):
-        meta = doc.metadata
-        start = meta.get("line")
-        start = start if isinstance(start, int) else _order(doc)[1] + 1
-        stop = meta.get("line_end")
-        stop = stop if isinstance(stop, int) else start
+    chosen, entries, later = [], [], []
+    for place, doc in enumerate(sorted(docs, key=_order), start=1):
+        start, stop = chunk_lines(doc, place)
         if stop >= first and (last is None or start <= last):
+            chosen.append(doc)
             entries.append((start, doc.text))
-    notes = [
-        f"{source} changed or is gone since it was indexed: showing its indexed chunks "
-        "(run kb ingest to refresh)"
-    ]
-    if not entries:
+        elif last is not None and start > last:
+            later.append(start)
+    if not chosen:
         raise InvalidOptionError(f"No indexed chunk of {source} covers line {first}")
-    return Shown(source, "chunks", entries, len(docs), notes=notes)
+    notes = []
+    if whole:
+        notes.append(
+            f"{source} changed or is gone since it was indexed: showing its indexed chunks "
+            "(run kb ingest to refresh)"
+        )
+    return Shown(
+        source,
+        "chunks",
+        entries,
+        len(docs),
+        notes=notes,
+        documents=chosen,
+        following=min(later, default=None),
+    )
+
+
+def read_target(kb: Any, target: str) -> Shown:
+    """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
+    if target and "/" not in target and ":" not in target:
+        shown = read_chunk(kb, target)
+        if shown is not None:
+            return shown
+    view = as_view(kb)
+    found = find_source(view, target)
+    line = count = None
+    if found is None:
+        path, line, count = parse_target(target)
+        found = find_source(view, path) if path else None
+    if found is None:
+        raise NotFoundError(
+            f"No indexed file or chunk id {target!r}: see 'kb list' for sources and ids"
+        )
+    first = line or 1
+    last = None if line is None else first + (count or DEFAULT_COUNT) - 1
+    return _read(view, *found, first, last, None)

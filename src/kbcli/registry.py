@@ -3,7 +3,10 @@
 Each family is a dict of ``name -> "module:Class"`` strings, so importing kbcli imports no
 optional backend; a class is imported only when :func:`load_class` asks for it. The "choose
 from" list in errors is built from the dict, so it never drifts. A dotted
-``"package.module:Class"`` path selects a user's own class instead of a registered name.
+``"package.module:Class"`` path selects a user's own class instead of a registered name; what
+it names must be a class implementing its family's protocol (:data:`PROTOCOLS`), checked on
+the class before anything calls it. A path written in a ``./jianmu.yaml`` that the user has not
+trusted never reaches this module (:mod:`kbcli.trust`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,26 @@ RERANKERS: dict[str, str] = {
 }
 
 
+#: The protocol(s) a class of each family must implement (any one of them), by ``kind``; a
+#: class path naming anything else (a function, ``subprocess:Popen``) is refused uncalled.
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "embedder": ("EmbedderProtocol",),
+    "store": ("VectorStoreProtocol",),
+    "reranker": ("RerankerProtocol",),
+    "chunker": ("TextChunkerProtocol", "SectionChunkerProtocol"),
+}
+#: Protocol methods a class may lack: kb works without them (a store that cannot ``list_all``
+#: only loses the in-memory keyword route).
+OPTIONAL_METHODS: dict[str, frozenset[str]] = {"store": frozenset({"list_all"})}
+#: The setting that selects each family, for messages.
+SETTINGS = {
+    "embedder": "rag.embedding.provider",
+    "store": "store.backend",
+    "reranker": "rag.rerank.provider",
+    "chunker": "rag.chunker",
+}
+
+
 def is_class_path(name: str) -> bool:
     """True for a user's ``"package.module:Class"`` path (as opposed to a registered name)."""
     module, sep, attr = name.strip().partition(":")
@@ -59,8 +82,10 @@ def load_class(
 ) -> Any:
     """The class registered as ``name`` in ``registry``, or at the path ``"package.module:Class"``.
 
-    Raises :class:`InvalidOptionError` for an unknown name or a path that cannot be imported,
-    and lets :class:`MissingDependencyError` through for a registered backend's missing extra.
+    Raises :class:`InvalidOptionError` for an unknown name, a path that cannot be imported, or
+    one naming something other than a class implementing ``kind``'s protocol (checked before
+    anything calls it, :func:`check_class`), and lets :class:`MissingDependencyError` through
+    for a registered backend's missing extra.
     """
     key = name.strip()
     registered = registry.get(key.lower())
@@ -89,9 +114,35 @@ def load_class(
             raise InvalidOptionError(
                 f"Module {module_name!r} has no {attr!r} (for {kind} {name!r})"
             ) from None
-    if not callable(obj):
-        raise InvalidOptionError(f"{target!r} is not a class (for {kind} {name!r})")
+    setting = SETTINGS.get(kind)
+    check_class(obj, kind, f"{name!r} ({setting})" if setting else f"{kind} {name!r}")
     return obj
+
+
+def check_class(obj: Any, kind: str, what: str) -> None:
+    """Raise :class:`InvalidOptionError` unless ``obj`` is a class implementing the protocol of
+    ``kind`` (:data:`PROTOCOLS`); ``what`` names it in the message. Nothing is called."""
+    import inspect
+
+    from . import protocols
+
+    if not inspect.isclass(obj):
+        found = "a function" if callable(obj) else f"a {type(obj).__name__}"
+        raise InvalidOptionError(
+            f"{what} is {found}, not a class: name a {kind} class as 'package.module:Class'"
+        )
+    names = PROTOCOLS.get(kind, ())
+    optional = OPTIONAL_METHODS.get(kind, frozenset())
+    gaps = [
+        [m for m in protocols.missing_methods(obj, getattr(protocols, n)) if m not in optional]
+        for n in names
+    ]
+    if gaps and all(gaps):
+        needed = " or ".join(f"{n} ({', '.join(g)})" for n, g in zip(names, gaps))
+        raise InvalidOptionError(
+            f"{what} is not a {kind}: the class lacks the methods of {needed}; name a class "
+            f"that implements kbcli.protocols.{names[0]}"
+        )
 
 
 def load_embedder_class(name: str) -> Any:

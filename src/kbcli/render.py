@@ -628,7 +628,9 @@ def config_table(rows: Sequence[dict[str, Any]]) -> None:
     table.add_column("Value", overflow="fold")
     table.add_column("From", overflow="fold")
     for row in rows:
-        table.add_row(row["key"], str(row["value"]), row["origin"])
+        value = row["value"]
+        shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        table.add_row(row["key"], shown, row["origin"])  # as jianmu.yaml writes it
     _console().print(table)
 
 
@@ -713,19 +715,24 @@ def eval_summary(result: dict[str, Any]) -> None:
 def ingest_summary(report: Any) -> list[str]:
     """The human summary of a sync report, one line per fact worth saying."""
     indexed = report.added + report.updated
+    # every file seen is counted once: new, changed, relabelled (same bytes, new --meta) or
+    # unchanged
+    relabelled = (
+        f"{report.metadata_updated} relabelled (new --meta, nothing re-embedded), "
+        if report.metadata_updated
+        else ""
+    )
     lines = [
         f"Indexed {indexed} file{_s(indexed)} ({report.added} new, {report.updated} changed), "
-        f"{report.unchanged} unchanged; {report.chunks_added} chunk{_s(report.chunks_added)} "
-        f"added, {report.chunks_removed} removed."
+        f"{relabelled}{report.unchanged} unchanged; {report.chunks_added} "
+        f"chunk{_s(report.chunks_added)} added, {report.chunks_removed} removed."
     ]
-    if report.metadata_updated:
-        n = report.metadata_updated
-        lines.append(f"Updated the metadata of {n} unchanged file{_s(n)} (nothing re-embedded).")
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")
     if report.removed:
-        lines.append(f"Removed {report.removed} file{_s(report.removed)} that no longer exist.")
+        n = report.removed
+        lines.append(f"Removed {n} indexed file{_s(n)} no longer found under the given paths.")
     if report.skipped:
         lines.append(
             f"Skipped {report.skipped} file{_s(report.skipped)} (other extensions or hidden)."
@@ -751,9 +758,17 @@ def ingest_summary(report: Any) -> list[str]:
     if report.failed:
         n = len(report.failed)
         lines.append(f"Failed {n} file{_s(n)} (reasons above).")
-    if report.stale:
-        verb = "file no longer exists" if report.stale == 1 else "files no longer exist"
-        lines.append(f"{report.stale} indexed {verb}; run with --prune to remove them.")
+    missing = getattr(report, "missing", 0)
+    if missing:
+        verb = "file no longer exists" if missing == 1 else "files no longer exist"
+        lines.append(f"{missing} indexed {verb} and stayed (--no-prune).")
+    if report.stale > missing:
+        n = report.stale - missing
+        verb = "file still exists but is" if n == 1 else "files still exist but are"
+        lines.append(
+            f"{n} indexed {verb} no longer picked (--ext, .kbignore, hidden, links); run "
+            "with --prune to remove them."
+        )
     lines.append(f"Done in {report.seconds:.1f} s.")
     return lines
 
@@ -761,10 +776,12 @@ def ingest_summary(report: Any) -> list[str]:
 def interrupted_summary(report: Any) -> str:
     """What an interrupted ingest kept, and that the next run resumes."""
     kept = report.added + report.updated
+    relabelled = f", {report.metadata_updated} relabelled" if report.metadata_updated else ""
+    by = f" ({report.signal})" if report.signal not in (None, "SIGINT") else ""
     return (
-        f"Interrupted: kept {kept} file{_s(kept)} indexed in this run ({report.added} new, "
-        f"{report.updated} changed; {report.unchanged} were unchanged). Every file is at its "
-        "old or its new version; run the same kb ingest again to resume."
+        f"Interrupted{by}: kept {kept} file{_s(kept)} indexed in this run ({report.added} new, "
+        f"{report.updated} changed{relabelled}; {report.unchanged} were unchanged). Every file "
+        "is at its old or its new version; run the same kb ingest again to resume."
     )
 
 

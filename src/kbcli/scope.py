@@ -36,6 +36,12 @@ def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
     return present[0] if len(present) == 1 else {"$and": present}
 
 
+def as_view(kb: Any) -> ScopedKnowledgeBase:
+    """``kb`` itself when it is a scope, else an unrestricted view of it (what readers such as
+    the agent tools and ``kb get`` go through)."""
+    return kb if isinstance(kb, ScopedKnowledgeBase) else ScopedKnowledgeBase(kb, None)
+
+
 class ScopedKnowledgeBase:
     """A read-only view of ``kb`` restricted to the documents that pass ``filter``.
 

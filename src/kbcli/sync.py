@@ -14,12 +14,14 @@ counted, never opened), follows symbolic links only with ``follow_symlinks`` and
 their root, and every read stops at ``limits.max_file_mb`` bytes actually read. A file that
 changes while it is read is read again once, then reported as failed, never indexed torn.
 
-Files recorded under the given roots that no longer exist or no longer match the extensions
-are *stale*: counted, and removed with ``prune=True`` unless that looks like an accident (an
-empty root, more than half of the index; see :func:`check_prune`), which is refused before
-anything is written. Files under a folder that could not be listed are never stale. One
-ingest runs at a time per database (an advisory lock file beside it); a second one waits
-``wait`` seconds, then fails with :class:`~kbcli.errors.DatabaseLockedError`.
+Files recorded under the given roots that this run did not pick are *stale*: those that no
+longer exist (deleted, moved away) are removed by default, those that still exist but are no
+longer picked (another extension, a ``.kbignore`` rule, hidden, a link not followed) only with
+``prune=True``; ``prune=False`` keeps both. A removal that looks like an accident (an empty
+root, more than half of the index; see :func:`check_prune`) is refused before anything is
+written. Files under a folder that could not be listed are never stale. One ingest runs at a
+time per database (an advisory lock file beside it); a second one waits ``wait`` seconds, then
+fails with :class:`~kbcli.errors.DatabaseLockedError`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import time
 from array import array
@@ -46,6 +49,7 @@ from .errors import (
     UnsafePruneError,
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
+from .pathnames import source_name, source_path
 from .protocols import DocumentCatalog, FileLedger
 from .types import FileRecord
 
@@ -84,8 +88,8 @@ class SyncReport:
     added: int = 0
     updated: int = 0
     unchanged: int = 0
-    removed: int = 0
-    stale: int = 0
+    removed: int = 0  # indexed files removed: gone from disk (or, with prune, no longer picked)
+    stale: int = 0  # indexed files kept although this run did not pick them
     skipped: int = 0
     failed: list[FileFailure] = field(default_factory=list)
     chunks_added: int = 0
@@ -97,7 +101,9 @@ class SyncReport:
     links: int = 0  # symbolic links not followed (or leading outside their root)
     unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
     metadata_updated: int = 0
+    missing: int = 0  # of the stale files, those that no longer exist (kept with prune=False)
     interrupted: bool = False
+    signal: str | None = None  # what interrupted the run: "SIGINT" (Ctrl-C), "SIGTERM", "SIGHUP"
     # The SLOWEST_FILES files the run spent longest on, slowest first: {"path", "seconds"}
     # (reading, parsing, chunking, the embedding of its full batches, and a group write it
     # completed; see :meth:`timed`).
@@ -160,8 +166,9 @@ class Discovery:
     found_per_root: dict[Path, int] = field(default_factory=dict)
 
     def covers(self, path: str) -> bool:
-        """True when ``path`` lies where this discovery looked (so it can be stale)."""
-        p = Path(path)
+        """True when the recorded source ``path`` lies where this discovery looked (so it can
+        be stale)."""
+        p = Path(source_path(path))
         if any(p == u or p.is_relative_to(u) for u in self.unreadable):
             return False
         if p in self.file_roots:
@@ -169,10 +176,9 @@ class Discovery:
         return any(self._under(p, root, recursive) for root, recursive in self.dir_roots)
 
     def covered_by(self, path: str, root: Path) -> bool:
-        """True when ``path`` lies under the folder root ``root``."""
-        return any(
-            r == root and self._under(Path(path), r, recursive) for r, recursive in self.dir_roots
-        )
+        """True when the recorded source ``path`` lies under the folder root ``root``."""
+        p = Path(source_path(path))
+        return any(r == root and self._under(p, r, recursive) for r, recursive in self.dir_roots)
 
     @staticmethod
     def _under(p: Path, root: Path, recursive: bool) -> bool:
@@ -220,7 +226,7 @@ def _exists(path: Path) -> bool:
         return False
     except OSError as exc:
         raise InvalidOptionError(
-            f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+            f"Cannot access {source_name(path)} ({exc.strerror or exc}): check its permissions"
         ) from None
 
 
@@ -242,7 +248,9 @@ def discover(
     """
     missing = [str(p) for p in paths if not _exists(Path(p).expanduser())]
     if missing:
-        raise InvalidOptionError(f"Path not found: {missing[0]} (check the path and try again)")
+        raise InvalidOptionError(
+            f"Path not found: {source_name(missing[0])} (check the path and try again)"
+        )
     found: dict[Path, None] = {}
     discovery = Discovery([], [], [])
     for raw in paths:
@@ -251,7 +259,7 @@ def discover(
             mode = os.stat(path).st_mode
         except OSError as exc:
             raise InvalidOptionError(
-                f"Cannot access {path} ({exc.strerror or exc}): check its permissions"
+                f"Cannot access {source_name(path)} ({exc.strerror or exc}): check its permissions"
             ) from None
         if stat.S_ISREG(mode):
             discovery.file_roots.append(path)
@@ -429,12 +437,14 @@ def split_settings(recorded: str) -> tuple[str, dict[str, Any]]:
 
 
 class SyncInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sync, after every file prepared so far was written: ``report`` says
-    what the index kept; the next sync resumes from there (written files are unchanged)."""
+    """Ctrl-C (or SIGTERM, SIGHUP: :mod:`kbcli.signals`) during a sync, after every file
+    prepared so far was written: ``report`` says what the index kept; the next sync resumes
+    from there (written files are unchanged). ``signum`` is the signal that stopped it."""
 
-    def __init__(self, report: SyncReport):
+    def __init__(self, report: SyncReport, signum: int = signal.SIGINT):
         super().__init__()
         self.report = report
+        self.signum = signum
 
 
 def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
@@ -452,7 +462,7 @@ def sync(
     extensions: tuple[str, ...] | list[str] | str = DEFAULT_EXTENSIONS,
     recursive: bool = True,
     metadata: dict[str, Any] | None = None,
-    prune: bool = False,
+    prune: bool | None = None,
     include_hidden: bool = False,
     rebuild: bool = False,
     wait: float = 60.0,
@@ -462,12 +472,17 @@ def sync(
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
-    ``rebuild`` re-tokenises the keyword index, re-embeds every chunk with the configured
-    embedder (resumable) and re-reads every file under ``paths``. ``follow_symlinks`` follows
-    links that stay inside their root (see :func:`discover`). With ``prune``, a run that would
+    ``prune`` decides what happens to indexed files under ``paths`` this run did not pick:
+    None (the default, ``kb ingest``) removes those that no longer exist; True
+    (``--prune``) also those that exist but are no longer picked (another extension, a
+    ``.kbignore`` rule, hidden); False (``--no-prune``) keeps them all. A run that would
     empty a folder or remove more than half of the files indexed under ``paths`` raises
     :class:`~kbcli.errors.UnsafePruneError` before anything is written, unless
-    ``allow_mass_delete``.
+    ``allow_mass_delete``. ``rebuild`` re-tokenises the keyword index, re-embeds every chunk
+    with the configured embedder (resumable) and re-reads every file under ``paths``.
+    ``follow_symlinks`` follows links that stay inside their root (see :func:`discover`).
+    An interrupt (Ctrl-C, or SIGTERM within :func:`kbcli.signals.interrupt_on_termination`)
+    raises :class:`SyncInterrupted` once the files prepared so far are written.
     """
     started = time.monotonic()
     store = kb.store
@@ -477,71 +492,109 @@ def sync(
             "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
         )
     extensions = parse_extensions(extensions)
-    found = discover(
-        list(paths),
-        extensions,
-        recursive=recursive,
-        include_hidden=include_hidden,
-        follow_symlinks=follow_symlinks,
-    )
-    report = SyncReport(
-        skipped=found.skipped,
-        warnings=list(found.warnings),
-        special=found.special,
-        links=found.links,
-        unreadable=len(found.unreadable),
-    )
-    with store.writer_lock(wait), _write_errors():
-        records = store.file_records()
-        present = {str(p) for p in found.files}
-        stale = [p for p in records if p not in present and found.covers(p)]
-        if prune and stale and not allow_mass_delete:
-            check_prune(found, records, stale, extensions)
-        if rebuild:
-            report.rebuilt = _rebuild_index(kb)
+    report = SyncReport()
+    with _interrupts_kept(report, started), _reported(report, started):
+        found = discover(
+            list(paths),
+            extensions,
+            recursive=recursive,
+            include_hidden=include_hidden,
+            follow_symlinks=follow_symlinks,
+        )
+        report.skipped = found.skipped
+        report.warnings = [source_name(w) for w in found.warnings]
+        report.special, report.links = found.special, found.links
+        report.unreadable = len(found.unreadable)
+        with store.writer_lock(wait), _write_errors():
             records = store.file_records()
-        settings = chunk_settings(kb)
-        kb.ingestor._check_embedder()
-        total = len(found.files)
-        pending = _PendingWrites(kb, report)
-        reading = _Reading(_max_bytes(kb), follow_symlinks)
-        if progress is not None:
-            progress("", 0, total)
-        try:
-            for done, path in enumerate(found.files, start=1):
-                began = time.monotonic()
-                prepared = _sync_file(
-                    kb, path, records.get(str(path)), settings, metadata, rebuild, report, reading
-                )
-                if prepared is not None:
-                    pending.add(*prepared)
-                report.timed(str(path), time.monotonic() - began)
-                if progress is not None:
-                    progress(str(path), done, total)
-                if done % CHECKPOINT_EVERY == 0:
-                    pending.flush()
-                    store.checkpoint()
-            pending.flush(final=True)
-        except KeyboardInterrupt:
-            # Keep what was prepared: embed the partial batch still waiting (one request; a
-            # second Ctrl-C stops that too) and write those files, each whole.
-            pending.flush(final=True)
-            store.checkpoint()
-            report.interrupted = True
-            report.seconds = time.monotonic() - started
-            raise SyncInterrupted(report) from None
-        report.stale = len(stale)
-        if prune:
-            for path in stale:
-                report.chunks_removed += store.delete_source(path)
+            names = {path: source_name(path) for path in found.files}
+            present = set(names.values())
+            stale = [p for p in records if p not in present and found.covers(p)]
+            gone = [p for p in stale if not _on_disk(p)]
+            going = stale if prune else gone if prune is None else []
+            if going and not allow_mass_delete:
+                check_prune(found, records, going, extensions)
+            if rebuild:
+                report.rebuilt = _rebuild_index(kb)
+                records = store.file_records()
+            settings = chunk_settings(kb)
+            kb.ingestor._check_embedder()
+            total = len(found.files)
+            pending = _PendingWrites(kb, report)
+            reading = _Reading(_max_bytes(kb), follow_symlinks)
+            if progress is not None:
+                progress("", 0, total)
+            try:
+                for done, path in enumerate(found.files, start=1):
+                    began = time.monotonic()
+                    name = names[path]
+                    if name != str(path) and os.path.lexists(name):
+                        report.failed.append(FileFailure(name, _name_taken(name)))
+                        continue
+                    prepared = _sync_file(
+                        kb, path, records.get(name), settings, metadata, rebuild, report, reading
+                    )
+                    if prepared is not None:
+                        pending.add(*prepared)
+                    report.timed(name, time.monotonic() - began)
+                    if progress is not None:
+                        progress(name, done, total)
+                    if done % CHECKPOINT_EVERY == 0:
+                        pending.flush()
+                        store.checkpoint()
+                pending.flush(final=True)
+            except KeyboardInterrupt:
+                # Keep what was prepared: embed the partial batch still waiting (one request; a
+                # second Ctrl-C stops that too) and write those files, each whole.
+                pending.flush(final=True)
+                store.checkpoint()
+                raise
+            for source in going:
+                report.chunks_removed += store.delete_source(source)
                 report.removed += 1
-            report.stale = 0
-        store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        store.checkpoint()
-        if report.chunks_added or report.chunks_removed or report.rebuilt:
-            store.prepare_search()
+            report.stale = len(stale) - len(going)
+            report.missing = len(gone) if prune is False else 0
+            store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            store.checkpoint()
+            if report.chunks_added or report.chunks_removed or report.rebuilt:
+                store.prepare_search()
     report.seconds = time.monotonic() - started
     return report
+
+
+@contextmanager
+def _interrupts_kept(report: SyncReport, started: float) -> Iterator[None]:
+    """An interrupt anywhere in a sync (files prepared so far written already) becomes
+    :class:`SyncInterrupted` carrying the report and the signal."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)
+        report.interrupted, report.signal = True, signal.Signals(signum).name
+        report.seconds = time.monotonic() - started
+        raise SyncInterrupted(report, signum) from None
+
+
+def _name_taken(name: str) -> str:
+    """Why a file whose name is not UTF-8 is not indexed when its escaped form (what kb
+    records, see :mod:`kbcli.pathnames`) is the real name of another file."""
+    return (
+        f"{name}: the file name is not valid UTF-8 and the form kb records it under (shown "
+        "here) is the name of another file beside it: not indexed; rename one of them"
+    )
+
+
+@contextmanager
+def _reported(report: SyncReport, started: float) -> Iterator[None]:
+    """Attach ``report`` (what the index kept: the files written before the error) to a
+    :class:`KBError` that stops the sync, as ``exc.report``, so ``kb ingest --json`` still
+    prints its summary."""
+    try:
+        yield
+    except KBError as exc:
+        report.seconds = time.monotonic() - started
+        exc.report = report  # type: ignore[attr-defined]
+        raise
 
 
 @contextmanager
@@ -769,19 +822,19 @@ def _sync_file(
         chunks = ingestor.chunk_sections(sections)
         _file_lines(ingestor.loader, path, sections, chunks)
         del sections  # the file's whole text: free it before embedding (a big file's peak)
-        docs = ingestor.build_documents(chunks, {**meta, "source": str(path)})
+        docs = ingestor.build_documents(chunks, {**meta, "source": source_name(path)})
         del chunks
     except LoaderError as exc:
-        report.failed.append(FileFailure(str(path), _one_line(exc, path)))
+        report.failed.append(FileFailure(source_name(path), _one_line(exc, path)))
         return None
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        report.failed.append(FileFailure(str(path), f"{path}: {reason}"))
+        report.failed.append(FileFailure(source_name(path), source_name(f"{path}: {reason}")))
         return None
     except KBError:
         raise  # index-wide problems (embedder, lock) stop the run
     new_record = FileRecord(
-        str(path),
+        source_name(path),
         st.st_size,
         st.st_mtime_ns,
         digest,
@@ -795,13 +848,17 @@ def _sync_file(
 def check_prune(
     found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
 ) -> None:
-    """Raise :class:`UnsafePruneError` when pruning ``stale`` looks like an accident.
+    """Raise :class:`UnsafePruneError` when removing the indexed files ``stale`` looks like
+    an accident.
 
     Refused: a folder root with no file to index while files are indexed under it (an empty
     or unmounted folder), and removing more than half of the files indexed under the roots
     once at least :data:`MASS_DELETE_MIN_INDEXED` are.
     """
-    fix = "nothing was changed; if this is intended, run again with --allow-mass-delete"
+    fix = (
+        "nothing was changed; if this is intended, run again with --allow-mass-delete (or "
+        "with --no-prune to keep the indexed files)"
+    )
     for root, _ in found.dir_roots:
         if found.found_per_root.get(root, 0):
             continue
@@ -809,16 +866,28 @@ def check_prune(
         if going:
             kinds = ",".join(extensions)
             raise UnsafePruneError(
-                f"--prune refused: {root} holds no {kinds} file to index but {going} indexed "
-                f"file{'' if going == 1 else 's'} under it would be removed (is it empty or "
-                f"not mounted?); {fix}"
+                f"Removing indexed files refused: {source_name(root)} holds no {kinds} file "
+                f"to index but {going} indexed file{'' if going == 1 else 's'} under it would "
+                f"be removed (is it empty or not mounted?); {fix}"
             )
     indexed = sum(1 for p in records if found.covers(p))
     if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
         raise UnsafePruneError(
-            f"--prune refused: it would remove {len(stale)} of the {indexed} files indexed "
-            f"under the given paths (more than half); {fix}"
+            f"Removing indexed files refused: this run would remove {len(stale)} of the "
+            f"{indexed} files indexed under the given paths (more than half); {fix}"
         )
+
+
+def _on_disk(source: str) -> bool:
+    """True unless the file recorded as ``source`` is gone (a path that cannot be checked,
+    say for permissions, counts as there: it is kept)."""
+    try:
+        os.stat(source_path(source))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
@@ -892,12 +961,12 @@ def _embedder_info(kb: Any) -> Any:
 
 def _loader_warnings(loader: Any, path: Path) -> list[str]:
     warnings = getattr(loader, "last_warnings", None) or []
-    return [w if str(path) in w else f"{path}: {w}" for w in warnings]
+    return [source_name(w if str(path) in w else f"{path}: {w}") for w in warnings]
 
 
 def _one_line(exc: Exception, path: Path) -> str:
     text = " ".join(str(exc).split())
-    return text if str(path) in text else f"{path}: {text}"
+    return source_name(text if str(path) in text else f"{path}: {text}")
 
 
 def _rebuild_index(kb: Any) -> int:

@@ -44,12 +44,15 @@ NO_QUERY = "Error: No query provided"
 NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
 NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
 MAX_K = 50
+DEFAULT_K = 3  # the reference's k for run(); also default_k's default
 MAX_QUERY_CHARS = 2000
 MAX_FILTER_CHARS = 4000
 MAX_ID_CHARS = 200
 MAX_PATH_CHARS = 4096
-MAX_LINES = 2000
-LINE_WIDTH = 100  # indexed text often has its line breaks collapsed: long lines are wrapped
+MAX_LINES = 2000  # lines of a file per knowledge_get answer
+MAX_CHARS = 100_000  # about this many characters per knowledge_get answer
+LINE_WIDTH = 2000  # a longer line is cut (with CUT), never wrapped: its number stays the file's
+CUT = " [... {count} more characters cut]"
 
 logger = logging.getLogger("kbcli.tools")
 
@@ -60,7 +63,9 @@ class ToolArgumentError(InvalidOptionError):
 
 @dataclass
 class Citation:
-    """Where one hit comes from: its number in the answer, chunk id, source, page, heading."""
+    """Where one hit comes from: its number in the answer, chunk id, source, page, heading,
+    and the lines of the file it covers (``line``/``line_end``, the numbers of ``kb get`` and
+    of knowledge_get's ``start_line``)."""
 
     number: int
     id: str
@@ -69,12 +74,15 @@ class Citation:
     page: Any = None
     heading: str | None = None
     score: float | None = None
+    line: int | None = None
+    line_end: int | None = None
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
         meta = hit.document.metadata
         source = meta.get("source")
         heading = meta.get("heading")
+        line, line_end = meta.get("line"), meta.get("line_end")
         return cls(
             number=number,
             id=hit.document.id,
@@ -83,13 +91,19 @@ class Citation:
             page=meta.get("page"),
             heading=str(heading) if heading else None,
             score=hit.score,
+            line=line if _line_number(line) else None,
+            line_end=line_end if _line_number(line_end) else None,
         )
 
     def label(self) -> str:
-        """``source: /docs/a.pdf, page 2, heading: Install > Linux; id: 3f2a...``."""
+        """``source: /docs/a.pdf, lines 12-18, page 2, heading: Install > Linux; id: 3f2a...``."""
         where = []
         if self.source:
             where.append(f"source: {self.source}")
+            if self.line is not None:
+                end = self.line_end
+                many = end is not None and end > self.line
+                where.append(f"lines {self.line}-{end}" if many else f"line {self.line}")
         if self.page is not None and self.page != "":
             where.append(f"page {self.page}")
         if self.heading:
@@ -104,6 +118,8 @@ class Citation:
             "source": self.source,
             "page": self.page,
             "heading": self.heading,
+            "line": self.line,
+            "line_end": self.line_end,
         }
 
 
@@ -117,17 +133,19 @@ class ToolResult:
     is_error: bool = False
 
 
+def _line_number(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def _error(message: str) -> ToolResult:
     return ToolResult(message if message.startswith("Error:") else f"Error: {message}", [], True)
 
 
 def _reader(view: Any) -> Any:
     """A :class:`ScopedKnowledgeBase` for ``view`` (an unrestricted one over a plain kb)."""
-    from .scope import ScopedKnowledgeBase
+    from .scope import as_view
 
-    if isinstance(view, ScopedKnowledgeBase):
-        return view
-    return ScopedKnowledgeBase(view, None)
+    return as_view(view)
 
 
 def _whole_number(name: str, value: Any, low: int, high: int) -> int:
@@ -259,15 +277,16 @@ class KnowledgeSearchTool(KnowledgeTool):
     description = (
         "Search the local knowledge base for passages relevant to a question. Returns a "
         "numbered list of the best matching passages (chunks, not whole files: several may "
-        "come from one file), each cited with its source file (page and heading where known) "
-        "and its chunk id, which knowledge_get accepts."
+        "come from one file), each cited with its source file (the lines it covers, page and "
+        "heading where known) and its chunk id; knowledge_get reads a chunk by id or those "
+        "lines of the file by path."
     )
 
     def __init__(
         self,
         pipeline: Any,
         *,
-        default_k: int = 3,
+        default_k: int = DEFAULT_K,
         default_mode: str = "hybrid",
         access_filter: dict[str, Any] | None = None,
         max_k: int = MAX_K,
@@ -404,25 +423,25 @@ class KnowledgeSearchTool(KnowledgeTool):
         return ToolResult("\n".join(lines), citations)
 
     def run_sync(
-        self, query: str | None = None, k: int | None = None, mode: str | None = None, **kwargs: Any
+        self, query: str | None = None, k: int = DEFAULT_K, mode: str | None = None, **kwargs: Any
     ) -> str:
         """Blocking version of :meth:`run`."""
         arguments = {
-            key: value
-            for key, value in (("query", query), ("k", k), ("mode", mode))
-            if value is not None
+            key: value for key, value in (("query", query), ("mode", mode)) if value is not None
         }
-        return self.call({**arguments, **kwargs}).text
+        return self.call({**arguments, "k": k, **kwargs}).text
 
     async def run(
-        self, query: str | None = None, k: int | None = None, mode: str | None = None, **kwargs: Any
+        self, query: str | None = None, k: int = DEFAULT_K, mode: str | None = None, **kwargs: Any
     ) -> str:
         """Search and format the hits as ``1. <text> (source: <path>, page 2; id: <id>)`` lines.
 
-        An empty query (also looked up in ``kwargs["input"]``) gives ``Error: No query provided``;
-        no hits give ``No relevant knowledge found.`` (with the reason when a ``filter`` names a
-        source nothing is indexed under, or a key no chunk has: :meth:`empty_answer`); bad
-        arguments an ``Error: ...`` line.
+        ``k`` is the reference's default, 3, whatever ``default_k`` says (which is the ``k`` of a
+        :meth:`call` that leaves it out, and the schema's default). An empty query (also looked
+        up in ``kwargs["input"]``) gives ``Error: No query provided``; no hits give ``No relevant
+        knowledge found.`` (with the reason when a ``filter`` names a source nothing is indexed
+        under, or a key no chunk has: :meth:`empty_answer`); bad arguments an ``Error: ...``
+        line.
         """
         import asyncio
 
@@ -430,22 +449,42 @@ class KnowledgeSearchTool(KnowledgeTool):
 
 
 class KnowledgeGetTool(KnowledgeTool):
-    """``knowledge_get``: one chunk by ``id``, or the indexed text of a file by ``path`` with an
-    optional ``start_line``/``end_line`` range (1-based, inclusive), within the scope. The file
-    on disk is never read: the text is its indexed chunks, overlaps joined, lines longer than
-    ``line_width`` wrapped; at most ``max_lines`` lines per call."""
+    """``knowledge_get``: one chunk by ``id``, or lines of an indexed file by ``path`` with an
+    optional ``start_line``/``end_line`` range (1-based, inclusive), within the scope.
+
+    A file's lines are numbered as ``kb get`` numbers them (the numbers of a hit's ``line``,
+    which :class:`Citation` labels show): the file read again while its bytes are the ones
+    indexed and every chunk of it is in the scope, else its indexed chunks in the scope, each
+    at the line it starts on (:mod:`kbcli.reading`). A file the scope hides answers exactly like
+    an unknown one. An answer holds at most ``max_lines`` lines and about ``max_chars``
+    characters, with the ``start_line`` to go on from; a line longer than ``line_width`` is
+    cut with a marker, never wrapped (its line number stays the file's). Files read again are
+    kept in ``cache`` (a :class:`~kbcli.reading.LinesCache`; default one per process) while
+    their bytes stay the same."""
 
     name = "knowledge_get"
     description = (
-        "Read from the knowledge base: a chunk by its id (from knowledge_search), or the "
-        "indexed text of a file by its source path, optionally only lines start_line to "
-        "end_line. Give either id or path."
+        "Read from the knowledge base: a chunk by its id (from knowledge_search), or the lines "
+        "of an indexed file by its source path, optionally only lines start_line to end_line "
+        "(the line numbers knowledge_search cites). Give either id or path."
     )
 
-    def __init__(self, view: Any, *, max_lines: int = MAX_LINES, line_width: int = LINE_WIDTH):
+    def __init__(
+        self,
+        view: Any,
+        *,
+        max_lines: int = MAX_LINES,
+        line_width: int = LINE_WIDTH,
+        max_chars: int = MAX_CHARS,
+        cache: Any = None,
+    ):
+        from .reading import SHARED
+
         self.view = _reader(view)
         self.max_lines = max_lines
         self.line_width = line_width
+        self.max_chars = max_chars
+        self.cache = SHARED if cache is None else cache  # a reading.LinesCache
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -492,13 +531,14 @@ class KnowledgeGetTool(KnowledgeTool):
         return self._file(_text("path", path, MAX_PATH_CHARS), arguments)
 
     def _chunk(self, chunk_id: str) -> ToolResult:
-        docs = self.view.get([chunk_id])
-        if not docs:
+        from .reading import read_chunk
+
+        shown = read_chunk(self.view, chunk_id)
+        if shown is None:
             # The id is not echoed: a hidden id and an unknown one get the very same answer.
             return _error(NO_CHUNK)
-        doc = docs[0]
-        hit = SearchResult(doc, 1.0)
-        citation = Citation.from_result(1, hit)
+        doc = shown.documents[0]
+        citation = Citation.from_result(1, SearchResult(doc, 1.0))
         citation.score = None
         index = doc.metadata.get("chunk_index")
         extra = f", chunk {index}" if isinstance(index, int) else ""
@@ -506,6 +546,7 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
         from .errors import NotFoundError
+        from .reading import read_file
 
         start = arguments.get("start_line")
         end = arguments.get("end_line")
@@ -514,34 +555,73 @@ class KnowledgeGetTool(KnowledgeTool):
             end = _whole_number("end_line", end, 1, 10**9)
             if end < start:
                 raise ToolArgumentError(f"end_line ({end}) is before start_line ({start})")
+        last = start + self.max_lines - 1 if end is None else min(end, start + self.max_lines - 1)
         try:
-            source, text = self.view.file_text(path)
+            shown = read_file(self.view, path, start, last, cache=self.cache)
         except NotFoundError:
             return _error(NO_FILE)
-        lines = _lines(text, self.line_width)
-        total = len(lines)
-        if start > total:
-            raise ToolArgumentError(f"start_line {start} is past the end ({total} lines)")
-        last = min(total, end if end is not None else total, start + self.max_lines - 1)
-        body = "\n".join(lines[start - 1 : last])
-        more = "" if last == total else f" (more: start_line={last + 1})"
-        header = f"[source: {source}; lines {start}-{last} of {total}{more}]"
-        citation = Citation(number=1, id="", text=body, source=source)
-        return ToolResult(f"{header}\n{body}", [citation])
-
-
-def _lines(text: str, width: int) -> list[str]:
-    """The lines of ``text``, each longer than ``width`` wrapped at spaces (stable numbers for
-    paging through text whose line breaks the index collapsed)."""
-    import textwrap
-
-    out: list[str] = []
-    for line in text.splitlines():
-        if len(line) <= width:
-            out.append(line)
+        except InvalidOptionError as exc:  # a range past the end, said in the tool's terms
+            raise ToolArgumentError(str(exc).replace("Line ", "start_line ", 1)) from None
+        if shown.origin == "file":
+            text, shown_last = self._numbered(shown)
         else:
-            out.extend(textwrap.wrap(line, width, break_long_words=True, break_on_hyphens=False))
-    return out
+            text, shown_last = self._chunks(shown, start)
+        citation = Citation(number=1, id="", text=text.split("\n", 1)[-1], source=shown.source)
+        citation.line = start
+        citation.line_end = shown_last
+        return ToolResult(text, [citation])
+
+    def _numbered(self, shown: Any) -> tuple[str, int]:
+        """The file's lines as ``NUMBER  text``, within the bounds, under a header."""
+        width = len(str(shown.lines[-1][0]))
+        body: list[str] = []
+        used = 0
+        for number, line in shown.lines:
+            row = f"{number:>{width}}  {self._cut(line)}"
+            if body and used + len(row) + 1 > self.max_chars:
+                break
+            body.append(row)
+            used += len(row) + 1
+        first, last = shown.lines[0][0], shown.lines[len(body) - 1][0]
+        more = "" if last == shown.total else f" (more: start_line={last + 1})"
+        header = f"[source: {shown.source}; lines {first}-{last} of {shown.total}{more}]"
+        return "\n".join([header, *body]), last
+
+    def _chunks(self, shown: Any, start: int) -> tuple[str, int]:
+        """The indexed chunks covering the range, each under its first line and id. The header
+        is the same whatever the reason the file's own lines are not shown, so it says nothing
+        about what a scope hides."""
+        from .reading import chunk_lines
+
+        blocks: list[str] = []
+        spans: list[tuple[int, int]] = []
+        used = count = 0
+        for (first, text), doc in zip(shown.lines, shown.documents, strict=True):
+            rows = [self._cut(line) for line in text.split("\n")]
+            block = "\n".join([f"[line {first}; id: {doc.id}]", *rows])
+            over = used + len(block) + 1 > self.max_chars or count + len(rows) > self.max_lines
+            if blocks and over:
+                break
+            blocks.append(block)
+            spans.append(chunk_lines(doc, first))
+            used += len(block) + 1
+            count += len(rows)
+        last = max(stop for _, stop in spans)
+        following = shown.following
+        if len(blocks) < len(shown.lines):
+            following = max(shown.lines[len(blocks)][0], spans[-1][0] + 1)
+        more = "" if following is None else f" (more: start_line={following})"
+        header = (
+            f"[source: {shown.source}; indexed chunks covering lines {start}-{last}{more}; "
+            "the file's own lines are not available, so each chunk is shown from the line "
+            "it starts on]"
+        )
+        return "\n".join([header, *blocks]), last
+
+    def _cut(self, line: str) -> str:
+        if len(line) <= self.line_width:
+            return line
+        return f"{line[: self.line_width]}{CUT.format(count=len(line) - self.line_width)}"
 
 
 class KnowledgeStatsTool(KnowledgeTool):

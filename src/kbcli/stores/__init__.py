@@ -34,8 +34,9 @@ def build_store(
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
     The SQLite store (and FAISS and Chroma, which keep their catalog in SQLite beside the vector
-    index: ``<db>.faiss``, ``<db>.chroma/`` unless ``store.path``) opens ``db`` (default
-    ``paths.knowledge_db``); ``create=False`` refuses to create a missing database and
+    index: ``<db>.faiss``; the collection ``store.collection`` in ``store.path`` or
+    ``<db>.chroma/``) opens ``db`` (default ``paths.knowledge_db``), the catalog of that one
+    collection; ``create=False`` refuses to create a missing database and
     ``busy_timeout`` overrides ``store.busy_timeout``. The postgres store connects to
     ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not apply). A user's class
     (``package.module:Class``) is called with the ``store`` settings as keyword arguments.

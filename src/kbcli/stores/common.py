@@ -1,12 +1,16 @@
 """Pieces every store shares: text hashes, vector packing, the embedder check, the writer lock
-file and pre-filtered vector search on top of any :class:`~kbcli.protocols.VectorIndex`."""
+file, the private folder of a store built without a path and pre-filtered vector search on top
+of any :class:`~kbcli.protocols.VectorIndex`."""
 
 from __future__ import annotations
 
 import errno
 import hashlib
 import os
+import shutil
+import tempfile
 import time
+import weakref
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -110,6 +114,15 @@ def lock_file(path: Path, wait: float, holder: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+def scratch_folder(owner: object) -> tuple[Path, Callable[[], Any]]:
+    """A new private temporary folder for ``owner``, a store built without a path, and the
+    callable that deletes it (the store's ``close``). It is also deleted when ``owner`` is
+    garbage-collected or the interpreter exits, so a script that never closes its store leaves
+    nothing behind (only a killed process leaves it, in the system's temporary folder)."""
+    folder = Path(tempfile.mkdtemp(prefix="kbcli-"))
+    return folder, weakref.finalize(owner, shutil.rmtree, str(folder), ignore_errors=True)
 
 
 def few_allowed(known: Sequence[int] | None, total: int) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import StoreError
+
 
 class RefreshAfterIngest:
     """Mixin for :class:`~kbcli.stores.sqlite.SQLiteStore` subclasses whose vector index is
@@ -20,8 +22,14 @@ class RefreshAfterIngest:
         return super().replace_file(*args, **kwargs)  # type: ignore[misc]
 
     def close(self) -> None:
-        """Refresh the derived index after an ingest, then close."""
-        if self._ingested:
-            self._ingested = False
-            self.refresh_vector_index()  # type: ignore[attr-defined]
-        super().close()  # type: ignore[misc]
+        """Refresh the derived index after an ingest (not for a temporary store), then close.
+        An index that cannot be refreshed now (a damaged Chroma folder) is left to the next
+        dense search, which rebuilds it or names the repair: the ingest itself committed."""
+        try:
+            if self._ingested and self._scratch is None:  # type: ignore[attr-defined]
+                self._ingested = False
+                self.refresh_vector_index()  # type: ignore[attr-defined]
+        except StoreError:
+            pass
+        finally:
+            super().close()  # type: ignore[misc]

@@ -769,8 +769,9 @@ class FaissStore(RefreshAfterIngest, SQLiteStore):
     query (recall against speed; None: :func:`default_ef_search`, 128 up to 400k distinct
     vectors, where FAISS's own default of 16 gave recall@10 0.70 on a 100k set, and 512
     beyond; a filtered search uses at least 2k).
-    ``path``: the SQLite file (default ``paths.knowledge_db``); the index lives in
-    ``<path>.faiss``.
+    ``path``: the SQLite file; the index lives in ``<path>.faiss``. Without one the store is
+    private to this object (a temporary folder deleted on :meth:`close`, see
+    :class:`SQLiteStore`): ``FaissStore(dim)`` never opens ``paths.knowledge_db``.
     """
 
     def __init__(

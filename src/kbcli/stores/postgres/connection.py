@@ -7,6 +7,11 @@ earlier commit (the BM25 bookkeeping reads the index before it changes it). Read
 REPEATABLE READ, READ ONLY: several SELECTs see one snapshot while writers work. ``kb ingest``
 holds a session-level advisory lock (:meth:`Database.writer_lock`) on a connection of its own;
 PostgreSQL drops it if the process dies. A thread lock makes the store usable from threads.
+
+A lost connection (the server stopped or killed, the backend terminated, the network gone) is
+one :class:`StoreError` naming the server; the transaction it cut rolls back whole on the
+server, and the next block opens a new connection, so a long-lived process (``kb mcp``)
+recovers when the server is back.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ class Database:
             self.write_key = _lock_key("write", schema_name, tables.base)
             self.ingest_key = _lock_key("ingest", schema_name, tables.base)
             self._prepare(create)
+        except self.psycopg.OperationalError as exc:
+            self.conn.close()
+            raise self.failure(exc) from None
         except BaseException:
             self.conn.close()
             raise
@@ -62,9 +70,42 @@ class Database:
             return self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except self.psycopg.Error as exc:
             raise StoreError(
-                f"Cannot connect to PostgreSQL at {self.where}: {self.clean(exc)}: check "
-                "store.dsn or KB_PG_DSN"
+                f"Cannot connect to PostgreSQL at {self.where}: {self.clean(exc)}: check that "
+                "the server is running and that store.dsn or $KB_PG_DSN names it"
             ) from None
+
+    def failure(self, exc: BaseException) -> StoreError:
+        """The one-line error for a failed statement: a lost connection says so and what to
+        do; anything else names the server and PostgreSQL's message (passwords redacted)."""
+        if self.lost(exc):
+            return StoreError(
+                f"Lost the connection to PostgreSQL at {self.where} ({self.clean(exc)}): check "
+                "that the server is running and reachable, then run the command again (what "
+                "was committed before stays; kb ingest goes on from there)"
+            )
+        return StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}")
+
+    def lost(self, exc: BaseException, conn: Any = None) -> bool:
+        """Whether ``exc`` means the connection is gone (not a failed statement on a live one)."""
+        conn = conn if conn is not None else self.conn
+        state = str(getattr(exc, "sqlstate", None) or "")
+        # class 08: connection exceptions; 57P01-03: admin / crash shutdown, cannot connect now
+        return conn.closed or conn.broken or state.startswith("08") or state.startswith("57P0")
+
+    def _live(self) -> Any:
+        """The connection, opened again if the last one was lost (outside any transaction)."""
+        if self.conn.closed or self.conn.broken:
+            from pgvector.psycopg import register_vector
+
+            self.conn.close()
+            conn = self.connect()
+            try:
+                register_vector(conn)
+            except self.psycopg.OperationalError as exc:
+                conn.close()
+                raise self.failure(exc) from None
+            self.conn = conn
+        return self.conn
 
     def clean(self, exc: BaseException) -> str:
         """The first line of an error's message, every password redacted."""
@@ -125,16 +166,17 @@ class Database:
                     self.depth -= 1
                 return
             pg = self.psycopg
-            self.conn.isolation_level = pg.IsolationLevel.READ_COMMITTED
-            self.conn.read_only = False
             try:
-                with self.conn.transaction():
+                conn = self._live()
+                conn.isolation_level = pg.IsolationLevel.READ_COMMITTED
+                conn.read_only = False
+                with conn.transaction():
                     self._lock_for_write()
                     self.depth = 1
                     try:
-                        yield self.conn
+                        yield conn
                         if bump:
-                            self.conn.execute(
+                            conn.execute(
                                 f"UPDATE {self.tables.stats} SET generation = generation + 1"
                                 " WHERE id = 1"
                             )
@@ -148,7 +190,7 @@ class Database:
                         f"The index {self.tables.base} at {self.where} is locked by another "
                         f"writer (waited {self.busy_timeout:g} s): try again when it finishes"
                     ) from None
-                raise StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}") from None
+                raise self.failure(exc) from None
 
     def _lock_for_write(self) -> None:
         ms = max(1, int(self.busy_timeout * 1000))
@@ -163,34 +205,46 @@ class Database:
                 yield self.conn
                 return
             pg = self.psycopg
-            self.conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
-            self.conn.read_only = True
             try:
-                with self.conn.transaction():
-                    yield self.conn
+                conn = self._live()
+                conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+                with conn.transaction():
+                    yield conn
             except pg.OperationalError as exc:
-                raise StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}") from None
+                raise self.failure(exc) from None
 
     @contextmanager
     def writer_lock(self, wait: float) -> Iterator[None]:
         """The one-ingest-at-a-time lock: a session advisory lock on a connection of its own,
         waiting up to ``wait`` seconds before :class:`DatabaseLockedError`."""
         conn = self.connect()
+        pg = self.psycopg
         try:
             deadline = time.monotonic() + max(0.0, wait)
-            while not conn.execute(
-                "SELECT pg_try_advisory_lock(%s)", (self.ingest_key,)
-            ).fetchone()[0]:
-                if time.monotonic() >= deadline:
-                    raise DatabaseLockedError(
-                        f"Another kb ingest is writing to {self.tables.base} at {self.where}; "
-                        f"waited {wait:g} s. Try again when it finishes, or raise --wait"
-                    )
-                time.sleep(0.05)
+            try:
+                while not conn.execute(
+                    "SELECT pg_try_advisory_lock(%s)", (self.ingest_key,)
+                ).fetchone()[0]:
+                    if time.monotonic() >= deadline:
+                        raise DatabaseLockedError(
+                            f"Another kb ingest is writing to {self.tables.base} at "
+                            f"{self.where}; waited {wait:g} s. Try again when it finishes, or "
+                            "raise --wait"
+                        )
+                    time.sleep(0.05)
+            except pg.OperationalError as exc:
+                raise self.failure(exc) from None
             try:
                 yield
             finally:
-                conn.execute("SELECT pg_advisory_unlock(%s)", (self.ingest_key,))
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (self.ingest_key,))
+                except pg.OperationalError as exc:
+                    # A lost session has lost its lock too; the error that ended the run (if
+                    # any) is the one to report.
+                    if not self.lost(exc, conn):
+                        raise self.failure(exc) from None
         finally:
             conn.close()
 

@@ -163,7 +163,16 @@ def version(conn: Any, t: Tables) -> int:
         raise NotAKnowledgeBaseError(
             f"Table {t.chunks} is not a kb index (no schema version): choose another store.table"
         )
-    return int(row[0])
+    try:
+        number = int(row[0])
+    except ValueError:
+        number = 0
+    if number < 1:  # every kb index has a version from 1 on
+        raise NotAKnowledgeBaseError(
+            f"Table {t.chunks} is not a kb index: unknown format version {row[0]!r} (kb writes "
+            f"1 to {SCHEMA_VERSION}); it was left unchanged: choose another store.table"
+        )
+    return number
 
 
 def ensure(conn: Any, t: Tables, *, create: bool, where: str) -> None:

@@ -8,6 +8,7 @@ writer works. A thread lock makes the store usable from several threads.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -25,6 +26,47 @@ DEFAULT_BUSY_TIMEOUT = 60.0
 def _is_busy(exc: sqlite3.Error) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+def _is_readonly(exc: sqlite3.Error) -> bool:
+    return "readonly" in str(exc) or getattr(exc, "sqlite_errorname", "").startswith(
+        "SQLITE_READONLY"
+    )
+
+
+def readonly_cause(path: Path) -> str:
+    """Why SQLite cannot write the database at ``path``, as one line naming the file and the
+    fix. SQLite opens a ``-shm`` it may not write read-only, and then refuses every write with
+    "attempt to write a readonly database" whatever the database file allows; a reader of a
+    0444 database leaves such a ``-shm`` behind (SQLite gives it the database's mode)."""
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    try:
+        if os.statvfs(path.parent).f_flag & os.ST_RDONLY:
+            return f"{path} is on a read-only file system: copy it elsewhere, or mount it writable"
+    except OSError:
+        pass
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"{path} is read-only: fix its permissions (chmod u+w) to write to it"
+    if shm.exists() and not os.access(shm, os.W_OK):
+        return (
+            f"{shm} is read-only (left by a process that opened the database read-only, or "
+            "owned by another user), so nothing can be written: remove it while no kb process "
+            "uses the database (it holds no data), or fix its permissions; then run again"
+        )
+    if wal.exists() and not os.access(wal, os.W_OK):
+        return (
+            f"{wal} is read-only, so nothing can be written: fix its permissions (never delete "
+            "it: it may hold the last writes); then run again"
+        )
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return (
+            f"The folder {path.parent} is not writable: SQLite keeps {path.name}-wal and "
+            f"{path.name}-shm beside the database; fix its permissions"
+        )
+    return (
+        f"{path} cannot be written: check the permissions of the file, of {path.name}-wal and "
+        f"{path.name}-shm beside it and of its folder"
+    )
 
 
 class Database:
@@ -67,11 +109,10 @@ class Database:
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            if "readonly" in str(exc):
+            if _is_readonly(exc):
                 raise StoreError(
-                    f"Cannot write {self.path} ({exc}): kb needs write access to open it (a "
-                    "one-time upgrade of its format, or its write-ahead log); check the "
-                    "permissions of the file and its folder"
+                    f"kb needs write access to open this database (a one-time upgrade of its "
+                    f"format, or its write-ahead log): {readonly_cause(self.path)}"
                 ) from None
             if _is_busy(exc):
                 raise DatabaseLockedError(
@@ -113,28 +154,61 @@ class Database:
                 finally:
                     self.depth -= 1
                 return
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):
-                    raise DatabaseLockedError(
-                        f"{self.path} is locked by another writer (waited "
-                        f"{self.busy_timeout:g} s): try again when it finishes"
-                    ) from None
-                raise
-            self.depth = 1
-            try:
+            try:  # BEGIN inside: an interrupt right after it must not leave the lock held
+                self._begin()
+                self.depth = 1
                 yield self.conn
                 self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
                 crash_point("before-commit")
                 self.conn.execute("COMMIT")
                 self.commits += 1
                 crash_point("after-commit")
+            except sqlite3.OperationalError as exc:
+                self._rollback()
+                if _is_readonly(exc):
+                    raise StoreError(readonly_cause(self.path)) from None
+                raise
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
                 raise
             finally:
                 self.depth = 0
+
+    def _rollback(self) -> None:
+        # An interrupt (Ctrl-C, SIGTERM) can land just before BEGIN took effect or just after
+        # COMMIT: a ROLLBACK then would replace it with "no transaction is active".
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
+
+    def _begin(self) -> None:
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise DatabaseLockedError(
+                    f"{self.path} is locked by another writer (waited "
+                    f"{self.busy_timeout:g} s): try again when it finishes"
+                ) from None
+            if _is_readonly(exc):
+                raise StoreError(readonly_cause(self.path)) from None
+            raise
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` naming the cause when nothing can be written (a read-only
+        file, ``-shm`` or folder), before a writer does any slow work: one write, rolled back
+        (a database SQLite opened read-only still begins a write transaction)."""
+        with self.lock:
+            if self.depth:
+                return
+            try:
+                self._begin()
+                self.conn.execute("UPDATE stats SET generation = generation WHERE id = 1")
+            except sqlite3.OperationalError as exc:
+                if _is_readonly(exc):
+                    raise StoreError(readonly_cause(self.path)) from None
+                raise
+            finally:
+                self._rollback()
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -143,11 +217,12 @@ class Database:
             if self.depth:
                 yield self.conn
                 return
-            self.conn.execute("BEGIN")
             try:
+                self.conn.execute("BEGIN")
                 yield self.conn
             finally:
-                self.conn.execute("COMMIT")
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     def checkpoint(self) -> None:
         """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""

@@ -121,9 +121,9 @@ def _vector_index(store: SQLiteStore) -> list[str]:
 
 def _fix_vector_index(store: SQLiteStore) -> str:
     name = Path(store._matrix.path).name
-    store._matrix.discard()
+    note = store._matrix.discard()  # what it had to do beyond deleting the index, if anything
     store.refresh_vector_index()
-    return f"rebuilt {name} from the catalog"
+    return note or f"rebuilt {name} from the catalog"
 
 
 _CHECKS = (

@@ -177,6 +177,12 @@ def _refuse(path: Path, app_id: int, version: int, tables: int) -> None:
             f"{path} is an SQLite database of another program, not a kb database: "
             "choose another --db path"
         )
+    if app_id == APP_ID and version < 1:  # every kb database has a version from 1 on
+        raise NotAKnowledgeBaseError(
+            f"{path} is not a kb database: unknown format version {version} (kb writes 1 to "
+            f"{SCHEMA_VERSION}); it was left unchanged: choose another --db path, or restore "
+            "it from a backup"
+        )
     if version > SCHEMA_VERSION:
         raise NotAKnowledgeBaseError(
             f"{path} was written by a newer kbcli (schema {version}, this one reads "

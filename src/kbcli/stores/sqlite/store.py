@@ -12,7 +12,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,14 @@ from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError, StoreError
 from ...filters import validate_filter
 from ...types import Document, FileRecord, Finding, SearchResult
-from ..common import check_embedder, keyword_hit, lock_file, prefiltered_search, vector_dimensions
+from ..common import (
+    check_embedder,
+    keyword_hit,
+    lock_file,
+    prefiltered_search,
+    scratch_folder,
+    vector_dimensions,
+)
 from . import catalog, integrity, ledger, vectors
 from .catalog import ChunkRow, pack_terms
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
@@ -33,12 +40,17 @@ from .schema import SCHEMA_VERSION
 class SQLiteStore:
     """A persistent store with an exact BM25 index and vectorised dense search.
 
-    ``path`` defaults to ``paths.knowledge_db`` from the configuration; parent folders are
-    created. ``analyzer`` tokenises text for the keyword index (default: :class:`Analyzer()`);
-    the index records its signature and refuses to mix two analyzers. ``busy_timeout`` is how
-    many seconds a writer waits for another writer before :class:`DatabaseLockedError`.
-    ``create=False`` refuses to create a missing database.
+    ``path``: the database file (parent folders are created). Without one the store is private
+    to this object: a temporary folder (see :func:`~kbcli.stores.common.scratch_folder`),
+    deleted by :meth:`close`, when the store is garbage-collected or at exit; it never opens
+    ``paths.knowledge_db`` (``KnowledgeBase.open`` and ``kb`` do). ``analyzer`` tokenises
+    text for the keyword index (default: :class:`Analyzer()`); the index records its
+    signature and refuses to mix two analyzers. ``busy_timeout`` is how many seconds a writer
+    waits for another writer before :class:`DatabaseLockedError`. ``create=False`` refuses to
+    create a missing database.
     """
+
+    _scratch: Callable[[], Any] | None = None  # deletes the private folder of a pathless store
 
     def __init__(
         self,
@@ -49,9 +61,8 @@ class SQLiteStore:
         create: bool = True,
     ):
         if path is None:
-            from ...config import get_config
-
-            path = get_config().paths.knowledge_db
+            folder, self._scratch = scratch_folder(self)
+            path = folder / "knowledge.db"
         self.path = Path(path).expanduser()
         self.busy_timeout = busy_timeout
         self._allowed = catalog.AllowedRowids()
@@ -82,14 +93,19 @@ class SQLiteStore:
     def close(self) -> None:
         """Close the connection (the store cannot be used afterwards). After writes, first
         write the keyword pack if the next search would (:meth:`prepare_search`): a later
-        ``kb search`` then ranks from it without importing numpy."""
-        if self._db.commits:
+        ``kb search`` then ranks from it without importing numpy. A store built without a path
+        deletes its temporary folder."""
+        if self._db.commits and self._scratch is None:
             try:
                 self.prepare_search()
             except (sqlite3.Error, OSError):
                 pass  # the pack is derived: the next search writes it
-        self._matrix.close()
-        self._db.close()
+        try:
+            self._matrix.close()
+        finally:
+            self._db.close()
+            if self._scratch is not None:
+                self._scratch()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -252,9 +268,13 @@ class SQLiteStore:
 
     # --- file ledger and embedding cache --------------------------------------------------------
 
-    def writer_lock(self, wait: float) -> AbstractContextManager[None]:
-        """The one-ingest-at-a-time lock (a lock file beside the database)."""
-        return lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path))
+    @contextmanager
+    def writer_lock(self, wait: float) -> Iterator[None]:
+        """The one-ingest-at-a-time lock (a lock file beside the database); checks first that
+        the database can be written, so an ingest fails before it reads or embeds anything."""
+        with lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path)):
+            self._db.check_writable()
+            yield
 
     def file_records(self) -> dict[str, FileRecord]:
         """Every indexed file, by absolute path."""

@@ -116,8 +116,9 @@ class DerivedVectors(Protocol):
         by the next search)."""
         ...
 
-    def discard(self) -> None:
-        """Delete the index on disk and forget the one in memory (rebuilt on next use)."""
+    def discard(self) -> str | None:
+        """Delete the index on disk and forget the one in memory (rebuilt on next use); a
+        note for ``kb doctor --repair`` when more had to go than the index itself."""
         ...
 
 

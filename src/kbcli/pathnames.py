@@ -1,0 +1,47 @@
+"""File names as kb records them: text every store, JSON and terminal accepts, and back.
+
+A POSIX file name is bytes. Python hands one that is not valid UTF-8 over as a ``str`` with
+lone surrogates (``os.fsdecode``'s ``surrogateescape``: the byte 0xff becomes U+DCFF), which
+SQLite, PostgreSQL, JSON output and a UTF-8 terminal all refuse. kb records such a name with
+each undecodable byte written ``\\xHH`` (``bad\\xff\\xfe.md``, as ``ls -b`` and Python's
+``repr`` show it), and turns that back into the bytes when it opens the file. A name that is
+valid UTF-8 is recorded as it is, so indexes written before keep their sources.
+
+The escape is reversible except for one case: a file whose valid name literally contains
+``\\xff`` (a backslash, an ``x`` and two hex digits of 80-ff) next to one whose name has that
+byte. :func:`source_path` then prefers the literal name, and ``kb ingest`` reports the other
+file as failed (rename one of them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+_ESCAPED = re.compile(r"\\x([89a-f][0-9a-f])")
+
+
+def source_name(path: str | bytes | os.PathLike) -> str:
+    """``path`` as kb records and prints it: unchanged when it is valid UTF-8, else with each
+    undecodable byte written ``\\xHH``. Works on any text holding such a path (a message)."""
+    text = os.fsdecode(path)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no byte stands for: show its code point
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def source_path(source: str) -> str:
+    """The file system path (a ``str`` as ``os`` functions take it) of a recorded ``source``:
+    the inverse of :func:`source_name`."""
+    if "\\x" not in source:
+        return source
+    raw = _ESCAPED.sub(lambda m: chr(0xDC00 + int(m[1], 16)), source)
+    if raw == source or source_name(raw) != source or os.path.lexists(source):
+        return source  # a valid name with a literal backslash
+    return raw

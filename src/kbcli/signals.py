@@ -1,0 +1,70 @@
+"""Termination signals handled like Ctrl-C.
+
+cron, systemd, ``timeout`` and a closed terminal stop a process with SIGTERM or SIGHUP, not
+SIGINT. Inside :func:`interrupt_on_termination` those raise :class:`Terminated`, a
+``KeyboardInterrupt``, so code that keeps its work on Ctrl-C (``kb ingest`` writes every file
+it prepared, then says what it kept) does the same for them; the process then exits with
+``128 + signal number`` (143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the
+signal ended.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+# (Windows has no SIGHUP)
+TERMINATION = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the process was (see the module docstring)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_number(stop: BaseException) -> int:
+    """The signal behind an interrupt: its own for :class:`Terminated`, else SIGINT."""
+    return getattr(stop, "signum", signal.SIGINT)
+
+
+def exit_code(stop: BaseException) -> int:
+    """What a process ended by ``stop`` exits with: 130 for Ctrl-C, 143 for SIGTERM, ..."""
+    return 128 + signal_number(stop)
+
+
+def signal_name(stop: BaseException) -> str:
+    """``"SIGINT"``, ``"SIGTERM"`` or ``"SIGHUP"``."""
+    return signal.Signals(signal_number(stop)).name
+
+
+def _raise(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+@contextmanager
+def interrupt_on_termination() -> Iterator[None]:
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread;
+    the previous handlers come back afterwards. A signal the process ignores stays ignored
+    (``nohup kb ingest`` must survive a closed terminal). Off the main thread (where Python
+    cannot set handlers) the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        signum: signal.signal(signum, _raise)
+        for signum in TERMINATION
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
