@@ -122,12 +122,6 @@ def test_chroma_store_answers_big_filters(tmp_path):
         store.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stores/chroma_store.compile_where hands an $or of 1,000 branches to Chroma, whose "
-    "own SQLite refuses it (Expression tree is too large): such a filter should be scanned "
-    "exactly from the catalog, as $prefix is (not this change's file)",
-)
 def test_chroma_store_answers_an_or_of_a_thousand_values(tmp_path):
     pytest.importorskip("chromadb", reason="the chroma store needs pip install 'kbcli[chroma]'")
     from kbcli.stores.chroma_store import ChromaStore
