@@ -17,6 +17,7 @@ import os
 import pytest
 
 from cli_helpers import run, run_json, seed
+from extras import need
 from kbcli import Document, KnowledgeBase, SimpleEmbedder
 from kbcli.errors import FilterError
 from kbcli.filters import (
@@ -112,7 +113,7 @@ def test_postgres_store_answers_big_filters(pg_dsn, pg_table):
 
 
 def test_chroma_store_answers_big_filters(tmp_path):
-    pytest.importorskip("chromadb", reason="the chroma store needs pip install 'kbcli[chroma]'")
+    need("chromadb")
     from kbcli.stores.chroma_store import ChromaStore
 
     store = ChromaStore(tmp_path / "chroma")
@@ -123,7 +124,7 @@ def test_chroma_store_answers_big_filters(tmp_path):
 
 
 def test_chroma_store_answers_an_or_of_a_thousand_values(tmp_path):
-    pytest.importorskip("chromadb", reason="the chroma store needs pip install 'kbcli[chroma]'")
+    need("chromadb")
     from kbcli.stores.chroma_store import ChromaStore
 
     store = ChromaStore(tmp_path / "chroma")
