@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from extras import EXTRA_OF, need
 
 TESTS = Path(__file__).resolve().parent
