@@ -16,6 +16,7 @@ sections kbcli reads are errors, so a typo never silently falls back to a defaul
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -103,8 +104,11 @@ class RerankConfig:
     the reranker rescores them, hits scoring below ``min_relevance`` are dropped (so a search can
     answer "No relevant knowledge found"), and the best k are returned. ``model`` is a folder or
     model name (cross-encoder) or the server's model name (api, llm); ``base_url`` the server;
-    ``batch_size`` pairs per model call (cross-encoder) or documents per request (api);
-    ``method`` is the LLM reranker's prompt (``pointwise`` yes/no or ``listwise``).
+    ``batch_size`` pairs per model call (cross-encoder); ``max_documents`` the most documents
+    one request to a rerank API carries (the pool goes in one request up to it: providers
+    price per request; Text Embeddings Inference accepts 32 unless started with
+    ``--max-client-batch-size``); ``method`` is the LLM reranker's prompt (``pointwise``
+    yes/no or ``listwise``).
     """
 
     provider: str = "none"
@@ -113,6 +117,7 @@ class RerankConfig:
     candidates: int = 50
     min_relevance: float | None = None
     batch_size: int = 32
+    max_documents: int = 1000
     method: str = "pointwise"
     timeout: float = 30.0
     max_retries: int = 3
@@ -356,6 +361,8 @@ class _Reader:
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(f"{prefix}.{key}", f"must be a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan passes every range check below
+            raise self.fail(f"{prefix}.{key}", f"must be a finite number, got {value!r}")
         if value < lo or (hi is not None and value > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise self.fail(f"{prefix}.{key}", f"must be {bound}, got {value}")
@@ -561,8 +568,6 @@ def target_store_config(config: Config, backend: str, sets: list[str]) -> Config
 
 
 def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:
-    import math
-
     from .registry import RERANKERS
 
     prefix = "rag.rerank"
@@ -601,6 +606,7 @@ def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig
         candidates=r.integer(sec, prefix, "candidates", d.candidates, 1),
         min_relevance=min_relevance,
         batch_size=r.integer(sec, prefix, "batch_size", d.batch_size, 1),
+        max_documents=r.integer(sec, prefix, "max_documents", d.max_documents, 1),
         method=r.choice(sec, prefix, "method", d.method, LLM_RERANK_METHODS),
         timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, None),
         max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),
