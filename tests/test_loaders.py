@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from extras import need
 from hostile import (
     docx_bad_crc,
     docx_flipped_byte,
@@ -158,8 +159,8 @@ def test_scanned_pdf_gives_no_sections_and_a_warning(tmp_path: Path, pdf_path: P
 
 
 def test_a_blank_scan_gives_no_sections_and_one_warning(tmp_path: Path) -> None:
-    pytest.importorskip("rapidocr_onnxruntime")
-    pytest.importorskip("pypdfium2")
+    need("rapidocr_onnxruntime")
+    need("pypdfium2")
     from PIL import Image
 
     path = tmp_path / "blank-scan.pdf"

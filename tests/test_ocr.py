@@ -20,15 +20,17 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rapidocr_onnxruntime", reason="the ocr extra: pip install 'kbcli[ocr]'")
-pytest.importorskip("pypdfium2", reason="the ocr extra: pip install 'kbcli[ocr]'")
-
+from extras import need
 from hostile import make_pdf
 from kbcli.config import load_config
 from kbcli.errors import ConfigError
 from kbcli.ingest.layout import compose
 from kbcli.ingest.ocr import PageScan, TextBox
-from scans import (
+
+need("rapidocr_onnxruntime")
+need("pypdfium2")
+
+from scans import (  # noqa: E402  (Pillow comes with the ocr extra)
     REQUIRE_CJK_ENV,
     cer,
     cjk_font,
