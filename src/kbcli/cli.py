@@ -455,7 +455,8 @@ def ingest(
         typer.Option(
             "--ext",
             metavar=".md,.pdf",
-            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx].",
+            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx]; "
+            "images (.png,.jpg,.tif,...) are read by OCR when named here.",
         ),
     ] = None,
     recursive: Annotated[

@@ -34,6 +34,8 @@ CHUNKERS = tuple(CHUNKER_REGISTRY)
 STORE_BACKENDS = tuple(STORES)
 ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
 LLM_RERANK_METHODS = ("pointwise", "listwise")
+# The scripts the built-in OCR models (PP-OCRv4, in rapidocr-onnxruntime) read.
+OCR_LANGUAGES = ("zh", "en")
 # The settings each registered store accepts under ``store:`` (a user's class takes any):
 # a type, or a tuple of the allowed names.
 STORE_SETTINGS: dict[str, dict[str, Any]] = {
@@ -171,6 +173,28 @@ class AnalysisConfig:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    """``ocr``: reading scanned PDF pages and image files (the ``ocr`` extra; docs/loaders.md).
+
+    With ``enabled``, a PDF page with fewer than ``min_text_per_page`` extracted characters is
+    rendered at ``dpi`` and recognised, and image files are read. ``languages`` are the scripts
+    kept (of :data:`OCR_LANGUAGES`); without ``zh``, full-width forms become ASCII and CJK
+    characters are dropped as misreadings. A page is rendered at most ``max_megapixels`` big
+    (a larger page at a lower resolution) and an image declaring more is refused;
+    ``page_timeout`` bounds one page's rendering and recognition in seconds; recognised lines
+    scoring under ``min_confidence`` (0..1) are dropped.
+    """
+
+    enabled: bool = True
+    languages: tuple[str, ...] = OCR_LANGUAGES
+    min_text_per_page: int = 20
+    dpi: int = 200
+    max_megapixels: float = 40.0
+    page_timeout: float = 60.0
+    min_confidence: float = 0.5
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """``store``: which store backend holds the index, and its settings.
 
@@ -192,6 +216,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
     source: Path | None = None
 
 
@@ -449,7 +474,41 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         limits=limits,
         paths=paths,
         analysis=analysis,
+        ocr=_ocr_section(r, r.section(data, "ocr")),
         source=file,
+    )
+
+
+def _ocr_section(r: _Reader, sec: dict[str, Any]) -> OcrConfig:
+    prefix = "ocr"
+    r.check_keys(sec, prefix, [f.name for f in fields(OcrConfig)])
+    d = OcrConfig()
+    languages = sec.get("languages", list(d.languages))
+    if isinstance(languages, str):
+        languages = [part.strip() for part in languages.split(",")]
+    if not isinstance(languages, list) or not languages:
+        raise r.fail(f"{prefix}.languages", f"must be a list such as [zh, en], got {languages!r}")
+    chosen: list[str] = []
+    for item in languages:
+        name = str(item).strip().lower()
+        if name not in OCR_LANGUAGES:
+            raise r.fail(
+                f"{prefix}.languages",
+                f"the built-in OCR models read {', '.join(OCR_LANGUAGES)}, not {item!r}",
+            )
+        if name not in chosen:
+            chosen.append(name)
+    dpi = r.integer(sec, prefix, "dpi", d.dpi, 50)
+    if dpi > 600:
+        raise r.fail(f"{prefix}.dpi", f"must be at most 600 (more only costs time), got {dpi}")
+    return OcrConfig(
+        enabled=r.boolean(sec, prefix, "enabled", d.enabled),
+        languages=tuple(chosen),
+        min_text_per_page=r.integer(sec, prefix, "min_text_per_page", d.min_text_per_page, 0),
+        dpi=dpi,
+        max_megapixels=r.number(sec, prefix, "max_megapixels", d.max_megapixels, 1.0, 1000.0),
+        page_timeout=r.number(sec, prefix, "page_timeout", d.page_timeout, 0.001, MAX_SECONDS),
+        min_confidence=r.number(sec, prefix, "min_confidence", d.min_confidence, 0.0, 1.0),
     )
 
 

@@ -173,9 +173,10 @@ class IngestPipeline:
         if self._loader is None:
             from .ingest import DefaultDocumentLoader
 
-            limits = self._config().limits
+            config = self._config()
+            limits = config.limits
             self._loader = DefaultDocumentLoader(
-                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout
+                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
             )
         return self._loader
 
