@@ -23,6 +23,9 @@ HEAVY_MODULES = (
     "transformers",
     "psycopg",
     "pgvector",
+    "rapidocr_onnxruntime",
+    "pypdfium2",
+    "cv2",
 )
 
 PASSWORD_TEXT = (

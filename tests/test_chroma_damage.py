@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("chromadb")
+from extras import need
+
+need("chromadb")
 
 import kbcli  # noqa: E402
 

@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("chromadb")
+from extras import need
+
+need("chromadb")
 
 import kbcli  # noqa: E402
 from kbcli import IndexMismatchError, InvalidOptionError, KnowledgeBase  # noqa: E402

@@ -77,7 +77,7 @@ def test_config_file_sets_the_database(tmp_path, monkeypatch):
 def test_ctrl_c_exits_130_quietly(monkeypatch):
     seed(SAMPLE)
 
-    def interrupted(self, query, options):
+    def interrupted(self, query, options, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(KnowledgeBase, "search_with", interrupted)
@@ -90,7 +90,7 @@ def test_ctrl_c_exits_130_quietly(monkeypatch):
 def test_unexpected_exceptions_are_not_swallowed(monkeypatch):
     seed(SAMPLE)
 
-    def broken(self, query, options):
+    def broken(self, query, options, **kwargs):
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(KnowledgeBase, "search_with", broken)

@@ -107,7 +107,9 @@ def test_an_emptied_folder_is_refused_by_default_and_nothing_is_removed(corpus):
     for path in corpus.iterdir():
         path.unlink()
     result = run("ingest", str(corpus), "--json")
-    assert result.exit_code == 2 and result.stdout == ""
+    assert result.exit_code == 2
+    summary = json.loads(result.stdout)  # one line: nothing written, and why
+    assert summary["removed"] == 0 and "Removing indexed files refused" in summary["error"]
     assert result.stderr.count("\n") == 1 and "Removing indexed files refused" in result.stderr
     assert "--allow-mass-delete" in result.stderr and "--no-prune" in result.stderr
     assert len(indexed_names()) == 4

@@ -313,7 +313,12 @@ def readonly_shm_fails_then_converges(tmp_path: Path, docs: Path, db: Path) -> N
     (docs / "d0.md").write_text("# Doc 0\n\nbeta rewritten text.\n", encoding="utf-8")
     for command in (["ingest", str(docs), "--json"], ["add", "one more note"]):
         done = kb_child(db, *command)
-        assert done.returncode == 1 and done.stdout == "", (done.stdout, done.stderr)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        if "--json" in command:  # the summary of what was written (nothing), with the error
+            summary = json.loads(done.stdout)
+            assert summary["added"] == summary["updated"] == 0 and "-shm" in summary["error"]
+        else:
+            assert done.stdout == ""
         line = child_error(done)
         assert f"{shm} is read-only" in line and "remove it while no kb process" in line, line
         assert "disk" not in line

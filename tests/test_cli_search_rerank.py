@@ -122,3 +122,74 @@ def test_search_without_reranking_imports_no_model_runtime(ids, tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)[0]["metadata"]["source"] == "/docs/password.md"
     assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+
+
+# --- the rerank pool: exactly `candidates`, in as few requests as the server takes ------------
+
+
+def ferry_corpus(long_file_chunks: int = 0) -> None:
+    """40 files of 6 chunks that all say "ferry timetable" (word overlap varies, so the fake
+    server's scores do), and optionally one long file whose chunks outrank them all."""
+    entries = []
+    for f in range(40):
+        for c in range(6):
+            extra = " harbour" * (c % 3) + " winter" * (f % 4)
+            text = f"ferry timetable for pier {f} part {c}{extra}"
+            entries.append((text, {"source": f"/ferry/f{f:02d}.md", "chunk_index": c}))
+    for c in range(long_file_chunks):
+        text = f"ferry timetable ferry timetable {c}"
+        entries.append((text, {"source": "/ferry/long.md", "chunk_index": c}))
+    seed(entries)
+
+
+def rerank_config(server, extra: str = "") -> None:
+    configure(f"rag: {{rerank: {{provider: api, base_url: '{server.url}/v1', model: r{extra}}}}}\n")
+
+
+def sent(server) -> list[int]:
+    """Documents per /rerank request, in order."""
+    return [len(body["documents"]) for body in server.bodies("/rerank")]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], [50]),  # --by file (the default) reranked 100 in requests of 32, 32, 32, 4
+        (["--by", "chunk"], [50]),
+        (["--candidates", "120"], [120]),
+        (["-k", "60"], [120]),  # never below 2 x k
+        (["--by", "chunk", "-k", "3", "--candidates", "7"], [7]),
+        (['"ferry timetable" -winter'], [50]),  # phrases and exclusions before the reranker
+    ],
+)
+def test_the_pool_is_candidates_in_one_request(server, args, expected):
+    ferry_corpus()
+    rerank_config(server)
+    query = "ferry timetable harbour"
+    if args and args[0].startswith('"'):
+        query, args = args[0], args[1:]
+    hits, _ = run_json("search", query, *args, "--json")
+    assert sent(server) == expected
+    assert hits and all(0.0 <= h["score"] <= 1.0 for h in hits)
+    if "-winter" in query:
+        documents = server.bodies("/rerank")[0]["documents"]
+        assert all("ferry timetable" in d and "winter" not in d for d in documents)
+
+
+def test_max_documents_splits_the_pool(server):
+    ferry_corpus()
+    rerank_config(server, ", max_documents: 20")
+    run_json("search", "ferry timetable", "--json")
+    assert sent(server) == [20, 20, 10]
+
+
+def test_by_file_still_fills_k_files_when_one_file_fills_the_pool(server):
+    """The pool holds the best chunk of each of the first k files, so one long file cannot
+    leave the answer short (its chunks took the whole pool and gave one file)."""
+    ferry_corpus(long_file_chunks=120)
+    rerank_config(server)
+    hits, _ = run_json("search", "ferry timetable", "-k", "5", "--json")
+    assert sent(server) == [50]
+    sources = [h["metadata"]["source"] for h in hits]
+    assert len(sources) == 5 == len(set(sources)) and sources[0] == "/ferry/long.md"
+    assert hits[0]["matched_chunks"] == 50 - 4  # the rest of the pool

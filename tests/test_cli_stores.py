@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from cli_helpers import PASSWORD_TEXT, run, run_json
+from extras import need
 from test_cli_eval import make_beir
 
-pytest.importorskip("faiss")
-pytest.importorskip("chromadb")
+need("faiss")
+need("chromadb")
 
 
 def _folder(root):

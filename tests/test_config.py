@@ -164,3 +164,67 @@ def test_store_backend_builds_the_store(tmp_path):
     assert type(kb.store).__name__ == "PlainStore" and kb.store.settings == {"colour": "blue"}
     with pytest.raises(TypeError, match="unexpected overrides: colour"):
         KnowledgeBase.from_config(load_config(cfg), colour="red")
+
+
+FLOAT_SETTINGS = [
+    ("rag.embedding.timeout", "rag: {embedding: {timeout: %s}}"),
+    ("rag.embedding.retry_budget", "rag: {embedding: {retry_budget: %s}}"),
+    ("rag.rerank.timeout", "rag: {rerank: {timeout: %s}}"),
+    ("rag.rerank.min_relevance", "rag: {rerank: {min_relevance: %s}}"),
+    ("limits.rerank_alpha", "limits: {rerank_alpha: %s}"),
+    ("limits.source_weight", "limits: {source_weight: %s}"),
+    ("limits.max_file_mb", "limits: {max_file_mb: %s}"),
+    ("limits.file_timeout", "limits: {file_timeout: %s}"),
+    ("store.busy_timeout", "store: {backend: sqlite, busy_timeout: %s}"),
+    ("store.busy_timeout", "store: {backend: faiss, busy_timeout: %s}"),
+    ("store.busy_timeout", "store: {backend: chroma, busy_timeout: %s}"),
+    ("store.busy_timeout", "store: {backend: postgres, busy_timeout: %s}"),
+]
+
+
+def test_every_float_setting_is_listed():
+    """FLOAT_SETTINGS names every float the file can set (a new one must be added here)."""
+    from dataclasses import fields
+
+    from kbcli.config import STORE_SETTINGS, EmbeddingConfig, LimitsConfig, RerankConfig
+
+    found = {
+        f"{prefix}.{f.name}"
+        for prefix, cls in (
+            ("rag.embedding", EmbeddingConfig),
+            ("rag.rerank", RerankConfig),
+            ("limits", LimitsConfig),
+        )
+        for f in fields(cls)
+        if "float" in str(f.type)
+    }
+    found |= {
+        f"store.{key}"
+        for settings in STORE_SETTINGS.values()
+        for key, kind in settings.items()
+        if kind is float
+    }
+    assert found == {key for key, _ in FLOAT_SETTINGS}
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", ".NaN"])
+@pytest.mark.parametrize(("key", "text"), FLOAT_SETTINGS)
+def test_non_finite_floats_are_refused_naming_the_key(tmp_path, key, text, value):
+    """YAML's .nan passed every range check (its comparisons are false) and failed later with
+    a traceback (limits.rerank_alpha: .nan in HybridRetriever); .inf overflowed timers."""
+    cfg = write(tmp_path / "bad.yaml", text % value)
+    with pytest.raises(ConfigError) as err:
+        load_config(cfg)
+    assert key in str(err.value) and str(cfg) in str(err.value)
+    assert "finite" in str(err.value) or "must be a number" in str(err.value)
+
+
+def test_nan_alpha_in_the_config_is_one_line_from_kb(tmp_path):
+    from cli_helpers import SAMPLE, run, seed
+
+    seed(SAMPLE)
+    Path("jianmu.yaml").write_text("limits: {rerank_alpha: .nan}\n")
+    result = run("search", "password")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "limits.rerank_alpha" in result.stderr and "finite" in result.stderr

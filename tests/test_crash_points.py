@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from cli_helpers import minimal_pdf
+from extras import need
 from kbcli import SQLiteStore
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -173,7 +174,7 @@ def test_a_crash_while_writing_a_derived_file_leaves_the_index_intact(tmp_path, 
 
 
 def test_a_crash_while_writing_the_faiss_file_leaves_the_index_intact(tmp_path):
-    pytest.importorskip("faiss")
+    need("faiss")
     db, docs = tmp_path / "kb.db", tmp_path / "docs"
     write_version(docs, 0)
     assert kb(db, "--store", "faiss", "ingest", str(docs), "-q").returncode == 0
@@ -236,7 +237,7 @@ def semantic_ids(db: Path, *store: str, env: Any = None) -> list[str]:
      ("chroma", "after-commit@3")],
 )  # fmt: skip
 def test_a_crash_at_commit_under_faiss_or_chroma_converges(tmp_path, reference, backend, point):
-    pytest.importorskip("faiss" if backend == "faiss" else "chromadb")
+    need("faiss" if backend == "faiss" else "chromadb")
     store = ("--store", backend)
     db, docs = tmp_path / "kb.db", tmp_path / "docs"
     write_version(docs, 0)
@@ -259,7 +260,7 @@ def test_a_crash_while_chroma_syncs_is_redone_on_next_use(tmp_path, point):
     """``vector-index-sync``: the collection changed, its state file still marked dirty (so
     the next use rebuilds it); ``derived-file-write``: killed writing that dirty mark, so the
     old state and the untouched collection stay (the next use syncs by difference)."""
-    pytest.importorskip("chromadb")
+    need("chromadb")
     store = ("--store", "chroma")
     db, docs = tmp_path / "kb.db", tmp_path / "docs"
     write_version(docs, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run
+from extras import need
 from kbcli import SQLiteStore
 from kbcli.stores.sqlite import packlog
 
@@ -204,7 +205,7 @@ def test_doctor_on_a_missing_database_creates_nothing(tmp_path):
 
 
 def test_faiss_file_drift_is_reported_and_repaired(tmp_path):
-    pytest.importorskip("faiss")
+    need("faiss")
     db = tmp_path / "f.db"
     kb = ("--store", "faiss", "--db", str(db))
     assert run(*kb, "ingest", str(_corpus(tmp_path / "docs")), "-q").exit_code == 0
@@ -221,7 +222,7 @@ def test_faiss_file_drift_is_reported_and_repaired(tmp_path):
 
 
 def test_chroma_state_drift_is_reported_and_repaired(tmp_path):
-    pytest.importorskip("chromadb")
+    need("chromadb")
     db = tmp_path / "c.db"
     kb = ("--store", "chroma", "--db", str(db))
     assert run(*kb, "ingest", str(_corpus(tmp_path / "docs")), "-q").exit_code == 0
@@ -240,7 +241,7 @@ def doctor_store(kb: tuple[str, ...], *args: str) -> tuple[int, dict]:
 
 
 def test_postgres_keyword_drift_is_reported_and_repaired(request):
-    pytest.importorskip("psycopg")
+    need("psycopg")
     from kbcli import Document
     from kbcli.protocols import Doctor
     from kbcli.stores.postgres import PostgresStore

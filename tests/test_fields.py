@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import kbcli.analysis as analysis
+from extras import need
 from kbcli import KnowledgeBase, SearchOptions, SimpleEmbedder, SQLiteStore
 from kbcli.analysis import (
     FIELD_WEIGHTS,
@@ -302,7 +303,7 @@ def test_chroma_copies_the_titles_an_upgrade_adds(tmp_path, pages, monkeypatch):
     """Chroma holds a copy of each chunk's metadata for its ``where`` filters: when the
     keyword upgrade of an old index adds titles in place, the copy is rebuilt, so a dense
     search filtered by title finds the page (it found nothing while the copy lacked titles)."""
-    pytest.importorskip("chromadb")
+    need("chromadb")
     from kbcli.stores.chroma_store import ChromaStore
     from kbcli.stores.sqlite import keyword
 

@@ -20,6 +20,7 @@ import uuid
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from extras import need
 from filter_strategies import corpus_and_filter, examples, sqlite_corpora
 from kbcli.errors import FilterError
 from kbcli.filters import compile_sql, dumps_metadata, matches, validate_filter
@@ -94,7 +95,7 @@ def test_postgres_sql_passes_what_the_evaluator_passes(pg, case):
 
 @pytest.fixture(scope="module")
 def chroma():
-    chromadb = pytest.importorskip("chromadb")
+    chromadb = need("chromadb")
     from chromadb.config import Settings
 
     return chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mcp")  # uvicorn comes with the mcp extra
+from extras import need
 
-from kbcli.errors import InvalidOptionError, ListenError
-from kbcli.http_limits import Limits, bind, connection_cap, make_server
-from kbcli.mcp_server import BearerTokens, Identity
+need("mcp")  # uvicorn comes with the mcp extra
+
+from kbcli.errors import InvalidOptionError, ListenError  # noqa: E402
+from kbcli.http_limits import Limits, bind, connection_cap, make_server  # noqa: E402
+from kbcli.mcp_server import BearerTokens, Identity  # noqa: E402
 
 TOKEN = "a-valid-token-0123456789"
 SHORT = Limits(request_timeout=0.5, keep_alive=1, max_connections=6, max_header_bytes=4096)
@@ -57,7 +59,7 @@ class App:
 @pytest.fixture(params=["httptools", "h11"])
 def server(request):
     """``(port, app, uvicorn server)`` under :data:`SHORT`, behind the bearer-token check."""
-    pytest.importorskip(request.param)
+    need(request.param)
     app = App()
     guarded = BearerTokens(app, {TOKEN: Identity("test", None)})
     started = threading.Event()

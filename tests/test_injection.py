@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run
+from extras import need
 from kbcli import Document, InMemoryStore, SQLiteStore
 from kbcli.errors import FilterError
 from kbcli.filters import matches, parse_filter_expressions, validate_filter
@@ -203,16 +204,16 @@ def test_payloads_through_the_cli_are_rejected_or_literal_and_change_nothing(sql
 
 def _open_other(kind: str, tmp_path: Path, request) -> object:
     if kind == "faiss":
-        pytest.importorskip("faiss")
+        need("faiss")
         from kbcli.stores.faiss_store import FaissStore
 
         return FaissStore(dim=3, path=tmp_path / "f.db")
     if kind == "chroma":
-        pytest.importorskip("chromadb")
+        need("chromadb")
         from kbcli.stores.chroma_store import ChromaStore
 
         return ChromaStore(tmp_path / "c.chroma", db=tmp_path / "c.db")
-    pytest.importorskip("psycopg")
+    need("psycopg")
     from kbcli.stores.postgres import PostgresStore
 
     return PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))

@@ -24,9 +24,10 @@ import pytest
 
 import tenants as shared
 from cli_helpers import run
+from extras import need
 from kbcli.tools import NO_CHUNK, NO_FILE, NO_KEY, NO_RESULTS, NO_SOURCE
 
-pytest.importorskip("mcp")
+need("mcp")
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MODES = ("keyword", "semantic", "hybrid")

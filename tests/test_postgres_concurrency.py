@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from extras import need
 from kbcli import Document, SQLiteStore
 
-pytest.importorskip("psycopg", reason="the postgres tests need pip install 'kbcli[postgres]'")
+need("psycopg")
 
 from kbcli.stores.postgres import PostgresStore  # noqa: E402
 

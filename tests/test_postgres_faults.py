@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("psycopg", reason="the postgres tests need pip install 'kbcli[postgres]'")
+from extras import need
+
+need("psycopg")
 
 import psycopg  # noqa: E402
 

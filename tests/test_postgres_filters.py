@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("psycopg")
-pytest.importorskip("pgvector")
+from extras import need
+
+need("psycopg")
+need("pgvector")
 
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -11,11 +11,12 @@ import random
 import pytest
 
 from cli_helpers import run
+from extras import need
 from kbcli import Document, SQLiteStore
 from kbcli.errors import FilterError, StoreError
 from kbcli.filters import matches
 
-pytest.importorskip("psycopg", reason="the postgres tests need pip install 'kbcli[postgres]'")
+need("psycopg")
 
 from kbcli.stores.postgres import PostgresStore  # noqa: E402
 from kbcli.stores.postgres.dsn import describe, redact  # noqa: E402

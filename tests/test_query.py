@@ -10,7 +10,7 @@ from kbcli.types import SearchOptions
 
 
 class CountingKB:
-    """A knowledge base that records the pool size of every search it answers."""
+    """A knowledge base that records the depth of every recall it makes."""
 
     def __init__(self, kb: KnowledgeBase) -> None:
         self.kb = kb
@@ -20,9 +20,15 @@ class CountingKB:
     def analyzer(self):
         return self.kb.analyzer
 
-    def search_with(self, query, options):
-        self.pools.append(options.k)
-        return self.kb.search_with(query, options)
+    def search_with(self, query, options, pool):
+        def counted(recall, size):
+            def recall_counted(depth):
+                self.pools.append(depth)
+                return recall(depth)
+
+            return pool(recall_counted, size)
+
+        return self.kb.search_with(query, options, pool=counted)
 
 
 def long_file_kb(tmp_path) -> KnowledgeBase:

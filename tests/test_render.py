@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kbcli.render import human_size, ingest_summary, shorten_source, snippet, term_pattern
 from kbcli.sync import SyncReport
 
@@ -66,3 +68,107 @@ def test_ingest_summary_mentions_stale_and_failures():
     assert "Removed 2 indexed files no longer found under the given paths." in kept
     assert "1 indexed file no longer exists and stayed (--no-prune)." in kept
     assert any(line.startswith("2 indexed files still exist but") for line in kept)
+
+
+# --- locations are never cut; file names read back ---------------------------------------------
+
+LONG = "/srv/" + "/".join(["a-rather-long-folder-name"] * 4) + "/the-file-with-a-long-name.md"
+
+
+def table_hits(sources):
+    from kbcli import Document, SearchResult
+    from kbcli.query import Hit
+
+    text = "reset the password " * 30
+    return [
+        Hit(SearchResult(Document(f"id{i}", text, {"source": s, "line": 40 + i}), 1 - i / 10), 2)
+        for i, s in enumerate(sources)
+    ]
+
+
+def screen(width, draw):
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False)
+    draw(console)
+    return console.file.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 100, 250])
+@pytest.mark.parametrize("explain", [False, True])
+def test_search_table_never_cuts_or_wraps_a_location(width, explain):
+    """The Location column was capped near 40 characters and folded path:line inside the
+    file name, even at 250 columns."""
+    from kbcli.render import search_table
+
+    sources = [LONG, "/docs/short.md", LONG.replace("the-file", "another-file")]
+    hits = table_hits(sources)
+    for hit in hits:
+        hit.result.explain = {"keyword": {"rank": 1, "score": 2.0}, "fused": 1.0}
+    out = screen(width, lambda c: search_table(hits, ["password"], explain, "file", c))
+    lines = out.splitlines()
+    for source, hit in zip(sources, hits):
+        assert any(f"{source}:{hit.line}" in line for line in lines), out
+    table = "Location" in out
+    assert table == (width == 250), out  # 100 columns leave too little for a snippet
+    for line in lines:  # only a location may pass the width (a terminal folds, not cuts, it)
+        assert len(line) <= width or line.strip().startswith("/srv/"), line
+    assert "password" in out
+    if not table:
+        assert sum(line.startswith("#") for line in lines) == 3
+
+
+def test_a_short_location_keeps_the_table_at_60_columns():
+    from kbcli.render import search_table
+
+    hits = table_hits(["/d/a.md"])
+    out = screen(60, lambda c: search_table(hits, ["password"], False, "file", c))
+    assert "Location" in out and "/d/a.md:40" in out
+    assert all(len(line) <= 60 for line in out.splitlines())
+
+
+@pytest.mark.parametrize("width", [60, 250])
+def test_list_table_never_cuts_a_source(width):
+    from kbcli import Document
+    from kbcli.render import documents_table
+
+    docs = [Document("a" * 32, "some text " * 20, {"source": LONG, "chunk_index": 3})]
+    out = screen(width, lambda c: documents_table(docs, c))
+    assert any(LONG in line for line in out.splitlines()), out
+    assert ("Source" in out) == (width == 250)
+
+
+NAMES = [
+    "plain.md",
+    "new\nline.md",
+    "tab\there.md",
+    "esc\x1b[31mred.md",
+    "it's.md",
+    "back\\slash\nx.md",
+    "nbsp\xa0x.md",
+    "unicode-😀-é.md",
+    "$'looks-quoted'.md",
+    "del\x7f.md",
+    "line\u2028sep.md",
+]
+
+
+@pytest.mark.parametrize("name", [*NAMES, "bad\udcff\udcfe.md"])
+def test_quoted_names_read_back_through_bash(name):
+    import os
+    import subprocess
+
+    from kbcli.render import needs_quoting, quote_name
+
+    quoted = quote_name(name)
+    assert "\n" not in quoted and quoted.isprintable()
+    assert (quoted == name) == (not needs_quoting(name))
+    assert quoted == name or quoted.startswith("$'")
+    shown = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}" if quoted != name else 'printf %s "$0"', name],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert shown == os.fsencode(name)

@@ -142,3 +142,52 @@ def test_needs_a_base_url(monkeypatch):
 def test_no_candidates_no_request(server):
     assert APIReranker(server.url).rerank("q", []) == []
     assert server.requests == []
+
+
+# --- one request per pool ------------------------------------------------------------------------
+
+
+def test_a_pool_goes_in_one_request_up_to_max_documents(server):
+    """Requests used to carry 32 documents (rag.rerank.batch_size): four billed calls for a
+    pool of 100 where providers price per request."""
+    texts = [f"reset password step {i}" for i in range(150)]
+    out = APIReranker(server.url, "m").rerank("reset password", hits(texts))
+    assert [len(b["documents"]) for b in server.bodies("/rerank")] == [150]
+    assert len(out) == 150
+    server.requests.clear()
+    APIReranker(server.url, "m", max_documents=64).rerank("reset password", hits(texts))
+    assert [len(b["documents"]) for b in server.bodies("/rerank")] == [64, 64, 22]
+
+
+@pytest.mark.parametrize(
+    ("settings", "options", "expected"),
+    [
+        ("", {}, [50]),
+        ("", {"candidates": 300}, [300]),
+        ("", {"k": 80}, [160]),
+        (", max_documents: 100", {"candidates": 250}, [100, 100, 50]),
+        (", batch_size: 8", {}, [50]),  # batch_size is the cross-encoder's
+    ],
+)
+def test_the_library_sends_the_candidates_in_one_request(
+    server, tmp_path, settings, options, expected
+):
+    from kbcli import KnowledgeBase, SimpleEmbedder
+    from kbcli.config import load_config
+
+    config_file = tmp_path / "jianmu.yaml"
+    config_file.write_text(
+        f"rag: {{rerank: {{provider: api, base_url: '{server.url}', model: m{settings}}}}}\n"
+    )
+    kb = KnowledgeBase.from_config(
+        load_config(config_file), db=tmp_path / "lib.db", embedder=SimpleEmbedder()
+    )
+    try:
+        for i in range(400):
+            kb.add(f"reset password note {i} " + "x" * (i % 7), {"source": f"/n/{i % 40}.md"})
+        k = options.pop("k", 5)
+        found = kb.search("reset password", k=k, **options)
+    finally:
+        kb.close()
+    assert [len(b["documents"]) for b in server.bodies("/rerank")] == expected
+    assert len(found) == k

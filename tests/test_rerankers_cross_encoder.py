@@ -7,13 +7,14 @@ import sys
 
 import pytest
 
+from extras import need
 from kbcli import Document, KnowledgeBase, SearchResult
 from kbcli.errors import MissingDependencyError, RerankerError
 from kbcli.rerankers import CrossEncoderReranker, build_reranker
 from kbcli.rerankers.cross_encoder import export_onnx, find_onnx
 
-pytest.importorskip("torch", reason="the tiny test model is built with PyTorch ('local-st')")
-pytest.importorskip("transformers", reason="the tiny test model needs transformers")
+need("torch")
+need("transformers")
 
 TEXTS = [
     "To reset your password open settings and click reset password.",
@@ -37,7 +38,7 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_onnx(tiny_model, tmp_path_factory):
-    pytest.importorskip("onnx", reason="exporting to ONNX needs the onnx package")
+    need("onnx")
     return export_onnx(tiny_model, tmp_path_factory.mktemp("tiny-ce-onnx") / "onnx")
 
 
@@ -46,8 +47,8 @@ def hits():
 
 
 def test_both_routes_give_the_same_order_and_scores(tiny_model, tiny_onnx):
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("onnxruntime")
+    need("sentence_transformers")
+    need("onnxruntime")
     st = CrossEncoderReranker(tiny_model, backend="sentence-transformers", batch_size=3)
     ort = CrossEncoderReranker(tiny_onnx, batch_size=3)
     assert st.backend == "sentence-transformers" and ort.backend == "onnx"
@@ -64,7 +65,7 @@ def test_both_routes_give_the_same_order_and_scores(tiny_model, tiny_onnx):
 
 
 def test_scores_do_not_depend_on_batching_or_input_order(tiny_onnx):
-    pytest.importorskip("onnxruntime")
+    need("onnxruntime")
     one = CrossEncoderReranker(tiny_onnx, batch_size=1).score(QUERY, TEXTS)
     many = CrossEncoderReranker(tiny_onnx, batch_size=16).score(QUERY, TEXTS)
     assert one == pytest.approx(many, abs=1e-5)
@@ -73,10 +74,10 @@ def test_scores_do_not_depend_on_batching_or_input_order(tiny_onnx):
 
 
 def test_long_passages_are_truncated_to_the_models_limit(tiny_onnx, tiny_model):
-    pytest.importorskip("onnxruntime")
+    need("onnxruntime")
     long_text = "password " * 2000  # far beyond the tiny model's 128 positions
     assert len(CrossEncoderReranker(tiny_onnx).score(QUERY, [long_text, "x"])) == 2
-    pytest.importorskip("sentence_transformers")
+    need("sentence_transformers")
     st = CrossEncoderReranker(tiny_model, backend="sentence-transformers")
     assert len(st.score(QUERY, [long_text])) == 1
 
@@ -104,7 +105,7 @@ def test_constructing_loads_nothing(tiny_onnx):
 
 
 def test_missing_model_is_a_one_line_error(tmp_path):
-    pytest.importorskip("sentence_transformers")
+    need("sentence_transformers")
     with pytest.raises(RerankerError) as err:
         CrossEncoderReranker(tmp_path / "nope").rerank("q", hits())
     assert "nothing is downloaded" in str(err.value) and "\n" not in str(err.value)
@@ -121,7 +122,7 @@ def test_missing_runtime_names_the_extra(tiny_onnx, monkeypatch):
 
 
 def test_configured_cross_encoder_reranks_a_knowledge_base(tiny_onnx, tmp_path):
-    pytest.importorskip("onnxruntime")
+    need("onnxruntime")
     config_file = tmp_path / "cwd" / "jianmu.yaml"
     config_file.write_text(
         f"rag:\n  rerank:\n    provider: cross-encoder\n    model: {tiny_onnx}\n    batch_size: 4\n"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from extras import need
 from hostile import make_pdf
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -298,7 +299,7 @@ def test_other_commands_end_cleanly_on_sigterm(tmp_path, args):
     write_tree(folder, 1, 300)
     assert kb(db, "ingest", str(folder), "-q").returncode == 0
     if args == ["mcp"]:
-        pytest.importorskip("mcp")
+        need("mcp")
     for delay in (0.05, 0.3, 0.8, 1.5):
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbcli", *args],

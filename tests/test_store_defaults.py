@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import kbcli
+from extras import need
 
 SRC = str(Path(kbcli.__file__).resolve().parents[1])  # the kbcli under test, for the scripts
 
@@ -120,8 +121,8 @@ def test_default_stores_are_private_and_leave_nothing_behind(user, how):
 def test_every_default_store_class_ran(user):
     """The script above covers FAISS and Chroma whenever they are installed (CI installs
     every extra): make sure they did not silently drop out here."""
-    pytest.importorskip("faiss")
-    pytest.importorskip("chromadb")
+    need("faiss")
+    need("chromadb")
     out = _run_script(user, STORES, "close")
     assert {"FaissStore(4, 'Flat', True, 'ip')", "FaissStore(dim=4)", "ChromaStore()"} <= set(out)
 

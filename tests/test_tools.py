@@ -8,6 +8,7 @@ import logging
 
 import pytest
 
+from extras import need
 from kbcli import KnowledgeBase, KnowledgeSearchTool, SimpleEmbedder, SQLiteStore
 from kbcli.tools import (
     MAX_K,
@@ -58,7 +59,7 @@ def test_schema_forms(kb):
 
 
 def test_schema_validates_with_jsonschema(kb):
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = need("jsonschema")
     for tool in knowledge_tools(kb):
         jsonschema.Draft202012Validator.check_schema(tool.json_schema())
 

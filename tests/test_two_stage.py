@@ -161,18 +161,20 @@ def test_rerank_config_defaults_and_validation(tmp_path):
     assert build_reranker(load_config(file)) is None
     file.write_text(
         "rag:\n  rerank: {provider: API, base_url: 'http://127.0.0.1:1/v1', model: m,"
-        " candidates: 80, min_relevance: 0.3, batch_size: 16}\n"
+        " candidates: 80, min_relevance: 0.3, batch_size: 16, max_documents: 200}\n"
         "  rewrite: {mode: hyde, model: w, base_url: 'http://127.0.0.1:1/v1'}\n"
     )
     config = load_config(file)
     assert config.rag.rerank.provider == "api" and config.rag.rerank.min_relevance == 0.3
     assert config.rag.rewrite.mode == "hyde"
     reranker = build_reranker(config)
-    assert isinstance(reranker, APIReranker) and reranker.batch_size == 16
+    assert isinstance(reranker, APIReranker) and reranker.max_documents == 200
     bad = {
         "rag: {rerank: {provider: colbert}}": "must be one of none, passthrough",
         "rag: {rerank: {candidate: 5}}": "did you mean candidates",
         "rag: {rerank: {candidates: 0}}": "at least 1",
+        "rag: {rerank: {max_documents: 0}}": "at least 1",
+        "rag: {rerank: {max_documents: 1.5}}": "whole number",
         "rag: {rerank: {min_relevance: high}}": "must be a number",
         "rag: {rerank: {method: pairwise}}": "pointwise, listwise",
         "rag: {rewrite: {mode: magic}}": "none, hyde, expand, both",

@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
+from extras import need
 from kbcli import Document, InMemoryStore, SQLiteStore
 from kbcli.config import load_config
 from kbcli.errors import ConfigError, FilterError, MissingDependencyError
 from kbcli.filters import matches
 
-faiss = pytest.importorskip("faiss")
-chromadb = pytest.importorskip("chromadb")
+faiss = need("faiss")
+chromadb = need("chromadb")
 
 from kbcli.stores.chroma_store import ChromaStore, compile_where  # noqa: E402
 from kbcli.stores.faiss_store import FILE_MAGIC, FaissStore  # noqa: E402
@@ -338,7 +339,7 @@ def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
     from kbcli.errors import InvalidOptionError
     from kbcli.stores.faiss_store import FaissVectorIndex
 
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     rng = np.random.default_rng(5)
     matrix = rng.standard_normal((3000, 16)).astype("float32")
     ids = np.arange(3000)
@@ -379,7 +380,7 @@ def test_an_unset_ef_search_grows_with_the_graph(monkeypatch):
     from kbcli.stores import faiss_store
     from kbcli.stores.faiss_store import FaissVectorIndex, default_ef_search
 
-    np = pytest.importorskip("numpy")
+    np = need("numpy")
     sizes = [size for size, _ in faiss_store.EF_SEARCH_BY_SIZE]
     assert default_ef_search(0) == default_ef_search(sizes[0]) == faiss_store.DEFAULT_EF_SEARCH
     steps = [default_ef_search(n) for n in (sizes[0], sizes[0] + 1, sizes[-1] + 1, 10**8)]

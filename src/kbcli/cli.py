@@ -9,6 +9,7 @@ Start-up: module-level imports are typer and the standard library only; the libr
 anything heavy are imported inside the command that needs them.
 """
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,15 @@ FILTER_HELP = (
 )
 FilterOption = Annotated[
     list[str] | None, typer.Option("--filter", "-f", metavar="EXPR", help=FILTER_HELP)
+]
+NullOption = Annotated[
+    bool,
+    typer.Option(
+        "-0",
+        "--null",
+        help="File names (--format files) each ended by a NUL byte instead of a newline, "
+        "exactly as the file system spells them (xargs -0).",
+    ),
 ]
 MetaOption = Annotated[
     list[str] | None,
@@ -117,6 +127,12 @@ class _PlainCoercion:
             raise typer.BadParameter(
                 f"{value!r} is not a valid {name}.", ctx=ctx, param=param
             ) from None
+        if self.kind is float and not math.isfinite(number):
+            # nan passes every range check (its comparisons are false) and inf overflows timers
+            from .errors import InvalidOptionError
+
+            name = max(param.opts, key=len) if param.opts else param.name
+            raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")
         low, high = self.minimum, self.maximum
         if (low is not None and number < low) or (high is not None and number > high):
             bounds = " and ".join(
@@ -439,7 +455,8 @@ def ingest(
         typer.Option(
             "--ext",
             metavar=".md,.pdf",
-            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx].",
+            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx]; "
+            "images (.png,.jpg,.tif,...) are read by OCR when named here.",
         ),
     ] = None,
     recursive: Annotated[
@@ -713,13 +730,15 @@ def search(
         typer.Option(
             "--format",
             metavar="FORMAT",
-            help="table, json, jsonl, csv, md, or files (one path per line).",
+            help="table, json, jsonl, csv, md, or files (one path per line; a name holding "
+            "a newline or control character is shell-quoted: $'a\\nb.md').",
         ),
     ] = "table",
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Same as --format json: an array of hits."),
     ] = False,
+    null: NullOption = False,
 ) -> None:
     """Search the knowledge base; hits show path:line ($EDITOR +LINE path).
 
@@ -731,7 +750,7 @@ def search(
     from .query import search as run_search
     from .types import SearchOptions
 
-    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    fmt = _files_format(_format(fmt, json_out, render.SEARCH_FORMATS), null)
     unit = _unit(by)
     options = SearchOptions(
         k=k,
@@ -756,7 +775,7 @@ def search(
     finally:
         kb.close()
     if fmt != "table":
-        render.search_output(hits, fmt, unit, explain)
+        render.search_output(hits, fmt, unit, explain, null)
     if not hits and unindexed:
         where = ", ".join(str(folder) for folder in unindexed)
         render.message(
@@ -989,6 +1008,17 @@ def _format(fmt: str, json_out: bool, allowed: tuple[str, ...]) -> str:
     return fmt
 
 
+def _files_format(fmt: str, null: bool) -> str:
+    """``-0`` is ``--format files`` with NUL bytes between the names."""
+    if not null or fmt == "files":
+        return fmt
+    if fmt == "table":
+        return "files"
+    from .errors import InvalidOptionError
+
+    raise InvalidOptionError(f"-0 prints file names (--format files), not {fmt}: drop one")
+
+
 def _unit(by: str) -> str:
     unit = by.strip().lower()
     if unit in ("files", "file"):
@@ -1009,10 +1039,17 @@ def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
 def _search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
     """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
     ``--in`` folders."""
-    from .filters import under_folders, validate_filter, with_source_paths
+    from .errors import InvalidOptionError
+    from .filters import MAX_FILTER_CONDITIONS, under_folders, validate_filter, with_source_paths
 
     where = with_source_paths(where, lambda value: _resolve_source(Path(value)))
     scope = under_folders([_resolve_source(folder) for folder in folders or []])
+    distinct = len(scope.get("$or", [scope])) if scope else 0
+    if distinct > MAX_FILTER_CONDITIONS:
+        raise InvalidOptionError(
+            f"--in was given {distinct} folders (none inside another): at most "
+            f"{MAX_FILTER_CONDITIONS}; give the folders that hold them instead"
+        )
     parts = [part for part in (where, scope) if part]
     if not parts:
         return None
@@ -1174,19 +1211,21 @@ def list_(
         typer.Option(
             "--format",
             metavar="FORMAT",
-            help="table, json, jsonl, csv, md, or files (each source once).",
+            help="table, json, jsonl, csv, md, or files (each source once; a name holding a "
+            "newline or control character is shell-quoted: $'a\\nb.md').",
         ),
     ] = "table",
     json_out: Annotated[
         bool,
         typer.Option("--json", help="Same as --format json: {id, text, metadata, created_at}."),
     ] = False,
+    null: NullOption = False,
 ) -> None:
     """List stored chunks, oldest first."""
     from . import render
     from .filters import parse_filter_expressions
 
-    fmt = _format(fmt, json_out, render.SEARCH_FORMATS)
+    fmt = _files_format(_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = _search_filter(parse_filter_expressions(filter), None)
     kb = _open(ctx, create=False)
     try:
@@ -1198,7 +1237,7 @@ def list_(
     finally:
         kb.close()
     if fmt != "table":
-        render.documents_output(docs, fmt)
+        render.documents_output(docs, fmt, null)
     if not docs:
         render.message("No chunks found.")
     elif fmt == "table":

@@ -16,6 +16,7 @@ sections kbcli reads are errors, so a typo never silently falls back to a defaul
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
@@ -34,6 +35,8 @@ CHUNKERS = tuple(CHUNKER_REGISTRY)
 STORE_BACKENDS = tuple(STORES)
 ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
 LLM_RERANK_METHODS = ("pointwise", "listwise")
+# The scripts the built-in OCR models (PP-OCRv4, in rapidocr-onnxruntime) read.
+OCR_LANGUAGES = ("zh", "en")
 # The settings each registered store accepts under ``store:`` (a user's class takes any):
 # a type, or a tuple of the allowed names.
 STORE_SETTINGS: dict[str, dict[str, Any]] = {
@@ -102,8 +105,11 @@ class RerankConfig:
     the reranker rescores them, hits scoring below ``min_relevance`` are dropped (so a search can
     answer "No relevant knowledge found"), and the best k are returned. ``model`` is a folder or
     model name (cross-encoder) or the server's model name (api, llm); ``base_url`` the server;
-    ``batch_size`` pairs per model call (cross-encoder) or documents per request (api);
-    ``method`` is the LLM reranker's prompt (``pointwise`` yes/no or ``listwise``).
+    ``batch_size`` pairs per model call (cross-encoder); ``max_documents`` the most documents
+    one request to a rerank API carries (the pool goes in one request up to it: providers
+    price per request; Text Embeddings Inference accepts 32 unless started with
+    ``--max-client-batch-size``); ``method`` is the LLM reranker's prompt (``pointwise``
+    yes/no or ``listwise``).
     """
 
     provider: str = "none"
@@ -112,6 +118,7 @@ class RerankConfig:
     candidates: int = 50
     min_relevance: float | None = None
     batch_size: int = 32
+    max_documents: int = 1000
     method: str = "pointwise"
     timeout: float = 30.0
     max_retries: int = 3
@@ -195,6 +202,28 @@ class AnalysisConfig:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    """``ocr``: reading scanned PDF pages and image files (the ``ocr`` extra; docs/loaders.md).
+
+    With ``enabled``, a PDF page with fewer than ``min_text_per_page`` extracted characters is
+    rendered at ``dpi`` and recognised, and image files are read. ``languages`` are the scripts
+    kept (of :data:`OCR_LANGUAGES`); without ``zh``, full-width forms become ASCII and CJK
+    characters are dropped as misreadings. A page is rendered at most ``max_megapixels`` big
+    (a larger page at a lower resolution) and an image declaring more is refused;
+    ``page_timeout`` bounds one page's rendering and recognition in seconds; recognised lines
+    scoring under ``min_confidence`` (0..1) are dropped.
+    """
+
+    enabled: bool = True
+    languages: tuple[str, ...] = OCR_LANGUAGES
+    min_text_per_page: int = 20
+    dpi: int = 200
+    max_megapixels: float = 40.0
+    page_timeout: float = 60.0
+    min_confidence: float = 0.5
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     """``store``: which store backend holds the index, and its settings.
 
@@ -216,6 +245,7 @@ class Config:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
     source: Path | None = None
 
 
@@ -360,6 +390,8 @@ class _Reader:
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(f"{prefix}.{key}", f"must be a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan passes every range check below
+            raise self.fail(f"{prefix}.{key}", f"must be a finite number, got {value!r}")
         if value < lo or (hi is not None and value > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
             raise self.fail(f"{prefix}.{key}", f"must be {bound}, got {value}")
@@ -472,7 +504,41 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         limits=limits,
         paths=paths,
         analysis=analysis,
+        ocr=_ocr_section(r, r.section(data, "ocr")),
         source=file,
+    )
+
+
+def _ocr_section(r: _Reader, sec: dict[str, Any]) -> OcrConfig:
+    prefix = "ocr"
+    r.check_keys(sec, prefix, [f.name for f in fields(OcrConfig)])
+    d = OcrConfig()
+    languages = sec.get("languages", list(d.languages))
+    if isinstance(languages, str):
+        languages = [part.strip() for part in languages.split(",")]
+    if not isinstance(languages, list) or not languages:
+        raise r.fail(f"{prefix}.languages", f"must be a list such as [zh, en], got {languages!r}")
+    chosen: list[str] = []
+    for item in languages:
+        name = str(item).strip().lower()
+        if name not in OCR_LANGUAGES:
+            raise r.fail(
+                f"{prefix}.languages",
+                f"the built-in OCR models read {', '.join(OCR_LANGUAGES)}, not {item!r}",
+            )
+        if name not in chosen:
+            chosen.append(name)
+    dpi = r.integer(sec, prefix, "dpi", d.dpi, 50)
+    if dpi > 600:
+        raise r.fail(f"{prefix}.dpi", f"must be at most 600 (more only costs time), got {dpi}")
+    return OcrConfig(
+        enabled=r.boolean(sec, prefix, "enabled", d.enabled),
+        languages=tuple(chosen),
+        min_text_per_page=r.integer(sec, prefix, "min_text_per_page", d.min_text_per_page, 0),
+        dpi=dpi,
+        max_megapixels=r.number(sec, prefix, "max_megapixels", d.max_megapixels, 1.0, 1000.0),
+        page_timeout=r.number(sec, prefix, "page_timeout", d.page_timeout, 0.001, MAX_SECONDS),
+        min_confidence=r.number(sec, prefix, "min_confidence", d.min_confidence, 0.0, 1.0),
     )
 
 
@@ -532,8 +598,6 @@ def target_store_config(config: Config, backend: str, sets: list[str]) -> Config
 
 
 def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:
-    import math
-
     from .registry import RERANKERS
 
     prefix = "rag.rerank"
@@ -572,6 +636,7 @@ def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig
         candidates=r.integer(sec, prefix, "candidates", d.candidates, 1),
         min_relevance=min_relevance,
         batch_size=r.integer(sec, prefix, "batch_size", d.batch_size, 1),
+        max_documents=r.integer(sec, prefix, "max_documents", d.max_documents, 1),
         method=r.choice(sec, prefix, "method", d.method, LLM_RERANK_METHODS),
         timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, None),
         max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),

@@ -114,6 +114,9 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
         add(f"limits.{f.name}", getattr(config.limits, f.name))
     for f in dataclasses.fields(config.analysis):
         add(f"analysis.{f.name}", getattr(config.analysis, f.name))
+    for f in dataclasses.fields(config.ocr):
+        value = getattr(config.ocr, f.name)
+        add(f"ocr.{f.name}", ", ".join(value) if isinstance(value, tuple) else value)
     if db_option is not None:
         rows.append({"key": "paths.knowledge_db", "value": str(Path(db_option).expanduser()),
                      "origin": "--db"})  # fmt: skip

@@ -12,13 +12,11 @@ vectors).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from .scoring import max_scale, min_max
 from .types import SearchResult
-
-Similarity = Callable[[int, int], float]
 
 
 def duplicate_key(text: str) -> str:
@@ -56,38 +54,90 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return dot / (na * nb) if na and nb else 0.0
 
 
+class Similarity(Protocol):
+    """Similarities of every candidate in a pool to one of them."""
+
+    def to(self, j: int) -> Any:
+        """A float array: the similarity of each candidate to candidate ``j``."""
+        ...
+
+
+class VectorSimilarity:
+    """Cosine over the pool's vectors, one row at a time: the unit matrix (n x d, float32) is
+    all it keeps. A pairwise matrix (n x n) was 6.4 GB for a pool of 40,000."""
+
+    def __init__(self, vectors: Any):
+        import numpy as np
+
+        from .vectors import as_unit_matrix
+
+        # d x n: one candidate's row times it reads memory in order (twice as fast as n x d)
+        self.columns = np.ascontiguousarray(as_unit_matrix(vectors).T)
+
+    def to(self, j: int) -> Any:
+        return self.columns[:, j] @ self.columns
+
+
+class TermSimilarity:
+    """Jaccard overlap of the analyzer's term sets, one row at a time: ``|a & b|`` for every
+    candidate comes from the postings of ``j``'s terms, ``|a | b|`` from the set sizes."""
+
+    def __init__(self, texts: Sequence[str], analyzer: Any):
+        import numpy as np
+
+        ids: dict[str, int] = {}
+        self.terms = [
+            np.array(sorted({ids.setdefault(t, len(ids)) for t in analyzer.terms(text)}), np.int64)
+            for text in texts
+        ]
+        self.sizes = np.array([len(t) for t in self.terms], np.float64)
+        holders: list[list[int]] = [[] for _ in ids]
+        for row, terms in enumerate(self.terms):
+            for term in terms.tolist():
+                holders[term].append(row)
+        self.postings = [np.array(rows, np.int64) for rows in holders]
+
+    def to(self, j: int) -> Any:
+        import numpy as np
+
+        shared = np.zeros(len(self.terms), np.float64)
+        for term in self.terms[j].tolist():
+            shared[self.postings[term]] += 1.0  # each row once per term
+        union = self.sizes + self.sizes[j] - shared
+        out = np.zeros_like(shared)
+        np.divide(shared, union, out=out, where=union > 0)
+        return out
+
+
 def mmr_order(relevance: Sequence[float], similarity: Similarity, lam: float, k: int) -> list[int]:
-    """Indices of up to ``k`` candidates in MMR order; ties keep the pool order."""
-    remaining = list(range(len(relevance)))
+    """Indices of up to ``k`` candidates in MMR order; ties keep the pool order.
+
+    Greedy, keeping for each candidate its largest similarity to those picked so far, times
+    ``1 - lambda`` (one vector of the pool's length, updated with one row of similarities per
+    pick): memory is that of the pool's vectors, never a pool x pool matrix. The arithmetic is
+    that of the textbook loop, in doubles, so the order is the same."""
+    import numpy as np
+
+    n = len(relevance)
+    rel = np.asarray(relevance, dtype=np.float64)
+    gain = lam * rel  # lambda x relevance; -inf once picked
+    penalty = np.zeros(n, dtype=np.float64)  # (1 - lambda) x max similarity to the picked
+    score = np.empty(n, dtype=np.float64)
+    row = np.empty(n, dtype=np.float64)
     chosen: list[int] = []
-    max_sim = [0.0] * len(relevance)
-    while remaining and len(chosen) < k:
+    wanted = min(k, n)
+    while len(chosen) < wanted:
         if chosen:
-            best = max(remaining, key=lambda i: (lam * relevance[i] - (1 - lam) * max_sim[i], -i))
+            np.subtract(gain, penalty, out=score)
+            best = int(np.argmax(score))  # the first of equal maxima: pool order
         else:
-            best = max(remaining, key=lambda i: (relevance[i], -i))
+            best = int(np.argmax(rel))
         chosen.append(best)
-        remaining.remove(best)
-        for i in remaining:
-            s = similarity(i, best)
-            if s > max_sim[i]:
-                max_sim[i] = s
+        gain[best] = -np.inf
+        if len(chosen) < wanted:
+            np.multiply(similarity.to(best), 1 - lam, out=row, dtype=np.float64)
+            np.maximum(penalty, row, out=penalty)
     return chosen
-
-
-def vector_similarity(vectors: Sequence[Sequence[float]]) -> Similarity:
-    """Pairwise cosine over ``vectors`` (computed at once with numpy)."""
-    from .vectors import as_unit_matrix
-
-    unit = as_unit_matrix(vectors)
-    sims = unit @ unit.T
-    return lambda i, j: float(sims[i, j])
-
-
-def term_similarity(texts: Sequence[str], analyzer: Any) -> Similarity:
-    """Pairwise Jaccard over the analyzer's term sets of ``texts``."""
-    sets = [frozenset(analyzer.terms(t)) for t in texts]
-    return lambda i, j: jaccard(sets[i], sets[j])
 
 
 def mmr_rerank(
@@ -101,22 +151,24 @@ def mmr_rerank(
 ) -> list[SearchResult]:
     """The ``k`` hits chosen by MMR from ``hits`` (best first); scores are left unchanged.
 
-    ``vectors[i]`` belongs to ``hits[i]``; when any is missing, term Jaccard is used instead.
+    ``vectors[i]`` belongs to ``hits[i]`` (a list of vectors, or a float matrix); when any is
+    missing, term Jaccard is used instead.
     """
     if not hits:
         return []
     raw = {str(i): h.score for i, h in enumerate(hits)}
     scores = max_scale(raw) if min(raw.values()) >= 0 else min_max(raw)
     relevance = [scores[str(i)] for i in range(len(hits))]
-    if vectors is not None and all(v is not None and len(v) for v in vectors):
-        similarity = vector_similarity(vectors)  # type: ignore[arg-type]
+    similarity: Similarity
+    if vectors is not None and _complete(vectors):
+        similarity = VectorSimilarity(vectors)
         measure = "cosine"
     else:
         if analyzer is None:
             from .analysis import Analyzer
 
             analyzer = Analyzer()
-        similarity = term_similarity([h.document.text for h in hits], analyzer)
+        similarity = TermSimilarity([h.document.text for h in hits], analyzer)
         measure = "jaccard"
     order = mmr_order(relevance, similarity, lam, k)
     out = [hits[i] for i in order]
@@ -125,3 +177,10 @@ def mmr_rerank(
             hit.explain = hit.explain or {}
             hit.explain["mmr"] = {"lambda": lam, "pool_rank": i + 1, "similarity": measure}
     return out
+
+
+def _complete(vectors: Any) -> bool:
+    """True when every candidate has a vector (a matrix always has)."""
+    if hasattr(vectors, "ndim"):
+        return bool(vectors.ndim == 2 and vectors.shape[1])
+    return all(v is not None and len(v) for v in vectors)

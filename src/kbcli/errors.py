@@ -132,7 +132,20 @@ def require(
     try:
         return importlib.import_module(module)
     except ImportError:
-        what = feature or "This feature"
-        name = package or module.split(".")[0]
-        command = f"pip install 'kbcli[{extra}]'" if extra else f"pip install {name}"
-        raise MissingDependencyError(f"{what} needs the '{name}' package: {command}") from None
+        message = missing_message(module, extra=extra, feature=feature, package=package)
+        raise MissingDependencyError(message) from None
+
+
+def missing_message(
+    module: str,
+    *,
+    extra: str | None = None,
+    feature: str | None = None,
+    package: str | None = None,
+) -> str:
+    """The line :func:`require` raises for a missing ``module`` (for callers that report it
+    another way, e.g. as a loader's warning)."""
+    what = feature or "This feature"
+    name = package or module.split(".")[0]
+    command = f"pip install 'kbcli[{extra}]'" if extra else f"pip install {name}"
+    return f"{what} needs the '{name}' package: {command}"

@@ -44,17 +44,40 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Scalar = (str, int, float, bool, type(None))
 
 
+# What one filter may hold. A statement binds about three parameters per condition, and
+# PostgreSQL takes at most 65,535 per statement (SQLite's default build 32,766); each
+# condition is also tested on every row a filter cannot narrow by an index.
+MAX_FILTER_CONDITIONS = 5000
+MAX_FILTER_DEPTH = 32  # nested $and/$or levels
+
+
 def validate_filter(filter: Any) -> dict[str, Any] | None:
-    """Return ``filter`` if well formed (None and {} mean no filter); else raise FilterError."""
+    """Return ``filter`` if well formed (None and {} mean no filter); else raise FilterError.
+
+    A filter holds at most :data:`MAX_FILTER_CONDITIONS` conditions (each value of an ``$in``
+    or ``$nin`` list counts as one) and nests ``$and``/``$or`` at most
+    :data:`MAX_FILTER_DEPTH` deep."""
     if filter is None:
         return None
     if not isinstance(filter, dict):
         raise FilterError(f"A filter must be a dict like {{'source': 'a.md'}}, got {filter!r}")
-    _check(filter)
+    conditions = _check(filter, 1)
+    if conditions > MAX_FILTER_CONDITIONS:
+        raise FilterError(
+            f"The filter holds {conditions} conditions (each $in/$nin value counts as one): at "
+            f"most {MAX_FILTER_CONDITIONS}; match what they share instead (a folder with "
+            "$prefix, a metadata key)"
+        )
     return filter or None
 
 
-def _check(filter: dict[str, Any]) -> None:
+def _check(filter: dict[str, Any], depth: int) -> int:
+    """Check one level of a filter; returns how many conditions it holds."""
+    if depth > MAX_FILTER_DEPTH:
+        raise FilterError(
+            f"The filter nests $and/$or more than {MAX_FILTER_DEPTH} levels deep: flatten it"
+        )
+    conditions = 0
     for key, value in filter.items():
         if not isinstance(key, str) or not key:
             raise FilterError(f"Filter keys must be non-empty strings, got {key!r}")
@@ -64,7 +87,7 @@ def _check(filter: dict[str, Any]) -> None:
             for sub in value:
                 if not isinstance(sub, dict):
                     raise FilterError(f"{key} items must be filters (dicts), got {sub!r}")
-                _check(sub)
+                conditions += _check(sub, depth + 1)
         elif key.startswith("$"):
             known = ", ".join(KEY_OPERATORS + LOGICAL_OPERATORS)
             raise FilterError(f"Unknown filter operator {key!r}: use one of {known}")
@@ -75,8 +98,11 @@ def _check(filter: dict[str, Any]) -> None:
                     raise FilterError(f"Filter on {key!r} has no operator")
                 for op, operand in value.items():
                     _check_operator(key, op, operand)
+                    conditions += len(operand) if op in ("$in", "$nin") else 1
             else:
                 _check_operand(key, "$eq", value)
+                conditions += 1
+    return conditions
 
 
 def _check_key(key: str) -> None:
@@ -235,9 +261,33 @@ def text_prefixes(filter: dict[str, Any] | None, key: str) -> list[str] | None:
                 elif op == "$in" and operand and all(isinstance(v, str) and v for v in operand):
                     pins.append(list(operand))
     for pin in pins:  # one that lies within every other, if any
-        if all(all(any(p.startswith(q) for q in other) for p in pin) for other in pins):
+        if all(other is pin or _within(pin, other) for other in pins):
             return pin
     return pins[0] if pins else None
+
+
+def minimal_prefixes(prefixes: list[str]) -> list[str]:
+    """The distinct ``prefixes`` that do not start with another of them, sorted: the same
+    strings start with one of them (``/docs/`` covers ``/docs/admin/``)."""
+    kept: list[str] = []
+    for prefix in sorted(set(prefixes)):
+        # sorted, every string starting with a kept prefix follows it directly
+        if not kept or not prefix.startswith(kept[-1]):
+            kept.append(prefix)
+    return kept
+
+
+def _within(pin: list[str], other: list[str]) -> bool:
+    """True when each string of ``pin`` starts with one of ``other`` (n log n: in a sorted
+    prefix-free list, a prefix of ``p`` is the greatest entry not above ``p``)."""
+    import bisect
+
+    cover = minimal_prefixes(other)
+    for p in pin:
+        at = bisect.bisect_right(cover, p) - 1
+        if at < 0 or not p.startswith(cover[at]):
+            return False
+    return True
 
 
 def filter_keys(filter: dict[str, Any] | None) -> list[str]:
@@ -298,6 +348,23 @@ def source_ranges(
 # --- compilation to SQL: one tree walker; the SQLite operators over a JSON column --------
 
 
+SQL_FAN = 64  # terms per parenthesised group of a long AND/OR (see balanced)
+
+
+def balanced(parts: list[str], joiner: str) -> str:
+    """``parts`` joined by ``joiner`` (`` OR ``, `` AND ``), in parenthesised groups of at
+    most :data:`SQL_FAN` when there are more (the caller brackets the whole). SQLite refuses
+    an expression deeper than 1000 and a chain of N ORs is N deep (``--in`` given 1,000 times
+    failed); grouped, 10,000 terms are 3 x 64 deep. Terms stay in order, so bound parameters
+    keep their positions; parentheses are spent only where needed, since SQLite's parser
+    also has a small stack for nesting."""
+    while len(parts) > SQL_FAN:
+        parts = [
+            "(" + joiner.join(parts[i : i + SQL_FAN]) + ")" for i in range(0, len(parts), SQL_FAN)
+        ]
+    return joiner.join(parts)
+
+
 def compile_tree(
     filter: dict[str, Any], condition: Callable[[str, str, Any, list[Any]], str], true: str
 ) -> tuple[str, list[Any]]:
@@ -311,11 +378,13 @@ def compile_tree(
         for key, value in node.items():
             if key in LOGICAL_OPERATORS:
                 joiner = " AND " if key == "$and" else " OR "
-                parts.append("(" + joiner.join(walk(sub) for sub in value) + ")")
+                parts.append("(" + balanced([walk(sub) for sub in value], joiner) + ")")
                 continue
             ops = value if isinstance(value, dict) else {"$eq": value}
             parts.extend(condition(key, op, operand, params) for op, operand in ops.items())
-        return "(" + " AND ".join(parts) + ")" if parts else true
+        if len(parts) == 1:  # a condition or a bracketed $and/$or: whole already
+            return parts[0]
+        return "(" + balanced(parts, " AND ") + ")" if parts else true
 
     return walk(filter), params
 
@@ -358,14 +427,35 @@ def _typed_equal_raw(column: str, key: str, value: Any, params: list[Any]) -> st
     return f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) = ?)"
 
 
+def _typed_any(column: str, key: str, values: Any, params: list[Any]) -> str:
+    """Typed equality with any of ``values``: the text values in one ``IN`` list, the numbers
+    in another (SQLite tests a list in log time; an OR per value made every row pay for
+    every value), true, false and null each on their own."""
+    parts = []
+    for kind, types in (("text", "= 'text'"), ("number", "IN ('integer', 'real')")):
+        same = [v for v in values if _kind(v) == kind]  # kept as given: the SQL's shape
+        # depends on the number of values, never on what they are
+        if same:
+            params.extend([_path(key), _path(key), *same])
+            marks = ", ".join("?" * len(same))
+            parts.append(
+                f"coalesce(json_type({column}, ?) {types}"
+                f" AND json_extract({column}, ?) IN ({marks}), 0)"
+            )
+    for value in values:
+        if _kind(value) not in ("text", "number"):
+            parts.append(_typed_equal(column, key, value, params))
+    return "(" + balanced(parts, " OR ") + ")"
+
+
 def _compile_op(column: str, key: str, op: str, operand: Any, params: list[Any]) -> str:
     if op == "$eq":
         return _typed_equal(column, key, operand, params)
     if op == "$ne":
         return "NOT " + _typed_equal(column, key, operand, params)
     if op in ("$in", "$nin"):
-        inner = " OR ".join(_typed_equal(column, key, item, params) for item in operand)
-        return f"({inner})" if op == "$in" else f"NOT ({inner})"
+        inner = _typed_any(column, key, operand, params)
+        return inner if op == "$in" else f"NOT {inner}"
     if op == "$exists":
         params.append(_path(key))
         return f"(json_type({column}, ?) IS {'NOT ' if operand else ''}NULL)"
@@ -476,11 +566,12 @@ def _parse_one(expr: str) -> dict[str, Any]:
         raise _malformed_operator(expr, key, written, raw)
     if op in ("=", "!="):
         values: list[Any] = []
+        seen: set[tuple[str, Any]] = set()
         for part in raw.split(","):
             part = part.strip()
             if not part:
                 raise FilterError(f"Empty value in filter {expr!r}: use {FILTER_SYNTAX}")
-            values.extend(v for v in _forms(part) if not any(_same(v, w) for w in values))
+            values.extend(_new_values(_forms(part), seen))
         if len(values) == 1:
             return {key: values[0]} if op == "=" else {key: {"$ne": values[0]}}
         return {key: {"$in" if op == "=" else "$nin": values}}
@@ -497,8 +588,16 @@ def _parse_one(expr: str) -> dict[str, Any]:
     return {key: {_ORDERING[op]: value}}
 
 
-def _same(a: Any, b: Any) -> bool:
-    return _kind(a) == _kind(b) and a == b
+def _new_values(values: list[Any], seen: set[tuple[str, Any]]) -> list[Any]:
+    """The ``values`` not ``seen`` yet (equal and of one kind: ``1`` is ``1.0``, not ``"1"``
+    or ``True``), which are added to ``seen``; a set, so thousands of values stay linear."""
+    out = []
+    for value in values:
+        key = (_kind(value), value)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+    return out
 
 
 def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
@@ -580,8 +679,9 @@ def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, 
 
     def widen(values: list[Any]) -> list[Any]:
         out: list[Any] = []
+        seen: set[tuple[str, Any]] = set()
         for value in values:
-            out.extend(v for v in forms(value) if not any(_same(v, w) for w in out))
+            out.extend(_new_values(forms(value), seen))
         return out
 
     def walk(node: dict[str, Any]) -> dict[str, Any]:
@@ -618,11 +718,9 @@ def under_folders(folders: list[str]) -> dict[str, Any] | None:
     ``$prefix`` with a trailing separator, so ``/docs/a`` never matches ``/docs/ab/x.md``."""
     import os
 
-    prefixes = []
-    for folder in folders:
-        prefix = folder if folder.endswith(os.sep) else folder + os.sep
-        if prefix not in prefixes:
-            prefixes.append(prefix)
+    given = [folder if folder.endswith(os.sep) else folder + os.sep for folder in folders]
+    kept = set(minimal_prefixes(given))  # a folder inside another adds nothing
+    prefixes = [p for p in dict.fromkeys(given) if p in kept]
     if not prefixes:
         return None
     parts = [{"source": {"$prefix": p}} for p in prefixes]

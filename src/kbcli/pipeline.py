@@ -176,9 +176,10 @@ class IngestPipeline:
         if self._loader is None:
             from .ingest import DefaultDocumentLoader
 
-            limits = self._config().limits
+            config = self._config()
+            limits = config.limits
             self._loader = DefaultDocumentLoader(
-                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout
+                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
             )
         return self._loader
 
@@ -427,19 +428,41 @@ class RAGPipeline:
 
         return self.config.rag.rerank if self.config is not None else RerankConfig()
 
-    def search(self, query: str, options: SearchOptions | None = None) -> SearchResults:
-        """Run the search described by ``options`` (default :class:`SearchOptions`)."""
+    def search(
+        self, query: str, options: SearchOptions | None = None, *, pool: Any = None
+    ) -> SearchResults:
+        """Run the search described by ``options`` (default :class:`SearchOptions`).
+
+        ``pool`` lets a caller that groups or filters hits afterwards (``kb search``: results
+        by file, quoted phrases) choose which recalled hits go on: it is called as
+        ``pool(recall, size)``, ``recall(depth)`` giving the best ``depth`` recalled hits; with
+        a reranker ``size`` is the candidate pool (``candidates``, at least 2×k) and it
+        returns at most that many, in recall order, which are all reranked; without one
+        ``size`` is None and it recalls as deep as it needs. Every hit left is returned (the
+        caller cuts to its k)."""
         options = options or SearchOptions()
         k = options.k
         reranker = self._reranker_for(options)
         rewriter = self._rewriter_for(options)
         settings = self._rerank_settings()
+
+        def recall(depth: int) -> list[SearchResult]:
+            return self._recall(query, depth, options, rewriter)
+
         if reranker is None:
-            hits = self._recall(query, k, options, rewriter)
+            if pool is None:
+                hits = recall(k)
+            else:
+                floor = options.min_score
+                hits = pool(
+                    lambda depth: [h for h in recall(depth) if floor is None or h.score >= floor],
+                    None,
+                )
             results = SearchResults(hits)
         else:
             candidates = options.candidates or self.candidates or settings.candidates
-            hits = self._recall(query, max(candidates, 2 * k), options, rewriter)
+            size = max(candidates, 2 * k)
+            hits = recall(size) if pool is None else pool(recall, size)[:size]
             threshold = options.min_relevance
             if threshold is None:
                 threshold = (
@@ -451,7 +474,7 @@ class RAGPipeline:
         else:
             kept = list(results)
         return SearchResults(
-            kept[:k],
+            kept[:k] if pool is None else kept,
             refused=results.refused,
             candidates=results.candidates,
             best_relevance=results.best_relevance,
@@ -725,9 +748,14 @@ class KnowledgeBase:
         """Search; extra keyword arguments are :class:`SearchOptions` fields (alpha, fusion...)."""
         return self.pipeline.search(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
 
-    def search_with(self, query: str, options: SearchOptions) -> list[SearchResult]:
-        """Search with a ready :class:`SearchOptions`."""
-        return self.pipeline.search(query, options)
+    def search_with(
+        self, query: str, options: SearchOptions, *, pool: Any = None
+    ) -> list[SearchResult]:
+        """Search with a ready :class:`SearchOptions` (``pool``: see
+        :meth:`RAGPipeline.search`)."""
+        if pool is None:
+            return self.pipeline.search(query, options)
+        return self.pipeline.search(query, options, pool=pool)
 
     def ask(
         self,

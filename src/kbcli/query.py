@@ -11,7 +11,7 @@ matched).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .types import SearchOptions, SearchResult
@@ -137,8 +137,14 @@ class Hits(list):
 
 
 def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> Hits:
-    """Search ``kb`` (anything with ``search_with`` and ``analyzer``) for ``query`` with its
-    phrase and exclusion syntax, returning hits by ``file`` or by ``chunk``."""
+    """Search ``kb`` (anything with ``search_with(query, options, pool=)`` and ``analyzer``)
+    for ``query`` with its phrase and exclusion syntax, returning hits by ``file`` or by
+    ``chunk``.
+
+    Hits failing a phrase or an exclusion never reach a reranker. With a reranker its pool
+    is ``candidates`` chunks (at least 2×k) whatever ``by``: by file, the pool holds the best
+    recalled chunk of each of the first k files (recalled deeper when the first chunks come
+    from fewer files) and the best other chunks; the reranked pool is then grouped by file."""
     if by not in UNITS:
         from .errors import InvalidOptionError
 
@@ -149,29 +155,63 @@ def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> Hit
         hits = Hits()
         hits.results = []
         return hits
-    deep = by == "file" or not parsed.plain
-    pool = min(max(k * POOL_FACTOR, POOL_MIN), max(POOL_MAX, k)) if deep else k
     analyzer = kb.analyzer if not parsed.plain else None
-    while True:
-        answered = kb.search_with(parsed.text, replace(options, k=pool))
-        results = list(answered)
-        if analyzer is not None:
-            results = [r for r in results if passes(r.document.text, parsed, analyzer)]
-        chosen = group_by_file(results, k) if by == "file" else [Hit(r) for r in results[:k]]
-        if not _deepen(answered, chosen, k, pool, deep):
-            break
-        pool = min(pool * POOL_FACTOR, POOL_DEEPEST)
+
+    def keep(results: list[SearchResult]) -> list[SearchResult]:
+        if analyzer is None:
+            return results
+        return [r for r in results if passes(r.document.text, parsed, analyzer)]
+
+    def pool(recall: Any, size: int | None) -> list[SearchResult]:
+        deep = by == "file" or not parsed.plain
+        if size is None:  # no reranker: as deep as the hits need
+            depth = min(max(k * POOL_FACTOR, POOL_MIN), max(POOL_MAX, k)) if deep else k
+        else:
+            depth = size
+        while True:
+            recalled = recall(depth)
+            kept = keep(recalled)
+            chosen = kept if size is None else _candidates(kept, size, k, by)
+            if len(recalled) < depth or depth >= POOL_DEEPEST or _enough(chosen, size, k, by):
+                return chosen
+            depth = min(depth * POOL_FACTOR, POOL_DEEPEST)
+
+    answered = kb.search_with(parsed.text, options, pool=pool)
+    results = list(answered)
+    chosen = group_by_file(results, k) if by == "file" else [Hit(r) for r in results[:k]]
     hits = Hits(chosen)
     hits.results = answered
     return hits
 
 
-def _deepen(answered: Any, chosen: list[Hit], k: int, pool: int, deep: bool) -> bool:
-    """True when a deeper pool can add hits: too few were kept, the pool came back full (more
-    chunks matched) and it was not a reranked pool (a second rerank would cost a model pass)."""
-    if not deep or len(chosen) >= k or len(answered) < pool or pool >= POOL_DEEPEST:
+def _source_key(result: SearchResult) -> str:
+    source = result.document.metadata.get("source")
+    return f"source:{source}" if source is not None else f"id:{result.document.id}"
+
+
+def _enough(chosen: list[SearchResult], size: int | None, k: int, by: str) -> bool:
+    """True when ``chosen`` needs no deeper recall: ``size`` chunks for a reranker (and k
+    files among them by file), else k hits."""
+    if size is not None and len(chosen) < size:
         return False
-    return not getattr(answered, "candidates", 0)
+    if by == "file":
+        return len({_source_key(r) for r in chosen}) >= k
+    return len(chosen) >= k
+
+
+def _candidates(kept: list[SearchResult], size: int, k: int, by: str) -> list[SearchResult]:
+    """The rerank pool out of ``kept`` (in recall order): by chunk its first ``size``; by file
+    the best chunk of each of its first k files, then the best others up to ``size``."""
+    if by != "file" or size <= k:
+        return kept[:size]
+    firsts: dict[str, int] = {}
+    for index, result in enumerate(kept):
+        if len(firsts) == k:
+            break
+        firsts.setdefault(_source_key(result), index)
+    reserved = set(firsts.values())
+    others = [i for i in range(len(kept)) if i not in reserved][: size - len(reserved)]
+    return [kept[i] for i in sorted(reserved | set(others))]
 
 
 def line_of(text: str, offset: int) -> int:

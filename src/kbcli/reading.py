@@ -240,7 +240,9 @@ def _read(
 ) -> Shown:
     # A file part of which is outside the scope is never read again: only its chunks in it.
     whole = view.filter is None or as_view(view.kb).count({"source": source}) == len(docs)
-    lines = _file_lines(view.kb, source, cache) if whole else None
+    # Recognised text (OCR) is shown as indexed: loading the file again would recognise it again.
+    recognised = any(doc.metadata.get("ocr") is True for doc in docs)
+    lines = _file_lines(view.kb, source, cache) if whole and not recognised else None
     if lines is not None:
         total = len(lines)
         if first > total:
@@ -259,7 +261,9 @@ def _read(
     if not chosen:
         raise InvalidOptionError(f"No indexed chunk of {source} covers line {first}")
     notes = []
-    if whole:
+    if recognised:
+        notes.append(f"{source}: showing the text OCR recognised when it was indexed, by chunk")
+    elif whole:
         notes.append(
             f"{source} changed or is gone since it was indexed: showing its indexed chunks "
             "(run kb ingest to refresh)"

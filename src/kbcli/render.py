@@ -8,6 +8,7 @@ draw tables or progress, so JSON output and error messages stay cheap.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -93,15 +94,7 @@ def shorten_source(source: Any, width: int = 48) -> str:
     long paths keep their tail (``.../folder/file.md``)."""
     if source is None or source == "":
         return "-"
-    text = str(source)
-    path = Path(text)
-    if path.is_absolute():
-        for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
-            try:
-                text = prefix + str(path.relative_to(base))
-                break
-            except ValueError:
-                continue
+    text = _as_typed(str(source))
     if len(text) <= width:
         return text
     parts = Path(text).parts
@@ -109,6 +102,89 @@ def shorten_source(source: Any, width: int = 48) -> str:
     if len(tail) + 4 > width:
         return "…" + text[-(width - 1) :]
     return "…/" + tail
+
+
+def display_path(source: Any) -> str:
+    """A source as the user would type it, whole: relative to the current folder or ``~/...``
+    (both open in a shell), never cut, and shell-quoted by :func:`quote_name` when it holds a
+    newline or another control character."""
+    if source is None or source == "":
+        return "-"
+    return quote_name(_as_typed(str(source)))
+
+
+def _as_typed(text: str) -> str:
+    """An absolute path relative to the current folder, else to ``~/``; anything else as is."""
+    path = Path(text)
+    if path.is_absolute():
+        for base, prefix in ((Path.cwd(), ""), (Path.home(), "~/")):
+            try:
+                return prefix + str(path.relative_to(base))
+            except ValueError:
+                continue
+    return text
+
+
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a", "\b": "\\b", "\f": "\\f",
+            "\v": "\\v", "\x1b": "\\e", "'": "\\'", "\\": "\\\\"}  # fmt: skip
+
+
+def needs_quoting(name: str) -> bool:
+    """True when ``name`` would not read back as itself one per line: it holds a newline, a
+    control or other unprintable character, a byte that is not UTF-8, or starts like a
+    quoted name (``$'``)."""
+    return not name.isprintable() or name.startswith("$'")
+
+
+def quote_name(name: str) -> str:
+    """``name`` as is, or, when :func:`needs_quoting`, in the shell's ANSI-C quoting
+    (``$'docs/a\\nb.md'``, read back by bash, zsh and ksh): ``\\n \\t \\e``..., and ``\\xHH``
+    for each byte of another unprintable character or of a byte that is not UTF-8, as the file
+    system holds it. Like ``ls --quoting-style=shell-escape``, only for such names."""
+    if not needs_quoting(name):
+        return name
+    out = []
+    for ch in name:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:  # its bytes: the same in every locale (what \u gives depends on the shell's)
+            try:
+                raw = ch.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a lone surrogate no file system name holds
+                out.append(f"\\u{code:04x}")
+                continue
+            out.extend(f"\\x{byte:02x}" for byte in raw)
+    return "$'" + "".join(out) + "'"
+
+
+def file_names(sources: Sequence[str], null: bool = False) -> None:
+    """``--format files``: each source once per line (quoted by :func:`quote_name` where a
+    line could not hold it, with a warning once), or with ``null`` each followed by a NUL byte
+    as the file system spells it (``find -print0``, ``xargs -0``)."""
+    names = list(dict.fromkeys(sources))
+    if null:
+        out = sys.stdout.buffer
+        for name in names:
+            try:
+                raw = os.fsencode(name)  # the bytes of the file's name
+            except UnicodeEncodeError:  # not a file system name (a lone surrogate)
+                raw = name.encode("utf-8", "backslashreplace")
+            out.write(raw + b"\0")
+        out.flush()
+        return
+    quoted = 0
+    for name in names:
+        quoted += needs_quoting(name)
+        result(quote_name(name))
+    if quoted:
+        warning(
+            f"{quoted} file name{_s(quoted)} hold{'s' if quoted == 1 else ''} a newline or "
+            "another control character: shown shell-quoted as $'...'; -0 prints exact names "
+            "separated by NUL bytes (xargs -0)"
+        )
 
 
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
@@ -220,15 +296,17 @@ def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
     return item
 
 
-def search_output(hits: Sequence[Any], fmt: str, unit: str, explain: bool) -> None:
-    """Search hits on stdout as ``fmt`` (every format but ``table``)."""
+def search_output(
+    hits: Sequence[Any], fmt: str, unit: str, explain: bool, null: bool = False
+) -> None:
+    """Search hits on stdout as ``fmt`` (every format but ``table``); ``null``: ``files``
+    separated by NUL bytes."""
     if fmt == "json":
         print_json([hit_json(h, unit, explain) for h in hits])
     elif fmt == "jsonl":
         print_jsonl([hit_json(h, unit, explain) for h in hits])
     elif fmt == "files":
-        for source in dict.fromkeys(h.source for h in hits if h.source is not None):
-            result(source)
+        file_names([h.source for h in hits if h.source is not None], null)
     elif fmt == "csv":
         import csv
 
@@ -255,39 +333,85 @@ def search_output(hits: Sequence[Any], fmt: str, unit: str, explain: bool) -> No
         raise ValueError(f"unknown format {fmt!r}")
 
 
+MIN_SNIPPET = 20  # narrower than this, the snippet goes under the location instead
+
+
 def search_table(
-    hits: Sequence[Any], terms: Sequence[str], explain: bool = False, unit: str = "chunk"
+    hits: Sequence[Any],
+    terms: Sequence[str],
+    explain: bool = False,
+    unit: str = "chunk",
+    console: Any = None,
 ) -> None:
     """Rank, score, ``path:line``, chunk (or matched chunks) and a highlighted snippet for each
-    hit. ``explain`` goes under the snippet, so the table keeps its columns at 80 columns."""
+    hit. The location is never cut or wrapped (``$EDITOR +LINE path`` must copy whole): the
+    snippet takes the width left; when less than :data:`MIN_SNIPPET` is left, each hit is a
+    block instead, its location on a line of its own. ``explain`` goes under the snippet."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    console = _console()
-    narrow = console.width < 100
-    source_width = 24 if narrow else 40
+    console = console or _console()
     pattern = term_pattern(terms)
-    table = Table(show_lines=True, expand=False)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("Score", justify="right", no_wrap=True)
-    table.add_column("Location", overflow="fold", max_width=source_width)
-    table.add_column("Chunks" if unit == "file" else "Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", ratio=1, min_width=20)
+    rows = []
     for rank, hit in enumerate(hits, 1):
         r = hit.result
         meta = r.document.metadata
-        suffix = f":{hit.line}" if hit.line is not None else ""
-        # At most two lines of the column; a long path keeps its tail (JSON has it whole).
-        location = shorten_source(meta.get("source"), 2 * source_width - len(suffix)) + suffix
+        location = display_path(meta.get("source")) + (
+            f":{hit.line}" if hit.line is not None else ""
+        )
         count = str(hit.matched) if unit == "file" else _chunk_label(meta)
         if unit == "file" and meta.get("page") is not None:
             count += f" (p. {meta['page']})"
         body: Any = _rich_snippet(r.document.text, pattern)
         if explain:
-            body = Group(body, Text(_explain_text(r.explain), style="dim"))
-        table.add_row(str(rank), f"{r.score:.3f}", location, count, body)
+            body = Group(body, Text(explain_text(r.explain), style="dim"))
+        rows.append((str(rank), f"{r.score:.3f}", location, count, body))
+    header = ("#", "Score", "Location", "Chunks" if unit == "file" else "Chunk")
+    if _table_fits(console.width, header, [row[:4] for row in rows]):
+        _hits_table(console, header, rows)
+    else:
+        _hits_blocks(console, unit, rows)
+
+
+def _table_fits(width: int, header: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
+    """True when columns as wide as their longest cell leave :data:`MIN_SNIPPET` for a last
+    column (a Rich table: one space of padding each side, a rule between columns)."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    borders = len(widths) + 2
+    return sum(widths) + 2 * (len(widths) + 1) + borders + MIN_SNIPPET <= width
+
+
+def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    from rich.cells import cell_len
+    from rich.table import Table
+
+    table = Table(show_lines=True, expand=False)
+    table.add_column(header[0], justify="right", no_wrap=True)
+    table.add_column(header[1], justify="right", no_wrap=True)
+    longest = max(cell_len(row[2]) for row in rows)
+    table.add_column(header[2], no_wrap=True, min_width=longest)
+    table.add_column(header[3], justify="right", no_wrap=True)
+    table.add_column("Snippet", overflow="fold", ratio=1, min_width=MIN_SNIPPET)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
+
+
+def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None:
+    """A narrow terminal: ``#1  0.873  2 chunks``, the location alone on the next line (the
+    terminal may fold it, the text stays one line), the snippet indented under it."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    for number, (rank, score, location, count, body) in enumerate(rows):
+        if number:
+            console.print()
+        what = f"chunks {count}" if unit == "file" else f"chunk {count}"
+        console.print(Text(f"#{rank}  {score}  {what}", style="bold"), soft_wrap=True)
+        console.print(Text(location), soft_wrap=True)
+        console.print(Padding(body, (0, 0, 0, 3), expand=False))
 
 
 def _chunk_label(meta: dict[str, Any]) -> str:
@@ -298,13 +422,19 @@ def _chunk_label(meta: dict[str, Any]) -> str:
     return label
 
 
-def _explain_text(explain: Any) -> str:
+def explain_text(explain: Any) -> str:
+    """``--explain`` under a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
+    1.396 + 2.000×file 1.396)``, ``dense not found``, ``alpha 0.001 (keyword-first: ...)``;
+    never a Python literal (``True``, ``{...}``, ``[...]``)."""
     if not explain:
         return "-"
     if not isinstance(explain, dict):
-        return str(explain)
+        return _fmt(explain)
+    note = explain.get("alpha_note")
     lines = []
     for key, value in explain.items():
+        if key == "alpha_note" or (key == "keyword_first" and note):
+            continue  # said beside alpha
         if isinstance(value, dict) and "rank" in value:
             line = f"{key} #{value['rank']} ({_fmt(value.get('score'))}"
             if "bm25_chunk" in value:
@@ -314,14 +444,29 @@ def _explain_text(explain: Any) -> str:
                 )
             lines.append(line + ")")
         elif value is None:
-            lines.append(f"{key} -")
+            lines.append(f"{key} not found")
+        elif key == "alpha" and note:
+            lines.append(f"alpha {_fmt(value)} ({note})")
+        elif key == "duplicates" and isinstance(value, list):
+            lines.append(f"duplicates {len(value)} collapsed ({_fmt(value)})")
         else:
             lines.append(f"{key} {_fmt(value)}")
     return "\n".join(lines)
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+    """One explain value in words: floats to 3 places, yes/no, lists and mappings spelled."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
 
 
 def numbered(shown: Any) -> None:
@@ -355,17 +500,17 @@ def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def documents_output(docs: Sequence[Any], fmt: str) -> None:
-    """Listed chunks on stdout as ``fmt`` (every format but ``table``)."""
+def documents_output(docs: Sequence[Any], fmt: str, null: bool = False) -> None:
+    """Listed chunks on stdout as ``fmt`` (every format but ``table``); ``null``: ``files``
+    separated by NUL bytes."""
     items = documents_json(docs)
     if fmt == "json":
         print_json(items)
     elif fmt == "jsonl":
         print_jsonl(items)
     elif fmt == "files":
-        for source in dict.fromkeys(d.metadata.get("source") for d in docs):
-            if source is not None:
-                result(str(source))
+        sources = (d.metadata.get("source") for d in docs)
+        file_names([str(source) for source in sources if source is not None], null)
     elif fmt == "csv":
         import csv
 
@@ -392,20 +537,37 @@ def documents_output(docs: Sequence[Any], fmt: str) -> None:
         raise ValueError(f"unknown format {fmt!r}")
 
 
-def documents_table(docs: Sequence[Any]) -> None:
-    """Id, source, chunk index and the start of each chunk."""
+def documents_table(docs: Sequence[Any], console: Any = None) -> None:
+    """Id, source, chunk index and the start of each chunk; the source is never cut (as in
+    :func:`search_table`: a narrow terminal gets one block per chunk)."""
+    from rich.cells import cell_len
+    from rich.padding import Padding
     from rich.table import Table
+    from rich.text import Text
 
+    console = console or _console()
+    rows = [
+        (d.id, display_path(d.metadata.get("source")), _chunk_label(d.metadata),
+         snippet(d.text, None, 80)[0])
+        for d in docs
+    ]  # fmt: skip
+    header = ("ID", "Source", "Chunk")
+    if not _table_fits(console.width, header, [row[:3] for row in rows]):
+        for number, (doc_id, source, chunk, text) in enumerate(rows):
+            if number:
+                console.print()
+            console.print(Text(f"{doc_id}  chunk {chunk}", style="bold"), soft_wrap=True)
+            console.print(Text(source), soft_wrap=True)
+            console.print(Padding(Text(text), (0, 0, 0, 3), expand=False))
+        return
     table = Table()
     table.add_column("ID", no_wrap=True)
-    table.add_column("Source", overflow="fold", max_width=32)
+    table.add_column("Source", no_wrap=True, min_width=max(cell_len(row[1]) for row in rows))
     table.add_column("Chunk", justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", ratio=1)
-    for d in docs:
-        text, _ = snippet(d.text, None, 80)
-        source = shorten_source(d.metadata.get("source"), 32)
-        table.add_row(d.id, source, _chunk_label(d.metadata), text)
-    _console().print(table)
+    table.add_column("Snippet", overflow="fold", ratio=1, min_width=MIN_SNIPPET)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def describe_embedder(embedder: dict[str, Any] | None) -> str:

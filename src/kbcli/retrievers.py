@@ -26,6 +26,7 @@ WEAK_DENSE_ALPHA = 0.001
 CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
+VECTOR_SLICE = 1024  # stored vectors read per call when MMR needs a pool's vectors
 
 
 @runtime_checkable
@@ -242,7 +243,27 @@ class HybridRetriever:
                 dense_hits = self.dense.search(query, pool, options)
             alpha = self.effective_alpha(options, query)
             hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
+            if options.explain and weak and options.fusion == "weighted":
+                note = self.keyword_first_reason(query, options)
+                for hit in hits:
+                    hit.explain["alpha_note"] = note  # type: ignore[index]
         return self._finish(hits, k, options)
+
+    def keyword_first_reason(self, query: str, options: SearchOptions) -> str:
+        """Why weighted fusion ranks ``query`` keyword-first with a tiny alpha (what
+        ``--explain`` prints beside it): the embedder is weak, or does not know the query's
+        script."""
+        from .embedders.base import embedder_info
+
+        name = embedder_info(self.embedder).provider
+        configured = self.alpha if self.alpha is not None else options.alpha
+        if self.weak_embedder:
+            why = f"the {name} embedder is weak"
+            strong = "a strong embedder"
+        else:
+            why = f"the {name} embedder does not know Chinese or Japanese"
+            strong = "queries in its languages"
+        return f"keyword-first: {why}; limits.rerank_alpha {configured:g} applies to {strong}"
 
     def _nothing_matches(self, query: str, options: SearchOptions) -> bool:
         """True when the embedder is weak and no word of ``query`` occurs in any document
@@ -277,13 +298,32 @@ class HybridRetriever:
 
         vectors = None
         if options.mode != "keyword" and isinstance(self.store, DocumentCatalog):
-            ids = [h.document.id for h in hits]
-            by_id = {d.id: d.embedding for d in self.store.get(ids, with_embeddings=True)}
-            vectors = [by_id.get(i) for i in ids]
+            vectors = self._pool_vectors([h.document.id for h in hits])
         analyzer = self.keyword.analyzer
         return mmr_rerank(
             hits, options.mmr or 0.0, k, vectors=vectors, analyzer=analyzer, explain=options.explain
         )
+
+    def _pool_vectors(self, ids: list[str]) -> Any:
+        """The stored vectors of ``ids`` as one float32 matrix, read a slice at a time (a
+        pool's vectors as Python lists took 30 bytes a number), or None when one is missing
+        or of another length."""
+        import numpy as np
+
+        matrix = None
+        for start in range(0, len(ids), VECTOR_SLICE):
+            part = ids[start : start + VECTOR_SLICE]
+            found = {d.id: d.embedding for d in self.store.get(part, with_embeddings=True)}
+            for row, doc_id in enumerate(part, start):
+                vector = found.get(doc_id)
+                if vector is None or not len(vector):
+                    return None
+                if matrix is None:
+                    matrix = np.empty((len(ids), len(vector)), dtype=np.float32)
+                if len(vector) != matrix.shape[1]:
+                    return None
+                matrix[row] = vector
+        return matrix
 
     @staticmethod
     def _label(hits: list[SearchResult], route: str, options: SearchOptions) -> list[SearchResult]:

@@ -95,10 +95,16 @@ class ScopedKnowledgeBase:
         """Search inside the scope; arguments as :meth:`KnowledgeBase.search`."""
         return self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
 
-    def search_with(self, query: str, options: SearchOptions) -> list[SearchResult]:
-        """Search inside the scope with ready options (``options.filter`` only narrows it)."""
+    def search_with(
+        self, query: str, options: SearchOptions, *, pool: Any = None
+    ) -> list[SearchResult]:
+        """Search inside the scope with ready options (``options.filter`` only narrows it;
+        ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
         scoped = dataclasses.replace(options, filter=self.narrow(options.filter))
-        results = self.kb.search_with(query, scoped)
+        if pool is None:
+            results = self.kb.search_with(query, scoped)
+        else:
+            results = self.kb.search_with(query, scoped, pool=pool)
         # The stores filter before ranking; this re-check only guards against a store that
         # breaks that contract (a result outside the scope is dropped, never shown).
         return [r for r in results if self.visible(r.document)] if self.filter else results

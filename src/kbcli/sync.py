@@ -106,8 +106,17 @@ class SyncReport:
     signal: str | None = None  # what interrupted the run: "SIGINT" (Ctrl-C), "SIGTERM", "SIGHUP"
     # The SLOWEST_FILES files the run spent longest on, slowest first: {"path", "seconds"}
     # (reading, parsing, chunking, the embedding of its full batches, and a group write it
-    # completed; see :meth:`timed`).
+    # completed; see :meth:`timed`), plus "ocr_pages" and "ocr_seconds_per_page" for a file
+    # with recognised pages.
     slowest: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._ocr: dict[str, dict[str, Any]] = {}  # path -> its OCR figures, until timed
+
+    def ocr_done(self, path: str, figures: dict[str, Any] | None) -> None:
+        """Note the loader's OCR figures (``{"pages", "seconds"}``) for ``path``."""
+        if figures and figures.get("pages"):
+            self._ocr[path] = figures
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-ready data."""
@@ -118,8 +127,13 @@ class SyncReport:
 
     def timed(self, path: str, seconds: float) -> None:
         """Note that ``path`` took ``seconds``; keeps the slowest :data:`SLOWEST_FILES`."""
+        ocr = self._ocr.pop(path, None)
         if len(self.slowest) < SLOWEST_FILES or seconds > self.slowest[-1]["seconds"]:
-            self.slowest.append({"path": path, "seconds": seconds})
+            entry: dict[str, Any] = {"path": path, "seconds": seconds}
+            if ocr:
+                entry["ocr_pages"] = ocr["pages"]
+                entry["ocr_seconds_per_page"] = round(ocr["seconds"] / ocr["pages"], 3)
+            self.slowest.append(entry)
             self.slowest.sort(key=lambda s: -s["seconds"])
             del self.slowest[SLOWEST_FILES:]
 
@@ -395,6 +409,16 @@ def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, 
     return digest.hexdigest(), st
 
 
+def file_settings(settings: str, kb: Any, path: Path) -> str:
+    """``settings`` plus, for a file the loader may recognise by OCR (a PDF, an image), the
+    OCR settings in effect (so installing the extra or changing ``ocr`` re-reads those)."""
+    signature = getattr(kb.ingestor.loader, "ocr_signature", None)
+    ocr = signature(path) if callable(signature) else None
+    if not ocr:
+        return settings
+    return json.dumps({**json.loads(settings), "ocr": ocr}, sort_keys=True)
+
+
 def chunk_settings(kb: Any) -> str:
     """What, besides the file's bytes, decides its chunks: loader, normaliser and chunker."""
     ingestor = kb.ingestor
@@ -531,8 +555,9 @@ def sync(
                     if name != str(path) and os.path.lexists(name):
                         report.failed.append(FileFailure(name, _name_taken(name)))
                         continue
+                    own = file_settings(settings, kb, path)
                     prepared = _sync_file(
-                        kb, path, records.get(name), settings, metadata, rebuild, report, reading
+                        kb, path, records.get(name), own, metadata, rebuild, report, reading
                     )
                     if prepared is not None:
                         pending.add(*prepared)
@@ -819,6 +844,7 @@ def _sync_file(
             time.sleep(TORN_READ_RETRY_DELAY)
         crash_point("after-parse")
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
+        report.ocr_done(source_name(path), getattr(ingestor.loader, "last_ocr", None))
         chunks = ingestor.chunk_sections(sections)
         _file_lines(ingestor.loader, path, sections, chunks)
         del sections  # the file's whole text: free it before embedding (a big file's peak)
@@ -950,7 +976,7 @@ def _relabel(
 # Metadata a file's chunks get from ingest itself, never from --meta.
 _OWN_KEYS = frozenset(
     {"source", "chunk_index", "page", "heading", "char_start", "char_end", "line", "line_end"}
-)
+) | {"ocr"}
 
 
 def _embedder_info(kb: Any) -> Any:

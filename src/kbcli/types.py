@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -149,6 +150,8 @@ class SearchOptions:
                     f"source_weight must be a number, 0 or more, got {self.source_weight!r}"
                 )
             self.source_weight = float(self.source_weight)
+        # nan compares false with every score: a search would silently return nothing
+        self.min_score = _finite("min_score", self.min_score)
         if self.candidates is not None and (
             isinstance(self.candidates, bool)
             or not isinstance(self.candidates, int)
@@ -157,16 +160,7 @@ class SearchOptions:
             raise InvalidOptionError(
                 f"candidates must be a positive whole number, got {self.candidates!r}"
             )
-        if self.min_relevance is not None:
-            if (
-                isinstance(self.min_relevance, bool)
-                or not isinstance(self.min_relevance, (int, float))
-                or self.min_relevance != self.min_relevance
-            ):
-                raise InvalidOptionError(
-                    f"min_relevance must be a number, got {self.min_relevance!r}"
-                )
-            self.min_relevance = float(self.min_relevance)
+        self.min_relevance = _finite("min_relevance", self.min_relevance)
         if self.rewrite is not None:
             rewrite = str(self.rewrite).strip().lower()
             if rewrite not in REWRITE_MODES:
@@ -181,6 +175,15 @@ class SearchOptions:
                 f"Unknown fusion {self.fusion!r}: choose one of {', '.join(FUSIONS)}"
             )
         self.fusion = fusion
+
+
+def _finite(name: str, value: Any) -> float | None:
+    """``value`` as a float (None stays None), or InvalidOptionError unless a finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
 
 
 class SearchResults(list):

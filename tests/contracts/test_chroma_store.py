@@ -7,7 +7,9 @@ import uuid
 
 import pytest
 
-pytest.importorskip("chromadb")
+from extras import need
+
+need("chromadb")
 
 from kbcli.stores.chroma_store import ChromaStore, ChromaVectorIndex  # noqa: E402
 from kbcli.testing import (  # noqa: E402

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("faiss")
+from extras import need
+
+need("faiss")
 
 from kbcli.stores.faiss_store import FaissStore, FaissVectorIndex  # noqa: E402
 from kbcli.testing import (  # noqa: E402

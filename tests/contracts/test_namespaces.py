@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from extras import need
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.testing import (
     DocumentCatalogContract,
@@ -86,7 +87,7 @@ def _postgres(dsn, table):
 def place(request, tmp_path):
     """``open(name)``: a store of namespace ``name`` in one shared place."""
     if request.param == "chroma":
-        pytest.importorskip("chromadb")
+        need("chromadb")
         folder = tmp_path / "chroma"
         return lambda name: _chroma(folder, name)
     dsn = request.getfixturevalue("pg_dsn")

@@ -100,6 +100,22 @@ def _mapped_bytes() -> int | None:
         return None
 
 
+_resident = 0  # bytes the child keeps mapped on purpose (a loaded OCR model): not growth
+
+
+def keep_resident(load: Callable[[], T], extra: int = 0) -> T:
+    """In the child: ``load()``, for something kept for every later file (an OCR model). What
+    it maps, plus ``extra`` bytes (a working arena it keeps), is not counted as growth toward
+    :data:`RECYCLE_MAPPED_BYTES`."""
+    global _resident
+    before = _mapped_bytes()
+    loaded = load()
+    after = _mapped_bytes()
+    if before is not None and after is not None:
+        _resident += max(0, after - before) + extra
+    return loaded
+
+
 def _limit_memory(budget: int | None) -> None:
     """Cap the address space at what is mapped now plus ``budget`` (None: lift the cap)."""
     try:
@@ -161,6 +177,8 @@ def serve() -> None:
             result = ("crash", traceback.format_exc())
         _limit_memory(None)
         mapped = _mapped_bytes()
+        if mapped is not None:
+            mapped -= _resident
         try:
             _send(replies, (*result, mapped))
         except MemoryError:

@@ -14,8 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config import OcrConfig
 from ..errors import InvalidOptionError, LoaderError, UnsupportedFormatError, require
 from ..types import Section
+from . import layout
+from . import ocr as ocr_pages
 from .bounded import run_bounded
 from .html import extract_html
 from .normalizers import StructurePreservingNormalizer
@@ -31,7 +34,9 @@ class BuiltinLoader:
 
     ``last_warnings`` holds the warnings of the latest call (empty when all went well).
     :class:`DefaultDocumentLoader` passes its ``encoding`` and ``timeout`` through
-    :meth:`configured`, so a subclass must accept both as keyword arguments.
+    :meth:`configured`, so a subclass must accept both as keyword arguments; it then sets
+    ``max_bytes`` and ``ocr`` (the ``ocr`` settings). ``last_ocr`` is ``{"pages", "seconds"}``
+    when the latest call recognised pages, else None.
     """
 
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
@@ -40,7 +45,9 @@ class BuiltinLoader:
         self.max_bytes: int | None = (
             None  # read at most this many bytes (set by the default loader)
         )
+        self.ocr = OcrConfig()
         self.last_warnings: list[str] = []
+        self.last_ocr: dict[str, Any] | None = None
 
     def configured(self, encoding: str, timeout: float | None) -> BuiltinLoader:
         """A fresh copy of this loader using ``encoding`` and ``timeout``."""
@@ -57,14 +64,35 @@ class BuiltinLoader:
     def _extract_bounded(self, extract: Any, path: str | Path) -> list[Section]:
         """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
         self.last_warnings = []
-        sections, self.last_warnings = run_bounded(
-            extract,
-            (str(path), self.max_bytes),
+        sections, self.last_warnings = self._bounded(extract, path)
+        return [Section(text, meta) for text, meta in sections]
+
+    def _bounded(self, func: Any, path: str | Path, *args: Any) -> Any:
+        """``func(path, max_bytes, *args)`` in the bounded worker, within ``timeout``."""
+        self.last_ocr = None
+        return run_bounded(
+            func,
+            (str(path), self.max_bytes, *args),
             timeout=self.timeout,
             label=str(path),
             file_size=_size(path),
         )
-        return [Section(text, meta) for text, meta in sections]
+
+    def _ocr_off(self) -> str | None:
+        """Why pages cannot be recognised here (OCR off or not installed), or None."""
+        if not self.ocr.enabled:
+            return "OCR is off (ocr.enabled: false in jianmu.yaml)"
+        return ocr_pages.missing()
+
+    def _recognise(self, scan: Any, path: str | Path, numbers: list[int]) -> dict[int, str]:
+        """Recognise pages ``numbers`` of ``path`` with ``scan``, one bounded call each:
+        page number -> text; failures become warnings, the time goes to ``last_ocr``."""
+        run = ocr_pages.run_pages(
+            scan, str(path), self.max_bytes, numbers, self.ocr, bounded=self.timeout is not None
+        )
+        self.last_warnings.extend(run.warnings)
+        self.last_ocr = run.figures()
+        return layout.compose(run.scans)
 
 
 class TextLoader(BuiltinLoader):
@@ -82,10 +110,96 @@ class TextLoader(BuiltinLoader):
 
 
 class PdfLoader(BuiltinLoader):
-    """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf."""
+    """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf.
+
+    A page with less text than ``ocr.min_text_per_page`` characters that shows an image is
+    rendered and recognised (:mod:`kbcli.ingest.ocr`; its section also has ``ocr: True``) when
+    OCR is on and installed; otherwise its text, if any, is kept and a warning says how to
+    recognise it."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
-        return self._extract_bounded(extract_pdf, path)
+        self.last_warnings = []
+        found, self.last_warnings, scanned, total = self._bounded(
+            extract_pdf, path, self.ocr.min_text_per_page
+        )
+        pages = {meta["page"]: Section(text, meta) for text, meta in found}
+        if scanned:
+            self._scanned(path, scanned, pages, total)
+        return [pages[n] for n in sorted(pages)]
+
+    def _scanned(
+        self, path: str | Path, scanned: list, pages: dict[int, Section], total: int
+    ) -> None:
+        """Recognise the pages with (almost) no text that show an image (a scan; a page with
+        neither is blank, or draws its text as shapes), or say why they cannot be."""
+        to_read = [n for n, _, image in scanned if image]
+        off = self._ocr_off() if to_read else None
+        recognised: dict[int, str] = {}
+        if to_read and off is None:
+            recognised = self._recognise(ocr_pages.scan_pdf_page, path, to_read)
+        elif to_read:
+            self.last_warnings.append(
+                f"{path}: {_pages(to_read, total)} no extractable text; "
+                f"{'it looks' if len(to_read) == 1 else 'they look'} scanned: {off} "
+                "(or run OCR first, e.g. ocrmypdf in.pdf out.pdf)"
+            )
+        for number, text, _ in scanned:
+            if number in recognised:
+                pages[number] = Section(recognised[number], {"page": number, "ocr": True})
+            elif text.strip():
+                pages[number] = Section(text, {"page": number})
+        if pages:
+            return
+        if not to_read:
+            self.last_warnings.append(
+                f"{path}: no extractable text on {_all_pages(total)}, and no image to "
+                "recognise (blank pages, or text drawn as shapes: run OCR first, e.g. "
+                "ocrmypdf in.pdf out.pdf)"
+            )
+        elif off is None:
+            self.last_warnings.append(
+                f"{path}: no text on {_all_pages(total)}: it has no text layer and OCR "
+                "recognised none (blank or picture-only pages?)"
+            )
+
+
+def _all_pages(total: int) -> str:
+    return "its only page" if total == 1 else f"any of its {total} pages"
+
+
+def _pages(numbers: list[int], total: int) -> str:
+    """``"page 3 (of 5) has"`` / ``"pages 1-3, 5 (of 7) have"``."""
+    spans: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if n is not None:
+            start = prev = n
+    if len(numbers) == 1:
+        return f"page {numbers[0]} (of {total}) has"
+    if len(numbers) == total:
+        return f"all {total} pages have"
+    return f"pages {', '.join(spans)} (of {total}) have"
+
+
+class ImageLoader(BuiltinLoader):
+    """Image files (PNG, JPEG, TIFF, WebP, BMP) read by OCR: one section per frame with its
+    ``page`` (1-based) and ``ocr: True``. Needs the ``ocr`` extra and ``ocr.enabled``; an image
+    declaring more than ``ocr.max_megapixels`` is refused before it is decoded."""
+
+    def load_sections(self, path: str | Path) -> list[Section]:
+        self.last_warnings = []
+        off = self._ocr_off()
+        if off is not None:
+            raise LoaderError(f"{path}: images are read by OCR: {off}")
+        frames = self._bounded(ocr_pages.image_frames, path, self.ocr)
+        recognised = self._recognise(ocr_pages.scan_image_frame, path, list(range(1, frames + 1)))
+        if not recognised and not self.last_warnings:
+            self.last_warnings.append(f"{path}: OCR recognised no text in the image")
+        return [Section(recognised[n], {"page": n, "ocr": True}) for n in sorted(recognised)]
 
 
 class DocxLoader(BuiltinLoader):
@@ -179,6 +293,7 @@ register_loader(".pdf", PdfLoader())
 register_loader(".docx", DocxLoader())
 register_loader(".doc", DocLoader())
 register_loader([".html", ".htm"], HtmlLoader())
+register_loader(list(ocr_pages.IMAGE_EXTENSIONS), ImageLoader())
 
 
 class DefaultDocumentLoader:
@@ -186,11 +301,14 @@ class DefaultDocumentLoader:
 
     ``encoding`` is the first guess for text files; ``max_file_mb`` rejects bigger files
     (config ``limits.max_file_mb``); ``timeout`` bounds PDF and DOCX parsing in seconds
-    (``limits.file_timeout``). ``None`` means no limit.
+    (``limits.file_timeout``; each recognised page has ``ocr.page_timeout``). ``None`` means no
+    limit. ``ocr`` (an :class:`~kbcli.config.OcrConfig`, default the defaults) says how scanned
+    pages and images are recognised.
 
     Section texts are normalised with :class:`StructurePreservingNormalizer` and empty ones
     dropped; :meth:`load` returns them joined by ``"\\n\\n"``, the text chunk offsets refer to.
-    After each call, ``last_warnings`` lists non-fatal problems (e.g. a PDF that looks scanned).
+    After each call, ``last_warnings`` lists non-fatal problems (e.g. a page OCR could not
+    read) and ``last_ocr`` is ``{"pages", "seconds"}`` when pages were recognised, else None.
     """
 
     def __init__(
@@ -198,6 +316,7 @@ class DefaultDocumentLoader:
         encoding: str = "utf-8",
         max_file_mb: float | None = None,
         timeout: float | None = None,
+        ocr: OcrConfig | None = None,
     ):
         if max_file_mb is not None and max_file_mb <= 0:
             raise InvalidOptionError(f"max_file_mb must be positive, got {max_file_mb}")
@@ -206,8 +325,24 @@ class DefaultDocumentLoader:
         self.encoding = encoding
         self.max_file_mb = max_file_mb
         self.timeout = timeout
+        self.ocr = ocr or OcrConfig()
         self.last_warnings: list[str] = []
+        self.last_ocr: dict[str, Any] | None = None
         self._normalizer = StructurePreservingNormalizer()
+
+    def ocr_signature(self, path: str | Path) -> str | None:
+        """The OCR settings that decide ``path``'s text, when its loader may recognise it (a
+        PDF, an image) and OCR can run (else None): part of a file record's settings, so
+        installing the extra or changing ``ocr`` re-reads PDFs and images, and nothing else."""
+        try:
+            loader = loader_for(path)
+        except UnsupportedFormatError:
+            return None
+        if not isinstance(loader, (PdfLoader, ImageLoader)) or not self.ocr.enabled:
+            return None
+        if ocr_pages.missing() is not None:
+            return None
+        return ocr_pages.signature(self.ocr)
 
     def load(self, path: str | Path) -> str:
         """The whole text of the file: its sections' texts joined by ``"\\n\\n"``."""
@@ -221,6 +356,7 @@ class DefaultDocumentLoader:
         then refused: its text would mix two versions.
         """
         self.last_warnings = []
+        self.last_ocr = None
         path = Path(path)
         for attempt in (1, 2):
             before = self._stat(path)
@@ -265,6 +401,7 @@ class DefaultDocumentLoader:
         if isinstance(loader, BuiltinLoader):
             loader = loader.configured(self.encoding, self.timeout)
             loader.max_bytes = limit_bytes(self.max_file_mb)
+            loader.ocr = self.ocr
         try:
             if callable(getattr(loader, "load_sections", None)):
                 sections = list(loader.load_sections(path))
@@ -274,6 +411,7 @@ class DefaultDocumentLoader:
             reason = " ".join(str(exc).split())
             raise LoaderError(f"{path}: cannot read the file ({reason})") from None
         self.last_warnings = list(getattr(loader, "last_warnings", None) or [])
+        self.last_ocr = getattr(loader, "last_ocr", None)
         return sections
 
 

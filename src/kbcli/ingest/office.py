@@ -2,7 +2,8 @@
 
 The ``extract_*`` functions run inside :func:`kbcli.ingest.bounded.run_bounded`'s child
 process, so they take a path string and return plain picklable data:
-``(list of (text, metadata), list of warnings)``. They raise LoaderError for bad files.
+``(list of (text, metadata), list of warnings)`` (PDF: also the pages left for OCR, see
+:mod:`kbcli.ingest.ocr`). They raise LoaderError for bad files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from .markdown import HEADING_SEPARATOR
 from .reading import open_regular, read_bounded
 
 Extracted = tuple[list[tuple[str, dict[str, Any]]], list[str]]
+# ... the pages to recognise, (page number, its text, whether it shows an image), and the count
+ExtractedPdf = tuple[list[tuple[str, dict[str, Any]]], list[str], list[tuple[int, str, bool]], int]
 
 # DOCX (zip) safety limits, checked from the zip directory before anything is unpacked.
 # python-docx reads every part into memory and lxml needs several times an XML part's size, so
@@ -58,8 +61,10 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def extract_pdf(path: str, max_bytes: int | None = None) -> Extracted:
-    """Text of each page with ``{"page": n}`` (1-based); pages without text are left out.
+def extract_pdf(path: str, max_bytes: int | None = None, min_chars: int = 0) -> ExtractedPdf:
+    """Text of each page with ``{"page": n}`` (1-based), warnings, the pages with fewer than
+    ``min_chars`` characters of text (none at all with 0) as ``(page, text, shows an image)``:
+    the candidates for OCR, left out of the sections, and the number of pages.
 
     At most ``max_bytes`` of the file are read."""
 
@@ -68,12 +73,12 @@ def extract_pdf(path: str, max_bytes: int | None = None) -> Extracted:
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        return _extract_pdf(path, max_bytes)
+        return _extract_pdf(path, max_bytes, min_chars)
     finally:
         logger.setLevel(level)
 
 
-def _extract_pdf(path: str, max_bytes: int | None) -> Extracted:
+def _extract_pdf(path: str, max_bytes: int | None, min_chars: int) -> ExtractedPdf:
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
@@ -102,14 +107,19 @@ def _extract_pdf(path: str, max_bytes: int | None) -> Extracted:
     sections: list[tuple[str, dict[str, Any]]] = []
     warnings: list[str] = []
     failed: list[str] = []
+    scanned: list[tuple[int, str, bool]] = []
     for number in range(1, count + 1):
+        page = reader.pages[number - 1]
         try:
-            text = reader.pages[number - 1].extract_text() or ""
+            text = page.extract_text() or ""
         except errors as exc:
             failed.append(f"page {number}: {_reason(exc)}")
             continue
-        if text.strip():
+        chars = len("".join(text.split()))
+        if chars and chars >= min_chars:
             sections.append((text, {"page": number}))
+        else:
+            scanned.append((number, text, _shows_image(page, errors)))
     if count and len(failed) == count:
         raise LoaderError(
             f"{path}: no page of the PDF could be read ({failed[0]}): the file is corrupt; "
@@ -119,12 +129,33 @@ def _extract_pdf(path: str, max_bytes: int | None) -> Extracted:
         warnings.append(f"{path}: {problem}: its text was skipped")
     if count == 0:
         warnings.append(f"{path}: the PDF has no pages")
-    elif not sections and not failed:
-        warnings.append(
-            f"{path}: no extractable text on any of its {count} pages; it looks scanned: "
-            "run OCR first (e.g. ocrmypdf in.pdf out.pdf)"
-        )
-    return sections, warnings
+    return sections, warnings, scanned, count
+
+
+def _shows_image(page: Any, errors: tuple[type[BaseException], ...]) -> bool:
+    """Whether a page draws an image XObject (a scan does; a blank page does not). Read from
+    its resources only: parsing the content stream for inline images would inflate it whole,
+    and a bomb's inflates to gigabytes."""
+    try:
+        return _has_image(page.get("/Resources"), 0)
+    except errors:
+        return True  # unreadable resources: let OCR (or the warning) look at it
+
+
+def _has_image(resources: Any, depth: int) -> bool:
+    if resources is None or depth > 4:  # forms inside forms: deeper is not a scan
+        return False
+    xobjects = resources.get_object().get("/XObject")
+    if xobjects is None:
+        return False
+    for ref in xobjects.get_object().values():
+        xobject = ref.get_object()
+        kind = xobject.get("/Subtype")
+        if kind == "/Image":
+            return True
+        if kind == "/Form" and _has_image(xobject.get("/Resources"), depth + 1):
+            return True
+    return False
 
 
 def check_docx_zip(path: str) -> None:

@@ -9,8 +9,10 @@ which is read too. ``base_url`` may end with ``/rerank`` already (Cohere's is
 
 Requests follow the embedders' policy (:mod:`kbcli.remote`): timeout, retries with backoff on
 408/429/5xx and connection errors, ``Retry-After`` honoured, other 4xx fail at once with one
-line, the key never shown. Candidates beyond ``batch_size`` go in further requests; the scores
-of a pointwise reranker do not depend on the other documents of a request.
+line, the key never shown. The candidates go in one request (providers price per request),
+and only beyond ``max_documents`` (``rag.rerank.max_documents``, 1000: Cohere's and Voyage's
+limit) in further ones; the scores of a pointwise reranker do not depend on the other documents
+of a request.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..errors import RerankerError
 from ..remote import JSONEndpoint, endpoint
 from ..types import SearchResult
 
+MAX_DOCUMENTS = 1000  # per request (rag.rerank.max_documents)
 KEY_ENV = ("RERANK_API_KEY",)
 BASE_URL_ENV = ("RERANK_BASE_URL",)
 MODEL_ENV = ("RERANK_MODEL",)
@@ -35,7 +38,8 @@ class APIReranker:
     ``RERANK_MODEL``; the key from the argument, else ``RERANK_API_KEY`` (a local server may
     need none). ``top_n`` asks the server for only the best ``top_n`` (None: all); documents
     longer than ``max_chars`` characters are cut (servers truncate to the model's limit anyway).
-    ``documents_field`` names the request's list of texts (``texts`` for TEI).
+    ``documents_field`` names the request's list of texts (``texts`` for TEI). A request
+    carries at most ``max_documents`` documents (``batch_size`` is its older name).
     """
 
     def __init__(
@@ -45,11 +49,12 @@ class APIReranker:
         api_key: str | None = None,
         *,
         top_n: int | None = None,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         max_chars: int = 8000,
         timeout: float = 30.0,
         max_retries: int = 3,
         documents_field: str = "documents",
+        max_documents: int | None = None,
     ) -> None:
         url = base_url or first_env(*BASE_URL_ENV)[0]
         if not url:
@@ -60,7 +65,8 @@ class APIReranker:
         self.base_url = url.rstrip("/")
         self.model = model or first_env(*MODEL_ENV)[0]
         self.top_n = top_n
-        self.batch_size = max(1, int(batch_size))
+        given = max_documents if max_documents is not None else batch_size
+        self.max_documents = max(1, int(given if given is not None else MAX_DOCUMENTS))
         self.max_chars = max(1, int(max_chars))
         self.documents_field = documents_field
         key, source = find_api_key(api_key, KEY_ENV)
@@ -78,12 +84,12 @@ class APIReranker:
 
     @classmethod
     def from_config(cls, settings: Any) -> APIReranker:
-        """Build from ``rag.rerank`` (``base_url``, ``model``, ``batch_size``, timeout,
+        """Build from ``rag.rerank`` (``base_url``, ``model``, ``max_documents``, timeout,
         retries)."""
         return cls(
             settings.base_url,
             settings.model,
-            batch_size=settings.batch_size,
+            max_documents=settings.max_documents,
             timeout=settings.timeout,
             max_retries=settings.max_retries,
         )
@@ -94,8 +100,8 @@ class APIReranker:
     def score(self, query: str, texts: list[str]) -> dict[int, float]:
         """Scores by position in ``texts``; with ``top_n`` only the positions returned."""
         scores: dict[int, float] = {}
-        for start in range(0, len(texts), self.batch_size):
-            batch = [t[: self.max_chars] for t in texts[start : start + self.batch_size]]
+        for start in range(0, len(texts), self.max_documents):
+            batch = [t[: self.max_chars] for t in texts[start : start + self.max_documents]]
             top_n = len(batch) if self.top_n is None else min(self.top_n, len(batch))
             payload: dict[str, Any] = {"query": query, self.documents_field: batch, "top_n": top_n}
             if self.model:

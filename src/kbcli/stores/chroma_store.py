@@ -66,7 +66,23 @@ def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
     filter = validate_filter(filter)
     if not filter:
         return None
-    return _conjunction([_clause(key, value) for key, value in filter.items()])
+    where = _conjunction([_clause(key, value) for key, value in filter.items()])
+    if _conditions(where) > MAX_WHERE_CONDITIONS:
+        raise FilterError(f"Chroma cannot run more than {MAX_WHERE_CONDITIONS} conditions")
+    return where
+
+
+# Chroma turns each condition of a ``where`` into an SQLite expression of its own and refuses a
+# tree deeper than SQLite's 1,000 (an $or of 1,000 values): bigger filters are scanned exactly.
+MAX_WHERE_CONDITIONS = 500
+
+
+def _conditions(where: dict[str, Any]) -> int:
+    """How many ``{key: {op: operand}}`` conditions a compiled ``where`` holds."""
+    return sum(
+        sum(_conditions(sub) for sub in value) if key in ("$and", "$or") else 1
+        for key, value in where.items()
+    )
 
 
 def _conjunction(parts: list[dict[str, Any]], op: str = "$and") -> dict[str, Any]:
