@@ -13,6 +13,8 @@ import logging
 import math
 import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -751,46 +753,35 @@ def test_bad_rag_answer_values(section, message):
     assert message in str(caught.value) and SECRET not in str(caught.value)
 
 
-def test_the_library_promise_runs_as_a_script(tmp_path, server, files):
-    """README's library lines for ask, as a user's script in its own process."""
-    import subprocess
-    import sys
+def test_the_readme_python_lines_for_ask_run_verbatim(tmp_path, server):
+    """README's ``kb ask`` Python block, as a user's script in its own process, against a
+    local OpenAI-compatible server named by OPENAI_BASE_URL."""
+    from cli_helpers import PASSWORD_TEXT
 
-    script = tmp_path / "ask_script.py"
-    script.write_text(
-        "import sys\n"
-        "from kbcli import KnowledgeBase\n"
-        "kb = KnowledgeBase.open(sys.argv[1])\n"
-        "kb.ingest_file(sys.argv[2], {'team': 'ops'})\n"
-        "answer = kb.ask('How often does the VPN password rotate?', filter={'team': 'ops'})\n"
-        "print(answer.text if not answer.refused else answer.message)\n"
-        "for source in answer.citations:\n"
-        "    print(f'[{source.n}] {source.location}')\n"
-        "show = lambda piece: print(piece, end='', flush=True)\n"
-        "answer = kb.scoped({'team': 'ops'}).ask('What is the capital of Peru?', on_text=show)\n"
-        "print(answer.message)\n"
-        "kb.close()\n",
-        encoding="utf-8",
-    )
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("KB_")},
-        "OPENAI_BASE_URL": server.url + "/v1",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"),
-    }
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### `kb ask QUESTION [options]`") :]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+    work = tmp_path / "project"
+    (work / "docs").mkdir(parents=True)
+    guide = work / "docs" / "guide.md"
+    guide.write_text(PASSWORD_TEXT, encoding="utf-8")
+    prepared = KnowledgeBase.open(work / "notes.db", embedder=SimpleEmbedder())
+    prepared.ingest_file(guide, {"team": "ops"})
+    prepared.close()
+    (work / "ask.py").write_text(block, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KB_", "XDG_"))}
+    env["OPENAI_BASE_URL"] = server.url + "/v1"
+    env["HOME"] = str(tmp_path / "home")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "script.db"), str(files["vpn"])],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "ask.py"], cwd=work, env=env, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "## Password The VPN password rotates every month; [1].",
-        f"[1] {files['vpn'].resolve()}:5",
-        "No relevant knowledge found: no indexed passage matches the question.",
-    ]
-    assert len(server.requests) == 1
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    first, cited, streamed = done.stdout.split("\n", 2)
+    assert first.endswith(" [1].") and "password" in first
+    assert cited == f"[1] {guide.resolve()}:1"
+    assert streamed.endswith(" [1].") and len(server.requests) == 2
+    assert server.bodies()[1]["stream"] is True
 
 
 # --- a class of one's own, and trust ------------------------------------------------------
