@@ -576,10 +576,10 @@ def _store(kind: str, tmp_path, request):
         return InMemoryStore()
     if kind == "sqlite":
         return SQLiteStore(tmp_path / "weights.db")
-    pytest.importorskip("psycopg", reason="the postgres store needs pip install 'kbcli[postgres]'")
+    dsn = request.getfixturevalue("pg_dsn")  # skips naming the extra when psycopg is missing
     from kbcli.stores.postgres import PostgresStore
 
-    return PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))
+    return PostgresStore(dsn, request.getfixturevalue("pg_table"))
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
