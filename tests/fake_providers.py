@@ -102,6 +102,11 @@ class FakeServer:
                 out.append([r["content"]["parts"][0]["text"] for r in body.get("requests", [])])
         return out
 
+    def answer(self, handler: BaseHTTPRequestHandler, path: str, body: dict[str, Any]) -> bool:
+        """A subclass's own routes: answer through ``handler`` and return True, or False for a
+        404. Recording, stalls and scripted failures have happened already."""
+        return False
+
     def _next_failure(self) -> tuple[int, dict[str, str]] | None:
         with self._lock:
             if self.always is not None:
@@ -151,7 +156,7 @@ class FakeServer:
                     self._openai(body)
                 elif path.endswith(":batchEmbedContents"):
                     self._gemini(body)
-                else:
+                elif not server.answer(self, path, body):
                     self._send(404, self._error(404, f"no route {path}"))
 
             def _key(self, headers: dict[str, str]) -> str:
@@ -159,7 +164,7 @@ class FakeServer:
                 return auth.removeprefix("Bearer ") or headers.get("x-goog-api-key", "")
 
             def _error(self, status: int, message: str) -> dict[str, Any]:
-                if "batchEmbedContents" in self.path:
+                if "batchEmbedContents" in self.path or "enerateContent" in self.path:
                     return {"error": {"code": status, "message": message, "status": "ERROR"}}
                 return {"error": {"message": message, "type": "error", "code": server.error_code}}
 

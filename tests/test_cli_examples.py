@@ -17,6 +17,7 @@ import pytest
 import typer
 
 from cli_helpers import minimal_pdf
+from fake_chat import FakeChatServer
 from kbcli.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,14 @@ def _beir(folder: Path, split: str) -> None:
 
 
 @pytest.fixture
-def sandbox(tmp_path) -> dict[str, str]:
+def chat_server():
+    """A local OpenAI-compatible chat server for the kb ask examples."""
+    with FakeChatServer() as server:
+        yield server
+
+
+@pytest.fixture
+def sandbox(tmp_path, chat_server) -> dict[str, str]:
     home, cwd, bin_dir = tmp_path / "home", tmp_path / "cwd", tmp_path / "bin"
     for folder in (home / "notes", cwd / "docs", cwd / "notes" / "archive", bin_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -84,6 +92,8 @@ def sandbox(tmp_path) -> dict[str, str]:
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(ROOT / "src"),
         "CWD": str(cwd),
+        # kb ask with no configuration: the openai SDK's own variable (no key: a local server)
+        "OPENAI_BASE_URL": f"{chat_server.url}/v1",
     }
     env.pop("KB_CONFIG", None)
     for setup in ("kb ingest docs notes", "kb --db team.db ingest notes"):
@@ -99,7 +109,7 @@ def test_there_are_examples_for_every_command():
 
 
 @pytest.mark.slow
-def test_every_help_example_runs_as_printed(sandbox):
+def test_every_help_example_runs_as_printed(sandbox, chat_server):
     failures = []
     for example in EXAMPLES:
         if " mcp" in example:
@@ -120,6 +130,8 @@ def test_every_help_example_runs_as_printed(sandbox):
         if done.returncode != expected or "Traceback" in done.stderr:
             failures.append(f"{example}\n  exit {done.returncode}: {done.stderr.strip()[:300]}")
     assert not failures, "\n".join(failures)
+    asked = sum(1 for e in EXAMPLES if e.startswith("kb ask") and "--show-prompt" not in e)
+    assert len(chat_server.requests) == asked  # each kb ask example answered through the SDK
 
 
 def _names_a_missing_extra(stderr: str) -> bool:

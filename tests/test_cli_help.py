@@ -14,8 +14,8 @@ COMMANDS = sorted(typer.main.get_command(app).commands)
 
 def test_the_expected_commands_are_registered():
     assert COMMANDS == [
-        "add", "config", "copy", "delete", "doctor", "eval", "get", "ingest", "init", "list", "mcp",
-        "search", "stats", "trust",
+        "add", "ask", "config", "copy", "delete", "doctor", "eval", "get", "ingest", "init", "list",
+        "mcp", "search", "stats", "trust",
     ]  # fmt: skip
 
 

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 # loads its module on first access (PEP 562).
 _EXPORTS = {
     "Analyzer": "analysis",
+    "Answer": "answer",
+    "Evidence": "answer",
     "Config": "config",
     "load_config": "config",
     "BaseEmbedder": "embedders",
@@ -24,6 +26,7 @@ _EXPORTS = {
     "LocalEmbedder": "embedders",
     "resolve_embedder": "embedders",
     "choose_embedder": "embedders",
+    "AnswerError": "errors",
     "ConfigError": "errors",
     "DatabaseLockedError": "errors",
     "EmbedderError": "errors",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -135,13 +136,41 @@ class RewriteConfig:
 
 
 @dataclass(frozen=True)
+class AnswerConfig:
+    """``rag.answer``: the chat model that writes ``kb ask`` answers (see :mod:`kbcli.answer`).
+
+    ``provider`` is ``openai`` (any OpenAI-compatible chat endpoint), ``gemini`` or a
+    ``"package.module:Class"`` path; ``model`` / ``base_url`` default to the provider's (for
+    openai, ``OPENAI_BASE_URL`` as the SDK reads it); ``api_key_env`` names the environment
+    variable holding the key (default ``OPENAI_API_KEY``, or ``GOOGLE_API_KEY`` /
+    ``GEMINI_API_KEY``). ``max_evidence`` caps the evidence in the prompt, in
+    ``evidence_unit`` (``chars``, or ``tokens`` when the file says ``"1500 tokens"``).
+    ``min_coverage`` is the evidence floor used without a reranker's ``min_relevance``.
+    """
+
+    provider: str = "openai"
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    max_evidence: int = 6000
+    evidence_unit: str = "chars"
+    max_tokens: int = 800
+    temperature: float = 0.0
+    timeout: float = 60.0  # seconds per attempt; streamed: to the first token and between tokens
+    max_retries: int = 2
+    min_coverage: float = 0.3
+
+
+@dataclass(frozen=True)
 class RAGConfig:
-    """``rag``: embedding settings, the chunker choice, reranking and query rewriting."""
+    """``rag``: embedding settings, the chunker choice, reranking, query rewriting and the
+    answer model of ``kb ask``."""
 
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     chunker: str = "structure"
     rerank: RerankConfig = field(default_factory=RerankConfig)
     rewrite: RewriteConfig = field(default_factory=RewriteConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
 
 
 @dataclass(frozen=True)
@@ -401,7 +430,7 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
     base = file.parent if file is not None else Path.cwd()
 
     rag = r.section(data, "rag")
-    r.check_keys(rag, "rag", ["embedding", "chunker", "rerank", "rewrite"])
+    r.check_keys(rag, "rag", ["embedding", "chunker", "rerank", "rewrite", "answer"])
     emb = r.section(rag, "rag.embedding")
     emb_keys = [f.name for f in fields(EmbeddingConfig) if f.name != "provider_set"]
     r.check_keys(emb, "rag.embedding", emb_keys)
@@ -430,6 +459,7 @@ def _build(data: dict[str, Any], file: Path | None) -> Config:
         chunker=r.choice(rag, "rag", "chunker", RAGConfig.chunker, CHUNKERS, paths=True),
         rerank=_rerank_section(r, r.section(rag, "rag.rerank"), base),
         rewrite=_rewrite_section(r, r.section(rag, "rag.rewrite")),
+        answer=_answer_section(r, r.section(rag, "rag.answer")),
     )
 
     lim = r.section(data, "limits")
@@ -621,6 +651,74 @@ def _rewrite_section(r: _Reader, sec: dict[str, Any]) -> RewriteConfig:
         mode=r.choice(sec, prefix, "mode", d.mode, REWRITE_MODES),
         model=r.string(sec, prefix, "model", None),
         base_url=r.string(sec, prefix, "base_url", None),
+    )
+
+
+ANSWER_KEYS = (
+    "provider", "model", "base_url", "api_key_env", "max_evidence", "max_tokens",
+    "temperature", "timeout", "max_retries", "min_coverage",
+)  # fmt: skip
+EVIDENCE_UNITS = {"chars": "chars", "characters": "chars", "tokens": "tokens"}
+
+
+def parse_evidence_budget(value: Any) -> tuple[int, str] | None:
+    """``6000`` or ``"6000 chars"`` -> ``(6000, "chars")``; ``"1500 tokens"`` ->
+    ``(1500, "tokens")``; None when ``value`` is neither (or not positive)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return (value, "chars") if value > 0 else None
+    if not isinstance(value, str):
+        return None
+    amount, _, unit = value.strip().partition(" ")
+    unit = EVIDENCE_UNITS.get(unit.strip().lower() or "chars")
+    if not amount.isdigit() or unit is None or int(amount) < 1:
+        return None
+    return int(amount), unit
+
+
+def _answer_section(r: _Reader, sec: dict[str, Any]) -> AnswerConfig:
+    from .registry import CHAT_MODELS
+
+    prefix = "rag.answer"
+    r.check_keys(sec, prefix, list(ANSWER_KEYS))
+    d = AnswerConfig()
+    provider = (r.string(sec, prefix, "provider", d.provider) or d.provider).strip()
+    if not is_class_path(provider):
+        provider = provider.lower()
+        if provider not in CHAT_MODELS:
+            raise r.fail(
+                f"{prefix}.provider",
+                f"must be one of {', '.join(CHAT_MODELS)} or 'package.module:Class', "
+                f"got {provider!r}",
+            )
+    key_env = r.string(sec, prefix, "api_key_env", None)
+    # Capitals only: a key pasted here by mistake is refused without being echoed.
+    if key_env is not None and not re.fullmatch(r"[A-Z_][A-Z0-9_]*", key_env):
+        raise r.fail(
+            f"{prefix}.api_key_env",
+            "must name an environment variable in capitals (like OPENAI_API_KEY); keys "
+            "themselves belong in the environment, never in the file",
+        )
+    budget = parse_evidence_budget(sec.get("max_evidence", d.max_evidence))
+    if budget is None:
+        raise r.fail(
+            f"{prefix}.max_evidence",
+            f"must be a positive number of characters (6000) or '<N> tokens', got "
+            f"{sec.get('max_evidence')!r}",
+        )
+    return AnswerConfig(
+        provider=provider,
+        model=r.string(sec, prefix, "model", None),
+        base_url=r.string(sec, prefix, "base_url", None),
+        api_key_env=key_env,
+        max_evidence=budget[0],
+        evidence_unit=budget[1],
+        max_tokens=r.integer(sec, prefix, "max_tokens", d.max_tokens, 1),
+        temperature=r.number(sec, prefix, "temperature", d.temperature, 0.0, 2.0),
+        timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, MAX_SECONDS),
+        max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),
+        min_coverage=r.number(sec, prefix, "min_coverage", d.min_coverage, 0.0, 1.0),
     )
 
 

@@ -11,6 +11,7 @@ bug and keeps its traceback.
     ├── MissingDependencyError an optional package is not installed (also ImportError)
     ├── EmbedderError          an embedding provider failed or is not set up (also RuntimeError)
     ├── RerankerError          a reranker or query rewriter failed or is unset (also RuntimeError)
+    ├── AnswerError            kb ask's answer model failed or is not set up (also RuntimeError)
     ├── LoaderError            a file could not be read into text (also RuntimeError)
     │   └── UnsupportedFormatError
     ├── StoreError             the knowledge database cannot be used
@@ -63,6 +64,11 @@ class EmbedderError(KBError, RuntimeError):
 class RerankerError(KBError, RuntimeError):
     """A reranker or query rewriter is not configured, cannot load its model, or its server
     failed."""
+
+
+class AnswerError(KBError, RuntimeError):
+    """The chat model that writes ``kb ask`` answers is not set up (no key, unknown provider)
+    or its server failed (4xx/5xx, timeout, an empty or malformed completion)."""
 
 
 class LoaderError(KBError, RuntimeError):

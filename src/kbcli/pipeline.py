@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embedders.base import EmbedderInfo, embedder_info
 from .protocols import (
@@ -19,6 +19,9 @@ from .protocols import (
     missing_methods,
 )
 from .types import Document, SearchOptions, SearchResult, SearchResults, Section
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .answer import Answer
 
 DEFAULT_BATCH = 64  # texts per embedding request when an embedder does not say
 
@@ -753,6 +756,41 @@ class KnowledgeBase:
         if pool is None:
             return self.pipeline.search(query, options)
         return self.pipeline.search(query, options, pool=pool)
+
+    def ask(
+        self,
+        question: str,
+        k: int = 8,
+        mode: str = "hybrid",
+        filter: dict[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        strict: bool = False,
+        min_coverage: float | None = None,
+        on_text: Callable[[str], None] | None = None,
+        chat: Any = None,
+        dry_run: bool = False,
+        **options: Any,
+    ) -> Answer:
+        """Answer ``question`` from the best ``k`` passages, citing them as ``[n]``, or refuse
+        without calling the model when none is good enough (``rag.answer``; see
+        :func:`kbcli.answer.ask`). Extra keyword arguments are :class:`SearchOptions` fields.
+        Returns a :class:`~kbcli.answer.Answer`."""
+        from .answer import ask
+
+        return ask(
+            self,
+            question,
+            SearchOptions(k=k, mode=mode, filter=filter, **options),
+            model=model,
+            prompt=prompt,
+            strict=strict,
+            min_coverage=min_coverage,
+            on_text=on_text,
+            chat=chat,
+            dry_run=dry_run,
+        )
 
     def delete(self, ids: list[str]) -> bool:
         """Delete documents by id; True when at least one existed."""

@@ -134,6 +134,24 @@ class SectionChunkerProtocol(Protocol):
         ...
 
 
+
+@runtime_checkable
+class ChatModelProtocol(Protocol):
+    """Writes ``kb ask``'s answers (``rag.answer.provider``; :mod:`kbcli.chat`)."""
+
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int = 800,
+        temperature: float = 0.0,
+        on_text: Callable[[str], None] | None = None,
+    ) -> Any:
+        """The answer to ``messages`` (``[{role, content}]``) as a :class:`kbcli.chat.Completion`
+        (``text``, ``model``, ``finish_reason``); with ``on_text``, each piece of the text is
+        passed to it as it arrives. Raises :class:`~kbcli.errors.AnswerError` when it fails."""
+        ...
+
 # --- storage capabilities ------------------------------------------------------------------------
 #
 # What a store can do beyond the reference VectorStoreProtocol, as small runtime-checkable

@@ -45,6 +45,12 @@ RERANKERS: dict[str, str] = {
     "llm": "kbcli.rerankers.llm:LLMReranker",
 }
 
+#: Chat models that write ``kb ask`` answers (``rag.answer.provider``).
+CHAT_MODELS: dict[str, str] = {
+    "openai": "kbcli.chat:OpenAIChat",
+    "gemini": "kbcli.chat:GeminiChat",
+}
+
 
 #: The protocol(s) a class of each family must implement (any one of them), by ``kind``; a
 #: class path naming anything else (a function, ``subprocess:Popen``) is refused uncalled.
@@ -53,6 +59,7 @@ PROTOCOLS: dict[str, tuple[str, ...]] = {
     "store": ("VectorStoreProtocol",),
     "reranker": ("RerankerProtocol",),
     "chunker": ("TextChunkerProtocol", "SectionChunkerProtocol"),
+    "answer model": ("ChatModelProtocol",),
 }
 #: Protocol methods a class may lack: kb works without them (a store that cannot ``list_all``
 #: only loses the in-memory keyword route).
@@ -63,6 +70,7 @@ SETTINGS = {
     "store": "store.backend",
     "reranker": "rag.rerank.provider",
     "chunker": "rag.chunker",
+    "answer model": "rag.answer.provider",
 }
 
 

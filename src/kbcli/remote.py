@@ -169,29 +169,53 @@ class JSONEndpoint:
         return None
 
     def _describe(self, failure: Failure, attempts: int) -> str:
-        detail = f": {failure.detail}" if failure.detail else ""
-        status = failure.status
-        where = f"{self.label} at {self.host}"
-        if failure.retryable:
-            what = f"status {status}" if status is not None else failure.reason
-            return (
-                f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
-                f"or raise {self.setting}.max_retries"
-            )
-        keys = "/".join(self.key_env) or "the api_key argument"
-        if status == 401:
-            if not self._api_key:
-                return f"{where} needs an API key (status 401): set {keys}"
-            return f"{where} rejected the API key (status 401): check {self.key_source or keys}"
-        if status == 403:
-            return f"{where} refused access (status 403){detail}: check the key and the model"
-        if status == 404:
-            return (
-                f"{where} answered 404 (not found){detail}: check {self.setting}.base_url and "
-                f"{self.setting}.model"
-            )
-        shown = f"status {status}" if status is not None else failure.reason
-        return f"{where} failed ({shown}){detail}"
+        return describe_failure(
+            failure,
+            attempts,
+            where=f"{self.label} at {self.host}",
+            setting=self.setting,
+            key_env=self.key_env,
+            has_key=bool(self._api_key),
+            key_source=self.key_source,
+        )
+
+
+def describe_failure(
+    failure: Failure,
+    attempts: int,
+    *,
+    where: str,
+    setting: str,
+    key_env: tuple[str, ...] = (),
+    has_key: bool = True,
+    key_source: str = "",
+) -> str:
+    """The one-line message of a request that failed for good: ``where`` names the service
+    ("answer model gpt-4o-mini at localhost:8080"), ``setting`` the configuration section to
+    change, ``key_env`` the variables a key may come from. Holds no secret (the server's
+    message in ``failure.detail`` is already redacted)."""
+    detail = f": {failure.detail}" if failure.detail else ""
+    status = failure.status
+    if failure.retryable:
+        what = f"status {status}" if status is not None else failure.reason
+        return (
+            f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
+            f"or raise {setting}.max_retries"
+        )
+    keys = "/".join(key_env) or "the api_key argument"
+    if status == 401:
+        if not has_key:
+            return f"{where} needs an API key (status 401): set {keys}"
+        return f"{where} rejected the API key (status 401): check {key_source or keys}"
+    if status == 403:
+        return f"{where} refused access (status 403){detail}: check the key and the model"
+    if status == 404:
+        return (
+            f"{where} answered 404 (not found){detail}: check {setting}.base_url and "
+            f"{setting}.model"
+        )
+    shown = f"status {status}" if status is not None else failure.reason
+    return f"{where} failed ({shown}){detail}"
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import FilterError, NotFoundError
 from .filters import matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex
 from .types import Document, SearchOptions, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .answer import Answer
 
 
 def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -105,6 +108,40 @@ class ScopedKnowledgeBase:
         # The stores filter before ranking; this re-check only guards against a store that
         # breaks that contract (a result outside the scope is dropped, never shown).
         return [r for r in results if self.visible(r.document)] if self.filter else results
+
+    def ask(
+        self,
+        question: str,
+        k: int = 8,
+        mode: str = "hybrid",
+        filter: dict[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        prompt: str | None = None,
+        strict: bool = False,
+        min_coverage: float | None = None,
+        on_text: Callable[[str], None] | None = None,
+        chat: Any = None,
+        dry_run: bool = False,
+        **options: Any,
+    ) -> Answer:
+        """Answer from passages inside the scope only (the search, the term weights and a
+        refusal's hints read nothing outside it); arguments as
+        :meth:`KnowledgeBase.ask <kbcli.pipeline.KnowledgeBase.ask>` (``filter`` only narrows)."""
+        from .answer import ask
+
+        return ask(
+            self,
+            question,
+            SearchOptions(k=k, mode=mode, filter=filter, **options),
+            model=model,
+            prompt=prompt,
+            strict=strict,
+            min_coverage=min_coverage,
+            on_text=on_text,
+            chat=chat,
+            dry_run=dry_run,
+        )
 
     # --- catalog reads -----------------------------------------------------------------------
 

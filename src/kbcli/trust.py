@@ -38,6 +38,7 @@ CODE = "code kb would import and run"
 ENDPOINT = "a server that would receive your API keys and texts"
 MODEL = "model files kb would load and run"
 OUTSIDE = "a path outside the file's folder that kb would write"
+SECRET = "an environment variable whose value kb would send as an API key"
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,15 @@ def risky_settings(config: Config) -> list[Risk]:
         ("rag.embedding.provider", rag.embedding.provider if rag.embedding.provider_set else ""),
         ("rag.chunker", rag.chunker),
         ("rag.rerank.provider", rag.rerank.provider),
+        ("rag.answer.provider", rag.answer.provider),
     ):
         if is_class_path(value):
             add(key, value, CODE)
     add("rag.embedding.base_url", rag.embedding.base_url, ENDPOINT)
     add("rag.rerank.base_url", rag.rerank.base_url, ENDPOINT)
     add("rag.rewrite.base_url", rag.rewrite.base_url, ENDPOINT)
+    add("rag.answer.base_url", rag.answer.base_url, ENDPOINT)
+    add("rag.answer.api_key_env", rag.answer.api_key_env, SECRET)
     if store.backend == "postgres":
         add("store.dsn", store.settings.get("dsn"), ENDPOINT)
     if rag.embedding.provider_set and rag.embedding.provider == "local":

@@ -34,6 +34,29 @@ BASE_URL_ENV = ("EMBEDDING_BASE_URL", "BASE_URL")
 MODEL_ENV = ("GEMINI_EMBED_MODEL", "EMBEDDING_MODEL")
 
 
+def classify_error(
+    errors: Any, exc: BaseException, *, api_key: str | None, timeout: float
+) -> Failure | None:
+    """What an exception of the google-genai SDK (``errors`` is ``google.genai.errors``) means
+    to the retry policy (None: not the SDK's). Shared by every client of the SDK (embeddings,
+    chat); the server's message is redacted of ``api_key``."""
+    if isinstance(exc, errors.APIError):
+        status = int(exc.code) if exc.code else None
+        detail = short(redact(str(exc.message or exc.status or ""), api_key))
+        headers = getattr(getattr(exc, "response", None), "headers", None)
+        try:
+            retry_after = parse_retry_after(headers)
+        except (AttributeError, TypeError):
+            retry_after = None
+        retryable = is_retryable_status(status)
+        return Failure(retryable, status, f"status {status}", retry_after, detail)
+    if isinstance(exc, transport_errors()):
+        timed_out = "timeout" in type(exc).__name__.lower()
+        reason = f"timed out after {timeout:g} s" if timed_out else "connection error"
+        return Failure(True, None, reason)
+    return None
+
+
 class GeminiEmbedder(BaseEmbedder):
     """Embeds with the Gemini API.
 
@@ -159,21 +182,7 @@ class GeminiEmbedder(BaseEmbedder):
         return vectors
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        if isinstance(exc, self._errors.APIError):
-            status = int(exc.code) if exc.code else None
-            detail = short(redact(str(exc.message or exc.status or ""), self._api_key))
-            headers = getattr(getattr(exc, "response", None), "headers", None)
-            try:
-                retry_after = parse_retry_after(headers)
-            except (AttributeError, TypeError):
-                retry_after = None
-            retryable = is_retryable_status(status)
-            return Failure(retryable, status, f"status {status}", retry_after, detail)
-        if isinstance(exc, transport_errors()):
-            timed_out = "timeout" in type(exc).__name__.lower()
-            reason = f"timed out after {self.timeout:g} s" if timed_out else "connection error"
-            return Failure(True, None, reason)
-        return None
+        return classify_error(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
 
     def _describe(self, failure: Failure, attempts: int) -> str:
         where = f"model {self.model} at {self.host}"

@@ -49,6 +49,34 @@ KEY_ENV = ("OPENAI_API_KEY", "API_KEY")
 BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "BASE_URL")
 MODEL_ENV = ("OPENAI_EMBED_MODEL", "EMBEDDING_MODEL")
 
+
+def classify_error(
+    openai: Any, exc: BaseException, *, api_key: str | None, timeout: float
+) -> Failure | None:
+    """What an exception of the ``openai`` SDK means to the retry policy (None: not the
+    SDK's). Shared by every client of the SDK (embeddings, chat); the server's message is
+    redacted of ``api_key``."""
+    if isinstance(exc, openai.APITimeoutError):
+        return Failure(True, None, f"timed out after {timeout:g} s")
+    if isinstance(exc, openai.APIConnectionError):
+        return Failure(True, None, "connection error")
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        body = exc.body if isinstance(exc.body, dict) else {}
+        error = body.get("error", body) if isinstance(body, dict) else {}
+        error = error if isinstance(error, dict) else {"message": str(error)}
+        detail = short(redact(str(error.get("message") or ""), api_key))
+        # 429 for an exhausted quota will not clear by waiting.
+        retryable = is_retryable_status(status) and error.get("code") != "insufficient_quota"
+        retry_after = parse_retry_after(exc.response.headers)
+        return Failure(retryable, status, f"status {status}", retry_after, detail)
+    if isinstance(exc, openai.APIError):
+        detail = short(redact(str(exc), api_key))
+        status = getattr(exc, "status_code", None)
+        return Failure(False, status, "invalid response", None, detail)
+    return None
+
+
 def estimate_tokens(text: str) -> int:
     """A deliberately high token estimate: UTF-8 bytes / 2, at least 1."""
     return max(1, (len(text.encode("utf-8")) + 1) // 2)
@@ -201,27 +229,7 @@ class OpenAIEmbedder(BaseEmbedder):
         self.dimension = size
 
     def _classify(self, exc: BaseException) -> Failure | None:
-
-        openai = self._openai
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure(True, None, f"timed out after {self.timeout:g} s")
-        if isinstance(exc, openai.APIConnectionError):
-            return Failure(True, None, "connection error")
-        if isinstance(exc, openai.APIStatusError):
-            status = exc.status_code
-            body = exc.body if isinstance(exc.body, dict) else {}
-            error = body.get("error", body) if isinstance(body, dict) else {}
-            error = error if isinstance(error, dict) else {"message": str(error)}
-            detail = short(redact(str(error.get("message") or ""), self._api_key))
-            # 429 for an exhausted quota will not clear by waiting.
-            retryable = is_retryable_status(status) and error.get("code") != "insufficient_quota"
-            retry_after = parse_retry_after(exc.response.headers)
-            return Failure(retryable, status, f"status {status}", retry_after, detail)
-        if isinstance(exc, openai.APIError):
-            detail = short(redact(str(exc), self._api_key))
-            status = getattr(exc, "status_code", None)
-            return Failure(False, status, "invalid response", None, detail)
-        return None
+        return classify_error(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
 
     def _describe(self, failure: Failure, attempts: int) -> str:
         where = f"model {self.model} at {self.host}"

@@ -1,0 +1,190 @@
+"""A fake chat server on 127.0.0.1 speaking the OpenAI chat-completions protocol (plain and SSE
+streamed) and Gemini's ``generateContent`` / ``streamGenerateContent?alt=sse``.
+
+The real ``openai`` and ``google-genai`` SDKs talk to it over real HTTP; nothing in them is
+mocked. The answer is ``server.reply``: a string, a function of the request body, or None for
+the default, which cites the first passage of the prompt: ``"<its first words> [1]."``.
+Streamed answers are sent a word at a time (``stream_gap`` seconds apart, from event
+``gap_from`` on). Failures are
+scripted as in :mod:`fake_providers` (``script``, ``always``, ``stalls``, ``hang``,
+``trickle``, ``echo_key_in_errors``); ``malformed`` answers 200 with ``"html"`` (not JSON),
+``"no_choices"`` (JSON without choices) or ``"empty"`` (an empty answer); ``break_after``
+ends a stream after that many events without finishing it. Each request is recorded in
+``server.requests`` as ``(path, headers, body)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from fake_providers import FakeServer
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """Every message of a request (either protocol) as one text."""
+    if "messages" in body:
+        return "\n".join(str(m.get("content", "")) for m in body["messages"])
+    parts = [p.get("text", "") for c in body.get("contents", []) for p in c.get("parts", [])]
+    system = body.get("systemInstruction", {}).get("parts", [])
+    return "\n".join([*(p.get("text", "") for p in system), *parts])
+
+
+def default_reply(body: dict[str, Any]) -> str:
+    """The first words of passage [1] of the prompt, citing it."""
+    found = re.search(r"^\[1\][^\n]*\n(.+)$", prompt_text(body), re.MULTILINE)
+    if not found:
+        return "The sources do not answer this."
+    words = found.group(1).split()[:8]
+    return " ".join(words).rstrip(".") + " [1]."
+
+
+class FakeChatServer(FakeServer):
+    """Chat endpoints of both protocols (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reply: str | Callable[[dict[str, Any]], str] | None = None
+        self.model_name = "fake-chat-1"
+        self.stream_gap = 0.0
+        self.gap_from = 1  # the first stream event the gap comes before
+        self.malformed: str | None = None
+        self.break_after: int | None = None
+        self.finish_reason = "stop"
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """The bodies of the chat requests received."""
+        return [body for _path, _headers, body in self.requests]
+
+    def answer_for(self, body: dict[str, Any]) -> str:
+        if self.malformed == "empty":
+            return ""
+        if callable(self.reply):
+            return self.reply(body)
+        return self.reply if self.reply is not None else default_reply(body)
+
+    def answer(self, handler: BaseHTTPRequestHandler, path: str, body: dict[str, Any]) -> bool:
+        """The chat routes (recording, stalls and scripted failures are FakeServer's)."""
+        gemini = ":generateContent" in path or ":streamGenerateContent" in path
+        if not gemini and not path.endswith("/chat/completions"):
+            return False
+        if self.malformed == "html":
+            _raw(handler, 200, b"<html><body>It works!</body></html>", "text/html")
+        elif gemini:
+            self._gemini(handler, body, stream=":streamGenerateContent" in path)
+        else:
+            self._openai(handler, body)
+        return True
+
+    def _openai(self, handler: Any, body: dict[str, Any]) -> None:
+        text = self.answer_for(body)
+        if self.malformed == "no_choices":
+            handler._send(200, {"id": "x", "object": "chat.completion"})
+            return
+        if body.get("stream"):
+            events = [
+                self._chunk({"role": "assistant", "content": ""}, None),
+                *(self._chunk({"content": piece}, None) for piece in _pieces(text)),
+                self._chunk({}, self.finish_reason),
+            ]
+            self._sse(handler, [json.dumps(e) for e in events] + ["[DONE]"])
+            return
+        message = {"role": "assistant", "content": text}
+        handler._send(
+            200,
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": self.model_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            },
+        )
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": self.model_name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def _gemini(self, handler: Any, body: dict[str, Any], stream: bool) -> None:
+        text = self.answer_for(body)
+        finish = "STOP" if self.finish_reason == "stop" else "MAX_TOKENS"
+
+        def response(piece: str, last: bool) -> dict[str, Any]:
+            candidate: dict[str, Any] = {
+                "content": {"role": "model", "parts": [{"text": piece}]},
+                "index": 0,
+            }
+            if last:
+                candidate["finishReason"] = finish
+            return {"candidates": [candidate], "modelVersion": self.model_name}
+
+        if self.malformed == "no_choices":
+            handler._send(200, {"modelVersion": self.model_name})
+        elif not stream:
+            handler._send(200, response(text, True))
+        else:
+            pieces = _pieces(text) or [""]
+            events = [response(p, i == len(pieces) - 1) for i, p in enumerate(pieces)]
+            self._sse(handler, [json.dumps(e) for e in events])
+
+    def _sse(self, handler: Any, events: list[str]) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.end_headers()
+        for n, data in enumerate(events):
+            if self.break_after is not None and n >= self.break_after:
+                return  # the connection closes mid-stream
+            if n >= self.gap_from and self.stream_gap and self._stopped.wait(self.stream_gap):
+                return
+            try:
+                handler.wfile.write(f"data: {data}\n\n".encode())
+                handler.wfile.flush()
+            except OSError:
+                return
+
+
+def _raw(handler: Any, status: int, data: bytes, kind: str) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` as streamed: a word (with its following space) at a time; CJK a few characters."""
+    return (
+        re.findall(r"\S+\s*|\s+", text)
+        if " " in text
+        else [text[i : i + 3] for i in range(0, len(text), 3)]
+    )
+
+
+class EchoChat:
+    """A user's own answer model (``rag.answer.provider: fake_chat:EchoChat``): answers with
+    the first line of passage [1], citing it, without any server."""
+
+    def __init__(self, model: str = "echo") -> None:
+        self.model = model
+
+    @classmethod
+    def from_config(cls, settings: Any, model: str | None = None) -> EchoChat:
+        return cls(model or settings.model or "echo")
+
+    def complete(self, messages, *, max_tokens=800, temperature=0.0, on_text=None):
+        from kbcli.chat import Completion
+
+        text = default_reply({"messages": messages})
+        if on_text is not None:
+            on_text(text)
+        return Completion(text, self.model, "stop")
