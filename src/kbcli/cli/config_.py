@@ -1,0 +1,31 @@
+"""``kb config``: the effective configuration and where each value came from."""
+
+from typing import Annotated
+
+import typer
+
+from .context import get_state
+from .group import KBCommand
+from .options import example
+from .root import app
+
+
+@app.command(
+    "config", cls=KBCommand, epilog=example("kb config", "kb --config team.yaml config --json")
+)
+def config_(
+    ctx: typer.Context,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print a JSON array of {key, value, origin}.")
+    ] = False,
+) -> None:
+    """Show the effective configuration and where each value came from."""
+    from .. import render
+    from ..config_report import effective
+
+    state = get_state(ctx)
+    rows = effective(state.config, state.db)
+    if json_out:
+        render.print_json(rows)
+    else:
+        render.config_table(rows)

@@ -1,0 +1,114 @@
+"""What a command opens: the global options, the configuration, the knowledge base, and the
+paths and filters as ingest recorded them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+@dataclass
+class State:
+    """Global options, kept on the Click context for the commands."""
+
+    db: Path | None = None
+    config: Path | None = None
+    quiet: bool = False
+    debug: bool = False
+    store: str | None = None
+
+
+def get_state(ctx: typer.Context) -> State:
+    obj = ctx.find_object(State)
+    return obj if obj is not None else State()
+
+
+def configuration(state: State) -> Any:
+    """The configuration, with ``--store`` overriding ``store.backend`` (settings are kept
+    when it names the configured backend)."""
+    from ..config import load_config, with_store
+
+    config = load_config(state.config)
+    return with_store(config, state.store) if state.store else config
+
+
+def open_kb(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
+    """The knowledge base named by --db / config. Read-only commands do not create one."""
+    from ..errors import ConfigError
+    from ..pipeline import KnowledgeBase
+
+    state = get_state(ctx)
+    config = configuration(state)
+    db = Path(state.db or config.paths.knowledge_db).expanduser()
+
+    def note(text: str) -> None:
+        if not state.quiet:
+            from .. import render
+
+            render.message(text)
+
+    kb = KnowledgeBase.from_config(
+        config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
+    )
+    from ..protocols import DocumentCatalog
+
+    if not isinstance(kb.store, DocumentCatalog):
+        kb.close()
+        raise ConfigError(
+            f"store.backend {config.store.backend!r} is not a document catalog (see "
+            "kbcli.protocols.DocumentCatalog): kb needs one to list, delete and ingest"
+        )
+    return kb
+
+
+def resolve_source(path: Path) -> str:
+    """A source path as ingest records it: absolute, symlinks resolved, a name that is not
+    UTF-8 escaped (:func:`kbcli.pathnames.source_name`)."""
+    from ..pathnames import source_name, source_path
+
+    if "\0" in str(path):
+        from ..errors import InvalidOptionError
+
+        raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
+    # the escaped form as printed by kb (bad\xff.md) names the same file as the raw bytes
+    return source_name(Path(source_path(str(path))).expanduser().resolve())
+
+
+def source_candidates(path: Path) -> list[str]:
+    """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
+    (a file named on the command line), its folder resolved but not the file itself (a file
+    reached through a link with --follow-symlinks), and as written."""
+    from ..pathnames import source_name
+
+    path = path.expanduser()
+    absolute = Path(os.path.abspath(path))
+    found = [
+        resolve_source(path),
+        source_name(absolute.parent.resolve() / absolute.name),
+        source_name(absolute),
+    ]
+    return list(dict.fromkeys(found))
+
+
+def search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
+    """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
+    ``--in`` folders."""
+    from ..errors import InvalidOptionError
+    from ..filters import MAX_FILTER_CONDITIONS, under_folders, validate_filter, with_source_paths
+
+    where = with_source_paths(where, lambda value: resolve_source(Path(value)))
+    scope = under_folders([resolve_source(folder) for folder in folders or []])
+    distinct = len(scope.get("$or", [scope])) if scope else 0
+    if distinct > MAX_FILTER_CONDITIONS:
+        raise InvalidOptionError(
+            f"--in was given {distinct} folders (none inside another): at most "
+            f"{MAX_FILTER_CONDITIONS}; give the folders that hold them instead"
+        )
+    parts = [part for part in (where, scope) if part]
+    if not parts:
+        return None
+    return validate_filter(parts[0] if len(parts) == 1 else {"$and": parts})

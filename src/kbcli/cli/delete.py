@@ -1,0 +1,104 @@
+"""``kb delete``: chunks by id, a file's chunks, or every file under a folder."""
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .context import open_kb, source_candidates
+from .group import KBCommand
+from .options import example
+from .root import app
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=example(
+        "kb delete 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
+        "kb delete --source notes/old-plan.md",
+        "kb delete --source notes/archive --yes",
+    ),
+)
+def delete(
+    ctx: typer.Context,
+    ids: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="[ID]...", help="Chunk ids (see 'kb list')."),
+    ] = None,
+    source: Annotated[
+        Path | None,
+        typer.Option(
+            "--source",
+            metavar="PATH",
+            help="Delete every chunk of this file, or of every file under this folder.",
+        ),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Delete a folder's files without asking.")
+    ] = False,
+) -> None:
+    """Delete chunks by id, a file's chunks, or every file under a folder."""
+    from .. import render
+    from ..errors import NotFoundError
+
+    if not ids and source is None:
+        render.error("Give chunk ids or --source PATH (see 'kb list' for ids)")
+        raise typer.Exit(2)
+    kb = open_kb(ctx, create=False)
+    missing: list[str] = []
+    deleted = 0
+    files = 0
+    try:
+        if ids:
+            wanted = list(dict.fromkeys(ids))
+            known = {doc.id for doc in kb.store.get(wanted)}
+            missing = [i for i in wanted if i not in known]
+            deleted += kb.store.remove([i for i in wanted if i in known])
+        if source is not None:
+            candidates = source_candidates(source)
+            removed = 0
+            for path in candidates:
+                removed = kb.store.delete_source(path)
+                if removed:
+                    break
+            if removed:
+                deleted += removed
+            else:
+                path = candidates[0]
+                under = _sources_under(kb, path)
+                if not under:
+                    missing.append(f"--source {path}")
+                elif yes or _confirm_folder(path, under):
+                    with kb.store.transaction():
+                        for name, _count in under:
+                            deleted += kb.store.delete_source(name)
+                    files = len(under)
+                else:
+                    render.message("Nothing deleted.")
+                    raise typer.Exit(1)
+    finally:
+        kb.close()
+    if deleted or not missing:
+        what = f" from {files} file{'' if files == 1 else 's'}" if files else ""
+        render.result(f"Deleted {deleted} chunk{'' if deleted == 1 else 's'}{what}.")
+    if missing:
+        raise NotFoundError(
+            f"Nothing indexed under {', '.join(missing)}: see 'kb list' for ids and sources"
+        )
+
+
+def _sources_under(kb: Any, folder: str) -> list[tuple[str, int]]:
+    """Indexed sources below ``folder`` (an absolute path), with their chunk counts."""
+    prefix = folder if folder.endswith(os.sep) else folder + os.sep
+    return [(name, count) for name, count in kb.store.sources() if name.startswith(prefix)]
+
+
+def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
+    chunks = sum(count for _, count in under)
+    return typer.confirm(
+        f"Delete {len(under)} file{'' if len(under) == 1 else 's'} ({chunks} chunk"
+        f"{'' if chunks == 1 else 's'}) under {folder}?",
+        default=False,
+        err=True,
+    )

@@ -1,0 +1,46 @@
+"""``kb get``: a file's indexed text with line numbers, or one chunk by id."""
+
+from typing import Annotated
+
+import typer
+
+from .context import open_kb
+from .group import KBCommand
+from .options import example
+from .root import app
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=example(
+        "kb get docs/guide.md",
+        "kb get docs/guide.md:40:10",
+        "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
+    ),
+)
+def get(
+    ctx: typer.Context,
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH[:LINE[:COUNT]]|ID",
+            help="An indexed file (optionally from LINE, COUNT lines) or a chunk id.",
+        ),
+    ],
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show a file's indexed text with line numbers, or one chunk by id."""
+    from .. import render
+    from ..reading import read_target
+
+    kb = open_kb(ctx, create=False)
+    try:
+        shown = read_target(kb, target)
+    finally:
+        kb.close()
+    if json_out:
+        render.print_json(shown.to_dict())
+        return
+    for note in shown.notes:
+        render.message(note)
+    render.numbered(shown)

@@ -1,0 +1,147 @@
+"""``kb ingest``: index files and folders (an incremental sync)."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .context import get_state, open_kb
+from .group import KBCommand
+from .options import MetaOption, example
+from .root import app
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=example(
+        "kb ingest ~/notes docs/manual.pdf --ext .md,.pdf --meta project=apollo",
+        "kb ingest ~/notes --prune --json",
+        "kb ingest ~/notes --no-prune",
+    ),
+)
+def ingest(
+    ctx: typer.Context,
+    paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],
+    ext: Annotated[
+        str | None,
+        typer.Option(
+            "--ext",
+            metavar=".md,.pdf",
+            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx]; "
+            "images (.png,.jpg,.tif,...) are read by OCR when named here.",
+        ),
+    ] = None,
+    recursive: Annotated[
+        bool, typer.Option("--recursive/--no-recursive", help="Descend into sub-folders.")
+    ] = True,
+    meta: MetaOption = None,
+    prune: Annotated[
+        bool | None,
+        typer.Option(
+            "--prune/--no-prune",
+            help="--prune: also remove indexed files under PATH that still exist but are no "
+            "longer picked (--ext, .kbignore, hidden); --no-prune: keep even those deleted "
+            "[default: remove the deleted ones].",
+        ),
+    ] = None,
+    allow_mass_delete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mass-delete",
+            help="Let a run empty a folder's index or remove more than half of its files "
+            "(refused otherwise: an unmounted or emptied folder looks the same).",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks",
+            help="Follow symbolic links that stay inside PATH (never outside; each file once).",
+        ),
+    ] = False,
+    include_hidden: Annotated[
+        bool, typer.Option("--include-hidden", help="Also index hidden files and folders.")
+    ] = False,
+    rebuild: Annotated[
+        bool,
+        typer.Option("--rebuild", help="Re-read and re-embed every file, even unchanged ones."),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            metavar="SECONDS",
+            min=0,
+            help="How long to wait while another kb process writes to the database.",
+        ),
+    ] = 60.0,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as one JSON line.")
+    ] = False,
+) -> None:
+    """Index files and folders (only new and changed files are read again; files deleted
+    from PATH leave the index)."""
+    from .. import render
+    from ..filters import parse_meta
+    from ..signals import exit_code, interrupt_on_termination, signal_name
+    from ..sync import DEFAULT_EXTENSIONS, SyncReport, parse_extensions, sync
+
+    state = get_state(ctx)
+    extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
+    metadata = parse_meta(meta) or None
+    from ..errors import KBError
+    from ..pipeline import LazyEmbedder
+    from ..sync import SyncInterrupted
+
+    try:
+        # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
+        with interrupt_on_termination():
+            kb = open_kb(ctx, create=True, busy_timeout=wait)
+            try:
+                show_bar = render.stderr_is_terminal() and not state.quiet
+                if show_bar and isinstance(kb.embedder, LazyEmbedder):
+                    _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
+                with render.progress(show_bar) as on_progress:
+                    report = sync(
+                        kb,
+                        list(paths),
+                        extensions=extensions,
+                        recursive=recursive,
+                        metadata=metadata,
+                        prune=prune,
+                        include_hidden=include_hidden,
+                        rebuild=rebuild,
+                        wait=wait,
+                        progress=on_progress,
+                        follow_symlinks=follow_symlinks,
+                        allow_mass_delete=allow_mass_delete,
+                    )
+            finally:
+                kb.close()
+    except KeyboardInterrupt as stop:
+        stopped = stop.report if isinstance(stop, SyncInterrupted) else SyncReport()
+        stopped.interrupted, stopped.signal = True, signal_name(stop)
+        if json_out:
+            render.print_json(stopped.to_dict(), one_line=True)
+        render.message(render.interrupted_summary(stopped))
+        raise typer.Exit(exit_code(stop)) from None
+    except KBError as exc:  # the one-line error follows; the summary counts what was written
+        partial = getattr(exc, "report", None)
+        if json_out and partial is not None:
+            render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
+        raise
+    for failure in report.failed:
+        reason = (
+            failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
+        )
+        render.message(f"Failed: {reason}")
+    if not state.quiet:
+        for text in report.warnings:
+            render.warning(text)
+    if json_out:
+        render.print_json(report.to_dict(), one_line=True)
+    elif not state.quiet:
+        for line in render.ingest_summary(report):
+            render.result(line)
+    if report.failed:
+        raise typer.Exit(1)

@@ -1,0 +1,70 @@
+"""``kb mcp``: the knowledge base served to agents over MCP."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .context import open_kb, search_filter
+from .group import KBCommand
+from .options import FilterOption, example
+from .root import app
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=example(
+        "kb mcp --filter team=ops",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+    ),
+)
+def mcp(
+    ctx: typer.Context,
+    filter: FilterOption = None,
+    http: Annotated[
+        str | None,
+        typer.Option(
+            "--http",
+            metavar="HOST:PORT",
+            help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.",
+        ),
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens",
+            metavar="FILE",
+            help="YAML file mapping bearer tokens to scopes (required with --http).",
+        ),
+    ] = None,
+) -> None:
+    """Serve the knowledge base to agents over MCP (stdio or HTTP).
+
+    Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
+    (and, over HTTP, each token's scope). Over HTTP a request must arrive whole within 10 s and
+    at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
+    be listened on (a port in use) exits 4."""
+    from ..errors import InvalidOptionError, require
+    from ..filters import parse_filter_expressions
+
+    require("mcp", extra="mcp", feature="kb mcp")
+    from ..mcp_server import KnowledgeMCP, load_tokens, parse_host_port
+
+    scope = search_filter(parse_filter_expressions(filter), None)
+    if http is None and tokens is not None:
+        raise InvalidOptionError("--tokens goes with --http (stdio has no tokens)")
+    address = parse_host_port(http) if http is not None else None
+    if address is not None and tokens is None:
+        raise InvalidOptionError(
+            "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
+        )
+    identities = load_tokens(tokens) if tokens is not None else {}
+    kb = open_kb(ctx, create=False)
+    try:
+        server = KnowledgeMCP(kb, scope)
+        if address is None:
+            server.run_stdio()
+        else:
+            server.run_http(*address, identities)
+    finally:
+        kb.close()

@@ -1,0 +1,90 @@
+"""The ``kb`` application: its global options, ``--version`` and the console script's entry
+point. The commands register themselves on :data:`app` (see :mod:`kbcli.cli`)."""
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..registry import STORES  # names only: no backend is imported
+from .context import State
+from .group import EXIT_INTERRUPTED, KBGroup
+
+app = typer.Typer(
+    name="kb",
+    cls=KBGroup,
+    help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
+    epilog=('\b\nExample:\n  kb ingest ~/notes\n  kb search "reset password" --mode keyword -k 5'),
+    rich_markup_mode=None,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 160},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"kb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            metavar="PATH",
+            dir_okay=False,
+            help="Knowledge database file [default: paths.knowledge_db in jianmu.yaml, or $KB_DB].",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            metavar="PATH",
+            help="Configuration file [default: $KB_CONFIG, ./jianmu.yaml, ~/.config/kbcli/].",
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "-q", "--quiet", help="No notes, warnings, progress or summaries; errors only."
+        ),
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="NAME",
+            help=f"Store backend: {', '.join(STORES)} [default: store.backend].",
+        ),
+    ] = None,
+) -> None:
+    """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
+    from ..config import use_config_file
+
+    use_config_file(config)  # defaults read deep in the library come from this file too
+    ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``kb`` console script."""
+    try:
+        app(args=argv, prog_name="kb")
+    except KeyboardInterrupt:
+        # Interrupted outside a command (while parsing or importing).
+        sys.exit(EXIT_INTERRUPTED)
