@@ -1,0 +1,48 @@
+"""Output for the ``kb`` command: Rich tables and progress, JSON, messages on stderr.
+
+Results go to stdout; notes, warnings, errors and progress go to stderr. ``--json`` output is
+plain ``json.dumps`` on stdout and nothing else. Rich is imported only by the functions that
+draw tables or progress, so JSON output and error messages stay cheap.
+
+One module per kind of output (:mod:`.messages`, :mod:`.names`, :mod:`.snippets`, :mod:`.hits`,
+:mod:`.explain`, :mod:`.documents`, :mod:`.reports`, :mod:`.progress`, :mod:`.ingest`,
+:mod:`.answers`); every name is re-exported here, where the commands take them from.
+"""
+
+from .answers import answer_output, cited_location, prompt_output
+from .documents import documents_json, documents_output, documents_table, numbered
+from .explain import explain_text
+from .hits import (
+    MIN_SNIPPET,
+    SEARCH_FORMATS,
+    hit_json,
+    no_results_text,
+    search_json,
+    search_output,
+    search_table,
+)
+from .ingest import ingest_summary, interrupted_summary
+from .messages import (
+    error,
+    message,
+    print_json,
+    print_jsonl,
+    result,
+    stderr_is_terminal,
+    warning,
+)
+from .names import display_path, file_names, human_size, needs_quoting, quote_name, shorten_source
+from .progress import progress
+from .reports import config_table, describe_embedder, doctor_lines, eval_summary, stats_table
+from .snippets import HIGHLIGHT_STYLE, SNIPPET_WIDTH, snippet, term_pattern
+
+__all__ = [
+    "HIGHLIGHT_STYLE", "MIN_SNIPPET", "SEARCH_FORMATS", "SNIPPET_WIDTH", "answer_output",
+    "cited_location", "config_table", "describe_embedder", "display_path", "doctor_lines",
+    "documents_json", "documents_output", "documents_table", "error", "eval_summary",
+    "explain_text", "file_names", "hit_json", "human_size", "ingest_summary",
+    "interrupted_summary", "message", "needs_quoting", "no_results_text", "numbered",
+    "print_json", "print_jsonl", "progress", "prompt_output", "quote_name", "result", "search_json",
+    "search_output", "search_table", "shorten_source", "snippet", "stderr_is_terminal",
+    "stats_table", "term_pattern", "warning",
+]  # fmt: skip

@@ -1,0 +1,75 @@
+"""``kb ask``'s answer with its cited sources, and the prompt of ``--show-prompt``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .messages import print_json, result
+from .names import shorten_source
+
+
+def cited_location(evidence: Any) -> tuple[str, str]:
+    """``(path:line, " (p. N)")`` of a cited passage: the path as the user would type it
+    (relative to the current folder or ``~``, never cut), the page part empty without one."""
+    if evidence.source is None:
+        where = evidence.id
+    else:
+        where = shorten_source(evidence.source, width=10_000)
+        if evidence.line is not None:
+            where += f":{evidence.line}"
+    return where, f" (p. {evidence.page})" if evidence.page is not None else ""
+
+
+def _unknown_note(given: int) -> str:
+    shown = f"[1]-[{given}]" if given > 1 else "[1]"
+    return f"the model was given {shown} only"
+
+
+def answer_output(answer: Any, fmt: str, *, streamed: bool = False) -> None:
+    """``kb ask``'s answer on stdout as ``text`` or ``md``: the answer (unless ``streamed``
+    already printed it), then each source it cited as ``[n] path:line`` and each citation
+    naming no source, flagged."""
+    text = (answer.text or "").strip()
+    if streamed:
+        sys.stdout.write("\n")
+    else:
+        result(text)
+    given = len(answer.evidence)
+    if fmt == "md":
+        result("")
+        result("**Sources**")
+        result("")
+        for e in answer.citations:
+            where, page = cited_location(e)
+            heading = f" — {' '.join(e.heading.split())}" if e.heading else ""
+            result(f"- [{e.n}] `{where}`{page}{heading}")
+        for n in answer.unknown_citations:
+            result(f"- [{n}] **unknown citation**: {_unknown_note(given)}")
+        if not answer.citations and not answer.unknown_citations:
+            result("- none cited: this answer may not come from the knowledge base")
+        sys.stdout.flush()
+        return
+    result("")
+    if not answer.citations and not answer.unknown_citations:
+        result("Sources: none cited (this answer may not come from the knowledge base)")
+        return
+    result("Sources:")
+    for e in answer.citations:
+        where, page = cited_location(e)
+        result(f"  [{e.n}] {where}{page}")
+    for n in answer.unknown_citations:
+        result(f"  [{n}] unknown citation: {_unknown_note(given)}")
+
+
+def prompt_output(answer: Any, as_json: bool = False) -> None:
+    """``kb ask --show-prompt``: the messages that would be sent (and, as JSON, the numbered
+    evidence)."""
+    if as_json:
+        print_json(
+            {"messages": answer.messages, "evidence": [e.to_dict() for e in answer.evidence]}
+        )
+        return
+    for message in answer.messages:
+        result(f"--- {message['role']} ---")
+        result(message["content"])

@@ -1,0 +1,52 @@
+"""``--explain`` in words: how each score was made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def explain_text(explain: Any) -> str:
+    """``--explain`` under a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
+    1.396 + 2.000×file 1.396)``, ``dense not found``, ``alpha 0.001 (keyword-first: ...)``;
+    never a Python literal (``True``, ``{...}``, ``[...]``)."""
+    if not explain:
+        return "-"
+    if not isinstance(explain, dict):
+        return _fmt(explain)
+    note = explain.get("alpha_note")
+    lines = []
+    for key, value in explain.items():
+        if key == "alpha_note" or (key == "keyword_first" and note):
+            continue  # said beside alpha
+        if isinstance(value, dict) and "rank" in value:
+            line = f"{key} #{value['rank']} ({_fmt(value.get('score'))}"
+            if "bm25_chunk" in value:
+                line += (
+                    f" = chunk {_fmt(value['bm25_chunk'])}"
+                    f" + {_fmt(value['source_weight'])}×file {_fmt(value['bm25_source'])}"
+                )
+            lines.append(line + ")")
+        elif value is None:
+            lines.append(f"{key} not found")
+        elif key == "alpha" and note:
+            lines.append(f"alpha {_fmt(value)} ({note})")
+        elif key == "duplicates" and isinstance(value, list):
+            lines.append(f"duplicates {len(value)} collapsed ({_fmt(value)})")
+        else:
+            lines.append(f"{key} {_fmt(value)}")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    """One explain value in words: floats to 3 places, yes/no, lists and mappings spelled."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
