@@ -37,7 +37,8 @@ from kbcli.answer import (
 )
 from kbcli.bm25 import bm25_idf
 from kbcli.chat import ThinkFilter, strip_thinking
-from kbcli.config import AnswerConfig, Config, RAGConfig, _build
+from kbcli.config import AnswerConfig, Config, RAGConfig
+from kbcli.config_parse import build_config
 from kbcli.embedders import retry
 from kbcli.errors import AnswerError, ConfigError, InvalidOptionError
 from kbcli.rerankers import rescored
@@ -713,7 +714,7 @@ def test_answer_message_for_a_refusal():
 
 
 def test_rag_answer_is_read_and_checked():
-    answer = _build(
+    answer = build_config(
         {
             "rag": {
                 "answer": {
@@ -731,7 +732,7 @@ def test_rag_answer_is_read_and_checked():
     assert (answer.provider, answer.model, answer.api_key_env) == ("gemini", "gemini-x", "MY_KEY")
     assert (answer.max_evidence, answer.evidence_unit) == (1500, "tokens")
     assert answer.temperature == 0.2 and answer.min_coverage == 0.4
-    assert _build({}, None).rag.answer == AnswerConfig()
+    assert build_config({}, None).rag.answer == AnswerConfig()
 
 
 @pytest.mark.parametrize(
@@ -749,7 +750,7 @@ def test_rag_answer_is_read_and_checked():
 )
 def test_bad_rag_answer_values(section, message):
     with pytest.raises(ConfigError) as caught:
-        _build({"rag": {"answer": section}}, None)
+        build_config({"rag": {"answer": section}}, None)
     assert message in str(caught.value) and SECRET not in str(caught.value)
 
 

@@ -10,14 +10,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .config import (
-    CONFIG_FILENAME,
-    FOUND_CWD,
-    _parse_yaml,
-    load_config,
-    locate_config,
-    read_file,
-)
+from .config import CONFIG_FILENAME, FOUND_CWD, load_config, locate_config, read_file
+from .config_parse import parse_yaml
 from .errors import InvalidOptionError
 
 # Environment variables the embedders read; values of *_KEY variables are never shown.
@@ -86,7 +80,7 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
              "origin": found or "no file: built-in defaults"}]  # fmt: skip
     if file is not None:
         as_written, raw = read_file(file)
-        data = _parse_yaml(raw, file)
+        data = parse_yaml(raw, file)
         rows.append(trust_row(as_written, found, raw))
 
     def add(dotted: str, value: Any) -> None:

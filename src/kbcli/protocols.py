@@ -14,11 +14,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
 
-from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the contracts import nothing at run time
     from .analysis import Analyzer
     from .embedders.base import EmbedderInfo
+    from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
 
 
 @runtime_checkable

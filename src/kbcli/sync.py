@@ -474,7 +474,7 @@ class SyncInterrupted(KeyboardInterrupt):
 def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
     """The one-ingest-at-a-time lock of the SQLite database at ``db_path`` (a lock file beside
     it), as :meth:`SQLiteStore.writer_lock` takes it."""
-    from .stores.common import lock_file
+    from .locking import lock_file
 
     return lock_file(Path(f"{db_path}.ingest-lock"), wait, str(db_path))
 

@@ -29,7 +29,7 @@ from .errors import ConfigError
 from .registry import is_class_path
 
 if TYPE_CHECKING:
-    from .config import Config
+    from .config_schema import Config
 
 TRUST_FILENAME = "trusted.json"
 FORMAT = 1
@@ -57,7 +57,7 @@ def risky_settings(config: Config) -> list[Risk]:
     """The settings of ``config`` (as read from its file) that need trust when the file was
     found in the working directory: class paths, server URLs and DSNs, locally run model
     files, and database paths outside the file's folder."""
-    from .config import default_db_path
+    from .config_schema import default_db_path
 
     rag, store = config.rag, config.store
     risks: list[Risk] = []
@@ -104,7 +104,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def trust_file() -> Path:
     """Where trust records live: ``$XDG_DATA_HOME/kbcli/trusted.json``."""
-    from .config import user_data_dir
+    from .config_schema import user_data_dir
 
     return user_data_dir() / TRUST_FILENAME
 
@@ -189,7 +189,7 @@ def revoke(path: Path) -> bool:
 
 def _update(change: Any) -> Any:
     """Apply ``change(files)`` to the records under a lock and write them atomically."""
-    from .stores.common import lock_file
+    from .locking import lock_file
 
     path = trust_file()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +205,7 @@ def _update(change: Any) -> Any:
 def config_path(path: Path | None) -> Path:
     """The ``jianmu.yaml`` that ``kb trust PATH`` means: PATH, the one in the folder PATH, or
     ``./jianmu.yaml`` without PATH."""
-    from .config import CONFIG_FILENAME
+    from .config_schema import CONFIG_FILENAME
 
     target = Path(path).expanduser() if path is not None else Path.cwd()
     if target.is_dir():
@@ -216,7 +216,7 @@ def config_path(path: Path | None) -> Path:
 def trust_config(path: Path | None) -> tuple[Path, str, list[Risk]]:
     """Check the file ``kb trust PATH`` means (it must be a valid configuration) and trust it as
     it is now: returns the file, the digest recorded and what the trust allows."""
-    from .config import read_file
+    from .config_parse import read_file
 
     file = config_path(path)
     if not file.is_file():

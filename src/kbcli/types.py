@@ -8,11 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidOptionError
-
-MODES = ("keyword", "semantic", "hybrid")
-MODE_ALIASES = {"vector": "semantic", "dense": "semantic", "sparse": "keyword"}
-FUSIONS = ("weighted", "rrf")
-REWRITE_MODES = ("none", "hyde", "expand", "both")
+from .vocabulary import FUSIONS, MODE_ALIASES, MODES, REWRITE_MODES
 
 
 def _now() -> datetime:

@@ -4,22 +4,19 @@ of any :class:`~kbcli.protocols.VectorIndex`."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
-import os
 import shutil
 import tempfile
-import time
 import weakref
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..bm25 import Scored
 from ..embedders.base import EmbedderInfo
-from ..errors import DatabaseLockedError, IndexMismatchError
+from ..errors import IndexMismatchError
+from ..locking import lock_file  # noqa: F401  (the stores take it from here)
 from ..protocols import VectorIndex
 from ..types import Document, SearchResult
 
@@ -81,39 +78,6 @@ def vector_dimensions(vectors: Iterable[Sequence[float] | None]) -> int | None:
     if len(dims) > 1:
         raise IndexMismatchError(f"Vectors of different lengths in one batch: {sorted(dims)}")
     return dims.pop() if dims else None
-
-
-@contextmanager
-def lock_file(path: Path, wait: float, holder: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if needed), waiting up to ``wait`` s.
-
-    A separate file, never a database itself: closing a descriptor on an SQLite file would drop
-    SQLite's own POSIX locks. ``holder`` names the database in the error message.
-    """
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + max(0.0, wait)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise DatabaseLockedError(
-                        f"Another kb ingest is writing to {holder}; waited {wait:g} s. "
-                        "Try again when it finishes, or raise --wait"
-                    ) from None
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        yield
-    finally:
-        os.close(fd)  # releases the flock
 
 
 def scratch_folder(owner: object) -> tuple[Path, Callable[[], Any]]:
