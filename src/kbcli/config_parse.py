@@ -55,7 +55,6 @@ def _read_bytes(file: Path) -> bytes:
         raise ConfigError(f"Cannot read config file {file}: {exc}") from None
 
 
-
 def parse_yaml(raw: bytes, file: Path) -> dict[str, Any]:
     import yaml
 

@@ -93,10 +93,10 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
             continue
         value = getattr(emb, f.name)
         if f.name == "provider" and not emb.provider_set:
-            from .pipeline import _automatic_provider
+            from .lazy_embedder import automatic_provider
 
             rows.append({"key": "rag.embedding.provider", "value": "auto",
-                         "origin": f"default: by API keys, now {_automatic_provider()} "
+                         "origin": f"default: by API keys, now {automatic_provider()} "
                                    "(an index keeps the embedder it was built with)"})  # fmt: skip
             continue
         add(f"rag.embedding.{f.name}", value)

@@ -1,0 +1,243 @@
+"""The ingest pipeline: load -> normalise -> chunk -> embed -> store."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .embedders.base import EmbedderInfo, embedder_info
+from .protocols import (
+    DocumentCatalog,
+    EmbeddingCache,
+    SectionChunkerProtocol,
+    SectionLoaderProtocol,
+)
+from .types import Document, Section
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _add_lines(chunks: list[Section], sections: list[Section]) -> None:
+    """Give each chunk with ``char_start``/``char_end`` its ``line``/``line_end`` (1-based) in
+    the text its offsets point into: the sections joined by a blank line, as loaded."""
+    from .ingest.chunkers import SECTION_SEPARATOR
+
+    text = SECTION_SEPARATOR.join(s.text for s in sections)
+    at, line = 0, 1  # chunks come in order: count newlines once, incrementally
+    for chunk in chunks:
+        start, end = chunk.metadata.get("char_start"), chunk.metadata.get("char_end")
+        if not isinstance(start, int) or not isinstance(end, int):
+            continue
+        if start < at:
+            at, line = 0, 1
+        line += text.count("\n", at, start)
+        at = start
+        chunk.metadata["line"] = line
+        chunk.metadata["line_end"] = line + text.count("\n", start, max(start, end - 1))
+
+
+class IngestPipeline:
+    """Turns text and files into stored, embedded chunks.
+
+    Defaults: :class:`~kbcli.embedders.SimpleEmbedder`, :class:`~kbcli.stores.InMemoryStore`,
+    the default loader, and the configured chunker with ``limits.chunk_size`` /
+    ``limits.chunk_overlap``. Structure-aware chunkers (with ``chunk_sections``) see the text as
+    loaded and the normaliser cleans each chunk; plain chunkers get normalised text (reference).
+    """
+
+    def __init__(
+        self,
+        embedder: Any = None,
+        store: Any = None,
+        loader: Any = None,
+        normalizer: Any = None,
+        chunker: Any = None,
+        *,
+        config: Any = None,
+    ):
+        self.config = config  # None: the configuration found by the default lookup
+        if embedder is None:
+            from .embedders import SimpleEmbedder
+
+            embedder = SimpleEmbedder()
+        if store is None:
+            from .stores import InMemoryStore
+
+            store = InMemoryStore()
+        self.embedder = embedder
+        self.store = store
+        # Loader, normaliser and chunker defaults are built on first use: constructing a
+        # pipeline (every KnowledgeBase does) must stay cheap and need no parser.
+        self._loader = loader
+        self._normalizer = normalizer
+        self._chunker = chunker
+
+    @property
+    def loader(self) -> Any:
+        """The document loader (default: :class:`~kbcli.ingest.DefaultDocumentLoader`)."""
+        if self._loader is None:
+            from .ingest import DefaultDocumentLoader
+
+            config = self._config()
+            limits = config.limits
+            self._loader = DefaultDocumentLoader(
+                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
+            )
+        return self._loader
+
+    @property
+    def chunker(self) -> Any:
+        """The chunker (default: ``rag.chunker`` with ``limits.chunk_size/chunk_overlap``)."""
+        if self._chunker is None:
+            from .ingest import make_chunker
+
+            config = self._config()
+            self._chunker = make_chunker(
+                config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
+            )
+        return self._chunker
+
+    def _config(self) -> Any:
+        if self.config is None:
+            from .config import get_config
+
+            return get_config()
+        return self.config
+
+    @property
+    def normalizer(self) -> Any:
+        """The normaliser applied to each chunk (default: whitespace collapsing)."""
+        if self._normalizer is None:
+            from .ingest import WhitespaceNormalizer
+
+            self._normalizer = WhitespaceNormalizer()
+        return self._normalizer
+
+    # --- chunking ----------------------------------------------------------------------------
+
+    def chunk_sections(self, sections: list[Section]) -> list[Section]:
+        """Chunk loaded sections; each chunk keeps its section's metadata (page, heading...).
+
+        A chunker that reads structure (``normalize_first`` False) sees the text as loaded and
+        each chunk is normalised; otherwise each section is normalised, then chunked (the
+        reference order)."""
+        chunker = self.chunker
+        if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
+            chunks = chunker.chunk_sections(sections)
+            _add_lines(chunks, sections)
+            cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
+        else:
+            normalize = self.normalizer.normalize
+            normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
+            if isinstance(chunker, SectionChunkerProtocol):
+                cleaned = chunker.chunk_sections(normalized)
+                _add_lines(cleaned, normalized)
+            else:
+                cleaned = [
+                    Section(c, dict(section.metadata))
+                    for section in normalized
+                    for c in chunker.chunk(section.text)
+                ]
+        return [c for c in cleaned if c.text.strip()]
+
+    def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
+        """Load a file as sections (one section when the loader has no structure)."""
+        if isinstance(self.loader, SectionLoaderProtocol):
+            return list(self.loader.load_sections(path))
+        return [Section(self.loader.load(path), {})]
+
+    # --- embedding and storing ---------------------------------------------------------------
+
+    def _check_embedder(self) -> EmbedderInfo:
+        info = embedder_info(self.embedder)
+        if isinstance(self.store, DocumentCatalog):
+            self.store.check_embedder(info)
+        return info
+
+    def cached_vectors(self, texts: list[str]) -> dict[str, list[float]]:
+        """Vectors of ``texts`` already in the store's embedding cache (none without one)."""
+        if not texts or not isinstance(self.store, EmbeddingCache):
+            return {}
+        return self.store.cached_embeddings(embedder_info(self.embedder), texts)
+
+    def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
+        """Vectors for ``texts``, reusing the store's embedding cache where it has one.
+
+        ``remember=False`` leaves writing new vectors to the cache to the caller (the store's
+        ``replace_file`` does it in the same transaction as the chunks).
+        """
+        if not texts:
+            return []
+        if not isinstance(self.store, EmbeddingCache):
+            return self.embedder.embed_documents(texts)
+        key = embedder_info(self.embedder)
+        cached = self.store.cached_embeddings(key, texts)
+        missing = [t for t in dict.fromkeys(texts) if t not in cached]
+        if missing:
+            fresh = self.embedder.embed_documents(missing)
+            cached.update(zip(missing, fresh))
+            if remember:
+                self.store.cache_embeddings(embedder_info(self.embedder), dict(zip(missing, fresh)))
+        return [cached[t] for t in texts]
+
+    def build_documents(
+        self, chunks: list[Section], metadata: dict[str, Any] | None
+    ) -> list[Document]:
+        """Documents for chunks: shared metadata + chunk metadata + ``chunk_index`` + the
+        document's ``title`` (given in ``metadata``, else its first heading, else the file
+        name of ``metadata["source"]``; see :func:`kbcli.analysis.document_title`)."""
+        from .analysis import TITLE_KEY, document_title
+
+        now = datetime.now(timezone.utc)
+        shared = dict(metadata or {})
+        if not shared.get(TITLE_KEY):
+            source = shared.get("source")
+            title = document_title(
+                (c.metadata.get("heading") for c in chunks),
+                source if isinstance(source, str) else None,
+            )
+            if title:
+                shared[TITLE_KEY] = title
+        docs = []
+        for index, chunk in enumerate(chunks):
+            meta = {**shared, **chunk.metadata, "chunk_index": index}
+            docs.append(Document(id=new_id(), text=chunk.text, metadata=meta, created_at=now))
+        return docs
+
+    def _store(self, docs: list[Document], source: str | None = None) -> list[str]:
+        info = self._check_embedder()
+        vectors = self.embed([d.text for d in docs])
+        info = embedder_info(self.embedder) if info.dimension is None else info
+        if isinstance(self.store, DocumentCatalog):
+            if source is not None:
+                return self.store.replace_source(source, docs, vectors, embedder=info)
+            return self.store.add(docs, vectors, embedder=info) if docs else []
+        # A plain reference store: add only (it cannot replace a file's earlier chunks).
+        return self.store.add(docs, vectors) if docs else []
+
+    # --- public API --------------------------------------------------------------------------
+
+    def ingest_text(self, text: str, metadata: dict[str, Any] | None = None) -> list[str]:
+        """Normalise, chunk (metadata gets ``chunk_index``), batch-embed and store ``text``."""
+        chunks = self.chunk_sections([Section(text, {})])
+        if not chunks:
+            return []
+        return self._store(self.build_documents(chunks, metadata))
+
+    def ingest_file(
+        self, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
+    ) -> list[str]:
+        """Load, chunk, embed and store a file; metadata gets ``source`` (the absolute path).
+
+        The file's previous chunks (same ``source``) are replaced in one step.
+        """
+        resolved = Path(path).expanduser().resolve()
+        chunks = self.chunk_sections(self.load_sections(resolved))
+        source = str(resolved)
+        docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
+        return self._store(docs, source=source)
