@@ -445,9 +445,9 @@ class Selection:
 
 def _parts(view: Any) -> tuple[Any, dict[str, Any] | None]:
     """The knowledge base under ``view`` and the scope's filter (None: no scope)."""
-    from .scope import ScopedKnowledgeBase
+    from .views import KnowledgeView
 
-    if isinstance(view, ScopedKnowledgeBase):
+    if isinstance(view, KnowledgeView):
         return view.kb, view.filter
     return view, None
 
@@ -457,7 +457,7 @@ def select_evidence(
 ) -> Selection:
     """Search ``view`` and keep the hits good enough to answer from (see module docstring)."""
     from .filters import matches
-    from .scope import and_filters
+    from .views import and_filters
 
     kb, scope = _parts(view)
     where = and_filters(scope, options.filter)

@@ -2,8 +2,8 @@
 indexed under, or a metadata key no chunk has (``kb search`` and ``knowledge_search`` say so).
 
 The checks read through a *view*: a :class:`~kbcli.protocols.DocumentCatalog` store (the whole
-index, as ``kb search`` sees it) or a :class:`~kbcli.scope.ScopedKnowledgeBase` over one (what an
-agent tool's caller may see), so a scoped caller's answer depends only on chunks inside its
+index, as ``kb search`` sees it) or a :class:`~kbcli.views.KnowledgeView` over one (a scope: what
+an agent tool's caller may see), so a scoped caller's answer depends only on chunks inside its
 scope. A source costs one count (in SQLite a range on the source index); a key, a scan that stops
 at the first chunk having it. Callers run them only after a search came back empty.
 """
@@ -23,9 +23,9 @@ def _readable(view: Any) -> Any | None:
     over one; None otherwise (a plugin store may only search, and reading all of its
     ``list_all`` to explain an empty answer would cost more than the search did)."""
     from .protocols import DocumentCatalog
-    from .scope import ScopedKnowledgeBase
+    from .views import KnowledgeView
 
-    if isinstance(view, ScopedKnowledgeBase):
+    if isinstance(view, KnowledgeView):
         return view if isinstance(view.kb.store, DocumentCatalog) else None
     return view if isinstance(view, DocumentCatalog) else None
 

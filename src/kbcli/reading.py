@@ -10,9 +10,9 @@ again and shown line by line (a text file as an editor numbers it, other formats
 loaded them); otherwise (changed, moved, or a store without a ledger) the indexed chunks are
 shown, each at the line it starts on.
 
-Every read goes through a :class:`~kbcli.scope.ScopedKnowledgeBase`: a file or chunk the scope
-hides is not found, exactly like an unknown one, and a file is read again from disk only when
-every indexed chunk of it is in the scope (else the chunks in scope are shown).
+Every read goes through a :class:`~kbcli.views.KnowledgeView` (a scope, or all of it): a file or
+chunk the scope hides is not found, exactly like an unknown one, and a file is read again from
+disk only when every indexed chunk of it is in the scope (else the chunks in scope are shown).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
 from .pathnames import source_name, source_path
 from .protocols import FileLedger
-from .scope import ScopedKnowledgeBase, as_view
 from .types import Document
+from .views import KnowledgeView, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", re.DOTALL)
@@ -125,7 +125,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def find_source(view: ScopedKnowledgeBase, path: str) -> tuple[str, list[Document]] | None:
+def find_source(view: KnowledgeView, path: str) -> tuple[str, list[Document]] | None:
     """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
     absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
     scope has that source."""
@@ -231,7 +231,7 @@ def read_file(
 
 
 def _read(
-    view: ScopedKnowledgeBase,
+    view: KnowledgeView,
     source: str,
     docs: list[Document],
     first: int,

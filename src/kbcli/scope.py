@@ -1,113 +1,38 @@
-"""Access scopes: a read-only view of a knowledge base that only ever sees the documents passing
-one filter.
+"""Access scopes: ``KnowledgeBase.scoped(filter)`` returns a :class:`ScopedKnowledgeBase`, a
+read-only view (:class:`~kbcli.views.KnowledgeView`) that only ever sees the documents passing
+one filter, on every search route, listing, count and lookup, and that can answer questions
+and become an agent tool inside it.
 
-``KnowledgeBase.scoped(filter)`` returns a :class:`ScopedKnowledgeBase`. Its filter is ANDed
-(``{"$and": [scope, caller_filter]}``) into every read before anything is scored, counted or
-listed: searches go through the normal pipeline with :attr:`SearchOptions.filter`, which the
-stores apply before ranking on every route (keyword, semantic, hybrid, MMR, rerank pools), and
-keyword source context only counts chunks that pass it. ``get`` treats an id the scope hides
-exactly like an unknown id; lists, counts, stats and a file's indexed text only cover the
-scope. A caller's filter can only narrow the view: it is validated and ANDed, never merged.
-
-The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalog` reads
-(``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
-only has ``list_all`` is filtered in Python with :func:`kbcli.filters.matches`.
+The view's reads are :mod:`kbcli.views`; this module adds what is built on views (``ask``,
+``as_tool``), for scopes and for the knowledge base alike (:class:`ViewEntryPoints`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import FilterError, NotFoundError
-from .filters import matches, validate_filter
-from .protocols import DocumentCatalog, KeywordIndex
-from .types import Document, SearchOptions, SearchResult
+from .types import SearchOptions
+from .views import KnowledgeView, and_filters, as_view, file_text, join_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .answer import Answer
+    from .tools import KnowledgeSearchTool
+
+__all__ = [
+    "KnowledgeView", "ScopedKnowledgeBase", "ViewEntryPoints", "and_filters", "as_view",
+    "file_text", "join_chunks",
+]  # fmt: skip
 
 
-def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The conjunction of the non-empty ``filters`` (None when there are none)."""
-    present = [f for f in filters if f]
-    if not present:
-        return None
-    return present[0] if len(present) == 1 else {"$and": present}
+class ViewEntryPoints:
+    """``ask`` and ``as_tool`` over ``self`` (a :class:`~kbcli.pipeline.KnowledgeBase` or a
+    :class:`ScopedKnowledgeBase`): the answer and tool layers, built on views, reached from the
+    objects users hold. ``self.scoped(filter)`` narrows."""
 
+    if TYPE_CHECKING:  # each class using it has its own
 
-def as_view(kb: Any) -> ScopedKnowledgeBase:
-    """``kb`` itself when it is a scope, else an unrestricted view of it (what readers such as
-    the agent tools and ``kb get`` go through)."""
-    return kb if isinstance(kb, ScopedKnowledgeBase) else ScopedKnowledgeBase(kb, None)
-
-
-class ScopedKnowledgeBase:
-    """A read-only view of ``kb`` restricted to the documents that pass ``filter``.
-
-    Every method takes the same arguments as its counterpart on the knowledge base (or its
-    store) and applies the scope first. A hidden document is indistinguishable from one that
-    does not exist. Writes are not offered: a scope is for readers (agents, tenants).
-
-    ``filter=None`` is the whole index (what an unscoped tool reads through);
-    :meth:`KnowledgeBase.scoped` insists on a non-empty filter.
-    """
-
-    def __init__(self, kb: Any, filter: dict[str, Any] | None):
-        self.kb = kb
-        self.filter: dict[str, Any] | None = validate_filter(filter)
-
-    # --- filters -----------------------------------------------------------------------------
-
-    def narrow(self, filter: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The scope ANDed with a caller's ``filter`` (validated; raises FilterError)."""
-        return and_filters(self.filter, validate_filter(filter))
-
-    def visible(self, doc: Document) -> bool:
-        """True when ``doc`` is inside the scope."""
-        return matches(doc.metadata, self.filter)
-
-    def scoped(self, filter: dict[str, Any]) -> ScopedKnowledgeBase:
-        """A narrower view: this scope AND ``filter`` (which must not be empty)."""
-        if not validate_filter(filter):
-            raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
-        return ScopedKnowledgeBase(self.kb, self.narrow(filter))
-
-    def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> Any:
-        """This view (narrowed by ``filter``) as a :class:`~kbcli.tools.KnowledgeSearchTool`."""
-        from .tools import KnowledgeSearchTool
-
-        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
-
-    # --- search ------------------------------------------------------------------------------
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        mode: str = "hybrid",
-        filter: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> list[SearchResult]:
-        """Search inside the scope; arguments as :meth:`KnowledgeBase.search`."""
-        return self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
-
-    def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
-    ) -> list[SearchResult]:
-        """Search inside the scope with ready options (``options.filter`` only narrows it;
-        ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
-        scoped = dataclasses.replace(options, filter=self.narrow(options.filter))
-        if pool is None:
-            results = self.kb.search_with(query, scoped)
-        else:
-            results = self.kb.search_with(query, scoped, pool=pool)
-        # The stores filter before ranking; this re-check only guards against a store that
-        # breaks that contract (a result outside the scope is dropped, never shown).
-        return [r for r in results if self.visible(r.document)] if self.filter else results
+        def scoped(self, filter: dict[str, Any]) -> Any: ...
 
     def ask(
         self,
@@ -125,9 +50,12 @@ class ScopedKnowledgeBase:
         dry_run: bool = False,
         **options: Any,
     ) -> Answer:
-        """Answer from passages inside the scope only (the search, the term weights and a
-        refusal's hints read nothing outside it); arguments as
-        :meth:`KnowledgeBase.ask <kbcli.pipeline.KnowledgeBase.ask>` (``filter`` only narrows)."""
+        """Answer ``question`` from the best ``k`` passages, citing them as ``[n]``, or refuse
+        without calling the model when none is good enough (``rag.answer``; see
+        :func:`kbcli.answer.ask`). In a scope only passages inside it count (the search, the
+        term weights and a refusal's hints read nothing outside it; ``filter`` only narrows).
+        Extra keyword arguments are :class:`~kbcli.types.SearchOptions` fields. Returns a
+        :class:`~kbcli.answer.Answer`."""
         from .answer import ask
 
         return ask(
@@ -143,173 +71,21 @@ class ScopedKnowledgeBase:
             dry_run=dry_run,
         )
 
-    # --- catalog reads -----------------------------------------------------------------------
+    def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> KnowledgeSearchTool:
+        """This knowledge base or view as a :class:`~kbcli.tools.KnowledgeSearchTool` for
+        agents; with ``filter`` the tool reads through :meth:`scoped` and no argument can widen
+        it."""
+        from .tools import KnowledgeSearchTool
 
-    def get(self, ids: list[str]) -> list[Document]:
-        """The documents among ``ids`` that exist and are in scope, in the order asked."""
-        wanted = [i for i in dict.fromkeys(ids) if isinstance(i, str)]
-        if not wanted:
-            return []
-        store = self.kb.store
-        if isinstance(store, DocumentCatalog):
-            docs = store.get(wanted)
-        else:
-            docs = [d for d in store.list_all() if d.id in set(wanted)]
-            docs.sort(key=lambda d: wanted.index(d.id))
-        return [d for d in docs if self.visible(d)]
-
-    def iter_documents(
-        self,
-        filter: dict[str, Any] | None = None,
-        *,
-        source: str | None = None,
-        limit: int | None = None,
-    ) -> Iterator[Document]:
-        """Documents in scope passing ``filter`` (and of ``source``), oldest first."""
-        combined = self.narrow(filter)
-        if isinstance(self.kb.store, DocumentCatalog):
-            docs = self.kb.store.iter_documents(combined, source=source, limit=limit)
-        else:  # a reference VectorStoreProtocol store: only list_all
-            docs = self._filtered_list(combined, source, limit)
-        for doc in docs:
-            if self.visible(doc):
-                yield doc
-
-    def _filtered_list(
-        self, filter: dict[str, Any], source: str | None, limit: int | None
-    ) -> Iterator[Document]:
-        count = 0
-        for doc in self.kb.store.list_all():
-            if limit is not None and count >= limit:
-                return
-            if matches(doc.metadata, filter) and (
-                source is None or doc.metadata.get("source") == source
-            ):
-                count += 1
-                yield doc
-
-    def list(
-        self,
-        filter: dict[str, Any] | None = None,
-        *,
-        source: str | None = None,
-        limit: int | None = None,
-    ) -> list[Document]:
-        """:meth:`iter_documents` as a list."""
-        return list(self.iter_documents(filter, source=source, limit=limit))
-
-    def count(self, filter: dict[str, Any] | None = None) -> int:
-        """How many documents in scope pass ``filter``."""
-        if isinstance(self.kb.store, DocumentCatalog):
-            return self.kb.store.count(self.narrow(filter))
-        return sum(1 for _ in self.iter_documents(filter))
-
-    def sources(self) -> list[tuple[str, int]]:
-        """Each source in scope with its number of documents in scope, sorted by source."""
-        counts: dict[str, int] = {}
-        for doc in self.iter_documents():
-            source = doc.metadata.get("source")
-            if source is not None:
-                counts[str(source)] = counts.get(str(source), 0) + 1
-        return sorted(counts.items())
-
-    def stats(self) -> dict[str, Any]:
-        """Figures about the scope only: ``chunks``, ``sources``, ``embedder``, ``analyzer`` and
-        ``last_ingest`` (when the newest document in scope was stored). Index-wide figures that
-        would describe hidden documents (vocabulary, size, file count) are left out."""
-        chunks = 0
-        sources: set[str] = set()
-        newest = None
-        for doc in self.iter_documents():
-            chunks += 1
-            if doc.metadata.get("source") is not None:
-                sources.add(str(doc.metadata["source"]))
-            if doc.created_at is not None and (newest is None or doc.created_at > newest):
-                newest = doc.created_at
-        store = self.kb.store
-        info = store.embedder_info if isinstance(store, DocumentCatalog) else None
-        analyzer = store.analyzer.signature if isinstance(store, KeywordIndex) else None
-        return {
-            "scoped": self.filter is not None,
-            "chunks": chunks,
-            "sources": len(sources),
-            "embedder": _embedder_dict(info),
-            "analyzer": analyzer,
-            "last_ingest": newest.isoformat() if newest is not None else None,
-        }
-
-    def file_text(self, path: str | os.PathLike[str]) -> tuple[str, str]:
-        """``(source, text)``: the indexed text of one file, from its chunks in scope.
-
-        ``path`` is matched against the ``source`` of indexed chunks, as given and then as an
-        absolute path; the file on disk is never read. Overlapping chunk windows are joined
-        once. Raises :class:`NotFoundError` (the same for a hidden file and an unknown one).
-        """
-        return file_text(self, path)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
 
 
-def _embedder_dict(info: Any) -> dict[str, Any] | None:
-    if info is None:
-        return None
-    if dataclasses.is_dataclass(info):
-        return {k: v for k, v in dataclasses.asdict(info).items() if v is not None}
-    return {"provider": str(info)}
+class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):
+    """A read-only view of ``kb`` restricted to the documents that pass ``filter`` (see
+    :class:`~kbcli.views.KnowledgeView`), with ``ask`` and ``as_tool`` inside it.
 
-
-def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
-    """``(source, text)`` of a file's indexed chunks in ``view`` (a knowledge base or a scope).
-
-    See :meth:`ScopedKnowledgeBase.file_text`.
+    Every method takes the same arguments as its counterpart on the knowledge base (or its
+    store) and applies the scope first. A hidden document is indistinguishable from one that
+    does not exist. Writes are not offered: a scope is for readers (agents, tenants).
+    :meth:`KnowledgeBase.scoped` insists on a non-empty filter.
     """
-    given = os.fspath(path)
-    candidates = [given]
-    try:
-        absolute = str(Path(given).expanduser().resolve())
-    except (OSError, RuntimeError, ValueError):
-        absolute = given
-    if absolute != given:
-        candidates.append(absolute)
-    for source in candidates:
-        docs = list(view.iter_documents(source=source))
-        if docs:
-            return source, join_chunks(docs)
-    raise NotFoundError(f"No indexed file {given!r}: knowledge_search shows the sources")
-
-
-def join_chunks(docs: list[Document]) -> str:
-    """The text of a file's chunks in order, each overlap with the previous chunk kept once."""
-
-    def order(doc: Document) -> tuple[Any, ...]:
-        meta = doc.metadata
-        start = meta.get("char_start")
-        index = meta.get("chunk_index")
-        return (
-            start if isinstance(start, int) else -1,
-            index if isinstance(index, int) else -1,
-        )
-
-    parts: list[str] = []
-    previous = ""
-    for doc in sorted(docs, key=order):
-        text = doc.text
-        overlap = _overlap(previous, text)
-        if parts and overlap:
-            parts[-1] += text[overlap:]
-        else:
-            parts.append(text)
-        previous = parts[-1]
-    return "\n".join(parts)
-
-
-def _overlap(before: str, after: str, limit: int = 4000, shortest: int = 8) -> int:
-    """Length of the longest suffix of ``before`` that is a prefix of ``after`` (at least
-    ``shortest`` characters, so a shared word is not taken for a chunk overlap)."""
-    if len(after) < shortest:
-        return 0
-    probe = after[:shortest]
-    at = before.find(probe, max(0, len(before) - min(limit, len(after))))
-    while at != -1:
-        if after.startswith(before[at:]):
-            return len(before) - at
-        at = before.find(probe, at + 1)
-    return 0

@@ -143,7 +143,7 @@ def _error(message: str) -> ToolResult:
 
 def _reader(view: Any) -> Any:
     """A :class:`ScopedKnowledgeBase` for ``view`` (an unrestricted one over a plain kb)."""
-    from .scope import as_view
+    from .views import as_view
 
     return as_view(view)
 
@@ -292,13 +292,13 @@ class KnowledgeSearchTool(KnowledgeTool):
         max_k: int = MAX_K,
         max_query_chars: int = MAX_QUERY_CHARS,
     ):
+        from .facade import BaseKnowledgeBase
         from .filters import validate_filter
-        from .pipeline import KnowledgeBase
-        from .scope import ScopedKnowledgeBase
+        from .views import KnowledgeView, as_view
 
         self.access_filter = validate_filter(access_filter)
-        if self.access_filter and isinstance(pipeline, (KnowledgeBase, ScopedKnowledgeBase)):
-            pipeline = pipeline.scoped(self.access_filter)
+        if self.access_filter and isinstance(pipeline, (BaseKnowledgeBase, KnowledgeView)):
+            pipeline = as_view(pipeline).scoped(self.access_filter)
         self.pipeline = pipeline
         self.max_k = max_k
         self.default_k = _whole_number("default_k", default_k, 1, max_k)
@@ -350,7 +350,7 @@ class KnowledgeSearchTool(KnowledgeTool):
     def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
         """:meth:`options` and the caller's own validated ``filter`` (without the scope)."""
         from .filters import validate_filter
-        from .scope import and_filters
+        from .views import and_filters
 
         self.check_keys(arguments, aliases=("input",))
         query = arguments.get("query")
@@ -385,7 +385,7 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
-        from .pipeline import RAGPipeline
+        from .rag_pipeline import RAGPipeline
 
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
@@ -399,10 +399,10 @@ class KnowledgeSearchTool(KnowledgeTool):
         keys no chunk has. Both are judged only over the chunks this tool can see, so the
         answer says nothing of what a scope hides."""
         from . import hints
-        from .pipeline import KnowledgeBase
-        from .scope import ScopedKnowledgeBase
+        from .facade import BaseKnowledgeBase
+        from .views import KnowledgeView
 
-        if not caller_filter or not isinstance(self.pipeline, (KnowledgeBase, ScopedKnowledgeBase)):
+        if not caller_filter or not isinstance(self.pipeline, (BaseKnowledgeBase, KnowledgeView)):
             return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
         view = _reader(self.pipeline)
         pins = hints.source_pins(caller_filter)[:MAX_HINT_CHECKS]
