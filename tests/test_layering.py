@@ -1,7 +1,9 @@
-"""Code outside stores/ reaches a store only through the protocols (issue 11)."""
+"""Layering: code outside stores/ reaches a store only through the protocols (issue 11), and
+no module imports, even lazily, a module that imports it back (issue 26)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -32,3 +34,163 @@ def test_only_the_stores_package_names_the_sqlite_store_class():
             if CONCRETE.search(line) and not line.lstrip().startswith(("#", '"', "'")):
                 offenders.append(f"{path.relative_to(SRC)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+# --- no import circles ------------------------------------------------------------------------
+#
+# The import graph of src/kbcli, read with ast (nothing is imported): an edge for every
+# ``import`` / ``from ... import`` of a kbcli module, at module level or inside a function (a
+# lazy import is still a dependency). Imports under ``if TYPE_CHECKING:`` are left out: they
+# are never executed and only name types. ``from . import x`` is an edge to the submodule
+# ``x`` when there is one, else to the package. A module's own package ``__init__`` (run
+# first by any import of the module) is not counted: packages re-export their modules.
+#
+# Cycles whose every module is under kbcli.stores are allowed for now: the stores are being
+# rebuilt (issue 26, part B), which removes them; nothing else may form a cycle.
+ALLOWED_CYCLE_PREFIX = "kbcli.stores."
+
+
+def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for path in root.rglob("*.py"):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        if package:
+            parts = parts[:-1]
+        found[".".join(parts)] = (path, package)
+    return found
+
+
+def _type_checking_only(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking_only(node):
+            for child in getattr(node, "orelse", []):
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph(root: Path = SRC) -> dict[str, set[str]]:
+    """``module -> the modules of the package it imports`` for every module of the package at
+    ``root`` (src/kbcli)."""
+    modules = _modules(root)
+    top = root.name
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, package) in modules.items():
+        here = name if package else name.rpartition(".")[0]
+        for node in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                if node.level:
+                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    module = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    module = node.module or ""
+                targets = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                    for alias in node.names
+                ]
+            for target in targets:
+                resolved = known(target) if target.split(".")[0] == top else None
+                if resolved is not None and resolved != name:
+                    graph[name].add(resolved)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                connect(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(found)
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "",
+        "a.py": "import pkg.b\nfrom . import c\n",
+        "b.py": "def later():\n    from .sub.d import thing\n",  # lazy, into a subpackage
+        "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import a\n",
+        "sub/__init__.py": "",
+        "sub/d.py": "from .. import c\nfrom ..a import name\nimport json\n",
+    }
+    for name, text in files.items():
+        (package / name).write_text(text)
+    graph = import_graph(package)
+    assert graph["pkg.a"] == {"pkg.b", "pkg.c"}
+    assert graph["pkg.b"] == {"pkg.sub.d"}
+    assert graph["pkg.c"] == set()  # under TYPE_CHECKING only: never executed
+    assert graph["pkg.sub.d"] == {"pkg.c", "pkg.a"}
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.d"]]
+
+
+def test_the_real_graph_is_read():
+    graph = import_graph()
+    assert "kbcli.pipeline" in graph["kbcli.cli.context"]  # inside open_kb, two levels up
+    assert "kbcli.scope" in graph["kbcli.knowledge_base"]
+
+
+def test_cycles_finds_a_loop_through_a_lazy_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles_outside_the_stores():
+    found = [
+        cycle
+        for cycle in cycles(import_graph())
+        if not all(name.startswith(ALLOWED_CYCLE_PREFIX) for name in cycle)
+    ]
+    assert found == []
