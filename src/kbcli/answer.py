@@ -302,7 +302,7 @@ class TermWeights:
     """
 
     def __init__(self, kb: Any, question: str, filter: dict[str, Any] | None):
-        from .protocols import DocumentCatalog, KeywordIndex
+        from .protocols import DocumentCatalog, KeywordIndex, supports
 
         self.store = kb.store
         self.analyzer = kb.analyzer
@@ -314,7 +314,7 @@ class TermWeights:
         self._surface = re.findall(r"\w+", unicodedata.normalize("NFKC", question).lower())
         self._idf: dict[str, float | None] = {}  # None: in no passage inside the filter
         self.weights: dict[str, float] = {}
-        if not isinstance(self.store, KeywordIndex):
+        if not supports(self.store, KeywordIndex):
             self.weights = {t: 1.0 for t in self.counts}
             return
         found: dict[str, float | None] = {}
@@ -325,7 +325,7 @@ class TermWeights:
                 continue  # left out of the measure
         from .bm25 import bm25_idf
 
-        if isinstance(self.store, DocumentCatalog):
+        if supports(self.store, DocumentCatalog):
             absent = bm25_idf(self.store.count(), 0)
         else:
             absent = max((w for w in found.values() if w), default=1.0)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from .ingest_pipeline import IngestPipeline, new_id
 from .lazy_embedder import LazyEmbedder
-from .protocols import DocumentCatalog, missing_methods
+from .protocols import DocumentCatalog, KeywordIndex, supports
 from .rag_pipeline import RAGPipeline
 from .types import Document, SearchOptions, SearchResult
 
@@ -88,7 +88,7 @@ class BaseKnowledgeBase:
             )
         embedder = overrides.get("embedder")
         if embedder is None:
-            recorded = (lambda: store.embedder_info) if isinstance(store, DocumentCatalog) else None
+            recorded = (lambda: store.embedder_info) if supports(store, DocumentCatalog) else None
             embedder = LazyEmbedder(config, overrides.get("on_note"), recorded)
         retriever = overrides.get("retriever") or HybridRetriever(
             store,
@@ -137,9 +137,7 @@ class BaseKnowledgeBase:
     @property
     def analyzer(self) -> Any:
         """The analyzer of the store's keyword index (the default one for a plain store)."""
-        from .protocols import KeywordIndex
-
-        if isinstance(self.store, KeywordIndex):
+        if supports(self.store, KeywordIndex):
             return self.store.analyzer
         from .analysis import Analyzer
 
@@ -196,7 +194,7 @@ class BaseKnowledgeBase:
 
     def close(self) -> None:
         """Release the store's resources (closes the SQLite connection)."""
-        # Checked on the class: isinstance() would read the store's properties, a query each
-        # on a server that may be gone by now (the error that ends a command closes it too).
-        if not missing_methods(type(self.store), DocumentCatalog):
+        # supports() asks the class: isinstance() would read the store's properties, a query
+        # each on a server that may be gone by now (the error that ends a command closes it).
+        if supports(self.store, DocumentCatalog):
             self.store.close()

@@ -22,12 +22,12 @@ def _readable(view: Any) -> Any | None:
     """What the checks read: ``view`` when it is a ``DocumentCatalog`` store or a scoped view
     over one; None otherwise (a plugin store may only search, and reading all of its
     ``list_all`` to explain an empty answer would cost more than the search did)."""
-    from .protocols import DocumentCatalog
+    from .protocols import DocumentCatalog, supports
     from .views import KnowledgeView
 
     if isinstance(view, KnowledgeView):
-        return view if isinstance(view.kb.store, DocumentCatalog) else None
-    return view if isinstance(view, DocumentCatalog) else None
+        return view if supports(view.kb.store, DocumentCatalog) else None
+    return view if supports(view, DocumentCatalog) else None
 
 
 def unindexed(view: Any, wheres: Sequence[tuple[Label, dict[str, Any]]]) -> list[Label]:

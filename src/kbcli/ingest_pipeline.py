@@ -14,6 +14,7 @@ from .protocols import (
     EmbeddingCache,
     SectionChunkerProtocol,
     SectionLoaderProtocol,
+    supports,
 )
 from .types import Document, Section
 
@@ -127,14 +128,14 @@ class IngestPipeline:
         each chunk is normalised; otherwise each section is normalised, then chunked (the
         reference order)."""
         chunker = self.chunker
-        if isinstance(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
+        if supports(chunker, SectionChunkerProtocol) and not chunker.normalize_first:
             chunks = chunker.chunk_sections(sections)
             _add_lines(chunks, sections)
             cleaned = [Section(self.normalizer.normalize(c.text), dict(c.metadata)) for c in chunks]
         else:
             normalize = self.normalizer.normalize
             normalized = [Section(normalize(s.text), dict(s.metadata)) for s in sections]
-            if isinstance(chunker, SectionChunkerProtocol):
+            if supports(chunker, SectionChunkerProtocol):
                 cleaned = chunker.chunk_sections(normalized)
                 _add_lines(cleaned, normalized)
             else:
@@ -147,7 +148,7 @@ class IngestPipeline:
 
     def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
         """Load a file as sections (one section when the loader has no structure)."""
-        if isinstance(self.loader, SectionLoaderProtocol):
+        if supports(self.loader, SectionLoaderProtocol):
             return list(self.loader.load_sections(path))
         return [Section(self.loader.load(path), {})]
 
@@ -155,13 +156,13 @@ class IngestPipeline:
 
     def _check_embedder(self) -> EmbedderInfo:
         info = embedder_info(self.embedder)
-        if isinstance(self.store, DocumentCatalog):
+        if supports(self.store, DocumentCatalog):
             self.store.check_embedder(info)
         return info
 
     def cached_vectors(self, texts: list[str]) -> dict[str, list[float]]:
         """Vectors of ``texts`` already in the store's embedding cache (none without one)."""
-        if not texts or not isinstance(self.store, EmbeddingCache):
+        if not texts or not supports(self.store, EmbeddingCache):
             return {}
         return self.store.cached_embeddings(embedder_info(self.embedder), texts)
 
@@ -173,7 +174,7 @@ class IngestPipeline:
         """
         if not texts:
             return []
-        if not isinstance(self.store, EmbeddingCache):
+        if not supports(self.store, EmbeddingCache):
             return self.embedder.embed_documents(texts)
         key = embedder_info(self.embedder)
         cached = self.store.cached_embeddings(key, texts)
@@ -213,7 +214,7 @@ class IngestPipeline:
         info = self._check_embedder()
         vectors = self.embed([d.text for d in docs])
         info = embedder_info(self.embedder) if info.dimension is None else info
-        if isinstance(self.store, DocumentCatalog):
+        if supports(self.store, DocumentCatalog):
             if source is not None:
                 return self.store.replace_source(source, docs, vectors, embedder=info)
             return self.store.add(docs, vectors, embedder=info) if docs else []

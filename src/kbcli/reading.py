@@ -29,7 +29,7 @@ from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
 from .pathnames import source_name, source_path
-from .protocols import FileLedger
+from .protocols import FileLedger, supports
 from .types import Document
 from .views import KnowledgeView, as_view
 
@@ -163,7 +163,7 @@ def chunk_lines(doc: Document, place: int) -> tuple[int, int]:
 def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | None:
     """The file's lines as ingest loaded them, when it still has the indexed bytes."""
     store = kb.store
-    if not isinstance(store, FileLedger):
+    if not supports(store, FileLedger):
         return None
     record = store.file_records().get(source)
     path = Path(source_path(source))

@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 from .analysis import Analyzer, has_cjk
 from .errors import InvalidOptionError
 from .filters import matches, validate_filter
-from .protocols import DocumentCatalog, KeywordIndex
+from .protocols import DocumentCatalog, KeywordIndex, supports
 from .scoring import keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
 
@@ -66,13 +66,13 @@ class BM25Retriever:
         self.b = b
         self.source_weight = source_weight
         if analyzer is None:
-            analyzer = store.analyzer if isinstance(store, KeywordIndex) else Analyzer()
+            analyzer = store.analyzer if supports(store, KeywordIndex) else Analyzer()
         self.analyzer = analyzer
 
     @property
     def available(self) -> bool:
         """True when the store can answer keyword searches."""
-        return isinstance(self.store, (KeywordIndex, _Listable))
+        return supports(self.store, KeywordIndex) or supports(self.store, _Listable)
 
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
@@ -82,11 +82,11 @@ class BM25Retriever:
         weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
-        if isinstance(self.store, KeywordIndex):
+        if supports(self.store, KeywordIndex):
             return self.store.keyword_search(
                 query, k, filter, k1=self.k1, b=self.b, source_weight=weight
             )
-        if not isinstance(self.store, _Listable):
+        if not supports(self.store, _Listable):
             raise InvalidOptionError(
                 f"{type(self.store).__name__} has no keyword index and cannot list its "
                 "documents: search it in semantic mode"
@@ -123,7 +123,7 @@ class DenseRetriever:
         filter = validate_filter(options.filter if options else None)
         if not query.strip():
             return []
-        if isinstance(self.store, DocumentCatalog):
+        if supports(self.store, DocumentCatalog):
             from .embedders.base import embedder_info
 
             self.store.check_embedder(embedder_info(self.embedder))
@@ -297,7 +297,7 @@ class HybridRetriever:
         from .diversity import mmr_rerank
 
         vectors = None
-        if options.mode != "keyword" and isinstance(self.store, DocumentCatalog):
+        if options.mode != "keyword" and supports(self.store, DocumentCatalog):
             vectors = self._pool_vectors([h.document.id for h in hits])
         analyzer = self.keyword.analyzer
         return mmr_rerank(

@@ -50,7 +50,7 @@ from .errors import (
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import source_name, source_path
-from .protocols import DocumentCatalog, FileLedger
+from .protocols import DocumentCatalog, FileLedger, supports
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -510,7 +510,7 @@ def sync(
     """
     started = time.monotonic()
     store = kb.store
-    if not isinstance(store, FileLedger) or not isinstance(store, DocumentCatalog):
+    if not supports(store, FileLedger) or not supports(store, DocumentCatalog):
         raise InvalidOptionError(
             f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
             "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"

@@ -639,10 +639,10 @@ class KnowledgeStatsTool(KnowledgeTool):
 
     def figures(self) -> dict[str, Any]:
         """``chunks``, ``sources``, ``embedder`` and ``last_ingest`` of the scope."""
-        from .protocols import DocumentCatalog
+        from .protocols import DocumentCatalog, supports
 
         store = self.view.kb.store
-        if self.view.filter is None and isinstance(store, DocumentCatalog):
+        if self.view.filter is None and supports(store, DocumentCatalog):
             figures = store.stats()  # the whole index: the store's own figures are cheaper
         else:
             figures = self.view.stats()

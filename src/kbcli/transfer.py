@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StoreError
-from .protocols import DocumentCatalog, EmbeddingCache, FileLedger, KeywordIndex
+from .protocols import DocumentCatalog, EmbeddingCache, FileLedger, KeywordIndex, supports
 from .types import Document
 
 BATCH = 1000
@@ -54,9 +54,9 @@ def copy_index(
     ``target`` in one transaction, then :func:`check_copy`. Raises :class:`StoreError` when the
     target already holds documents or either side is not a document catalog."""
     for name, store in (("source", source), ("target", target)):
-        if not isinstance(store, DocumentCatalog):
+        if not supports(store, DocumentCatalog):
             raise StoreError(f"The {name} store is not a document catalog: kb copy needs one")
-    if target.count() or (isinstance(target, FileLedger) and target.file_records()):
+    if target.count() or (supports(target, FileLedger) and target.file_records()):
         raise StoreError("The target store is not empty: copy into a new database or path")
     info = source.embedder_info
     report = CopyReport()
@@ -69,7 +69,7 @@ def copy_index(
                 batch = []
         if batch:
             _write(target, batch, info, report)
-        if isinstance(source, FileLedger) and isinstance(target, FileLedger):
+        if supports(source, FileLedger) and supports(target, FileLedger):
             for record in source.file_records().values():
                 target.touch_file(record)
                 report.files += 1
@@ -86,7 +86,7 @@ def _write(target: Any, docs: list[Document], info: Any, report: CopyReport) -> 
     with_vectors = sum(v is not None for v in vectors)
     # doc.embedding carries each vector; the embedder is recorded with the first ones
     target.add(docs, None, embedder=info if with_vectors else None)
-    if info is not None and with_vectors and isinstance(target, EmbeddingCache):
+    if info is not None and with_vectors and supports(target, EmbeddingCache):
         target.cache_embeddings(info, {d.text: list(d.embedding) for d in docs if d.embedding})
     report.documents += len(docs)
     report.vectors += with_vectors
@@ -102,7 +102,7 @@ def check_copy(
         problems.append(f"chunks: {source.count()} in the source, {target.count()} in the target")
     if source.sources() != target.sources():
         problems.append("the sources and their chunk counts differ")
-    if isinstance(source, FileLedger) and isinstance(target, FileLedger):
+    if supports(source, FileLedger) and supports(target, FileLedger):
         if source.file_records() != target.file_records():
             problems.append("the file records differ")
     total = source.count()
@@ -111,7 +111,7 @@ def check_copy(
     checked = 0
     for doc in probes[:samples]:
         query = " ".join(doc.text.split()[:6])
-        if query and isinstance(source, KeywordIndex) and isinstance(target, KeywordIndex):
+        if query and supports(source, KeywordIndex) and supports(target, KeywordIndex):
             checked += 1
             if _ids(source.keyword_search(query, k=5)) != _ids(target.keyword_search(query, k=5)):
                 problems.append(f"keyword search {query!r} gives other results")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import FilterError, NotFoundError
 from .filters import matches, validate_filter
-from .protocols import DocumentCatalog, KeywordIndex
+from .protocols import DocumentCatalog, KeywordIndex, supports
 from .types import Document, SearchOptions, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,7 +129,7 @@ class KnowledgeView:
         if not wanted:
             return []
         store = self.kb.store
-        if isinstance(store, DocumentCatalog):
+        if supports(store, DocumentCatalog):
             docs = store.get(wanted)
         else:
             docs = [d for d in store.list_all() if d.id in set(wanted)]
@@ -145,7 +145,7 @@ class KnowledgeView:
     ) -> Iterator[Document]:
         """Documents in scope passing ``filter`` (and of ``source``), oldest first."""
         combined = self.narrow(filter)
-        if isinstance(self.kb.store, DocumentCatalog):
+        if supports(self.kb.store, DocumentCatalog):
             docs = self.kb.store.iter_documents(combined, source=source, limit=limit)
         else:  # a reference VectorStoreProtocol store: only list_all
             docs = self._filtered_list(combined, source, limit)
@@ -178,7 +178,7 @@ class KnowledgeView:
 
     def count(self, filter: dict[str, Any] | None = None) -> int:
         """How many documents in scope pass ``filter``."""
-        if isinstance(self.kb.store, DocumentCatalog):
+        if supports(self.kb.store, DocumentCatalog):
             return self.kb.store.count(self.narrow(filter))
         return sum(1 for _ in self.iter_documents(filter))
 
@@ -205,8 +205,8 @@ class KnowledgeView:
             if doc.created_at is not None and (newest is None or doc.created_at > newest):
                 newest = doc.created_at
         store = self.kb.store
-        info = store.embedder_info if isinstance(store, DocumentCatalog) else None
-        analyzer = store.analyzer.signature if isinstance(store, KeywordIndex) else None
+        info = store.embedder_info if supports(store, DocumentCatalog) else None
+        analyzer = store.analyzer.signature if supports(store, KeywordIndex) else None
         return {
             "scoped": self.filter is not None,
             "chunks": chunks,

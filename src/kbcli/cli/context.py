@@ -54,9 +54,9 @@ def open_kb(ctx: typer.Context, *, create: bool, busy_timeout: float | None = No
     kb = KnowledgeBase.from_config(
         config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
     )
-    from ..protocols import DocumentCatalog
+    from ..protocols import DocumentCatalog, supports
 
-    if not isinstance(kb.store, DocumentCatalog):
+    if not supports(kb.store, DocumentCatalog):
         kb.close()
         raise ConfigError(
             f"store.backend {config.store.backend!r} is not a document catalog (see "

@@ -34,16 +34,16 @@ def doctor(
 
     from .. import render
     from ..errors import ConfigError
-    from ..protocols import Doctor, FileLedger
+    from ..protocols import Doctor, FileLedger, supports
 
     kb = open_kb(ctx, create=False)
     try:
         store = kb.store
-        if not isinstance(store, Doctor):
+        if not supports(store, Doctor):
             raise ConfigError(
                 f"The {type(store).__name__} store has no checks (see kbcli.protocols.Doctor)"
             )
-        lock = store.writer_lock(wait) if repair and isinstance(store, FileLedger) else None
+        lock = store.writer_lock(wait) if repair and supports(store, FileLedger) else None
         with lock if lock is not None else nullcontext():
             findings = store.doctor(repair=repair)
     finally:

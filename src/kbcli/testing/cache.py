@@ -6,7 +6,7 @@ Needs a ``store`` fixture (an empty store); see :mod:`kbcli.testing`.
 from __future__ import annotations
 
 from ..embedders.base import EmbedderInfo
-from ..protocols import EmbeddingCache
+from ..protocols import EmbeddingCache, supports
 from ._common import INFO, OTHER
 
 
@@ -14,7 +14,7 @@ class EmbeddingCacheContract:
     """Round trip, per-embedder keys, overwrite."""
 
     def test_is_an_embedding_cache(self, store):
-        assert isinstance(store, EmbeddingCache)
+        assert supports(store, EmbeddingCache)
 
     def test_empty_cache(self, store):
         assert store.cached_embeddings(INFO, ["alpha"]) == {}

@@ -9,7 +9,7 @@ import pytest
 
 from ..embedders.base import EmbedderInfo
 from ..errors import FilterError, IndexMismatchError, KBError
-from ..protocols import DocumentCatalog
+from ..protocols import DocumentCatalog, supports
 from ..types import Document
 from ._common import CATALOG, IDS, INFO, OTHER, VECTORS, Boom, fill, ids, make_docs
 
@@ -18,7 +18,7 @@ class DocumentCatalogContract:
     """Reads, deletes, counts, transactions and index metadata of a document catalog."""
 
     def test_is_a_document_catalog(self, store):
-        assert isinstance(store, DocumentCatalog)
+        assert supports(store, DocumentCatalog)
 
     def test_empty_catalog(self, store):
         assert store.count() == 0

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kbcli import Document, FilterError, VectorStoreProtocol
+from kbcli.protocols import supports
 
 VECS = {
     "north": [0.0, 1.0, 0.0],
@@ -30,7 +31,7 @@ class VectorStoreContract:
         return store.add(docs, [VECS[d.id] for d in docs])
 
     def test_is_a_vector_store(self, store):
-        assert isinstance(store, VectorStoreProtocol)
+        assert supports(store, VectorStoreProtocol)
 
     def test_add_returns_ids_in_order(self, store):
         assert self.fill(store) == list(VECS)
