@@ -10,38 +10,17 @@ import sys
 
 import pytest
 
-from fake_providers import FakeServer, clean_env, fake_vector
+from fake_providers import FakeServer, fake_vector
 from kbcli.config import Config, EmbeddingConfig, RAGConfig
-from kbcli.embedders import retry
 from kbcli.embedders.gemini import GeminiEmbedder
 from kbcli.errors import EmbedderError
+from provider_embedders import build, clean_env_fixture, server_fixture, sleeps_fixture  # noqa: F401
 
 KEY = "AIza-test-very-secret-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch, tmp_path):
-    clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    waited: list[float] = []
-    monkeypatch.setattr(retry, "sleep", waited.append)
-    return waited
-
-
-@pytest.fixture
-def server():
-    with FakeServer() as srv:
-        yield srv
-
-
 def make(server, **kwargs) -> GeminiEmbedder:
-    kwargs.setdefault("api_key", KEY)
-    kwargs.setdefault("base_url", server.url)
-    kwargs.setdefault("config", Config())
-    return GeminiEmbedder(**kwargs)
+    return build(GeminiEmbedder, KEY, server.url, **kwargs)
 
 
 @pytest.mark.parametrize("n,batch", [(10, 4), (7, 7), (250, 500)])

@@ -11,38 +11,18 @@ import time
 
 import pytest
 
-from fake_providers import FakeServer, clean_env, fake_vector
+from fake_providers import FakeServer, fake_vector
 from kbcli.config import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders import retry
 from kbcli.embedders.openai import OpenAIEmbedder
 from kbcli.errors import EmbedderError
+from provider_embedders import build, clean_env_fixture, server_fixture, sleeps_fixture  # noqa: F401
 
 KEY = "sk-test-very-secret-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def _env(monkeypatch, tmp_path):
-    clean_env(monkeypatch, tmp_path)
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    waited: list[float] = []
-    monkeypatch.setattr(retry, "sleep", waited.append)
-    return waited
-
-
-@pytest.fixture
-def server():
-    with FakeServer() as srv:
-        yield srv
-
-
 def make(server, **kwargs) -> OpenAIEmbedder:
-    kwargs.setdefault("api_key", KEY)
-    kwargs.setdefault("base_url", server.url + "/v1")
-    kwargs.setdefault("config", Config())
-    return OpenAIEmbedder(**kwargs)
+    return build(OpenAIEmbedder, KEY, server.url + "/v1", **kwargs)
 
 
 @pytest.mark.parametrize("n,batch", [(10, 4), (8, 4), (1, 64), (130, 64)])

@@ -11,27 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Config
 from ..errors import EmbedderError, require
-from ._settings import (
-    apply_request_settings,
-    embedding_settings,
-    find_api_key,
-    first_env,
-    host_of,
-    plan_batches,
-    redact,
-    short,
-    transport_errors,
-)
-from .base import BaseEmbedder
-from .retry import Failure, call_with_retries, give_up_hint, is_retryable_status, parse_retry_after
-
-DEFAULT_MODEL = "text-embedding-004"
-DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com"
-KEY_ENV = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
-BASE_URL_ENV = ("EMBEDDING_BASE_URL", "BASE_URL")
-MODEL_ENV = ("GEMINI_EMBED_MODEL", "EMBEDDING_MODEL")
+from ._settings import plan_batches, redact, short, transport_errors
+from .api import APIEmbedder
+from .retry import Failure, is_retryable_status, parse_retry_after
 
 
 def classify_error(
@@ -57,7 +40,7 @@ def classify_error(
     return None
 
 
-class GeminiEmbedder(BaseEmbedder):
+class GeminiEmbedder(APIEmbedder):
     """Embeds with the Gemini API.
 
     Each setting comes from the argument, else ``rag.embedding``, else the environment: key
@@ -67,46 +50,19 @@ class GeminiEmbedder(BaseEmbedder):
     """
 
     provider = "gemini"
+    key_env = ("GOOGLE_API_KEY", "GEMINI_API_KEY")
+    base_url_env = ("EMBEDDING_BASE_URL", "BASE_URL")
+    model_env = ("GEMINI_EMBED_MODEL", "EMBEDDING_MODEL")
+    default_model = "text-embedding-004"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    missing_key = (
+        "Gemini API key not found (GOOGLE_API_KEY/GEMINI_API_KEY): set one, or choose "
+        "another provider in rag.embedding (openai, local, simple)"
+    )
     max_inputs_per_request = 100
 
-    def __init__(
-        self,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        *,
-        dimensions: int | None = None,
-        batch_size: int | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        retry_budget: float | None = None,
-        config: Config | None = None,
-    ) -> None:
-        settings = embedding_settings(self.provider, config)
-        key, source = find_api_key(api_key, KEY_ENV)
-        if not key:
-            raise EmbedderError(
-                "Gemini API key not found (GOOGLE_API_KEY/GEMINI_API_KEY): set one, or choose "
-                "another provider in rag.embedding (openai, local, simple)"
-            )
-        self.key_source = source
-        self.base_url = base_url or settings.base_url or first_env(*BASE_URL_ENV)[0]
-        model_name = model or settings.model or first_env(*MODEL_ENV)[0] or DEFAULT_MODEL
-        self.model = model_name.removeprefix("models/")
-        apply_request_settings(
-            self,
-            settings,
-            dimensions=dimensions,
-            batch_size=batch_size,
-            max_retries=max_retries,
-            timeout=timeout,
-            retry_budget=retry_budget,
-        )
-        # Only a requested or a returned size is this embedder's identity, never a guess from the
-        # model's name: a compatible server may serve another size under the same name.
-        self.dimension = self.dimensions
-        self._api_key = key
-        self._client = self._make_client()
+    def _model_name(self, given: str) -> str:
+        return given.removeprefix("models/")
 
     def _make_client(self) -> Any:
         genai = require("google.genai", feature="The gemini embedder", package="google-genai")
@@ -122,14 +78,6 @@ class GeminiEmbedder(BaseEmbedder):
         )
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=options)
 
-    @property
-    def host(self) -> str:
-        """Host (and port) of the server in use, for messages."""
-        return host_of(self.base_url or DEFAULT_BASE_URL)
-
-    def __repr__(self) -> str:
-        return f"GeminiEmbedder(model={self.model!r}, base_url={self.base_url!r})"
-
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed passages (task type RETRIEVAL_DOCUMENT) in order."""
         return self._embed(texts, "RETRIEVAL_DOCUMENT")
@@ -142,21 +90,8 @@ class GeminiEmbedder(BaseEmbedder):
         prepared = [t if t.strip() else " " for t in texts]
         out: list[list[float]] = []
         for batch in plan_batches(prepared, max_items=self.batch_size):
-            out.extend(
-                call_with_retries(
-                    lambda b=batch: self._request(b, task_type),
-                    policy=self.retry_policy,
-                    classify=self._classify,
-                    describe=self._describe,
-                    on_abandon=self._abandon_client,
-                )
-            )
+            out.extend(self._with_retries(lambda b=batch: self._request(b, task_type)))
         return out
-
-    def _abandon_client(self) -> None:
-        """Replace the client after an attempt ran past its deadline, closing its sockets."""
-        old, self._client = self._client, self._make_client()
-        old.close()
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         return self._embed(texts, "RETRIEVAL_DOCUMENT")
@@ -184,16 +119,8 @@ class GeminiEmbedder(BaseEmbedder):
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify_error(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
 
-    def _describe(self, failure: Failure, attempts: int) -> str:
-        where = f"model {self.model} at {self.host}"
-        detail = f": {failure.detail}" if failure.detail else ""
+    def _refusal(self, failure: Failure, where: str, detail: str) -> str | None:
         status = failure.status
-        if failure.retryable:
-            what = f"status {status}" if status is not None else failure.reason
-            return (
-                f"gemini embedding request failed after {attempts} attempts ({what}) for "
-                f"{where}{detail}; {give_up_hint(failure)}"
-            )
         key_from = self.key_source or "GOOGLE_API_KEY"
         if status == 401 or (status == 400 and "api key" in failure.detail.lower()):
             return f"gemini rejected the API key (status {status} at {self.host}): check {key_from}"
@@ -207,4 +134,4 @@ class GeminiEmbedder(BaseEmbedder):
                 f"gemini embedding model {self.model} not found at {self.host} (status 404): "
                 f"check rag.embedding.model{detail}"
             )
-        return f"gemini embedding request failed (status {status}) for {where}{detail}"
+        return None

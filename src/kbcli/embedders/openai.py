@@ -20,34 +20,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..config import Config
 from ..errors import EmbedderError, require
-from ._settings import (
-    apply_request_settings,
-    embedding_settings,
-    find_api_key,
-    first_env,
-    host_of,
-    plan_batches,
-    redact,
-    short,
-)
-from .base import BaseEmbedder
-from .retry import (
-    Failure,
-    call_with_retries,
-    give_up_hint,
-    is_retryable_status,
-    parse_retry_after,
-)
+from ._settings import plan_batches, redact, short
+from .api import APIEmbedder
+from .retry import Failure, is_retryable_status, parse_retry_after
 
 logger = logging.getLogger("kbcli.embedders")
-
-DEFAULT_MODEL = "text-embedding-3-small"
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-KEY_ENV = ("OPENAI_API_KEY", "API_KEY")
-BASE_URL_ENV = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "BASE_URL")
-MODEL_ENV = ("OPENAI_EMBED_MODEL", "EMBEDDING_MODEL")
 
 
 def classify_error(
@@ -89,7 +67,7 @@ def _truncate_utf8(text: str, max_bytes: int) -> str:
     return data[:max_bytes].decode("utf-8", errors="ignore")
 
 
-class OpenAIEmbedder(BaseEmbedder):
+class OpenAIEmbedder(APIEmbedder):
     """Embeds with the OpenAI embeddings API (or a compatible server at ``base_url``).
 
     Each setting comes from the argument, else ``rag.embedding`` in the config, else the
@@ -99,49 +77,21 @@ class OpenAIEmbedder(BaseEmbedder):
     """
 
     provider = "openai"
+    key_env = ("OPENAI_API_KEY", "API_KEY")
+    base_url_env = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "BASE_URL")
+    model_env = ("OPENAI_EMBED_MODEL", "EMBEDDING_MODEL")
+    default_model = "text-embedding-3-small"
+    default_base_url = "https://api.openai.com/v1"
+    missing_key = (
+        "OpenAI API key not found (OPENAI_API_KEY/API_KEY): set one, or choose another "
+        "provider in rag.embedding (gemini, local, simple)"
+    )
     max_inputs_per_request = 2048
     max_tokens_per_request = 100_000
     max_input_bytes = 12_000
 
-    def __init__(
-        self,
-        api_key: str | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        *,
-        dimensions: int | None = None,
-        batch_size: int | None = None,
-        max_retries: int | None = None,
-        timeout: float | None = None,
-        retry_budget: float | None = None,
-        config: Config | None = None,
-    ) -> None:
-        settings = embedding_settings(self.provider, config)
-        key, source = find_api_key(api_key, KEY_ENV)
-        if not key:
-            raise EmbedderError(
-                "OpenAI API key not found (OPENAI_API_KEY/API_KEY): set one, or choose another "
-                "provider in rag.embedding (gemini, local, simple)"
-            )
-        self.key_source = source
-        self.base_url = (
-            base_url or settings.base_url or first_env(*BASE_URL_ENV)[0] or DEFAULT_BASE_URL
-        ).rstrip("/")
-        self.model = model or settings.model or first_env(*MODEL_ENV)[0] or DEFAULT_MODEL
-        apply_request_settings(
-            self,
-            settings,
-            dimensions=dimensions,
-            batch_size=batch_size,
-            max_retries=max_retries,
-            timeout=timeout,
-            retry_budget=retry_budget,
-        )
-        # Only a requested or a returned size is this embedder's identity, never a guess from the
-        # model's name: a compatible server may serve another size under the same name.
-        self.dimension = self.dimensions
-        self._api_key = key
-        self._client = self._make_client()
+    def _base_url(self, given: str | None) -> str:
+        return (given or self.default_base_url).rstrip("/")
 
     def _make_client(self) -> Any:
         openai = require("openai", feature="The openai embedder")
@@ -153,14 +103,6 @@ class OpenAIEmbedder(BaseEmbedder):
             max_retries=0,
             timeout=self.timeout,
         )
-
-    @property
-    def host(self) -> str:
-        """Host (and port) of the server in use, for messages."""
-        return host_of(self.base_url)
-
-    def __repr__(self) -> str:
-        return f"OpenAIEmbedder(model={self.model!r}, base_url={self.base_url!r})"
 
     def _prepare(self, text: str) -> str:
         if not text.strip():
@@ -188,18 +130,7 @@ class OpenAIEmbedder(BaseEmbedder):
         return out
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        return call_with_retries(
-            lambda: self._request(texts),
-            policy=self.retry_policy,
-            classify=self._classify,
-            describe=self._describe,
-            on_abandon=self._abandon_client,
-        )
-
-    def _abandon_client(self) -> None:
-        """Replace the client after an attempt ran past its deadline, closing its sockets."""
-        old, self._client = self._client, self._make_client()
-        old.close()
+        return self._with_retries(lambda: self._request(texts))
 
     def _request(self, texts: list[str]) -> list[list[float]]:
         kwargs: dict[str, Any] = {"input": texts, "model": self.model}
@@ -231,16 +162,8 @@ class OpenAIEmbedder(BaseEmbedder):
     def _classify(self, exc: BaseException) -> Failure | None:
         return classify_error(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
 
-    def _describe(self, failure: Failure, attempts: int) -> str:
-        where = f"model {self.model} at {self.host}"
-        detail = f": {failure.detail}" if failure.detail else ""
+    def _refusal(self, failure: Failure, where: str, detail: str) -> str | None:
         status = failure.status
-        if failure.retryable:
-            what = f"status {status}" if status is not None else failure.reason
-            return (
-                f"openai embedding request failed after {attempts} attempts ({what}) for "
-                f"{where}{detail}; {give_up_hint(failure)}"
-            )
         if status == 401:
             return (
                 f"openai rejected the API key (status 401 at {self.host}): check "
@@ -258,5 +181,4 @@ class OpenAIEmbedder(BaseEmbedder):
             )
         if status == 429:
             return f"openai quota exhausted (status 429) for {where}{detail}: check billing"
-        shown = f"status {status}" if status is not None else failure.reason
-        return f"openai embedding request failed ({shown}) for {where}{detail}"
+        return None
