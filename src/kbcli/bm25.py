@@ -24,8 +24,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 K1 = 1.5
 B = 0.75
@@ -40,7 +41,9 @@ SOURCE_WEIGHT = 2.0
 # split beyond noise (docs/quality.md); the SQL/packed choice bounds the cost.
 MAX_SCORED_TERMS = 256
 
-Term = Hashable
+# A term as an executor keys it (its text, or its row id): any hashable value; Any, since
+# mappings are invariant in their keys (a Counter[str] is not a Mapping[Hashable, int]).
+Term = Any
 
 
 # --- the formula -------------------------------------------------------------------------------

@@ -398,8 +398,8 @@ def parse_evidence_budget(value: Any) -> tuple[int, str] | None:
         return (value, "chars") if value > 0 else None
     if not isinstance(value, str):
         return None
-    amount, _, unit = value.strip().partition(" ")
-    unit = EVIDENCE_UNITS.get(unit.strip().lower() or "chars")
+    amount, _, written = value.strip().partition(" ")
+    unit = EVIDENCE_UNITS.get(written.strip().lower() or "chars")
     if not amount.isdigit() or unit is None or int(amount) < 1:
         return None
     return int(amount), unit

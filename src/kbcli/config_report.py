@@ -24,7 +24,7 @@ EMBEDDER_ENV = (
 
 def template() -> str:
     """The commented ``jianmu.yaml`` that ``kb init`` writes (every key, with its default)."""
-    return resources.files("kbcli").joinpath("data", CONFIG_FILENAME).read_text("utf-8")
+    return resources.files("kbcli").joinpath("data").joinpath(CONFIG_FILENAME).read_text("utf-8")
 
 
 def write_template(path: Path, *, force: bool = False) -> Path:

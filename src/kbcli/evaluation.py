@@ -333,6 +333,7 @@ def _open_index(
 ) -> Any:
     from .config import StoreConfig
     from .pipeline import KnowledgeBase
+    from .protocols import DocumentCatalog, supports
 
     if embedder is None:
         embedder = _default_embedder(config, mode)
@@ -346,6 +347,7 @@ def _open_index(
     local = replace(config, store=StoreConfig(backend, settings if backend != "sqlite" else {}))
     kb = KnowledgeBase.from_config(local, db=path, embedder=embedder)
     store = kb.store
+    assert supports(store, DocumentCatalog)  # SQLite, or its catalog beside FAISS or Chroma
     recorded = store.get_meta(FINGERPRINT_KEY)
     if recorded == fingerprint:
         _check_reuse(kb, path)

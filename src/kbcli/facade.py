@@ -11,13 +11,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .ingest_pipeline import IngestPipeline, new_id
+from .ingest_pipeline import Chunker, IngestPipeline, Loader, new_id
 from .lazy_embedder import LazyEmbedder
-from .protocols import DocumentCatalog, KeywordIndex, supports
-from .rag_pipeline import RAGPipeline
+from .protocols import (
+    DocumentCatalog,
+    EmbedderProtocol,
+    KeywordIndex,
+    RerankerProtocol,
+    RetrieverProtocol,
+    TextNormalizerProtocol,
+    VectorStoreProtocol,
+    supports,
+)
+from .rag_pipeline import Pool, RAGPipeline
 from .types import Document, SearchOptions, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .analysis import Analyzer
+    from .config_schema import Config
 
 KB = TypeVar("KB", bound="BaseKnowledgeBase")
 
@@ -30,23 +43,23 @@ class BaseKnowledgeBase:
 
     def __init__(
         self,
-        store: Any = None,
-        embedder: Any = None,
-        retriever: Any = None,
-        reranker: Any = None,
-        loader: Any = None,
-        normalizer: Any = None,
-        chunker: Any = None,
+        store: VectorStoreProtocol | None = None,
+        embedder: EmbedderProtocol | None = None,
+        retriever: RetrieverProtocol | None = None,
+        reranker: RerankerProtocol | None = None,
+        loader: Loader | None = None,
+        normalizer: TextNormalizerProtocol | None = None,
+        chunker: Chunker | None = None,
         *,
-        config: Any = None,
+        config: Config | None = None,
     ):
         from .embedders import SimpleEmbedder
         from .retrievers import HybridRetriever
         from .stores import InMemoryStore
 
-        self.store = store if store is not None else InMemoryStore()
-        self.embedder = embedder if embedder is not None else SimpleEmbedder()
-        self.retriever = retriever or HybridRetriever(self.store, self.embedder)
+        self.store: VectorStoreProtocol = store if store is not None else InMemoryStore()
+        self.embedder: EmbedderProtocol = embedder if embedder is not None else SimpleEmbedder()
+        self.retriever: RetrieverProtocol = retriever or HybridRetriever(self.store, self.embedder)
         self.reranker = reranker
         self.ingestor = IngestPipeline(
             self.embedder, self.store, loader, normalizer, chunker, config=config
@@ -54,7 +67,7 @@ class BaseKnowledgeBase:
         self.pipeline = RAGPipeline(self.retriever, reranker, config=config)
 
     @classmethod
-    def from_config(cls: type[KB], config: Any = None, **overrides: Any) -> KB:
+    def from_config(cls: type[KB], config: Config | None = None, **overrides: Any) -> KB:
         """A knowledge base built from ``jianmu.yaml``: the one place that wires the parts.
 
         ``config`` defaults to the configuration found by the usual lookup. Each part comes
@@ -115,9 +128,9 @@ class BaseKnowledgeBase:
         cls: type[KB],
         db: str | os.PathLike[str] | None = None,
         *,
-        config: Any = None,
-        embedder: Any = None,
-        reranker: Any = None,
+        config: Config | None = None,
+        embedder: EmbedderProtocol | None = None,
+        reranker: RerankerProtocol | None = None,
         on_note: Callable[[str], None] | None = None,
         busy_timeout: float | None = None,
         create: bool = True,
@@ -135,7 +148,7 @@ class BaseKnowledgeBase:
         )
 
     @property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         """The analyzer of the store's keyword index (the default one for a plain store)."""
         if supports(self.store, KeywordIndex):
             return self.store.analyzer
@@ -180,7 +193,7 @@ class BaseKnowledgeBase:
         return self.pipeline.search(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
 
     def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
+        self, query: str, options: SearchOptions, *, pool: Pool | None = None
     ) -> list[SearchResult]:
         """Search with a ready :class:`SearchOptions` (``pool``: see
         :meth:`RAGPipeline.search`)."""

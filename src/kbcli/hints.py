@@ -30,7 +30,9 @@ def _readable(view: Any) -> Any | None:
     return view if supports(view, DocumentCatalog) else None
 
 
-def unindexed(view: Any, wheres: Sequence[tuple[Label, dict[str, Any]]]) -> list[Label]:
+def unindexed(
+    view: Any, wheres: Sequence[tuple[Label, dict[str, Any] | None]]
+) -> list[Label]:
     """The labels of ``(label, filter)`` pairs whose filter no chunk in ``view`` passes (each a
     folder or file, e.g. :func:`~kbcli.filters.under_folders`); [] when ``view`` cannot tell."""
     found = _readable(view)

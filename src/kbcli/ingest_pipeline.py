@@ -6,17 +6,30 @@ import os
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embedders.base import EmbedderInfo, embedder_info
 from .protocols import (
     DocumentCatalog,
+    DocumentLoaderProtocol,
+    EmbedderProtocol,
     EmbeddingCache,
     SectionChunkerProtocol,
     SectionLoaderProtocol,
+    TextChunkerProtocol,
+    TextNormalizerProtocol,
+    VectorStoreProtocol,
     supports,
 )
 from .types import Document, Section
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config_schema import Config
+
+#: What loads a file: text (the reference ``load``) or sections with metadata.
+Loader = DocumentLoaderProtocol | SectionLoaderProtocol
+#: What chunks text: plain strings (the reference ``chunk``) or sections with offsets.
+Chunker = TextChunkerProtocol | SectionChunkerProtocol
 
 
 def new_id() -> str:
@@ -53,13 +66,13 @@ class IngestPipeline:
 
     def __init__(
         self,
-        embedder: Any = None,
-        store: Any = None,
-        loader: Any = None,
-        normalizer: Any = None,
-        chunker: Any = None,
+        embedder: EmbedderProtocol | None = None,
+        store: VectorStoreProtocol | None = None,
+        loader: Loader | None = None,
+        normalizer: TextNormalizerProtocol | None = None,
+        chunker: Chunker | None = None,
         *,
-        config: Any = None,
+        config: Config | None = None,
     ):
         self.config = config  # None: the configuration found by the default lookup
         if embedder is None:
@@ -70,8 +83,8 @@ class IngestPipeline:
             from .stores import InMemoryStore
 
             store = InMemoryStore()
-        self.embedder = embedder
-        self.store = store
+        self.embedder: EmbedderProtocol = embedder
+        self.store: VectorStoreProtocol = store
         # Loader, normaliser and chunker defaults are built on first use: constructing a
         # pipeline (every KnowledgeBase does) must stay cheap and need no parser.
         self._loader = loader
@@ -79,7 +92,7 @@ class IngestPipeline:
         self._chunker = chunker
 
     @property
-    def loader(self) -> Any:
+    def loader(self) -> Loader:
         """The document loader (default: :class:`~kbcli.ingest.DefaultDocumentLoader`)."""
         if self._loader is None:
             from .ingest import DefaultDocumentLoader
@@ -92,7 +105,7 @@ class IngestPipeline:
         return self._loader
 
     @property
-    def chunker(self) -> Any:
+    def chunker(self) -> Chunker:
         """The chunker (default: ``rag.chunker`` with ``limits.chunk_size/chunk_overlap``)."""
         if self._chunker is None:
             from .ingest import make_chunker
@@ -103,7 +116,7 @@ class IngestPipeline:
             )
         return self._chunker
 
-    def _config(self) -> Any:
+    def _config(self) -> Config:
         if self.config is None:
             from .config import get_config
 
@@ -111,7 +124,7 @@ class IngestPipeline:
         return self.config
 
     @property
-    def normalizer(self) -> Any:
+    def normalizer(self) -> TextNormalizerProtocol:
         """The normaliser applied to each chunk (default: whitespace collapsing)."""
         if self._normalizer is None:
             from .ingest import WhitespaceNormalizer
@@ -148,9 +161,11 @@ class IngestPipeline:
 
     def load_sections(self, path: str | os.PathLike[str]) -> list[Section]:
         """Load a file as sections (one section when the loader has no structure)."""
-        if supports(self.loader, SectionLoaderProtocol):
-            return list(self.loader.load_sections(path))
-        return [Section(self.loader.load(path), {})]
+        given = path if isinstance(path, (str, Path)) else Path(path)  # the loaders' type
+        loader = self.loader
+        if supports(loader, SectionLoaderProtocol):
+            return list(loader.load_sections(given))
+        return [Section(loader.load(given), {})]
 
     # --- embedding and storing ---------------------------------------------------------------
 

@@ -4,9 +4,12 @@ model)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embedders.base import EmbedderInfo, embedder_info
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config_schema import Config
 
 DEFAULT_BATCH = 64  # texts per embedding request when an embedder does not say
 
@@ -24,7 +27,7 @@ class LazyEmbedder:
 
     def __init__(
         self,
-        config: Any = None,
+        config: Config | None = None,
         on_note: Callable[[str], None] | None = None,
         recorded: Callable[[], EmbedderInfo | None] | None = None,
     ):

@@ -13,9 +13,11 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: the contracts import nothing at run time
+    from typing_extensions import TypeIs
+
     from .analysis import Analyzer
     from .embedders.base import EmbedderInfo
     from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
@@ -479,6 +481,7 @@ _NOT_MEMBERS = frozenset(
     }
 )  # fmt: skip
 _members: dict[type, tuple[tuple[str, bool], ...]] = {}
+Capability = TypeVar("Capability")
 _gaps: weakref.WeakKeyDictionary[type, dict[type, tuple[str, ...]]] = weakref.WeakKeyDictionary()
 
 
@@ -521,7 +524,7 @@ def _class_gaps(cls: type, protocol: type) -> tuple[str, ...]:
     return gaps
 
 
-def supports(obj: object, protocol: type) -> bool:
+def supports(obj: object, protocol: Callable[..., Capability]) -> TypeIs[Capability]:
     """True when ``obj`` has every member of the capability ``protocol`` (a
     :class:`DocumentCatalog`, :class:`KeywordIndex`, :class:`FileLedger`...): what
     ``isinstance(obj, protocol)`` answers, at the cost of a dictionary lookup.
@@ -529,6 +532,8 @@ def supports(obj: object, protocol: type) -> bool:
     Members are looked up on ``obj``'s class (once per class, then cached); one the class lacks
     may be an attribute the instance set itself (in its ``__dict__``). No property is evaluated
     and nothing is called, so asking a store what it can do never queries it."""
+    if not isinstance(protocol, type):
+        raise TypeError(f"supports() needs a protocol class, got {protocol!r}")
     gaps = _class_gaps(type(obj), protocol)
     if not gaps:
         return True

@@ -2,9 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+from .protocols import RerankerProtocol, RetrieverProtocol
 from .types import Document, SearchOptions, SearchResult, SearchResults
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .config_schema import Config, RerankConfig
+
+#: ``pool(recall, size)``: which recalled hits go on (see :meth:`RAGPipeline.search`).
+Pool = Callable[[Callable[[int], list[SearchResult]], "int | None"], list[SearchResult]]
+
+
+class Rewriter(Protocol):
+    """Extra recall routes for a query (:class:`~kbcli.rewrite.QueryRewriter`); one that has
+    ``with_mode(mode)`` can also serve a search that asks for another rewrite mode."""
+
+    def routes(self, query: str, search_mode: str) -> list[tuple[str, str, str]]:
+        """``(label, text, mode)`` routes to recall beside ``query``."""
+        ...
 
 
 class RAGPipeline:
@@ -30,25 +47,31 @@ class RAGPipeline:
 
     def __init__(
         self,
-        retriever: Any,
-        reranker: Any = None,
+        retriever: RetrieverProtocol,
+        reranker: RerankerProtocol | None = None,
         *,
         candidates: int | None = None,
         min_relevance: float | None = None,
-        rewriter: Any = None,
-        config: Any = None,
+        rewriter: Rewriter | None = None,
+        config: Config | None = None,
     ):
         self.retriever = retriever
         self._reranker = reranker
         self._rewriter = rewriter
-        self._pending_reranker: Any = None
-        self._pending_rewriter: Any = None
+        # the configuration to build them from on first use (see configured)
+        self._pending_reranker: Config | None = None
+        self._pending_rewriter: Config | None = None
         self.candidates = candidates
         self.min_relevance = min_relevance
         self.config = config
 
     @classmethod
-    def configured(cls, retriever: Any, config: Any, reranker: Any = None) -> RAGPipeline:
+    def configured(
+        cls,
+        retriever: RetrieverProtocol,
+        config: Config,
+        reranker: RerankerProtocol | None = None,
+    ) -> RAGPipeline:
         """A pipeline whose reranker (unless given) and rewriter come from ``config``'s
         ``rag.rerank`` / ``rag.rewrite``; they are built when a search first needs them, so
         commands that never rerank never load a model or fail on a reranker setting."""
@@ -60,7 +83,7 @@ class RAGPipeline:
         return pipeline
 
     @property
-    def reranker(self) -> Any:
+    def reranker(self) -> RerankerProtocol | None:
         """The reranker (None: searches are single-stage)."""
         if self._pending_reranker is not None:
             from .rerankers import build_reranker
@@ -70,7 +93,7 @@ class RAGPipeline:
         return self._reranker
 
     @reranker.setter
-    def reranker(self, value: Any) -> None:
+    def reranker(self, value: RerankerProtocol | None) -> None:
         self._pending_reranker = None
         self._reranker = value
 
@@ -80,7 +103,7 @@ class RAGPipeline:
         return self._pending_reranker is not None or self._reranker is not None
 
     @property
-    def rewriter(self) -> Any:
+    def rewriter(self) -> Rewriter | None:
         """The query rewriter (None: the query is recalled as written)."""
         if self._pending_rewriter is not None:
             from .rewrite import build_rewriter
@@ -90,17 +113,17 @@ class RAGPipeline:
         return self._rewriter
 
     @rewriter.setter
-    def rewriter(self, value: Any) -> None:
+    def rewriter(self, value: Rewriter | None) -> None:
         self._pending_rewriter = None
         self._rewriter = value
 
-    def _rerank_settings(self) -> Any:
+    def _rerank_settings(self) -> RerankConfig:
         from .config import RerankConfig
 
         return self.config.rag.rerank if self.config is not None else RerankConfig()
 
     def search(
-        self, query: str, options: SearchOptions | None = None, *, pool: Any = None
+        self, query: str, options: SearchOptions | None = None, *, pool: Pool | None = None
     ) -> SearchResults:
         """Run the search described by ``options`` (default :class:`SearchOptions`).
 
@@ -152,7 +175,7 @@ class RAGPipeline:
             min_relevance=results.min_relevance,
         )
 
-    def _reranker_for(self, options: SearchOptions) -> Any:
+    def _reranker_for(self, options: SearchOptions) -> RerankerProtocol | None:
         from .errors import InvalidOptionError
 
         if options.rerank is False:
@@ -168,7 +191,7 @@ class RAGPipeline:
             return None
         return self.reranker
 
-    def _rewriter_for(self, options: SearchOptions) -> Any:
+    def _rewriter_for(self, options: SearchOptions) -> Rewriter | None:
         mode = options.rewrite
         if mode is None:
             return self.rewriter
@@ -183,7 +206,7 @@ class RAGPipeline:
         return build_rewriter(self.config or get_config(), mode)
 
     def _recall(
-        self, query: str, pool: int, options: SearchOptions, rewriter: Any
+        self, query: str, pool: int, options: SearchOptions, rewriter: Rewriter | None
     ) -> list[SearchResult]:
         first = self.retriever.search(query, pool, options)
         routes = rewriter.routes(query, options.mode) if rewriter is not None else []
@@ -204,7 +227,7 @@ class RAGPipeline:
         order = sorted(fused, key=lambda doc_id: (-fused[doc_id], doc_id))
         out = []
         for doc_id in order:
-            explain = None
+            explain: dict[str, Any] | None = None
             if options.explain:
                 explain = {}
                 for label, hits in ranked:
@@ -222,7 +245,7 @@ class RAGPipeline:
 
     @staticmethod
     def _rerank(
-        reranker: Any,
+        reranker: RerankerProtocol,
         query: str,
         hits: list[SearchResult],
         threshold: float | None,

@@ -36,6 +36,15 @@ class _Listable(Protocol):
     def list_all(self) -> list[Document]: ...
 
 
+
+def _alpha(options: SearchOptions) -> float:
+    """``options.alpha``: a number once the options exist (``SearchOptions`` puts
+    ``limits.rerank_alpha`` there when none was given)."""
+    alpha = options.alpha
+    if alpha is None:  # only a caller that set it to None after construction
+        raise InvalidOptionError("alpha must be a number between 0 and 1, got None")
+    return alpha
+
 class KBWarning(UserWarning):
     """Something kbcli worked around, worth telling the developer once."""
 
@@ -201,10 +210,10 @@ class HybridRetriever:
         """The dense weight weighted fusion uses for ``options`` and ``query`` (see the class
         docstring)."""
         if options.alpha_chosen:
-            return options.alpha
+            return _alpha(options)
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
-        return self.alpha if self.alpha is not None else options.alpha
+        return self.alpha if self.alpha is not None else _alpha(options)
 
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
@@ -256,7 +265,7 @@ class HybridRetriever:
         from .embedders.base import embedder_info
 
         name = embedder_info(self.embedder).provider
-        configured = self.alpha if self.alpha is not None else options.alpha
+        configured = self.alpha if self.alpha is not None else _alpha(options)
         if self.weak_embedder:
             why = f"the {name} embedder is weak"
             strong = "a strong embedder"
@@ -355,7 +364,7 @@ def fuse(
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
     dense_scores = {hit.document.id: hit.score for hit in dense_hits}
-    alpha = options.alpha if options.alpha_chosen else default_alpha
+    alpha = _alpha(options) if options.alpha_chosen else default_alpha
     if options.fusion == "rrf":
         fused = rrf_fusion(
             [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]

@@ -20,6 +20,7 @@ built on views never import the :class:`~kbcli.pipeline.KnowledgeBase` facade; t
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import os
 from collections.abc import Iterator
@@ -154,7 +155,7 @@ class KnowledgeView:
                 yield doc
 
     def _filtered_list(
-        self, filter: dict[str, Any], source: str | None, limit: int | None
+        self, filter: dict[str, Any] | None, source: str | None, limit: int | None
     ) -> Iterator[Document]:
         count = 0
         for doc in self.kb.store.list_all():
@@ -182,7 +183,7 @@ class KnowledgeView:
             return self.kb.store.count(self.narrow(filter))
         return sum(1 for _ in self.iter_documents(filter))
 
-    def sources(self) -> list[tuple[str, int]]:
+    def sources(self) -> builtins.list[tuple[str, int]]:  # (``list`` is the method above)
         """Each source in scope with its number of documents in scope, sorted by source."""
         counts: dict[str, int] = {}
         for doc in self.iter_documents():
@@ -229,7 +230,7 @@ class KnowledgeView:
 def _embedder_dict(info: Any) -> dict[str, Any] | None:
     if info is None:
         return None
-    if dataclasses.is_dataclass(info):
+    if dataclasses.is_dataclass(info) and not isinstance(info, type):
         return {k: v for k, v in dataclasses.asdict(info).items() if v is not None}
     return {"provider": str(info)}
 

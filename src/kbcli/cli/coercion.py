@@ -109,5 +109,5 @@ def plain_arguments(params: list[Any]) -> None:
         def record(ctx: Any, param: Any = param, metavar: str = metavar) -> tuple[str, str]:
             return metavar, (param.help or "") + ("" if param.required else "  [optional]")
 
-        param._usage_display_name = usage
-        param.get_help_record = record
+        param._usage_display_name = usage  # type: ignore[method-assign]
+        param.get_help_record = record  # type: ignore[method-assign]

@@ -9,6 +9,7 @@ texts are sent as a single space, as for OpenAI.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..errors import EmbedderError, require
@@ -90,7 +91,7 @@ class GeminiEmbedder(APIEmbedder):
         prepared = [t if t.strip() else " " for t in texts]
         out: list[list[float]] = []
         for batch in plan_batches(prepared, max_items=self.batch_size):
-            out.extend(self._with_retries(lambda b=batch: self._request(b, task_type)))
+            out.extend(self._with_retries(partial(self._request, batch, task_type)))
         return out
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:

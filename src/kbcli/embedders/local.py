@@ -184,6 +184,7 @@ class OnnxModel:
     """
 
     backend = "onnx"
+    name = ""  # the model's name, set by load_model
 
     def __init__(
         self,
@@ -313,6 +314,7 @@ class SentenceTransformerModel:
     """A sentence-transformers model (a folder, or a name in the Hugging Face cache)."""
 
     backend = "sentence-transformers"
+    name = ""  # the model's name, set by load_model
 
     def __init__(self, name_or_path: str, device: str):
         st = require(

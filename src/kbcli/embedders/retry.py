@@ -32,9 +32,9 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ..errors import EmbedderError
 
@@ -101,7 +101,14 @@ class EmbedderRequestError(EmbedderError):
         self.retryable = retryable
 
 
-def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+
+class Headers(Protocol):
+    """Response headers looked up by name (a mapping, or the ``email.message.Message`` that
+    urllib gives)."""
+
+    def get(self, name: str, default: None = None, /) -> str | None: ...
+
+def parse_retry_after(headers: Headers | None) -> float | None:
     """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
     if not headers:
         return None
@@ -201,9 +208,10 @@ def call_with_retries(
                 reason = f"no complete answer before the {policy.budget:g} s budget ran out"
             failure = Failure(True, None, reason)
         except Exception as exc:  # noqa: BLE001 - classify decides what is ours
-            failure = classify(exc)
-            if failure is None:
+            classified = classify(exc)
+            if classified is None:
                 raise
+            failure = classified
         elapsed = time.monotonic() - started
         wait = policy.delay(attempts, failure.retry_after) if failure.retryable else 0.0
         exhausted = ""

@@ -340,7 +340,7 @@ def _open_image(path: str, max_bytes: int | None, options: Any) -> Iterator[Any]
     from PIL import Image, UnidentifiedImageError
 
     raw, st = open_regular(path)
-    with raw, io.BufferedReader(raw) as fh:
+    with raw, io.BufferedReader(raw) as fh:  # type: ignore[type-var]  # a raw binary file
         if max_bytes is not None and st.st_size > max_bytes:
             raise too_large(path, max_bytes)
         Image.init()  # registers TIFF and WebP (only a few formats are preloaded)

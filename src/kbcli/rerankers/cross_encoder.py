@@ -286,7 +286,7 @@ def export_onnx(model_dir: str | Path, output_dir: str | Path | None = None) -> 
     """
     import shutil
 
-    torch = require("torch", extra="local-st", feature="Exporting a cross-encoder to ONNX")
+    torch: Any = require("torch", extra="local-st", feature="Exporting a cross-encoder to ONNX")
     transformers = require(
         "transformers", extra="local-st", feature="Exporting a cross-encoder to ONNX"
     )

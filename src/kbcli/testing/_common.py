@@ -12,7 +12,7 @@ from ..types import Document
 INFO = EmbedderInfo("contract", "fixed-3", 3)
 OTHER = EmbedderInfo("contract", "other-3", 3)
 
-CATALOG = [
+CATALOG: list[tuple[str, str, dict[str, Any], list[float]]] = [
     ("a1", "alpha one", {"source": "a.md", "n": 1, "lang": "en"}, [1.0, 0.0, 0.0]),
     ("a2", "alpha two", {"source": "a.md", "n": 2, "lang": "de"}, [0.75, 0.25, 0.0]),
     ("b1", "beta one", {"source": "b.md", "n": 3, "lang": "en"}, [0.0, 1.0, 0.0]),
