@@ -8,7 +8,7 @@ import typer
 
 from .context import open_kb, search_filter
 from .group import KBCommand
-from .options import MAX_K, FilterOption, example, output_format
+from .options import MAX_K, FilterOption, FusionOption, RerankOption, example, output_format
 from .root import app
 
 EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
@@ -51,16 +51,8 @@ def ask(
             "--alpha", metavar="F", min=0.0, max=1.0, help="Hybrid dense weight [default: config]."
         ),
     ] = None,
-    fusion: Annotated[
-        str, typer.Option("--fusion", metavar="NAME", help="Hybrid fusion: weighted or rrf.")
-    ] = "weighted",
-    rerank: Annotated[
-        bool | None,
-        typer.Option(
-            "--rerank/--no-rerank",
-            help="Rerank the candidates with rag.rerank [default: on when configured].",
-        ),
-    ] = None,
+    fusion: FusionOption = "weighted",
+    rerank: RerankOption = None,
     candidates: Annotated[
         int | None,
         typer.Option("--candidates", metavar="N", min=1, help="Candidates for the reranker."),

@@ -25,6 +25,16 @@ NullOption = Annotated[
         "exactly as the file system spells them (xargs -0).",
     ),
 ]
+FusionOption = Annotated[
+    str, typer.Option("--fusion", metavar="NAME", help="Hybrid fusion: weighted or rrf.")
+]
+RerankOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--rerank/--no-rerank",
+        help="Rerank the candidates with rag.rerank [default: on when configured].",
+    ),
+]
 MetaOption = Annotated[
     list[str] | None,
     typer.Option(

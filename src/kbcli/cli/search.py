@@ -7,7 +7,16 @@ import typer
 
 from .context import open_kb, resolve_source, search_filter
 from .group import KBCommand
-from .options import MAX_K, FilterOption, NullOption, example, files_format, output_format
+from .options import (
+    MAX_K,
+    FilterOption,
+    FusionOption,
+    NullOption,
+    RerankOption,
+    example,
+    files_format,
+    output_format,
+)
 from .root import app
 
 
@@ -71,9 +80,7 @@ def search(
             help="Weight of the semantic route in weighted hybrid fusion [default: config].",
         ),
     ] = None,
-    fusion: Annotated[
-        str, typer.Option("--fusion", metavar="NAME", help="Hybrid fusion: weighted or rrf.")
-    ] = "weighted",
+    fusion: FusionOption = "weighted",
     min_score: Annotated[
         float | None,
         typer.Option("--min-score", metavar="F", help="Drop results scoring below this."),
@@ -91,13 +98,7 @@ def search(
             help="Diversify results with MMR: 1 = relevance only, lower = more diverse.",
         ),
     ] = None,
-    rerank: Annotated[
-        bool | None,
-        typer.Option(
-            "--rerank/--no-rerank",
-            help="Rerank the candidates with rag.rerank [default: on when configured].",
-        ),
-    ] = None,
+    rerank: RerankOption = None,
     candidates: Annotated[
         int | None,
         typer.Option(
