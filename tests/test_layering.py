@@ -194,3 +194,28 @@ def test_no_import_circles_outside_the_stores():
         if not all(name.startswith(ALLOWED_CYCLE_PREFIX) for name in cycle)
     ]
     assert found == []
+
+
+def reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for module in graph[todo.pop()] - seen:
+            seen.add(module)
+            todo.append(module)
+    return seen
+
+
+def test_the_facade_does_not_import_the_layers_built_on_it():
+    """The knowledge base facade (wiring, ingest, search) reaches no view, scope, answer or
+    tool, even lazily; the KnowledgeBase users hold is assembled above them."""
+    graph = import_graph()
+    above = {
+        "kbcli.views", "kbcli.scope", "kbcli.answer", "kbcli.tools", "kbcli.hints",
+        "kbcli.reading", "kbcli.mcp_server", "kbcli.knowledge_base", "kbcli.pipeline",
+    }  # fmt: skip
+    assert reach(graph, "kbcli.facade") & above == set()
+    assert {"kbcli.facade", "kbcli.scope"} <= graph["kbcli.knowledge_base"]
+    for layer in ("kbcli.views", "kbcli.answer", "kbcli.tools", "kbcli.hints", "kbcli.reading"):
+        assert "kbcli.knowledge_base" not in reach(graph, layer), layer
