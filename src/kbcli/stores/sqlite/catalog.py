@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ...bm25 import ChunkTerms
 from ...filters import compile_sql, dumps_metadata, source_ranges, validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
@@ -90,25 +91,41 @@ def source_id(
     return src
 
 
-def insert(conn: sqlite3.Connection, doc: Document, src: int, length: int, terms: bytes) -> int:
-    """Insert one chunk row; returns its rowid."""
-    source = doc.metadata.get("source")
-    cur = conn.execute(
-        "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
-        " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            doc.id,
-            doc.text,
-            dumps_metadata(doc.metadata),
-            doc.created_at.isoformat(),
-            str(source) if source is not None else None,
-            text_hash(doc.text),
-            length,
-            terms,
-            src,
-        ),
-    )
-    return int(cur.lastrowid)
+def insert(
+    conn: sqlite3.Connection, rows: list[tuple[Document, Any, dict[int, int]]]
+) -> tuple[list[ChunkTerms], set[int]]:
+    """Insert chunk rows ``(doc, vector, tf by term id)`` with their forward indexes (vectors
+    go to the ``vectors`` table, not here); returns each row's :class:`ChunkTerms` and the
+    sources created for them."""
+    known: dict[str, int] = {}
+    new_sources: set[int] = set()
+    chunks = []
+    for doc, _, tf in rows:
+        source = doc.metadata.get("source")
+        name = str(source) if source is not None else None
+        src = source_id(conn, name, known, new_sources)
+        cur = conn.execute(
+            "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
+            " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                doc.id,
+                doc.text,
+                dumps_metadata(doc.metadata),
+                doc.created_at.isoformat(),
+                name,
+                text_hash(doc.text),
+                sum(tf.values()),
+                pack_terms(tf),
+                src,
+            ),
+        )
+        chunks.append(ChunkTerms(int(cur.lastrowid), src, tf))
+    return chunks, new_sources
+
+
+def overflow(conn: sqlite3.Connection) -> list[ChunkRow]:
+    """Rows to evict after an insert: none (the catalog is unbounded)."""
+    return []
 
 
 def delete_rows(conn: sqlite3.Connection, docs: Iterable[int]) -> None:
@@ -293,6 +310,17 @@ def sources(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     return conn.execute(
         "SELECT source, chunks FROM sources WHERE source IS NOT NULL ORDER BY source"
     ).fetchall()
+
+
+def named_sources(conn: sqlite3.Connection) -> int:
+    """How many named sources there are."""
+    return len(sources(conn))
+
+
+def totals(conn: sqlite3.Connection) -> tuple[int, int]:
+    """How many chunks, and their total length in terms."""
+    n, total = conn.execute("SELECT n, total_length FROM stats WHERE id = 1").fetchone()
+    return n, total
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:

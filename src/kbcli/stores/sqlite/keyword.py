@@ -70,6 +70,7 @@ class KeywordTables:
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
+        self._due = False  # self._pack was built by a search and is not written yet
 
     @property
     def signature(self) -> str:
@@ -347,15 +348,49 @@ class KeywordTables:
             allowed=allowed,
         )
 
-    def view(self, conn: sqlite3.Connection, state: tuple[str, int, int] | None = None) -> Any:
+    @property
+    def due(self) -> bool:
+        """True when the last search found no pack it could use and built one in memory, for
+        :class:`~kbcli.stores.upkeep.Upkeep` to write (:meth:`refresh`)."""
+        return self._due
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        """Write the pack (the writer's side, called by :class:`~kbcli.stores.upkeep.Upkeep`):
+        the one the last search built in memory, or, when no pack serves ``conn``'s snapshot,
+        a new one of it."""
+        if self._due and self._pack is not None:
+            written = self._write(self._pack)
+            if written is not self._pack:  # serve from the mapped file from now on
+                self._pack, self._view = written, None
+        self.view(conn, write=True)
+
+    def _write(self, pack: Any) -> Any:
+        """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
+        the folder cannot be written (that costs only speed) or another writer replaced it."""
+        from . import packed
+
+        self._due = False
+        if packed.write_pack(self.packed_path, pack.arrays, pack.tag, pack.seq):
+            mapped = packed.map_pack(self.packed_path, pack.tag)
+            if mapped is not None and mapped.seq == pack.seq:
+                return mapped
+        return pack
+
+    def view(
+        self,
+        conn: sqlite3.Connection,
+        state: tuple[str, int, int] | None = None,
+        *,
+        write: bool = False,
+    ) -> Any:
         """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
-        generation holds, else the mapped pack plus the log's delta; a new pack is written
-        when there is none, it is void, or the delta has grown too large."""
+        generation holds, else the mapped pack plus the log's delta. When there is no pack, it
+        is void, or the delta has grown too large, a new pack is built from the snapshot:
+        written at once with ``write`` (a writer), else kept in memory and marked :attr:`due`."""
         from . import packed
 
         if state is None:
-            generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
-            state = (current_tag(conn), generation, current_seq(conn))
+            state = (current_tag(conn), self._generation(conn), current_seq(conn))
         key = state
         tag = key[0]
         if self._view is not None and self._view[0] == key:
@@ -373,21 +408,24 @@ class KeywordTables:
             if pack is not None:
                 view = packed.make_view(conn, pack)
         if view is None:
-            arrays = packed.build_arrays(conn)
-            seq = current_seq(conn)
-            pack = None
-            if packed.write_pack(self.packed_path, arrays, tag, seq):
-                pack = packed.map_pack(self.packed_path, tag)
-                if pack is not None and pack.seq != seq:
-                    pack = None
-            if pack is None:  # a read-only folder costs only speed
-                pack = packed.Pack(tag, seq, arrays)
-            del arrays  # the mapped file serves from here
+            pack = packed.Pack(tag, current_seq(conn), packed.build_arrays(conn))
+            if write:
+                pack = self._write(pack)  # the mapped file serves from here
+            else:
+                self._due = True
             view = packed.make_view(conn, pack)
         self._pack = pack
         self._view = (key, view)
         self._filters = {}
         return view
+
+    @staticmethod
+    def _generation(conn: sqlite3.Connection) -> int:
+        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+
+    def vocabulary(self, conn: sqlite3.Connection) -> int:
+        """How many distinct terms the index holds."""
+        return conn.execute("SELECT count(*) FROM terms").fetchone()[0]
 
     def _allowed(
         self,
