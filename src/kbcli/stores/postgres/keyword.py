@@ -8,18 +8,10 @@ postings of the query's terms; the parity test checks its scores against SQLite'
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...analysis import (
-    TITLE_KEY,
-    Analyzer,
-    has_title_field,
-    keyword_counts,
-    keyword_signature,
-    titles_to_add,
-)
+from ...analysis import Analyzer, has_title_field
 from ...bm25 import (
     ChunkTerms,
     CorpusStats,
@@ -31,56 +23,36 @@ from ...bm25 import (
     select_terms,
 )
 from ...filters import dumps_metadata
-from ...types import Document
-from ..common import outdated
-from .catalog import ChunkRow, allocate
+from ..keywords import SignedKeywords
+from .catalog import ChunkRow, allocate, get_meta, set_meta
 from .filters import scan_filter
 from .schema import Tables
 
 
-class KeywordTables:
-    """Reads and writes the keyword index of one PostgreSQL index for one analyzer."""
+class KeywordTables(SignedKeywords):
+    """Reads and writes the keyword index of one PostgreSQL index for one analyzer: the keyword
+    part (:class:`~kbcli.stores.parts.Keywords`) of :class:`~.store.PostgresStore`."""
 
     def __init__(self, analyzer: Analyzer, tables: Tables, where: str):
-        self.analyzer = analyzer
+        super().__init__(analyzer)
         self.t = tables
         self.where = where
 
-    @property
-    def signature(self) -> str:
-        """What the keyword index depends on: the analyzer and the indexed fields."""
-        return keyword_signature(self.analyzer)
+    def _get_meta(self, conn: Any, key: str) -> str | None:
+        return get_meta(conn, self.t, key)
 
-    def terms_of(self, doc: Document) -> Counter[str]:
-        """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return keyword_counts(self.analyzer, doc.text, doc.metadata)
+    def _set_meta(self, conn: Any, key: str, value: str) -> None:
+        set_meta(conn, self.t, key, value)
 
-    def recorded_signature(self, conn: Any) -> str | None:
-        """The signature the index was built with (None: never written)."""
-        row = conn.execute(f"SELECT value FROM {self.t.meta} WHERE key = 'analyzer'").fetchone()
-        return row[0] if row else None
+    def _chunks(self, conn: Any) -> int:
+        return conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1").fetchone()[0]
 
-    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
-        """Make the index match the current analyzer and fields: an empty index is taken over;
-        one built with another signature is re-tokenised from the stored chunks when
-        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
-        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
-        t = self.t
-        recorded = self.recorded_signature(conn)
-        signature = self.signature
-        if recorded is None:
-            if writing:
-                conn.execute(f"INSERT INTO {t.meta} VALUES ('analyzer', %s)", (signature,))
-            return None
-        if recorded == signature:
-            return None
-        n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
-        if writing:
-            if n == 0:
-                conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
-                return None
-            return self.rebuild(conn)
-        raise outdated(f"{t.base} at {self.where}", recorded, signature)
+    def _where(self) -> str:
+        return f"{self.t.base} at {self.where}"
+
+    def vocabulary(self, conn: Any) -> int:
+        """How many distinct terms the index holds."""
+        return conn.execute(f"SELECT count(*) FROM {self.t.terms}").fetchone()[0]
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -225,21 +197,12 @@ class KeywordTables:
         rows = conn.execute(
             f"SELECT doc, text, metadata, src, source FROM {t.chunks} ORDER BY doc"
         ).fetchall()
-        titles = titles_to_add((r[4], r[2]) for r in rows) if add_titles else {}
-        counted = []
-        vocab: set[str] = set()
-        titled = []
-        for doc, text, metadata, src, source in rows:
-            if source in titles:
-                metadata = {**metadata, TITLE_KEY: titles[source]}
-                titled.append((dumps_metadata(metadata), doc))
-            counts = self.terms_of(Document("", text, metadata))
-            vocab.update(counts)
-            counted.append((doc, src, counts))
+        titled, counted, vocab = self.reanalyse(rows, add_titles)
         if titled:
             with conn.cursor() as cur:
                 cur.executemany(
-                    f"UPDATE {t.chunks} SET metadata = %s::jsonb WHERE doc = %s", titled
+                    f"UPDATE {t.chunks} SET metadata = %s::jsonb WHERE doc = %s",
+                    [(dumps_metadata(meta), doc) for doc, meta in titled],
                 )
         ids = self.term_ids(conn, vocab)
         chunks = []
@@ -260,11 +223,7 @@ class KeywordTables:
             )
         # Every sources row starts empty again, so no lookup is needed.
         self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
-        conn.execute(
-            f"INSERT INTO {t.meta} VALUES ('analyzer', %s)"
-            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-            (self.signature,),
-        )
+        self._set_meta(conn, "analyzer", self.signature)
         return len(chunks)
 
     # --- search --------------------------------------------------------------------------------

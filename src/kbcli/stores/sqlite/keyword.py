@@ -20,14 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ...analysis import (
-    TITLE_KEY,
-    Analyzer,
-    has_title_field,
-    keyword_counts,
-    keyword_signature,
-    titles_to_add,
-)
+from ...analysis import Analyzer, has_title_field
 from ...bm25 import (
     ChunkTerms,
     CorpusStats,
@@ -39,8 +32,7 @@ from ...bm25 import (
     select_terms,
 )
 from ...filters import dumps_metadata
-from ...types import Document
-from ..common import outdated
+from ..keywords import SignedKeywords
 from . import catalog, packread
 from .catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from .packlog import current_seq, current_tag, pack_path, prune_log
@@ -56,11 +48,12 @@ _STATE_SQL = (
 )
 
 
-class KeywordTables:
-    """Reads and writes the keyword index of one database for one analyzer."""
+class KeywordTables(SignedKeywords):
+    """Reads and writes the keyword index of one database for one analyzer: the keyword part
+    (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
 
     def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
-        self.analyzer = analyzer
+        super().__init__(analyzer)
         self.path = path
         # rowids a filter allows (catalog.AllowedRowids), shared with the store's dense search
         self.allowed_rowids = allowed if allowed is not None else catalog.AllowedRowids()
@@ -72,41 +65,17 @@ class KeywordTables:
         self._filters: dict[str, Any] = {}
         self._due = False  # self._pack was built by a search and is not written yet
 
-    @property
-    def signature(self) -> str:
-        """What the keyword index depends on: the analyzer and the indexed fields."""
-        return keyword_signature(self.analyzer)
+    def _get_meta(self, conn: sqlite3.Connection, key: str) -> str | None:
+        return catalog.get_meta(conn, key)
 
-    def terms_of(self, doc: Document) -> Counter[str]:
-        """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return keyword_counts(self.analyzer, doc.text, doc.metadata)
+    def _set_meta(self, conn: sqlite3.Connection, key: str, value: str) -> None:
+        catalog.set_meta(conn, key, value)
 
-    @staticmethod
-    def recorded_signature(conn: sqlite3.Connection) -> str | None:
-        """The signature the index was built with (None: never written)."""
-        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
-        return row[0] if row else None
+    def _chunks(self, conn: sqlite3.Connection) -> int:
+        return catalog.totals(conn)[0]
 
-    def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> int | None:
-        """Make the index match the current analyzer and fields: an empty index is taken over;
-        one built with another signature is re-tokenised from the stored chunks when
-        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
-        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
-        recorded = self.recorded_signature(conn)
-        signature = self.signature
-        if recorded is None:
-            if writing:
-                conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
-            return None
-        if recorded == signature:
-            return None
-        n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
-        if writing:
-            if n == 0:
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
-                return None
-            return self.rebuild(conn)
-        raise outdated(f"at {self.path}", recorded, signature)
+    def _where(self) -> str:
+        return f"at {self.path}"
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -218,23 +187,18 @@ class KeywordTables:
         )
         conn.execute("DELETE FROM keyword_log")
         rows = conn.execute("SELECT doc, text, metadata, src, source FROM chunks").fetchall()
-        metas = [json.loads(metadata) for _, _, metadata, _, _ in rows]
-        titles = titles_to_add(zip((r[4] for r in rows), metas)) if add_titles else {}
-        if titles:  # stored metadata changes in place: copies of it (Chroma's) are stale
+        titled, counted, vocab = self.reanalyse(
+            ((doc, text, json.loads(meta), src, source) for doc, text, meta, src, source in rows),
+            add_titles,
+        )
+        if titled:  # stored metadata changes in place: copies of it (Chroma's) are stale
             conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('metadata_epoch', ?)", (os.urandom(8).hex(),)
             )
-        counted = []
-        vocab: set[str] = set()
-        for (doc, text, _, src, source), meta in zip(rows, metas):
-            if source in titles:
-                meta[TITLE_KEY] = titles[source]
-                conn.execute(
-                    "UPDATE chunks SET metadata = ? WHERE doc = ?", (dumps_metadata(meta), doc)
-                )
-            counts = self.terms_of(Document("", text, meta))
-            vocab.update(counts)
-            counted.append((doc, src, counts))
+            conn.executemany(
+                "UPDATE chunks SET metadata = ? WHERE doc = ?",
+                ((dumps_metadata(meta), doc) for doc, meta in titled),
+            )
         ids = self.term_ids(conn, vocab)
         chunks = []
         for doc, src, counts in counted:
@@ -252,7 +216,7 @@ class KeywordTables:
             "INSERT OR REPLACE INTO meta VALUES ('keyword_log_floor', ?)",
             (str(current_seq(conn)),),
         )
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.signature,))
+        self._set_meta(conn, "analyzer", self.signature)
         return len(rows)
 
     # --- search --------------------------------------------------------------------------------
