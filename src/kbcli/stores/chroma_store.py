@@ -39,6 +39,7 @@ from .common import scratch_folder
 from .sqlite import SQLiteStore
 from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
+from .sqlite.store import catalog_path
 from .sqlite.vectors import TableVectors
 
 __all__ = [
@@ -164,6 +165,23 @@ class ChromaStore(SQLiteStore):
         except BaseException:
             SQLiteStore.close(self)
             raise
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        settings: dict[str, Any],
+        *,
+        db: str | os.PathLike[str] | None = None,
+        create: bool = True,
+        busy_timeout: float | None = None,
+    ) -> ChromaStore:
+        """The collection ``store.collection`` in ``store.path`` (default ``<db>.chroma/``),
+        its catalog ``db`` (default ``paths.knowledge_db``)."""
+        options = cls._options(config, settings, create, busy_timeout)
+        path = catalog_path(config, db)
+        folder = Path(options.pop("path", None) or f"{path}.chroma").expanduser()
+        return cls(folder, db=path, **options)
 
     @property
     def _matrix(self) -> ChromaCollection:

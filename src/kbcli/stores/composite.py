@@ -13,6 +13,7 @@ files, the upgrade of an older keyword index) is :class:`~.upkeep.Upkeep`'s.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -59,6 +60,38 @@ class Store:
         self._vectors, self._ledger, self._cache = vectors, ledger, cache
         self._doctor = doctor
         self._upkeep = upkeep or Upkeep(engine, keywords, vectors)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        settings: dict[str, Any],
+        *,
+        db: str | os.PathLike[str] | None = None,
+        create: bool = True,
+        busy_timeout: float | None = None,
+    ) -> Store:
+        """The store of ``config`` (a :class:`~kbcli.config.Config`; ``settings``: its
+        validated ``store:`` keys) with the configured analyzer. A store kept in a file opens
+        ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to create a missing
+        index and ``busy_timeout`` overrides ``store.busy_timeout``. Here: the settings as
+        keyword arguments (a backend with a location overrides this)."""
+        from ..analysis import analyzer_from_config
+
+        return cls(analyzer=analyzer_from_config(config), **settings)
+
+    @staticmethod
+    def _options(
+        config: Any, settings: dict[str, Any], create: bool, busy_timeout: float | None
+    ) -> dict[str, Any]:
+        """A persistent backend's keyword arguments: the settings, the analyzer, ``create``
+        and the ``busy_timeout`` override."""
+        from ..analysis import analyzer_from_config
+
+        options = {**settings, "analyzer": analyzer_from_config(config), "create": create}
+        if busy_timeout is not None:
+            options["busy_timeout"] = busy_timeout
+        return options
 
     @property
     def analyzer(self) -> Analyzer:

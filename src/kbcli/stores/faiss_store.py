@@ -34,6 +34,7 @@ from .faiss_index import (
 )
 from .sqlite import SQLiteStore, catalog
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
+from .sqlite.store import catalog_path
 from .sqlite.vectors import TableVectors
 
 __all__ = [
@@ -168,6 +169,20 @@ class FaissStore(SQLiteStore):
         self._open_sqlite(
             path, analyzer, busy_timeout, create, vectors, refresh_after_ingest=True
         )
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        settings: dict[str, Any],
+        *,
+        db: str | os.PathLike[str] | None = None,
+        create: bool = True,
+        busy_timeout: float | None = None,
+    ) -> FaissStore:
+        """The catalog ``db`` (default ``paths.knowledge_db``), its index in ``<db>.faiss``."""
+        options = cls._options(config, settings, create, busy_timeout)
+        return cls(path=catalog_path(config, db), **options)
 
     @property
     def faiss_path(self) -> Path:

@@ -11,6 +11,7 @@ before it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -287,6 +288,22 @@ class PostgresStore(Store):
             ledger_part,
             doctor=_doctor,
         )
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        settings: dict[str, Any],
+        *,
+        db: Any = None,
+        create: bool = True,
+        busy_timeout: float | None = None,
+    ) -> PostgresStore:
+        """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not
+        apply)."""
+        options = cls._options(config, settings, create, busy_timeout)
+        options["dsn"] = os.environ.get("KB_PG_DSN") or options.get("dsn")
+        return cls(**options)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"

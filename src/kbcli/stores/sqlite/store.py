@@ -94,6 +94,19 @@ class SQLiteStore(Store):
             self._db, catalog, keywords, part, ledger, ledger, doctor=_doctor, upkeep=upkeep
         )
 
+    @classmethod
+    def from_config(
+        cls,
+        config: Any,
+        settings: dict[str, Any],
+        *,
+        db: str | os.PathLike[str] | None = None,
+        create: bool = True,
+        busy_timeout: float | None = None,
+    ) -> SQLiteStore:
+        """The database ``db`` (default ``paths.knowledge_db``) with ``store:``'s settings."""
+        return cls(catalog_path(config, db), **cls._options(config, settings, create, busy_timeout))
+
     @property
     def _matrix(self) -> DerivedVectors:
         """The derived vector index dense search runs on (matrix cache, FAISS file, Chroma)."""
@@ -119,6 +132,11 @@ class SQLiteStore(Store):
         """SQLite's integrity check plus kbcli's own invariants; empty list when all is well."""
         with self._db.read() as conn:
             return integrity.problems(conn)
+
+
+def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:
+    """The SQLite file a configured store opens: ``db``, else ``paths.knowledge_db``."""
+    return Path(db if db is not None else config.paths.knowledge_db).expanduser()
 
 
 def _doctor(store: Any, repair: bool) -> list[Finding]:
