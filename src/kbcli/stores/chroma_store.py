@@ -36,6 +36,7 @@ from .chroma_collection import (
 )
 from .chroma_where import chroma_metadata, compile_where
 from .common import scratch_folder
+from .parts import Filter, Hit, Vector
 from .sqlite import SQLiteStore
 from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
@@ -60,13 +61,7 @@ class ChromaVectors(TableVectors):
 
     derived: ChromaCollection
 
-    def search(
-        self,
-        conn: sqlite3.Connection,
-        query: Sequence[float],
-        k: int,
-        filter: dict[str, Any] | None,
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Cosine similarity (``1 - distance``) from the Chroma collection among the chunks
         passing ``filter``: compiled to ``where``, else an exact scan of the allowed chunks.
         A collection Chroma cannot read is rebuilt; an answer shorter than the catalog's
@@ -167,21 +162,14 @@ class ChromaStore(SQLiteStore):
             raise
 
     @classmethod
-    def from_config(
-        cls,
-        config: Any,
-        settings: dict[str, Any],
-        *,
-        db: str | os.PathLike[str] | None = None,
-        create: bool = True,
-        busy_timeout: float | None = None,
-    ) -> ChromaStore:
+    def _located(
+        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The collection ``store.collection`` in ``store.path`` (default ``<db>.chroma/``),
         its catalog ``db`` (default ``paths.knowledge_db``)."""
-        options = cls._options(config, settings, create, busy_timeout)
         path = catalog_path(config, db)
         folder = Path(options.pop("path", None) or f"{path}.chroma").expanduser()
-        return cls(folder, db=path, **options)
+        return (folder,), {**options, "db": path}
 
     @property
     def _matrix(self) -> ChromaCollection:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -21,7 +22,7 @@ from ..bm25 import Scored
 from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..protocols import VectorIndex
-from ..types import Document, SearchResult
+from ..types import Document, FileRecord, SearchResult
 
 # Candidates checked against a filter per step of a filtered dense search before falling back to
 # computing the allowed set (see prefiltered_search).
@@ -46,6 +47,28 @@ def unpack_vector(blob: bytes) -> list[float]:
     out = array("f")
     out.frombytes(blob)
     return out.tolist()
+
+
+#: the columns of a file record, in :func:`file_row` order
+FILE_COLUMNS = "path, size, mtime_ns, sha256, settings, chunk_ids, indexed_at"
+
+
+def file_row(record: FileRecord) -> tuple[Any, ...]:
+    """A file record as the ledger's row (:data:`FILE_COLUMNS`; chunk ids as JSON)."""
+    chunk_ids = json.dumps(record.chunk_ids)
+    return (record.path, record.size, record.mtime_ns, record.sha256, record.settings,
+            chunk_ids, record.indexed_at)  # fmt: skip
+
+
+def file_record(row: Sequence[Any]) -> FileRecord:
+    """The file record of a ledger row (chunk ids as JSON text, or a list already decoded)."""
+    chunk_ids = row[5] if isinstance(row[5], list) else json.loads(row[5])
+    return FileRecord(row[0], row[1], row[2], row[3], row[4], chunk_ids, row[6])
+
+
+def cache_key(info: EmbedderInfo) -> str:
+    """What the embedding cache files an embedder's vectors under."""
+    return f"{info.provider}/{info.model}"
 
 
 def outdated(where: str, recorded: str, current: str) -> IndexMismatchError:

@@ -19,13 +19,23 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..analysis import Analyzer
-from ..bm25 import K1, SOURCE_WEIGHT, B
+from ..bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from ..embedders.base import EmbedderInfo
 from ..errors import IndexMismatchError
 from ..filters import validate_filter
 from ..types import Document, FileRecord, Finding, SearchResult
 from .common import check_embedder, keyword_hit, vector_dimensions
-from .parts import Cache, Catalog, DoctorRun, Engine, Keywords, Ledger, NewRow, Vectors
+from .parts import (
+    Cache,
+    Catalog,
+    DoctorRun,
+    Engine,
+    Keywords,
+    Ledger,
+    Listing,
+    NewRow,
+    Vectors,
+)
 from .upkeep import Upkeep
 
 
@@ -61,6 +71,9 @@ class Store:
         self._doctor = doctor
         self._upkeep = upkeep or Upkeep(engine, keywords, vectors)
 
+    #: a store kept somewhere takes ``create`` and ``busy_timeout`` (the memory store neither)
+    _persistent = False
+
     @classmethod
     def from_config(
         cls,
@@ -74,24 +87,24 @@ class Store:
         """The store of ``config`` (a :class:`~kbcli.config.Config`; ``settings``: its
         validated ``store:`` keys) with the configured analyzer. A store kept in a file opens
         ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to create a missing
-        index and ``busy_timeout`` overrides ``store.busy_timeout``. Here: the settings as
-        keyword arguments (a backend with a location overrides this)."""
+        index and ``busy_timeout`` overrides ``store.busy_timeout``."""
         from ..analysis import analyzer_from_config
 
-        return cls(analyzer=analyzer_from_config(config), **settings)
+        options = {**settings, "analyzer": analyzer_from_config(config)}
+        if cls._persistent:
+            options["create"] = create
+            if busy_timeout is not None:
+                options["busy_timeout"] = busy_timeout
+        args, options = cls._located(config, db, options)
+        return cls(*args, **options)
 
-    @staticmethod
-    def _options(
-        config: Any, settings: dict[str, Any], create: bool, busy_timeout: float | None
-    ) -> dict[str, Any]:
-        """A persistent backend's keyword arguments: the settings, the analyzer, ``create``
-        and the ``busy_timeout`` override."""
-        from ..analysis import analyzer_from_config
-
-        options = {**settings, "analyzer": analyzer_from_config(config), "create": create}
-        if busy_timeout is not None:
-            options["busy_timeout"] = busy_timeout
-        return options
+    @classmethod
+    def _located(
+        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments :meth:`from_config` builds the store with: where it lives (from
+        ``db`` and its settings) and ``options``. Here: the options alone."""
+        return (), options
 
     @property
     def analyzer(self) -> Analyzer:
@@ -378,7 +391,7 @@ class Store:
         filter = validate_filter(filter)
         with self._engine.read() as conn:
             docs = self._catalog.select_documents(
-                conn, filter, source=source, limit=limit, with_embeddings=with_embeddings
+                conn, filter, Listing(source, limit, with_embeddings=with_embeddings)
             )
         yield from docs
 
@@ -437,12 +450,11 @@ class Store:
         """BM25 with source context (see :mod:`kbcli.bm25`); ``filter`` applies before ranking.
         Every hit's ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``."""
         filter = validate_filter(filter)
+        params = BM25Params(k1, b, source_weight)
         for attempt in (1, 2):
             try:
                 with self._engine.read() as conn:
-                    scored = self._keywords.search(
-                        conn, query, k, filter, k1=k1, b=b, source_weight=source_weight
-                    )
+                    scored = self._keywords.search(conn, query, k, filter, params)
                     docs = self._catalog.documents_by_rowid(conn, [s.doc for s in scored])
                 break
             except IndexMismatchError:
@@ -460,7 +472,8 @@ class Store:
         filter = validate_filter(filter)
         with self._engine.read() as conn:
             if not len(query_vec):
-                newest = self._catalog.select_documents(conn, filter, limit=k, newest_first=True)
+                newest_k = Listing(limit=k, newest_first=True)
+                newest = self._catalog.select_documents(conn, filter, newest_k)
                 return [SearchResult(doc, 1.0) for doc in newest]
             hits = self._vectors.search(conn, query_vec, k, filter)
             docs = self._catalog.documents_by_rowid(conn, [i for i, _ in hits])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from .faiss_index import (
     default_ef_search,
     resolve_metric,
 )
+from .parts import Filter, Hit, Vector
 from .sqlite import SQLiteStore, catalog
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from .sqlite.store import catalog_path
@@ -82,13 +82,7 @@ class FaissVectors(TableVectors):
             )
         super().check(conn, dim, rows)
 
-    def search(
-        self,
-        conn: sqlite3.Connection,
-        query: Sequence[float],
-        k: int,
-        filter: dict[str, Any] | None,
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Without a filter, FAISS's nearest. With one: one look at the nearest
         ``max(4k, 64)`` (enough when the filter passes most chunks), else a single search
         restricted to the allowed rowids (a pre-filter: every allowed vector is a candidate),
@@ -171,18 +165,11 @@ class FaissStore(SQLiteStore):
         )
 
     @classmethod
-    def from_config(
-        cls,
-        config: Any,
-        settings: dict[str, Any],
-        *,
-        db: str | os.PathLike[str] | None = None,
-        create: bool = True,
-        busy_timeout: float | None = None,
-    ) -> FaissStore:
+    def _located(
+        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The catalog ``db`` (default ``paths.knowledge_db``), its index in ``<db>.faiss``."""
-        options = cls._options(config, settings, create, busy_timeout)
-        return cls(path=catalog_path(config, db), **options)
+        return (), {**options, "path": catalog_path(config, db)}
 
     @property
     def faiss_path(self) -> Path:

@@ -8,10 +8,18 @@ Each executor keeps its own tables and scoring (:mod:`.sqlite.keyword`,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..analysis import TITLE_KEY, Analyzer, keyword_counts, keyword_signature, titles_to_add
+from ..bm25 import (
+    ChunkTerms,
+    PostingsChange,
+    QueryTerm,
+    plan_addition,
+    plan_removal,
+    select_terms,
+)
 from ..types import Document
 from .common import outdated
 
@@ -77,10 +85,57 @@ class SignedKeywords:
             counted.append((doc, src, counts))
         return titled, counted, vocab
 
+    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
+        """Index new chunks (their rows exist; ``new_sources`` were created for them): the
+        change is planned by :func:`kbcli.bm25.plan_addition` and applied in this transaction."""
+        before = self._before_addition(conn, chunks, new_sources)
+        self.apply(conn, plan_addition(chunks, source_postings=before, new_sources=new_sources))
+
+    def remove(self, conn: Any, rows: Sequence[Any]) -> None:
+        """Unindex chunks, before their rows go (:func:`kbcli.bm25.plan_removal`)."""
+        if not rows:
+            return
+        chunks = [self._terms_of_row(r) for r in rows]
+        sizes, postings = self._before_removal(conn, chunks)
+        self.apply(
+            conn, plan_removal(chunks, source_chunk_count=sizes, source_postings=postings)
+        )
+
+    def apply_fresh(self, conn: Any, chunks: list[ChunkTerms]) -> None:
+        """Index ``chunks`` into statistics a rebuild just emptied (no lookup needed)."""
+        self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
+
+    @staticmethod
+    def query_terms(
+        counts: Mapping[str, int], found: Iterable[tuple[Any, str, int, int]]
+    ) -> list[QueryTerm]:
+        """The terms a search scores (:func:`kbcli.bm25.select_terms`) from the query's term
+        counts and the index's ``(id, term, df, sdf)`` rows of its terms."""
+        return select_terms(QueryTerm(i, counts[term], df, sdf) for i, term, df, sdf in found)
+
     def refresh(self, conn: Any) -> None:
         """Nothing derived to write."""
 
     def rebuild(self, conn: Any) -> int:
+        raise NotImplementedError
+
+    def apply(self, conn: Any, change: PostingsChange) -> None:
+        raise NotImplementedError
+
+    def _before_addition(
+        self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]
+    ) -> Callable[[int, Any], int]:
+        """``source_postings(src, term)`` of the index before ``chunks`` were added."""
+        raise NotImplementedError
+
+    def _terms_of_row(self, row: Any) -> ChunkTerms:
+        """A stored row's forward index."""
+        raise NotImplementedError
+
+    def _before_removal(
+        self, conn: Any, chunks: list[ChunkTerms]
+    ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
+        """``source_chunk_count(src)`` and ``source_postings(src, term)`` before a removal."""
         raise NotImplementedError
 
     def _get_meta(self, conn: Any, key: str) -> str | None:

@@ -19,16 +19,17 @@ from typing import Any
 
 from ..analysis import Analyzer
 from ..analysis import keyword_signature as signature_of
-from ..bm25 import ChunkTerms, Scored
+from ..bm25 import BM25Params, ChunkTerms, Scored
 from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..filters import matches
 from ..types import Document, FileRecord
-from .common import check_embedder, prefiltered_search
+from .common import cache_key, check_embedder, prefiltered_search
 from .composite import Store
 from .keyword_memory import MemoryKeywordIndex
 from .nesting import Nesting
 from .numpy_index import NumpyVectorIndex
+from .parts import EVERY, Filter, Hit, Listing, Vector
 
 WHERE = "this in-memory store"
 
@@ -222,21 +223,12 @@ class MemoryCatalog:
         """The stored documents themselves (their embedding costs nothing to hand out)."""
         return [self.state.docs[i] for i in ids if i in self.state.docs]
 
-    def select_documents(
-        self,
-        conn: Any,
-        filter: dict[str, Any] | None,
-        *,
-        source: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        with_embeddings: bool = False,
-    ) -> list[Document]:
-        """Documents passing ``filter`` (and of ``source``), oldest first unless
-        ``newest_first``, at most ``limit``."""
+    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+        """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
         docs = list(self.state.docs.values())
+        source, limit = how.source, how.limit
         out: list[Document] = []
-        for doc in reversed(docs) if newest_first else docs:
+        for doc in reversed(docs) if how.newest_first else docs:
             if limit is not None and len(out) >= limit:
                 break
             if source is not None and doc.metadata.get("source") != source:
@@ -332,15 +324,7 @@ class MemoryKeywords:
         return len(self.state.index.df)
 
     def search(
-        self,
-        conn: Any,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """BM25 with source context, ``filter`` applied first (:func:`kbcli.bm25.rank`)."""
         by_rowid = self.state.by_rowid
@@ -348,7 +332,7 @@ class MemoryKeywords:
         if filter:
             allowed = lambda doc: matches(by_rowid[doc].metadata, filter)  # noqa: E731
         return self.state.index.search(
-            query, k, k1=k1, b=b, source_weight=source_weight, allowed=allowed
+            query, k, k1=params.k1, b=params.b, source_weight=params.source_weight, allowed=allowed
         )
 
     def refresh(self, conn: Any) -> None:
@@ -395,9 +379,7 @@ class MemoryVectors:
         """How many vectors are indexed."""
         return len(self.state.vectors)
 
-    def search(
-        self, conn: Any, query: Sequence[float], k: int, filter: dict[str, Any] | None
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine against every stored vector that passes ``filter``."""
         index, by_rowid = self.state.vectors, self.state.by_rowid
         if len(index) == 0:
@@ -483,13 +465,13 @@ class MemoryLedger:
 
     def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors ``info``'s embedder already made for any of ``texts``."""
-        key = f"{info.provider}/{info.model}"
+        key = cache_key(info)
         cache = self.state.cache
         return {t: cache[(key, t)] for t in texts if (key, t) in cache}
 
     def remember(self, conn: Any, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
         """Remember vectors by (embedder, text)."""
-        key = f"{info.provider}/{info.model}"
+        key = cache_key(info)
         for text, vec in vectors.items():
             self.state.cache[(key, text)] = list(vec)
 

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..bm25 import ChunkTerms, Scored
+from ..bm25 import BM25Params, ChunkTerms, Scored
 from ..types import Document, FileRecord
 
 if TYPE_CHECKING:
@@ -35,8 +36,26 @@ if TYPE_CHECKING:
     from ..embedders.base import EmbedderInfo
 
 Vector = Sequence[float]
+#: a valid metadata filter (:mod:`kbcli.filters`), None for none
+Filter = dict[str, Any] | None
+#: a dense hit: (row id, score)
+Hit = tuple[int, float]
 #: A document to insert: the document, its vector (or None) and its term frequencies by term id.
 NewRow = tuple[Document, "Vector | None", dict[Any, int]]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a listing of documents asks for besides its filter: only ``source``'s, at most
+    ``limit``, newest first instead of oldest first, with their vectors."""
+
+    source: str | None = None
+    limit: int | None = None
+    newest_first: bool = False
+    with_embeddings: bool = False
+
+
+EVERY = Listing()
 
 
 class Row(Protocol):
@@ -124,18 +143,8 @@ class Catalog(Protocol):
         """The stored documents among ``ids``, in the order asked."""
         ...
 
-    def select_documents(
-        self,
-        conn: Any,
-        filter: dict[str, Any] | None,
-        *,
-        source: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        with_embeddings: bool = False,
-    ) -> list[Document]:
-        """Documents passing ``filter`` (and of ``source``), oldest first unless
-        ``newest_first``, at most ``limit``."""
+    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+        """Documents passing ``filter``, as ``how`` asks."""
         ...
 
     def documents_by_rowid(self, conn: Any, rowids: Sequence[int]) -> dict[int, Document]:
@@ -218,15 +227,7 @@ class Keywords(Protocol):
         ...
 
     def search(
-        self,
-        conn: Any,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``."""
         ...
@@ -289,9 +290,7 @@ class Vectors(Staging, Protocol):
         """How many vectors are stored."""
         ...
 
-    def search(
-        self, conn: Any, query: Vector, k: int, filter: dict[str, Any] | None
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """``(row id, score)`` of the ``k`` nearest vectors among the chunks passing
         ``filter`` (a pre-filter), best first."""
         ...

@@ -8,22 +8,14 @@ postings of the query's terms; the parity test checks its scores against SQLite'
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...analysis import Analyzer, has_title_field
-from ...bm25 import (
-    ChunkTerms,
-    CorpusStats,
-    PostingsChange,
-    QueryTerm,
-    Scored,
-    plan_addition,
-    plan_removal,
-    select_terms,
-)
+from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 from ...filters import dumps_metadata
 from ..keywords import SignedKeywords
+from ..parts import Filter
 from .catalog import ChunkRow, allocate, get_meta, set_meta
 from .filters import scan_filter
 from .schema import Tables
@@ -92,33 +84,27 @@ class KeywordTables(SignedKeywords):
             counts = {(s, term): n for s, term, n in rows}
         return lambda src, term: counts.get((src, term), 0)
 
-    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
-        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+    def _before_addition(
+        self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]
+    ) -> Callable[[int, Any], int]:
         pairs = {(c.src, term) for c in chunks if c.src not in new_sources for term in c.tf}
-        change = plan_addition(
-            chunks, source_postings=self._source_postings(conn, pairs), new_sources=new_sources
-        )
-        self.apply(conn, change)
+        return self._source_postings(conn, pairs)
 
-    def remove(self, conn: Any, rows: Sequence[ChunkRow]) -> None:
-        """Unindex chunks (before their rows go)."""
-        if not rows:
-            return
-        t = self.t
-        chunks = [ChunkTerms(r.doc, r.src, dict(zip(r.term_ids, r.tfs))) for r in rows]
+    @staticmethod
+    def _terms_of_row(row: ChunkRow) -> ChunkTerms:
+        return ChunkTerms(row.doc, row.src, dict(zip(row.term_ids, row.tfs)))
+
+    def _before_removal(
+        self, conn: Any, chunks: list[ChunkTerms]
+    ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         srcs = sorted({c.src for c in chunks})
         sizes = dict(
             conn.execute(
-                f"SELECT id, chunks FROM {t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
+                f"SELECT id, chunks FROM {self.t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
             ).fetchall()
         )
         pairs = {(c.src, term) for c in chunks for term in c.tf}
-        change = plan_removal(
-            chunks,
-            source_chunk_count=lambda src: sizes.get(src, 0),
-            source_postings=self._source_postings(conn, pairs),
-        )
-        self.apply(conn, change)
+        return (lambda src: sizes.get(src, 0)), self._source_postings(conn, pairs)
 
     def apply(self, conn: Any, change: PostingsChange) -> None:
         """Write a planned change: postings, term and source frequencies, source lengths and
@@ -221,23 +207,14 @@ class KeywordTables(SignedKeywords):
                     ["{" + ",".join(map(str, c.tf.values())) + "}" for c in chunks],
                 ),
             )
-        # Every sources row starts empty again, so no lookup is needed.
-        self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
+        self.apply_fresh(conn, chunks)  # every sources row starts empty again
         self._set_meta(conn, "analyzer", self.signature)
         return len(chunks)
 
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self,
-        conn: Any,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``."""
         counts = self.analyzer.query_counts(query)
@@ -251,17 +228,11 @@ class KeywordTables(SignedKeywords):
         stats = CorpusStats(n, total, n_sources)
         if n == 0:
             return []
-        found = [
-            QueryTerm(tid, counts[term], df, sdf)
-            for tid, term, df, sdf in conn.execute(
-                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id",
-                (list(counts),),
-            )
-        ]
-        terms = select_terms(found)
+        sql = f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id"
+        terms = self.query_terms(counts, conn.execute(sql, (list(counts),)))
         if not terms:
             return []
-        rows = self._bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        rows = self._bm25_sql(conn, terms, stats, filter, k, params)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     def _bm25_sql(
@@ -269,14 +240,13 @@ class KeywordTables(SignedKeywords):
         conn: Any,
         terms: list[QueryTerm],
         stats: CorpusStats,
-        filter: dict[str, Any] | None,
+        filter: Filter,
         k: int,
-        k1: float,
-        b: float,
-        source_weight: float,
+        params: BM25Params,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
         t = self.t
+        k1, b, source_weight = params.k1, params.b, params.source_weight
         params: list[Any] = [
             [q.term for q in terms],
             [q.chunk_weight(stats) for q in terms],

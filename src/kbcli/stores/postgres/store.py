@@ -22,7 +22,7 @@ from ...errors import StoreError
 from ...filters import dumps_metadata
 from ...types import Document, FileRecord, Finding
 from ..composite import Store
-from ..parts import NewRow
+from ..parts import EVERY, Filter, Hit, Listing, NewRow, Vector
 from . import catalog, ledger, vectors
 from .catalog import ChunkRow
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
@@ -93,9 +93,9 @@ class PgCatalog:
         """The documents among ``ids`` in the order asked."""
         return catalog.get(conn, self.t, ids, with_embeddings)
 
-    def select_documents(self, conn: Any, filter: Any, **options: Any) -> list[Document]:
-        """Documents passing ``filter`` (see :func:`.catalog.select_documents`)."""
-        return catalog.select_documents(conn, self.t, filter, **options)
+    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+        """Documents passing ``filter``, as ``how`` asks."""
+        return catalog.select_documents(conn, self.t, filter, how)
 
     def documents_by_rowid(self, conn: Any, rowids: Sequence[int]) -> dict[int, Document]:
         """Documents by ``doc`` (without vectors)."""
@@ -176,9 +176,7 @@ class PgVectors:
         sql = f"SELECT count(*) FROM {self.t.chunks} WHERE embedding IS NOT NULL"
         return conn.execute(sql).fetchone()[0]
 
-    def search(
-        self, conn: Any, query: Sequence[float], k: int, filter: dict[str, Any] | None
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """HNSW with iterative scans, exact when a filter leaves it short of ``k``."""
         return vectors.search(
             conn, self.t, query, k, filter, ef_search=self.ef_search,
@@ -289,21 +287,15 @@ class PostgresStore(Store):
             doctor=_doctor,
         )
 
+    _persistent = True
+
     @classmethod
-    def from_config(
-        cls,
-        config: Any,
-        settings: dict[str, Any],
-        *,
-        db: Any = None,
-        create: bool = True,
-        busy_timeout: float | None = None,
-    ) -> PostgresStore:
+    def _located(
+        cls, config: Any, db: Any, options: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not
         apply)."""
-        options = cls._options(config, settings, create, busy_timeout)
-        options["dsn"] = os.environ.get("KB_PG_DSN") or options.get("dsn")
-        return cls(**options)
+        return (), {**options, "dsn": os.environ.get("KB_PG_DSN") or options.get("dsn")}
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"

@@ -18,6 +18,7 @@ from ...bm25 import ChunkTerms
 from ...filters import compile_sql, dumps_metadata, source_ranges, validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
+from ..parts import EVERY, Listing
 
 BATCH = 500  # ids per IN (...) list
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
@@ -269,16 +270,11 @@ def get(conn: sqlite3.Connection, ids: Sequence[str], with_embeddings: bool) -> 
 
 
 def select_documents(
-    conn: sqlite3.Connection,
-    filter: dict[str, Any] | None,
-    *,
-    source: str | None = None,
-    limit: int | None = None,
-    newest_first: bool = False,
-    with_embeddings: bool = False,
+    conn: sqlite3.Connection, filter: dict[str, Any] | None, how: Listing = EVERY
 ) -> list[Document]:
-    """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
+    """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
     filter = validate_filter(filter)
+    source, limit, with_embeddings = how.source, how.limit, how.with_embeddings
     # With a limit, a scan in rowid order may stop early: the source range would sort first.
     where, params = (
         compile_sql(filter, "c.metadata") if limit is not None else scan_where(filter, "c.")
@@ -288,7 +284,7 @@ def select_documents(
         params.append(source)
     vec = "v.vec" if with_embeddings else "NULL"
     join = " LEFT JOIN vectors v ON v.doc = c.doc" if with_embeddings else ""
-    order = "DESC" if newest_first else ""
+    order = "DESC" if how.newest_first else ""
     sql = f"SELECT {DOC_COLUMNS}, {vec} FROM chunks c{join} WHERE {where} ORDER BY c.doc {order}"
     if limit is not None:
         sql += " LIMIT ?"

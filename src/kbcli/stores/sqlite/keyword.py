@@ -17,22 +17,14 @@ import os
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 from ...analysis import Analyzer, has_title_field
-from ...bm25 import (
-    ChunkTerms,
-    CorpusStats,
-    PostingsChange,
-    QueryTerm,
-    Scored,
-    plan_addition,
-    plan_removal,
-    select_terms,
-)
+from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 from ...filters import dumps_metadata
 from ..keywords import SignedKeywords
+from ..parts import Filter
 from . import catalog, packread
 from .catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from .packlog import current_seq, current_tag, pack_path, prune_log
@@ -114,29 +106,24 @@ class KeywordTables(SignedKeywords):
 
         return count
 
-    def add(
+    def _before_addition(
         self, conn: sqlite3.Connection, chunks: list[ChunkTerms], new_sources: set[int]
-    ) -> None:
-        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+    ) -> Callable[[int, Any], int]:
         # the new rows exist already: the count is of the source as it was without them
-        before = self._source_postings(conn, frozenset(c.doc for c in chunks))
-        change = plan_addition(chunks, source_postings=before, new_sources=new_sources)
-        self.apply(conn, change)
+        return self._source_postings(conn, frozenset(c.doc for c in chunks))
 
-    def remove(self, conn: sqlite3.Connection, rows: Sequence[ChunkRow]) -> None:
-        """Unindex chunks (before their rows go)."""
-        if not rows:
-            return
-        chunks = [ChunkTerms(r.doc, r.src, unpack_terms(r.terms)) for r in rows]
+    @staticmethod
+    def _terms_of_row(row: ChunkRow) -> ChunkTerms:
+        return ChunkTerms(row.doc, row.src, unpack_terms(row.terms))
 
+    def _before_removal(
+        self, conn: sqlite3.Connection, chunks: list[ChunkTerms]
+    ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         def chunk_count(src: int) -> int:
             row = conn.execute("SELECT chunks FROM sources WHERE id = ?", (src,)).fetchone()
             return row[0] if row else 0
 
-        change = plan_removal(
-            chunks, source_chunk_count=chunk_count, source_postings=self._source_postings(conn)
-        )
-        self.apply(conn, change)
+        return chunk_count, self._source_postings(conn)
 
     def apply(self, conn: sqlite3.Connection, change: PostingsChange) -> None:
         """Write a planned change: term and source frequencies, source lengths and chunk
@@ -208,9 +195,7 @@ class KeywordTables(SignedKeywords):
                 (sum(tf.values()), pack_terms(tf), doc),
             )
             chunks.append(ChunkTerms(doc, src, tf))
-        # The sources rows stay; every one starts empty, so no lookup is needed.
-        change = plan_addition(chunks, source_postings=lambda src, term: 0)
-        self.apply(conn, change)
+        self.apply_fresh(conn, chunks)  # the sources rows stay, every one empty
         conn.execute("DELETE FROM keyword_log")
         conn.execute(
             "INSERT OR REPLACE INTO meta VALUES ('keyword_log_floor', ?)",
@@ -222,15 +207,7 @@ class KeywordTables(SignedKeywords):
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self,
-        conn: sqlite3.Connection,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: sqlite3.Connection, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``."""
         counts = self.analyzer.query_counts(query)
@@ -248,24 +225,17 @@ class KeywordTables(SignedKeywords):
             return []
         wanted = list(counts)
         marks = ",".join("?" * len(wanted))
-        found = [
-            QueryTerm(tid, counts[term], df, sdf)
-            for tid, term, df, sdf in conn.execute(
-                f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})", wanted
-            )
-        ]
-        terms = select_terms(found)
+        sql = f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})"
+        terms = self.query_terms(counts, conn.execute(sql, wanted))
         if not terms:
             return []
         rows = None
         if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
             pack = self._small_pack(state)
             if pack is not None:  # None from search too: a delta too large to apply here
-                rows = packread.search(
-                    conn, pack, terms, stats, filter, k, k1=k1, b=b, source_weight=source_weight
-                )
+                rows = packread.search(conn, pack, terms, stats, filter, k, params)
         if rows is None:
-            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
+            rows = self._packed_search(conn, terms, stats, filter, k, params, state)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     # --- the executors -------------------------------------------------------------------------
@@ -284,11 +254,9 @@ class KeywordTables(SignedKeywords):
         conn: sqlite3.Connection,
         terms: list[QueryTerm],
         stats: CorpusStats,
-        filter: dict[str, Any] | None,
+        filter: Filter,
         k: int,
-        k1: float,
-        b: float,
-        source_weight: float,
+        params: BM25Params,
         state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
@@ -306,9 +274,9 @@ class KeywordTables(SignedKeywords):
             k,
             avgdl=stats.avgdl,
             avgsl=stats.avgsl,
-            k1=k1,
-            b=b,
-            source_weight=source_weight,
+            k1=params.k1,
+            b=params.b,
+            source_weight=params.source_weight,
             allowed=allowed,
         )
 

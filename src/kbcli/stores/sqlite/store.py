@@ -94,18 +94,14 @@ class SQLiteStore(Store):
             self._db, catalog, keywords, part, ledger, ledger, doctor=_doctor, upkeep=upkeep
         )
 
+    _persistent = True
+
     @classmethod
-    def from_config(
-        cls,
-        config: Any,
-        settings: dict[str, Any],
-        *,
-        db: str | os.PathLike[str] | None = None,
-        create: bool = True,
-        busy_timeout: float | None = None,
-    ) -> SQLiteStore:
-        """The database ``db`` (default ``paths.knowledge_db``) with ``store:``'s settings."""
-        return cls(catalog_path(config, db), **cls._options(config, settings, create, busy_timeout))
+    def _located(
+        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The database ``db`` (default ``paths.knowledge_db``)."""
+        return (catalog_path(config, db),), options
 
     @property
     def _matrix(self) -> DerivedVectors:

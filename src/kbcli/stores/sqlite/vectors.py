@@ -24,6 +24,7 @@ from ...errors import IndexMismatchError
 from ...protocols import VectorIndex
 from ..common import check_embedder, pack_vector, prefiltered_search
 from ..numpy_index import NumpyVectorIndex
+from ..parts import Filter, Hit, Vector
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -426,13 +427,7 @@ class TableVectors:
         """How many vectors are stored."""
         return conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
 
-    def search(
-        self,
-        conn: sqlite3.Connection,
-        query: Sequence[float],
-        k: int,
-        filter: dict[str, Any] | None,
-    ) -> list[tuple[int, float]]:
+    def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine over the mapped matrix; a filter walks the ranking in growing windows
         (:func:`~kbcli.stores.common.prefiltered_search`)."""
         from . import catalog
