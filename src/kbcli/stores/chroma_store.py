@@ -36,7 +36,7 @@ from .chroma_collection import (
 )
 from .chroma_where import chroma_metadata, compile_where
 from .common import scratch_folder
-from .parts import Filter, Hit, Vector
+from .parts import Built, Filter, Hit, Location, Vector
 from .sqlite import SQLiteStore
 from .sqlite import vectors as sqlite_vectors
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
@@ -125,6 +125,7 @@ class ChromaStore(SQLiteStore):
     """
 
     _vectors: ChromaVectors
+    _matrix: ChromaCollection
 
     def __init__(
         self,
@@ -162,18 +163,12 @@ class ChromaStore(SQLiteStore):
             raise
 
     @classmethod
-    def _located(
-        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
         """The collection ``store.collection`` in ``store.path`` (default ``<db>.chroma/``),
         its catalog ``db`` (default ``paths.knowledge_db``)."""
         path = catalog_path(config, db)
         folder = Path(options.pop("path", None) or f"{path}.chroma").expanduser()
         return (folder,), {**options, "db": path}
-
-    @property
-    def _matrix(self) -> ChromaCollection:
-        return self._vectors.derived
 
     def _claim(self) -> None:
         """Record this collection in the catalog, refusing a catalog of another collection or a

@@ -195,6 +195,24 @@ def prefiltered_search(
     return index.search(query, k, allowed_ids())
 
 
+def dense_search(
+    index: VectorIndex,
+    query: Sequence[float],
+    k: int,
+    filter: dict[str, Any] | None,
+    passes: Callable[[list[int]], set[int]],
+    allowed_ids: Callable[[], Sequence[int]],
+    known: Callable[[], Sequence[int] | None] = lambda: None,
+) -> list[tuple[int, float]]:
+    """The exact top ``k`` of ``index`` among the ids ``filter`` allows (all without one), by
+    :func:`prefiltered_search`; ``known()`` gives the allowed set when it is already held."""
+    if len(index) == 0:
+        return []
+    if not filter:
+        return index.search(query, k)
+    return prefiltered_search(index, query, k, passes, allowed_ids, known=known())
+
+
 def keyword_hit(doc: Document, scored: Scored, source_weight: float) -> SearchResult:
     """A keyword search hit whose ``explain`` holds both parts of its BM25 score."""
     explain = {"bm25_chunk": scored.chunk, "bm25_source": scored.source,

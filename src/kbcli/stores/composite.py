@@ -13,7 +13,6 @@ files, the upgrade of an older keyword index) is :class:`~.upkeep.Upkeep`'s.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -26,6 +25,7 @@ from ..filters import validate_filter
 from ..types import Document, FileRecord, Finding, SearchResult
 from .common import check_embedder, keyword_hit, vector_dimensions
 from .parts import (
+    Built,
     Cache,
     Catalog,
     DoctorRun,
@@ -33,6 +33,7 @@ from .parts import (
     Keywords,
     Ledger,
     Listing,
+    Location,
     NewRow,
     Vectors,
 )
@@ -80,7 +81,7 @@ class Store:
         config: Any,
         settings: dict[str, Any],
         *,
-        db: str | os.PathLike[str] | None = None,
+        db: Location = None,
         create: bool = True,
         busy_timeout: float | None = None,
     ) -> Store:
@@ -99,9 +100,7 @@ class Store:
         return cls(*args, **options)
 
     @classmethod
-    def _located(
-        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
         """The arguments :meth:`from_config` builds the store with: where it lives (from
         ``db`` and its settings) and ``options``. Here: the options alone."""
         return (), options

@@ -31,7 +31,7 @@ from .faiss_index import (
     default_ef_search,
     resolve_metric,
 )
-from .parts import Filter, Hit, Vector
+from .parts import Built, Filter, Hit, Location, Vector
 from .sqlite import SQLiteStore, catalog
 from .sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from .sqlite.store import catalog_path
@@ -165,9 +165,7 @@ class FaissStore(SQLiteStore):
         )
 
     @classmethod
-    def _located(
-        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
         """The catalog ``db`` (default ``paths.knowledge_db``), its index in ``<db>.faiss``."""
         return (), {**options, "path": catalog_path(config, db)}
 

@@ -24,7 +24,7 @@ from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..filters import matches
 from ..types import Document, FileRecord
-from .common import cache_key, check_embedder, prefiltered_search
+from .common import cache_key, check_embedder, dense_search
 from .composite import Store
 from .keyword_memory import MemoryKeywordIndex
 from .nesting import Nesting
@@ -381,15 +381,12 @@ class MemoryVectors:
 
     def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine against every stored vector that passes ``filter``."""
-        index, by_rowid = self.state.vectors, self.state.by_rowid
-        if len(index) == 0:
-            return []
-        if not filter:
-            return index.search(query, k)
-        return prefiltered_search(
-            index,
+        by_rowid = self.state.by_rowid
+        return dense_search(
+            self.state.vectors,
             query,
             k,
+            filter,
             lambda ids: {i for i in ids if matches(by_rowid[i].metadata, filter)},
             lambda: [r for r, d in by_rowid.items() if matches(d.metadata, filter)],
         )

@@ -22,6 +22,7 @@ cache
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -40,6 +41,10 @@ Vector = Sequence[float]
 Filter = dict[str, Any] | None
 #: a dense hit: (row id, score)
 Hit = tuple[int, float]
+#: where a configured store is opened (``--db``; None: ``paths.knowledge_db``)
+Location = str | os.PathLike[str] | None
+#: the positional and keyword arguments a store class is built with
+Built = tuple[tuple[Any, ...], dict[str, Any]]
 #: A document to insert: the document, its vector (or None) and its term frequencies by term id.
 NewRow = tuple[Document, "Vector | None", dict[Any, int]]
 

@@ -7,22 +7,15 @@ from typing import Any
 
 from ...embedders.base import EmbedderInfo
 from ...types import FileRecord
-from ..common import (
-    FILE_COLUMNS,
-    cache_key,
-    file_record,
-    file_row,
-    pack_vector,
-    text_hash,
-    unpack_vector,
-)
+from .. import common
+from ..common import cache_key, pack_vector, text_hash, unpack_vector
 from .schema import Tables
 
 
 def records(conn: Any, t: Tables) -> dict[str, FileRecord]:
     """Every file record, by path."""
-    rows = conn.execute(f"SELECT {FILE_COLUMNS} FROM {t.files}")
-    return {r[0]: file_record(r) for r in rows}
+    rows = conn.execute(f"SELECT {common.FILE_COLUMNS} FROM {t.files}")
+    return {r[0]: common.file_record(r) for r in rows}
 
 
 def count(conn: Any, t: Tables) -> int:
@@ -37,7 +30,7 @@ def put(conn: Any, t: Tables, record: FileRecord) -> None:
         " ON CONFLICT (path) DO UPDATE SET size = EXCLUDED.size, mtime_ns = EXCLUDED.mtime_ns,"
         " sha256 = EXCLUDED.sha256, settings = EXCLUDED.settings,"
         " chunk_ids = EXCLUDED.chunk_ids, indexed_at = EXCLUDED.indexed_at",
-        file_row(record),
+        common.file_row(record),
     )
 
 

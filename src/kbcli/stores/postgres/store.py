@@ -22,7 +22,7 @@ from ...errors import StoreError
 from ...filters import dumps_metadata
 from ...types import Document, FileRecord, Finding
 from ..composite import Store
-from ..parts import EVERY, Filter, Hit, Listing, NewRow, Vector
+from ..parts import EVERY, Built, Filter, Hit, Listing, Location, NewRow, Vector
 from . import catalog, ledger, vectors
 from .catalog import ChunkRow
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
@@ -131,14 +131,14 @@ class PgCatalog:
 
 class PgVectors:
     """The vectors part: the chunks' ``vector(d)`` column (written with the rows by the
-    catalog), the recorded embedder and dense search on its HNSW index (``hnsw=False``: an
-    exact scan; ``ef_search``: candidates an HNSW search keeps)."""
+    catalog), the recorded embedder and dense search on its HNSW index, as ``settings`` (the
+    store) say at each call: ``hnsw`` (False: an exact scan) and ``ef_search`` (candidates an
+    HNSW search keeps)."""
 
-    def __init__(self, db: Database, *, hnsw: bool, ef_search: int):
+    def __init__(self, db: Database, settings: Any):
         self.db = db
         self.t = db.tables
-        self.hnsw = hnsw
-        self.ef_search = ef_search
+        self.settings = settings
         self._index_later: int | None = None  # a first bulk batch's dimension, indexed at finish
 
     def check(self, conn: Any, dim: int, rows: int) -> None:
@@ -146,7 +146,7 @@ class PgVectors:
         leave the index of a first bulk batch to :meth:`finish`."""
         bulk = rows >= BULK_INDEX_ROWS
         later = vectors.ensure_dimension(
-            conn, self.t, dim, self.db.label, hnsw=self.hnsw, bulk=bulk
+            conn, self.t, dim, self.db.label, hnsw=self.settings.hnsw, bulk=bulk
         )
         self._index_later = dim if later else None
 
@@ -179,13 +179,13 @@ class PgVectors:
     def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """HNSW with iterative scans, exact when a filter leaves it short of ``k``."""
         return vectors.search(
-            conn, self.t, query, k, filter, ef_search=self.ef_search,
-            iterative=self.db.iterative_scans, exact=not self.hnsw,
+            conn, self.t, query, k, filter, ef_search=self.settings.ef_search,
+            iterative=self.db.iterative_scans, exact=not self.settings.hnsw,
         )  # fmt: skip
 
     def exact(self, conn: Any) -> bool:
         """Whether dense search equals a brute-force scan (no HNSW index serves it)."""
-        return not self.hnsw or not vectors.indexed(conn, self.t)
+        return not self.settings.hnsw or not vectors.indexed(conn, self.t)
 
     def refresh(self, conn: Any) -> None:
         """Nothing to build: PostgreSQL's indexes are kept current by every write."""
@@ -211,7 +211,7 @@ class PgVectors:
 
     def swap_staged(self, conn: Any, info: EmbedderInfo) -> None:
         """The staged vectors replace the stored ones."""
-        vectors.swap_staged(conn, self.t, info, self.db.label, hnsw=self.hnsw)
+        vectors.swap_staged(conn, self.t, info, self.db.label, hnsw=self.settings.hnsw)
 
 
 class PgLedger:
@@ -273,6 +273,8 @@ class PostgresStore(Store):
     ):
         self.table = table
         self.busy_timeout = busy_timeout
+        self.hnsw = hnsw  # read by every dense search (PgVectors), like ef_search
+        self.ef_search = ef_search
         self._t = Tables(table)
         self._db = Database(resolve_dsn(dsn), self._t, busy_timeout=busy_timeout, create=create)
         keywords = KeywordTables(analyzer or Analyzer(), self._t, self._db.where)
@@ -281,7 +283,7 @@ class PostgresStore(Store):
             self._db,
             PgCatalog(self._t),
             keywords,
-            PgVectors(self._db, hnsw=hnsw, ef_search=ef_search),
+            PgVectors(self._db, self),
             ledger_part,
             ledger_part,
             doctor=_doctor,
@@ -290,9 +292,7 @@ class PostgresStore(Store):
     _persistent = True
 
     @classmethod
-    def _located(
-        cls, config: Any, db: Any, options: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
         """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not
         apply)."""
         return (), {**options, "dsn": os.environ.get("KB_PG_DSN") or options.get("dsn")}
@@ -304,24 +304,6 @@ class PostgresStore(Store):
     def location(self) -> str:
         """The server and table, password redacted (``postgresql://user@host/db#table``)."""
         return self._db.label
-
-    @property
-    def hnsw(self) -> bool:
-        """Whether dense search walks an HNSW index (False: an exact scan)."""
-        return self._vectors.hnsw
-
-    @hnsw.setter
-    def hnsw(self, value: bool) -> None:
-        self._vectors.hnsw = value
-
-    @property
-    def ef_search(self) -> int:
-        """How many candidates an HNSW search keeps."""
-        return self._vectors.ef_search
-
-    @ef_search.setter
-    def ef_search(self, value: int) -> None:
-        self._vectors.ef_search = value
 
     @property
     def exact(self) -> bool:

@@ -20,6 +20,7 @@ from ...analysis import Analyzer
 from ...types import Finding
 from ..common import scratch_folder
 from ..composite import Store
+from ..parts import Built, Location
 from ..upkeep import Upkeep
 from . import catalog, integrity, ledger
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
@@ -44,6 +45,7 @@ class SQLiteStore(Store):
     _db: Database
     _keywords: KeywordTables
     _vectors: TableVectors
+    _matrix: DerivedVectors
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class SQLiteStore(Store):
         keywords = KeywordTables(analyzer or Analyzer(), self.path, self._allowed)
         self._db = Database(self.path, busy_timeout=busy_timeout, create=create)
         part = vectors(self.path, self._allowed)
+        self._matrix = part.derived  # the index dense search runs on (matrix, FAISS, Chroma)
         upkeep = Upkeep(
             self._db,
             keywords,
@@ -97,21 +100,9 @@ class SQLiteStore(Store):
     _persistent = True
 
     @classmethod
-    def _located(
-        cls, config: Any, db: str | os.PathLike[str] | None, options: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
         """The database ``db`` (default ``paths.knowledge_db``)."""
         return (catalog_path(config, db),), options
-
-    @property
-    def _matrix(self) -> DerivedVectors:
-        """The derived vector index dense search runs on (matrix cache, FAISS file, Chroma)."""
-        return self._vectors.derived
-
-    @property
-    def vector_cache_path(self) -> Path:
-        """The file of the derived vector index (safe to delete at any time)."""
-        return self._matrix.path
 
     def close(self) -> None:
         """Close the connection (the store cannot be used afterwards). After writes, first
@@ -128,6 +119,11 @@ class SQLiteStore(Store):
         """SQLite's integrity check plus kbcli's own invariants; empty list when all is well."""
         with self._db.read() as conn:
             return integrity.problems(conn)
+
+    @property
+    def vector_cache_path(self) -> Path:
+        """The file of the derived vector index (safe to delete at any time)."""
+        return self._matrix.path
 
 
 def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:

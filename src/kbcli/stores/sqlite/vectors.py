@@ -22,9 +22,10 @@ from ...crashpoints import crash_point
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
 from ...protocols import VectorIndex
-from ..common import check_embedder, pack_vector, prefiltered_search
+from ..common import check_embedder, dense_search, pack_vector
 from ..numpy_index import NumpyVectorIndex
 from ..parts import Filter, Hit, Vector
+from . import catalog
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -430,20 +431,14 @@ class TableVectors:
     def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine over the mapped matrix; a filter walks the ranking in growing windows
         (:func:`~kbcli.stores.common.prefiltered_search`)."""
-        from . import catalog
-
-        index = self.derived.index(conn)
-        if len(index) == 0:
-            return []
-        if not filter:
-            return index.search(query, k)
-        return prefiltered_search(
-            index,
+        return dense_search(
+            self.derived.index(conn),
             query,
             k,
+            filter,
             lambda ids: catalog.passing(conn, ids, filter),
             lambda: self.allowed.get(conn, filter),
-            known=self.allowed.peek(conn, filter),
+            lambda: self.allowed.peek(conn, filter),
         )
 
     def refresh(self, conn: sqlite3.Connection) -> None:
