@@ -244,9 +244,9 @@ class Store:
 
     def delete_where(self, filter: dict[str, Any]) -> int:
         """Delete every chunk whose metadata passes ``filter``; returns how many."""
-        filter = validate_filter(filter)
+        checked = validate_filter(filter)
         with self._engine.transaction() as conn:
-            return self._remove_rows(conn, self._catalog.rows_where(conn, filter))
+            return self._remove_rows(conn, self._catalog.rows_where(conn, checked))
 
     def replace_source(
         self,

@@ -32,10 +32,14 @@ class SignedKeywords:
     metadata and chunk count (:meth:`_get_meta`, :meth:`_set_meta`, :meth:`_chunks`) and
     says where it is (:meth:`_where`)."""
 
-    due = False  # nothing derived is left for Upkeep to write (the SQLite pack overrides it)
-
     def __init__(self, analyzer: Analyzer):
         self.analyzer = analyzer
+
+    @property
+    def due(self) -> bool:
+        """Whether a search left a derived structure for :class:`~.upkeep.Upkeep` to write
+        (none here; the SQLite pack says)."""
+        return False
 
     @property
     def signature(self) -> str:
@@ -75,12 +79,14 @@ class SignedKeywords:
         each chunk's ``(row id, source row, term counts)``, and the vocabulary."""
         rows = list(rows)
         titles = titles_to_add((r[4], r[2]) for r in rows) if add_titles else {}
-        titled, counted, vocab = [], [], set()
+        titled: list[tuple[int, dict[str, Any]]] = []
+        counted: list[tuple[int, int, Counter[str]]] = []
+        vocab: set[str] = set()
         for doc, text, meta, src, source in rows:
             if source in titles:
                 meta = {**meta, TITLE_KEY: titles[source]}
                 titled.append((doc, meta))
-            counts = self.terms_of(Document("", text, meta))
+            counts = self.terms_of(Document("", text, dict(meta)))
             vocab.update(counts)
             counted.append((doc, src, counts))
         return titled, counted, vocab

@@ -8,7 +8,7 @@ commits. A thread lock makes one store usable from several threads.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -50,8 +50,7 @@ class Nesting:
             with self._read() as conn:
                 yield conn
 
-    def _write(self, **options: Any) -> AbstractContextManager[Any]:
-        raise NotImplementedError
-
-    def _read(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError
+    #: the outermost write transaction (its keyword arguments: ``transaction``'s)
+    _write: Callable[..., AbstractContextManager[Any]]
+    #: a read snapshot outside any write transaction
+    _read: Callable[[], AbstractContextManager[Any]]

@@ -73,18 +73,36 @@ class Row(Protocol):
 class Engine(Protocol):
     """Transactions, read snapshots, the writer lock and the connection of one index."""
 
-    #: names the index in messages (a path, a server and table, "this in-memory store")
-    label: str
-    #: the ``path`` of :meth:`Store.stats` (None: nowhere on disk)
-    location: str | None
-    #: keys :meth:`Store.stats` shows right after ``path`` (``backend``)
-    identity: dict[str, Any]
-    schema_version: int | None
-    #: write transactions committed through this engine
-    commits: int
-    #: what a failed write of a derived file or lock may raise besides :class:`OSError` and
-    #: :class:`~kbcli.errors.StoreError` (``sqlite3.Error``)
-    errors: tuple[type[BaseException], ...]
+    @property
+    def label(self) -> str:
+        """Names the index in messages (a path, a server and table, "this in-memory store")."""
+        ...
+
+    @property
+    def location(self) -> str | None:
+        """The ``path`` of :meth:`Store.stats` (None: nowhere on disk)."""
+        ...
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Keys :meth:`Store.stats` shows right after ``path`` (``backend``)."""
+        ...
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of the index's layout (None: none kept)."""
+        ...
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed through this engine."""
+        ...
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a failed write of a derived file or of the lock may raise besides
+        :class:`OSError` and :class:`~kbcli.errors.StoreError` (``sqlite3.Error``)."""
+        ...
 
     def transaction(self) -> AbstractContextManager[Any]:
         """One write transaction (nested calls join it); commits whole or rolls back, and
@@ -253,7 +271,7 @@ class Staging(Protocol):
         """``(row id, text)`` of the chunks not staged yet, and how many chunks there are."""
         ...
 
-    def put_staged(self, conn: Any, rows: list[tuple[int, str]], vectors: list[Vector]) -> None:
+    def put_staged(self, conn: Any, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
         """Stage new vectors."""
         ...
 

@@ -61,6 +61,9 @@ class Upkeep:
         self.scratch = scratch
         self.ingested = False  # files were written (replace_file) since the last close
 
+    def _failures(self, *kinds: type[BaseException]) -> tuple[type[BaseException], ...]:
+        return (*kinds, *self._engine.errors)
+
     def after_search(self) -> None:
         """Write the keyword pack the last search had to build in memory (see above)."""
         if self._keywords.due:
@@ -85,7 +88,7 @@ class Upkeep:
         try:
             with self._engine.writer_lock(wait), self._engine.transaction() as conn:
                 self._keywords.check_signature(conn, writing=True)
-        except (StoreError, OSError, *self._engine.errors):
+        except self._failures(StoreError, OSError):
             return False  # locked, or a read-only database: the caller says what to run
         return True
 
@@ -105,5 +108,5 @@ class Upkeep:
         if self._engine.commits:
             try:
                 self.prepare_search()
-            except (OSError, *self._engine.errors):
+            except self._failures(OSError):
                 pass  # the pack is derived: the next search writes it

@@ -242,11 +242,11 @@ class KeywordTables(SignedKeywords):
         stats: CorpusStats,
         filter: Filter,
         k: int,
-        params: BM25Params,
+        bm25: BM25Params,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
         t = self.t
-        k1, b, source_weight = params.k1, params.b, params.source_weight
+        k1, b, source_weight = bm25.k1, bm25.b, bm25.source_weight
         params: list[Any] = [
             [q.term for q in terms],
             [q.chunk_weight(stats) for q in terms],
