@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from common import latency as timed  # noqa: E402  (p50/p95 of each query's best of 3)
 
 from kbcli import Analyzer, Document, SQLiteStore  # noqa: E402
+from kbcli.bm25 import BM25Params  # noqa: E402
 
 K = 10
 
@@ -134,7 +135,7 @@ def run_size(n: int, workdir: Path, n_queries: int, kb_only: bool = False) -> di
 
     def index_only(q: str, filter=None) -> None:  # ids and scores, as FTS5 and bm25s return
         with store._db.read() as conn:
-            keywords.search(conn, q, K, filter, k1=1.5, b=0.75, source_weight=2.0)
+            keywords.search(conn, q, K, filter, BM25Params(1.5, 0.75, 2.0))
 
     for label, qs in (("content", content), ("common", common)):
         kb[label + " index only"] = timed(index_only, qs)

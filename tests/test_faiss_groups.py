@@ -14,7 +14,7 @@ faiss = need("faiss")
 np = need("numpy")
 
 from kbcli import Document  # noqa: E402
-from kbcli.stores import faiss_store  # noqa: E402
+from kbcli.stores import faiss_index  # noqa: E402  (the index's settings live there)
 from kbcli.stores.faiss_store import FILE_MAGIC, FaissStore, FaissVectorIndex  # noqa: E402
 from kbcli.types import FileRecord  # noqa: E402
 from kbcli.vectors import distinct_rows, row_fingerprints  # noqa: E402
@@ -226,7 +226,7 @@ def test_hnsw_search_effort_follows_the_distinct_vectors(monkeypatch):
     keys, vecs, _ = _copies(distinct=20, ids=100)
     index = FaissVectorIndex(DIM, "HNSW16")
     index.build(keys, vecs)
-    monkeypatch.setattr(faiss_store, "EF_SEARCH_BY_SIZE", ((50, 7),))
+    monkeypatch.setattr(faiss_index, "EF_SEARCH_BY_SIZE", ((50, 7),))
     assert index.effective_ef_search == 7  # 20 distinct vectors, though 100 ids
 
 
@@ -250,7 +250,7 @@ def test_an_index_that_cannot_remove_hides_emptied_vectors_until_a_fifth_are_dea
 
 
 def test_hidden_vectors_survive_the_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(faiss_store, "DEAD_SHARE", 0.5)  # 4 of 13 dead: kept, not rebuilt
+    monkeypatch.setattr(faiss_index, "DEAD_SHARE", 0.5)  # 4 of 13 dead: kept, not rebuilt
     store, licence = _store_with_copies(tmp_path / "kb.db", factory="HNSW16")
     store.search(licence, 1)  # builds the index and its file
     store.delete_source("c.md")  # four vectors no other file holds
@@ -310,7 +310,7 @@ def test_a_scattered_filter_on_hnsw_uses_the_graph(monkeypatch):
     scattered = np.arange(0, 2000, 7)  # 286 runs of one, within SCAN_RUNS: scanned
     index.search(vecs[0], 5, allowed=scattered)
     assert scans == [1]
-    monkeypatch.setattr(faiss_store, "SCAN_RUNS", 100)  # too many runs: the graph walks
+    monkeypatch.setattr(faiss_index, "SCAN_RUNS", 100)  # too many runs: the graph walks
     hits = index.search(vecs[0], 5, allowed=scattered)
     assert scans == [1] and len(hits) == 5 and hits[0][0] == 0
 

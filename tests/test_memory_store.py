@@ -43,3 +43,21 @@ def test_delete_and_stored_copies_are_independent():
     assert len(store) == 0
     with pytest.raises(ValueError):
         InMemoryStore(max_size=0)
+
+
+def test_a_failed_transaction_undoes_a_reembed_inside_it():
+    """The documents' vectors come back with the rest of the state (they used to be changed in
+    place, so a rollback kept the new embedder's vectors under the old embedder)."""
+    from kbcli.embedders.base import EmbedderInfo
+
+    store = InMemoryStore()
+    store.add([Document("a", "t")], [[1.0, 0.0]], embedder=EmbedderInfo("p", "old", 2))
+    held = store.get(["a"], with_embeddings=True)[0]
+    with pytest.raises(RuntimeError), store.transaction():
+        store.reembed(lambda texts: [[0.0, 1.0] for _ in texts], EmbedderInfo("p", "new", 2))
+        raise RuntimeError("fails after the re-embedding")
+    assert store.get(["a"], with_embeddings=True)[0].embedding == [1.0, 0.0]
+    assert held.embedding == [1.0, 0.0]  # a document handed out before is not changed either
+    assert store.embedder_info.model == "old"
+    assert [h.document.id for h in store.search([1.0, 0.0], k=1)] == ["a"]
+    assert store.search([1.0, 0.0], k=1)[0].score == pytest.approx(1.0)

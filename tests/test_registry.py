@@ -85,3 +85,62 @@ def test_provider_classes_are_lazy_attributes():
     assert embedders.LocalEmbedder.provider == "local"
     with pytest.raises(AttributeError):
         embedders.NoSuchEmbedder  # noqa: B018
+
+
+TOY_BACKEND = """
+import sys
+from kbcli import registry
+
+registry.STORE_ENTRIES["toy"] = registry.StoreEntry("toy_store:ToyStore", {"max_size": int})
+
+from kbcli.config import ConfigError, load_config, with_store
+from kbcli.stores import build_store
+
+store = build_store(load_config(sys.argv[1]))
+print(type(store).__name__, store.max_size, "toy" in registry.STORES)
+try:
+    load_config(sys.argv[2])
+except ConfigError as exc:
+    print(exc)
+try:
+    with_store(load_config(sys.argv[1]), "nope")
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_a_store_backend_is_registered_in_one_place(tmp_path):
+    """One STORE_ENTRIES entry (class path and settings) is all a backend needs: the config
+    accepts and checks its settings, --store lists it, build_store builds it (from_config)."""
+    (tmp_path / "toy_store.py").write_text(
+        "from kbcli.stores import InMemoryStore\n\nclass ToyStore(InMemoryStore):\n    pass\n",
+        encoding="utf-8",
+    )
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("store:\n  backend: toy\n  max_size: 3\n", encoding="utf-8")
+    bad.write_text("store:\n  backend: toy\n  dsn: x\n", encoding="utf-8")
+    script = tmp_path / "toy.py"
+    script.write_text(TOY_BACKEND, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    out = subprocess.run(
+        [sys.executable, str(script), str(good), str(bad)],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    built, unknown_key, unknown_store = out.stdout.strip().splitlines()
+    assert built == "ToyStore 3 True"
+    assert "store.dsn" in unknown_key and "max_size" in unknown_key
+    assert "choose from sqlite, memory, faiss, chroma, postgres, toy" in unknown_store
+
+
+@pytest.mark.parametrize("name", list(registry.STORE_ENTRIES))
+def test_every_registered_store_is_the_one_facade_over_its_parts(name):
+    """A backend's class assembles parts: it is the Store facade and re-implements none of its
+    public API (closing may add its own clean-up)."""
+    from kbcli.stores.composite import Store
+
+    cls = registry.load_class(name, registry.STORES, kind="store")
+    assert issubclass(cls, Store)
+    api = {n for n in vars(Store) if not n.startswith("_")}
+    own = {n for k in cls.__mro__[: cls.__mro__.index(Store)] for n in vars(k)}
+    assert api & own <= {"close"}, sorted(api & own)

@@ -393,7 +393,9 @@ def test_an_unset_ef_search_grows_with_the_graph(monkeypatch):
     assert unset._params(None, 10).efSearch == default_ef_search(500)
     assert unset._params(None, 300).efSearch == 300  # never fewer than k
     # the same index counted as large: the larger setting reaches the search
-    monkeypatch.setattr(faiss_store, "EF_SEARCH_BY_SIZE", ((100, 128),))
+    from kbcli.stores import faiss_index  # the index reads its settings from its own module
+
+    monkeypatch.setattr(faiss_index, "EF_SEARCH_BY_SIZE", ((100, 128),))
     assert unset._params(None, 10).efSearch == faiss_store.LARGE_EF_SEARCH
     pinned = FaissVectorIndex(16, "HNSW8", ef_search=64)
     pinned.build(np.arange(500), matrix)

@@ -110,6 +110,15 @@ Posting = tuple[int, int, int, int]  # (doc, src, tf, chunk length)
 
 
 @dataclass(frozen=True)
+class BM25Params:
+    """The parameters of one ranking: ``k1``, ``b`` and the weight of the source part."""
+
+    k1: float = K1
+    b: float = B
+    source_weight: float = SOURCE_WEIGHT
+
+
+@dataclass(frozen=True)
 class Scored:
     """One ranked chunk: internal id, total score and its two parts."""
 

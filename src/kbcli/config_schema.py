@@ -14,7 +14,7 @@ from typing import Any
 
 from .bm25 import SOURCE_WEIGHT
 from .registry import CHUNKERS as CHUNKER_REGISTRY
-from .registry import EMBEDDERS, STORES
+from .registry import EMBEDDERS, STORE_ENTRIES, STORES
 
 CONFIG_FILENAME = "jianmu.yaml"
 EMBEDDING_PROVIDERS = ("auto", *EMBEDDERS)
@@ -24,25 +24,10 @@ ANALYZER_LANGUAGES = ("auto", "en", "zh", "none")
 LLM_RERANK_METHODS = ("pointwise", "listwise")
 # The scripts the built-in OCR models (PP-OCRv4, in rapidocr-onnxruntime) read.
 OCR_LANGUAGES = ("zh", "en")
-# The settings each registered store accepts under ``store:`` (a user's class takes any):
-# a type, or a tuple of the allowed names.
+# The settings each registered store accepts under ``store:`` (a user's class takes any): a
+# type, or a tuple of the allowed names; from the backend's one registration (STORE_ENTRIES).
 STORE_SETTINGS: dict[str, dict[str, Any]] = {
-    "sqlite": {"busy_timeout": float},
-    "memory": {"max_size": int},
-    "faiss": {
-        "busy_timeout": float,
-        "dim": int,
-        "index_factory": str,
-        "normalize": bool,
-        "metric": ("ip", "cosine", "l2"),
-        "ef_search": int,
-    },
-    "chroma": {"busy_timeout": float, "path": str, "collection": str},
-    # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
-    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
-    # ef_search: HNSW candidates per dense search (recall against speed); hnsw: false for exact
-    # dense search (a scan, no index).
-    "postgres": {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int, "hnsw": bool},
+    name: dict(entry.settings) for name, entry in STORE_ENTRIES.items()
 }
 MAX_SECONDS = 86_400.0  # a day: bigger values are typos (and overflow some timers)
 

@@ -2,9 +2,10 @@
 
 The seven reference protocols (embedder, vector store, retriever, reranker, document loader,
 text normalizer, text chunker) keep the reference shapes. The storage capabilities below them
-(:class:`DocumentCatalog`, :class:`KeywordIndex`, :class:`VectorIndex`, :class:`FileLedger`,
-:class:`EmbeddingCache`) say what else a store can do; code outside ``stores/`` only talks to a
-store through these.
+(:class:`DocumentCatalog`, made of :class:`DocumentReader`, :class:`DocumentWriter`,
+:class:`IndexMetadata` and :class:`EmbedderRecord`; :class:`KeywordIndex`,
+:class:`VectorIndex`, :class:`FileLedger`, :class:`EmbeddingCache`, :class:`Doctor`) say what
+else a store can do; code outside ``stores/`` only talks to a store through these.
 """
 
 from __future__ import annotations
@@ -157,20 +158,50 @@ class ChatModelProtocol(Protocol):
 # --- storage capabilities ------------------------------------------------------------------------
 #
 # What a store can do beyond the reference VectorStoreProtocol, as small runtime-checkable
-# contracts. Retrievers, sync, the CLI and evaluation dispatch on them with isinstance(); a store
-# implements those it supports. The shared test suites in kbcli.testing check each one.
+# contracts. Retrievers, sync, the CLI and evaluation dispatch on them; a store implements those
+# it supports. A caller asks for the narrowest one it uses (a scope reads through
+# DocumentReader, a retriever checks the embedder through EmbedderRecord); DocumentCatalog is
+# all four document capabilities together, what kb's commands and `kb copy` need. The shared
+# test suites in kbcli.testing check each one.
 
 
 @runtime_checkable
-class DocumentCatalog(Protocol):
-    """The documents (chunks) of an index, their metadata, and the index's own metadata.
+class DocumentReader(Protocol):
+    """Reads of a catalog's documents: by id, filtered listings and counts, sources."""
 
-    The catalog is the source of truth: keyword and vector indexes are derived from it and
-    change in the same transaction as the documents they index. Filters follow
-    :mod:`kbcli.filters` and are applied before anything is counted, listed or deleted.
-    Documents keep insertion order ("oldest first"); adding an existing id replaces that
-    document everywhere and makes it the newest.
-    """
+    def get(self, ids: list[str], *, with_embeddings: bool = False) -> list[Document]:
+        """The stored documents among ``ids``, in the order asked (unknown ids are skipped);
+        with ``with_embeddings`` each carries its stored vector (None when it has none),
+        without it a store may leave the vector out."""
+        ...
+
+    def iter_documents(
+        self,
+        filter: dict[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        limit: int | None = None,
+        with_embeddings: bool = False,
+    ) -> Iterator[Document]:
+        """Documents passing ``filter`` (and of ``source``), oldest first, at most ``limit``."""
+        ...
+
+    def list_all(self) -> list[Document]:
+        """Every stored document, oldest first, with its embedding."""
+        ...
+
+    def count(self, filter: dict[str, Any] | None = None) -> int:
+        """How many documents pass ``filter`` (all of them without one)."""
+        ...
+
+    def sources(self) -> list[tuple[str, int]]:
+        """Each source with its number of documents, sorted by source."""
+        ...
+
+
+@runtime_checkable
+class DocumentWriter(Protocol):
+    """Writes to a catalog, each one transaction (several join one :meth:`transaction`)."""
 
     def transaction(self) -> AbstractContextManager[Any]:
         """One write transaction: every change inside commits whole or not at all. Nested
@@ -200,31 +231,6 @@ class DocumentCatalog(Protocol):
         ``docs``: a reader sees the old set or the new one, never both or neither."""
         ...
 
-    def get(self, ids: list[str], *, with_embeddings: bool = False) -> list[Document]:
-        """The stored documents among ``ids``, in the order asked (unknown ids are skipped);
-        with ``with_embeddings`` each carries its stored vector (None when it has none),
-        without it a store may leave the vector out."""
-        ...
-
-    def iter_documents(
-        self,
-        filter: dict[str, Any] | None = None,
-        *,
-        source: str | None = None,
-        limit: int | None = None,
-        with_embeddings: bool = False,
-    ) -> Iterator[Document]:
-        """Documents passing ``filter`` (and of ``source``), oldest first, at most ``limit``."""
-        ...
-
-    def list_all(self) -> list[Document]:
-        """Every stored document, oldest first, with its embedding."""
-        ...
-
-    def count(self, filter: dict[str, Any] | None = None) -> int:
-        """How many documents pass ``filter`` (all of them without one)."""
-        ...
-
     def remove(self, ids: list[str]) -> int:
         """Delete documents by id in one transaction; returns how many existed."""
         ...
@@ -241,9 +247,10 @@ class DocumentCatalog(Protocol):
         """Delete every document passing ``filter``; returns how many."""
         ...
 
-    def sources(self) -> list[tuple[str, int]]:
-        """Each source with its number of documents, sorted by source."""
-        ...
+
+@runtime_checkable
+class IndexMetadata(Protocol):
+    """The index's own metadata, its change counter and figures."""
 
     def get_meta(self, key: str) -> str | None:
         """A value of the index's own metadata (last ingest time, evaluation fingerprint...)."""
@@ -257,6 +264,16 @@ class DocumentCatalog(Protocol):
     def version(self) -> int:
         """A counter that changes after every committed write (derived caches key on it)."""
         ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and settings of the index (``chunks``, ``sources``, ``files``, ``vectors``,
+        ``embedder``, ``analyzer``, ``last_ingest`` ...) for ``kb stats``."""
+        ...
+
+
+@runtime_checkable
+class EmbedderRecord(Protocol):
+    """The embedder an index's vectors came from: recorded, checked, switched."""
 
     @property
     def embedder_info(self) -> EmbedderInfo | None:
@@ -281,10 +298,19 @@ class DocumentCatalog(Protocol):
         step (searches never see two embedders' vectors); returns how many were embedded."""
         ...
 
-    def stats(self) -> dict[str, Any]:
-        """Counts and settings of the index (``chunks``, ``sources``, ``files``, ``vectors``,
-        ``embedder``, ``analyzer``, ``last_ingest`` ...) for ``kb stats``."""
-        ...
+
+@runtime_checkable
+class DocumentCatalog(DocumentReader, DocumentWriter, IndexMetadata, EmbedderRecord, Protocol):
+    """The documents (chunks) of an index, their metadata, and the index's own metadata: every
+    document capability above (:class:`DocumentReader`, :class:`DocumentWriter`,
+    :class:`IndexMetadata`, :class:`EmbedderRecord`) and :meth:`close`.
+
+    The catalog is the source of truth: keyword and vector indexes are derived from it and
+    change in the same transaction as the documents they index. Filters follow
+    :mod:`kbcli.filters` and are applied before anything is counted, listed or deleted.
+    Documents keep insertion order ("oldest first"); adding an existing id replaces that
+    document everywhere and makes it the newest.
+    """
 
     def close(self) -> None:
         """Release the store's resources; it cannot be used afterwards."""

@@ -12,7 +12,8 @@ trusted never reaches this module (:mod:`kbcli.trust`).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidOptionError, MissingDependencyError
@@ -24,13 +25,72 @@ EMBEDDERS: dict[str, str] = {
     "local": "kbcli.embedders.local:LocalEmbedder",
 }
 
-STORES: dict[str, str] = {
-    "sqlite": "kbcli.stores.sqlite:SQLiteStore",
-    "memory": "kbcli.stores.memory:InMemoryStore",
-    "faiss": "kbcli.stores.faiss_store:FaissStore",
-    "chroma": "kbcli.stores.chroma_store:ChromaStore",
-    "postgres": "kbcli.stores.postgres:PostgresStore",
+
+
+@dataclass(frozen=True)
+class StoreEntry:
+    """A store backend, registered once: ``path`` names its class (imported only when the
+    backend is used), ``settings`` the ``store:`` keys it takes with their kind (``float``,
+    ``int``, ``str``, ``bool`` or a tuple of choices; :mod:`kbcli.config` validates the file
+    against them), and the class builds itself from a validated config with
+    ``from_config(config, settings, db=, create=, busy_timeout=)``
+    (:meth:`kbcli.stores.composite.Store.from_config`; :func:`kbcli.stores.build_store` calls
+    it)."""
+
+    path: str
+    settings: Mapping[str, Any]
+
+
+#: Every store backend: a new one is one entry here, its class (its parts and ``from_config``)
+#: and a contract fixture in ``tests/contracts/``.
+STORE_ENTRIES: dict[str, StoreEntry] = {
+    "sqlite": StoreEntry("kbcli.stores.sqlite:SQLiteStore", {"busy_timeout": float}),
+    "memory": StoreEntry("kbcli.stores.memory:InMemoryStore", {"max_size": int}),
+    "faiss": StoreEntry(
+        "kbcli.stores.faiss_store:FaissStore",
+        {
+            "busy_timeout": float,
+            "dim": int,
+            "index_factory": str,
+            "normalize": bool,
+            "metric": ("ip", "cosine", "l2"),
+            "ef_search": int,
+        },
+    ),
+    "chroma": StoreEntry(
+        "kbcli.stores.chroma_store:ChromaStore",
+        {"busy_timeout": float, "path": str, "collection": str},
+    ),
+    # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
+    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
+    # ef_search: HNSW candidates per dense search (recall against speed); hnsw: false for exact
+    # dense search (a scan, no index).
+    "postgres": StoreEntry(
+        "kbcli.stores.postgres:PostgresStore",
+        {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int, "hnsw": bool},
+    ),
 }
+
+
+class _Paths(Mapping[str, str]):
+    """name -> "module:Class" of the store backends, read from :data:`STORE_ENTRIES` (not a
+    second registration: an entry added there is here too)."""
+
+    def __init__(self, entries: Mapping[str, StoreEntry]):
+        self._entries = entries
+
+    def __getitem__(self, name: str) -> str:
+        return self._entries[name].path
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+#: name -> "module:Class" of the store backends, as for the other families.
+STORES: Mapping[str, str] = _Paths(STORE_ENTRIES)
 
 CHUNKERS: dict[str, str] = {
     "structure": "kbcli.ingest.chunkers:StructureAwareChunker",

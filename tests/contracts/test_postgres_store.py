@@ -1,5 +1,4 @@
-"""The contract suites against PostgresStore (and PgVectorIndex, with and without its HNSW
-index) on the session's real PostgreSQL server."""
+"""The contract suites against PostgresStore on the session's real PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from kbcli.testing import (
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
-    VectorIndexContract,
     VectorStoreContract,
     reopener,
 )
@@ -67,17 +65,4 @@ class TestRoutes(RoutesContract):
 
 
 class TestPersistence(PersistenceContract):
-    pass
-
-
-@pytest.fixture(params=[True, False], ids=["hnsw", "exact"])
-def vector_index(request, pg_dsn, pg_table):
-    from kbcli.stores.postgres import PgVectorIndex
-
-    index = PgVectorIndex(pg_dsn, pg_table, hnsw=request.param)
-    yield index
-    index.close()
-
-
-class TestPgVectorIndex(VectorIndexContract):
     pass

@@ -5,6 +5,7 @@ of any :class:`~kbcli.protocols.VectorIndex`."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 import weakref
@@ -18,7 +19,7 @@ from ..embedders.base import EmbedderInfo
 from ..errors import IndexMismatchError
 from ..locking import lock_file  # noqa: F401  (the stores take it from here)
 from ..protocols import VectorIndex
-from ..types import Document, SearchResult
+from ..types import Document, FileRecord, SearchResult
 
 # Candidates checked against a filter per step of a filtered dense search before falling back to
 # computing the allowed set (see prefiltered_search).
@@ -43,6 +44,28 @@ def unpack_vector(blob: bytes) -> list[float]:
     out = array("f")
     out.frombytes(blob)
     return out.tolist()
+
+
+#: the columns of a file record, in :func:`file_row` order
+FILE_COLUMNS = "path, size, mtime_ns, sha256, settings, chunk_ids, indexed_at"
+
+
+def file_row(record: FileRecord) -> tuple[Any, ...]:
+    """A file record as the ledger's row (:data:`FILE_COLUMNS`; chunk ids as JSON)."""
+    chunk_ids = json.dumps(record.chunk_ids)
+    return (record.path, record.size, record.mtime_ns, record.sha256, record.settings,
+            chunk_ids, record.indexed_at)  # fmt: skip
+
+
+def file_record(row: Sequence[Any]) -> FileRecord:
+    """The file record of a ledger row (chunk ids as JSON text, or a list already decoded)."""
+    chunk_ids = row[5] if isinstance(row[5], list) else json.loads(row[5])
+    return FileRecord(row[0], row[1], row[2], row[3], row[4], chunk_ids, row[6])
+
+
+def cache_key(info: EmbedderInfo) -> str:
+    """What the embedding cache files an embedder's vectors under."""
+    return f"{info.provider}/{info.model}"
 
 
 def outdated(where: str, recorded: str, current: str) -> IndexMismatchError:
@@ -134,6 +157,24 @@ def prefiltered_search(
     if checked >= total:
         return kept[:k]
     return index.search(query, k, allowed_ids())
+
+
+def dense_search(
+    index: VectorIndex,
+    query: Sequence[float],
+    k: int,
+    filter: dict[str, Any] | None,
+    passes: Callable[[list[int]], set[int]],
+    allowed_ids: Callable[[], Sequence[int]],
+    known: Callable[[], Sequence[int] | None] = lambda: None,
+) -> list[tuple[int, float]]:
+    """The exact top ``k`` of ``index`` among the ids ``filter`` allows (all without one), by
+    :func:`prefiltered_search`; ``known()`` gives the allowed set when it is already held."""
+    if len(index) == 0:
+        return []
+    if not filter:
+        return index.search(query, k)
+    return prefiltered_search(index, query, k, passes, allowed_ids, known=known())
 
 
 def keyword_hit(doc: Document, scored: Scored, source_weight: float) -> SearchResult:

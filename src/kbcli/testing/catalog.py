@@ -9,7 +9,14 @@ import pytest
 
 from ..embedders.base import EmbedderInfo
 from ..errors import FilterError, IndexMismatchError, KBError
-from ..protocols import DocumentCatalog, supports
+from ..protocols import (
+    DocumentCatalog,
+    DocumentReader,
+    DocumentWriter,
+    EmbedderRecord,
+    IndexMetadata,
+    supports,
+)
 from ..types import Document
 from ._common import CATALOG, IDS, INFO, OTHER, VECTORS, Boom, fill, ids, make_docs
 
@@ -19,6 +26,11 @@ class DocumentCatalogContract:
 
     def test_is_a_document_catalog(self, store):
         assert supports(store, DocumentCatalog)
+
+    def test_is_each_document_capability(self, store):
+        """DocumentCatalog is the union of the narrow capabilities callers ask for."""
+        for capability in (DocumentReader, DocumentWriter, IndexMetadata, EmbedderRecord):
+            assert supports(store, capability), capability.__name__
 
     def test_empty_catalog(self, store):
         assert store.count() == 0

@@ -9,8 +9,7 @@ per concept:
 - :mod:`.keyword`: the BM25 inverted index (terms, postings, source statistics);
 - :mod:`.vectors`: the pgvector column, its HNSW index, filtered dense search, re-embedding;
 - :mod:`.ledger`: the file ledger and the embedding cache;
-- :mod:`.store`: :class:`PostgresStore`, the facade implementing every storage capability;
-- :mod:`.vector_index`: :class:`PgVectorIndex`, a standalone VectorIndex on a pgvector table.
+- :mod:`.store`: :class:`PostgresStore`, the composite store over these parts.
 
 Importing this package imports psycopg; ``import kbcli`` never does.
 """
@@ -19,6 +18,5 @@ from __future__ import annotations
 
 from .schema import SCHEMA_VERSION
 from .store import PostgresStore
-from .vector_index import PgVectorIndex
 
-__all__ = ["SCHEMA_VERSION", "PgVectorIndex", "PostgresStore"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]

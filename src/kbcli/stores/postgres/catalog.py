@@ -15,6 +15,7 @@ from typing import Any
 from ...filters import dumps_metadata
 from ...types import Document
 from ..common import text_hash
+from ..parts import EVERY, Listing
 from .filters import scan_filter
 from .schema import Tables
 
@@ -160,26 +161,19 @@ def get(conn: Any, t: Tables, ids: Sequence[str], with_embeddings: bool) -> list
 
 
 def select_documents(
-    conn: Any,
-    t: Tables,
-    filter: dict[str, Any] | None,
-    *,
-    source: str | None = None,
-    limit: int | None = None,
-    newest_first: bool = False,
-    with_embeddings: bool = False,
+    conn: Any, t: Tables, filter: dict[str, Any] | None, how: Listing = EVERY
 ) -> list[Document]:
-    """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
+    """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
     where, params = scan_filter(filter)
-    if source is not None:
+    if how.source is not None:
         where += " AND c.source = %s"
-        params.append(source)
-    vec = "c.embedding" if with_embeddings else "NULL"
-    order = "DESC" if newest_first else ""
+        params.append(how.source)
+    vec = "c.embedding" if how.with_embeddings else "NULL"
+    order = "DESC" if how.newest_first else ""
     sql = f"SELECT {DOC_COLUMNS}, {vec} FROM {t.chunks} c WHERE {where} ORDER BY c.doc {order}"
-    if limit is not None:
+    if how.limit is not None:
         sql += " LIMIT %s"
-        params.append(max(0, int(limit)))
+        params.append(max(0, int(how.limit)))
     return [to_document(row[:4], row[4]) for row in conn.execute(sql, params)]
 
 

@@ -6,7 +6,7 @@ are serialised across processes and machines and every statement after the lock 
 earlier commit (the BM25 bookkeeping reads the index before it changes it). Reads run at
 REPEATABLE READ, READ ONLY: several SELECTs see one snapshot while writers work. ``kb ingest``
 holds a session-level advisory lock (:meth:`Database.writer_lock`) on a connection of its own;
-PostgreSQL drops it if the process dies. A thread lock makes the store usable from threads.
+PostgreSQL drops it if the process dies (nesting: :class:`~kbcli.stores.nesting.Nesting`).
 
 A lost connection (the server stopped or killed, the backend terminated, the network gone) is
 one :class:`StoreError` naming the server; the transaction it cut rolls back whole on the
@@ -17,7 +17,6 @@ recovers when the server is back.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from typing import Any
 
 from ...crashpoints import crash_point
 from ...errors import DatabaseLockedError, StoreError, require
+from ..nesting import Nesting
 from . import schema
 from .dsn import describe, redact
 
@@ -37,8 +37,13 @@ def _lock_key(kind: str, schema_name: str, table: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class Database:
-    """One connection to the server, the index's tables checked and created on open."""
+class Database(Nesting):
+    """One connection to the server, the index's tables checked and created on open: the
+    engine part (:class:`~kbcli.stores.parts.Engine`) of :class:`PostgresStore`."""
+
+    identity = {"backend": "postgres"}
+    schema_version = schema.SCHEMA_VERSION
+    errors: tuple[type[BaseException], ...] = ()
 
     def __init__(self, dsn: str, tables: schema.Tables, *, busy_timeout: float, create: bool):
         self.psycopg = require("psycopg", extra="postgres", feature="The postgres store")
@@ -46,9 +51,9 @@ class Database:
         self.dsn = dsn
         self.where = describe(dsn)
         self.tables = tables
+        self.label = self.location = f"{self.where}#{tables.base}"
         self.busy_timeout = busy_timeout
-        self.lock = threading.RLock()
-        self.depth = 0
+        super().__init__()
         self.conn = self.connect()
         try:
             schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
@@ -154,43 +159,35 @@ class Database:
     # --- transactions --------------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self, *, bump: bool = True) -> Iterator[Any]:
-        """One write transaction under the index's write lock; nested calls join the outer
-        one. Commits or rolls back whole; every commit bumps the generation."""
-        with self.lock:
-            if self.depth:
-                self.depth += 1
+    def _write(self, *, bump: bool = True) -> Iterator[Any]:
+        """A READ COMMITTED transaction under the index's write lock; every commit bumps the
+        generation (``bump``)."""
+        pg = self.psycopg
+        try:
+            conn = self._live()
+            conn.isolation_level = pg.IsolationLevel.READ_COMMITTED
+            conn.read_only = False
+            with conn.transaction():
+                self._lock_for_write()
+                self.depth = 1
                 try:
-                    yield self.conn
+                    yield conn
+                    if bump:
+                        conn.execute(
+                            f"UPDATE {self.tables.stats} SET generation = generation + 1"
+                            " WHERE id = 1"
+                        )
+                    crash_point("before-commit")
                 finally:
-                    self.depth -= 1
-                return
-            pg = self.psycopg
-            try:
-                conn = self._live()
-                conn.isolation_level = pg.IsolationLevel.READ_COMMITTED
-                conn.read_only = False
-                with conn.transaction():
-                    self._lock_for_write()
-                    self.depth = 1
-                    try:
-                        yield conn
-                        if bump:
-                            conn.execute(
-                                f"UPDATE {self.tables.stats} SET generation = generation + 1"
-                                " WHERE id = 1"
-                            )
-                        crash_point("before-commit")
-                    finally:
-                        self.depth = 0
-                crash_point("after-commit")
-            except pg.OperationalError as exc:
-                if isinstance(exc, pg.errors.LockNotAvailable):
-                    raise DatabaseLockedError(
-                        f"The index {self.tables.base} at {self.where} is locked by another "
-                        f"writer (waited {self.busy_timeout:g} s): try again when it finishes"
-                    ) from None
-                raise self.failure(exc) from None
+                    self.depth = 0
+            crash_point("after-commit")
+        except pg.OperationalError as exc:
+            if isinstance(exc, pg.errors.LockNotAvailable):
+                raise DatabaseLockedError(
+                    f"The index {self.tables.base} at {self.where} is locked by another "
+                    f"writer (waited {self.busy_timeout:g} s): try again when it finishes"
+                ) from None
+            raise self.failure(exc) from None
 
     def _lock_for_write(self) -> None:
         ms = max(1, int(self.busy_timeout * 1000))
@@ -198,21 +195,33 @@ class Database:
         self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.write_key,))
 
     @contextmanager
-    def read(self) -> Iterator[Any]:
-        """A consistent snapshot for several SELECTs (joins an open write transaction)."""
-        with self.lock:
-            if self.depth:
-                yield self.conn
-                return
-            pg = self.psycopg
-            try:
-                conn = self._live()
-                conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
-                conn.read_only = True
-                with conn.transaction():
-                    yield conn
-            except pg.OperationalError as exc:
-                raise self.failure(exc) from None
+    def _read(self) -> Iterator[Any]:
+        """A REPEATABLE READ, READ ONLY transaction: several SELECTs see one snapshot."""
+        pg = self.psycopg
+        try:
+            conn = self._live()
+            conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            with conn.transaction():
+                yield conn
+        except pg.OperationalError as exc:
+            raise self.failure(exc) from None
+
+    def generation(self, conn: Any) -> int:
+        """The counter every commit bumps."""
+        sql = f"SELECT generation FROM {self.tables.stats} WHERE id = 1"
+        return conn.execute(sql).fetchone()[0]
+
+    def size(self, conn: Any) -> int:
+        """Bytes of the index's tables and their indexes."""
+        size = conn.execute(
+            "SELECT sum(pg_total_relation_size(to_regclass(x))) FROM unnest(%s::text[]) AS x",
+            (self.tables.all(),),
+        ).fetchone()[0]
+        return int(size or 0)
+
+    def checkpoint(self) -> None:
+        """Nothing to do: PostgreSQL checkpoints its write-ahead log itself."""
 
     @contextmanager
     def writer_lock(self, wait: float) -> Iterator[None]:

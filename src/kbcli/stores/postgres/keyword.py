@@ -8,79 +8,43 @@ postings of the query's terms; the parity test checks its scores against SQLite'
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...analysis import (
-    TITLE_KEY,
-    Analyzer,
-    has_title_field,
-    keyword_counts,
-    keyword_signature,
-    titles_to_add,
-)
-from ...bm25 import (
-    ChunkTerms,
-    CorpusStats,
-    PostingsChange,
-    QueryTerm,
-    Scored,
-    plan_addition,
-    plan_removal,
-    select_terms,
-)
+from ...analysis import Analyzer, has_title_field
+from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 from ...filters import dumps_metadata
-from ...types import Document
-from ..common import outdated
-from .catalog import ChunkRow, allocate
+from ..keywords import SignedKeywords
+from ..parts import Filter
+from .catalog import ChunkRow, allocate, get_meta, set_meta
 from .filters import scan_filter
 from .schema import Tables
 
 
-class KeywordTables:
-    """Reads and writes the keyword index of one PostgreSQL index for one analyzer."""
+class KeywordTables(SignedKeywords):
+    """Reads and writes the keyword index of one PostgreSQL index for one analyzer: the keyword
+    part (:class:`~kbcli.stores.parts.Keywords`) of :class:`~.store.PostgresStore`."""
 
     def __init__(self, analyzer: Analyzer, tables: Tables, where: str):
-        self.analyzer = analyzer
+        super().__init__(analyzer)
         self.t = tables
         self.where = where
 
-    @property
-    def signature(self) -> str:
-        """What the keyword index depends on: the analyzer and the indexed fields."""
-        return keyword_signature(self.analyzer)
+    def _get_meta(self, conn: Any, key: str) -> str | None:
+        return get_meta(conn, self.t, key)
 
-    def terms_of(self, doc: Document) -> Counter[str]:
-        """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return keyword_counts(self.analyzer, doc.text, doc.metadata)
+    def _set_meta(self, conn: Any, key: str, value: str) -> None:
+        set_meta(conn, self.t, key, value)
 
-    def recorded_signature(self, conn: Any) -> str | None:
-        """The signature the index was built with (None: never written)."""
-        row = conn.execute(f"SELECT value FROM {self.t.meta} WHERE key = 'analyzer'").fetchone()
-        return row[0] if row else None
+    def _chunks(self, conn: Any) -> int:
+        return conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1").fetchone()[0]
 
-    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
-        """Make the index match the current analyzer and fields: an empty index is taken over;
-        one built with another signature is re-tokenised from the stored chunks when
-        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
-        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
-        t = self.t
-        recorded = self.recorded_signature(conn)
-        signature = self.signature
-        if recorded is None:
-            if writing:
-                conn.execute(f"INSERT INTO {t.meta} VALUES ('analyzer', %s)", (signature,))
-            return None
-        if recorded == signature:
-            return None
-        n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
-        if writing:
-            if n == 0:
-                conn.execute(f"UPDATE {t.meta} SET value = %s WHERE key = 'analyzer'", (signature,))
-                return None
-            return self.rebuild(conn)
-        raise outdated(f"{t.base} at {self.where}", recorded, signature)
+    def _where(self) -> str:
+        return f"{self.t.base} at {self.where}"
+
+    def vocabulary(self, conn: Any) -> int:
+        """How many distinct terms the index holds."""
+        return conn.execute(f"SELECT count(*) FROM {self.t.terms}").fetchone()[0]
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -120,33 +84,27 @@ class KeywordTables:
             counts = {(s, term): n for s, term, n in rows}
         return lambda src, term: counts.get((src, term), 0)
 
-    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
-        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+    def _before_addition(
+        self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]
+    ) -> Callable[[int, Any], int]:
         pairs = {(c.src, term) for c in chunks if c.src not in new_sources for term in c.tf}
-        change = plan_addition(
-            chunks, source_postings=self._source_postings(conn, pairs), new_sources=new_sources
-        )
-        self.apply(conn, change)
+        return self._source_postings(conn, pairs)
 
-    def remove(self, conn: Any, rows: Sequence[ChunkRow]) -> None:
-        """Unindex chunks (before their rows go)."""
-        if not rows:
-            return
-        t = self.t
-        chunks = [ChunkTerms(r.doc, r.src, dict(zip(r.term_ids, r.tfs))) for r in rows]
+    @staticmethod
+    def _terms_of_row(row: ChunkRow) -> ChunkTerms:
+        return ChunkTerms(row.doc, row.src, dict(zip(row.term_ids, row.tfs)))
+
+    def _before_removal(
+        self, conn: Any, chunks: list[ChunkTerms]
+    ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         srcs = sorted({c.src for c in chunks})
         sizes = dict(
             conn.execute(
-                f"SELECT id, chunks FROM {t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
+                f"SELECT id, chunks FROM {self.t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
             ).fetchall()
         )
         pairs = {(c.src, term) for c in chunks for term in c.tf}
-        change = plan_removal(
-            chunks,
-            source_chunk_count=lambda src: sizes.get(src, 0),
-            source_postings=self._source_postings(conn, pairs),
-        )
-        self.apply(conn, change)
+        return (lambda src: sizes.get(src, 0)), self._source_postings(conn, pairs)
 
     def apply(self, conn: Any, change: PostingsChange) -> None:
         """Write a planned change: postings, term and source frequencies, source lengths and
@@ -225,21 +183,12 @@ class KeywordTables:
         rows = conn.execute(
             f"SELECT doc, text, metadata, src, source FROM {t.chunks} ORDER BY doc"
         ).fetchall()
-        titles = titles_to_add((r[4], r[2]) for r in rows) if add_titles else {}
-        counted = []
-        vocab: set[str] = set()
-        titled = []
-        for doc, text, metadata, src, source in rows:
-            if source in titles:
-                metadata = {**metadata, TITLE_KEY: titles[source]}
-                titled.append((dumps_metadata(metadata), doc))
-            counts = self.terms_of(Document("", text, metadata))
-            vocab.update(counts)
-            counted.append((doc, src, counts))
+        titled, counted, vocab = self.reanalyse(rows, add_titles)
         if titled:
             with conn.cursor() as cur:
                 cur.executemany(
-                    f"UPDATE {t.chunks} SET metadata = %s::jsonb WHERE doc = %s", titled
+                    f"UPDATE {t.chunks} SET metadata = %s::jsonb WHERE doc = %s",
+                    [(dumps_metadata(meta), doc) for doc, meta in titled],
                 )
         ids = self.term_ids(conn, vocab)
         chunks = []
@@ -258,27 +207,14 @@ class KeywordTables:
                     ["{" + ",".join(map(str, c.tf.values())) + "}" for c in chunks],
                 ),
             )
-        # Every sources row starts empty again, so no lookup is needed.
-        self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
-        conn.execute(
-            f"INSERT INTO {t.meta} VALUES ('analyzer', %s)"
-            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-            (self.signature,),
-        )
+        self.apply_fresh(conn, chunks)  # every sources row starts empty again
+        self._set_meta(conn, "analyzer", self.signature)
         return len(chunks)
 
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self,
-        conn: Any,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``."""
         counts = self.analyzer.query_counts(query)
@@ -292,17 +228,11 @@ class KeywordTables:
         stats = CorpusStats(n, total, n_sources)
         if n == 0:
             return []
-        found = [
-            QueryTerm(tid, counts[term], df, sdf)
-            for tid, term, df, sdf in conn.execute(
-                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id",
-                (list(counts),),
-            )
-        ]
-        terms = select_terms(found)
+        sql = f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id"
+        terms = self.query_terms(counts, conn.execute(sql, (list(counts),)))
         if not terms:
             return []
-        rows = self._bm25_sql(conn, terms, stats, filter, k, k1, b, source_weight)
+        rows = self._bm25_sql(conn, terms, stats, filter, k, params)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     def _bm25_sql(
@@ -310,14 +240,13 @@ class KeywordTables:
         conn: Any,
         terms: list[QueryTerm],
         stats: CorpusStats,
-        filter: dict[str, Any] | None,
+        filter: Filter,
         k: int,
-        k1: float,
-        b: float,
-        source_weight: float,
+        bm25: BM25Params,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
         t = self.t
+        k1, b, source_weight = bm25.k1, bm25.b, bm25.source_weight
         params: list[Any] = [
             [q.term for q in terms],
             [q.chunk_weight(stats) for q in terms],

@@ -3,27 +3,19 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ...embedders.base import EmbedderInfo
 from ...types import FileRecord
-from ..common import pack_vector, text_hash, unpack_vector
+from .. import common
+from ..common import cache_key, pack_vector, text_hash, unpack_vector
 from .schema import Tables
 
 
 def records(conn: Any, t: Tables) -> dict[str, FileRecord]:
     """Every file record, by path."""
-    rows = conn.execute(
-        f"SELECT path, size, mtime_ns, sha256, settings, chunk_ids, indexed_at FROM {t.files}"
-    )
-    return {
-        r[0]: FileRecord(
-            r[0], r[1], r[2], r[3], r[4], r[5] if isinstance(r[5], list) else json.loads(r[5]),
-            r[6],
-        )
-        for r in rows
-    }  # fmt: skip
+    rows = conn.execute(f"SELECT {common.FILE_COLUMNS} FROM {t.files}")
+    return {r[0]: common.file_record(r) for r in rows}
 
 
 def count(conn: Any, t: Tables) -> int:
@@ -38,25 +30,13 @@ def put(conn: Any, t: Tables, record: FileRecord) -> None:
         " ON CONFLICT (path) DO UPDATE SET size = EXCLUDED.size, mtime_ns = EXCLUDED.mtime_ns,"
         " sha256 = EXCLUDED.sha256, settings = EXCLUDED.settings,"
         " chunk_ids = EXCLUDED.chunk_ids, indexed_at = EXCLUDED.indexed_at",
-        (
-            record.path,
-            record.size,
-            record.mtime_ns,
-            record.sha256,
-            record.settings,
-            json.dumps(record.chunk_ids),
-            record.indexed_at,
-        ),
+        common.file_row(record),
     )
 
 
 def forget(conn: Any, t: Tables, path: str) -> None:
     """Drop a file record."""
     conn.execute(f"DELETE FROM {t.files} WHERE path = %s", (path,))
-
-
-def _cache_key(info: EmbedderInfo) -> str:
-    return f"{info.provider}/{info.model}"
 
 
 def cached(conn: Any, t: Tables, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
@@ -66,7 +46,7 @@ def cached(conn: Any, t: Tables, info: EmbedderInfo, texts: list[str]) -> dict[s
         return {}
     rows = conn.execute(
         f"SELECT text_hash, vec FROM {t.cache} WHERE embedder = %s AND text_hash = ANY(%s)",
-        (_cache_key(info), list(by_hash)),
+        (cache_key(info), list(by_hash)),
     )
     return {by_hash[h]: unpack_vector(bytes(blob)) for h, blob in rows}
 
@@ -80,5 +60,5 @@ def remember(conn: Any, t: Tables, info: EmbedderInfo, vectors: dict[str, list[f
         f"INSERT INTO {t.cache} (embedder, text_hash, vec)"
         " SELECT %s, h, v FROM unnest(%s::text[], %s::bytea[]) AS x(h, v)"
         " ON CONFLICT (embedder, text_hash) DO UPDATE SET vec = EXCLUDED.vec",
-        (_cache_key(info), list(by_hash), list(by_hash.values())),
+        (cache_key(info), list(by_hash), list(by_hash.values())),
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...embedders.base import EmbedderInfo
@@ -171,62 +171,56 @@ def _score(distance: float | None) -> float:
     return 1.0 - float(distance)
 
 
-def reembed(
-    db: Any,
-    t: Tables,
-    embed: Callable[[list[str]], list[list[float]]],
-    info: EmbedderInfo,
-    *,
-    batch_size: int,
-    progress: Callable[[int, int], None] | None,
-    hnsw: bool,
-) -> int:
-    """Re-embed every chunk into a staging table, committed batch by batch (an interrupted run
-    resumes), then swap the vectors and the recorded embedder in one transaction."""
+# --- re-embedding: a staging table, committed batch by batch (Store.reembed) -----------------
+
+
+def stage(conn: Any, t: Tables, target: str) -> None:
+    """Create the staging table; empty it unless it holds vectors for ``target``."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {t.staging} (doc bigint PRIMARY KEY, vec vector)")
+    row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'reembed_target'").fetchone()
+    if row is None or row[0] != target:
+        conn.execute(f"TRUNCATE {t.staging}")
+        conn.execute(
+            f"INSERT INTO {t.meta} VALUES ('reembed_target', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (target,),
+        )
+
+
+def unstaged(conn: Any, t: Tables) -> tuple[list[tuple[int, str]], int]:
+    """The chunks without a staged vector, and how many chunks there are."""
+    todo = conn.execute(
+        f"SELECT doc, text FROM {t.chunks} WHERE doc NOT IN (SELECT doc FROM {t.staging})"
+        " ORDER BY doc"
+    ).fetchall()
+    return todo, conn.execute(f"SELECT count(*) FROM {t.chunks}").fetchone()[0]
+
+
+def put_staged(conn: Any, t: Tables, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
+    """Stage vectors of ``rows``."""
     from .catalog import vector_text
 
-    target = json.dumps({"provider": info.provider, "model": info.model})
-    with db.transaction() as conn:
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {t.staging} (doc bigint PRIMARY KEY, vec vector)")
-        row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'reembed_target'").fetchone()
-        if row is None or row[0] != target:
-            conn.execute(f"TRUNCATE {t.staging}")
-            conn.execute(
-                f"INSERT INTO {t.meta} VALUES ('reembed_target', %s)"
-                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                (target,),
-            )
-    with db.read() as conn:
-        todo = conn.execute(
-            f"SELECT doc, text FROM {t.chunks} WHERE doc NOT IN (SELECT doc FROM {t.staging})"
-            " ORDER BY doc"
-        ).fetchall()
-        total = conn.execute(f"SELECT count(*) FROM {t.chunks}").fetchone()[0]
-    done_before = total - len(todo)
-    for start in range(0, len(todo), batch_size):
-        part = todo[start : start + batch_size]
-        vectors = embed([text for _, text in part])
-        with db.transaction() as conn:
-            conn.execute(
-                f"INSERT INTO {t.staging} SELECT doc, vec::vector"
-                " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"
-                " ON CONFLICT (doc) DO UPDATE SET vec = EXCLUDED.vec",
-                ([doc for doc, _ in part], [vector_text(v) for v in vectors]),
-            )
-        if progress is not None:
-            progress(done_before + start + len(part), total)
-    with db.transaction() as conn:
-        dims = [r[0] for r in conn.execute(f"SELECT DISTINCT vector_dims(vec) FROM {t.staging}")]
-        if len(dims) > 1:
-            raise IndexMismatchError(f"The new embedder gave vectors of lengths {sorted(dims)}")
-        conn.execute(f"UPDATE {t.chunks} SET embedding = NULL WHERE embedding IS NOT NULL")
-        if dims and dims[0] != column_dimension(conn, t):
-            set_dimension(conn, t, dims[0], hnsw=hnsw)
-        conn.execute(
-            f"UPDATE {t.chunks} AS c SET embedding = s.vec FROM {t.staging} s WHERE c.doc = s.doc"
-        )
-        conn.execute(f"DROP TABLE {t.staging}")
-        conn.execute(f"DELETE FROM {t.meta} WHERE key IN ('reembed_target', 'embedder')")
-        if dims:
-            record_embedder(conn, t, info, dims[0], db.where)
-    return len(todo)
+    conn.execute(
+        f"INSERT INTO {t.staging} SELECT doc, vec::vector"
+        " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"
+        " ON CONFLICT (doc) DO UPDATE SET vec = EXCLUDED.vec",
+        ([doc for doc, _ in rows], [vector_text(v) for v in vectors]),
+    )
+
+
+def swap_staged(conn: Any, t: Tables, info: EmbedderInfo, where: str, *, hnsw: bool) -> None:
+    """The staged vectors replace the stored ones (the column retyped, and indexed, for a new
+    dimension); ``info`` is recorded with them."""
+    dims = [r[0] for r in conn.execute(f"SELECT DISTINCT vector_dims(vec) FROM {t.staging}")]
+    if len(dims) > 1:
+        raise IndexMismatchError(f"The new embedder gave vectors of lengths {sorted(dims)}")
+    conn.execute(f"UPDATE {t.chunks} SET embedding = NULL WHERE embedding IS NOT NULL")
+    if dims and dims[0] != column_dimension(conn, t):
+        set_dimension(conn, t, dims[0], hnsw=hnsw)
+    conn.execute(
+        f"UPDATE {t.chunks} AS c SET embedding = s.vec FROM {t.staging} s WHERE c.doc = s.doc"
+    )
+    conn.execute(f"DROP TABLE {t.staging}")
+    conn.execute(f"DELETE FROM {t.meta} WHERE key IN ('reembed_target', 'embedder')")
+    if dims:
+        record_embedder(conn, t, info, dims[0], where)

@@ -1,16 +1,19 @@
-"""The SQLite store, one module per concept.
+"""The SQLite store, one module per concept; each is a part of
+:class:`~kbcli.stores.composite.Store` (:mod:`kbcli.stores.parts`).
 
-- :mod:`.connection`: the connection, pragmas, write transactions and read snapshots;
+- :mod:`.connection`: the connection, pragmas, write transactions and read snapshots (the
+  engine);
 - :mod:`.schema`: the tables and numbered migrations;
 - :mod:`.catalog`: chunk rows, sources, the ``meta`` table;
 - :mod:`.keyword`: the BM25 index's tables (term and source statistics, the log; a chunk's
   postings are its forward index);
 - :mod:`.packed`: the packed (inverted) postings beside the database, scored with numpy
   (:mod:`.packlog`: the parts writers need, without numpy);
-- :mod:`.vectors`: vectors, the recorded embedder, the memory-mapped matrix cache, re-embedding;
+- :mod:`.vectors`: vectors, the recorded embedder, the memory-mapped matrix cache, re-embedding
+  (:class:`~.vectors.TableVectors`, the vector part; FAISS and Chroma derive theirs from it);
 - :mod:`.ledger`: the file ledger and the embedding cache;
 - :mod:`.integrity`: integrity checks;
-- :mod:`.store`: :class:`SQLiteStore`, the facade implementing every storage capability.
+- :mod:`.store`: :class:`SQLiteStore`, which assembles these parts.
 """
 
 from __future__ import annotations

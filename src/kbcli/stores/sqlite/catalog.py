@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ...bm25 import ChunkTerms
 from ...filters import compile_sql, dumps_metadata, source_ranges, validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
+from ..parts import EVERY, Listing
 
 BATCH = 500  # ids per IN (...) list
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
@@ -90,25 +92,41 @@ def source_id(
     return src
 
 
-def insert(conn: sqlite3.Connection, doc: Document, src: int, length: int, terms: bytes) -> int:
-    """Insert one chunk row; returns its rowid."""
-    source = doc.metadata.get("source")
-    cur = conn.execute(
-        "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
-        " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            doc.id,
-            doc.text,
-            dumps_metadata(doc.metadata),
-            doc.created_at.isoformat(),
-            str(source) if source is not None else None,
-            text_hash(doc.text),
-            length,
-            terms,
-            src,
-        ),
-    )
-    return int(cur.lastrowid)
+def insert(
+    conn: sqlite3.Connection, rows: list[tuple[Document, Any, dict[int, int]]]
+) -> tuple[list[ChunkTerms], set[int]]:
+    """Insert chunk rows ``(doc, vector, tf by term id)`` with their forward indexes (vectors
+    go to the ``vectors`` table, not here); returns each row's :class:`ChunkTerms` and the
+    sources created for them."""
+    known: dict[str, int] = {}
+    new_sources: set[int] = set()
+    chunks = []
+    for doc, _, tf in rows:
+        source = doc.metadata.get("source")
+        name = str(source) if source is not None else None
+        src = source_id(conn, name, known, new_sources)
+        cur = conn.execute(
+            "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
+            " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                doc.id,
+                doc.text,
+                dumps_metadata(doc.metadata),
+                doc.created_at.isoformat(),
+                name,
+                text_hash(doc.text),
+                sum(tf.values()),
+                pack_terms(tf),
+                src,
+            ),
+        )
+        chunks.append(ChunkTerms(int(cur.lastrowid), src, tf))
+    return chunks, new_sources
+
+
+def overflow(conn: sqlite3.Connection) -> list[ChunkRow]:
+    """Rows to evict after an insert: none (the catalog is unbounded)."""
+    return []
 
 
 def delete_rows(conn: sqlite3.Connection, docs: Iterable[int]) -> None:
@@ -252,16 +270,11 @@ def get(conn: sqlite3.Connection, ids: Sequence[str], with_embeddings: bool) -> 
 
 
 def select_documents(
-    conn: sqlite3.Connection,
-    filter: dict[str, Any] | None,
-    *,
-    source: str | None = None,
-    limit: int | None = None,
-    newest_first: bool = False,
-    with_embeddings: bool = False,
+    conn: sqlite3.Connection, filter: dict[str, Any] | None, how: Listing = EVERY
 ) -> list[Document]:
-    """Documents passing ``filter`` (and of ``source``), oldest first unless ``newest_first``."""
+    """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
     filter = validate_filter(filter)
+    source, limit, with_embeddings = how.source, how.limit, how.with_embeddings
     # With a limit, a scan in rowid order may stop early: the source range would sort first.
     where, params = (
         compile_sql(filter, "c.metadata") if limit is not None else scan_where(filter, "c.")
@@ -271,7 +284,7 @@ def select_documents(
         params.append(source)
     vec = "v.vec" if with_embeddings else "NULL"
     join = " LEFT JOIN vectors v ON v.doc = c.doc" if with_embeddings else ""
-    order = "DESC" if newest_first else ""
+    order = "DESC" if how.newest_first else ""
     sql = f"SELECT {DOC_COLUMNS}, {vec} FROM chunks c{join} WHERE {where} ORDER BY c.doc {order}"
     if limit is not None:
         sql += " LIMIT ?"
@@ -293,6 +306,17 @@ def sources(conn: sqlite3.Connection) -> list[tuple[str, int]]:
     return conn.execute(
         "SELECT source, chunks FROM sources WHERE source IS NOT NULL ORDER BY source"
     ).fetchall()
+
+
+def named_sources(conn: sqlite3.Connection) -> int:
+    """How many named sources there are."""
+    return len(sources(conn))
+
+
+def totals(conn: sqlite3.Connection) -> tuple[int, int]:
+    """How many chunks, and their total length in terms."""
+    n, total = conn.execute("SELECT n, total_length FROM stats WHERE id = 1").fetchone()
+    return n, total
 
 
 def get_meta(conn: sqlite3.Connection, key: str) -> str | None:

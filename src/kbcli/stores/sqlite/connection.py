@@ -3,21 +3,23 @@
 The connection runs in autocommit mode; writes take ``BEGIN IMMEDIATE`` themselves (a
 deferred transaction that reads and then writes can fail with SQLITE_BUSY under WAL even with a
 busy timeout), reads run in a deferred transaction so several SELECTs see one snapshot while a
-writer works. A thread lock makes the store usable from several threads.
+writer works (nesting: :class:`~kbcli.stores.nesting.Nesting`).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ...crashpoints import crash_point
 from ...errors import DatabaseLockedError, NotAKnowledgeBaseError, StoreError
+from ..common import lock_file
+from ..nesting import Nesting
 from . import schema
 
 DEFAULT_BUSY_TIMEOUT = 60.0
@@ -69,15 +71,19 @@ def readonly_cause(path: Path) -> str:
     )
 
 
-class Database:
-    """The connection to one kb database file, checked and migrated on open."""
+class Database(Nesting):
+    """The connection to one kb database file, checked and migrated on open: the engine part
+    (:class:`~kbcli.stores.parts.Engine`) of the SQLite stores."""
+
+    identity: dict[str, Any] = {}
+    schema_version = schema.SCHEMA_VERSION
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
 
     def __init__(self, path: Path, *, busy_timeout: float, create: bool):
         self.path = path
+        self.label = self.location = str(path)
         self.busy_timeout = busy_timeout
-        self.lock = threading.RLock()
-        self.depth = 0
-        self.commits = 0  # write transactions committed through this connection
+        super().__init__()
         self.conn = self._open(create)
 
     def _open(self, create: bool) -> sqlite3.Connection:
@@ -143,36 +149,26 @@ class Database:
                 time.sleep(0.02)
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; nested calls join the outer one. Commits or rolls back whole.
-        Every commit bumps ``stats.generation``."""
-        with self.lock:
-            if self.depth:
-                self.depth += 1
-                try:
-                    yield self.conn
-                finally:
-                    self.depth -= 1
-                return
-            try:  # BEGIN inside: an interrupt right after it must not leave the lock held
-                self._begin()
-                self.depth = 1
-                yield self.conn
-                self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
-                crash_point("before-commit")
-                self.conn.execute("COMMIT")
-                self.commits += 1
-                crash_point("after-commit")
-            except sqlite3.OperationalError as exc:
-                self._rollback()
-                if _is_readonly(exc):
-                    raise StoreError(readonly_cause(self.path)) from None
-                raise
-            except BaseException:
-                self._rollback()
-                raise
-            finally:
-                self.depth = 0
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``; every commit bumps ``stats.generation``."""
+        try:  # BEGIN inside: an interrupt right after it must not leave the lock held
+            self._begin()
+            self.depth = 1
+            yield self.conn
+            self.conn.execute("UPDATE stats SET generation = generation + 1 WHERE id = 1")
+            crash_point("before-commit")
+            self.conn.execute("COMMIT")
+            crash_point("after-commit")
+        except sqlite3.OperationalError as exc:
+            self._rollback()
+            if _is_readonly(exc):
+                raise StoreError(readonly_cause(self.path)) from None
+            raise
+        except BaseException:
+            self._rollback()
+            raise
+        finally:
+            self.depth = 0
 
     def _rollback(self) -> None:
         # An interrupt (Ctrl-C, SIGTERM) can land just before BEGIN took effect or just after
@@ -211,18 +207,31 @@ class Database:
                 self._rollback()
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
-        """A consistent snapshot for several SELECTs (joins an open write transaction)."""
-        with self.lock:
-            if self.depth:
-                yield self.conn
-                return
-            try:
-                self.conn.execute("BEGIN")
-                yield self.conn
-            finally:
-                if self.conn.in_transaction:
-                    self.conn.execute("COMMIT")
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A deferred transaction: several SELECTs see one snapshot."""
+        try:
+            self.conn.execute("BEGIN")
+            yield self.conn
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    @contextmanager
+    def writer_lock(self, wait: float) -> Iterator[None]:
+        """The one-ingest-at-a-time lock (a lock file beside the database); checks first that
+        the database can be written, so an ingest fails before it reads or embeds anything."""
+        with lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path)):
+            self.check_writable()
+            yield
+
+    @staticmethod
+    def generation(conn: sqlite3.Connection) -> int:
+        """The counter every commit bumps."""
+        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+
+    def size(self, conn: Any = None) -> int:
+        """Bytes of the database file and its write-ahead log."""
+        return self.size_on_disk()
 
     def checkpoint(self) -> None:
         """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""

@@ -17,30 +17,14 @@ import os
 import sqlite3
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
-from ...analysis import (
-    TITLE_KEY,
-    Analyzer,
-    has_title_field,
-    keyword_counts,
-    keyword_signature,
-    titles_to_add,
-)
-from ...bm25 import (
-    ChunkTerms,
-    CorpusStats,
-    PostingsChange,
-    QueryTerm,
-    Scored,
-    plan_addition,
-    plan_removal,
-    select_terms,
-)
+from ...analysis import Analyzer, has_title_field
+from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 from ...filters import dumps_metadata
-from ...types import Document
-from ..common import outdated
+from ..keywords import SignedKeywords
+from ..parts import Filter
 from . import catalog, packread
 from .catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from .packlog import current_seq, current_tag, pack_path, prune_log
@@ -56,11 +40,12 @@ _STATE_SQL = (
 )
 
 
-class KeywordTables:
-    """Reads and writes the keyword index of one database for one analyzer."""
+class KeywordTables(SignedKeywords):
+    """Reads and writes the keyword index of one database for one analyzer: the keyword part
+    (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
 
     def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
-        self.analyzer = analyzer
+        super().__init__(analyzer)
         self.path = path
         # rowids a filter allows (catalog.AllowedRowids), shared with the store's dense search
         self.allowed_rowids = allowed if allowed is not None else catalog.AllowedRowids()
@@ -70,42 +55,19 @@ class KeywordTables:
         self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
+        self._due = False  # self._pack was built by a search and is not written yet
 
-    @property
-    def signature(self) -> str:
-        """What the keyword index depends on: the analyzer and the indexed fields."""
-        return keyword_signature(self.analyzer)
+    def _get_meta(self, conn: sqlite3.Connection, key: str) -> str | None:
+        return catalog.get_meta(conn, key)
 
-    def terms_of(self, doc: Document) -> Counter[str]:
-        """Term frequencies of ``doc`` (done before the write lock is taken)."""
-        return keyword_counts(self.analyzer, doc.text, doc.metadata)
+    def _set_meta(self, conn: sqlite3.Connection, key: str, value: str) -> None:
+        catalog.set_meta(conn, key, value)
 
-    @staticmethod
-    def recorded_signature(conn: sqlite3.Connection) -> str | None:
-        """The signature the index was built with (None: never written)."""
-        row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
-        return row[0] if row else None
+    def _chunks(self, conn: sqlite3.Connection) -> int:
+        return catalog.totals(conn)[0]
 
-    def check_signature(self, conn: sqlite3.Connection, *, writing: bool) -> int | None:
-        """Make the index match the current analyzer and fields: an empty index is taken over;
-        one built with another signature is re-tokenised from the stored chunks when
-        ``writing`` (inside the caller's transaction; returns how many chunks), and raises
-        :class:`~kbcli.errors.IndexMismatchError` when not (see :func:`..common.outdated`)."""
-        recorded = self.recorded_signature(conn)
-        signature = self.signature
-        if recorded is None:
-            if writing:
-                conn.execute("INSERT INTO meta VALUES ('analyzer', ?)", (signature,))
-            return None
-        if recorded == signature:
-            return None
-        n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
-        if writing:
-            if n == 0:
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'analyzer'", (signature,))
-                return None
-            return self.rebuild(conn)
-        raise outdated(f"at {self.path}", recorded, signature)
+    def _where(self) -> str:
+        return f"at {self.path}"
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -144,29 +106,24 @@ class KeywordTables:
 
         return count
 
-    def add(
+    def _before_addition(
         self, conn: sqlite3.Connection, chunks: list[ChunkTerms], new_sources: set[int]
-    ) -> None:
-        """Index new chunks (their rows exist; ``new_sources`` were created for them)."""
+    ) -> Callable[[int, Any], int]:
         # the new rows exist already: the count is of the source as it was without them
-        before = self._source_postings(conn, frozenset(c.doc for c in chunks))
-        change = plan_addition(chunks, source_postings=before, new_sources=new_sources)
-        self.apply(conn, change)
+        return self._source_postings(conn, frozenset(c.doc for c in chunks))
 
-    def remove(self, conn: sqlite3.Connection, rows: Sequence[ChunkRow]) -> None:
-        """Unindex chunks (before their rows go)."""
-        if not rows:
-            return
-        chunks = [ChunkTerms(r.doc, r.src, unpack_terms(r.terms)) for r in rows]
+    @staticmethod
+    def _terms_of_row(row: ChunkRow) -> ChunkTerms:
+        return ChunkTerms(row.doc, row.src, unpack_terms(row.terms))
 
+    def _before_removal(
+        self, conn: sqlite3.Connection, chunks: list[ChunkTerms]
+    ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         def chunk_count(src: int) -> int:
             row = conn.execute("SELECT chunks FROM sources WHERE id = ?", (src,)).fetchone()
             return row[0] if row else 0
 
-        change = plan_removal(
-            chunks, source_chunk_count=chunk_count, source_postings=self._source_postings(conn)
-        )
-        self.apply(conn, change)
+        return chunk_count, self._source_postings(conn)
 
     def apply(self, conn: sqlite3.Connection, change: PostingsChange) -> None:
         """Write a planned change: term and source frequencies, source lengths and chunk
@@ -217,23 +174,18 @@ class KeywordTables:
         )
         conn.execute("DELETE FROM keyword_log")
         rows = conn.execute("SELECT doc, text, metadata, src, source FROM chunks").fetchall()
-        metas = [json.loads(metadata) for _, _, metadata, _, _ in rows]
-        titles = titles_to_add(zip((r[4] for r in rows), metas)) if add_titles else {}
-        if titles:  # stored metadata changes in place: copies of it (Chroma's) are stale
+        titled, counted, vocab = self.reanalyse(
+            ((doc, text, json.loads(meta), src, source) for doc, text, meta, src, source in rows),
+            add_titles,
+        )
+        if titled:  # stored metadata changes in place: copies of it (Chroma's) are stale
             conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('metadata_epoch', ?)", (os.urandom(8).hex(),)
             )
-        counted = []
-        vocab: set[str] = set()
-        for (doc, text, _, src, source), meta in zip(rows, metas):
-            if source in titles:
-                meta[TITLE_KEY] = titles[source]
-                conn.execute(
-                    "UPDATE chunks SET metadata = ? WHERE doc = ?", (dumps_metadata(meta), doc)
-                )
-            counts = self.terms_of(Document("", text, meta))
-            vocab.update(counts)
-            counted.append((doc, src, counts))
+            conn.executemany(
+                "UPDATE chunks SET metadata = ? WHERE doc = ?",
+                ((dumps_metadata(meta), doc) for doc, meta in titled),
+            )
         ids = self.term_ids(conn, vocab)
         chunks = []
         for doc, src, counts in counted:
@@ -243,29 +195,19 @@ class KeywordTables:
                 (sum(tf.values()), pack_terms(tf), doc),
             )
             chunks.append(ChunkTerms(doc, src, tf))
-        # The sources rows stay; every one starts empty, so no lookup is needed.
-        change = plan_addition(chunks, source_postings=lambda src, term: 0)
-        self.apply(conn, change)
+        self.apply_fresh(conn, chunks)  # the sources rows stay, every one empty
         conn.execute("DELETE FROM keyword_log")
         conn.execute(
             "INSERT OR REPLACE INTO meta VALUES ('keyword_log_floor', ?)",
             (str(current_seq(conn)),),
         )
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('analyzer', ?)", (self.signature,))
+        self._set_meta(conn, "analyzer", self.signature)
         return len(rows)
 
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self,
-        conn: sqlite3.Connection,
-        query: str,
-        k: int,
-        filter: dict[str, Any] | None,
-        *,
-        k1: float,
-        b: float,
-        source_weight: float,
+        self, conn: sqlite3.Connection, query: str, k: int, filter: Filter, params: BM25Params
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``."""
         counts = self.analyzer.query_counts(query)
@@ -283,24 +225,17 @@ class KeywordTables:
             return []
         wanted = list(counts)
         marks = ",".join("?" * len(wanted))
-        found = [
-            QueryTerm(tid, counts[term], df, sdf)
-            for tid, term, df, sdf in conn.execute(
-                f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})", wanted
-            )
-        ]
-        terms = select_terms(found)
+        sql = f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})"
+        terms = self.query_terms(counts, conn.execute(sql, wanted))
         if not terms:
             return []
         rows = None
         if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
             pack = self._small_pack(state)
             if pack is not None:  # None from search too: a delta too large to apply here
-                rows = packread.search(
-                    conn, pack, terms, stats, filter, k, k1=k1, b=b, source_weight=source_weight
-                )
+                rows = packread.search(conn, pack, terms, stats, filter, k, params)
         if rows is None:
-            rows = self._packed_search(conn, terms, stats, filter, k, k1, b, source_weight, state)
+            rows = self._packed_search(conn, terms, stats, filter, k, params, state)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     # --- the executors -------------------------------------------------------------------------
@@ -319,11 +254,9 @@ class KeywordTables:
         conn: sqlite3.Connection,
         terms: list[QueryTerm],
         stats: CorpusStats,
-        filter: dict[str, Any] | None,
+        filter: Filter,
         k: int,
-        k1: float,
-        b: float,
-        source_weight: float,
+        params: BM25Params,
         state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
@@ -341,21 +274,55 @@ class KeywordTables:
             k,
             avgdl=stats.avgdl,
             avgsl=stats.avgsl,
-            k1=k1,
-            b=b,
-            source_weight=source_weight,
+            k1=params.k1,
+            b=params.b,
+            source_weight=params.source_weight,
             allowed=allowed,
         )
 
-    def view(self, conn: sqlite3.Connection, state: tuple[str, int, int] | None = None) -> Any:
+    @property
+    def due(self) -> bool:
+        """True when the last search found no pack it could use and built one in memory, for
+        :class:`~kbcli.stores.upkeep.Upkeep` to write (:meth:`refresh`)."""
+        return self._due
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        """Write the pack (the writer's side, called by :class:`~kbcli.stores.upkeep.Upkeep`):
+        the one the last search built in memory, or, when no pack serves ``conn``'s snapshot,
+        a new one of it."""
+        if self._due and self._pack is not None:
+            written = self._write(self._pack)
+            if written is not self._pack:  # serve from the mapped file from now on
+                self._pack, self._view = written, None
+        self.view(conn, write=True)
+
+    def _write(self, pack: Any) -> Any:
+        """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
+        the folder cannot be written (that costs only speed) or another writer replaced it."""
+        from . import packed
+
+        self._due = False
+        if packed.write_pack(self.packed_path, pack.arrays, pack.tag, pack.seq):
+            mapped = packed.map_pack(self.packed_path, pack.tag)
+            if mapped is not None and mapped.seq == pack.seq:
+                return mapped
+        return pack
+
+    def view(
+        self,
+        conn: sqlite3.Connection,
+        state: tuple[str, int, int] | None = None,
+        *,
+        write: bool = False,
+    ) -> Any:
         """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
-        generation holds, else the mapped pack plus the log's delta; a new pack is written
-        when there is none, it is void, or the delta has grown too large."""
+        generation holds, else the mapped pack plus the log's delta. When there is no pack, it
+        is void, or the delta has grown too large, a new pack is built from the snapshot:
+        written at once with ``write`` (a writer), else kept in memory and marked :attr:`due`."""
         from . import packed
 
         if state is None:
-            generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
-            state = (current_tag(conn), generation, current_seq(conn))
+            state = (current_tag(conn), self._generation(conn), current_seq(conn))
         key = state
         tag = key[0]
         if self._view is not None and self._view[0] == key:
@@ -373,21 +340,24 @@ class KeywordTables:
             if pack is not None:
                 view = packed.make_view(conn, pack)
         if view is None:
-            arrays = packed.build_arrays(conn)
-            seq = current_seq(conn)
-            pack = None
-            if packed.write_pack(self.packed_path, arrays, tag, seq):
-                pack = packed.map_pack(self.packed_path, tag)
-                if pack is not None and pack.seq != seq:
-                    pack = None
-            if pack is None:  # a read-only folder costs only speed
-                pack = packed.Pack(tag, seq, arrays)
-            del arrays  # the mapped file serves from here
+            pack = packed.Pack(tag, current_seq(conn), packed.build_arrays(conn))
+            if write:
+                pack = self._write(pack)  # the mapped file serves from here
+            else:
+                self._due = True
             view = packed.make_view(conn, pack)
         self._pack = pack
         self._view = (key, view)
         self._filters = {}
         return view
+
+    @staticmethod
+    def _generation(conn: sqlite3.Connection) -> int:
+        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+
+    def vocabulary(self, conn: sqlite3.Connection) -> int:
+        """How many distinct terms the index holds."""
+        return conn.execute("SELECT count(*) FROM terms").fetchone()[0]
 
     def _allowed(
         self,

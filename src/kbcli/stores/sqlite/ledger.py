@@ -3,21 +3,26 @@ cache (``embedding_cache``: vectors by embedder and text hash)."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 from ...embedders.base import EmbedderInfo
 from ...types import FileRecord
-from ..common import pack_vector, text_hash, unpack_vector
+from ..common import (
+    FILE_COLUMNS,
+    cache_key,
+    file_record,
+    file_row,
+    pack_vector,
+    text_hash,
+    unpack_vector,
+)
 from .catalog import BATCH
 
 
 def records(conn: sqlite3.Connection) -> dict[str, FileRecord]:
     """Every file record, by path."""
-    rows = conn.execute(
-        "SELECT path, size, mtime_ns, sha256, settings, chunk_ids, indexed_at FROM files"
-    )
-    return {r[0]: FileRecord(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]), r[6]) for r in rows}
+    rows = conn.execute(f"SELECT {FILE_COLUMNS} FROM files")
+    return {r[0]: file_record(r) for r in rows}
 
 
 def count(conn: sqlite3.Connection) -> int:
@@ -28,16 +33,7 @@ def count(conn: sqlite3.Connection) -> int:
 def put(conn: sqlite3.Connection, record: FileRecord) -> None:
     """Insert or replace a file record."""
     conn.execute(
-        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (
-            record.path,
-            record.size,
-            record.mtime_ns,
-            record.sha256,
-            record.settings,
-            json.dumps(record.chunk_ids),
-            record.indexed_at,
-        ),
+        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)", file_row(record)
     )
 
 
@@ -46,15 +42,11 @@ def forget(conn: sqlite3.Connection, path: str) -> None:
     conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
 
-def _cache_key(info: EmbedderInfo) -> str:
-    return f"{info.provider}/{info.model}"
-
-
 def cached(
     conn: sqlite3.Connection, info: EmbedderInfo, texts: list[str]
 ) -> dict[str, list[float]]:
     """Vectors ``info``'s embedder already made for any of ``texts``, by text."""
-    key = _cache_key(info)
+    key = cache_key(info)
     by_hash = {text_hash(t): t for t in texts}
     hashes = list(by_hash)
     found: dict[str, list[float]] = {}
@@ -72,7 +64,7 @@ def cached(
 
 def remember(conn: sqlite3.Connection, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
     """Store vectors by (embedder, text hash)."""
-    key = _cache_key(info)
+    key = cache_key(info)
     conn.executemany(
         "INSERT OR REPLACE INTO embedding_cache VALUES (?, ?, ?)",
         ((key, text_hash(t), pack_vector(v)) for t, v in vectors.items()),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...bm25 import CorpusStats, QueryTerm, rank
+from ...bm25 import BM25Params, CorpusStats, QueryTerm, rank
 from . import catalog
 from .catalog import BATCH, unpack_terms
 from .packlog import current_seq, log_floor, read_header
@@ -119,10 +119,7 @@ def search(
     stats: CorpusStats,
     filter: dict[str, Any] | None,
     k: int,
-    *,
-    k1: float,
-    b: float,
-    source_weight: float,
+    params: BM25Params,
 ) -> list[tuple[int, float, float, float]] | None:
     """``(doc, score, chunk part, source part)`` of the ``k`` best chunks of ``conn``'s
     snapshot; None when its delta since ``pack`` is too large to apply here."""
@@ -154,9 +151,9 @@ def search(
         lambda s: lengths[s] if s in lengths else srclen[s],
         stats,
         k,
-        k1=k1,
-        b=b,
-        source_weight=source_weight,
+        k1=params.k1,
+        b=params.b,
+        source_weight=params.source_weight,
         allowed=allowed,
     )
     return [(s.doc, s.score, s.chunk, s.source) for s in ranked]

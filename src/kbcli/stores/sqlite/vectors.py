@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,8 +22,10 @@ from ...crashpoints import crash_point
 from ...embedders.base import EmbedderInfo
 from ...errors import IndexMismatchError
 from ...protocols import VectorIndex
-from ..common import check_embedder, pack_vector
+from ..common import check_embedder, dense_search, pack_vector
 from ..numpy_index import NumpyVectorIndex
+from ..parts import Filter, Hit, Vector
+from . import catalog
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -387,18 +389,74 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def reembed(
-    db: Any,
-    embed: Callable[[list[str]], list[list[float]]],
-    info: EmbedderInfo,
-    *,
-    batch_size: int,
-    progress: Callable[[int, int], None] | None,
-) -> int:
-    """Re-embed every chunk into a staging table, committed batch by batch (an interrupted run
-    resumes), then swap the vectors and the recorded embedder in one transaction."""
-    target = json.dumps({"provider": info.provider, "model": info.model})
-    with db.transaction() as conn:
+class TableVectors:
+    """The vectors part (:class:`~kbcli.stores.parts.Vectors`) of the SQLite stores: the
+    ``vectors`` table (the truth), the embedder recorded with it, and dense search over the
+    index ``derived`` from it (:class:`MatrixCache`; FAISS and Chroma bring their own, and
+    their own search). ``allowed`` keeps the rowids of the last filters (shared with the
+    keyword tables)."""
+
+    def __init__(self, path: Path, derived: DerivedVectors, allowed: Any):
+        self.path = path
+        self.derived = derived
+        self.allowed = allowed
+
+    def check(self, conn: sqlite3.Connection, dim: int, rows: int) -> None:
+        """Refuse vectors of another length than the stored ones."""
+        check_dimension(conn, dim, self.path)
+
+    def record_embedder(self, conn: sqlite3.Connection, info: EmbedderInfo, dim: int) -> None:
+        """Record ``info`` with the first vectors; later vectors must come from the same model."""
+        record_embedder(conn, info, dim, self.path)
+
+    def recorded_embedder(self, conn: sqlite3.Connection) -> EmbedderInfo | None:
+        """The embedder recorded with the index's vectors."""
+        return recorded_embedder(conn)
+
+    def upsert(self, conn: sqlite3.Connection, rows: list[tuple[int, Sequence[float]]]) -> None:
+        """Store vectors by rowid."""
+        upsert(conn, rows)
+
+    def remove(self, conn: sqlite3.Connection, docs: list[int]) -> None:
+        """Delete vectors by rowid."""
+        remove(conn, docs)
+
+    def finish(self, conn: sqlite3.Connection) -> None:
+        """Nothing to do at the end of a write."""
+
+    def count(self, conn: sqlite3.Connection) -> int:
+        """How many vectors are stored."""
+        return conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+
+    def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
+        """Exact cosine over the mapped matrix; a filter walks the ranking in growing windows
+        (:func:`~kbcli.stores.common.prefiltered_search`)."""
+        return dense_search(
+            self.derived.index(conn),
+            query,
+            k,
+            filter,
+            lambda ids: catalog.passing(conn, ids, filter),
+            lambda: self.allowed.get(conn, filter),
+            lambda: self.allowed.peek(conn, filter),
+        )
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        """Bring the derived index up to date now."""
+        self.derived.index(conn)
+
+    def figures(self, conn: sqlite3.Connection) -> dict[str, Any]:
+        """Nothing beyond the common figures."""
+        return {}
+
+    def close(self) -> None:
+        """Release the derived index."""
+        self.derived.close()
+
+    # --- re-embedding: a staging table, committed batch by batch (Store.reembed) -------------
+
+    def stage(self, conn: sqlite3.Connection, target: str) -> None:
+        """Create the staging table; empty it unless it holds vectors for ``target``."""
         conn.execute(
             "CREATE TABLE IF NOT EXISTS vectors_staging (doc INTEGER PRIMARY KEY, vec BLOB)"
         )
@@ -406,24 +464,26 @@ def reembed(
         if row is None or row[0] != target:
             conn.execute("DELETE FROM vectors_staging")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('reembed_target', ?)", (target,))
-    with db.read() as conn:
+
+    def unstaged(self, conn: sqlite3.Connection) -> tuple[list[tuple[int, str]], int]:
+        """The chunks without a staged vector, and how many chunks there are."""
         todo = conn.execute(
             "SELECT doc, text FROM chunks WHERE doc NOT IN (SELECT doc FROM vectors_staging)"
             " ORDER BY doc"
         ).fetchall()
-        total = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-    done_before = total - len(todo)
-    for start in range(0, len(todo), batch_size):
-        part = todo[start : start + batch_size]
-        vectors = embed([text for _, text in part])
-        with db.transaction() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO vectors_staging VALUES (?, ?)",
-                ((doc, pack_vector(v)) for (doc, _), v in zip(part, vectors)),
-            )
-        if progress is not None:
-            progress(done_before + start + len(part), total)
-    with db.transaction() as conn:
+        return todo, conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+
+    def put_staged(
+        self, conn: sqlite3.Connection, rows: list[tuple[int, str]], vectors: list[Any]
+    ) -> None:
+        """Stage vectors of ``rows``."""
+        conn.executemany(
+            "INSERT OR REPLACE INTO vectors_staging VALUES (?, ?)",
+            ((doc, pack_vector(v)) for (doc, _), v in zip(rows, vectors)),
+        )
+
+    def swap_staged(self, conn: sqlite3.Connection, info: EmbedderInfo) -> None:
+        """The staged vectors replace the stored ones; ``info`` is recorded with them."""
         dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vec) FROM vectors_staging")}
         conn.execute("DELETE FROM vectors")
         conn.execute(
@@ -434,5 +494,4 @@ def reembed(
         bump(conn)
         conn.execute("DELETE FROM meta WHERE key IN ('reembed_target', 'embedder')")
         if dims:
-            record_embedder(conn, info, dims.pop() // 4, db.path)
-    return len(todo)
+            record_embedder(conn, info, dims.pop() // 4, self.path)

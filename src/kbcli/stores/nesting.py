@@ -1,0 +1,56 @@
+"""Nested transactions over one connection: what every engine part shares.
+
+A write inside an open write transaction joins it (``replace_file`` calls ``add``; ``kb
+ingest`` writes many files in one transaction), and so does a read; only the outermost write
+commits. A thread lock makes one store usable from several threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+
+class Nesting:
+    """Base of the engines: :meth:`transaction` and :meth:`read` join an open write
+    transaction; otherwise a subclass's :meth:`_write` (which sets :attr:`depth` to 1 once its
+    transaction is open and back to 0 when it ends) or :meth:`_read` runs."""
+
+    conn: Any = None
+    depth = 0
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.commits = 0  # write transactions committed
+
+    @contextmanager
+    def transaction(self, **options: Any) -> Iterator[Any]:
+        """One write transaction; nested calls join the outer one. Commits or rolls back whole."""
+        with self.lock:
+            if self.depth:
+                self.depth += 1
+                try:
+                    yield self.conn
+                finally:
+                    self.depth -= 1
+                return
+            with self._write(**options) as conn:
+                yield conn
+            self.commits += 1
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        """A consistent snapshot for several reads (joins an open write transaction)."""
+        with self.lock:
+            if self.depth:
+                yield self.conn
+                return
+            with self._read() as conn:
+                yield conn
+
+    #: the outermost write transaction (its keyword arguments: ``transaction``'s)
+    _write: Callable[..., AbstractContextManager[Any]]
+    #: a read snapshot outside any write transaction
+    _read: Callable[[], AbstractContextManager[Any]]

@@ -1,0 +1,367 @@
+"""The parts a store is assembled from: what one backend supplies to :class:`~.composite.Store`.
+
+:class:`~.composite.Store` implements every public store method once; a backend supplies one
+object per part below (one object may play several parts, a module may play one). Methods that
+take ``conn`` run inside the engine's :meth:`Engine.transaction` (writes) or :meth:`Engine.read`
+(reads) and get what those yield: a connection, or None for the in-memory store. Filters are
+valid already (:func:`kbcli.filters.validate_filter`); a part never opens a transaction of its
+own unless it says so.
+
+==========  ========================  ===========================  ===========================
+part        SQLite (and FAISS/Chroma)  PostgreSQL                   memory
+==========  ========================  ===========================  ===========================
+engine      ``sqlite.connection``     ``postgres.connection``      ``memory.MemoryEngine``
+catalog     ``sqlite.catalog``        ``postgres.store.PgCatalog``  ``memory.MemoryCatalog``
+keywords    ``sqlite.keyword``        ``postgres.keyword``         ``memory.MemoryKeywords``
+vectors     ``sqlite.store.TableVectors`` (FAISS, Chroma: their     ``memory.MemoryVectors``
+            own search)               ``postgres.store.PgVectors``
+ledger,     ``sqlite.ledger``         ``postgres.store.PgLedger``  ``memory.MemoryLedger``
+cache
+==========  ========================  ===========================  ===========================
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..bm25 import BM25Params, ChunkTerms, Scored
+from ..types import Document, FileRecord
+
+if TYPE_CHECKING:
+    from ..analysis import Analyzer
+    from ..embedders.base import EmbedderInfo
+
+Vector = Sequence[float]
+#: a valid metadata filter (:mod:`kbcli.filters`), None for none
+Filter = dict[str, Any] | None
+#: a dense hit: (row id, score)
+Hit = tuple[int, float]
+#: where a configured store is opened (``--db``; None: ``paths.knowledge_db``)
+Location = str | os.PathLike[str] | None
+#: the positional and keyword arguments a store class is built with
+Built = tuple[tuple[Any, ...], dict[str, Any]]
+#: A document to insert: the document, its vector (or None) and its term frequencies by term id.
+NewRow = tuple[Document, "Vector | None", dict[Any, int]]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a listing of documents asks for besides its filter: only ``source``'s, at most
+    ``limit``, newest first instead of oldest first, with their vectors."""
+
+    source: str | None = None
+    limit: int | None = None
+    newest_first: bool = False
+    with_embeddings: bool = False
+
+
+EVERY = Listing()
+
+
+class Row(Protocol):
+    """A stored chunk as a delete needs it: its row id (``doc``) and what its keyword index
+    needs to unindex it."""
+
+    doc: int
+
+
+class Engine(Protocol):
+    """Transactions, read snapshots, the writer lock and the connection of one index."""
+
+    @property
+    def label(self) -> str:
+        """Names the index in messages (a path, a server and table, "this in-memory store")."""
+        ...
+
+    @property
+    def location(self) -> str | None:
+        """The ``path`` of :meth:`Store.stats` (None: nowhere on disk)."""
+        ...
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """Keys :meth:`Store.stats` shows right after ``path`` (``backend``)."""
+        ...
+
+    @property
+    def schema_version(self) -> int | None:
+        """The version of the index's layout (None: none kept)."""
+        ...
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed through this engine."""
+        ...
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a failed write of a derived file or of the lock may raise besides
+        :class:`OSError` and :class:`~kbcli.errors.StoreError` (``sqlite3.Error``)."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """One write transaction (nested calls join it); commits whole or rolls back, and
+        changes :meth:`generation`."""
+        ...
+
+    def read(self) -> AbstractContextManager[Any]:
+        """A snapshot for several reads (joins an open write transaction)."""
+        ...
+
+    def writer_lock(self, wait: float) -> AbstractContextManager[None]:
+        """The one-writer-at-a-time lock, waiting up to ``wait`` seconds."""
+        ...
+
+    def generation(self, conn: Any) -> int:
+        """A counter every committed write changes."""
+        ...
+
+    def size(self, conn: Any) -> int:
+        """Bytes the index takes."""
+        ...
+
+    def checkpoint(self) -> None:
+        """Fold a write-ahead log during a long ingest (may do nothing)."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+class Catalog(Protocol):
+    """Chunk rows, sources and the index's own metadata: the truth the other parts derive from."""
+
+    def insert(self, conn: Any, rows: list[NewRow]) -> tuple[list[ChunkTerms], set[int]]:
+        """Insert chunk rows (and their vectors where the catalog holds them); returns each
+        row's :class:`~kbcli.bm25.ChunkTerms` in order and the sources created for them."""
+        ...
+
+    def delete_rows(self, conn: Any, docs: list[int]) -> None:
+        """Delete chunk rows by row id (after the other parts unindexed them)."""
+        ...
+
+    def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[Any]:
+        """The :class:`Row` of each stored chunk among ``ids``."""
+        ...
+
+    def rows_by_source(self, conn: Any, source: str) -> list[Any]:
+        """The :class:`Row` of every chunk of ``source``."""
+        ...
+
+    def rows_where(self, conn: Any, filter: dict[str, Any] | None) -> list[Any]:
+        """The :class:`Row` of every chunk passing ``filter``."""
+        ...
+
+    def overflow(self, conn: Any) -> list[Any]:
+        """Rows to evict after an insert (a store of bounded size), oldest first."""
+        ...
+
+    def get(self, conn: Any, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
+        """The stored documents among ``ids``, in the order asked."""
+        ...
+
+    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+        """Documents passing ``filter``, as ``how`` asks."""
+        ...
+
+    def documents_by_rowid(self, conn: Any, rowids: Sequence[int]) -> dict[int, Document]:
+        """Documents (without vectors) by row id."""
+        ...
+
+    def count(self, conn: Any, filter: dict[str, Any] | None) -> int:
+        """How many chunks pass ``filter``."""
+        ...
+
+    def sources(self, conn: Any) -> list[tuple[str, int]]:
+        """Each named source with its chunk count, sorted."""
+        ...
+
+    def named_sources(self, conn: Any) -> int:
+        """How many named sources there are."""
+        ...
+
+    def totals(self, conn: Any) -> tuple[int, int]:
+        """How many chunks, and their total length in terms."""
+        ...
+
+    def get_meta(self, conn: Any, key: str) -> str | None:
+        """A value of the index's own metadata."""
+        ...
+
+    def set_meta(self, conn: Any, key: str, value: str) -> None:
+        """Set a value of the index's own metadata."""
+        ...
+
+
+class Keywords(Protocol):
+    """The BM25 index over the catalog's chunks (:mod:`kbcli.bm25`), kept in the catalog's
+    transaction."""
+
+    analyzer: Analyzer
+
+    @property
+    def signature(self) -> str:
+        """What the index's terms depend on (analyzer and fields)."""
+        ...
+
+    @property
+    def due(self) -> bool:
+        """True when the last search built a derived structure in memory that is worth
+        writing (:meth:`refresh`; see :class:`~.upkeep.Upkeep`)."""
+        ...
+
+    def terms_of(self, doc: Document) -> Counter[str]:
+        """The term frequencies the index stores for ``doc`` (before any lock is taken)."""
+        ...
+
+    def recorded_signature(self, conn: Any) -> str | None:
+        """The signature the index was built with (None before the first chunk)."""
+        ...
+
+    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
+        """Take over an empty index, re-tokenise one of another signature when ``writing``
+        (returns how many chunks), else raise :class:`~kbcli.errors.IndexMismatchError`."""
+        ...
+
+    def term_ids(self, conn: Any, terms: set[str]) -> dict[str, Any]:
+        """The ids of ``terms`` (created when new)."""
+        ...
+
+    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
+        """Index chunks whose rows were just inserted."""
+        ...
+
+    def remove(self, conn: Any, rows: Sequence[Any]) -> None:
+        """Unindex chunks before their rows go."""
+        ...
+
+    def rebuild(self, conn: Any) -> int:
+        """Re-analyse every chunk; returns how many."""
+        ...
+
+    def vocabulary(self, conn: Any) -> int:
+        """How many distinct terms the index holds."""
+        ...
+
+    def search(
+        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
+    ) -> list[Scored]:
+        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        ...
+
+    def refresh(self, conn: Any) -> None:
+        """Write now the derived structure a search would otherwise write (may do nothing)."""
+        ...
+
+
+class Staging(Protocol):
+    """Re-embedding in steps that survive an interruption (see :meth:`Store.reembed`)."""
+
+    def stage(self, conn: Any, target: str) -> None:
+        """Start (or resume, when the staged vectors are for ``target``) a re-embedding."""
+        ...
+
+    def unstaged(self, conn: Any) -> tuple[list[tuple[int, str]], int]:
+        """``(row id, text)`` of the chunks not staged yet, and how many chunks there are."""
+        ...
+
+    def put_staged(self, conn: Any, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
+        """Stage new vectors."""
+        ...
+
+    def swap_staged(self, conn: Any, info: EmbedderInfo) -> None:
+        """Replace every vector with the staged ones and record ``info``."""
+        ...
+
+
+class Vectors(Staging, Protocol):
+    """The vectors (held in the catalog or beside it), the embedder they came from, and dense
+    search over an index derived from them."""
+
+    def check(self, conn: Any, dim: int, rows: int) -> None:
+        """Refuse vectors of ``dim`` numbers when the index holds others; ``rows`` new ones
+        come in this write."""
+        ...
+
+    def record_embedder(self, conn: Any, info: EmbedderInfo, dim: int) -> None:
+        """Record ``info`` with the first vectors; refuse another model later."""
+        ...
+
+    def recorded_embedder(self, conn: Any) -> EmbedderInfo | None:
+        """The embedder recorded with the vectors."""
+        ...
+
+    def upsert(self, conn: Any, rows: list[tuple[int, Vector]]) -> None:
+        """Store vectors by row id (nothing to do where the catalog's rows hold them)."""
+        ...
+
+    def remove(self, conn: Any, docs: list[int]) -> None:
+        """Delete the vectors of row ids."""
+        ...
+
+    def finish(self, conn: Any) -> None:
+        """At the end of a write, after every row is in."""
+        ...
+
+    def count(self, conn: Any) -> int:
+        """How many vectors are stored."""
+        ...
+
+    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
+        """``(row id, score)`` of the ``k`` nearest vectors among the chunks passing
+        ``filter`` (a pre-filter), best first."""
+        ...
+
+    def refresh(self, conn: Any) -> None:
+        """Bring the derived index up to date now (may do nothing)."""
+        ...
+
+    def figures(self, conn: Any) -> dict[str, Any]:
+        """Keys :meth:`Store.stats` adds at its end (the vector index's settings)."""
+        ...
+
+    def close(self) -> None:
+        """Release the derived index."""
+        ...
+
+
+class Ledger(Protocol):
+    """What ``kb ingest`` indexed from which file."""
+
+    def records(self, conn: Any) -> dict[str, FileRecord]:
+        """Every file record, by path."""
+        ...
+
+    def count(self, conn: Any) -> int:
+        """How many files are recorded."""
+        ...
+
+    def put(self, conn: Any, record: FileRecord) -> None:
+        """Insert or replace a file record."""
+        ...
+
+    def forget(self, conn: Any, path: str) -> None:
+        """Drop a file record."""
+        ...
+
+
+class Cache(Protocol):
+    """Vectors by (embedder, text)."""
+
+    def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+        """The vectors ``info``'s embedder made for any of ``texts``."""
+        ...
+
+    def remember(self, conn: Any, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
+        """Store vectors by (embedder, text)."""
+        ...
+
+
+#: ``kb doctor`` of one backend: ``run(store, repair)`` (None: nothing to check).
+DoctorRun = Callable[[Any, bool], list]
