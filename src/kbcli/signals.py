@@ -45,8 +45,21 @@ def signal_name(stop: BaseException) -> str:
     return signal.Signals(signal_number(stop)).name
 
 
+# Signals received inside the current interrupt_on_termination block.
+_received: list[int] = []
+
+
 def _raise(signum: int, frame: Any) -> None:
+    _received.append(signum)
     raise Terminated(signum)
+
+
+def stop_if_terminated() -> None:
+    """Raise :class:`Terminated` again when a termination signal arrived in this block but
+    its exception was lost: Python discards an exception raised while a file object closes
+    itself in a finalizer. Long loops call it at their safe points (between files)."""
+    if _received:
+        raise Terminated(_received[-1])
 
 
 @contextmanager
@@ -58,6 +71,7 @@ def interrupt_on_termination() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _received.clear()
     previous = {
         signum: signal.signal(signum, _raise)
         for signum in TERMINATION
@@ -68,3 +82,4 @@ def interrupt_on_termination() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _received.clear()

@@ -51,6 +51,7 @@ from .errors import (
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import source_name, source_path
 from .protocols import DocumentCatalog, FileLedger, supports
+from .signals import stop_if_terminated
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -550,6 +551,7 @@ def sync(
                 progress("", 0, total)
             try:
                 for done, path in enumerate(found.files, start=1):
+                    stop_if_terminated()
                     began = time.monotonic()
                     name = names[path]
                     if name != str(path) and os.path.lexists(name):

@@ -79,10 +79,14 @@ def open_regular(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise not_regular(path, st.st_mode)
-        return os.fdopen(fd, "rb", buffering=0), st
     except BaseException:
         os.close(fd)
         raise
+    # Outside the try: from the moment the file object exists it owns the descriptor, so an
+    # interrupt (Ctrl-C, SIGTERM) landing here leaks it at worst, never closes it twice (a
+    # second close raised EBADF in place of the interrupt, or closed a descriptor another
+    # thread had just been given). ``open`` is a C call: no Python frame for it to land in.
+    return open(fd, "rb", buffering=0), st
 
 
 def read_blocks(
