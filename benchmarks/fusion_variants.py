@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kbcli.analysis import has_cjk
-from kbcli.calibration import floor_from_scores
+from kbcli.calibration import Floors, dense_cutoff, floor_from_scores
 from kbcli.evaluation import hit_at_k, load_beir, mrr_at_k, ndcg_at_k, rank_documents
 from kbcli.scoring import (
     RRF_K,
@@ -101,7 +101,7 @@ def before(alpha: float = 0.6) -> Rule:
     return rule
 
 
-def product(alpha: float = 0.6, floor: bool = True, named: bool = True) -> Rule:
+def product(alpha: float = 0.6, floor: str | bool = "kb", named: bool = True) -> Rule:
     """``kbcli.retrievers.fuse`` as ``HybridRetriever`` calls it in weighted mode: keyword-first
     when the dense route is weak for the query, the index's floor, the named rule."""
     from kbcli.analysis import Analyzer
@@ -127,12 +127,29 @@ def product(alpha: float = 0.6, floor: bool = True, named: bool = True) -> Rule:
             options,
             0.001 if weak else alpha,
             keyword_first=weak,
-            floor=q.floor if floor else None,
+            floor=_floor(q, floor),
             named=named_hit(q.text, keyword, analyzer) if named else None,
         )
         return {h.document.id: h.score for h in hits}
 
     return rule
+
+
+def _floor(q: Query, mode: str | bool) -> float | None:
+    """kb: :func:`kbcli.calibration.dense_cutoff`. Alternatives measured: hit (every
+    dense-only hit under the gate goes), gate (all of them when the query's best dense score
+    is under the gate, else those under the hit floor), gate-only (the first part)."""
+    if not mode:
+        return None
+    top = max((s for _, _, s in q.dense), default=0.0)
+    if mode == "kb":
+        floors = Floors(q.floor, q.hit_floor)
+        return dense_cutoff(floors, top, bool(q.keyword), q.dense_weak)
+    if mode == "hit" or mode is True:
+        return q.floor
+    if top < q.floor and (mode != "gate-empty" or not q.keyword):
+        return float("inf")
+    return q.hit_floor if mode in ("gate", "gate-empty") else None
 
 
 def per_query(ranking: list[str], rels: dict[str, int]) -> tuple[float, float, float, float]:
@@ -188,12 +205,20 @@ def load_set(cache: Path, data: Path, name: str, embedder: str) -> tuple | None:
         return None
     folder = set_dir(data, name)
     ds = load_beir(folder, SETS[name])
-    floor = floor_from_scores([max(p["dense"], default=0.0) for p in rec["probes"]])
+    from kbcli.calibration import PROBES
+
+    rec["probes"] = [p for p in rec["probes"] if p["text"] in PROBES]
+    best = [max(p["dense"], default=0.0) for p in rec["probes"]]
+    floor = floor_from_scores(best)
+    hit_floor = floor.hit_floor
+    floor = floor.floor
     titles = {doc: title for doc, (title, _) in ds.corpus.items()}
     queries = {
         qid: Query(ds.queries[qid], r["keyword"], r["dense"], floor, embedder, titles)
         for qid, r in rec["queries"].items()
     }
+    for q in queries.values():
+        q.hit_floor = hit_floor
     qrels = {q: ds.qrels[q] for q in queries}
     return queries, qrels, categories(folder), floor, rec
 
@@ -209,8 +234,14 @@ def variants() -> dict[str, Rule]:
         "rrf": rrf,
     }
     out["kb: α0.6, floor, named"] = product(0.6)
+    out["kb: α0.6, named, gate, hit floor"] = product(0.6, floor="gate")
+    out["kb: α0.6, named, hit floor"] = product(0.6, floor="hit")
+    out["kb: α0.6, named, gate only"] = product(0.6, floor="gate-only")
+    out["kb: α0.6, named, gate if no keyword"] = product(0.6, floor="gate-empty")
     out["kb: α0.6, named, no floor"] = product(0.6, floor=False)
     out["kb: α0.6, floor, not named"] = product(0.6, named=False)
+    out["kb: α0.5, floor, named"] = product(0.5)
+    out["kb: α0.7, floor, named"] = product(0.7)
     if os.environ.get("KB_STUDY_GRID"):
         out.update(grid())
     return out

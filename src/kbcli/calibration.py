@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import random
+import statistics
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 META_PREFIX = "relevance_floor:"
 # Added to the best nonsense score: measured on the judged sets (docs/quality.md, "No junk"),
@@ -53,20 +54,15 @@ def _letter_strings(count: int, seed: int) -> list[str]:
     return ["".join(rng.choice(letters) for _ in range(rng.randint(6, 16))) for _ in range(count)]
 
 
-# Nonsense a person might type or paste: what must find nothing in any mode.
+# Nonsense a person might type: what must find nothing in any mode. Only strings that mean
+# nothing anywhere ("test test 123" found the man page of test, "lorem ipsum" the tldr page
+# of lorem: measured, docs/quality.md).
 PROBES: tuple[str, ...] = (
     "qwertyuiopzxcv",
     "asdfghjkl",
     "zxcvbnm qwerty",
-    "lorem ipsum",
-    "lorem ipsum dolor sit amet",
     "aaaaaaaa",
     "xyzzy plugh",
-    "foo bar baz qux",
-    "blah blah blah",
-    "test test 123",
-    "12345 67890",
-    "??? !!!",
     "hjkl hjkl",
     "zzzz",
     "ababab cdcdcd",
@@ -83,9 +79,33 @@ def meta_key(info: Any) -> str:
     return f"{META_PREFIX}{info.provider}/{info.model}"
 
 
-def floor_from_scores(best: Sequence[float], margin: float = MARGIN) -> float:
-    """The floor from each probe's best dense score: the highest, plus ``margin``."""
-    return max(best, default=0.0) + margin
+class Floors(NamedTuple):
+    """An index's two cut-offs for one embedder's dense scores (see the module docstring)."""
+
+    floor: float
+    hit_floor: float
+
+
+def floor_from_scores(best: Sequence[float], margin: float = MARGIN) -> Floors:
+    """The floors from each probe's best dense score: the highest plus ``margin``, and the
+    median."""
+    if not best:
+        return Floors(0.0, 0.0)
+    return Floors(max(best) + margin, float(statistics.median(best)))
+
+
+def dense_cutoff(
+    floors: Floors | None, best_dense: float, keyword_found: bool, weak: bool
+) -> float | None:
+    """The score under which a search drops the hits only the dense route found: none without
+    floors; everything (infinity) when the best dense score is under ``floor`` and the keyword
+    route found nothing (nonsense); else ``hit_floor``, or ``floor`` for a ``weak`` dense
+    route (spelling vectors, or a query in a script the model does not know)."""
+    if floors is None:
+        return None
+    if best_dense < floors.floor and not keyword_found:
+        return float("inf")
+    return floors.floor if weak else floors.hit_floor
 
 
 def calibrate(
@@ -94,16 +114,22 @@ def calibrate(
     probes: Sequence[str] = PROBES,
 ) -> dict[str, Any]:
     """Search every probe (``search(vector, k)`` returns hits with ``.score``) and return
-    ``{"floor", "probes", "best", "chunks"}``; ``best`` is each probe's best score."""
+    ``{"floor", "hit_floor", "probes", "best"}``; ``best`` is each probe's best score."""
     best = []
     for text in probes:
         hits = search(embed_query(text), PROBE_HITS)
         best.append(max((float(h.score) for h in hits), default=0.0))
-    return {"floor": round(floor_from_scores(best), 4), "probes": len(probes), "best": best}
+    floors = floor_from_scores(best)
+    return {
+        "floor": round(floors.floor, 4),
+        "hit_floor": round(floors.hit_floor, 4),
+        "probes": len(probes),
+        "best": best,
+    }
 
 
-def stored_floor(store: Any, info: Any) -> float | None:
-    """The floor recorded in ``store`` for the embedder ``info``, or None."""
+def stored_floors(store: Any, info: Any) -> Floors | None:
+    """The floors recorded in ``store`` for the embedder ``info``, or None."""
     raw = store.get_meta(meta_key(info))
     if not raw:
         return None
@@ -111,5 +137,47 @@ def stored_floor(store: Any, info: Any) -> float | None:
         value = json.loads(raw)
     except ValueError:
         return None
-    floor = value.get("floor") if isinstance(value, dict) else None
-    return float(floor) if isinstance(floor, (int, float)) else None
+    if not isinstance(value, dict):
+        return None
+    floor, hit = value.get("floor"), value.get("hit_floor")
+    if not isinstance(floor, (int, float)) or not isinstance(hit, (int, float)):
+        return None
+    return Floors(float(floor), float(hit))
+
+
+def calibrate_index(kb: Any) -> float | None:
+    """Calibrate the floor of ``kb``'s index for its embedder and store it (``set_meta``);
+    returns it, or None when the index has no vectors or keeps no metadata."""
+    from datetime import datetime, timezone
+
+    from .embedders.base import embedder_info
+    from .protocols import DocumentCatalog
+
+    store = kb.store
+    if not isinstance(store, DocumentCatalog):
+        return None
+    stats = store.stats()
+    if not stats.get("vectors"):
+        return None
+    info = embedder_info(kb.embedder)
+    result = calibrate(kb.embedder.embed_query, lambda vector, k: store.search(vector, k))
+    record = {
+        "floor": result["floor"],
+        "hit_floor": result["hit_floor"],
+        "probes": result["probes"],
+        "best_probe": round(max(result["best"], default=0.0), 4),
+        "vectors": stats.get("vectors"),
+        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    store.set_meta(meta_key(info), json.dumps(record))
+    return float(result["floor"])
+
+
+def has_floor(kb: Any) -> bool:
+    """True when ``kb``'s index records a floor for its embedder (or keeps no metadata)."""
+    from .embedders.base import embedder_info
+    from .protocols import DocumentCatalog
+
+    if not isinstance(kb.store, DocumentCatalog):
+        return True
+    return stored_floors(kb.store, embedder_info(kb.embedder)) is not None

@@ -7,6 +7,7 @@ import warnings
 from typing import Any, Protocol, runtime_checkable
 
 from .analysis import Analyzer, has_cjk
+from .calibration import Floors, dense_cutoff
 from .errors import InvalidOptionError
 from .filters import matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex
@@ -147,13 +148,14 @@ class HybridRetriever:
 
     With a weak embedder a query none of whose words occurs in the index returns no hits in
     hybrid and semantic mode (its vectors match spelling, so they would fill the page with
-    noise). Every embedder's dense hits are held to the index's relevance floor
-    (:mod:`kbcli.calibration`, learned at ingest from nonsense queries): in semantic mode a hit
-    under it is dropped, in hybrid mode a document only the dense route found under it is
-    dropped (keyword hits stay), so nonsense finds nothing and short lists are not filled up
-    with look-alikes. A keyword hit whose title is the query (a command name, a file named
-    after it) ranks first in hybrid mode: the keyword route is sure there, and dense vectors of
-    one short word are not (see :func:`fuse`, docs/quality.md).
+    noise). Dense hits are held to the index's relevance floors for the embedder
+    (:mod:`kbcli.calibration`, learned at ingest from nonsense queries,
+    :func:`~kbcli.calibration.dense_cutoff`): a query that reaches no better dense score than
+    nonsense does and whose words the keyword route does not find gets no hits, and a document
+    only the dense route found is dropped under the hit floor (keyword hits always stay), so
+    short lists are not filled up with look-alikes. A keyword hit whose title is the query (a
+    command name, a file named after it) ranks first in hybrid mode: the keyword route is sure
+    there, and dense vectors of one short word are not (see :func:`fuse`, docs/quality.md).
 
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
     ``options.mmr`` re-orders the candidate pool for diversity (see :mod:`kbcli.diversity`).
@@ -227,8 +229,20 @@ class HybridRetriever:
         elif options.mode == "semantic":
             if self._nothing_matches(query, options):
                 return []
-            floor = self.relevance_floor()
             found = self.dense.search(query, fetch, options)
+            floor = None
+            if not self.weak_embedder:  # a weak one's semantic mode is gated by words (above)
+                best = found[0].score if found else 0.0
+                floors = self.relevance_floors()
+                floor = dense_cutoff(
+                    floors,
+                    best,
+                    floors is not None
+                    and best < floors.floor
+                    and self.keyword.available
+                    and bool(self.keyword.search(query, 1, options)),
+                    self.weak_for(query),
+                )
             hits = [h for h in found if floor is None or h.score >= floor]
             hits = self._label(hits, "dense", options)
             if options.explain and floor is not None:
@@ -261,7 +275,12 @@ class HybridRetriever:
                 options,
                 alpha,
                 keyword_first=weak,
-                floor=self.relevance_floor() if dense_hits else None,
+                floor=dense_cutoff(
+                    self.relevance_floors() if dense_hits else None,
+                    max((h.score for h in dense_hits), default=0.0),
+                    bool(keyword_hits),
+                    weak,
+                ),
                 named=self.named_hit(query, keyword_hits),
             )
             if options.explain:
@@ -275,15 +294,15 @@ class HybridRetriever:
                     hit.explain.update(notes)  # type: ignore[union-attr]
         return self._finish(hits, k, options)
 
-    def relevance_floor(self) -> float | None:
-        """The index's calibrated floor for this embedder's dense scores (None: the store keeps
-        no index metadata, or no ingest has calibrated it yet)."""
+    def relevance_floors(self) -> Floors | None:
+        """The index's calibrated floors for this embedder's dense scores (None: the store
+        keeps no index metadata, or no ingest has calibrated them yet)."""
         if not isinstance(self.store, DocumentCatalog):
             return None
-        from .calibration import stored_floor
+        from .calibration import stored_floors
         from .embedders.base import embedder_info
 
-        return stored_floor(self.store, embedder_info(self.embedder))
+        return stored_floors(self.store, embedder_info(self.embedder))
 
     def named_hit(self, query: str, keyword_hits: list[SearchResult]) -> str | None:
         """:func:`named_hit` with this retriever's analyzer."""
