@@ -30,6 +30,7 @@ from kbcli.scoring import (
 
 Route = list[list[Any]]  # [chunk id, doc id, score]
 ENGLISH_ONLY = {"minilm", "static", "simple"}
+EMBEDDER_ALPHA = {"static": 0.3}  # what kb uses unless --alpha: StaticEmbedder.alpha
 
 
 class Query:
@@ -101,7 +102,7 @@ def before(alpha: float = 0.6) -> Rule:
     return rule
 
 
-def product(alpha: float = 0.6, floor: str | bool = "kb", named: bool = True) -> Rule:
+def product(alpha: float | None = None, floor: str | bool = "kb", named: bool = True) -> Rule:
     """``kbcli.retrievers.fuse`` as ``HybridRetriever`` calls it in weighted mode: keyword-first
     when the dense route is weak for the query, the index's floor, the named rule."""
     from kbcli.analysis import Analyzer
@@ -109,9 +110,10 @@ def product(alpha: float = 0.6, floor: str | bool = "kb", named: bool = True) ->
     from kbcli.types import Document, SearchOptions, SearchResult
 
     analyzer = Analyzer()
-    options = SearchOptions(k=1000, mode="hybrid", dedupe=False, alpha=alpha)
 
     def rule(q: Query) -> dict[str, float]:
+        chosen = alpha if alpha is not None else EMBEDDER_ALPHA.get(q.embedder, 0.6)
+        options = SearchOptions(k=1000, mode="hybrid", dedupe=False, alpha=chosen)
         def results(route: Route) -> list:
             return [
                 SearchResult(Document(c, "", {"title": q.titles.get(d, "")}), s)
@@ -125,7 +127,7 @@ def product(alpha: float = 0.6, floor: str | bool = "kb", named: bool = True) ->
             dense,
             len(keyword) + len(dense),
             options,
-            0.001 if weak else alpha,
+            0.001 if weak else chosen,
             keyword_first=weak,
             floor=_floor(q, floor),
             named=named_hit(q.text, keyword, analyzer) if named else None,
@@ -233,6 +235,7 @@ def variants() -> dict[str, Rule]:
         "min-max α0.3": minmax(0.3),
         "rrf": rrf,
     }
+    out["kb (default)"] = product()
     out["kb: α0.6, floor, named"] = product(0.6)
     out["kb: α0.6, named, gate, hit floor"] = product(0.6, floor="gate")
     out["kb: α0.6, named, hit floor"] = product(0.6, floor="hit")
@@ -242,6 +245,8 @@ def variants() -> dict[str, Rule]:
     out["kb: α0.6, floor, not named"] = product(0.6, named=False)
     out["kb: α0.5, floor, named"] = product(0.5)
     out["kb: α0.7, floor, named"] = product(0.7)
+    for alpha in (0.2, 0.3, 0.4):
+        out[f"kb: α{alpha}, floor, named"] = product(alpha)
     if os.environ.get("KB_STUDY_GRID"):
         out.update(grid())
     return out

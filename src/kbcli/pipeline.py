@@ -103,6 +103,11 @@ class LazyEmbedder:
         """The languages the resolved embedder knows (None: any)."""
         return getattr(self.resolved, "languages", None)
 
+    @property
+    def alpha(self) -> float | None:
+        """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
+        return getattr(self.resolved, "alpha", None)
+
 
 def _automatic_provider() -> str:
     """The provider an automatic choice would pick now (by API keys), without building it."""

@@ -142,7 +142,8 @@ class HybridRetriever:
     *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
     whose ``languages`` do not include the query's script, see :meth:`weak_for`)
     :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
-    near-ties and fills up; otherwise the constructor's ``alpha``, else ``options.alpha``
+    near-ties and fills up; otherwise the embedder's own ``alpha`` when it declares one (the
+    static embedder: 0.3, measured), else the constructor's ``alpha``, else ``options.alpha``
     (``limits.rerank_alpha`` from the configuration).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
@@ -212,6 +213,9 @@ class HybridRetriever:
             return options.alpha
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
+        hint = getattr(self.embedder, "alpha", None)
+        if isinstance(hint, (int, float)):
+            return float(hint)  # the embedder's own measured weight (the static embedder's)
         return self.alpha if self.alpha is not None else options.alpha
 
     def search(

@@ -28,7 +28,7 @@ from .base import BaseEmbedder
 
 DIMENSIONS = 256
 SIF_COEFFICIENT = 1e-4
-VERSION = 1  # of the recipe: a new one is distilled again
+VERSION = 2  # of the recipe: a new one is distilled again
 DISTILL_BATCH = 512
 MODEL_NAME = "minilm-static"
 _LOCK = threading.Lock()
@@ -54,14 +54,24 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def sif_weights(size: int, coefficient: float = SIF_COEFFICIENT) -> Any:
-    """``a / (a + p(rank))`` with ``p`` a Zipf distribution over ``size`` ranks (rank = token id,
-    the vocabulary being in frequency order): frequent tokens count little, rare ones fully."""
+def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> Any:
+    """``a / (a + p(rank))`` per token id, with ``p`` a Zipf distribution over frequency ranks:
+    frequent tokens count little, rare ones fully. BERT's WordPiece vocabulary lists special
+    tokens, then single characters, then words and pieces in frequency order: a word's rank is
+    its place after the characters; single letters and digits rank as the most frequent, and
+    punctuation counts nothing (code-heavy pages would otherwise average to their braces)."""
     import numpy as np
 
-    ranks = np.arange(1, size + 1, dtype=np.float64)
+    size = max(vocab.values()) + 1
+    singles = [i for token, i in vocab.items() if len(token) == 1]
+    first_word = max(singles) + 1 if singles else 0
+    ranks = np.maximum(np.arange(size, dtype=np.float64) - first_word + 1, 1.0)
     p = (1.0 / ranks) / (1.0 / ranks).sum()
-    return (coefficient / (coefficient + p)).astype(np.float32)
+    weights = coefficient / (coefficient + p)
+    for token, i in vocab.items():
+        if len(token) == 1 and not token.isalnum():
+            weights[i] = 0.0
+    return weights.astype(np.float32)
 
 
 def distill(runtime: Any, tokenizer: Any, *, dims: int = DIMENSIONS, tokens: Any = None) -> Any:
@@ -101,7 +111,7 @@ def distill(runtime: Any, tokenizer: Any, *, dims: int = DIMENSIONS, tokens: Any
     components *= signs[:, None]
     table = np.zeros((size, len(components)), dtype=np.float32)
     table[rows] = centred @ components.T
-    table *= sif_weights(size)[:, None]
+    table *= sif_weights(vocab)[:, None]
     return table
 
 
@@ -173,6 +183,10 @@ class StaticEmbedder(BaseEmbedder):
 
     provider = "static"
     languages = frozenset({"en"})
+    # Hybrid search's dense weight with this embedder unless --alpha says otherwise: its
+    # vectors know less than MiniLM's (docs/quality.md: 0.3 was the best weight over the
+    # English sets; 0.6 fell below keyword ranking on SciFact and Cranfield).
+    alpha = 0.3
 
     def __init__(self, model: str | None = None, batch_size: int = 256, dims: int = DIMENSIONS):
         if model not in (None, "", "default", MODEL_NAME, f"{MODEL_NAME}-{dims}"):
