@@ -51,7 +51,7 @@ from .errors import (
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import source_name, source_path
-from .protocols import DocumentCatalog, FileLedger
+from .protocols import DocumentCatalog, FileLedger, VectorWriter
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -789,8 +789,9 @@ def fill_vectors(
     resumes). The sources in ``first`` (written by this run) are looked at first, then, while
     chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
 
-    Vectors go in by the catalog's ``add`` with the chunks' own ids, texts and metadata (the
-    protocol has no write for vectors alone), and into the embedding cache.
+    Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
+    chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
+    chunks' own ids, texts and metadata; and into the embedding cache.
     """
     store = kb.store
     missing = missing_vectors(store)
@@ -842,7 +843,10 @@ def _fill(kb: Any, docs: list, info: Any) -> Any:
     info = _embedder_info(kb)
     store = kb.store
     with store.transaction():
-        store.add(docs, [vectors[d.text] for d in docs], embedder=info)
+        if isinstance(store, VectorWriter):
+            store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
+        else:
+            store.add(docs, [vectors[d.text] for d in docs], embedder=info)
         store.cache_embeddings(info, vectors)
     return info
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -152,6 +152,31 @@ class InMemoryStore:
             if self.max_size is not None and len(self._docs) > self.max_size:
                 self._remove_ids(list(self._docs)[: len(self._docs) - self.max_size])
         return [d.id for d in docs]
+
+    def set_vectors(
+        self, vectors: Mapping[str, Sequence[float]], *, embedder: EmbedderInfo | None = None
+    ) -> int:
+        """Give chunks already stored their vectors, by id (see
+        :class:`~kbcli.protocols.VectorWriter`); returns how many got one."""
+        known = {i: list(v) for i, v in vectors.items() if i in self._docs}
+        dim = vector_dimensions(known.values())
+        with self.transaction():
+            if dim is not None:
+                index_dim = self._vectors.dimension
+                if index_dim is not None and index_dim != dim:
+                    raise IndexMismatchError(
+                        f"New vectors have {dim} dimensions but the store has {index_dim}"
+                    )
+                if embedder is not None:
+                    info = EmbedderInfo(embedder.provider, embedder.model, dim)
+                    check_embedder(self._embedder, info, "this in-memory store")
+                    self._embedder = self._embedder or info
+            for doc_id, vec in known.items():
+                doc = copy.copy(self._docs[doc_id])
+                doc.embedding = vec
+                self._docs[doc_id] = doc
+                self._vectors.upsert([self._rowid[doc_id]], [vec])
+        return len(known)
 
     def _index(self, doc: Document, rowid: int) -> None:
         self._docs[doc.id] = doc

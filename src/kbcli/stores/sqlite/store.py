@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from ..common import (
     vector_dimensions,
 )
 from . import catalog, integrity, ledger, vectors
+from . import vectors as vectors_of
 from .catalog import ChunkRow, pack_terms
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .keyword import KeywordTables
@@ -244,6 +245,30 @@ class SQLiteStore:
         with self._db.transaction() as conn:
             self._remove_rows(conn, catalog.rows_by_source(conn, source))
             return self.add(docs, embeddings, embedder=embedder)
+
+    def set_vectors(
+        self, vectors: Mapping[str, Sequence[float]], *, embedder: EmbedderInfo | None = None
+    ) -> int:
+        """Store vectors for chunks already in the index, by id, in one transaction (their
+        rows and keyword postings are not touched); returns how many chunks got one."""
+        if not vectors:
+            return 0
+        dim = vector_dimensions(vectors.values())
+        ids = list(vectors)
+        with self._db.transaction() as conn:
+            if dim is not None:
+                vectors_of.check_dimension(conn, dim, self.path)
+                if embedder is not None:
+                    vectors_of.record_embedder(conn, embedder, dim, self.path)
+            rows = []
+            for start in range(0, len(ids), 500):
+                part = ids[start : start + 500]
+                marks = ",".join("?" * len(part))
+                rows += conn.execute(
+                    f"SELECT id, doc FROM chunks WHERE id IN ({marks})", part
+                ).fetchall()
+            vectors_of.upsert(conn, [(doc, vectors[chunk]) for chunk, doc in rows])
+        return len(rows)
 
     def rebuild_keyword_index(self) -> int:
         """Re-tokenise every chunk with the current analyzer (no re-embedding); returns count."""
