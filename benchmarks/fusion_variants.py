@@ -79,6 +79,13 @@ def dense_above_floor(q: Query) -> dict[str, float]:
     return {c: s for c, s in scores(q.dense).items() if s >= q.floor}
 
 
+def semantic_kb(q: Query) -> dict[str, float]:
+    """Semantic mode as kb runs it: the nonsense gate, then the hit floor."""
+    top = max((s for _, _, s in q.dense), default=0.0)
+    cut = dense_cutoff(Floors(q.floor, q.hit_floor), top, bool(q.keyword), q.dense_weak)
+    return {c: s for c, s in scores(q.dense).items() if cut is None or s >= cut}
+
+
 def minmax(alpha: float) -> Rule:
     def rule(q: Query) -> dict[str, float]:
         return weighted_fusion(scores(q.dense), scores(q.keyword), alpha)
@@ -207,9 +214,10 @@ def load_set(cache: Path, data: Path, name: str, embedder: str) -> tuple | None:
         return None
     folder = set_dir(data, name)
     ds = load_beir(folder, SETS[name])
-    from kbcli.calibration import PROBES
+    from kbcli.calibration import probes_for
 
-    rec["probes"] = [p for p in rec["probes"] if p["text"] in PROBES]
+    known = None if embedder == "e5" else {"en"}
+    rec["probes"] = [p for p in rec["probes"] if p["text"] in probes_for(known)]
     best = [max(p["dense"], default=0.0) for p in rec["probes"]]
     floor = floor_from_scores(best)
     hit_floor = floor.hit_floor
@@ -230,6 +238,7 @@ def variants() -> dict[str, Rule]:
         "keyword": keyword_only,
         "dense": dense_only,
         "dense ≥ floor": dense_above_floor,
+        "semantic (kb)": semantic_kb,
         "before (min-max α0.6)": before(0.6),
         "min-max α0.5": minmax(0.5),
         "min-max α0.3": minmax(0.3),

@@ -74,6 +74,17 @@ PROBES: tuple[str, ...] = (
 )
 
 
+def probes_for(languages: Any) -> tuple[str, ...]:
+    """The probes for an embedder that knows ``languages``: without the Chinese ones when it
+    declares languages none of which is Chinese or Japanese (search does not trust its dense
+    route for such queries anyway, and its vectors of Chinese text all look alike)."""
+    from .analysis import has_cjk
+
+    if languages is None or set(languages) & {"zh", "ja", "multilingual"}:
+        return PROBES
+    return tuple(p for p in PROBES if not has_cjk(p))
+
+
 def meta_key(info: Any) -> str:
     """The index-metadata key of the floor for the embedder ``info`` (provider/model)."""
     return f"{META_PREFIX}{info.provider}/{info.model}"
@@ -99,13 +110,14 @@ def dense_cutoff(
 ) -> float | None:
     """The score under which a search drops the hits only the dense route found: none without
     floors; everything (infinity) when the best dense score is under ``floor`` and the keyword
-    route found nothing (nonsense); else ``hit_floor``, or ``floor`` for a ``weak`` dense
-    route (spelling vectors, or a query in a script the model does not know)."""
+    route found nothing (nonsense), or when the dense route is ``weak`` for the query (spelling
+    vectors, or a script the model does not know: it only breaks keyword ties then); else
+    ``hit_floor``."""
     if floors is None:
         return None
-    if best_dense < floors.floor and not keyword_found:
+    if weak or (best_dense < floors.floor and not keyword_found):
         return float("inf")
-    return floors.floor if weak else floors.hit_floor
+    return floors.hit_floor
 
 
 def calibrate(
@@ -160,7 +172,11 @@ def calibrate_index(kb: Any) -> float | None:
     if not stats.get("vectors"):
         return None
     info = embedder_info(kb.embedder)
-    result = calibrate(kb.embedder.embed_query, lambda vector, k: store.search(vector, k))
+    result = calibrate(
+        kb.embedder.embed_query,
+        lambda vector, k: store.search(vector, k),
+        probes_for(getattr(kb.embedder, "languages", None)),
+    )
     record = {
         "floor": result["floor"],
         "hit_floor": result["hit_floor"],

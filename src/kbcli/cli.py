@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .registry import STORES  # names only: no backend is imported
+from .registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
 
 EXIT_INTERRUPTED = 130
 MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
@@ -293,7 +293,11 @@ app = typer.Typer(
     name="kb",
     cls=KBGroup,
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
-    epilog=('\b\nExample:\n  kb ingest ~/notes\n  kb search "reset password" --mode keyword -k 5'),
+    epilog=(
+        '\b\nExample:\n  kb ingest ~/notes --embedder local\n  kb search "reset password"\n'
+        "\b\nEmbedders (kb ingest --embedder NAME, or $KB_EMBEDDER; the index keeps its own):\n"
+        + "\n".join(f"  {name:<7} {note}" for name, note in EMBEDDER_NOTES.items())
+    ),
     rich_markup_mode=None,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -378,13 +382,24 @@ def _load_config(state: State) -> Any:
     return with_store(config, state.store) if state.store else config
 
 
-def _open(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
-    """The knowledge base named by --db / config. Read-only commands do not create one."""
+def _open(
+    ctx: typer.Context,
+    *,
+    create: bool,
+    busy_timeout: float | None = None,
+    embedder: str | None = None,
+) -> Any:
+    """The knowledge base named by --db / config. Read-only commands do not create one.
+    ``embedder``: ``kb ingest --embedder``, over ``$KB_EMBEDDER`` and the file."""
     from .errors import ConfigError
     from .pipeline import KnowledgeBase
 
     state = _state(ctx)
     config = _load_config(state)
+    if embedder is not None:
+        from .config import with_embedder
+
+        config = with_embedder(config, embedder)
     db = Path(state.db or config.paths.knowledge_db).expanduser()
 
     def note(text: str) -> None:
@@ -506,9 +521,20 @@ def ingest(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            "--embedder",
+            metavar="NAME",
+            help=f"Embed with NAME: {', '.join(EMBEDDER_NOTES)} (kb --help says what each is); "
+            "recorded in the index, so later commands use it [default: $KB_EMBEDDER, "
+            "rag.embedding.provider, the index's own, else by API keys, else simple].",
+        ),
+    ] = None,
 ) -> None:
     """Index files and folders (only new and changed files are read again; files deleted
-    from PATH leave the index)."""
+    from PATH leave the index). Files are searchable by keyword as soon as they are written;
+    their vectors follow in the same run (or the next one, if it was stopped)."""
     from . import render
     from .filters import parse_meta
     from .signals import exit_code, interrupt_on_termination, signal_name
@@ -524,12 +550,21 @@ def ingest(
     try:
         # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
         with interrupt_on_termination():
-            kb = _open(ctx, create=True, busy_timeout=wait)
+            kb = _open(ctx, create=True, busy_timeout=wait, embedder=embedder)
             try:
-                show_bar = render.stderr_is_terminal() and not state.quiet
+                terminal = render.stderr_is_terminal()
+                show_bar = terminal and not state.quiet
                 if show_bar and isinstance(kb.embedder, LazyEmbedder):
                     _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
-                with render.progress(show_bar) as on_progress:
+                lines = not terminal and not state.quiet
+                with render.progress(show_bar, lines=lines) as on_progress:
+                    on_vectors = None
+                    if on_progress is not None:
+                        bar = on_progress
+
+                        def on_vectors(done: int, total: int) -> None:
+                            bar("", done, total, unit="chunks")
+
                     report = sync(
                         kb,
                         list(paths),
@@ -543,6 +578,7 @@ def ingest(
                         progress=on_progress,
                         follow_symlinks=follow_symlinks,
                         allow_mass_delete=allow_mass_delete,
+                        vector_progress=on_vectors,
                     )
             finally:
                 kb.close()
@@ -1408,17 +1444,44 @@ def trust(
     epilog=_example(
         "kb eval examples/eval/it-helpdesk --mode keyword",
         "kb eval ./my-beir-set --mode hybrid --db eval.db --json",
+        "kb eval --queries questions.jsonl --compare keyword,hybrid --report eval.html",
     ),
 )
 def eval_(
     ctx: typer.Context,
     dataset: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
-            metavar="DATASET_DIR",
-            help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.",
+            metavar="[DATASET_DIR]",
+            help="A BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv "
+            "(or --queries for your own questions on your index).",
         ),
-    ],
+    ] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option(
+            "--queries",
+            metavar="FILE",
+            help='Your questions, JSONL: {"query": ..., "expected": ["docs/a.md", '
+            '"docs/b.md:40"]} (or {"path": grade}); searched on the index (--db).',
+        ),
+    ] = None,
+    compare: Annotated[
+        str | None,
+        typer.Option(
+            "--compare",
+            metavar="MODE,MODE",
+            help="With --queries: these modes side by side, each against the first.",
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            metavar="FILE.html",
+            help="With --queries: write a self-contained HTML report with plots.",
+        ),
+    ] = None,
     split: Annotated[
         str | None,
         typer.Option("--split", metavar="NAME", help="qrels split [default: test, dev, train]."),
@@ -1437,8 +1500,9 @@ def eval_(
         typer.Option(
             "--db",
             metavar="PATH",
-            help="Index into this file and keep it (reused for the same corpus) "
-            "[default: a temporary database]. Never your knowledge base.",
+            help="BEIR: index into this file and keep it (reused for the same corpus) "
+            "[default: a temporary database; never your knowledge base]. --queries: the "
+            "index to search [default: the knowledge base].",
         ),
     ] = None,
     alpha: Annotated[
@@ -1450,31 +1514,99 @@ def eval_(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Measure retrieval quality on a BEIR collection (nDCG, recall, MRR).
+    """Measure retrieval quality: on a BEIR collection (nDCG, recall, MRR), or with --queries
+    on your own index with your own questions (nDCG, hit@1/@3, MRR with 95% intervals, the
+    misses, a suggested --min-score; --compare, --report).
 
-    Each document's title and text go through the normal ingest path (chunked like any file);
-    documents are ranked by their best chunk; trec_eval conventions.
+    BEIR: each document's title and text go through the normal ingest path (chunked like any
+    file); documents are ranked by their best chunk; trec_eval conventions.
     """
     from . import render
-    from .evaluation import evaluate
+    from .errors import InvalidOptionError
 
     state = _state(ctx)
     extra = {key: v for key, v in (("alpha", alpha), ("fusion", fusion)) if v is not None}
-    with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
-        result = evaluate(
-            dataset,
-            split=split,
-            mode=mode,
-            k=k,
-            db=db,
-            config=_load_config(state),
-            progress=bar,
-            search_options=extra,
+    if queries is None:
+        if dataset is None:
+            raise InvalidOptionError(
+                "kb eval needs a BEIR folder (DATASET_DIR) or --queries FILE with your "
+                "questions: see kb eval --help"
+            )
+        if compare or report:
+            raise InvalidOptionError("--compare and --report go with --queries FILE")
+        from .evaluation import evaluate
+
+        with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
+            result = evaluate(
+                dataset,
+                split=split,
+                mode=mode,
+                k=k,
+                db=db,
+                config=_load_config(state),
+                progress=bar,
+                search_options=extra,
+            )
+        if json_out:
+            render.print_json(result)
+        else:
+            render.eval_summary(result)
+        return
+    if dataset is not None:
+        raise InvalidOptionError(
+            "Give either a BEIR folder or --queries FILE, not both (--queries searches your "
+            "index)"
         )
+    _eval_questions(ctx, queries, compare or mode, k, db, report, extra, json_out)
+
+
+def _eval_questions(
+    ctx: typer.Context,
+    queries: Path,
+    modes: str,
+    k: int,
+    db: Path | None,
+    report: Path | None,
+    extra: dict[str, Any],
+    json_out: bool,
+) -> None:
+    """``kb eval --queries``: the questions of ``queries`` on the live index, in ``modes``."""
+    from . import render
+    from .eval_report import summary_lines, write_html
+    from .evaluation import evaluate_questions, load_questions
+    from .types import normalize_mode
+
+    state = _state(ctx)
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    for name in chosen:
+        normalize_mode(name)  # an unknown mode is one line, exit 2
+    questions = load_questions(queries)
+    if db is not None:
+        state.db = db
+    kb = _open(ctx, create=False)
+    try:
+        with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
+            result = evaluate_questions(
+                kb,
+                questions,
+                modes=chosen,
+                k=k,
+                base=queries.expanduser().resolve().parent,
+                progress=bar,
+                search_options=extra,
+            )
+    finally:
+        kb.close()
+    result["file"] = str(queries)
+    if report is not None:
+        written = write_html(result, report, title=f"kb eval {queries.name}")
+        if not state.quiet:
+            render.message(f"Report written to {written}")
     if json_out:
         render.print_json(result)
     else:
-        render.eval_summary(result)
+        for line in summary_lines(result):
+            render.result(line)
 
 
 @app.command(

@@ -2,7 +2,8 @@
 
 Lookup order for the file: the explicit path, ``$KB_CONFIG``, ``./jianmu.yaml``, then the user
 config dir (``$XDG_CONFIG_HOME/kbcli/jianmu.yaml``, default ``~/.config/kbcli/jianmu.yaml``).
-No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db``.
+No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db`` and
+``$KB_EMBEDDER`` overrides ``rag.embedding.provider`` (:func:`with_embedder`).
 
 A ``./jianmu.yaml`` found by the lookup (not named by ``--config`` or ``$KB_CONFIG``) may come
 with a folder the user did not write: when it sets a class path, a server URL, a locally run
@@ -306,6 +307,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, check_trust: bool
     env_db = os.environ.get("KB_DB")
     if env_db:
         config = replace(config, paths=PathsConfig(knowledge_db=Path(env_db).expanduser()))
+    env_embedder = os.environ.get("KB_EMBEDDER", "").strip()
+    if env_embedder:
+        config = with_embedder(config, env_embedder, origin="KB_EMBEDDER")
     return config
 
 
@@ -580,6 +584,32 @@ def with_store(config: Config, backend: str) -> Config:
     if name == config.store.backend:
         return config
     return replace(config, store=StoreConfig(name, {}))
+
+
+def with_embedder(config: Config, name: str, origin: str = "--embedder") -> Config:
+    """``config`` with ``rag.embedding.provider`` set to ``name`` (``kb ingest --embedder``,
+    ``$KB_EMBEDDER``): a registered name or a ``package.module:Class`` path. The file's
+    ``model``, ``base_url`` and ``dimensions`` are kept only when it named the same provider
+    (they belong to the provider the file names)."""
+    chosen = name.strip()
+    if not is_class_path(chosen):
+        chosen = chosen.lower()
+        if chosen not in EMBEDDING_PROVIDERS:
+            raise ConfigError(
+                f"Unknown embedder {name!r} (from {origin}): choose from "
+                f"{', '.join(EMBEDDING_PROVIDERS)}, or give a class path as 'package.module:Class'"
+            )
+    emb = config.rag.embedding
+    same = emb.provider_set and emb.provider == chosen
+    fresh = replace(
+        emb,
+        provider=chosen,
+        provider_set=chosen != "auto",
+        model=emb.model if same else None,
+        base_url=emb.base_url if same else None,
+        dimensions=emb.dimensions if same else None,
+    )
+    return replace(config, rag=replace(config.rag, embedding=fresh))
 
 
 def target_store_config(config: Config, backend: str, sets: list[str]) -> Config:

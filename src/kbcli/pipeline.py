@@ -37,8 +37,8 @@ class LazyEmbedder:
     With no provider named in the configuration, an index that already records an embedder
     keeps using that one (an API key appearing in the environment later must not switch it);
     otherwise the choice is automatic. ``on_note`` receives a one-line note when the choice was
-    automatic and the index records no embedder yet (its first ingest), or when the index keeps
-    its recorded embedder although the automatic choice would now be another one.
+    automatic and the index records no embedder yet (its first ingest); using the index's own
+    embedder says nothing.
     """
 
     def __init__(
@@ -63,11 +63,9 @@ class LazyEmbedder:
             recorded = self._recorded() if self._recorded is not None else None
             if recorded is not None and not config.rag.embedding.provider_set:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None
-                embedder, _ = choose_embedder(config, recorded.provider, model)
-                note = None
-                if _automatic_provider() != recorded.provider:
-                    # Only worth saying when the automatic choice would now be another one.
-                    note = f"Using {recorded.describe()}, the embedder this index was built with"
+                # No note: the index's own embedder is the expected one, and a note here came
+                # out on every search (kb stats, kb config and --explain name it).
+                embedder, note = choose_embedder(config, recorded.provider, model)[0], None
             else:
                 embedder, note = choose_embedder(config)
             if note and self._on_note:
@@ -107,6 +105,13 @@ class LazyEmbedder:
     def alpha(self) -> float | None:
         """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
         return getattr(self.resolved, "alpha", None)
+
+
+def _remembered(store: Any) -> EmbedderInfo | None:
+    """The embedder an ingest chose for ``store`` before storing any vector."""
+    from .embedders.resolve import remembered_choice
+
+    return remembered_choice(store)
 
 
 def _automatic_provider() -> str:
@@ -660,7 +665,11 @@ class KnowledgeBase:
             )
         embedder = overrides.get("embedder")
         if embedder is None:
-            recorded = (lambda: store.embedder_info) if isinstance(store, DocumentCatalog) else None
+            recorded = (
+                (lambda: store.embedder_info or _remembered(store))
+                if isinstance(store, DocumentCatalog)
+                else None
+            )
             embedder = LazyEmbedder(config, overrides.get("on_note"), recorded)
         retriever = overrides.get("retriever") or HybridRetriever(
             store,

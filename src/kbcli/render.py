@@ -592,6 +592,7 @@ def stats_table(stats: dict[str, Any]) -> None:
         ("Sources", _sources_words(files, sources)),
         ("Size on disk", human_size(stats["size_bytes"])),
         ("Embedder", describe_embedder(stats.get("embedder"))),
+        *_vector_row(stats),
         ("Analyzer", stats.get("analyzer") or "none yet"),
         ("Vocabulary", f"{stats['vocabulary']} terms"),
         ("Last ingest", stats.get("last_ingest") or "never"),
@@ -602,6 +603,22 @@ def stats_table(stats: dict[str, Any]) -> None:
         line = Text(f"{key:<13} ", style="bold")
         line.append(value)
         console.print(line, soft_wrap=True)
+
+
+def _vector_row(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """``Vectors`` for ``kb stats`` when the store counts them: how many chunks have one, and
+    how many still wait (keyword search has them all already)."""
+    vectors, chunks = stats.get("vectors"), stats.get("chunks")
+    if not isinstance(vectors, int) or not isinstance(chunks, int):
+        return []
+    missing = max(0, chunks - vectors)
+    text = f"{vectors} of {chunks} chunks"
+    if missing:
+        text += (
+            f"; {missing} still without a vector (keyword search finds them; the next "
+            "kb ingest embeds them)"
+        )
+    return [("Vectors", text)]
 
 
 def doctor_lines(findings: Sequence[Any]) -> None:
@@ -647,12 +664,20 @@ def _sources_words(files: int, sources: int) -> str:
 
 
 @contextmanager
-def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A ``progress(path, done, total)`` callback drawing a bar on stderr (files done of total,
-    files per second, time left, current file), or None when ``enabled`` is false (not a
-    terminal, or ``--quiet``): nothing animated then."""
+def progress(
+    enabled: bool, lines: bool = False
+) -> Iterator[Callable[..., None] | None]:
+    """A ``progress(path, done, total, unit="files")`` callback drawing a bar on stderr (done
+    of total, rate, time left, current file; ``unit="chunks"`` for vectors embedded after
+    their files), or with ``lines`` (stderr not a terminal) plain lines every ~10 s
+    (:class:`kbcli.progress.ProgressLines`), else None (``--quiet``)."""
     if not enabled:
-        yield None
+        if lines:
+            from .progress import ProgressLines
+
+            yield ProgressLines()
+        else:
+            yield None
         return
     from rich.progress import (
         BarColumn,
@@ -663,19 +688,23 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
     )
 
     bar = Progress(
-        TextColumn("Indexing"),
+        TextColumn("{task.fields[label]}"),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
-        TextColumn("files"),
+        TextColumn("{task.fields[unit]}"),
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
         TextColumn("{task.description}"),
         console=_console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("looking for files…", total=None, rate="")
+    task = bar.add_task("looking for files…", total=None, rate="", unit="files", label="Indexing")
 
-    def update(path: str, done: int, total: int) -> None:
+    def update(path: str, done: int, total: int, unit: str = "files") -> None:
+        nonlocal task
+        if bar.tasks and bar.tasks[0].fields.get("unit") != unit:
+            bar.remove_task(task)
+            task = bar.add_task("", total=total, rate="", unit=unit, label="Embedding")
         speed = bar.tasks[0].speed if bar.tasks else None
         rate = f"{speed:.1f}/s" if speed else ""
         bar.update(
@@ -727,6 +756,14 @@ def ingest_summary(report: Any) -> list[str]:
         f"{relabelled}{report.unchanged} unchanged; {report.chunks_added} "
         f"chunk{_s(report.chunks_added)} added, {report.chunks_removed} removed."
     ]
+    filled, waiting = getattr(report, "vectors_added", 0), getattr(report, "vectors_missing", 0)
+    if filled:
+        lines.append(f"Embedded {filled} chunk{_s(filled)} after their files were written.")
+    if waiting:
+        lines.append(
+            f"{waiting} chunk{_s(waiting)} still without a vector: keyword search finds them; "
+            "the next kb ingest embeds them."
+        )
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{_s(rebuilt)}.")

@@ -554,7 +554,11 @@ def sync(
                 report.rebuilt = _rebuild_index(kb)
                 records = store.file_records()
             settings = chunk_settings(kb)
-            kb.ingestor._check_embedder()
+            info = kb.ingestor._check_embedder()
+            if store.embedder_info is None:
+                from .embedders.resolve import remember_choice
+
+                remember_choice(store, info)
             total = len(found.files)
             pending = _PendingWrites(kb, report)
             reading = _Reading(_max_bytes(kb), follow_symlinks)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..errors import require
+from ..errors import EmbedderError, require
 from .base import BaseEmbedder
 
 MODEL_NAME = "multilingual-e5-small"
@@ -42,7 +42,10 @@ class E5Embedder(BaseEmbedder):
 
     def __init__(self, model: str | None = None, batch_size: int = 32):
         if model not in (None, "", "default", MODEL_NAME):
-            raise ValueError(f"The e5 embedder has one model, {MODEL_NAME}; got {model!r}")
+            raise EmbedderError(
+                f"The e5 embedder has one model, {MODEL_NAME}, not {model!r}: drop "
+                "rag.embedding.model"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self._model = load_e5()

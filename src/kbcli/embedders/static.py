@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import require
+from ..errors import EmbedderError, require
 from .base import BaseEmbedder
 
 DIMENSIONS = 256
@@ -190,7 +190,10 @@ class StaticEmbedder(BaseEmbedder):
 
     def __init__(self, model: str | None = None, batch_size: int = 256, dims: int = DIMENSIONS):
         if model not in (None, "", "default", MODEL_NAME, f"{MODEL_NAME}-{dims}"):
-            raise ValueError(f"The static embedder has one model, {MODEL_NAME}; got {model!r}")
+            raise EmbedderError(
+                f"The static embedder has one model, {MODEL_NAME}, not {model!r}: drop "
+                "rag.embedding.model"
+            )
         tokenizers = require("tokenizers", extra="local", feature="The static embedder")
         self._table, tokenizer_path = load_table(dims)
         self._tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_path))
