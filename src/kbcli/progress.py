@@ -33,11 +33,11 @@ class ProgressLines:
     def __init__(
         self,
         stream: IO[str] | None = None,
-        every: float = EVERY,
+        every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.stream = stream
-        self.every = every
+        self.every = EVERY if every is None else every
         self.clock = clock
         self.unit: str | None = None
         self.started = self.last = 0.0
