@@ -5,7 +5,6 @@ terminal, and the fusion rules (issue 32). Real SQLite files, the real offline M
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
