@@ -4,6 +4,8 @@ collection and embedder, then fusion rules, relevance floors and embedders compa
     python benchmarks/semantic_study.py routes --sets tldr manpages --embedders minilm static
     python benchmarks/semantic_study.py fusion                  # every variant, every set
     python benchmarks/semantic_study.py floors                  # nonsense vs relevant scores
+    python benchmarks/semantic_study.py table --embedders simple minilm static e5
+                                        # -> benchmarks/semantic-study.md, in docs/quality.md
 
 ``routes`` indexes each collection through ``kb eval``'s ingest path into
 ``--db-dir/<set>-<embedder>.db`` (kept: its embedding cache makes a second run cheap), then
@@ -261,7 +263,7 @@ def load_routes(cache: Path, name: str, embedder: str) -> dict[str, Any] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("routes", "fusion", "floors"))
+    parser.add_argument("stage", choices=("routes", "fusion", "floors", "table"))
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--embedders", nargs="*", default=["minilm"])
