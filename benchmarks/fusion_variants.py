@@ -558,6 +558,29 @@ def table(args: Any) -> str:
                 f"{len(best)} | {leave_one_out(best):.0%} | "
                 f"{silent}/{len(unrelated)} | {nofloor:.3f} → {after:.3f} |"
             )
+    from semantic_study import CHECK
+
+    if CHECK.exists():
+        checked = json.loads(CHECK.read_text())
+        lines += [
+            "",
+            "The real path, `kbcli.evaluation.evaluate` on the same indexes",
+            "(`semantic_study.py check`: 200-chunk pools per route instead of the replay's 100,",
+            "the floors each index calibrated; latency per query, ms, with the 1-minute load",
+            "average):",
+            "",
+            "| set | embedder | mode | nDCG@10 | hit@1 | hit@3 | MRR@10 | latency mean / p95 "
+            "| load |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for key, r in checked.items():
+            name, embedder, mode = key.split("|")
+            lat = r["latency_ms"]
+            lines.append(
+                f"| {name} | {embedder} | {mode} | {r['ndcg@10']:.3f} | {r['hit@1']:.3f} | "
+                f"{r['hit@3']:.3f} | {r['mrr@10']:.3f} | {lat['mean']:.0f} / {lat['p95']:.0f} "
+                f"| {r['load']:.1f} |"
+            )
     lines += [
         "",
         "Relevance floors per index and embedder (`kbcli.calibration`; gate = best nonsense",

@@ -253,6 +253,36 @@ def routes(data: Path, name: str, embedder: str, db_dir: Path, cache: Path) -> P
     return out
 
 
+CHECK = ROOT / "benchmarks" / "semantic-check.json"
+
+
+def check(args: Any) -> None:
+    """The real path: ``kbcli.evaluation.evaluate`` (200-chunk pools, the index's own floors)
+    on the indexes ``routes`` built, in every mode, into :data:`CHECK`."""
+    from kbcli.config import Config
+    from kbcli.evaluation import evaluate
+
+    out = json.loads(CHECK.read_text()) if CHECK.exists() else {}
+    for name in args.sets:
+        for embedder in args.embedders:
+            db = args.db_dir / f"{name}-{embedder}.db"
+            if not db.exists():
+                continue
+            model = Primed(make_embedder(embedder))
+            for mode in ("keyword", "semantic", "hybrid"):
+                started = time.perf_counter()
+                r = evaluate(set_dir(args.data, name), split=SETS[name], mode=mode, db=db,
+                             embedder=model, config=Config())  # fmt: skip
+                out[f"{name}|{embedder}|{mode}"] = {
+                    **{k: r[k] for k in ("ndcg@10", "hit@1", "hit@3", "mrr@10")},
+                    "latency_ms": r["latency_ms"],
+                    "seconds": round(time.perf_counter() - started, 1),
+                    "load": round(os.getloadavg()[0], 2),
+                }
+                print(name, embedder, mode, out[f"{name}|{embedder}|{mode}"], flush=True)
+                CHECK.write_text(json.dumps(out, indent=1, sort_keys=True))
+
+
 def load_routes(cache: Path, name: str, embedder: str) -> dict[str, Any] | None:
     path = cache / f"{name}-{embedder}.json.gz"
     if not path.exists():
@@ -263,7 +293,7 @@ def load_routes(cache: Path, name: str, embedder: str) -> dict[str, Any] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("stage", choices=("routes", "fusion", "floors", "table"))
+    parser.add_argument("stage", choices=("routes", "fusion", "floors", "table", "check"))
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--embedders", nargs="*", default=["minilm"])
@@ -277,6 +307,9 @@ def main() -> None:
         for name in args.sets:
             for embedder in args.embedders:
                 routes(args.data, name, embedder, args.db_dir, args.cache)
+        return
+    if args.stage == "check":
+        check(args)
         return
     from fusion_variants import run_stage
 

@@ -189,7 +189,8 @@ class StaticEmbedder(BaseEmbedder):
     alpha = 0.3
 
     def __init__(self, model: str | None = None, batch_size: int = 256, dims: int = DIMENSIONS):
-        if model not in (None, "", "default", MODEL_NAME, f"{MODEL_NAME}-{dims}"):
+        name = f"{MODEL_NAME}-{dims}-v{VERSION}"  # a new recipe is a new model: --rebuild
+        if model not in (None, "", "default", MODEL_NAME, name):
             raise EmbedderError(
                 f"The static embedder has one model, {MODEL_NAME}, not {model!r}: drop "
                 "rag.embedding.model"
@@ -201,7 +202,7 @@ class StaticEmbedder(BaseEmbedder):
         self._tokenizer.no_truncation()
         self.batch_size = batch_size
         self.dimension = int(self._table.shape[1])
-        self.model = f"{MODEL_NAME}-{self.dimension}"
+        self.model = name
 
     def __repr__(self) -> str:
         return f"StaticEmbedder(model={self.model!r})"
