@@ -303,3 +303,13 @@ def test_the_e5_embedder_puts_chinese_questions_near_their_answer():
     near, far = e5.embed_documents(["重置密码：打开设置，选择安全", "今天天气很好"])
     assert sum(a * b for a, b in zip(q, near)) > sum(a * b for a, b in zip(q, far))
     assert e5.languages == frozenset({"multilingual"})
+
+
+def test_no_note_on_every_search_of_an_index_built_with_the_local_model(tmp_path):
+    local_model()
+    docs = write_docs(tmp_path / "docs")
+    db = str(tmp_path / "kb.db")
+    assert run("--db", db, "ingest", str(docs), "--embedder", "local").exit_code == 0
+    for _ in range(2):
+        found = run("--db", db, "search", "reset password")
+        assert found.exit_code == 0 and found.stderr == "", found.stderr

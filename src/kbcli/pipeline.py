@@ -37,8 +37,9 @@ class LazyEmbedder:
     With no provider named in the configuration, an index that already records an embedder
     keeps using that one (an API key appearing in the environment later must not switch it);
     otherwise the choice is automatic. ``on_note`` receives a one-line note when the choice was
-    automatic and the index records no embedder yet (its first ingest); using the index's own
-    embedder says nothing.
+    automatic and the index records no embedder yet (its first ingest), or when an API key in
+    the environment would now choose another embedder than the one the index keeps; an index
+    built with a local embedder and no key says nothing.
     """
 
     def __init__(
@@ -63,9 +64,14 @@ class LazyEmbedder:
             recorded = self._recorded() if self._recorded is not None else None
             if recorded is not None and not config.rag.embedding.provider_set:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None
-                # No note: the index's own embedder is the expected one, and a note here came
-                # out on every search (kb stats, kb config and --explain name it).
-                embedder, note = choose_embedder(config, recorded.provider, model)[0], None
+                embedder, _ = choose_embedder(config, recorded.provider, model)
+                note = None
+                automatic = _automatic_provider()
+                if automatic != recorded.provider and automatic != "simple":
+                    # Only when an API key now in the environment would choose another
+                    # embedder; an index built with local, static or e5 and no key says
+                    # nothing (that note came out on every search).
+                    note = f"Using {recorded.describe()}, the embedder this index was built with"
             else:
                 embedder, note = choose_embedder(config)
             if note and self._on_note:
