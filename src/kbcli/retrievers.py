@@ -497,8 +497,12 @@ def fuse(
                     hit.explain["keyword_first"] = True
             if doc_id == named:
                 hit.explain["named"] = True
-            if floor is not None:
+            if floor is not None and math.isfinite(floor):
                 hit.explain["floor"] = floor
+            elif floor is not None:
+                hit.explain["dense_only"] = (
+                    "none kept (nonsense, or a dense route not trusted for this query)"
+                )
     return results
 
 
