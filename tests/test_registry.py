@@ -15,7 +15,8 @@ from kbcli.errors import InvalidOptionError
 
 
 def test_registered_names():
-    assert list(registry.EMBEDDERS) == ["simple", "openai", "gemini", "local"]
+    assert list(registry.EMBEDDERS) == ["simple", "openai", "gemini", "local", "static", "e5"]
+    assert list(registry.EMBEDDER_NOTES) == list(registry.EMBEDDERS)
 
 
 @pytest.mark.parametrize("name", list(registry.EMBEDDERS))

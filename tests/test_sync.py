@@ -16,7 +16,8 @@ from kbcli.sync import discover, ingest_lock, parse_extensions, sync
 
 
 class CountingEmbedder(SimpleEmbedder):
-    """The simple embedder, counting how many texts it was asked to embed."""
+    """The simple embedder, counting how many passages it was asked to embed (queries, such
+    as the relevance floor's probes after an ingest, are not counted)."""
 
     def __init__(self, dim: int = 64):
         super().__init__(dim)
@@ -25,6 +26,9 @@ class CountingEmbedder(SimpleEmbedder):
     def _embed_batch(self, texts):
         self.embedded += len(texts)
         return super()._embed_batch(texts)
+
+    def embed_query(self, text):
+        return SimpleEmbedder._embed_batch(self, [text])[0]
 
 
 def make_tree(root: Path, n: int = 5) -> list[Path]:

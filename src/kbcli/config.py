@@ -2,7 +2,8 @@
 
 Lookup order for the file: the explicit path, ``$KB_CONFIG``, ``./jianmu.yaml``, then the user
 config dir (``$XDG_CONFIG_HOME/kbcli/jianmu.yaml``, default ``~/.config/kbcli/jianmu.yaml``).
-No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db``.
+No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db`` and
+``$KB_EMBEDDER`` overrides ``rag.embedding.provider`` (:func:`with_embedder`).
 
 A ``./jianmu.yaml`` found by the lookup (not named by ``--config`` or ``$KB_CONFIG``) may come
 with a folder the user did not write: when it sets a class path, a server URL, a locally run
@@ -26,6 +27,7 @@ from .config_parse import (
     parse_evidence_budget,
     read_file,
     target_store_config,
+    with_embedder,
     with_store,
 )
 from .config_schema import (
@@ -112,6 +114,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, check_trust: bool
     env_db = os.environ.get("KB_DB")
     if env_db:
         config = replace(config, paths=PathsConfig(knowledge_db=Path(env_db).expanduser()))
+    env_embedder = os.environ.get("KB_EMBEDDER", "").strip()
+    if env_embedder:
+        config = with_embedder(config, env_embedder, origin="KB_EMBEDDER")
     return config
 
 
@@ -153,5 +158,5 @@ __all__ = [
     "RerankConfig", "RewriteConfig", "StoreConfig", "default_db_path", "find_config_file",
     "get_config", "load_config", "locate_config", "parse_evidence_budget", "read_file",
     "reset_config_cache", "target_store_config", "use_config_file", "user_config_dir",
-    "user_data_dir", "with_store",
+    "user_data_dir", "with_embedder", "with_store",
 ]  # fmt: skip

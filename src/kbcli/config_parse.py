@@ -294,6 +294,32 @@ def _store_config(r: _Reader, data: dict[str, Any]) -> StoreConfig:
     return StoreConfig(backend, settings)
 
 
+def with_embedder(config: Config, name: str, origin: str = "--embedder") -> Config:
+    """``config`` with ``rag.embedding.provider`` set to ``name`` (``kb ingest --embedder``,
+    ``$KB_EMBEDDER``): a registered name or a ``package.module:Class`` path. The file's
+    ``model``, ``base_url`` and ``dimensions`` are kept only when it named the same provider
+    (they belong to the provider the file names)."""
+    chosen = name.strip()
+    if not is_class_path(chosen):
+        chosen = chosen.lower()
+        if chosen not in EMBEDDING_PROVIDERS:
+            raise ConfigError(
+                f"Unknown embedder {name!r} (from {origin}): choose from "
+                f"{', '.join(EMBEDDING_PROVIDERS)}, or give a class path as 'package.module:Class'"
+            )
+    emb = config.rag.embedding
+    same = emb.provider_set and emb.provider == chosen
+    fresh = replace(
+        emb,
+        provider=chosen,
+        provider_set=chosen != "auto",
+        model=emb.model if same else None,
+        base_url=emb.base_url if same else None,
+        dimensions=emb.dimensions if same else None,
+    )
+    return replace(config, rag=replace(config.rag, embedding=fresh))
+
+
 def with_store(config: Config, backend: str) -> Config:
     """``config`` with ``store.backend`` set to ``backend`` (``kb --store``): its settings are
     kept when it is the configured backend, else the new backend's defaults apply."""

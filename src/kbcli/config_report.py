@@ -92,6 +92,10 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
         if f.name == "provider_set":
             continue
         value = getattr(emb, f.name)
+        if f.name == "provider" and os.environ.get("KB_EMBEDDER", "").strip():
+            rows.append({"key": "rag.embedding.provider", "value": value,
+                         "origin": "$KB_EMBEDDER"})  # fmt: skip
+            continue
         if f.name == "provider" and not emb.provider_set:
             from .lazy_embedder import automatic_provider
 
@@ -100,6 +104,11 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
                                    "(an index keeps the embedder it was built with)"})  # fmt: skip
             continue
         add(f"rag.embedding.{f.name}", value)
+    from .registry import EMBEDDER_NOTES
+
+    rows.append({"key": "embedders", "value": ", ".join(EMBEDDER_NOTES),
+                 "origin": "choose: kb ingest --embedder NAME, $KB_EMBEDDER or "
+                           "rag.embedding.provider"})  # fmt: skip
     add("rag.chunker", config.rag.chunker)
     add("store.backend", config.store.backend)
     for key, value in sorted(config.store.settings.items()):

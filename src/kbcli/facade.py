@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .ingest_pipeline import Chunker, IngestPipeline, Loader, new_id
-from .lazy_embedder import LazyEmbedder
+from .lazy_embedder import LazyEmbedder, remembered
 from .protocols import (
     DocumentCatalog,
     EmbedderProtocol,
@@ -101,7 +101,11 @@ class BaseKnowledgeBase:
             )
         embedder = overrides.get("embedder")
         if embedder is None:
-            recorded = (lambda: store.embedder_info) if supports(store, DocumentCatalog) else None
+            recorded = (
+                (lambda: store.embedder_info or remembered(store))
+                if supports(store, DocumentCatalog)
+                else None
+            )
             embedder = LazyEmbedder(config, overrides.get("on_note"), recorded)
         retriever = overrides.get("retriever") or HybridRetriever(
             store,

@@ -21,8 +21,9 @@ class LazyEmbedder:
     With no provider named in the configuration, an index that already records an embedder
     keeps using that one (an API key appearing in the environment later must not switch it);
     otherwise the choice is automatic. ``on_note`` receives a one-line note when the choice was
-    automatic and the index records no embedder yet (its first ingest), or when the index keeps
-    its recorded embedder although the automatic choice would now be another one.
+    automatic and the index records no embedder yet (its first ingest), or when an API key in
+    the environment would now choose another embedder than the one the index keeps; an index
+    built with a local embedder and no key says nothing.
     """
 
     def __init__(
@@ -49,8 +50,11 @@ class LazyEmbedder:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None
                 embedder, _ = choose_embedder(config, recorded.provider, model)
                 note = None
-                if automatic_provider() != recorded.provider:
-                    # Only worth saying when the automatic choice would now be another one.
+                automatic = automatic_provider()
+                if automatic != recorded.provider and automatic != "simple":
+                    # Only when an API key now in the environment would choose another
+                    # embedder; an index built with local, static or e5 and no key says
+                    # nothing (that note came out on every search).
                     note = f"Using {recorded.describe()}, the embedder this index was built with"
             else:
                 embedder, note = choose_embedder(config)
@@ -86,6 +90,18 @@ class LazyEmbedder:
     def languages(self) -> frozenset[str] | None:
         """The languages the resolved embedder knows (None: any)."""
         return getattr(self.resolved, "languages", None)
+
+    @property
+    def alpha(self) -> float | None:
+        """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
+        return getattr(self.resolved, "alpha", None)
+
+
+def remembered(store: Any) -> EmbedderInfo | None:
+    """The embedder an ingest chose for ``store`` before storing any vector."""
+    from .embedders.resolve import remembered_choice
+
+    return remembered_choice(store)
 
 
 def automatic_provider() -> str:

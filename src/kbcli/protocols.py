@@ -11,7 +11,7 @@ else a store can do; code outside ``stores/`` only talks to a store through thes
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -448,6 +448,21 @@ class EmbeddingCache(Protocol):
 
     def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
         """Remember ``vectors`` (text -> vector) for ``info``'s embedder."""
+        ...
+
+
+@runtime_checkable
+class VectorWriter(Protocol):
+    """A store that can give chunks already in it their vectors, alone: ``kb ingest`` writes
+    a file's chunks first (keyword search finds them at once) and their vectors after."""
+
+    def set_vectors(
+        self, vectors: Mapping[str, Sequence[float]], *, embedder: EmbedderInfo | None = None
+    ) -> int:
+        """Store ``vectors`` (chunk id -> vector) for chunks in the index, in one transaction,
+        leaving their text, metadata and keyword postings as they are; ids not in the index
+        are skipped. ``embedder`` is recorded (or checked) as by ``add``. Returns how many
+        chunks got a vector."""
         ...
 
 

@@ -7,10 +7,11 @@ import warnings
 from typing import Any, Protocol, runtime_checkable
 
 from .analysis import Analyzer, has_cjk
+from .calibration import Floors, dense_cutoff
 from .errors import InvalidOptionError
 from .filters import matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
-from .scoring import keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
+from .scoring import below_floor, keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
@@ -150,13 +151,21 @@ class HybridRetriever:
     *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
     whose ``languages`` do not include the query's script, see :meth:`weak_for`)
     :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
-    near-ties and fills up; otherwise the constructor's ``alpha``, else ``options.alpha``
+    near-ties and fills up; otherwise the embedder's own ``alpha`` when it declares one (the
+    static embedder: 0.3, measured), else the constructor's ``alpha``, else ``options.alpha``
     (``limits.rerank_alpha`` from the configuration).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
     With a weak embedder a query none of whose words occurs in the index returns no hits in
     hybrid and semantic mode (its vectors match spelling, so they would fill the page with
-    noise); a real embedder's semantic route answers as usual.
+    noise). Dense hits are held to the index's relevance floors for the embedder
+    (:mod:`kbcli.calibration`, learned at ingest from nonsense queries,
+    :func:`~kbcli.calibration.dense_cutoff`): a query that reaches no better dense score than
+    nonsense does and whose words the keyword route does not find gets no hits, and a document
+    only the dense route found is dropped under the hit floor (keyword hits always stay), so
+    short lists are not filled up with look-alikes. A keyword hit whose title is the query (a
+    command name, a file named after it) ranks first in hybrid mode: the keyword route is sure
+    there, and dense vectors of one short word are not (see :func:`fuse`, docs/quality.md).
 
     After fusion, chunks with identical text collapse to the best one (``options.dedupe``) and
     ``options.mmr`` re-orders the candidate pool for diversity (see :mod:`kbcli.diversity`).
@@ -213,6 +222,9 @@ class HybridRetriever:
             return _alpha(options)
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
+        hint = getattr(self.embedder, "alpha", None)
+        if isinstance(hint, (int, float)):
+            return float(hint)  # the embedder's own measured weight (the static embedder's)
         return self.alpha if self.alpha is not None else _alpha(options)
 
     def search(
@@ -230,7 +242,25 @@ class HybridRetriever:
         elif options.mode == "semantic":
             if self._nothing_matches(query, options):
                 return []
-            hits = self._label(self.dense.search(query, fetch, options), "dense", options)
+            found = self.dense.search(query, fetch, options)
+            floor = None
+            if not self.weak_embedder:  # a weak one's semantic mode is gated by words (above)
+                best = found[0].score if found else 0.0
+                floors = self.relevance_floors()
+                floor = dense_cutoff(
+                    floors,
+                    best,
+                    floors is not None
+                    and best < floors.floor
+                    and self.keyword.available
+                    and bool(self.keyword.search(query, 1, options)),
+                    self.weak_for(query),
+                )
+            hits = [h for h in found if floor is None or h.score >= floor]
+            hits = self._label(hits, "dense", options)
+            if options.explain and floor is not None:
+                for hit in hits:
+                    hit.explain["floor"] = floor  # type: ignore[index]
         else:
             pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
             if not self.keyword.available:
@@ -251,12 +281,59 @@ class HybridRetriever:
             else:
                 dense_hits = self.dense.search(query, pool, options)
             alpha = self.effective_alpha(options, query)
-            hits = fuse(keyword_hits, dense_hits, fetch, options, alpha, keyword_first=weak)
-            if options.explain and weak and options.fusion == "weighted":
-                note = self.keyword_first_reason(query, options)
+            hits = fuse(
+                keyword_hits,
+                dense_hits,
+                fetch,
+                options,
+                alpha,
+                keyword_first=weak,
+                floor=dense_cutoff(
+                    self.relevance_floors() if dense_hits else None,
+                    max((h.score for h in dense_hits), default=0.0),
+                    bool(keyword_hits),
+                    weak,
+                ),
+                named=self.named_hit(query, keyword_hits),
+            )
+            if options.explain:
+                notes = {}
+                if weak and options.fusion == "weighted":
+                    notes["alpha_note"] = self.keyword_first_reason(query, options)
+                coverage = self.vector_coverage()
+                if coverage:
+                    notes["dense_note"] = coverage
                 for hit in hits:
-                    hit.explain["alpha_note"] = note  # type: ignore[index]
+                    hit.explain.update(notes)  # type: ignore[union-attr]
         return self._finish(hits, k, options)
+
+    def relevance_floors(self) -> Floors | None:
+        """The index's calibrated floors for this embedder's dense scores (None: the store
+        keeps no index metadata, or no ingest has calibrated them yet)."""
+        if not supports(self.store, DocumentCatalog):
+            return None
+        from .calibration import stored_floors
+        from .embedders.base import embedder_info
+
+        return stored_floors(self.store, embedder_info(self.embedder))
+
+    def named_hit(self, query: str, keyword_hits: list[SearchResult]) -> str | None:
+        """:func:`named_hit` with this retriever's analyzer."""
+        return named_hit(query, keyword_hits, self.keyword.analyzer)
+
+    def vector_coverage(self) -> str | None:
+        """For ``--explain``: how many chunks the dense route can see, when some still lack
+        vectors (an ingest fills them in; keyword search has them all already)."""
+        if not supports(self.store, DocumentCatalog):
+            return None
+        stats = self.store.stats()
+        chunks, vectors = stats.get("chunks"), stats.get("vectors")
+        if not isinstance(chunks, int) or not isinstance(vectors, int) or vectors >= chunks:
+            return None
+        return (
+            f"the dense route saw {vectors:,} of {chunks:,} chunks: the others have no vector "
+            "yet (kb ingest fills them in)"
+        )
 
     def keyword_first_reason(self, query: str, options: SearchOptions) -> str:
         """Why weighted fusion ranks ``query`` keyword-first with a tiny alpha (what
@@ -345,6 +422,20 @@ class HybridRetriever:
         return hits
 
 
+def named_hit(query: str, keyword_hits: list[SearchResult], analyzer: Analyzer) -> str | None:
+    """The id of the best keyword hit whose document's ``title`` has exactly the query's
+    terms, e.g. the page titled ``tar`` for the query "tar" (which BM25 may rank below
+    ``git-get-tar-commit-id``); None when there is none."""
+    terms = set(analyzer.query_counts(query))
+    if not terms:
+        return None
+    for hit in keyword_hits:
+        title = hit.document.metadata.get("title")
+        if isinstance(title, str) and set(analyzer.query_counts(title)) == terms:
+            return hit.document.id
+    return None
+
+
 def fuse(
     keyword_hits: list[SearchResult],
     dense_hits: list[SearchResult],
@@ -353,13 +444,18 @@ def fuse(
     default_alpha: float,
     *,
     keyword_first: bool = False,
+    floor: float | None = None,
+    named: str | None = None,
 ) -> list[SearchResult]:
     """Combine two ranked lists as ``options.fusion`` says; ties broken by document id.
 
     ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
     dense route) uses :func:`~kbcli.scoring.keyword_first_fusion` instead of min-max for the
-    keyword side. With ``options.explain`` each hit records each route's rank and raw score
-    (None when that route missed it), the fused score, the fusion and (weighted) the alpha.
+    keyword side. ``floor``: documents only the dense route found with a score under it are
+    dropped after fusion (:func:`~kbcli.scoring.below_floor`). ``named``: the id of a keyword
+    hit whose title is the query; it comes first (scored as the best fused score).
+    With ``options.explain`` each hit records each route's rank and raw score (None when that
+    route missed it), the fused score, the fusion and (weighted) the alpha.
     """
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
@@ -373,8 +469,20 @@ def fuse(
         fused = keyword_first_fusion(dense_scores, keyword_scores, alpha)
     else:
         fused = weighted_fusion(dense_scores, keyword_scores, alpha)
+    for doc_id in below_floor(dense_scores, keyword_scores, floor):
+        del fused[doc_id]
+    if named is not None and named in fused:
+        fused[named] = max(fused.values())
     tie_break = min_max(dense_scores) if keyword_first and options.fusion != "rrf" else {}
-    best = sorted(fused.items(), key=lambda item: (-item[1], -tie_break.get(item[0], 0.0), item[0]))
+    best = sorted(
+        fused.items(),
+        key=lambda item: (
+            item[0] != named,
+            -item[1],
+            -tie_break.get(item[0], 0.0),
+            item[0],
+        ),
+    )
     best = best[:k]
     results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
     if options.explain:
@@ -396,6 +504,14 @@ def fuse(
                 hit.explain["alpha"] = alpha
                 if keyword_first:
                     hit.explain["keyword_first"] = True
+            if doc_id == named:
+                hit.explain["named"] = True
+            if floor is not None and math.isfinite(floor):
+                hit.explain["floor"] = floor
+            elif floor is not None:
+                hit.explain["dense_only"] = (
+                    "none kept (nonsense, or a dense route not trusted for this query)"
+                )
     return results
 
 

@@ -66,3 +66,14 @@ def rrf_fusion(*rankings: list[str], k: int = RRF_K) -> dict[str, float]:
         for rank, key in enumerate(ranking, start=1):
             fused[key] = fused.get(key, 0.0) + 1.0 / (k + rank)
     return fused
+
+
+def below_floor(
+    dense: Mapping[str, float], keyword: Mapping[str, float], floor: float | None
+) -> set[str]:
+    """The documents only the dense route found whose score is under ``floor`` (the index's
+    calibrated relevance floor, :mod:`kbcli.calibration`): look-alikes, not hits. Dropped
+    after fusion, so both routes are still normalised over their whole pool."""
+    if floor is None:
+        return set()
+    return {key for key, value in dense.items() if key not in keyword and value < floor}

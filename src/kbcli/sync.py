@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .calibration import calibrate_index, has_floor
 from .crashpoints import crash_point
 from .errors import (
     InvalidOptionError,
@@ -50,7 +51,7 @@ from .errors import (
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import source_name, source_path
-from .protocols import DocumentCatalog, FileLedger, supports
+from .protocols import DocumentCatalog, FileLedger, VectorWriter, supports
 from .signals import stop_if_terminated
 from .types import FileRecord
 
@@ -69,6 +70,8 @@ CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a l
 # every file in it at its previous version.
 WRITE_BATCH_FILES = 64
 WRITE_BATCH_CHUNKS = 4000
+# Chunks embedded and stored per transaction when vectors are filled in after the writes.
+FILL_BATCH = 256
 SLOWEST_FILES = 5  # per-file times kept in the report (kb ingest --json "slowest")
 
 Progress = Callable[[str, int, int], None]
@@ -110,6 +113,8 @@ class SyncReport:
     # completed; see :meth:`timed`), plus "ocr_pages" and "ocr_seconds_per_page" for a file
     # with recognised pages.
     slowest: list[dict[str, Any]] = field(default_factory=list)
+    vectors_added: int = 0  # chunks embedded (or taken from the cache) after their file's write
+    vectors_missing: int = 0  # chunks still without a vector when the run ended
 
     def __post_init__(self) -> None:
         self._ocr: dict[str, dict[str, Any]] = {}  # path -> its OCR figures, until timed
@@ -494,6 +499,7 @@ def sync(
     progress: Progress | None = None,
     follow_symlinks: bool = False,
     allow_mass_delete: bool = False,
+    vector_progress: Callable[[int, int], None] | None = None,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
@@ -508,6 +514,12 @@ def sync(
     ``follow_symlinks`` follows links that stay inside their root (see :func:`discover`).
     An interrupt (Ctrl-C, or SIGTERM within :func:`kbcli.signals.interrupt_on_termination`)
     raises :class:`SyncInterrupted` once the files prepared so far are written.
+
+    Files are written before their new chunks are embedded, so keyword search finds a file
+    as soon as it is written; then the chunks still lacking vectors (this run's and any an
+    earlier, interrupted run left) are embedded and stored (:func:`fill_vectors`;
+    ``vector_progress(done, total)`` counts them), and the index's relevance floor is
+    calibrated again (:func:`kbcli.calibration.calibrate_index`).
     """
     started = time.monotonic()
     store = kb.store
@@ -543,7 +555,11 @@ def sync(
                 report.rebuilt = _rebuild_index(kb)
                 records = store.file_records()
             settings = chunk_settings(kb)
-            kb.ingestor._check_embedder()
+            info = kb.ingestor._check_embedder()
+            if store.embedder_info is None:
+                from .embedders.resolve import remember_choice
+
+                remember_choice(store, info)
             total = len(found.files)
             pending = _PendingWrites(kb, report)
             reading = _Reading(_max_bytes(kb), follow_symlinks)
@@ -569,11 +585,11 @@ def sync(
                     if done % CHECKPOINT_EVERY == 0:
                         pending.flush()
                         store.checkpoint()
-                pending.flush(final=True)
+                pending.flush()
             except KeyboardInterrupt:
-                # Keep what was prepared: embed the partial batch still waiting (one request; a
-                # second Ctrl-C stops that too) and write those files, each whole.
-                pending.flush(final=True)
+                # Keep what was prepared: write those files, each whole (their vectors, if
+                # not known yet, are filled by the next run).
+                pending.flush()
                 store.checkpoint()
                 raise
             for source in going:
@@ -583,8 +599,17 @@ def sync(
             report.missing = len(gone) if prune is False else 0
             store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
             store.checkpoint()
-            if report.chunks_added or report.chunks_removed or report.rebuilt:
+            changed = bool(report.chunks_added or report.chunks_removed or report.rebuilt)
+            if changed:
+                store.prepare_search()  # keyword search at full speed while vectors fill in
+            try:
+                fill_vectors(kb, report, list(pending.lacking), vector_progress)
+            finally:
+                store.checkpoint()
+            if report.vectors_added:
                 store.prepare_search()
+            if changed or report.vectors_added or not has_floor(kb):
+                calibrate_index(kb)
     report.seconds = time.monotonic() - started
     return report
 
@@ -662,12 +687,12 @@ def _root_reason(exc: BaseException) -> str:
 
 
 class _PendingWrites:
-    """Prepared files waiting for their vectors and their write.
+    """Prepared files waiting for their write, one transaction per group, each file whole.
 
-    Texts are embedded in full batches of the embedder's ``batch_size`` across file
-    boundaries (301 chunks in 31 files: 5 requests at 64, not 31), and files whose vectors
-    are all there are written in one transaction per group, each file still whole. Texts the
-    embedding cache already knows are never sent.
+    Files are written with the vectors already known (the embedding cache: unchanged chunk
+    texts, renamed files; a relabelled file's own) and nothing is embedded here: a chunk
+    without a vector is searchable by keyword from the moment its file is written, and
+    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one).
     """
 
     def __init__(self, kb: Any, report: SyncReport):
@@ -678,8 +703,7 @@ class _PendingWrites:
         # float32 arrays, as every store keeps them: a 64-d vector as a list of floats costs
         # ~2.1 KB against ~0.3 KB, and a big file's vectors are all held until its write.
         self.vectors: dict[str, array] = {}
-        self.waiting: dict[str, None] = {}  # texts to embed, in order
-        self.batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
+        self.lacking: dict[str, None] = {}  # sources written with chunks still lacking vectors
 
     def add(
         self,
@@ -696,42 +720,23 @@ class _PendingWrites:
         self.chunks += len(docs)
         texts = [d.text for d in docs if d.text not in self.vectors]
         self._keep(self.kb.ingestor.cached_vectors(texts).items())
-        for text in texts:
-            if text not in self.vectors:
-                self.waiting[text] = None
-        full = len(self.waiting) // self.batch * self.batch
-        if full:
-            self._embed(full)
-        if self.chunks >= WRITE_BATCH_CHUNKS:
-            # a big file: write it now (its partial batch embedded too), not with the next
-            # files, so its vectors are not held longer and its time is its own
-            self.flush(final=True)
-        elif len(self.items) >= WRITE_BATCH_FILES:
+        if self.chunks >= WRITE_BATCH_CHUNKS or len(self.items) >= WRITE_BATCH_FILES:
             self.flush()
 
     def _keep(self, pairs: Iterable[tuple[str, Sequence[float]]]) -> None:
         self.vectors.update((text, array("f", v)) for text, v in pairs)
 
-    def _embed(self, n: int) -> None:
-        texts = list(self.waiting)[:n]
-        fresh = self.kb.embedder.embed_documents(texts)
-        crash_point("after-embed")
-        self._keep(zip(texts, fresh))
-        for text in texts:
-            del self.waiting[text]
-
-    def flush(self, *, final: bool = False) -> None:
-        """Write the files whose vectors are all known (``final``: embed the rest first)."""
-        if final and self.waiting:
-            self._embed(len(self.waiting))
-        ready = [item for item in self.items if all(d.text in self.vectors for d in item[1])]
-        if not ready:
+    def flush(self) -> None:
+        """Write every queued file."""
+        if not self.items:
             return
         store, report = self.kb.store, self.report
         info = _embedder_info(self.kb)
         with store.transaction():
-            removed = [self._write(record, docs, info) for record, docs, _ in ready]
-        for (_, docs, is_new), gone in zip(ready, removed):
+            removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+        for (record, docs, is_new), gone in zip(self.items, removed):
+            if any(d.text not in self.vectors for d in docs):
+                self.lacking[record.path] = None
             if is_new is None:
                 report.metadata_updated += 1
                 continue
@@ -741,29 +746,115 @@ class _PendingWrites:
                 report.added += 1
             else:
                 report.updated += 1
-        written = {id(item) for item in ready}
-        self.items = [item for item in self.items if id(item) not in written]
-        self.chunks = sum(len(docs) for _, docs, _ in self.items)
-        needed = {d.text for _, docs, _ in self.items for d in docs}
-        self.vectors = {t: v for t, v in self.vectors.items() if t in needed}
+        self.items, self.chunks, self.vectors = [], 0, {}
 
     def _write(self, record: FileRecord, docs: list, info: Any) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.
 
-        A file of more than :data:`WRITE_BATCH_CHUNKS` chunks goes to the store in slices of
-        that size within the same transaction (still all or nothing), so the store never
+        A chunk whose vector is not known yet is written without one (``None``), and then the
+        store records no embedder and caches nothing for the file: :func:`fill_vectors` does
+        both. A file of more than :data:`WRITE_BATCH_CHUNKS` chunks goes to the store in slices
+        of that size within the same transaction (still all or nothing), so the store never
         prepares every row of a huge file at once (per-chunk term counts cost ~3 KB each).
         """
         store = self.kb.store
+        complete = all(d.text in self.vectors for d in docs)
         head = docs[:WRITE_BATCH_CHUNKS]
-        vectors = [self.vectors[d.text] for d in head]
-        removed = store.replace_file(record, head, vectors, embedder=info)
+        vectors = [self.vectors.get(d.text) for d in head]
+        removed = store.replace_file(record, head, vectors, embedder=info if complete else None)
         for start in range(WRITE_BATCH_CHUNKS, len(docs), WRITE_BATCH_CHUNKS):
             part = docs[start : start + WRITE_BATCH_CHUNKS]
-            vectors = [self.vectors[d.text] for d in part]
-            store.add(part, vectors, embedder=info)
-            store.cache_embeddings(info, {d.text: v for d, v in zip(part, vectors)})
+            vectors = [self.vectors.get(d.text) for d in part]
+            store.add(part, vectors, embedder=info if complete else None)
+            if complete:
+                store.cache_embeddings(info, {d.text: v for d, v in zip(part, vectors)})
         return removed
+
+
+def missing_vectors(store: Any) -> int | None:
+    """How many chunks of ``store`` have no vector (``stats()`` chunks less vectors), or None
+    when its stats do not say."""
+    try:
+        stats = store.stats()
+    except (AttributeError, NotImplementedError):
+        return None
+    chunks, vectors = stats.get("chunks"), stats.get("vectors")
+    if not isinstance(chunks, int) or not isinstance(vectors, int):
+        return None
+    return max(0, chunks - vectors)
+
+
+def fill_vectors(
+    kb: Any,
+    report: SyncReport,
+    first: Sequence[str] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Embed the chunks that have no vector yet and store them, :data:`FILL_BATCH` at a
+    time, each batch committed (an interrupted fill keeps what it stored; the next sync
+    resumes). The sources in ``first`` (written by this run) are looked at first, then, while
+    chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
+
+    Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
+    chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
+    chunks' own ids, texts and metadata; and into the embedding cache.
+    """
+    store = kb.store
+    missing = missing_vectors(store)
+    if missing == 0:
+        report.vectors_missing = 0
+        return
+    order = list(dict.fromkeys(first))
+    if missing is None or missing > 0:
+        seen = set(order)
+        order += [p for p in store.file_records() if p not in seen]
+    total = missing if missing is not None else 0
+    batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
+    size = max(batch, FILL_BATCH // batch * batch)
+    waiting: list[Any] = []
+    done = 0
+    if progress is not None and total:
+        progress(0, total)
+    info = None
+    for source in order:
+        if missing is not None and done >= missing:
+            break
+        waiting += [
+            d
+            for d in store.iter_documents(source=source, with_embeddings=True)
+            if d.embedding is None or not len(d.embedding)
+        ]
+        while len(waiting) >= size:
+            info = _fill(kb, waiting[:size], info)
+            done += size
+            report.vectors_added += size
+            del waiting[:size]
+            if progress is not None and total:
+                progress(min(done, total), total)
+    if waiting:
+        _fill(kb, waiting, info)
+        done += len(waiting)
+        report.vectors_added += len(waiting)
+        if progress is not None and total:
+            progress(min(done, total), total)
+    report.vectors_missing = missing_vectors(store) or 0
+
+
+def _fill(kb: Any, docs: list, info: Any) -> Any:
+    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction;
+    returns the embedder's identity (known once it has embedded)."""
+    texts = list(dict.fromkeys(d.text for d in docs))
+    vectors = dict(zip(texts, kb.ingestor.embed(texts, remember=False)))
+    crash_point("after-embed")
+    info = _embedder_info(kb)
+    store = kb.store
+    with store.transaction():
+        if supports(store, VectorWriter):
+            store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
+        else:
+            store.add(docs, [vectors[d.text] for d in docs], embedder=info)
+        store.cache_embeddings(info, vectors)
+    return info
 
 
 @dataclass(frozen=True)

@@ -36,13 +36,24 @@ def configuration(state: State) -> Any:
     return with_store(config, state.store) if state.store else config
 
 
-def open_kb(ctx: typer.Context, *, create: bool, busy_timeout: float | None = None) -> Any:
-    """The knowledge base named by --db / config. Read-only commands do not create one."""
+def open_kb(
+    ctx: typer.Context,
+    *,
+    create: bool,
+    busy_timeout: float | None = None,
+    embedder: str | None = None,
+) -> Any:
+    """The knowledge base named by --db / config. Read-only commands do not create one.
+    ``embedder``: ``kb ingest --embedder``, over ``$KB_EMBEDDER`` and the file."""
     from ..errors import ConfigError
     from ..pipeline import KnowledgeBase
 
     state = get_state(ctx)
     config = configuration(state)
+    if embedder is not None:
+        from ..config import with_embedder
+
+        config = with_embedder(config, embedder)
     db = Path(state.db or config.paths.knowledge_db).expanduser()
 
     def note(text: str) -> None:

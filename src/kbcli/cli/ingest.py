@@ -5,6 +5,7 @@ from typing import Annotated
 
 import typer
 
+from ..registry import EMBEDDER_NOTES
 from .context import get_state, open_kb
 from .group import KBCommand
 from .options import MetaOption, example
@@ -78,9 +79,20 @@ def ingest(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
+    embedder: Annotated[
+        str | None,
+        typer.Option(
+            "--embedder",
+            metavar="NAME",
+            help=f"Embed with NAME: {', '.join(EMBEDDER_NOTES)} (kb --help says what each is); "
+            "recorded in the index, so later commands use it [default: $KB_EMBEDDER, "
+            "rag.embedding.provider, the index's own, else by API keys, else simple].",
+        ),
+    ] = None,
 ) -> None:
     """Index files and folders (only new and changed files are read again; files deleted
-    from PATH leave the index)."""
+    from PATH leave the index). Files are searchable by keyword as soon as they are written;
+    their vectors follow in the same run (or the next one, if it was stopped)."""
     from .. import render
     from ..filters import parse_meta
     from ..signals import exit_code, interrupt_on_termination, signal_name
@@ -96,12 +108,21 @@ def ingest(
     try:
         # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
         with interrupt_on_termination():
-            kb = open_kb(ctx, create=True, busy_timeout=wait)
+            kb = open_kb(ctx, create=True, busy_timeout=wait, embedder=embedder)
             try:
-                show_bar = render.stderr_is_terminal() and not state.quiet
+                terminal = render.stderr_is_terminal()
+                show_bar = terminal and not state.quiet
                 if show_bar and isinstance(kb.embedder, LazyEmbedder):
                     _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
-                with render.progress(show_bar) as on_progress:
+                lines = not terminal and not state.quiet
+                with render.progress(show_bar, lines=lines) as on_progress:
+                    on_vectors = None
+                    if on_progress is not None:
+                        bar = on_progress
+
+                        def on_vectors(done: int, total: int) -> None:
+                            bar("", done, total, unit="chunks")
+
                     report = sync(
                         kb,
                         list(paths),
@@ -115,6 +136,7 @@ def ingest(
                         progress=on_progress,
                         follow_symlinks=follow_symlinks,
                         allow_mass_delete=allow_mass_delete,
+                        vector_progress=on_vectors,
                     )
             finally:
                 kb.close()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..registry import STORES  # names only: no backend is imported
+from ..registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
 from .context import State
 from .group import EXIT_INTERRUPTED, KBGroup
 
@@ -15,7 +15,11 @@ app = typer.Typer(
     name="kb",
     cls=KBGroup,
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
-    epilog=('\b\nExample:\n  kb ingest ~/notes\n  kb search "reset password" --mode keyword -k 5'),
+    epilog=(
+        '\b\nExample:\n  kb ingest ~/notes --embedder local\n  kb search "reset password"\n'
+        "\b\nEmbedders (kb ingest --embedder NAME, or $KB_EMBEDDER; the index keeps its own):\n"
+        + "\n".join(f"  {name:<7} {note}" for name, note in EMBEDDER_NOTES.items())
+    ),
     rich_markup_mode=None,
     add_completion=True,
     pretty_exceptions_enable=False,

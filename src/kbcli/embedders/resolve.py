@@ -9,7 +9,9 @@ Order of choice:
    ``GEMINI_API_KEY`` is set, else ``openai`` if ``OPENAI_API_KEY`` or ``API_KEY`` is set,
    else the built-in :class:`~kbcli.embedders.simple.SimpleEmbedder`.
 
-``local`` is never picked automatically (it needs ``kbcli[local]``); choose it by name.
+``local``, ``static`` and ``e5`` are never picked automatically (they need ``kbcli[local]`` or
+``kbcli[multilingual]``, and an index built with one keeps it); choose one by name:
+``kb ingest --embedder local``, ``$KB_EMBEDDER`` or ``rag.embedding.provider``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def _build(name: str, config: Config, model: str | None, base_url: str | None) -
         return cls(model=model or emb.model, batch_size=batch, device=emb.device)
     if name == "simple":
         return cls()
+    if name in ("static", "e5"):
+        return cls(model=model or emb.model)
     kwargs = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
     return cls(**kwargs)
 
@@ -129,3 +133,33 @@ def _first_buildable(
         except (EmbedderError, MissingDependencyError):
             continue
     return choose_embedder(config, "simple")[0]
+
+
+CHOICE_KEY = "embedder_choice"  # index metadata: the embedder an ingest chose, before vectors
+
+
+def remember_choice(store: Any, info: Any) -> None:
+    """Record in ``store``'s metadata the embedder an ingest is about to use, so that the next
+    command uses it even when no vector was stored yet (an ingest stopped before its vectors:
+    files are written first)."""
+    import json
+
+    value = json.dumps({"provider": info.provider, "model": info.model})
+    if store.get_meta(CHOICE_KEY) != value:
+        store.set_meta(CHOICE_KEY, value)
+
+
+def remembered_choice(store: Any) -> Any:
+    """The embedder recorded by :func:`remember_choice` (an ``EmbedderInfo``), or None."""
+    import json
+
+    from .base import EmbedderInfo
+
+    raw = store.get_meta(CHOICE_KEY)
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("provider"), str):
+        return None
+    return EmbedderInfo(value["provider"], str(value.get("model") or ""), None)

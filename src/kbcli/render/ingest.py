@@ -22,6 +22,14 @@ def ingest_summary(report: Any) -> list[str]:
         f"{relabelled}{report.unchanged} unchanged; {report.chunks_added} "
         f"chunk{plural(report.chunks_added)} added, {report.chunks_removed} removed."
     ]
+    filled, waiting = getattr(report, "vectors_added", 0), getattr(report, "vectors_missing", 0)
+    if filled:
+        lines.append(f"Embedded {filled} chunk{plural(filled)} after their files were written.")
+    if waiting:
+        lines.append(
+            f"{waiting} chunk{plural(waiting)} still without a vector: keyword search finds "
+            "them; the next kb ingest embeds them."
+        )
     rebuilt = getattr(report, "rebuilt", 0)
     if rebuilt:
         lines.append(f"Rebuilt the index: re-embedded {rebuilt} chunk{plural(rebuilt)}.")

@@ -10,12 +10,18 @@ from .names import shorten_source
 
 
 @contextmanager
-def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A ``progress(path, done, total)`` callback drawing a bar on stderr (files done of total,
-    files per second, time left, current file), or None when ``enabled`` is false (not a
-    terminal, or ``--quiet``): nothing animated then."""
+def progress(enabled: bool, lines: bool = False) -> Iterator[Callable[..., None] | None]:
+    """A ``progress(path, done, total, unit="files")`` callback drawing a bar on stderr (done
+    of total, rate, time left, current file; ``unit="chunks"`` for vectors embedded after
+    their files), or with ``lines`` (stderr not a terminal) plain lines every ~10 s
+    (:class:`kbcli.progress.ProgressLines`), else None (``--quiet``)."""
     if not enabled:
-        yield None
+        if lines:
+            from ..progress import ProgressLines
+
+            yield ProgressLines()
+        else:
+            yield None
         return
     from rich.progress import (
         BarColumn,
@@ -26,19 +32,23 @@ def progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
     )
 
     bar = Progress(
-        TextColumn("Indexing"),
+        TextColumn("{task.fields[label]}"),
         BarColumn(bar_width=24),
         MofNCompleteColumn(),
-        TextColumn("files"),
+        TextColumn("{task.fields[unit]}"),
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
         TextColumn("{task.description}"),
         console=rich_console(stderr=True),
         transient=True,
     )
-    task = bar.add_task("looking for files…", total=None, rate="")
+    task = bar.add_task("looking for files…", total=None, rate="", unit="files", label="Indexing")
 
-    def update(path: str, done: int, total: int) -> None:
+    def update(path: str, done: int, total: int, unit: str = "files") -> None:
+        nonlocal task
+        if bar.tasks and bar.tasks[0].fields.get("unit") != unit:
+            bar.remove_task(task)
+            task = bar.add_task("", total=total, rate="", unit=unit, label="Embedding")
         speed = bar.tasks[0].speed if bar.tasks else None
         rate = f"{speed:.1f}/s" if speed else ""
         bar.update(

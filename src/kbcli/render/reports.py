@@ -31,6 +31,7 @@ def stats_table(stats: dict[str, Any]) -> None:
         ("Sources", _sources_words(files, sources)),
         ("Size on disk", human_size(stats["size_bytes"])),
         ("Embedder", describe_embedder(stats.get("embedder"))),
+        *_vector_row(stats),
         ("Analyzer", stats.get("analyzer") or "none yet"),
         ("Vocabulary", f"{stats['vocabulary']} terms"),
         ("Last ingest", stats.get("last_ingest") or "never"),
@@ -41,6 +42,22 @@ def stats_table(stats: dict[str, Any]) -> None:
         line = Text(f"{key:<13} ", style="bold")
         line.append(value)
         console.print(line, soft_wrap=True)
+
+
+def _vector_row(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """``Vectors`` for ``kb stats`` when the store counts them: how many chunks have one, and
+    how many still wait (keyword search has them all already)."""
+    vectors, chunks = stats.get("vectors"), stats.get("chunks")
+    if not isinstance(vectors, int) or not isinstance(chunks, int):
+        return []
+    missing = max(0, chunks - vectors)
+    text = f"{vectors} of {chunks} chunks"
+    if missing:
+        text += (
+            f"; {missing} still without a vector (keyword search finds them; the next "
+            "kb ingest embeds them)"
+        )
+    return [("Vectors", text)]
 
 
 def doctor_lines(findings: Sequence[Any]) -> None:

@@ -13,7 +13,7 @@ files, the upgrade of an older keyword index) is :class:`~.upkeep.Upkeep`'s.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -198,6 +198,25 @@ class Store:
             self._remove_rows(conn, self._catalog.overflow(conn))
             self._vectors.finish(conn)
         return [doc.id for doc in docs]
+
+    def set_vectors(
+        self, vectors: Mapping[str, Sequence[float]], *, embedder: EmbedderInfo | None = None
+    ) -> int:
+        """Store vectors for chunks already in the index, by id, in one transaction (their
+        rows and keyword postings are not touched; ids not in the index are skipped); returns
+        how many chunks got one (:class:`~kbcli.protocols.VectorWriter`)."""
+        if not vectors:
+            return 0
+        dim = vector_dimensions(vectors.values())
+        with self._engine.transaction() as conn:
+            rowids = self._catalog.rowids(conn, list(vectors))
+            if dim is not None:
+                self._vectors.check(conn, dim, len(rowids))
+                if embedder is not None:
+                    self._vectors.record_embedder(conn, embedder, dim)
+            self._vectors.upsert(conn, [(doc, vectors[i]) for i, doc in rowids.items()])
+            self._vectors.finish(conn)
+        return len(rowids)
 
     def _insert(self, conn: Any, prepared: list) -> None:
         if not prepared:

@@ -37,16 +37,20 @@ class FaissFile:
         ef_search: int | None = None,
     ):
         self.path = Path(f"{db_path}.faiss")
-        self.settings = {"factory": factory, "normalize": normalize, "metric": metric}
+        self.factory, self.normalize, self.metric = factory, normalize, metric
         self.ef_search = ef_search  # a search-time setting: not part of the file's settings
         self.dim = dim
         self._current: tuple[str, FaissVectorIndex, dict[int, int], str] | None = None
         self.rebuilds = 0  # full rebuilds from the catalog (for tests and stats)
 
+    @property
+    def settings(self) -> dict[str, object]:
+        """The index settings the file records (a file with others is rebuilt)."""
+        return {"factory": self.factory, "normalize": self.normalize, "metric": self.metric}
+
     def _fresh(self) -> FaissVectorIndex:
-        s = self.settings
         return FaissVectorIndex(
-            self.dim, s["factory"], s["normalize"], s["metric"], ef_search=self.ef_search
+            self.dim, self.factory, self.normalize, self.metric, ef_search=self.ef_search
         )
 
     def index(self, conn: sqlite3.Connection) -> FaissVectorIndex:

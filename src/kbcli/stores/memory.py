@@ -202,6 +202,10 @@ class MemoryCatalog:
     def _rows(self, docs: Any) -> list[MemoryRow]:
         return [MemoryRow(self.state.rowid[d.id], d.id) for d in docs]
 
+    def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
+        """The row id of each document among ``ids`` that is stored."""
+        return {i: self.state.rowid[i] for i in dict.fromkeys(ids) if i in self.state.docs}
+
     def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[MemoryRow]:
         """The documents among ``ids``."""
         return self._rows(self.state.docs[i] for i in dict.fromkeys(ids) if i in self.state.docs)
@@ -364,9 +368,18 @@ class MemoryVectors:
         return self.state.embedder
 
     def upsert(self, conn: Any, rows: list[tuple[int, Sequence[float]]]) -> None:
-        """Index vectors by row id."""
-        if rows:
-            self.state.vectors.upsert([r for r, _ in rows], [v for _, v in rows])
+        """Index vectors by row id; a document whose embedding differs (vectors set after its
+        rows, :meth:`Store.set_vectors`) is replaced by a copy holding the new one."""
+        if not rows:
+            return
+        s = self.state
+        for rowid, vec in rows:
+            doc = s.by_rowid.get(rowid)
+            if doc is not None and doc.embedding != list(vec):
+                fresh = copy.copy(doc)  # a copy: a failed transaction puts the old one back
+                fresh.embedding = list(vec)
+                s.keep(fresh, rowid)
+        s.vectors.upsert([r for r, _ in rows], [v for _, v in rows])
 
     def remove(self, conn: Any, docs: list[int]) -> None:
         """Drop the vectors of row ids."""

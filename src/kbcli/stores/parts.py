@@ -150,6 +150,10 @@ class Catalog(Protocol):
         """The :class:`Row` of each stored chunk among ``ids``."""
         ...
 
+    def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
+        """The row id of each chunk among ``ids`` that is in the index."""
+        ...
+
     def rows_by_source(self, conn: Any, source: str) -> list[Any]:
         """The :class:`Row` of every chunk of ``source``."""
         ...

@@ -130,6 +130,12 @@ def rows_by_ids(conn: Any, t: Tables, ids: Sequence[str]) -> list[ChunkRow]:
     return [ChunkRow(*r) for r in conn.execute(sql, (list(dict.fromkeys(ids)),))]
 
 
+def rowids(conn: Any, t: Tables, ids: Sequence[str]) -> dict[str, int]:
+    """The row id of each chunk among ``ids`` that is in the index."""
+    sql = f"SELECT c.id, c.doc FROM {t.chunks} c WHERE c.id = ANY(%s::text[])"
+    return dict(conn.execute(sql, (list(dict.fromkeys(ids)),)))
+
+
 def rows_by_source(conn: Any, t: Tables, source: str) -> list[ChunkRow]:
     """The rows of every chunk of ``source``."""
     sql = f"SELECT {CHUNK_ROW} FROM {t.chunks} c WHERE c.source = %s"

@@ -73,6 +73,10 @@ class PgCatalog:
         """Delete chunk rows (and so their vectors)."""
         catalog.delete_rows(conn, self.t, docs)
 
+    def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
+        """The row id of each chunk among ``ids`` that is in the index."""
+        return catalog.rowids(conn, self.t, ids)
+
     def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[ChunkRow]:
         """The rows of the chunks among ``ids``."""
         return catalog.rows_by_ids(conn, self.t, ids)

@@ -134,6 +134,15 @@ def delete_rows(conn: sqlite3.Connection, docs: Iterable[int]) -> None:
     conn.executemany("DELETE FROM chunks WHERE doc = ?", ((d,) for d in docs))
 
 
+def rowids(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+    """The row id of each chunk among ``ids`` that is in the index."""
+    found: dict[str, int] = {}
+    for part in _batches(list(dict.fromkeys(ids))):
+        marks = ",".join("?" * len(part))
+        found.update(conn.execute(f"SELECT id, doc FROM chunks WHERE id IN ({marks})", part))
+    return found
+
+
 def rows_by_ids(conn: sqlite3.Connection, ids: Sequence[str]) -> list[ChunkRow]:
     """The rows of the chunks among ``ids``."""
     rows: list[ChunkRow] = []

@@ -1,0 +1,148 @@
+"""kb eval --queries: your own questions on the live index, through kb; --compare, --report
+(rendered by headless Chromium from the distribution's packages, with a screenshot check)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cli_helpers import run, run_json
+from test_semantic_route import write_docs
+
+# CI installs Debian's chromium (.ci/run) and sets this, so a missing browser fails there.
+REQUIRE_CHROMIUM_ENV = "KB_REQUIRE_CHROMIUM"
+
+
+def indexed(tmp_path):
+    docs = write_docs(tmp_path / "docs")
+    db = str(tmp_path / "kb.db")
+    assert run("--db", db, "ingest", str(docs)).exit_code == 0
+    questions = tmp_path / "questions.jsonl"
+    lines = [
+        {"id": "pw", "query": "reset link password", "expected": ["account.md"]},
+        {"query": "invoices email", "expected": {"billing.md": 2, "account.md:7": 1}},
+        {"query": "client stuck", "expected": "docs/sync.md", "category": "support"},
+    ]
+    questions.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return db, questions
+
+
+def test_eval_queries_scores_the_live_index(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # docs/sync.md is relative to the working folder
+    db, questions = indexed(tmp_path)
+    out, result = run_json("--db", db, "eval", "--queries", str(questions), "--mode",
+                           "keyword", "--json")  # fmt: skip
+    summary = out["modes"]["keyword"]
+    assert out["queries"] == 3 and set(summary["metrics"]) == {"ndcg@10", "hit@1", "hit@3",
+                                                                "mrr@10"}  # fmt: skip
+    for value in summary["metrics"].values():
+        assert value["lo"] <= value["mean"] <= value["hi"]
+    rows = {r["query"]: r for r in summary["questions"]}
+    assert rows["reset link password"]["top_rank"] == 1
+    assert rows["reset link password"]["id"] == "pw"
+    assert rows["invoices email"]["ranks"]["billing.md"] == 1
+    assert summary["categories"]["support"]["queries"] == 1
+    assert summary["suggested"]["min_score"] is not None
+    assert "hit@k" in out["hit_note"]
+
+
+def test_eval_queries_text_output_explains_hit_at_1_and_lists_misses(tmp_path):
+    db, questions = indexed(tmp_path)
+    with questions.open("a") as fh:
+        fh.write(json.dumps({"query": "weather tomorrow", "expected": ["sync.md"]}) + "\n")
+    result = run("--db", db, "eval", "--queries", str(questions), "--compare",
+                 "keyword,hybrid")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert "Mode       keyword" in text and "Mode       hybrid" in text
+    assert "Compare    hybrid vs keyword" in text
+    assert re.search(r"hit@1\s+\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]", text)
+    assert "'weather tomorrow': not in the first" in text  # where the expected page ranked
+    assert "the highest-graded one, when grades differ" in text
+
+
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ('{"query": "x", "expected": ["nowhere.md"]}', "nowhere.md is not in the index"),
+        ('{"query": "x", "expected": ["md"]}', "is not in the index"),
+        ('{"query": "", "expected": ["sync.md"]}', "query must be a non-empty string"),
+        ('{"query": "x", "expected": {"sync.md": 0}}', "must be a whole number, 1 or more"),
+        ("not json", "line 1 is not valid JSON"),
+    ],
+)
+def test_bad_queries_files_are_one_line_and_exit_2(tmp_path, line, message):
+    db, _ = indexed(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(line + "\n")
+    result = run("--db", db, "eval", "--queries", str(bad))
+    assert result.exit_code == 2, result.stdout
+    assert message in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_an_ambiguous_expected_path_is_refused(tmp_path):
+    db, _ = indexed(tmp_path)
+    other = tmp_path / "more"
+    other.mkdir()
+    (other / "sync.md").write_text("# Sync\n\nAnother page about sync.\n")
+    assert run("--db", db, "ingest", str(other)).exit_code == 0
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"query": "sync", "expected": ["sync.md"]}\n')
+    result = run("--db", db, "eval", "--queries", str(bad))
+    assert result.exit_code == 2 and "matches 2 indexed files" in result.stderr
+
+
+def test_eval_needs_a_folder_or_queries(tmp_path):
+    result = run("eval")
+    assert result.exit_code == 2 and "--queries FILE" in result.stderr
+    folder = tmp_path / "x"
+    folder.mkdir()
+    both = run("eval", str(folder), "--report", str(tmp_path / "r.html"))
+    assert both.exit_code == 2 and "go with --queries" in both.stderr
+
+
+def chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get(REQUIRE_CHROMIUM_ENV):
+            pytest.fail("chromium is required here: apt-get install -y chromium")
+        pytest.skip("needs chromium: apt-get install -y chromium (CI installs it)")
+    return found
+
+
+def test_the_html_report_renders_offline_in_headless_chromium(tmp_path):
+    db, questions = indexed(tmp_path)
+    report = tmp_path / "report.html"
+    result = run("--db", db, "eval", "--queries", str(questions), "--compare", "keyword,hybrid",
+                 "--report", str(report))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "Report written to" in result.stderr
+    page = report.read_text(encoding="utf-8")
+    # self-contained: no script, no stylesheet, image or font fetched from anywhere
+    assert "<script" not in page
+    assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//|file:)""", page)
+    assert page.count("<svg") >= 5  # hit@k, ranks, two score plots, latency
+    for plot in ("hit@k by mode", "rank of each expected page", "scores, keyword", "latency"):
+        assert f'aria-label="{plot}"' in page
+    shot = tmp_path / "shot.png"
+    done = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--window-size=1200,1400", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0 and shot.exists(), done.stderr[-500:]
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1200, 1400)
+    colors = image.getcolors(maxcolors=1 << 20)
+    counts = {rgb: n for n, rgb in colors}
+    # the plots drew: the two modes' colours cover real areas (lines, dots, bars)
+    for rgb in ((0x1F, 0x77, 0xB4), (0xD6, 0x27, 0x28)):
+        assert counts.get(rgb, 0) > 200, (rgb, sorted(colors)[-5:])
+    assert len(counts) > 50  # text and shapes, not a blank or an error page
