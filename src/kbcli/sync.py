@@ -614,6 +614,45 @@ def sync(
     return report
 
 
+def ingest_one(
+    kb: Any, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None, *,
+    wait: float = 60.0,
+) -> list[str]:
+    """Index one file exactly as ``kb ingest`` does, for :meth:`KnowledgeBase.ingest_file`:
+    the same reading (hashed, never torn), chunks, line numbers and file record, written the
+    same way, so a later ``kb ingest`` finds the file unchanged. The file is always read
+    again; its earlier chunks are replaced; ``metadata`` (None: none) becomes its meta. Its
+    vectors are filled in before this returns (with any an interrupted run left missing).
+    Returns the file's chunk ids; raises LoaderError when the file cannot be indexed.
+    """
+    store = kb.store
+    resolved = Path(path).expanduser().resolve()
+    report = SyncReport()
+    with store.writer_lock(wait), _write_errors():
+        settings = file_settings(chunk_settings(kb), kb, resolved)
+        info = kb.ingestor._check_embedder()
+        if store.embedder_info is None:
+            from .embedders.resolve import remember_choice
+
+            remember_choice(store, info)
+        prepared = _sync_file(
+            kb, resolved, None, settings, dict(metadata or {}), True, report,
+            _Reading(_max_bytes(kb), True), raise_failure=True,
+        )
+        assert prepared is not None  # with record None the file is always prepared
+        pending = _PendingWrites(kb, report)
+        pending.add(*prepared)
+        pending.flush()
+        try:
+            fill_vectors(kb, report, list(pending.lacking))
+        finally:
+            store.checkpoint()
+        store.prepare_search()
+        if not has_floor(kb):
+            calibrate_index(kb)
+    return list(prepared[0].chunk_ids)
+
+
 @contextmanager
 def _interrupts_kept(report: SyncReport, started: float) -> Iterator[None]:
     """An interrupt anywhere in a sync (files prepared so far written already) becomes
@@ -887,14 +926,17 @@ def _sync_file(
     force: bool,
     report: SyncReport,
     reading: _Reading | None = None,
+    *,
+    raise_failure: bool = False,
 ) -> tuple[Any, ...] | None:
     """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
-    changed one (nothing embedded or written yet: :class:`_PendingWrites` embeds across
-    files).
+    changed one (nothing embedded or written yet: :class:`_PendingWrites` writes, and
+    :func:`fill_vectors` embeds, across files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
     hashed before and after it is loaded: a file that changed meanwhile is read once more, and
-    reported as failed if it changed again (never indexed torn).
+    reported as failed if it changed again (never indexed torn). A file that cannot be indexed
+    is counted in ``report.failed``, or with ``raise_failure`` raises its LoaderError.
     """
     store = kb.store
     reading = reading or _Reading(_max_bytes(kb), True)
@@ -944,11 +986,15 @@ def _sync_file(
         docs = ingestor.build_documents(chunks, {**meta, "source": source_name(path)})
         del chunks
     except LoaderError as exc:
+        if raise_failure:
+            raise
         report.failed.append(FileFailure(source_name(path), _one_line(exc, path)))
         return None
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        report.failed.append(FileFailure(source_name(path), source_name(f"{path}: {reason}")))
+        reason = source_name(f"{path}: {exc.strerror or exc}")
+        if raise_failure:
+            raise LoaderError(reason) from None
+        report.failed.append(FileFailure(source_name(path), reason))
         return None
     except KBError:
         raise  # index-wide problems (embedder, lock) stop the run
