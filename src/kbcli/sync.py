@@ -647,7 +647,8 @@ def ingest_one(
             fill_vectors(kb, report, list(pending.lacking))
         finally:
             store.checkpoint()
-        store.prepare_search()
+        # No prepare_search here: a script ingesting files one by one would rewrite the keyword
+        # pack after each; the next search brings it up to date once.
         if not has_floor(kb):
             calibrate_index(kb)
     return list(prepared[0].chunk_ids)
