@@ -27,6 +27,7 @@ fails with :class:`~kbcli.errors.DatabaseLockedError`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -621,9 +622,9 @@ def ingest_one(
     """Index one file exactly as ``kb ingest`` does, for :meth:`KnowledgeBase.ingest_file`:
     the same reading (hashed, never torn), chunks, line numbers and file record, written the
     same way, so a later ``kb ingest`` finds the file unchanged. The file is always read
-    again; its earlier chunks are replaced; ``metadata`` (None: none) becomes its meta. Its
-    vectors are filled in before this returns (with any an interrupted run left missing).
-    Returns the file's chunk ids; raises LoaderError when the file cannot be indexed.
+    again; its earlier chunks are replaced, with their vectors, in one transaction;
+    ``metadata`` (None: none) becomes its meta. Returns the file's chunk ids; raises
+    LoaderError when the file cannot be indexed.
     """
     store = kb.store
     resolved = Path(path).expanduser().resolve()
@@ -640,13 +641,13 @@ def ingest_one(
             _Reading(_max_bytes(kb), True), raise_failure=True,
         )
         assert prepared is not None  # with record None the file is always prepared
+        record, docs, is_new = prepared
+        # One file: embedded before its write (one transaction, chunks and vectors together),
+        # where kb ingest writes files first and embeds across them after.
+        vectors = kb.ingestor.embed([d.text for d in docs], remember=False)
         pending = _PendingWrites(kb, report)
-        pending.add(*prepared)
+        pending.add(record, docs, is_new, vectors)
         pending.flush()
-        try:
-            fill_vectors(kb, report, list(pending.lacking))
-        finally:
-            store.checkpoint()
         # No prepare_search here: a script ingesting files one by one would rewrite the keyword
         # pack after each; the next search brings it up to date once.
         if not has_floor(kb):
@@ -844,10 +845,13 @@ def fill_vectors(
     if missing == 0:
         report.vectors_missing = 0
         return
-    order = list(dict.fromkeys(first))
-    if missing is None or missing > 0:
-        seen = set(order)
-        order += [p for p in store.file_records() if p not in seen]
+    first = list(dict.fromkeys(first))
+
+    def others() -> Iterator[str]:  # read only when this run's files do not hold them all
+        seen = set(first)
+        yield from (p for p in store.file_records() if p not in seen)
+
+    order = itertools.chain(first, others())
     total = missing if missing is not None else 0
     batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
     size = max(batch, FILL_BATCH // batch * batch)
@@ -857,8 +861,8 @@ def fill_vectors(
         progress(0, total)
     info = None
     for source in order:
-        if missing is not None and done >= missing:
-            break
+        if missing is not None and done + len(waiting) >= missing:
+            break  # every missing chunk found: the other files are not read
         waiting += [
             d
             for d in store.iter_documents(source=source, with_embeddings=True)
