@@ -50,8 +50,12 @@ def main() -> None:
             whole = time.perf_counter() - started
             chunks_sync = kb.store.count()
     print(f"{args.files} files")
-    print(f"ingest_file one by one: {one:6.2f} s  {args.files / one:7.1f} files/s  {chunks_one} chunks")
-    print(f"sync of the folder:     {whole:6.2f} s  {args.files / whole:7.1f} files/s  {chunks_sync} chunks")
+    for label, seconds, chunks in (
+        ("ingest_file one by one", one, chunks_one),
+        ("sync of the folder", whole, chunks_sync),
+    ):
+        rate = args.files / seconds
+        print(f"{label:<23} {seconds:6.2f} s  {rate:7.1f} files/s  {chunks} chunks")
 
 
 if __name__ == "__main__":
