@@ -264,8 +264,10 @@ class IngestPipeline:
             # sync works on a knowledge base's store, ingestor and embedder: this pipeline's
             own = SimpleNamespace(store=self.store, ingestor=self, embedder=self.embedder)
             return ingest_one(own, path, metadata)
-        resolved = Path(path).expanduser().resolve()
+        from .pathnames import canonical_source, source_path
+
+        source = canonical_source(path)
+        resolved = Path(source_path(source))
         chunks = self.chunk_sections(self.load_sections(resolved))
-        source = str(resolved)
         docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
         return self._store(docs, source=source)

@@ -51,7 +51,7 @@ from .errors import (
     UnsafePruneError,
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
-from .pathnames import source_name, source_path
+from .pathnames import canonical_source, source_name, source_path
 from .protocols import DocumentCatalog, FileLedger, VectorWriter, supports
 from .signals import stop_if_terminated
 from .types import FileRecord
@@ -627,7 +627,7 @@ def ingest_one(
     LoaderError when the file cannot be indexed.
     """
     store = kb.store
-    resolved = Path(path).expanduser().resolve()
+    resolved = Path(source_path(canonical_source(path)))
     report = SyncReport()
     with store.writer_lock(wait), _write_errors():
         settings = file_settings(chunk_settings(kb), kb, resolved)
