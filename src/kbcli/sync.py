@@ -53,7 +53,7 @@ from .errors import (
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import canonical_source, source_name, source_path
 from .protocols import DocumentCatalog, FileLedger, VectorWriter, supports
-from .signals import stop_if_terminated
+from .signals import deferred, stop_if_terminated
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -771,10 +771,19 @@ class _PendingWrites:
         """Write every queued file."""
         if not self.items:
             return
-        store, report = self.kb.store, self.report
+        store = self.kb.store
         info = _embedder_info(self.kb)
-        with store.transaction():
-            removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+        # A termination signal waits until the files are written and counted (else the
+        # interrupted sync would write them again and count them twice); Ctrl-C in the
+        # middle rolls the transaction back and the caller writes them again, once.
+        with deferred():
+            with store.transaction():
+                removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+            self._count(removed)
+            self.items, self.chunks, self.vectors = [], 0, {}
+
+    def _count(self, removed: list[int]) -> None:
+        report = self.report
         for (record, docs, is_new), gone in zip(self.items, removed):
             if any(d.text not in self.vectors for d in docs):
                 self.lacking[record.path] = None
@@ -787,7 +796,6 @@ class _PendingWrites:
                 report.added += 1
             else:
                 report.updated += 1
-        self.items, self.chunks, self.vectors = [], 0, {}
 
     def _write(self, record: FileRecord, docs: list, info: Any) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.
@@ -859,7 +867,6 @@ def fill_vectors(
     done = 0
     if progress is not None and total:
         progress(0, total)
-    info = None
     for source in order:
         if missing is not None and done + len(waiting) >= missing:
             break  # every missing chunk found: the other files are not read
@@ -869,36 +876,35 @@ def fill_vectors(
             if d.embedding is None or not len(d.embedding)
         ]
         while len(waiting) >= size:
-            info = _fill(kb, waiting[:size], info)
+            _fill(kb, waiting[:size], report)
             done += size
-            report.vectors_added += size
             del waiting[:size]
             if progress is not None and total:
                 progress(min(done, total), total)
     if waiting:
-        _fill(kb, waiting, info)
+        _fill(kb, waiting, report)
         done += len(waiting)
-        report.vectors_added += len(waiting)
         if progress is not None and total:
             progress(min(done, total), total)
     report.vectors_missing = missing_vectors(store) or 0
 
 
-def _fill(kb: Any, docs: list, info: Any) -> Any:
-    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction;
-    returns the embedder's identity (known once it has embedded)."""
+def _fill(kb: Any, docs: list, report: SyncReport) -> None:
+    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
+    counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
     vectors = dict(zip(texts, kb.ingestor.embed(texts, remember=False)))
     crash_point("after-embed")
     info = _embedder_info(kb)
     store = kb.store
-    with store.transaction():
-        if supports(store, VectorWriter):
-            store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
-        else:
-            store.add(docs, [vectors[d.text] for d in docs], embedder=info)
-        store.cache_embeddings(info, vectors)
-    return info
+    with deferred():  # a termination signal waits for the commit and its count
+        with store.transaction():
+            if supports(store, VectorWriter):
+                store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
+            else:
+                store.add(docs, [vectors[d.text] for d in docs], embedder=info)
+            store.cache_embeddings(info, vectors)
+        report.vectors_added += len(docs)
 
 
 @dataclass(frozen=True)
