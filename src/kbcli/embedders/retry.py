@@ -193,6 +193,7 @@ def call_with_retries(
     """
     started = time.monotonic()
     attempts = 0
+    seen: int | None = None  # the last HTTP status an attempt got (a 429 storm, say)
     while True:
         attempts += 1
         limit = policy.timeout
@@ -206,12 +207,15 @@ def call_with_retries(
                 reason = f"no complete answer within {limit:g} s"
             else:
                 reason = f"no complete answer before the {policy.budget:g} s budget ran out"
+            if seen is not None:  # what the server said before it went quiet
+                reason += f"; the attempt before got status {seen}"
             failure = Failure(True, None, reason)
         except Exception as exc:  # noqa: BLE001 - classify decides what is ours
             classified = classify(exc)
             if classified is None:
                 raise
             failure = classified
+            seen = failure.status if failure.status is not None else seen
         elapsed = time.monotonic() - started
         wait = policy.delay(attempts, failure.retry_after) if failure.retryable else 0.0
         exhausted = ""
