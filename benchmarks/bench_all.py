@@ -196,7 +196,7 @@ def phase_kb(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
     import numpy as np
 
     from kbcli import KnowledgeBase, load_config
-    from kbcli.filters import under_folders
+    from kbcli.filter_syntax import under_folders
 
     content, common = the_queries(n_queries)
     dense_qs = content[: max(10, n_queries // 2)]

@@ -50,7 +50,7 @@ def fts_table(texts: Path, cache: Path | None) -> sqlite3.Connection:
 
 def folder_filter(db: Path) -> dict:
     """bench_all's filter (folder g3) for the paths this database was ingested from."""
-    from kbcli.filters import under_folders
+    from kbcli.filter_syntax import under_folders
 
     conn = sqlite3.connect(db)
     (source,) = conn.execute("SELECT source FROM chunks WHERE source IS NOT NULL").fetchone()

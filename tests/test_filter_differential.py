@@ -1,7 +1,7 @@
 """The filter compilers against the pure-Python evaluator (issue 17, matrix item 6).
 
 Hypothesis draws a corpus of metadata (ints, floats, strings, bools, null, lists, nested
-dicts, missing keys) and a valid filter; the SQLite SQL (:func:`kbcli.filters.compile_sql`)
+dicts, missing keys) and a valid filter; the SQLite SQL (:func:`kbcli.filter_sql.compile_sql`)
 over a real table and the PostgreSQL SQL (:func:`kbcli.stores.postgres.filters.compile_filter`)
 on the session server must pass exactly the rows :func:`kbcli.filters.matches` passes, and a
 Chroma ``where`` (when Chroma can express the filter) must mean the same on a real collection.
@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, example, given, settings
 from extras import need
 from filter_strategies import corpus_and_filter, examples, sqlite_corpora
 from kbcli.errors import FilterError
-from kbcli.filters import compile_sql, dumps_metadata, matches, validate_filter
+from kbcli.filter_sql import compile_sql, dumps_metadata
+from kbcli.filters import matches, validate_filter
 
 DIFF = settings(
     max_examples=examples(200),
@@ -137,7 +138,7 @@ def test_postgres_store_filters_by_folder(pg_dsn, pg_table):
     """``kb search --in DIR`` is a ``$prefix`` filter on ``source``; the PostgreSQL store
     refused it ("Unsupported filter operator") before it compiled ``$prefix``."""
     from kbcli import Document
-    from kbcli.filters import under_folders
+    from kbcli.filter_syntax import under_folders
     from kbcli.stores.postgres import PostgresStore
 
     store = PostgresStore(pg_dsn, pg_table)
@@ -221,7 +222,7 @@ def test_source_ranges_pass_what_the_evaluator_passes(chunks_table, case):
 def test_a_folder_filter_reads_only_that_folders_rows(chunks_table):
     """The point of the narrowing: ``--in DIR`` (and a scope, and either ANDed with another
     filter) is answered through the ``chunks_source`` index, not a scan of every row."""
-    from kbcli.filters import under_folders
+    from kbcli.filter_syntax import under_folders
     from kbcli.stores.sqlite import catalog
 
     folder = under_folders(["/docs/a"])

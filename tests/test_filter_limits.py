@@ -3,7 +3,7 @@
 SQLite refuses an expression deeper than 1,000, and a flat chain of N ORs is N deep: ``kb
 search --in`` given 1,000 times said "database error: Expression tree is too large" (exit 1),
 and so did a library or agent filter with 1,000 ``$in`` values. Now the SQL groups long
-chains (:func:`kbcli.filters.balanced`), ``$in`` values go in one ``IN`` list, folders inside
+chains (:func:`kbcli.filter_sql.balanced`), ``$in`` values go in one ``IN`` list, folders inside
 another ``--in`` folder are merged, and a filter holds at most
 :data:`~kbcli.filters.MAX_FILTER_CONDITIONS` conditions (PostgreSQL binds at most 65,535
 parameters per statement): past that, one line naming the option, exit 2. Every store answers
@@ -20,16 +20,9 @@ from cli_helpers import run, run_json, seed
 from extras import need
 from kbcli import Document, KnowledgeBase, SimpleEmbedder
 from kbcli.errors import FilterError
-from kbcli.filters import (
-    MAX_FILTER_CONDITIONS,
-    MAX_FILTER_DEPTH,
-    balanced,
-    compile_sql,
-    matches,
-    minimal_prefixes,
-    under_folders,
-    validate_filter,
-)
+from kbcli.filter_sql import balanced, compile_sql, minimal_prefixes
+from kbcli.filter_syntax import under_folders
+from kbcli.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, matches, validate_filter
 
 LIMIT = MAX_FILTER_CONDITIONS
 FOLDERS = 40  # indexed folders /proj/g0 ... /proj/g39, three files each

@@ -1,11 +1,13 @@
-"""The --filter and --meta syntax of the CLI (kbcli.filters.parse_filter_expressions/parse_meta)."""
+"""The --filter and --meta syntax of the CLI (kbcli.filter_syntax: parse_filter_expressions,
+parse_meta)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kbcli.errors import FilterError, InvalidOptionError
-from kbcli.filters import matches, parse_filter_expressions, parse_meta
+from kbcli.filter_syntax import parse_filter_expressions, parse_meta
+from kbcli.filters import matches
 
 
 @pytest.mark.parametrize(

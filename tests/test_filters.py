@@ -5,7 +5,8 @@ import sqlite3
 import pytest
 
 from kbcli.errors import FilterError
-from kbcli.filters import compile_sql, matches, validate_filter
+from kbcli.filter_sql import compile_sql
+from kbcli.filters import matches, validate_filter
 
 DOCS = [
     {"lang": "en", "year": 2020, "draft": True, "tags": "a"},
@@ -145,7 +146,7 @@ def test_random_filters_agree():
 
 
 def test_text_prefixes_name_what_a_filter_pins_a_key_to():
-    from kbcli.filters import text_prefixes
+    from kbcli.filter_sql import text_prefixes
 
     assert text_prefixes({"source": "/a.md"}, "source") == ["/a.md"]
     assert text_prefixes({"source": {"$prefix": "/d/"}, "lang": "en"}, "source") == ["/d/"]
@@ -168,7 +169,7 @@ def test_text_prefixes_name_what_a_filter_pins_a_key_to():
 
 
 def test_after_prefix_is_the_least_string_past_every_extension():
-    from kbcli.filters import after_prefix
+    from kbcli.filter_sql import after_prefix
 
     assert after_prefix("/docs/") == "/docs0"
     assert after_prefix("a\U0010ffff") == "b"
@@ -188,7 +189,7 @@ def test_filter_keys_lists_each_tested_key_once():
 
 
 def test_text_prefixes_gives_the_narrowest_of_anded_pins():
-    from kbcli.filters import text_prefixes
+    from kbcli.filter_sql import text_prefixes
 
     scope = {"source": {"$prefix": "/team/"}}
     mine = {"source": {"$prefix": "/team/docs/"}}

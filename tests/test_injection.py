@@ -15,7 +15,8 @@ from cli_helpers import run
 from extras import need
 from kbcli import Document, InMemoryStore, SQLiteStore
 from kbcli.errors import FilterError
-from kbcli.filters import matches, parse_filter_expressions, validate_filter
+from kbcli.filter_syntax import parse_filter_expressions
+from kbcli.filters import matches, validate_filter
 
 PAYLOADS = [
     # quotes

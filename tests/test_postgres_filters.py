@@ -22,7 +22,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from filter_strategies import examples  # noqa: E402
 from kbcli import Document  # noqa: E402
-from kbcli.filters import MAX_SOURCE_RANGES, matches, under_folders, validate_filter  # noqa: E402
+from kbcli.filter_sql import MAX_SOURCE_RANGES  # noqa: E402
+from kbcli.filter_syntax import under_folders  # noqa: E402
+from kbcli.filters import matches, validate_filter  # noqa: E402
 from kbcli.stores.postgres import PostgresStore  # noqa: E402
 from kbcli.stores.postgres.filters import compile_filter, scan_filter  # noqa: E402
 

@@ -34,7 +34,8 @@ def unindexed(
     view: Any, wheres: Sequence[tuple[Label, dict[str, Any] | None]]
 ) -> list[Label]:
     """The labels of ``(label, filter)`` pairs whose filter no chunk in ``view`` passes (each a
-    folder or file, e.g. :func:`~kbcli.filters.under_folders`); [] when ``view`` cannot tell."""
+    folder or file, e.g. :func:`~kbcli.filter_syntax.under_folders`); [] when ``view`` cannot
+    tell."""
     found = _readable(view)
     if found is None:
         return []

@@ -58,7 +58,8 @@ class Identity:
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
-    from .filters import parse_filter_expressions, validate_filter
+    from .filter_syntax import parse_filter_expressions
+    from .filters import validate_filter
 
     if value is None or value == [] or value == "":
         # "filter:" with the value forgotten must not mean "everything".

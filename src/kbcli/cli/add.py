@@ -32,7 +32,7 @@ def add(
     """Store one piece of text as a single chunk and print its id."""
     from .. import render
     from ..errors import InvalidOptionError
-    from ..filters import parse_meta
+    from ..filter_syntax import parse_meta
 
     metadata = parse_meta(meta)
     if text == "-":

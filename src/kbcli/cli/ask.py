@@ -132,7 +132,7 @@ def ask(
     naming no source is flagged. When no passage is good enough, kb says "No relevant
     knowledge found" and exits 5 without calling the model."""
     from .. import render
-    from ..filters import parse_filter_expressions
+    from ..filter_syntax import parse_filter_expressions
 
     if json_out and fmt.strip().lower() not in ("text", "json"):
         raise typer.BadParameter("--json is --format json: give one of them", param_hint="'--json'")

@@ -100,7 +100,8 @@ def search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> A
     """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
     ``--in`` folders."""
     from ..errors import InvalidOptionError
-    from ..filters import MAX_FILTER_CONDITIONS, under_folders, validate_filter, with_source_paths
+    from ..filter_syntax import under_folders, with_source_paths
+    from ..filters import MAX_FILTER_CONDITIONS, validate_filter
 
     where = with_source_paths(where, lambda value: resolve_source(Path(value)))
     scope = under_folders([resolve_source(folder) for folder in folders or []])

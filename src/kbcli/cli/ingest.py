@@ -94,7 +94,7 @@ def ingest(
     from PATH leave the index). Files are searchable by keyword as soon as they are written;
     their vectors follow in the same run (or the next one, if it was stopped)."""
     from .. import render
-    from ..filters import parse_meta
+    from ..filter_syntax import parse_meta
     from ..signals import exit_code, interrupt_on_termination, signal_name
     from ..sync import DEFAULT_EXTENSIONS, SyncReport, parse_extensions, sync
 

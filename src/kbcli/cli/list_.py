@@ -50,7 +50,7 @@ def list_(
 ) -> None:
     """List stored chunks, oldest first."""
     from .. import render
-    from ..filters import parse_filter_expressions
+    from ..filter_syntax import parse_filter_expressions
 
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = search_filter(parse_filter_expressions(filter), None)

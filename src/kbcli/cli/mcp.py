@@ -45,7 +45,7 @@ def mcp(
     at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
     be listened on (a port in use) exits 4."""
     from ..errors import InvalidOptionError, require
-    from ..filters import parse_filter_expressions
+    from ..filter_syntax import parse_filter_expressions
 
     require("mcp", extra="mcp", feature="kb mcp")
     from ..mcp_server import KnowledgeMCP, load_tokens, parse_host_port

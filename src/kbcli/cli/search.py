@@ -146,7 +146,7 @@ def search(
     Hits are files by default (each with its best chunk and how many chunks matched); --by
     chunk lists every matching chunk."""
     from .. import render
-    from ..filters import parse_filter_expressions
+    from ..filter_syntax import parse_filter_expressions
     from ..hints import unknown_keys
     from ..query import search as run_search
     from ..types import SearchOptions
@@ -206,7 +206,7 @@ def _unit(by: str) -> str:
 
 def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
-    from ..filters import under_folders
+    from ..filter_syntax import under_folders
     from ..hints import unindexed
 
     return unindexed(kb.store, [(f, under_folders([resolve_source(f)])) for f in folders])

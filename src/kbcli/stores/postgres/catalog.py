@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...filters import dumps_metadata
+from ...filter_sql import dumps_metadata
 from ...types import Document
 from ..common import text_hash
 from ..parts import EVERY, Listing

@@ -25,7 +25,8 @@ import math
 from typing import Any
 
 from ...errors import FilterError
-from ...filters import compile_tree, source_ranges, validate_filter
+from ...filter_sql import compile_tree, source_ranges
+from ...filters import validate_filter
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...analysis import Analyzer, has_title_field
 from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
-from ...filters import dumps_metadata
+from ...filter_sql import dumps_metadata
 from ..keywords import SignedKeywords
 from ..parts import Filter
 from .catalog import ChunkRow, allocate, get_meta, set_meta

@@ -19,7 +19,7 @@ from ...analysis import Analyzer
 from ...bm25 import ChunkTerms
 from ...embedders.base import EmbedderInfo
 from ...errors import StoreError
-from ...filters import dumps_metadata
+from ...filter_sql import dumps_metadata
 from ...types import Document, FileRecord, Finding
 from ..composite import Store
 from ..parts import EVERY, Built, Filter, Hit, Listing, Location, NewRow, Vector

@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from ...bm25 import ChunkTerms
-from ...filters import compile_sql, dumps_metadata, source_ranges, validate_filter
+from ...filter_sql import compile_sql, dumps_metadata, source_ranges
+from ...filters import validate_filter
 from ...types import Document
 from ..common import text_hash, unpack_vector
 from ..parts import EVERY, Listing

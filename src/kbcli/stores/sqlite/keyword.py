@@ -22,7 +22,7 @@ from typing import Any
 
 from ...analysis import Analyzer, has_title_field
 from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
-from ...filters import dumps_metadata
+from ...filter_sql import dumps_metadata
 from ..keywords import SignedKeywords
 from ..parts import Filter
 from . import catalog, packread
