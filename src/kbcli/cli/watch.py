@@ -69,8 +69,8 @@ def watch(
     import threading
 
     from .. import render
-    from ..render.messages import plural
     from ..filters import parse_meta
+    from ..render.messages import plural
     from ..signals import interrupt_on_termination, signal_name, stop_between, stopped_by
     from ..sync import DEFAULT_EXTENSIONS, SyncInterrupted, SyncReport, parse_extensions
     from ..watch import Batch, Watch, WatchSettings, batch_line
