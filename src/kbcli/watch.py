@@ -180,7 +180,8 @@ class Watch:
     """A knowledge base kept in line with ``paths`` (see the module docstring).
 
     ``scan_every`` scans every that many seconds instead of following events. Notes (the
-    fallback to scanning, a batch tried again) go to ``note``.
+    fallback to scanning, a batch tried again) go to ``note``. Events on the files of
+    ``database`` (its path: ``-wal``, the lock file...) are not changes to index.
     """
 
     def __init__(
@@ -191,6 +192,7 @@ class Watch:
         *,
         scan_every: float | None = None,
         note: Note = lambda text: None,
+        database: Path | None = None,
     ):
         self.kb, self.note = kb, note
         given = settings or WatchSettings()
@@ -199,11 +201,10 @@ class Watch:
         found = discover(
             self.paths, settings.extensions, recursive=settings.recursive, only=frozenset()
         )  # checks the paths; walks nothing
-        own = getattr(kb.store, "path", None)
         self._roots = _Roots(
             folders=[root for root, _ in found.dir_roots],
             files=list(found.file_roots),
-            own=str(Path(own).expanduser().resolve()) if own is not None else "\0",
+            own=str(Path(database).expanduser().resolve()) if database is not None else "\0",
             settings=settings,
         )
         self.batches = 0

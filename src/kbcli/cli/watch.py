@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from .context import get_state, open_kb
+from .context import configuration, get_state, open_kb
 from .group import KBCommand
 from .options import MetaOption, example
 from .root import app
@@ -94,7 +94,8 @@ def watch(
 
     kb = open_kb(ctx, create=True, busy_timeout=wait, embedder=embedder)
     try:
-        watcher = Watch(kb, paths, settings, scan_every=scan_every, note=note)
+        database = Path(state.db or configuration(state).paths.knowledge_db)
+        watcher = Watch(kb, paths, settings, scan_every=scan_every, note=note, database=database)
         try:
             try:
                 # The first index stops on a signal as kb ingest does (each file whole).
