@@ -102,6 +102,11 @@ def test_an_index_replaced_by_a_copy_is_seen_without_a_restart(live, tmp_path):
     assert "quokkas" in search(client, "quokkas")
     assert "ocelot" not in search(client, "ocelot")
     assert "quokkas" in search(client, "quokkas", mode="hybrid")
+    text, is_error = client.call(
+        "knowledge_search",
+        {"query": "quokkas", "mode": "semantic", "filter": {"source": str(notes / "a.md")}},
+    )
+    assert not is_error and "quokkas" in text, text
     # and a writer that comes later works on the new file, whole
     (notes / "c.md").write_text("# C\n\nwritten after the swap: lemurs.\n")
     kb(db, home, "ingest", str(notes))
