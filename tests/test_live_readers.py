@@ -1,12 +1,12 @@
 """Long-running readers follow changes other processes make (issue 28): a running ``kb mcp``
 (the MCP SDK's client over stdio) answers from an index re-ingested, rebuilt
 (``kb ingest --rebuild``), repaired (``kb doctor --repair``) and replaced by a copy
-(``kb copy`` into a new file, moved over the old one) without a restart and without errors.
+(``kb copy --replace``) without a restart and without errors; a running ``kb watch`` goes on
+applying changes to the index as rebuilt, repaired or replaced.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -94,11 +94,10 @@ def test_a_repair_is_seen_without_a_restart(live):
 def test_an_index_replaced_by_a_copy_is_seen_without_a_restart(live, tmp_path):
     client, db, home, notes = live["client"], live["db"], live["home"], live["notes"]
     assert "ocelot" in search(client, "ocelot")
-    new = tmp_path / "new.db"
-    kb(db, home, "copy", "--to", "sqlite", "--to-db", str(new))
+    other = tmp_path / "other.db"  # an index built elsewhere, with other content
     (notes / "a.md").write_text("# A\n\nThe copied index mentions quokkas.\n")
-    kb(new, home, "ingest", str(notes))
-    os.replace(new, db)  # the new index takes the old one's place
+    kb(other, home, "ingest", str(notes))
+    kb(other, home, "copy", "--to", "sqlite", "--to-db", str(db), "--replace")
     assert "quokkas" in search(client, "quokkas")
     assert "ocelot" not in search(client, "ocelot")
     assert "quokkas" in search(client, "quokkas", mode="hybrid")
@@ -107,9 +106,51 @@ def test_an_index_replaced_by_a_copy_is_seen_without_a_restart(live, tmp_path):
         {"query": "quokkas", "mode": "semantic", "filter": {"source": str(notes / "a.md")}},
     )
     assert not is_error and "quokkas" in text, text
-    # and a writer that comes later works on the new file, whole
+    # a writer that comes later works on it, and the file stays whole
     (notes / "c.md").write_text("# C\n\nwritten after the swap: lemurs.\n")
     kb(db, home, "ingest", str(notes))
     assert "lemurs" in search(client, "lemurs")
-    done = kb(db, home, "doctor")
-    assert "Traceback" not in done.stderr
+    kb(db, home, "doctor")
+    assert sorted(p.name for p in tmp_path.iterdir() if ".kb-copy" in p.name) == []
+
+
+def test_replace_refuses_what_it_cannot_replace(live, tmp_path):
+    db, home = live["db"], live["home"]
+    missing = subprocess.run(
+        [sys.executable, "-m", "kbcli", "--db", str(db), "copy", "--to", "sqlite"]
+        + ["--to-db", str(tmp_path / "nope.db"), "--replace"],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("Error: --replace needs --to-db naming an existing index")
+
+
+def test_a_running_watch_follows_a_rebuild_a_repair_and_a_replaced_index(tmp_path):
+    from test_watch import Watcher, has, wait_for
+
+    home = tmp_path / "home"
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\n\nfirst words about ocelots.\n")
+    db = tmp_path / "kb.db"
+    w = Watcher(db, str(notes))
+    try:
+        kb(db, home, "ingest", str(notes), "--rebuild")
+        (notes / "b.md").write_text("after the rebuild: tapirs.\n")
+        wait_for(lambda: has(db, {notes / "b.md": "tapirs"}), w, "a change after a rebuild")
+        Path(f"{db}.keyword-pack").unlink()
+        kb(db, home, "doctor", "--repair")
+        (notes / "c.md").write_text("after the repair: pangolins.\n")
+        wait_for(lambda: has(db, {notes / "c.md": "pangolins"}), w, "a change after a repair")
+        other = tmp_path / "other.db"
+        kb(db, home, "copy", "--to", "sqlite", "--to-db", str(other))
+        kb(other, home, "copy", "--to", "sqlite", "--to-db", str(db), "--replace")
+        (notes / "d.md").write_text("after the swap: quokkas.\n")
+        wait_for(lambda: has(db, {notes / "d.md": "quokkas"}), w, "a change after a swap")
+        assert has(db, {notes / "a.md": "ocelots", notes / "c.md": "pangolins"})
+    finally:
+        assert w.stop() == 0
+    assert "Error" not in w.stderr and "Traceback" not in w.stderr
+    kb(db, home, "doctor")

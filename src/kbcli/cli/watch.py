@@ -104,9 +104,11 @@ def watch(
                     lines = not terminal and not state.quiet
                     with render.progress(terminal and not state.quiet, lines=lines) as bar:
                         report = watcher.index(progress=bar)
-            except KeyboardInterrupt as stop:
-                stopped = stop.report if isinstance(stop, SyncInterrupted) else SyncReport()
-                stopped.interrupted, stopped.signal = True, signal_name(stop)
+            except KeyboardInterrupt as interrupt:
+                stopped = (
+                    interrupt.report if isinstance(interrupt, SyncInterrupted) else SyncReport()
+                )
+                stopped.interrupted, stopped.signal = True, signal_name(interrupt)
                 if json_out:
                     render.print_json({"event": "indexed", **stopped.to_dict()}, one_line=True)
                 if not state.quiet:

@@ -25,15 +25,6 @@ from . import schema
 DEFAULT_BUSY_TIMEOUT = 60.0
 
 
-def _file_id(path: Path) -> tuple[int, int] | None:
-    """``(device, inode)`` of a non-empty file at ``path``, or None."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino) if st.st_size else None
-
-
 def _is_busy(exc: sqlite3.Error) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
@@ -94,8 +85,6 @@ class Database(Nesting):
         self.busy_timeout = busy_timeout
         super().__init__()
         self.conn = self._open(create)
-        self._file = _file_id(self.path)
-        self.reopened = 0  # times another file took this path's place and was opened
 
     def _open(self, create: bool) -> sqlite3.Connection:
         exists = self.path.exists() and self.path.stat().st_size > 0
@@ -162,7 +151,6 @@ class Database(Nesting):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT``; every commit bumps ``stats.generation``."""
-        self._follow()
         try:  # BEGIN inside: an interrupt right after it must not leave the lock held
             self._begin()
             self.depth = 1
@@ -218,24 +206,9 @@ class Database(Nesting):
             finally:
                 self._rollback()
 
-    def _follow(self) -> None:
-        """Open the file now at the path when it is another one than the connection's (an
-        index moved over this one): a long-running reader (``kb mcp``, ``kb watch``) then
-        answers from the new index instead of the deleted one. The old connection is closed
-        first, so its write-ahead log is folded in and removed before the new file's is
-        opened."""
-        now = _file_id(self.path)
-        if now is None or now == self._file:
-            return
-        self.conn.close()
-        self.conn = self._open(create=False)
-        self._file = _file_id(self.path)
-        self.reopened += 1
-
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A deferred transaction: several SELECTs see one snapshot."""
-        self._follow()
         try:
             self.conn.execute("BEGIN")
             yield self.conn
