@@ -71,6 +71,10 @@ def sandbox(tmp_path, chat_server) -> dict[str, str]:
     (cwd / "notes" / "setup.md").write_text("# Setup\n\ninstall the reset password tool\n")
     (cwd / "notes" / "archive" / "2019.md").write_text("# 2019\n\narchived notes\n")
     (cwd / "note.txt").write_text("a note from a file\n")
+    (cwd / "questions.jsonl").write_text(  # kb eval --queries: expected pages, as in the help
+        '{"query": "reset password tool", "expected": ["notes/setup.md"]}\n'
+        '{"query": "install step", "expected": ["docs/guide.md:2"]}\n'
+    )
     (cwd / "team.yaml").write_text("limits:\n  chunk_size: 400\n")
     user_config = home / ".config" / "kbcli"
     user_config.mkdir(parents=True)  # a reranker for the --rerank example (no model needed)

@@ -255,11 +255,11 @@ def test_stdio_search_cites_and_stays_in_scope(stdio, setup):
 def test_stdio_get_and_stats(stdio, setup):
     text, is_error = stdio.call("knowledge_get", {"id": setup.allowed_ids[1]})
     assert not is_error and "Invoices are due" in text and "/acme/doc1.md" in text
-    # ingested by the library (no file ledger), so its indexed chunks, each with its id
+    # ingested by the library, which records the file as kb ingest does: the file's own lines
     text, is_error = stdio.call("knowledge_get", {"path": setup.acme_file, "end_line": 2})
     assert not is_error
-    assert text.startswith(f"[source: {setup.acme_file}; indexed chunks covering lines 1-")
-    assert "\n[line 1; id: " in text
+    assert text.startswith(f"[source: {setup.acme_file}; lines 1-2 of ")
+    assert "\n1  ## Section 1\n" in text
     text, is_error = stdio.call("knowledge_get", {"id": setup.forbidden_ids[0]})
     assert is_error and text == NO_CHUNK
     text, is_error = stdio.call("knowledge_get", {"path": setup.globex_file})

@@ -4,8 +4,9 @@ connections terminated (``pg_terminate_backend``) in the middle of a real ``kb i
 Each case gives one line on stderr naming the server (password redacted) and the fix, exit 1,
 the ``--json`` summary counting what was written before the loss, and the next ``kb ingest``
 converges to what a fresh ingest of the folder gives. The ingest is held mid-run by
-``gated_embedder.GatedEmbedder`` (after the first group of 64 files is committed) while the
-test does the damage, so the moment is the same on every run.
+``gated_embedder.GatedEmbedder`` while the test does the damage, so the moment is the same on
+every run: every file is written (files go in before their vectors), and the vector fill is
+held after its first texts.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from pg_server import OwnServer  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 SRC = str(TESTS.parent / "src")
-FILES = 150  # three write groups of 64: the first is committed when the gate closes
-WRITTEN = 64
+FILES = 150
+WRITTEN = FILES  # files are written before their vectors: all are when the gate closes
 APP = "kb-fault-test"  # application_name of the kb processes, so only theirs are terminated
 CANARY = "pw-canary-7f3a"  # a password in the DSN (trust auth ignores it): never printed
 
@@ -74,7 +75,7 @@ class Runner:
         }
         if gated:
             env["KB_TEST_GATE"] = str(self.gate)
-            env["KB_TEST_GATE_AFTER"] = str(WRITTEN + 36)  # files 1-64 written, 65-100 read
+            env["KB_TEST_GATE_AFTER"] = "100"  # the vector fill held after 100 texts
         return env
 
     def kb(self, *args: str) -> subprocess.CompletedProcess:
@@ -88,7 +89,8 @@ class Runner:
         )
 
     def held_ingest(self) -> subprocess.Popen:
-        """``kb ingest --json`` started and held at the gate (files 1-64 committed)."""
+        """``kb ingest --json`` started and held at the gate (every file committed, their
+        vectors being filled)."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbcli", "ingest", str(self.docs), "--json"],
             env=self.env(gated=True),

@@ -1,7 +1,7 @@
 """What ``kb eval --queries`` shows: summary lines for the terminal and a self-contained HTML
 report (inline SVG plots and CSS, no script, no font or file fetched: it renders offline).
 
-The report of :func:`kbcli.evaluation.evaluate_questions`'s result holds, per mode: the
+The report of :func:`kbcli.eval_questions.evaluate_questions`'s result holds, per mode: the
 metrics with their 95% intervals, hit@k for k = 1..10, the rank of each question's expected
 page, the score distributions of expected pages and of the best other page with the
 suggested ``--min-score``, the latency, and the questions whose expected page was not first.

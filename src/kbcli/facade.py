@@ -29,6 +29,8 @@ from .rag_pipeline import Pool, RAGPipeline
 from .types import Document, SearchOptions, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Self
+
     from .analysis import Analyzer
     from .config_schema import Config
 
@@ -215,3 +217,10 @@ class BaseKnowledgeBase:
         # each on a server that may be gone by now (the error that ends a command closes it).
         if supports(self.store, DocumentCatalog):
             self.store.close()
+
+    def __enter__(self) -> Self:
+        """``with KnowledgeBase.open(path) as kb:`` closes the store at the end."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

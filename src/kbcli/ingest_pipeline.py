@@ -14,6 +14,7 @@ from .protocols import (
     DocumentLoaderProtocol,
     EmbedderProtocol,
     EmbeddingCache,
+    FileLedger,
     SectionChunkerProtocol,
     SectionLoaderProtocol,
     TextChunkerProtocol,
@@ -250,10 +251,23 @@ class IngestPipeline:
     ) -> list[str]:
         """Load, chunk, embed and store a file; metadata gets ``source`` (the absolute path).
 
-        The file's previous chunks (same ``source``) are replaced in one step.
+        The file's previous chunks (same ``source``) are replaced in one step. On a store with
+        a file ledger (every built-in store) this is ``kb ingest``'s own path for one file
+        (:func:`kbcli.sync.ingest_one`): the same chunks, line numbers and file record, so a
+        later ``kb ingest`` finds the file unchanged.
         """
-        resolved = Path(path).expanduser().resolve()
+        if supports(self.store, FileLedger) and supports(self.store, DocumentCatalog):
+            from types import SimpleNamespace
+
+            from .sync import ingest_one
+
+            # sync works on a knowledge base's store, ingestor and embedder: this pipeline's
+            own = SimpleNamespace(store=self.store, ingestor=self, embedder=self.embedder)
+            return ingest_one(own, path, metadata)
+        from .pathnames import canonical_source, source_path
+
+        source = canonical_source(path)
+        resolved = Path(source_path(source))
         chunks = self.chunk_sections(self.load_sections(resolved))
-        source = str(resolved)
         docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
         return self._store(docs, source=source)

@@ -45,3 +45,31 @@ def source_path(source: str) -> str:
     if raw == source or source_name(raw) != source or os.path.lexists(source):
         return source  # a valid name with a literal backslash
     return raw
+
+
+def canonical_source(path: str | os.PathLike[str]) -> str:
+    """The source kb records for a file named by ``path``: ``~`` expanded, absolute, symlinks
+    resolved, an undecodable name escaped; the escaped form kb prints (``bad\\xff.md``) names
+    the same file as the raw bytes. The one canonicaliser of ingest, ``kb get``/``delete``,
+    ``knowledge_get`` and ``file_text``."""
+    from pathlib import Path
+
+    return source_name(Path(source_path(os.fspath(path))).expanduser().resolve())
+
+
+def source_forms(path: str | os.PathLike[str]) -> list[str]:
+    """The sources an indexed file named by ``path`` may be recorded under, most likely first:
+    canonical (a file named on the command line), its folder resolved but not the file (a file
+    reached through a link with ``--follow-symlinks``), absolute, and as given (a ``source``
+    set by hand)."""
+    given = os.fspath(path)
+    absolute = os.path.abspath(os.path.expanduser(source_path(given)))
+    forms = []
+    try:
+        forms.append(canonical_source(given))
+        head, name = os.path.split(absolute)
+        forms.append(source_name(os.path.join(os.path.realpath(head), name)))
+    except (OSError, RuntimeError, ValueError):
+        pass  # a path that cannot be resolved (a loop): the plain forms below
+    forms += [source_name(absolute), source_name(given)]
+    return list(dict.fromkeys(forms))

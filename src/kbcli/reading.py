@@ -28,7 +28,7 @@ from typing import Any
 from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
-from .pathnames import source_name, source_path
+from .pathnames import source_forms, source_name, source_path
 from .protocols import FileLedger, supports
 from .types import Document
 from .views import KnowledgeView, as_view
@@ -129,13 +129,7 @@ def find_source(view: KnowledgeView, path: str) -> tuple[str, list[Document]] | 
     """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
     absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
     scope has that source."""
-    candidates = [source_name(path)]
-    try:
-        resolved = source_name(Path(source_path(path)).expanduser().resolve())
-    except (OSError, RuntimeError, ValueError):
-        resolved = candidates[0]
-    if resolved != candidates[0]:
-        candidates.append(resolved)
+    candidates = dict.fromkeys([source_name(path), *source_forms(path)])
     for source in candidates:
         docs = list(view.iter_documents(source=source))
         if docs:

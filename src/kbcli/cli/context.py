@@ -3,7 +3,6 @@ paths and filters as ingest recorded them."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,32 +76,24 @@ def open_kb(
 
 
 def resolve_source(path: Path) -> str:
-    """A source path as ingest records it: absolute, symlinks resolved, a name that is not
-    UTF-8 escaped (:func:`kbcli.pathnames.source_name`)."""
-    from ..pathnames import source_name, source_path
+    """A source path as ingest records it (:func:`kbcli.pathnames.canonical_source`)."""
+    from ..pathnames import canonical_source
 
     if "\0" in str(path):
         from ..errors import InvalidOptionError
 
         raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
-    # the escaped form as printed by kb (bad\xff.md) names the same file as the raw bytes
-    return source_name(Path(source_path(str(path))).expanduser().resolve())
+    return canonical_source(path)
 
 
 def source_candidates(path: Path) -> list[str]:
     """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
     (a file named on the command line), its folder resolved but not the file itself (a file
     reached through a link with --follow-symlinks), and as written."""
-    from ..pathnames import source_name
+    from ..pathnames import source_forms
 
-    path = path.expanduser()
-    absolute = Path(os.path.abspath(path))
-    found = [
-        resolve_source(path),
-        source_name(absolute.parent.resolve() / absolute.name),
-        source_name(absolute),
-    ]
-    return list(dict.fromkeys(found))
+    resolve_source(path)  # a NUL in the path is one line
+    return source_forms(path)
 
 
 def search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:

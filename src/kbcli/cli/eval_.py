@@ -146,8 +146,8 @@ def _eval_questions(
 ) -> None:
     """``kb eval --queries``: the questions of ``queries`` on the live index, in ``modes``."""
     from .. import render
+    from ..eval_questions import evaluate_questions, load_questions
     from ..eval_report import summary_lines, write_html
-    from ..evaluation import evaluate_questions, load_questions
     from ..types import normalize_mode
 
     state = get_state(ctx)

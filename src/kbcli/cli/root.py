@@ -16,8 +16,9 @@ app = typer.Typer(
     cls=KBGroup,
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
     epilog=(
-        '\b\nExample:\n  kb ingest ~/notes --embedder local\n  kb search "reset password"\n'
-        "\b\nEmbedders (kb ingest --embedder NAME, or $KB_EMBEDDER; the index keeps its own):\n"
+        '\b\nExample:\n  kb --db notes.db ingest ~/notes --embedder local\n'
+        '  kb --db notes.db search "reset password"\n'
+        "\b\nEmbedders (kb ingest --embedder NAME or $KB_EMBEDDER; an index keeps its own):\n"
         + "\n".join(f"  {name:<7} {note}" for name, note in EMBEDDER_NOTES.items())
     ),
     rich_markup_mode=None,
