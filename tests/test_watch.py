@@ -416,3 +416,34 @@ def test_missing_path_is_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("Error: Path not found")
     assert "Traceback" not in done.stderr
+
+
+def test_a_signal_during_the_first_index_keeps_each_file_whole_and_exits_0(tmp_path):
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for i in range(3000):  # the built-in embedder writes its first group after 1024 chunks
+        (folder / f"f{i}.md").write_text(f"# File {i}\n\nwords of file {i}.\n")
+    db = tmp_path / "kb.db"
+    err = open(tmp_path / "stderr", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "watch", str(folder), "--json"],
+        env=env_for(db),
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    try:
+        wait_for(lambda: indexed(db) or proc.poll() is not None, None, "a first commit")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    assert proc.returncode == 0, (tmp_path / "stderr").read_text()
+    first = json.loads(out.splitlines()[0])
+    assert first["event"] == "indexed"
+    if first["interrupted"]:  # (a fast machine may have finished the index first)
+        assert first["signal"] == "SIGTERM"
+        assert "Interrupted (SIGTERM)" in (tmp_path / "stderr").read_text()
+    files_consistent(db)
