@@ -447,3 +447,13 @@ def test_a_signal_during_the_first_index_keeps_each_file_whole_and_exits_0(tmp_p
         assert first["signal"] == "SIGTERM"
         assert "Interrupted (SIGTERM)" in (tmp_path / "stderr").read_text()
     files_consistent(db)
+
+
+def test_the_watched_folder_removed_ends_the_watch_and_keeps_the_index(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    shutil.rmtree(notes)  # an unmounted share looks the same: nothing is removed
+    assert w.proc.wait(timeout=DEADLINE) == 2
+    last = w.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: Path not found") and "Traceback" not in w.stderr
+    assert has(db, {notes / "first.md": "alpha apples"})
