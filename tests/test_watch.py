@@ -457,3 +457,34 @@ def test_the_watched_folder_removed_ends_the_watch_and_keeps_the_index(watch, no
     last = w.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: Path not found") and "Traceback" not in w.stderr
     assert has(db, {notes / "first.md": "alpha apples"})
+
+
+def test_sync_only_touches_the_paths_it_is_given(tmp_path):
+    # the library call each batch makes: sync(..., only=paths)
+    from kbcli.pipeline import KnowledgeBase
+    from kbcli.sync import sync
+
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    for name in ("a.md", "b.md", "sub/c.md", "sub/d.md"):
+        (root / name).write_text(f"first {name}\n")
+    (root / "sub" / ".kbignore").write_text("d2.md\n")
+    kb_ = KnowledgeBase.from_config(db=tmp_path / "only.db", create=True)
+    try:
+        assert sync(kb_, [root]).added == 4
+        (root / "a.md").write_text("second a\n")  # changed, but not in the batch
+        (root / "b.md").unlink()  # gone, but not in the batch
+        (root / "sub" / "c.md").write_text("second c\n")
+        (root / "sub" / "d.md").rename(root / "sub" / "d2.md")  # .kbignore'd new name
+        batch = {(root / "sub" / p).resolve() for p in ("c.md", "d.md", "d2.md")}
+        report = sync(kb_, [root], only=batch)
+        assert (report.updated, report.removed, report.added) == (1, 1, 0)
+        texts = {d.metadata["source"]: d.text for d in kb_.store.list_all()}
+        assert texts[str((root / "a.md").resolve())] == "first a.md"  # untouched
+        assert str((root / "b.md").resolve()) in texts  # kept until a batch names it
+        assert texts[str((root / "sub" / "c.md").resolve())] == "second c"
+        assert not any(s.endswith(("d.md", "d2.md")) for s in texts)
+        full = sync(kb_, [root])
+        assert (full.updated, full.removed) == (1, 1)
+    finally:
+        kb_.close()

@@ -318,8 +318,7 @@ def discover(
             continue
         discovery.dir_roots.append((path, recursive))
         count = 0
-        walk = _walk(path, extensions, recursive, include_hidden, follow_symlinks, discovery)
-        for file in walk:
+        for file in _walk(path, extensions, recursive, include_hidden, follow_symlinks, discovery):
             if file not in found:
                 count += 1
             found[file] = None
@@ -651,7 +650,10 @@ def sync(
 
 
 def ingest_one(
-    kb: Any, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None, *,
+    kb: Any,
+    path: str | os.PathLike[str],
+    metadata: dict[str, Any] | None = None,
+    *,
     wait: float = 60.0,
 ) -> list[str]:
     """Index one file exactly as ``kb ingest`` does, for :meth:`KnowledgeBase.ingest_file`:
@@ -672,8 +674,15 @@ def ingest_one(
 
             remember_choice(store, info)
         prepared = _sync_file(
-            kb, resolved, None, settings, dict(metadata or {}), True, report,
-            _Reading(_max_bytes(kb), True), raise_failure=True,
+            kb,
+            resolved,
+            None,
+            settings,
+            dict(metadata or {}),
+            True,
+            report,
+            _Reading(_max_bytes(kb), True),
+            raise_failure=True,
         )
         assert prepared is not None  # with record None the file is always prepared
         record, docs, is_new = prepared
