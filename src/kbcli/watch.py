@@ -273,7 +273,7 @@ class Watch:
                 self._source.close()
                 self.note(f"Note: {_events_failure(exc)}; scanning every {SCAN_SECONDS:g} s now.")
                 self._source = _Scans(self._listing, SCAN_SECONDS)
-                pending.update(self._roots.folders or self._roots.files)  # catch up
+                pending.update([*self._roots.folders, *self._roots.files])  # catch up
                 continue
             if changes is None:
                 break
