@@ -1,7 +1,7 @@
 """Every example in ``kb --help`` and each command's help runs as printed, through a real shell
 (so quoting is checked as a user would paste it), in a sandbox holding the files they name.
 
-``kb mcp`` examples start servers that run until stopped; they are parsed, not run."""
+``kb mcp`` and ``kb watch`` examples run until stopped; they are parsed, not run."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ def test_there_are_examples_for_every_command():
 def test_every_help_example_runs_as_printed(sandbox, chat_server):
     failures = []
     for example in EXAMPLES:
-        if " mcp" in example:
-            shlex.split(example)  # parses as printed; a server would run until stopped
+        if " mcp" in example or " watch" in example:
+            shlex.split(example)  # parses as printed; a server or a watch runs until stopped
             continue
         done = subprocess.run(
             example,

@@ -15,7 +15,7 @@ COMMANDS = sorted(typer.main.get_command(app).commands)
 def test_the_expected_commands_are_registered():
     assert COMMANDS == [
         "add", "ask", "config", "copy", "delete", "doctor", "eval", "get", "ingest", "init", "list",
-        "mcp", "search", "stats", "trust",
+        "mcp", "search", "stats", "trust", "watch",
     ]  # fmt: skip
 
 

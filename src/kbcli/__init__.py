@@ -74,6 +74,8 @@ _EXPORTS = {
     "Citation": "tools",
     "KnowledgeGetTool": "tools",
     "KnowledgeSearchTool": "tools",
+    "KnowledgeAddTool": "tools",
+    "KnowledgeDeleteTool": "tools",
     "KnowledgeStatsTool": "tools",
     "ToolResult": "tools",
     "knowledge_tools": "tools",

@@ -1,6 +1,7 @@
 """``kb mcp``: the knowledge tools over the Model Context Protocol (official ``mcp`` SDK 2.x).
 
-Tools: ``knowledge_search``, ``knowledge_get`` and ``knowledge_stats`` from :mod:`kbcli.tools`,
+Tools: ``knowledge_search``, ``knowledge_get`` and ``knowledge_stats`` (and, when writing is
+allowed, ``knowledge_add`` and ``knowledge_delete``) from :mod:`kbcli.tools`,
 served as they are: the server lists each tool's own JSON Schema and hands the raw arguments to
 the tool, which validates them (unknown keys, bounds, filters) and answers with text. A failure
 is an error result with one ``Error: ...`` line, never a traceback. The SDK's low-level
@@ -23,6 +24,13 @@ Token file (YAML)::
       - token: "another-long-random-secret"
         name: admin
         filter: {}                               # explicit: the whole index
+        write: true                              # knowledge_add, knowledge_delete (with
+                                                 # kb mcp --allow-write; default false)
+
+Writing: ``kb mcp --allow-write`` adds ``knowledge_add`` and ``knowledge_delete`` (stdio: for
+the one client; HTTP: for the tokens that say ``write: true``); without it no write tool is
+listed. They write inside the caller's scope (its metadata forced onto a note, only visible
+notes deleted).
 
 ``mcp`` is imported only here, and this module only by ``kb mcp``.
 """
@@ -55,6 +63,7 @@ class Identity:
 
     name: str
     filter: dict[str, Any] | None
+    write: bool = False  # knowledge_add / knowledge_delete, when the server allows writing
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
@@ -106,7 +115,10 @@ def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
         if "filter" not in entry:
             raise ConfigError(f"{where}: no filter (use filter: {{}} for the whole index)")
         name = str(entry.get("name") or f"token {number}")
-        tokens[token] = Identity(name=name, filter=_scope_from(entry["filter"], where))
+        write = entry.get("write", False)
+        if not isinstance(write, bool):
+            raise ConfigError(f"{where}: write must be true or false, got {write!r}")
+        tokens[token] = Identity(name, _scope_from(entry["filter"], where), write)
     return tokens
 
 
@@ -114,24 +126,35 @@ def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
 
 
 class KnowledgeMCP:
-    """The three knowledge tools for one knowledge base, per caller scope.
+    """The knowledge tools for one knowledge base, per caller scope.
 
     ``filter`` is the scope bound at start (``--filter``); over HTTP each request's identity
-    narrows it further. Tool sets are built once per distinct scope.
+    narrows it further. ``allow_write`` (``--allow-write``) adds the write tools: for the
+    stdio client, and over HTTP for identities with ``write``. Tool sets are built once per
+    distinct scope.
     """
 
-    def __init__(self, kb: Any, filter: dict[str, Any] | None = None, **search_options: Any):
+    def __init__(
+        self,
+        kb: Any,
+        filter: dict[str, Any] | None = None,
+        *,
+        allow_write: bool = False,
+        **search_options: Any,
+    ):
         self.kb = kb
         self.base = ScopedKnowledgeBase(kb, filter)
+        self.allow_write = allow_write
         self.search_options = search_options
         self._tools: dict[str, dict[str, KnowledgeTool]] = {}
 
     def tools_for(self, identity: Identity | None) -> dict[str, KnowledgeTool]:
         """The tools a caller with ``identity`` gets (stdio: None, the start-up scope)."""
         scope = identity.filter if identity is not None else None
-        key = repr(scope)
+        write = self.allow_write and (identity is None or identity.write)
+        key = repr((scope, write))
         if key not in self._tools:
-            tools = knowledge_tools(self.base, scope, **self.search_options)
+            tools = knowledge_tools(self.base, scope, allow_write=write, **self.search_options)
             self._tools[key] = {tool.name: tool for tool in tools}
         return self._tools[key]
 
@@ -188,7 +211,12 @@ class KnowledgeMCP:
             version=__version__,
             instructions=(
                 "A local knowledge base. Use knowledge_search to find passages (cite their "
-                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts."
+                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts"
+                + (
+                    "; knowledge_add stores a note, knowledge_delete removes one (where allowed)."
+                    if self.allow_write
+                    else "."
+                )
             ),
             on_list_tools=list_tools,
             on_call_tool=call_tool,

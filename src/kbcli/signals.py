@@ -118,3 +118,34 @@ def interrupt_on_termination() -> Iterator[None]:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         _received.clear()
+
+
+@contextmanager
+def stop_between(stop: threading.Event) -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP only set ``stop`` (and record the signal
+    in :data:`stopped_by`), so a loop that checks it between its units of work finishes the
+    one in flight, then ends (``kb watch``). Ignored signals stay ignored; off the main thread
+    the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _note(signum: int, frame: Any) -> None:
+        stopped_by.append(signum)
+        stop.set()
+
+    stopped_by.clear()
+    previous = {
+        signum: signal.signal(signum, _note)
+        for signum in (signal.SIGINT, *TERMINATION)
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+# The signals received inside the current stop_between block.
+stopped_by: list[int] = []

@@ -34,7 +34,7 @@ import signal
 import stat
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -173,7 +173,7 @@ class Discovery:
     links not followed (``follow_symlinks`` off, broken, or leading outside their root);
     ``unreadable`` lists folders (and entries) that could not be read: files recorded below
     them are never counted as vanished. ``found_per_root`` counts the files to index found
-    under each folder root.
+    under each folder root. ``only`` (see :func:`discover`) narrows where it looked.
     """
 
     files: list[Path]
@@ -185,11 +185,18 @@ class Discovery:
     links: int = 0
     unreadable: list[Path] = field(default_factory=list)
     found_per_root: dict[Path, int] = field(default_factory=dict)
+    only: frozenset[Path] | None = None
 
     def covers(self, path: str) -> bool:
         """True when the recorded source ``path`` lies where this discovery looked (so it can
         be stale)."""
         p = Path(source_path(path))
+        if self.only is not None and not within(p, self.only):
+            return False
+        return self.in_roots(p)
+
+    def in_roots(self, p: Path) -> bool:
+        """True when ``p`` lies under the roots, wherever ``only`` narrowed the walk."""
         if any(p == u or p.is_relative_to(u) for u in self.unreadable):
             return False
         if p in self.file_roots:
@@ -238,6 +245,11 @@ class _IgnoreRules:
         return False
 
 
+def within(path: Path, places: frozenset[Path]) -> bool:
+    """True when ``path`` is one of ``places`` or lies below one of them."""
+    return path in places or any(parent in places for parent in path.parents)
+
+
 def _exists(path: Path) -> bool:
     """True when ``path`` exists; a path that cannot be checked is a one-line error."""
     try:
@@ -258,6 +270,7 @@ def discover(
     recursive: bool = True,
     include_hidden: bool = False,
     follow_symlinks: bool = False,
+    only: Collection[Path] | None = None,
 ) -> Discovery:
     """Walk ``paths`` and return the regular files to index (sorted, no duplicates).
 
@@ -266,6 +279,10 @@ def discover(
     Symbolic links below a root are not followed unless ``follow_symlinks``; then only when
     they lead inside that root, each file and folder once, and a file reached through a link
     is recorded under the link's path. Paths named on the command line are resolved.
+
+    ``only`` (absolute paths below ``paths``, which need not exist: what ``kb watch`` saw
+    change) narrows the walk to those files and folders: the folders leading to them are
+    entered (their ``.kbignore`` rules apply as in a full walk), nothing else is.
     """
     missing = [str(p) for p in paths if not _exists(Path(p).expanduser())]
     if missing:
@@ -273,7 +290,8 @@ def discover(
             f"Path not found: {source_name(missing[0])} (check the path and try again)"
         )
     found: dict[Path, None] = {}
-    discovery = Discovery([], [], [])
+    narrowed = frozenset(only) if only is not None else None
+    discovery = Discovery([], [], [], only=narrowed)
     for raw in paths:
         path = Path(raw).expanduser().resolve()
         try:
@@ -284,6 +302,8 @@ def discover(
             ) from None
         if stat.S_ISREG(mode):
             discovery.file_roots.append(path)
+            if narrowed is not None and path not in narrowed:
+                continue
             if path.suffix.lower() in extensions:
                 found[path] = None
             else:
@@ -327,16 +347,19 @@ def _walk(
     follow_symlinks: bool,
     d: Discovery,
 ) -> Iterator[Path]:
+    # With d.only, a folder is walked whole when it is (or lies under) one of those paths,
+    # entered when it leads to one of them, passed over otherwise.
+    leads = {parent for p in d.only or () for parent in p.parents}
     rules = _IgnoreRules()
     seen_dirs: set[tuple[int, int]] = set()
     real_files: set[tuple[int, int]] = set()
     linked_files: list[tuple[Path, tuple[int, int]]] = []
-    stack: list[tuple[Path, bool]] = [(root, False)]
+    stack: list[tuple[Path, bool, bool]] = [(root, False, d.only is None or within(root, d.only))]
     # Folders reached through a link are walked after the real tree, so that a file found
     # both ways is recorded under its real path.
-    later: list[tuple[Path, bool]] = []
+    later: list[tuple[Path, bool, bool]] = []
     while stack or later:
-        folder, via_link = stack.pop() if stack else later.pop()
+        folder, via_link, whole = stack.pop() if stack else later.pop()
         try:
             st = os.stat(folder)
         except OSError as exc:
@@ -357,6 +380,9 @@ def _walk(
             path = Path(entry.path)
             hidden = entry.name.startswith(".")
             if entry.name == IGNORE_FILE or (hidden and not include_hidden):
+                continue
+            picked = whole or path in (d.only or ())
+            if not picked and path not in leads:
                 continue
             try:
                 if entry.is_symlink():
@@ -380,7 +406,9 @@ def _walk(
                     continue
                 if rules.ignored(path, True):
                     continue
-                (later if through_link else stack).append((path, through_link))
+                (later if through_link else stack).append((path, through_link, picked))
+                continue
+            if not picked:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 d.special += 1
@@ -501,6 +529,7 @@ def sync(
     follow_symlinks: bool = False,
     allow_mass_delete: bool = False,
     vector_progress: Callable[[int, int], None] | None = None,
+    only: Collection[Path] | None = None,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
@@ -521,6 +550,10 @@ def sync(
     earlier, interrupted run left) are embedded and stored (:func:`fill_vectors`;
     ``vector_progress(done, total)`` counts them), and the index's relevance floor is
     calibrated again (:func:`kbcli.calibration.calibrate_index`).
+
+    ``only`` (``kb watch``'s changed paths, resolved, below ``paths``; gone ones included)
+    limits the run to those files and folders, with the same rules (:func:`discover`): a
+    path gone from disk leaves the index, a folder's files with it.
     """
     started = time.monotonic()
     store = kb.store
@@ -538,6 +571,7 @@ def sync(
             recursive=recursive,
             include_hidden=include_hidden,
             follow_symlinks=follow_symlinks,
+            only=only,
         )
         report.skipped = found.skipped
         report.warnings = [source_name(w) for w in found.warnings]
@@ -616,7 +650,10 @@ def sync(
 
 
 def ingest_one(
-    kb: Any, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None, *,
+    kb: Any,
+    path: str | os.PathLike[str],
+    metadata: dict[str, Any] | None = None,
+    *,
     wait: float = 60.0,
 ) -> list[str]:
     """Index one file exactly as ``kb ingest`` does, for :meth:`KnowledgeBase.ingest_file`:
@@ -637,8 +674,15 @@ def ingest_one(
 
             remember_choice(store, info)
         prepared = _sync_file(
-            kb, resolved, None, settings, dict(metadata or {}), True, report,
-            _Reading(_max_bytes(kb), True), raise_failure=True,
+            kb,
+            resolved,
+            None,
+            settings,
+            dict(metadata or {}),
+            True,
+            report,
+            _Reading(_max_bytes(kb), True),
+            raise_failure=True,
         )
         assert prepared is not None  # with record None the file is always prepared
         record, docs, is_new = prepared
@@ -1038,6 +1082,8 @@ def check_prune(
     for root, _ in found.dir_roots:
         if found.found_per_root.get(root, 0):
             continue
+        if found.only is not None and root not in found.only:
+            continue  # the walk did not look at all of it
         going = sum(1 for p in stale if found.covered_by(p, root))
         if going:
             kinds = ",".join(extensions)
@@ -1046,7 +1092,7 @@ def check_prune(
                 f"to index but {going} indexed file{'' if going == 1 else 's'} under it would "
                 f"be removed (is it empty or not mounted?); {fix}"
             )
-    indexed = sum(1 for p in records if found.covers(p))
+    indexed = sum(1 for p in records if found.in_roots(Path(source_path(p))))
     if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
         raise UnsafePruneError(
             f"Removing indexed files refused: this run would remove {len(stale)} of the "

@@ -1,5 +1,6 @@
 """The knowledge base as tools for LLM agents: ``knowledge_search``, ``knowledge_get`` and
-``knowledge_stats``.
+``knowledge_stats``; when writing is allowed (``allow_write``, ``kb mcp --allow-write``),
+``knowledge_add`` and ``knowledge_delete`` too.
 
 Each tool has a ``name``, a ``description`` and an ``input_schema`` (JSON Schema), offers it as
 :meth:`~KnowledgeTool.json_schema` and as an OpenAI function-calling definition
@@ -43,12 +44,15 @@ MAX_HINT_CHECKS = 5
 NO_QUERY = "Error: No query provided"
 NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
 NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
+NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
 MAX_K = 50
 DEFAULT_K = 3  # the reference's k for run(); also default_k's default
 MAX_QUERY_CHARS = 2000
 MAX_FILTER_CHARS = 4000
 MAX_ID_CHARS = 200
 MAX_PATH_CHARS = 4096
+MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
+MAX_NOTE_KEYS = 32  # metadata keys of one note
 MAX_LINES = 2000  # lines of a file per knowledge_get answer
 MAX_CHARS = 100_000  # about this many characters per knowledge_get answer
 LINE_WIDTH = 2000  # a longer line is cut (with CUT), never wrapped: its number stays the file's
@@ -666,17 +670,174 @@ class KnowledgeStatsTool(KnowledgeTool):
         return ToolResult("\n".join(lines))
 
 
+def scope_metadata(filter: dict[str, Any] | None) -> dict[str, Any]:
+    """The metadata every document inside ``filter`` must carry: its equality conditions
+    (``{tenant: acme}``, ``{tenant: {$eq: acme}}``, those inside ``$and``)."""
+    forced: dict[str, Any] = {}
+    for key, value in (filter or {}).items():
+        if key == "$and":
+            for sub in value:
+                forced.update(scope_metadata(sub))
+        elif key.startswith("$"):
+            continue
+        elif isinstance(value, dict):
+            if set(value) == {"$eq"}:
+                forced[key] = value["$eq"]
+        else:
+            forced[key] = value
+    return forced
+
+
+class KnowledgeAddTool(KnowledgeTool):
+    """``knowledge_add``: store a note (one chunk, searchable by the next call). The scope's
+    metadata is forced onto it (:func:`scope_metadata`); a note that would still fall outside
+    the scope, or that claims another value for a scope key, is refused. Answers the id."""
+
+    name = "knowledge_add"
+    description = (
+        "Store a note in the knowledge base (a fact, a decision, something you learned) so "
+        "later searches find it; answers its id. metadata: optional key/value labels (text, "
+        'numbers, true/false), e.g. {"topic": "network"}.'
+    )
+
+    def __init__(self, view: Any, max_chars: int = MAX_NOTE_CHARS):
+        self.view = _reader(view)
+        self.max_chars = max_chars
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        scalar = {"type": ["string", "number", "boolean"]}
+        return {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "minLength": 1, "maxLength": self.max_chars},
+                "metadata": {
+                    "type": "object",
+                    "additionalProperties": scalar,
+                    "maxProperties": MAX_NOTE_KEYS,
+                },
+            },
+            "required": ["text"],
+            "additionalProperties": False,
+        }
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        self.check_keys(arguments)
+        text = _text("text", arguments.get("text"), self.max_chars)
+        metadata = _note_metadata(arguments.get("metadata"))
+        forced = scope_metadata(self.view.filter)
+        for key, value in forced.items():
+            if key in metadata and metadata[key] != value:
+                raise ToolArgumentError(
+                    f"metadata {key}={metadata[key]!r} is outside your scope ({key}={value!r}): "
+                    f"leave {key} out, it is set for you"
+                )
+        metadata.update(forced)
+        from .filters import matches
+
+        if not matches(metadata, self.view.filter):
+            raise ToolArgumentError(
+                "this note would fall outside your scope: give the metadata your scope "
+                f"requires ({json.dumps(self.view.filter, default=str)[:300]})"
+            )
+        indexed = _indexed_files(self.view.kb.store)
+        if metadata.get("source") in indexed:
+            raise ToolArgumentError(
+                "metadata source names an indexed file: a note cannot join a file's chunks"
+            )
+        new_id = self.view.kb.add(text, metadata)
+        return ToolResult(f"Added note {new_id} (searchable now).")
+
+
+class KnowledgeDeleteTool(KnowledgeTool):
+    """``knowledge_delete``: delete a note by id. Only a note the scope can see, never a chunk
+    of an indexed file (those leave with their file); a hidden id reads as an unknown one."""
+
+    name = "knowledge_delete"
+    description = (
+        "Delete a note by its id (as knowledge_add or knowledge_search gave it). Chunks of "
+        "indexed files cannot be deleted here: they leave the index with their file."
+    )
+
+    def __init__(self, view: Any):
+        self.view = _reader(view)
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {"id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}},
+            "required": ["id"],
+            "additionalProperties": False,
+        }
+
+    def _call(self, arguments: dict[str, Any]) -> ToolResult:
+        self.check_keys(arguments)
+        chunk_id = _text("id", arguments.get("id"), MAX_ID_CHARS)
+        found = self.view.get([chunk_id])
+        if not found:
+            return _error(NO_NOTE)
+        source = found[0].metadata.get("source")
+        if source is not None and source in _indexed_files(self.view.kb.store):
+            return _error(
+                f"{chunk_id} is a chunk of the indexed file {source}: it leaves the index when "
+                "the file is deleted (kb ingest, kb watch), not here"
+            )
+        self.view.kb.delete([chunk_id])
+        return ToolResult(f"Deleted note {chunk_id}.")
+
+
+def _note_metadata(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ToolArgumentError(f"metadata must be an object, got {type(value).__name__}")
+    if len(value) > MAX_NOTE_KEYS:
+        raise ToolArgumentError(f"metadata has {len(value)} keys; at most {MAX_NOTE_KEYS}")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.strip() or len(key) > MAX_ID_CHARS:
+            raise ToolArgumentError(f"metadata key {str(key)[:40]!r} must be a short text")
+        if key.startswith("$") or any(ord(c) < 32 for c in key):
+            raise ToolArgumentError(f"metadata key {key[:40]!r} may not start with $")
+        if item is None or not isinstance(item, (str, int, float, bool)):
+            raise ToolArgumentError(
+                f"metadata {key[:40]!r} must be text, a number or true/false, got "
+                f"{type(item).__name__}"
+            )
+        if isinstance(item, str) and len(item) > MAX_QUERY_CHARS:
+            raise ToolArgumentError(f"metadata {key[:40]!r} is too long")
+        out[key] = item
+    return out
+
+
+def _indexed_files(store: Any) -> Any:
+    """The sources recorded as indexed files (a store without a file ledger has none)."""
+    from .protocols import FileLedger, supports
+
+    return store.file_records() if supports(store, FileLedger) else {}
+
+
 def knowledge_tools(
-    kb: Any, filter: dict[str, Any] | None = None, **search_options: Any
+    kb: Any,
+    filter: dict[str, Any] | None = None,
+    *,
+    allow_write: bool = False,
+    **search_options: Any,
 ) -> list[KnowledgeTool]:
     """``[knowledge_search, knowledge_get, knowledge_stats]`` over ``kb`` (a knowledge base or
-    a scoped view), narrowed to ``filter`` when given. ``search_options`` go to
-    :class:`KnowledgeSearchTool` (``default_k``, ``default_mode``, ``max_k``...)."""
+    a scoped view), narrowed to ``filter`` when given; with ``allow_write`` (an explicit
+    opt-in) also ``knowledge_add`` and ``knowledge_delete``, inside the same scope.
+    ``search_options`` go to :class:`KnowledgeSearchTool` (``default_k``, ``default_mode``,
+    ``max_k``...)."""
     view = _reader(kb)
     if filter:
         view = view.scoped(filter)
-    return [
+    tools: list[KnowledgeTool] = [
         KnowledgeSearchTool(view, **search_options),
         KnowledgeGetTool(view),
         KnowledgeStatsTool(view),
     ]
+    if allow_write:
+        tools += [KnowledgeAddTool(view), KnowledgeDeleteTool(view)]
+    return tools

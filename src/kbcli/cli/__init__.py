@@ -20,7 +20,7 @@ from .root import app, main
 # Each command module registers its command on import; ``kb --help`` lists them in this order.
 # isort: off
 from . import ingest, add, search, ask, delete, get, list_, stats, doctor  # noqa: E402, F401
-from . import init, config_, trust, eval_, mcp, copy_  # noqa: E402, F401
+from . import init, config_, trust, eval_, mcp, copy_, watch  # noqa: E402, F401
 # isort: on
 
 __all__ = ["app", "main"]

@@ -1,15 +1,24 @@
 """``kb ingest``: index files and folders (an incremental sync)."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ..registry import EMBEDDER_NOTES
 from .context import get_state, open_kb
 from .group import KBCommand
 from .options import MetaOption, example
 from .root import app
+from .sync_options import (
+    EmbedderOption,
+    ExtOption,
+    FollowSymlinksOption,
+    IncludeHiddenOption,
+    MassDeleteOption,
+    PruneOption,
+    RecursiveOption,
+    WaitOption,
+)
 
 
 @app.command(
@@ -23,72 +32,22 @@ from .root import app
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],
-    ext: Annotated[
-        str | None,
-        typer.Option(
-            "--ext",
-            metavar=".md,.pdf",
-            help="Comma-separated extensions to index [default: .md,.txt,.pdf,.docx]; "
-            "images (.png,.jpg,.tif,...) are read by OCR when named here.",
-        ),
-    ] = None,
-    recursive: Annotated[
-        bool, typer.Option("--recursive/--no-recursive", help="Descend into sub-folders.")
-    ] = True,
+    ext: ExtOption = None,
+    recursive: RecursiveOption = True,
     meta: MetaOption = None,
-    prune: Annotated[
-        bool | None,
-        typer.Option(
-            "--prune/--no-prune",
-            help="--prune: also remove indexed files under PATH that still exist but are no "
-            "longer picked (--ext, .kbignore, hidden); --no-prune: keep even those deleted "
-            "[default: remove the deleted ones].",
-        ),
-    ] = None,
-    allow_mass_delete: Annotated[
-        bool,
-        typer.Option(
-            "--allow-mass-delete",
-            help="Let a run empty a folder's index or remove more than half of its files "
-            "(refused otherwise: an unmounted or emptied folder looks the same).",
-        ),
-    ] = False,
-    follow_symlinks: Annotated[
-        bool,
-        typer.Option(
-            "--follow-symlinks",
-            help="Follow symbolic links that stay inside PATH (never outside; each file once).",
-        ),
-    ] = False,
-    include_hidden: Annotated[
-        bool, typer.Option("--include-hidden", help="Also index hidden files and folders.")
-    ] = False,
+    prune: PruneOption = None,
+    allow_mass_delete: MassDeleteOption = False,
+    follow_symlinks: FollowSymlinksOption = False,
+    include_hidden: IncludeHiddenOption = False,
     rebuild: Annotated[
         bool,
         typer.Option("--rebuild", help="Re-read and re-embed every file, even unchanged ones."),
     ] = False,
-    wait: Annotated[
-        float,
-        typer.Option(
-            "--wait",
-            metavar="SECONDS",
-            min=0,
-            help="How long to wait while another kb process writes to the database.",
-        ),
-    ] = 60.0,
+    wait: WaitOption = 60.0,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the report as one JSON line.")
     ] = False,
-    embedder: Annotated[
-        str | None,
-        typer.Option(
-            "--embedder",
-            metavar="NAME",
-            help=f"Embed with NAME: {', '.join(EMBEDDER_NOTES)} (kb --help says what each is); "
-            "recorded in the index, so later commands use it [default: $KB_EMBEDDER, "
-            "rag.embedding.provider, the index's own, else by API keys, else simple].",
-        ),
-    ] = None,
+    embedder: EmbedderOption = None,
 ) -> None:
     """Index files and folders (only new and changed files are read again; files deleted
     from PATH leave the index). Files are searchable by keyword as soon as they are written;
@@ -152,18 +111,28 @@ def ingest(
         if json_out and partial is not None:
             render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
         raise
+    report_output(report, quiet=state.quiet, json_out=json_out)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def report_output(
+    report: Any, *, quiet: bool, json_out: bool, extra: dict[str, Any] | None = None
+) -> None:
+    """A sync's failures and warnings on stderr, then its summary (or its JSON line, with
+    ``extra`` keys first) on stdout; ``kb watch`` shows its first index the same way."""
+    from .. import render
+
     for failure in report.failed:
         reason = (
             failure.error if failure.path in failure.error else f"{failure.path}: {failure.error}"
         )
         render.message(f"Failed: {reason}")
-    if not state.quiet:
+    if not quiet:
         for text in report.warnings:
             render.warning(text)
     if json_out:
-        render.print_json(report.to_dict(), one_line=True)
-    elif not state.quiet:
+        render.print_json({**(extra or {}), **report.to_dict()}, one_line=True)
+    elif not quiet:
         for line in render.ingest_summary(report):
             render.result(line)
-    if report.failed:
-        raise typer.Exit(1)

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb, search_filter
+from .context import get_state, open_kb, search_filter
 from .group import KBCommand
 from .options import FilterOption, example
 from .root import app
@@ -16,6 +16,7 @@ from .root import app
     epilog=example(
         "kb mcp --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+        "kb mcp --allow-write --filter team=ops",
     ),
 )
 def mcp(
@@ -37,13 +38,22 @@ def mcp(
             help="YAML file mapping bearer tokens to scopes (required with --http).",
         ),
     ] = None,
+    allow_write: Annotated[
+        bool,
+        typer.Option(
+            "--allow-write",
+            help="Also offer knowledge_add and knowledge_delete (notes, inside the caller's "
+            "scope); over HTTP only to tokens with write: true.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
-    (and, over HTTP, each token's scope). Over HTTP a request must arrive whole within 10 s and
-    at most 1,000 connections are open (the longest-waiting makes room); an address that cannot
-    be listened on (a port in use) exits 4."""
+    (and, over HTTP, each token's scope); with --allow-write also knowledge_add and
+    knowledge_delete, writing notes inside that scope. Over HTTP a request must arrive whole
+    within 10 s and at most 1,000 connections are open (the longest-waiting makes room); an
+    address that cannot be listened on (a port in use) exits 4."""
     from ..errors import InvalidOptionError, require
     from ..filter_syntax import parse_filter_expressions
 
@@ -59,9 +69,17 @@ def mcp(
             "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
         )
     identities = load_tokens(tokens) if tokens is not None else {}
+    writers = sum(1 for identity in identities.values() if identity.write)
+    if writers and not allow_write and not get_state(ctx).quiet:
+        from .. import render
+
+        render.warning(
+            f"{writers} token{'' if writers == 1 else 's'} in {tokens} say write: true, but "
+            "writing is off: run kb mcp with --allow-write to offer the write tools"
+        )
     kb = open_kb(ctx, create=False)
     try:
-        server = KnowledgeMCP(kb, scope)
+        server = KnowledgeMCP(kb, scope, allow_write=allow_write)
         if address is None:
             server.run_stdio()
         else:

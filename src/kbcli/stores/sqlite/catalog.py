@@ -239,11 +239,15 @@ class AllowedRowids:
     def __init__(self, size: int = ALLOWED_CACHE):
         self.size = size
         self.scans = 0  # how many times the table was read (tests, stats)
-        self._entries: dict[tuple[str, int], array] = {}
+        self._entries: dict[tuple[str, int, str], array] = {}
 
-    def _key(self, conn: sqlite3.Connection, filter: dict) -> tuple[str, int]:
-        generation = conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
-        return json.dumps(filter, sort_keys=True, default=str), int(generation)
+    def _key(self, conn: sqlite3.Connection, filter: dict) -> tuple[str, int, str]:
+        # the index's id too: another index moved over this file may count the same generation
+        generation, index = conn.execute(
+            "SELECT generation, (SELECT value FROM meta WHERE key = 'index_id') FROM stats "
+            "WHERE id = 1"
+        ).fetchone()
+        return json.dumps(filter, sort_keys=True, default=str), int(generation), str(index)
 
     def peek(self, conn: sqlite3.Connection, filter: dict) -> array | None:
         """The kept rowids of ``filter`` for ``conn``'s snapshot, or None (nothing is read)."""
@@ -256,7 +260,7 @@ class AllowedRowids:
         if found is None:
             found = array("q", sorted(rowids_where(conn, filter)))
             self.scans += 1
-            for old in [k for k in self._entries if k[1] != key[1]]:
+            for old in [k for k in self._entries if k[1:] != key[1:]]:
                 del self._entries[old]  # another generation: never asked for again, mostly
             while len(self._entries) >= self.size:
                 del self._entries[next(iter(self._entries))]

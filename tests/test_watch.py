@@ -1,0 +1,490 @@
+"""``kb watch``: a real ``kb watch --json`` subprocess on a temporary folder (issue 28).
+
+Each test changes the folder as a user or an editor does, then polls the database (another
+connection, read-only) until the index holds the expected state or a deadline passes; the
+``--json`` lines say how many batches applied what. Nothing is mocked, except where noted: the
+inotify watch limit cannot be reached here without root.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+DEADLINE = 60.0  # seconds a state may take to appear (a loaded machine; never a speed claim)
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def env_for(db: Path, pythonpath: str = SRC) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": pythonpath, "KB_DB": str(db)}
+    env.pop("KB_TEST_CRASH_AT", None)
+    return env
+
+
+def kb(db: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "kbcli", *args],
+        env=env_for(db),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+class Watcher:
+    """``kb watch PATH... --json`` running; its JSON lines collected as they come."""
+
+    def __init__(self, db: Path, *args: str, pythonpath: str = SRC):
+        self.db = db
+        self.err_path = db.with_name(db.name + ".watch-stderr")
+        self._err = open(self.err_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kbcli", "watch", *args, "--json"],
+            env=env_for(db, pythonpath),
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+        )
+        self.lines: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        wait_for(lambda: any(e["event"] == "indexed" for e in self.lines), self, "first index")
+        wait_for(lambda: "Watching" in self.stderr, self, "the watch to start")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(json.loads(line))
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    @property
+    def batches(self) -> list[dict[str, Any]]:
+        return [e for e in self.lines if e["event"] == "batch"]
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        try:
+            code = self.proc.wait(timeout=120)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._reader.join(timeout=10)
+            self._err.close()
+        return code
+
+
+@pytest.fixture
+def watch(tmp_path):
+    started: list[Watcher] = []
+
+    def start(*args: str, **kw: Any) -> Watcher:
+        w = Watcher(tmp_path / "kb.db", *args, **kw)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def wait_for(
+    check: Callable[[], Any], watcher: Watcher | None = None, what: str = "", limit=DEADLINE
+) -> Any:
+    """Poll ``check`` until it returns something true; fail after ``limit`` seconds."""
+    end = time.monotonic() + limit
+    while True:
+        got = check()
+        if got:
+            return got
+        if watcher is not None and watcher.proc.poll() is not None:
+            pytest.fail(f"kb watch exited {watcher.proc.returncode}: {watcher.stderr}")
+        if time.monotonic() > end:
+            detail = watcher.stderr if watcher is not None else ""
+            pytest.fail(f"timed out waiting for {what or check}: {detail}")
+        time.sleep(0.05)
+
+
+def indexed(db: Path) -> dict[str, str]:
+    """source -> its chunks' text, as committed (a file whole or absent)."""
+    if not db.exists():
+        return {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute("SELECT source, text FROM chunks ORDER BY source, doc").fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        con.close()
+    out: dict[str, str] = {}
+    for source, text in rows:
+        out[source] = out.get(source, "") + text
+    return out
+
+
+def has(db: Path, expected: dict[Path, str | None]) -> bool:
+    """True when each path is indexed with text containing its string (None: not indexed)."""
+    now = indexed(db)
+    for path, text in expected.items():
+        got = now.get(str(path))
+        if text is None and got is not None:
+            return False
+        if text is not None and (got is None or text not in got):
+            return False
+    return True
+
+
+def files_consistent(db: Path) -> None:
+    """The ledger and the chunks agree: every recorded file has exactly its chunks."""
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for path, chunk_ids in con.execute("SELECT path, chunk_ids FROM files"):
+            ids = set(json.loads(chunk_ids))
+            rows = {r[0] for r in con.execute("SELECT id FROM chunks WHERE source = ?", (path,))}
+            assert rows == ids, path
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def notes(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "first.md").write_text("# First\n\nalpha apples\n")
+    return folder
+
+
+def test_new_edit_delete_rename_file(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    assert has(db, {notes / "first.md": "alpha apples"})
+    (notes / "second.md").write_text("bravo bananas\n")
+    wait_for(lambda: has(db, {notes / "second.md": "bravo bananas"}), w, "a new file")
+    (notes / "second.md").write_text("bravo blueberries\n")
+    wait_for(lambda: has(db, {notes / "second.md": "blueberries"}), w, "an edit")
+    assert "bananas" not in indexed(db)[str(notes / "second.md")]
+    (notes / "first.md").unlink()
+    wait_for(lambda: has(db, {notes / "first.md": None}), w, "a deletion")
+    (notes / "second.md").rename(notes / "third.md")
+    wait_for(
+        lambda: has(db, {notes / "second.md": None, notes / "third.md": "blueberries"}), w, "rename"
+    )
+    assert w.stop() == 0
+    assert "Applied:" in w.stderr and "Traceback" not in w.stderr
+    files_consistent(db)
+
+
+def test_folders_created_moved_and_removed(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "moved.md").write_text("moved in from outside\n")
+    w = watch(str(notes))
+    made = notes / "made" / "inner"
+    made.mkdir(parents=True)
+    (made / "x.md").write_text("created inside a new folder\n")
+    wait_for(lambda: has(db, {made / "x.md": "new folder"}), w, "a created folder")
+    shutil.move(str(outside), str(notes / "arrived"))
+    arrived = notes / "arrived" / "deep" / "moved.md"
+    wait_for(lambda: has(db, {arrived: "from outside"}), w, "a folder moved in")
+    (notes / "arrived").rename(notes / "renamed")
+    renamed = notes / "renamed" / "deep" / "moved.md"
+    wait_for(lambda: has(db, {arrived: None, renamed: "from outside"}), w, "a folder renamed")
+    shutil.move(str(notes / "renamed"), str(tmp_path / "away"))
+    wait_for(lambda: has(db, {renamed: None}), w, "a folder moved out")
+    shutil.rmtree(notes / "made")
+    wait_for(lambda: has(db, {made / "x.md": None}), w, "a folder removed")
+    assert has(db, {notes / "first.md": "alpha"})
+    assert w.stop() == 0
+    files_consistent(db)
+
+
+def test_kbignore_ext_and_hidden_rules_hold(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    (notes / ".kbignore").write_text("private/\n")
+    w = watch(str(notes), "--ext", ".md,.txt", "--prune")
+    (notes / "private").mkdir()
+    (notes / "private" / "secret.md").write_text("secret words\n")
+    (notes / ".hidden").mkdir()
+    (notes / ".hidden" / "h.md").write_text("hidden words\n")
+    (notes / "other.rst").write_text("restructured words\n")
+    (notes / "plain.txt").write_text("plain words\n")
+    wait_for(lambda: has(db, {notes / "plain.txt": "plain words"}), w, "a .txt file")
+    # the batch that indexed plain.txt saw the others too (or an earlier one did)
+    wait_for(lambda: w.batches, w, "a batch line")
+    now = indexed(db)
+    assert not any("secret" in t or "hidden" in t or "restructured" in t for t in now.values())
+    # a .kbignore rule added later: with --prune the file it now excludes leaves the index
+    (notes / ".kbignore").write_text("private/\nfirst.md\n")
+    wait_for(lambda: has(db, {notes / "first.md": None}), w, "a .kbignore rule applied")
+    (notes / ".kbignore").write_text("")
+    wait_for(
+        lambda: has(db, {notes / "first.md": "alpha", notes / "private" / "secret.md": "secret"}),
+        w,
+        "the rules lifted",
+    )
+    assert w.stop() == 0
+
+
+def test_save_via_rename_and_two_step_write_are_indexed_once_whole(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    body = "".join(f"line {i} of the saved version with words w{i}\n" for i in range(400))
+    # an editor's save: write a temporary file beside it, then rename it over the original
+    tmp = notes / ".first.md.swp"
+    tmp.write_text(body)
+    os.replace(tmp, notes / "first.md")
+    wait_for(lambda: has(db, {notes / "first.md": "w399"}), w, "the saved file")
+    # a two-step write: half, a pause shorter than the quiet period, the rest
+    with open(notes / "two.md", "w") as fh:
+        fh.write("beginning of two\n")
+        fh.flush()
+        time.sleep(0.2)
+        fh.write("end of two\n")
+    wait_for(lambda: has(db, {notes / "two.md": "end of two"}), w, "the two-step write")
+    assert "beginning of two" in indexed(db)[str(notes / "two.md")]
+    assert w.stop() == 0
+    touched = [p["path"] for b in w.batches for p in b["slowest"]]
+    assert touched.count(str(notes / "first.md")) == 1, w.batches
+    assert touched.count(str(notes / "two.md")) == 1, w.batches
+    assert sum(b["updated"] + b["added"] for b in w.batches) == 2
+
+
+def test_database_inside_the_watched_folder_does_not_feed_itself(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.md").write_text("alpha\n")
+    db = folder / "kb.db"
+    w = Watcher(db, str(folder))
+    try:
+        (folder / "b.md").write_text("bravo\n")
+        wait_for(lambda: has(db, {folder / "b.md": "bravo"}), w, "b.md")
+        (folder / "c.md").write_text("charlie\n")
+        wait_for(lambda: has(db, {folder / "c.md": "charlie"}), w, "c.md")
+        wait_for(lambda: len(w.batches) >= 2, w, "two batch lines")
+    finally:
+        assert w.stop() == 0
+    # had its own writes (kb.db-wal, the lock file) been events, batches would come between
+    assert [b["added"] for b in w.batches] == [1, 1], w.batches
+
+
+def test_concurrent_ingest_of_the_same_folder_succeeds(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    for i in range(300):
+        (notes / f"n{i}.md").write_text(f"note {i} about concurrency{i}\n")
+    # while the watch applies that burst, a cron kb ingest of the same folder runs
+    done = kb(db, "ingest", str(notes), "--json")
+    assert done.returncode == 0, done.stderr
+    assert "locked" not in done.stderr.lower()
+    wait_for(lambda: len(indexed(db)) == 301, w, "all 301 files")
+    (notes / "late.md").write_text("written after the ingest\n")
+    wait_for(lambda: has(db, {notes / "late.md": "after the ingest"}), w, "a later change")
+    assert w.stop() == 0
+    files_consistent(db)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_sigint_finish_the_batch_and_exit_0(watch, notes, tmp_path, signum):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    for i in range(400):
+        (notes / f"s{i}.md").write_text(f"version one of {i}\n")
+    wait_for(lambda: w.batches or "Applied" in w.stderr, w, "a batch under way")
+    for i in range(400):
+        (notes / f"s{i}.md").write_text(f"version two of {i}\n")
+    assert w.stop(signum) == 0, w.stderr
+    assert "Traceback" not in w.stderr
+    assert w.lines[-1]["event"] == "stopped"
+    assert w.lines[-1]["signal"] == signal.Signals(signum).name
+    files_consistent(db)
+    # each file is at a version it had, whole; the next ingest brings the rest in
+    for source, text in indexed(db).items():
+        assert text.startswith(("# First", "version one", "version two")), (source, text)
+    again = kb(db, "ingest", str(notes))
+    assert again.returncode == 0, again.stderr
+    assert sum(1 for t in indexed(db).values() if t.startswith("version two")) == 400
+
+
+def test_a_burst_of_2000_files_is_applied_in_few_batches(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for i in range(2000):
+        (staged / f"b{i:04d}.md").write_text(f"burst file {i} word{i}\n")
+    w = watch(str(notes))
+    for path in staged.iterdir():  # copied in one by one, as cp -r does
+        shutil.copy2(path, notes / path.name)
+    wait_for(lambda: len(indexed(db)) == 2001, w, "2001 files", limit=240)
+    wait_for(lambda: sum(b["added"] for b in w.batches) == 2000, w, "the batch lines")
+    assert w.stop() == 0
+    assert len(w.batches) <= 10, [b["added"] for b in w.batches]
+
+
+def test_scan_mode_follows_changes(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes), "--scan-every", "0.2")
+    assert "a scan every 0.2 s" in w.stderr
+    (notes / "sub").mkdir()
+    (notes / "sub" / "s.md").write_text("scanned words\n")
+    wait_for(lambda: has(db, {notes / "sub" / "s.md": "scanned"}), w, "a new file by scan")
+    (notes / "first.md").write_text("alpha edited by scan\n")
+    wait_for(lambda: has(db, {notes / "first.md": "edited by scan"}), w, "an edit by scan")
+    shutil.rmtree(notes / "sub")
+    wait_for(lambda: has(db, {notes / "sub" / "s.md": None}), w, "a folder removed by scan")
+    assert w.stop() == 0
+    assert {b["mode"] for b in w.batches} == {"scans"}
+
+
+def test_without_watchfiles_it_says_so_once_and_scans(tmp_path, notes):
+    # a package that cannot be imported stands in for watchfiles not being installed
+    shim = tmp_path / "shim" / "watchfiles"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('watchfiles is not installed')\n")
+    db = tmp_path / "kb.db"
+    w = Watcher(db, str(notes), pythonpath=f"{tmp_path / 'shim'}{os.pathsep}{SRC}")
+    try:
+        (notes / "later.md").write_text("found by a scan\n")
+        wait_for(lambda: has(db, {notes / "later.md": "by a scan"}), w, "a scan")
+    finally:
+        assert w.stop() == 0
+    notes_lines = [line for line in w.stderr.splitlines() if "kbcli[watch]" in line]
+    assert notes_lines == [
+        "Note: watchfiles is not installed (pip install 'kbcli[watch]'); scanning every 2 s "
+        "instead."
+    ]
+
+
+def test_inotify_limit_is_named_once_with_the_sysctl(tmp_path, notes, monkeypatch, capsys):
+    # The kernel's watch limit cannot be reached here without root (it is a sysctl): the
+    # notifier is replaced by one raising what watchfiles raises then (ENOSPC).
+    from kbcli import watch as watch_module
+    from kbcli.pipeline import KnowledgeBase
+
+    class Full:
+        def __init__(self, paths, recursive):
+            raise OSError(errno.ENOSPC, "OS file watch limit reached.")
+
+    monkeypatch.setattr(watch_module, "_Events", Full)
+    said: list[str] = []
+    kb_ = KnowledgeBase.from_config(db=tmp_path / "kb.db", create=True)
+    try:
+        w = watch_module.Watch(kb_, [notes], note=said.append)
+        assert w.mode == "scans"
+        assert said == [
+            "Note: the inotify watch limit is reached (raise it with: sudo sysctl "
+            "fs.inotify.max_user_watches=524288 (and in /etc/sysctl.conf to keep it)); "
+            "scanning every 2 s instead."
+        ]
+        w.index()
+        (notes / "n.md").write_text("noticed by a scan\n")
+        stop = threading.Event()
+        batches: list = []
+
+        def on_batch(batch):
+            batches.append(batch)
+            stop.set()
+
+        w.follow(stop, on_batch)
+        assert batches[0].report.added == 1 and batches[0].mode == "scans"
+    finally:
+        kb_.close()
+
+
+def test_missing_path_is_one_line(tmp_path):
+    done = kb(tmp_path / "kb.db", "watch", str(tmp_path / "nope"))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("Error: Path not found")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_signal_during_the_first_index_keeps_each_file_whole_and_exits_0(tmp_path):
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for i in range(3000):  # the built-in embedder writes its first group after 1024 chunks
+        (folder / f"f{i}.md").write_text(f"# File {i}\n\nwords of file {i}.\n")
+    db = tmp_path / "kb.db"
+    err = open(tmp_path / "stderr", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "watch", str(folder), "--json"],
+        env=env_for(db),
+        stdout=subprocess.PIPE,
+        stderr=err,
+        text=True,
+    )
+    try:
+        wait_for(lambda: indexed(db) or proc.poll() is not None, None, "a first commit")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        err.close()
+    assert proc.returncode == 0, (tmp_path / "stderr").read_text()
+    first = json.loads(out.splitlines()[0])
+    assert first["event"] == "indexed"
+    if first["interrupted"]:  # (a fast machine may have finished the index first)
+        assert first["signal"] == "SIGTERM"
+        assert "Interrupted (SIGTERM)" in (tmp_path / "stderr").read_text()
+    files_consistent(db)
+
+
+def test_the_watched_folder_removed_ends_the_watch_and_keeps_the_index(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    shutil.rmtree(notes)  # an unmounted share looks the same: nothing is removed
+    assert w.proc.wait(timeout=DEADLINE) == 2
+    last = w.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: Path not found") and "Traceback" not in w.stderr
+    assert has(db, {notes / "first.md": "alpha apples"})
+
+
+def test_sync_only_touches_the_paths_it_is_given(tmp_path):
+    # the library call each batch makes: sync(..., only=paths)
+    from kbcli.pipeline import KnowledgeBase
+    from kbcli.sync import sync
+
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    for name in ("a.md", "b.md", "sub/c.md", "sub/d.md"):
+        (root / name).write_text(f"first {name}\n")
+    (root / "sub" / ".kbignore").write_text("d2.md\n")
+    kb_ = KnowledgeBase.from_config(db=tmp_path / "only.db", create=True)
+    try:
+        assert sync(kb_, [root]).added == 4
+        (root / "a.md").write_text("second a\n")  # changed, but not in the batch
+        (root / "b.md").unlink()  # gone, but not in the batch
+        (root / "sub" / "c.md").write_text("second c\n")
+        (root / "sub" / "d.md").rename(root / "sub" / "d2.md")  # .kbignore'd new name
+        batch = {(root / "sub" / p).resolve() for p in ("c.md", "d.md", "d2.md")}
+        report = sync(kb_, [root], only=batch)
+        assert (report.updated, report.removed, report.added) == (1, 1, 0)
+        texts = {d.metadata["source"]: d.text for d in kb_.store.list_all()}
+        assert texts[str((root / "a.md").resolve())] == "first a.md"  # untouched
+        assert str((root / "b.md").resolve()) in texts  # kept until a batch names it
+        assert texts[str((root / "sub" / "c.md").resolve())] == "second c"
+        assert not any(s.endswith(("d.md", "d2.md")) for s in texts)
+        full = sync(kb_, [root])
+        assert (full.updated, full.removed) == (1, 1)
+    finally:
+        kb_.close()
