@@ -69,7 +69,7 @@ def watch(
     import threading
 
     from .. import render
-    from ..filters import parse_meta
+    from ..filter_syntax import parse_meta
     from ..render.messages import plural
     from ..signals import interrupt_on_termination, signal_name, stop_between, stopped_by
     from ..sync import DEFAULT_EXTENSIONS, SyncInterrupted, SyncReport, parse_extensions
