@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 from .analysis import Analyzer, has_cjk
 from .calibration import Floors, dense_cutoff
 from .errors import InvalidOptionError
-from .filters import matches, validate_filter
+from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
 from .scoring import below_floor, keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
@@ -50,6 +50,38 @@ class KBWarning(UserWarning):
     """Something kbcli worked around, worth telling the developer once."""
 
 
+_SCOPE_TAKERS: dict[type, bool] = {}
+_UNSCOPED_NOTED: set[type] = set()
+
+
+def takes_scope(store: Any) -> bool:
+    """True when ``store.keyword_search`` takes ``scope`` (every built-in store; a user's own
+    may predate it). Asked of the class once."""
+    cls = type(store)
+    if cls not in _SCOPE_TAKERS:
+        import inspect
+
+        try:
+            params = inspect.signature(cls.keyword_search).parameters
+        except (TypeError, ValueError):
+            params = {}
+        _SCOPE_TAKERS[cls] = "scope" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
+    return _SCOPE_TAKERS[cls]
+
+
+def _note_unscoped(store: Any) -> None:
+    if type(store) not in _UNSCOPED_NOTED:
+        _UNSCOPED_NOTED.add(type(store))
+        warnings.warn(
+            f"{type(store).__name__}.keyword_search takes no scope: scoped searches are "
+            "filtered but scored with the whole index's statistics",
+            KBWarning,
+            stacklevel=4,
+        )
+
+
 class BM25Retriever:
     """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference), with
     source context: a chunk scores its own BM25 plus ``source_weight`` times its source's
@@ -87,15 +119,21 @@ class BM25Retriever:
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
     ) -> list[SearchResult]:
-        """The ``k`` best BM25 matches among documents passing ``options.filter``."""
+        """The ``k`` best BM25 matches among documents passing ``options.filter`` (and
+        ``options.scope``, whose documents alone give the statistics)."""
         filter = validate_filter(options.filter if options else None)
+        scope = validate_filter(options.scope if options else None)
         weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
         if supports(self.store, KeywordIndex):
-            return self.store.keyword_search(
-                query, k, filter, k1=self.k1, b=self.b, source_weight=weight
-            )
+            kwargs: dict[str, Any] = {"k1": self.k1, "b": self.b, "source_weight": weight}
+            if scope is None:
+                return self.store.keyword_search(query, k, filter, **kwargs)
+            if takes_scope(self.store):
+                return self.store.keyword_search(query, k, filter, scope=scope, **kwargs)
+            _note_unscoped(self.store)
+            return self.store.keyword_search(query, k, and_filters(scope, filter), **kwargs)
         if not supports(self.store, _Listable):
             raise InvalidOptionError(
                 f"{type(self.store).__name__} has no keyword index and cannot list its "
@@ -104,7 +142,8 @@ class BM25Retriever:
         from .stores.common import keyword_hit
         from .stores.keyword_memory import index_documents
 
-        docs = self.store.list_all()
+        # indexed per search: a scope's documents alone make the index (its statistics)
+        docs = [d for d in self.store.list_all() if matches(d.metadata, scope)]
         index = index_documents(docs, self.analyzer)
         allowed = (lambda i: matches(docs[i].metadata, filter)) if filter else None
         scored = index.search(query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed)
@@ -129,8 +168,12 @@ class DenseRetriever:
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
     ) -> list[SearchResult]:
-        """The ``k`` nearest documents (cosine) among those passing ``options.filter``."""
-        filter = validate_filter(options.filter if options else None)
+        """The ``k`` nearest documents (cosine) among those passing ``options.filter`` and
+        ``options.scope`` (a dense score depends on no corpus statistic)."""
+        filter = and_filters(
+            validate_filter(options.scope if options else None),
+            validate_filter(options.filter if options else None),
+        )
         if not query.strip():
             return []
         if supports(self.store, DocumentCatalog):
@@ -300,7 +343,8 @@ class HybridRetriever:
                 notes = {}
                 if weak and options.fusion == "weighted":
                     notes["alpha_note"] = self.keyword_first_reason(query, options)
-                coverage = self.vector_coverage()
+                # index-wide counts: never shown inside a scope
+                coverage = None if options.scope else self.vector_coverage()
                 if coverage:
                     notes["dense_note"] = coverage
                 for hit in hits:
