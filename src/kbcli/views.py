@@ -72,6 +72,11 @@ class KnowledgeView:
         self.kb = kb
         self.filter: dict[str, Any] | None = validate_filter(filter)
 
+    @property
+    def analyzer(self) -> Any:
+        """The knowledge base's analyzer (what phrase and exclusion checks tokenise with)."""
+        return self.kb.analyzer
+
     # --- filters -----------------------------------------------------------------------------
 
     def narrow(self, filter: dict[str, Any] | None) -> dict[str, Any] | None:
