@@ -326,9 +326,9 @@ class KeywordTables(SignedKeywords):
         stats = inside.stats
         if not terms or stats.chunks == 0:
             return []
-        mask = inside.mask
+        visible = inside.visible
         if filter:
-            mask = mask & self._allowed(conn, view, filter, terms).mask
+            visible = view.visible(inside.mask & self._allowed(conn, view, filter, terms).mask)
         weighted = [
             packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
             for t in terms
@@ -342,7 +342,7 @@ class KeywordTables(SignedKeywords):
             k1=params.k1,
             b=params.b,
             source_weight=params.source_weight,
-            allowed=view.visible(mask),
+            allowed=visible,
             scope=inside,
         )
 

@@ -325,14 +325,26 @@ class Scope:
         self.srclen = np.bincount(src, weights=dl, minlength=size).astype(np.int64)
         self.stats = CorpusStats(int(src.shape[0]), int(dl.sum()), int(np.count_nonzero(chunks)))
         self._src = view.src
+        self._seen = np.zeros(size, bool)  # sources marked by frequencies(), cleared after
         self._norm: tuple[tuple[float, float, float], np.ndarray] | None = None
+        self._visible = view.visible(mask)
+
+    @property
+    def visible(self) -> Visible:
+        """The scope's slots as a :class:`Visible` (kept: its buckets are made once)."""
+        return self._visible
 
     def frequencies(self, slots: np.ndarray) -> tuple[int, int]:
         """``(df, sdf)`` inside the scope of a term whose postings are at ``slots``."""
         inside = slots[self.mask[slots]]
         if not inside.shape[0]:
             return 0, 0
-        return int(inside.shape[0]), int(np.unique(self._src[inside]).shape[0])
+        srcs = self._src.take(inside)
+        seen = self._seen
+        seen[srcs] = True
+        sdf = int(np.count_nonzero(seen))
+        seen[srcs] = False
+        return int(inside.shape[0]), sdf
 
     def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
         """:meth:`View.source_norm` over the scope's source lengths."""
