@@ -324,8 +324,10 @@ class Scope:
         chunks = np.bincount(src, minlength=size)
         self.srclen = np.bincount(src, weights=dl, minlength=size).astype(np.int64)
         self.stats = CorpusStats(int(src.shape[0]), int(dl.sum()), int(np.count_nonzero(chunks)))
-        self._src = view.src
-        self._seen = np.zeros(size, bool)  # sources marked by frequencies(), cleared after
+        # each slot's source in the scope, or the sink ``size`` for a slot outside it
+        self._bucket = np.where(mask, view.src, size).astype(np.intp)
+        self._bucket_sink = size
+        self._seen = np.zeros(size + 1, bool)  # sources marked by frequencies(), cleared after
         self._norm: tuple[tuple[float, float, float], np.ndarray] | None = None
         self._visible = view.visible(mask)
 
@@ -336,15 +338,15 @@ class Scope:
 
     def frequencies(self, slots: np.ndarray) -> tuple[int, int]:
         """``(df, sdf)`` inside the scope of a term whose postings are at ``slots``."""
-        inside = slots[self.mask[slots]]
-        if not inside.shape[0]:
-            return 0, 0
-        srcs = self._src.take(inside)
+        buckets = self._bucket.take(slots)
         seen = self._seen
-        seen[srcs] = True
+        seen[buckets] = True
+        seen[-1] = False  # the sink
         sdf = int(np.count_nonzero(seen))
-        seen[srcs] = False
-        return int(inside.shape[0]), sdf
+        if not sdf:
+            return 0, 0
+        seen[buckets] = False
+        return int(np.count_nonzero(buckets != self._bucket_sink)), sdf
 
     def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
         """:meth:`View.source_norm` over the scope's source lengths."""
