@@ -125,13 +125,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start_http(db: Path, home: Path, tokens: Path, **popen: Any) -> tuple[Any, int]:
-    """``kb --db DB mcp --http`` on a free loopback port, once it accepts connections:
-    ``(process, port)``."""
+def _start_http(
+    db: Path, home: Path, tokens: Path, *extra: str, **popen: Any
+) -> tuple[Any, int]:
+    """``kb --db DB mcp --http ... EXTRA`` on a free loopback port, once it accepts
+    connections: ``(process, port)``."""
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "kbcli", "--db", str(db), "mcp"]
-        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens)],
+        + ["--http", f"127.0.0.1:{port}", "--tokens", str(tokens), *extra],
         env=_env(home),
         cwd=str(home),
         stdout=subprocess.PIPE,

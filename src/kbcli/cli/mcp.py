@@ -16,6 +16,7 @@ from .root import app
     epilog=example(
         "kb mcp --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
 def mcp(
@@ -37,6 +38,22 @@ def mcp(
             help="YAML file mapping bearer tokens to scopes (required with --http).",
         ),
     ] = None,
+    audit: Annotated[
+        Path | None,
+        typer.Option(
+            "--audit",
+            metavar="FILE",
+            help="Append one JSON line per tool call and refused request to FILE (token name, "
+            "tool, argument sizes, filter keys, returned chunk ids, refusal; no text or query).",
+        ),
+    ] = None,
+    audit_queries: Annotated[
+        bool,
+        typer.Option(
+            "--audit-queries",
+            help="Also record each call's query and filter in the --audit file.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
@@ -58,13 +75,22 @@ def mcp(
         raise InvalidOptionError(
             "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
         )
+    if audit_queries and audit is None:
+        raise InvalidOptionError("--audit-queries goes with --audit FILE")
     identities = load_tokens(tokens) if tokens is not None else {}
-    kb = open_kb(ctx, create=False)
+    from ..audit import AuditLog
+
+    log = AuditLog(audit, queries=audit_queries) if audit is not None else None
     try:
-        server = KnowledgeMCP(kb, scope)
-        if address is None:
-            server.run_stdio()
-        else:
-            server.run_http(*address, identities)
+        kb = open_kb(ctx, create=False)
+        try:
+            server = KnowledgeMCP(kb, scope, audit=log)
+            if address is None:
+                server.run_stdio()
+            else:
+                server.run_http(*address, identities)
+        finally:
+            kb.close()
     finally:
-        kb.close()
+        if log is not None:
+            log.close()
