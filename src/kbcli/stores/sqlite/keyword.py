@@ -312,14 +312,15 @@ class KeywordTables(SignedKeywords):
     ) -> list[tuple[int, float, float, float]]:
         """:meth:`_packed_search` inside ``scope``: N, lengths and source statistics from the
         scope's slots (:class:`packed.Scope`, once per scope and generation), each term's df
-        and sdf counted over its postings in the scope (postings the search reads anyway)."""
+        and sdf counted over its postings in the scope (postings the search reads anyway), kept
+        for the scope's generation."""
         from . import packed
 
         view = self.view(conn, state)
         inside = self._scope(conn, view, scope)
         terms = []
         for term_id, term, _, _ in found:
-            df, sdf = inside.frequencies(view.postings(int(term_id))[0])
+            df, sdf = inside.frequencies(int(term_id))
             if df:
                 terms.append(QueryTerm(term_id, counts[term], df, sdf))
         terms = select_terms(terms)

@@ -50,6 +50,7 @@ MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
 SCRATCH_TERMS = 4  # terms whose source sums share one pass of the sparse scorer
+SCOPE_TERMS = 65_536  # terms whose frequencies in a scope are kept for its generation
 FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
 # for the candidates only
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
@@ -327,25 +328,36 @@ class Scope:
         # each slot's source in the scope, or the sink ``size`` for a slot outside it
         self._bucket = np.where(mask, view.src, size).astype(np.intp)
         self._bucket_sink = size
-        self._seen = np.zeros(size + 1, bool)  # sources marked by frequencies(), cleared after
         self._norm: tuple[tuple[float, float, float], np.ndarray] | None = None
         self._visible = view.visible(mask)
+        self._view = view
+        self._terms: dict[int, tuple[int, int]] = {}
 
     @property
     def visible(self) -> Visible:
         """The scope's slots as a :class:`Visible` (kept: its buckets are made once)."""
         return self._visible
 
-    def frequencies(self, slots: np.ndarray) -> tuple[int, int]:
-        """``(df, sdf)`` inside the scope of a term whose postings are at ``slots``."""
+    def frequencies(self, term: int) -> tuple[int, int]:
+        """``(df, sdf)`` of ``term`` inside the scope: counted over its postings when first
+        asked, then kept (as ``terms`` keeps the index-wide ones) while the scope lives, that
+        is for the generation of its view (:data:`SCOPE_TERMS` at most)."""
+        found = self._terms.get(term)
+        if found is None:
+            if len(self._terms) >= SCOPE_TERMS:
+                self._terms.clear()
+            found = self._terms[term] = self._count(self._view.postings(term)[0])
+        return found
+
+    def _count(self, slots: np.ndarray) -> tuple[int, int]:
         buckets = self._bucket.take(slots)
-        seen = self._seen
+        # each call its own marks: concurrent searches share the scope (kb mcp's threads)
+        seen = np.zeros(self._bucket_sink + 1, bool)
         seen[buckets] = True
         seen[-1] = False  # the sink
         sdf = int(np.count_nonzero(seen))
         if not sdf:
             return 0, 0
-        seen[buckets] = False
         return int(np.count_nonzero(buckets != self._bucket_sink)), sdf
 
     def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
