@@ -279,10 +279,23 @@ class KeywordTables(SignedKeywords):
         state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
-        from . import packed
-
         view = self.view(conn, state)
         allowed = self._allowed(conn, view, filter, terms) if filter else None
+        return self._score(view, terms, stats, k, params, allowed)
+
+    @staticmethod
+    def _score(
+        view: Any,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        k: int,
+        params: BM25Params,
+        allowed: Any,
+        scope: Any = None,
+    ) -> list[tuple[int, float, float, float]]:
+        """:func:`packed.score` of ``terms`` weighted with ``stats``."""
+        from . import packed
+
         weighted = [
             packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
             for t in terms
@@ -297,6 +310,7 @@ class KeywordTables(SignedKeywords):
             b=params.b,
             source_weight=params.source_weight,
             allowed=allowed,
+            scope=scope,
         )
 
     def _scoped_search(
@@ -314,8 +328,6 @@ class KeywordTables(SignedKeywords):
         scope's slots (:class:`packed.Scope`, once per scope and generation), each term's df
         and sdf counted over its postings in the scope (postings the search reads anyway), kept
         for the scope's generation."""
-        from . import packed
-
         view = self.view(conn, state)
         inside = self._scope(conn, view, scope)
         terms = []
@@ -330,22 +342,7 @@ class KeywordTables(SignedKeywords):
         visible = inside.visible
         if filter:
             visible = view.visible(inside.mask & self._allowed(conn, view, filter, terms).mask)
-        weighted = [
-            packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
-            for t in terms
-        ]
-        return packed.score(
-            view,
-            weighted,
-            k,
-            avgdl=stats.avgdl,
-            avgsl=stats.avgsl,
-            k1=params.k1,
-            b=params.b,
-            source_weight=params.source_weight,
-            allowed=visible,
-            scope=inside,
-        )
+        return self._score(view, terms, stats, k, params, visible, inside)
 
     def _scope(self, conn: sqlite3.Connection, view: Any, scope: dict[str, Any]) -> Any:
         """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
