@@ -256,6 +256,21 @@ def test_a_store_without_a_scope_parameter_is_filtered_and_warned_about():
     assert [h.document.id for h in hits] == ["a"]
 
 
+def test_explain_inside_a_scope_counts_no_hidden_chunk(tmp_path):
+    """``--explain``'s note on chunks without vectors counts the whole index: it is left out
+    inside a scope (2 chunks, one of them hidden, would read "saw 1 of 2")."""
+    from kbcli import Document, SQLiteStore
+
+    kb = KnowledgeBase(store=SQLiteStore(tmp_path / "kb.db"))
+    kb.add("zephyr one", {"tenant": "acme"}, id="a")
+    kb.store.add([Document("g", "zephyr hidden", {"tenant": "globex"})])  # no vector yet
+    (whole, _) = kb.search("zephyr", mode="hybrid", explain=True)
+    assert "saw 1 of 2 chunks" in whole.explain["dense_note"]
+    (hit,) = kb.scoped({"tenant": "acme"}).search("zephyr", mode="hybrid", explain=True)
+    assert hit.document.id == "a" and "dense_note" not in hit.explain
+    kb.close()
+
+
 def test_ask_weighs_terms_with_the_scopes_statistics():
     """``ask``'s evidence floor weighs each question term by its idf inside the scope: hidden
     documents holding the word leave the weights as the scope-alone index's."""
