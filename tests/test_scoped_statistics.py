@@ -273,18 +273,21 @@ def test_explain_inside_a_scope_counts_no_hidden_chunk(tmp_path):
 
 def test_ask_weighs_terms_with_the_scopes_statistics():
     """``ask``'s evidence floor weighs each question term by its idf inside the scope: hidden
-    documents holding the word leave the weights as the scope-alone index's."""
-    from kbcli.answer import TermWeights
+    documents holding a word leave every passage's coverage as it was."""
 
-    def weights(extra: int) -> dict[str, float]:
+    def coverage(extra: int) -> list[tuple[str, float | None]]:
         kb = KnowledgeBase()
         kb.add("zephyr maintenance on friday", {"tenant": "acme"}, id="a1")
         kb.add("parking on friday", {"tenant": "acme"}, id="a2")
+        kb.add("lunch menu", {"tenant": "acme"}, id="a3")
         for n in range(extra):
             kb.add(f"zephyr {n}", {"tenant": "globex"}, id=f"g{n}")
-        return TermWeights(kb, "zephyr friday", None, {"tenant": "acme"}).weights
+        answer = kb.scoped({"tenant": "acme"}).ask("zephyr friday", dry_run=True)
+        return [(e.id, e.coverage) for e in answer.evidence]
 
-    assert weights(0) == pytest.approx(weights(20))
+    alone, crowded = coverage(0), coverage(20)
+    assert [i for i, _ in alone] == [i for i, _ in crowded] == ["a1", "a2"]
+    assert [c for _, c in crowded] == pytest.approx([c for _, c in alone], abs=1e-9)
 
 
 # --- MCP over HTTP, a token's scope ------------------------------------------------------------
