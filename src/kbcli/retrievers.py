@@ -62,11 +62,11 @@ def takes_scope(store: Any) -> bool:
         import inspect
 
         try:
-            params = inspect.signature(cls.keyword_search).parameters
+            params = list(inspect.signature(cls.keyword_search).parameters.values())
         except (TypeError, ValueError):
-            params = {}
-        _SCOPE_TAKERS[cls] = "scope" in params or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+            params = []
+        _SCOPE_TAKERS[cls] = any(
+            p.name == "scope" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
         )
     return _SCOPE_TAKERS[cls]
 

@@ -39,10 +39,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Source(Protocol):
-    """What a view reads through: the knowledge base's store and its search (a
+    """What a view reads through: the knowledge base's store, analyzer and search (a
     :class:`~kbcli.pipeline.KnowledgeBase`)."""
 
     store: Any
+    analyzer: Any
 
     def search_with(
         self, query: str, options: SearchOptions, *, pool: Any = None

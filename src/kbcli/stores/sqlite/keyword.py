@@ -241,14 +241,14 @@ class KeywordTables(SignedKeywords):
         wanted = list(counts)
         marks = ",".join("?" * len(wanted))
         sql = f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})"
-        if scope:
+        rows: list[tuple[int, float, float, float]] | None = None
+        if scope:  # the packed executor: packread has no scope statistics
             found = conn.execute(sql, wanted).fetchall()
             rows = self._scoped_search(conn, counts, found, filter, scope, k, params, state)
             return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
         terms = self.query_terms(counts, conn.execute(sql, wanted))
         if not terms:
             return []
-        rows = None
         if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
             pack = self._small_pack(state)
             if pack is not None:  # None from search too: a delta too large to apply here
