@@ -8,6 +8,7 @@ postings of the query's terms; the parity test checks its scores against SQLite'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -20,6 +21,8 @@ from .catalog import ChunkRow, allocate, get_meta, set_meta
 from .filters import scan_filter
 from .schema import Tables
 
+SCOPE_CACHE = 16  # scopes whose totals are kept per generation
+
 
 class KeywordTables(SignedKeywords):
     """Reads and writes the keyword index of one PostgreSQL index for one analyzer: the keyword
@@ -29,6 +32,8 @@ class KeywordTables(SignedKeywords):
         super().__init__(analyzer)
         self.t = tables
         self.where = where
+        # (scope, generation) -> the scope's N, total length and sources (_scope_totals)
+        self._scopes: dict[tuple[str, int], tuple[int, int, int]] = {}
 
     def _get_meta(self, conn: Any, key: str) -> str | None:
         return get_meta(conn, self.t, key)
@@ -231,11 +236,7 @@ class KeywordTables(SignedKeywords):
         self.check_signature(conn, writing=False)
         if scope:
             where, wparams = scan_filter(scope)
-            n, total, n_sources = conn.execute(
-                f"SELECT count(*), coalesce(sum(c.length), 0), count(DISTINCT c.src)"
-                f" FROM {t.chunks} c WHERE {where}",
-                wparams,
-            ).fetchone()
+            n, total, n_sources = self._scope_totals(conn, scope, where, wparams)
         else:
             n, total, n_sources = conn.execute(
                 f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1"
@@ -262,6 +263,25 @@ class KeywordTables(SignedKeywords):
             return []
         rows = self._bm25_sql(conn, terms, stats, filter, k, params, scope)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+    def _scope_totals(
+        self, conn: Any, scope: dict[str, Any], where: str, params: list[Any]
+    ) -> tuple[int, int, int]:
+        """N, total length and sources of the scope's chunks: one count with the filter, kept
+        while the index's generation (bumped by every write) holds."""
+        generation = conn.execute(f"SELECT generation FROM {self.t.stats} WHERE id = 1").fetchone()
+        key = (json.dumps(scope, sort_keys=True, default=str), generation[0] if generation else 0)
+        found = self._scopes.get(key)
+        if found is None:
+            found = conn.execute(
+                f"SELECT count(*), coalesce(sum(c.length), 0), count(DISTINCT c.src)"
+                f" FROM {self.t.chunks} c WHERE {where}",
+                params,
+            ).fetchone()
+            if len(self._scopes) >= SCOPE_CACHE:
+                self._scopes.pop(next(iter(self._scopes)))
+            self._scopes[key] = found
+        return found
 
     def _bm25_sql(
         self,
