@@ -271,6 +271,44 @@ def test_explain_inside_a_scope_counts_no_hidden_chunk(tmp_path):
     kb.close()
 
 
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_relevance_floors_inside_a_scope_are_the_scopes_own(kind, tmp_path, request):
+    """A calibrated index's relevance floors gate dense-only hits; under a scope they are the
+    floors an index of the scope alone records. A hidden chunk that looks like nonsense (its
+    vector is the probes') would otherwise raise the floor over every visible hit."""
+    from kbcli.calibration import calibrate_index, stored_floors
+    from kbcli.embedders.base import embedder_info
+    from table_embedder import TableEmbedder
+
+    table = {  # the probes (not in the table) all embed as [0, 0, 1]
+        "alpha report": [1.0, 0.0, 0.1],
+        "beta memo": [0.8, 0.6, 0.0],
+        "nonsense lookalike": [0.0, 0.0, 1.0],
+        "gamma": [0.9, 0.3, 0.0],
+    }
+    embedder = TableEmbedder(table)
+    docs = [("a1", "alpha report", "acme"), ("a2", "beta memo", "acme"),
+            ("g1", "nonsense lookalike", "globex")]  # fmt: skip
+    full = KnowledgeBase(store=make_store(kind, tmp_path, "floors", request), embedder=embedder)
+    alone = KnowledgeBase(store=make_store(kind, tmp_path, "floors-alone", request),
+                          embedder=embedder)  # fmt: skip
+    for doc_id, text, tenant in docs:
+        full.add(text, {"tenant": tenant}, id=doc_id)
+        if tenant == "acme":
+            alone.add(text, {"tenant": tenant}, id=doc_id)
+    calibrate_index(full)
+    calibrate_index(alone)
+    scope = {"tenant": "acme"}
+    info = embedder_info(embedder)
+    for mode in ("hybrid", "semantic"):
+        got = full.scoped(scope).search("gamma", k=5, mode=mode)
+        want = alone.search("gamma", k=5, mode=mode)
+        assert {h.document.id for h in want} == {"a1", "a2"}  # dense-only hits, kept
+        assert [(h.document.id, h.score) for h in got] == [(h.document.id, h.score) for h in want]
+    floors = full.retriever.relevance_floors(SearchOptions(scope=scope))
+    assert floors == stored_floors(alone.store, info) != stored_floors(full.store, info)
+
+
 def test_ask_weighs_terms_with_the_scopes_statistics():
     """``ask``'s evidence floor weighs each question term by its idf inside the scope: hidden
     documents holding a word leave every passage's coverage as it was."""

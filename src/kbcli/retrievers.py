@@ -27,6 +27,7 @@ WEAK_DENSE_ALPHA = 0.001
 CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
+SCOPE_FLOORS = 16  # scopes whose relevance floors are kept per index generation
 VECTOR_SLICE = 1024  # stored vectors read per call when MMR needs a pool's vectors
 
 
@@ -233,6 +234,8 @@ class HybridRetriever:
         self.keyword = BM25Retriever(store, source_weight=source_weight)
         self.dense = DenseRetriever(store, embedder)
         self._noted = False
+        self._scope_floors: dict[tuple[str, int], Floors | None] = {}  # scope_floors
+        self._probe_vectors: dict[str, Any] = {}
 
     def default_alpha(self) -> float:
         """The alpha used when neither the options nor the constructor set one."""
@@ -289,7 +292,7 @@ class HybridRetriever:
             floor = None
             if not self.weak_embedder:  # a weak one's semantic mode is gated by words (above)
                 best = found[0].score if found else 0.0
-                floors = self.relevance_floors()
+                floors = self.relevance_floors(options)
                 floor = dense_cutoff(
                     floors,
                     best,
@@ -332,7 +335,7 @@ class HybridRetriever:
                 alpha,
                 keyword_first=weak,
                 floor=dense_cutoff(
-                    self.relevance_floors() if dense_hits else None,
+                    self.relevance_floors(options) if dense_hits else None,
                     max((h.score for h in dense_hits), default=0.0),
                     bool(keyword_hits),
                     weak,
@@ -351,15 +354,50 @@ class HybridRetriever:
                     hit.explain.update(notes)  # type: ignore[union-attr]
         return self._finish(hits, k, options)
 
-    def relevance_floors(self) -> Floors | None:
+    def relevance_floors(self, options: SearchOptions | None = None) -> Floors | None:
         """The index's calibrated floors for this embedder's dense scores (None: the store
-        keeps no index metadata, or no ingest has calibrated them yet)."""
+        keeps no index metadata, or no ingest has calibrated them yet). Under a scope
+        (``options.scope``) of a calibrated index they are calibrated over the scope's vectors
+        alone (:meth:`scope_floors`): hidden chunks must not move them."""
         if not supports(self.store, DocumentCatalog):
             return None
         from .calibration import stored_floors
         from .embedders.base import embedder_info
 
-        return stored_floors(self.store, embedder_info(self.embedder))
+        floors = stored_floors(self.store, embedder_info(self.embedder))
+        scope = options.scope if options is not None else None
+        if floors is None or not scope:
+            return floors
+        return self.scope_floors(scope)
+
+    def scope_floors(self, scope: dict[str, Any]) -> Floors | None:
+        """The floors :func:`~kbcli.calibration.calibrate_index` would record for an index of
+        ``scope``'s chunks alone (None: none of them has a vector): the probes searched inside
+        the scope, once per scope and index generation (the probes' vectors once)."""
+        import json
+
+        from .calibration import calibrate, probes_for
+
+        key = (json.dumps(scope, sort_keys=True, default=str), self.store.version)
+        if key not in self._scope_floors:
+            probes = probes_for(getattr(self.embedder, "languages", None))
+            vectors = self._probe_vectors
+            missing = [p for p in probes if p not in vectors]
+            if missing:
+                vectors.update(zip(missing, (self.embedder.embed_query(p) for p in missing)))
+            found: list[bool] = []
+
+            def search(vector: Any, k: int) -> list[SearchResult]:
+                hits = self.store.search(list(vector), k, scope)
+                found.append(bool(hits))
+                return hits
+
+            result = calibrate(vectors.__getitem__, search, probes)
+            floors = Floors(result["floor"], result["hit_floor"]) if any(found) else None
+            if len(self._scope_floors) >= SCOPE_FLOORS:
+                self._scope_floors.pop(next(iter(self._scope_floors)))
+            self._scope_floors[key] = floors
+        return self._scope_floors[key]
 
     def named_hit(self, query: str, keyword_hits: list[SearchResult]) -> str | None:
         """:func:`named_hit` with this retriever's analyzer."""
