@@ -301,12 +301,19 @@ class TermWeights:
     title, heading and text, as indexed) holds.
     """
 
-    def __init__(self, kb: Any, question: str, filter: dict[str, Any] | None):
+    def __init__(
+        self,
+        kb: Any,
+        question: str,
+        filter: dict[str, Any] | None,
+        scope: dict[str, Any] | None = None,
+    ):
         from .protocols import DocumentCatalog, KeywordIndex, supports
 
         self.store = kb.store
         self.analyzer = kb.analyzer
         self.filter = filter
+        self.scope = scope  # an access scope: the idf are the scope's alone
         counts = self.analyzer.query_counts(content_text(question))
         if not counts:  # only question words ("who are you?"): weigh them after all
             counts = self.analyzer.query_counts(question)
@@ -326,13 +333,21 @@ class TermWeights:
         from .bm25 import bm25_idf
 
         if supports(self.store, DocumentCatalog):
-            absent = bm25_idf(self.store.count(), 0)
+            absent = bm25_idf(self.store.count(self.scope), 0)
         else:
             absent = max((w for w in found.values() if w), default=1.0)
         self.weights = {t: absent if idf is None else idf for t, idf in found.items()}
 
     def _search(self, text: str) -> list[SearchResult]:
-        return self.store.keyword_search(text, 1, self.filter, k1=0.0, b=0.0, source_weight=0.0)
+        from .filters import and_filters
+        from .retrievers import takes_scope
+
+        flat = {"k1": 0.0, "b": 0.0, "source_weight": 0.0}
+        if self.scope is None:
+            return self.store.keyword_search(text, 1, self.filter, **flat)
+        if takes_scope(self.store):
+            return self.store.keyword_search(text, 1, self.filter, scope=self.scope, **flat)
+        return self.store.keyword_search(text, 1, and_filters(self.scope, self.filter), **flat)
 
     def _lookup(self, term: str, seen: frozenset[str] = frozenset()) -> float | None:
         """``idf`` of ``term`` inside the filter; None when no passage there holds it."""
@@ -460,8 +475,8 @@ def select_evidence(
     from .views import and_filters
 
     kb, scope = _parts(view)
-    where = and_filters(scope, options.filter)
-    results = kb.search_with(question, replace(options, filter=where))
+    scope = and_filters(scope, options.scope)
+    results = kb.search_with(question, replace(options, scope=scope))
     hits = [r for r in results if matches(r.document.metadata, scope)] if scope else list(results)
     if getattr(results, "refused", False):
         best = results.best_relevance
@@ -475,7 +490,7 @@ def select_evidence(
         return Selection([], _nothing_found(view, options.filter))
     if getattr(results, "candidates", 0) and results.min_relevance is not None:
         return Selection([(hit, None) for hit in hits])  # the reranker's threshold decided
-    weights = TermWeights(kb, question, where)
+    weights = TermWeights(kb, question, options.filter, scope)
     scored = [(hit, weights.coverage(hit)) for hit in hits]
     passed: list[tuple[SearchResult, float | None]] = [
         (hit, c) for hit, c in scored if c >= min_coverage

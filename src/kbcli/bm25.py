@@ -12,6 +12,13 @@ scored, each weighted by how often it occurs in the query. With a pre-filter, on
 pass it are scored and only they add to their source's score (a hidden chunk never lifts a
 visible one). Ties: lower internal id first.
 
+**Scopes.** A search under a scope (an access scope: a tenant's view) scores as if the index
+held only the scope's chunks: N, the total length, the sources (those with a chunk in scope),
+each source's length (its chunks in scope), and each term's ``df`` and ``sdf`` are counted over
+the scope only, and a term no chunk in scope holds is not found (:class:`ScopeStats`,
+:func:`scoped_term`). A plain pre-filter keeps the index-wide statistics; inside a scope it only
+narrows which chunks are ranked, as it would on an index of the scope alone.
+
 **Bookkeeping.** A write's effect on the statistics (document frequency ``df``, source
 frequency ``sdf``, source lengths and chunk counts, corpus size and length) is a
 :class:`PostingsChange`, planned by :func:`plan_addition` or :func:`plan_removal` from the
@@ -102,6 +109,35 @@ class QueryTerm:
 def select_terms(found: Iterable[QueryTerm], limit: int = MAX_SCORED_TERMS) -> list[QueryTerm]:
     """The terms that are scored: the ``limit`` rarest (lowest df, then first found)."""
     return sorted(found, key=lambda t: t.df)[:limit]
+
+
+# --- scopes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScopeStats:
+    """The statistics of a scope's chunks alone: :class:`CorpusStats` and each source's length
+    counted over its chunks in scope (sources without one are absent)."""
+
+    stats: CorpusStats
+    source_length: Mapping[int, int]
+
+
+def scope_stats(chunks: Iterable[tuple[int, int]]) -> ScopeStats:
+    """:class:`ScopeStats` of the chunks in scope, given as ``(src, length)`` pairs."""
+    lengths: Counter[int] = Counter()
+    n = 0
+    for src, length in chunks:
+        n += 1
+        lengths[src] += length
+    return ScopeStats(CorpusStats(n, sum(lengths.values()), len(lengths)), dict(lengths))
+
+
+def scoped_term(term: Term, count: int, sources: Iterable[int]) -> QueryTerm | None:
+    """``term`` with its frequencies inside a scope: ``sources`` holds the source of each chunk
+    in scope that holds it (one entry per chunk); None when there is none."""
+    srcs = list(sources)
+    return QueryTerm(term, count, len(srcs), len(set(srcs))) if srcs else None
 
 
 # --- the ranking (reference executor) -----------------------------------------------------------

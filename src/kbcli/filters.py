@@ -51,6 +51,18 @@ MAX_FILTER_CONDITIONS = 5000
 MAX_FILTER_DEPTH = 32  # nested $and/$or levels
 
 
+def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The conjunction of the non-empty ``filters`` (None when there are none; a filter given
+    twice counts once)."""
+    present: list[dict[str, Any]] = []
+    for f in filters:
+        if f and f not in present:
+            present.append(f)
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else {"$and": present}
+
+
 def validate_filter(filter: Any) -> dict[str, Any] | None:
     """Return ``filter`` if well formed (None and {} mean no filter); else raise FilterError.
 

@@ -32,23 +32,30 @@ the one client; HTTP: for the tokens that say ``write: true``); without it no wr
 listed. They write inside the caller's scope (its metadata forced onto a note, only visible
 notes deleted).
 
+With ``--audit FILE`` every tool call and every request refused for its token is one JSON
+line in FILE (:mod:`kbcli.audit`: who, which tool, argument sizes, filter keys, returned ids,
+refusals; no document text, no query unless ``--audit-queries``).
+
 ``mcp`` is imported only here, and this module only by ``kb mcp``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, InvalidOptionError, require
+from .audit import AuditLog
+from .errors import ConfigError, InvalidOptionError, KBError, require
 from .http_limits import Limits
 from .scope import ScopedKnowledgeBase
-from .tools import KnowledgeTool, knowledge_tools
+from .tools import KnowledgeTool, ToolResult, knowledge_tools
 
 MIN_TOKEN_CHARS = 16
 IDENTITY_KEY = "kbcli.identity"  # the ASGI scope entry the bearer check fills in
@@ -140,11 +147,13 @@ class KnowledgeMCP:
         filter: dict[str, Any] | None = None,
         *,
         allow_write: bool = False,
+        audit: AuditLog | None = None,
         **search_options: Any,
     ):
         self.kb = kb
         self.base = ScopedKnowledgeBase(kb, filter)
         self.allow_write = allow_write
+        self.audit = audit  # one line per call (kbcli.audit), or None
         self.search_options = search_options
         self._tools: dict[str, dict[str, KnowledgeTool]] = {}
 
@@ -194,13 +203,30 @@ class KnowledgeMCP:
 
         async def call_tool(ctx: Any, params: Any) -> Any:
             try:
-                tools = self.tools_for(identity_of(ctx))
+                identity = identity_of(ctx)
+                tools = self.tools_for(identity)
             except PermissionError:
+                if self.audit is not None:
+                    self.audit.refused("not authenticated")
                 return error("Error: not authenticated")
+            arguments = dict(params.arguments or {})
             tool = tools.get(params.name)
             if tool is None:
-                return error(f"Error: Unknown tool {params.name[:60]!r}: use {', '.join(tools)}")
-            result = await anyio.to_thread.run_sync(tool.call, dict(params.arguments or {}))
+                result = ToolResult(
+                    f"Error: Unknown tool {params.name[:60]!r}: use {', '.join(tools)}",
+                    is_error=True,
+                )
+                started = time.perf_counter()
+            else:
+                started = time.perf_counter()
+                result = await anyio.to_thread.run_sync(tool.call, arguments)
+            if self.audit is not None:
+                who = identity.name if identity is not None else "stdio"
+                elapsed = (time.perf_counter() - started) * 1000
+                try:
+                    self.audit.call(who, params.name, arguments, result, elapsed)
+                except KBError as exc:  # an unaudited answer is not given
+                    return error(f"Error: {exc}")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result.text)],
                 is_error=result.is_error,
@@ -243,7 +269,7 @@ class KnowledgeMCP:
         app = server.streamable_http_app(
             streamable_http_path="/mcp", stateless_http=True, json_response=True, host=host
         )
-        return BearerTokens(app, tokens)
+        return BearerTokens(app, tokens, audit=self.audit)
 
     def run_http(
         self, host: str, port: int, tokens: dict[str, Identity], limits: Limits | None = None
@@ -269,8 +295,9 @@ class BearerTokens:
     empty body before the app sees it. Tokens are compared in constant time.
     """
 
-    def __init__(self, app: Any, tokens: dict[str, Identity]):
+    def __init__(self, app: Any, tokens: dict[str, Identity], audit: AuditLog | None = None):
         self.app = app
+        self.audit = audit
         self._tokens = [(token.encode(), identity) for token, identity in tokens.items()]
 
     def identify(self, header: bytes | None) -> Identity | None:
@@ -298,6 +325,10 @@ class BearerTokens:
                 break
         identity = self.identify(header)
         if identity is None:
+            if self.audit is not None:
+                reason = "no token" if header is None else "unknown token"
+                with contextlib.suppress(KBError):  # nothing is answered anyway
+                    self.audit.refused(reason, str(scope.get("path", "")))
             await send(
                 {
                     "type": "http.response.start",

@@ -348,9 +348,16 @@ class KeywordIndex(Protocol):
         k1: float = 1.5,
         b: float = 0.75,
         source_weight: float = 2.0,
+        scope: dict[str, Any] | None = None,
     ) -> list[SearchResult]:
         """The ``k`` best BM25 matches among documents passing ``filter``; every hit's
-        ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``."""
+        ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``.
+
+        ``scope`` (an access scope) restricts the documents like a filter and also every corpus
+        statistic: hits and scores are those of an index holding only the scope's documents
+        (:mod:`kbcli.bm25`, "Scopes"). A store whose method takes no ``scope`` is searched with
+        the scope ANDed into ``filter`` (nothing outside it is returned; its statistics stay
+        index-wide) and a :class:`~kbcli.retrievers.KBWarning` says so."""
         ...
 
     def rebuild_keyword_index(self) -> int:

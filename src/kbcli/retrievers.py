@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 from .analysis import Analyzer, has_cjk
 from .calibration import Floors, dense_cutoff
 from .errors import InvalidOptionError
-from .filters import matches, validate_filter
+from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
 from .scoring import below_floor, keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
 from .types import Document, SearchOptions, SearchResult
@@ -27,6 +27,7 @@ WEAK_DENSE_ALPHA = 0.001
 CJK_LANGUAGES = frozenset({"zh", "ja", "multilingual"})
 # Extra hits fetched so that collapsing duplicates still leaves k results.
 DEDUPE_MARGIN = 10
+SCOPE_FLOORS = 16  # scopes whose relevance floors are kept per index generation
 VECTOR_SLICE = 1024  # stored vectors read per call when MMR needs a pool's vectors
 
 
@@ -48,6 +49,38 @@ def _alpha(options: SearchOptions) -> float:
 
 class KBWarning(UserWarning):
     """Something kbcli worked around, worth telling the developer once."""
+
+
+_SCOPE_TAKERS: dict[type, bool] = {}
+_UNSCOPED_NOTED: set[type] = set()
+
+
+def takes_scope(store: Any) -> bool:
+    """True when ``store.keyword_search`` takes ``scope`` (every built-in store; a user's own
+    may predate it). Asked of the class once."""
+    cls = type(store)
+    if cls not in _SCOPE_TAKERS:
+        import inspect
+
+        try:
+            params = list(inspect.signature(cls.keyword_search).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        _SCOPE_TAKERS[cls] = any(
+            p.name == "scope" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
+        )
+    return _SCOPE_TAKERS[cls]
+
+
+def _note_unscoped(store: Any) -> None:
+    if type(store) not in _UNSCOPED_NOTED:
+        _UNSCOPED_NOTED.add(type(store))
+        warnings.warn(
+            f"{type(store).__name__}.keyword_search takes no scope: scoped searches are "
+            "filtered but scored with the whole index's statistics",
+            KBWarning,
+            stacklevel=4,
+        )
 
 
 class BM25Retriever:
@@ -87,15 +120,21 @@ class BM25Retriever:
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
     ) -> list[SearchResult]:
-        """The ``k`` best BM25 matches among documents passing ``options.filter``."""
+        """The ``k`` best BM25 matches among documents passing ``options.filter`` (and
+        ``options.scope``, whose documents alone give the statistics)."""
         filter = validate_filter(options.filter if options else None)
+        scope = validate_filter(options.scope if options else None)
         weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
         if supports(self.store, KeywordIndex):
-            return self.store.keyword_search(
-                query, k, filter, k1=self.k1, b=self.b, source_weight=weight
-            )
+            kwargs: dict[str, Any] = {"k1": self.k1, "b": self.b, "source_weight": weight}
+            if scope is None:
+                return self.store.keyword_search(query, k, filter, **kwargs)
+            if takes_scope(self.store):
+                return self.store.keyword_search(query, k, filter, scope=scope, **kwargs)
+            _note_unscoped(self.store)
+            return self.store.keyword_search(query, k, and_filters(scope, filter), **kwargs)
         if not supports(self.store, _Listable):
             raise InvalidOptionError(
                 f"{type(self.store).__name__} has no keyword index and cannot list its "
@@ -104,7 +143,8 @@ class BM25Retriever:
         from .stores.common import keyword_hit
         from .stores.keyword_memory import index_documents
 
-        docs = self.store.list_all()
+        # indexed per search: a scope's documents alone make the index (its statistics)
+        docs = [d for d in self.store.list_all() if matches(d.metadata, scope)]
         index = index_documents(docs, self.analyzer)
         allowed = (lambda i: matches(docs[i].metadata, filter)) if filter else None
         scored = index.search(query, k, k1=self.k1, b=self.b, source_weight=weight, allowed=allowed)
@@ -129,8 +169,12 @@ class DenseRetriever:
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
     ) -> list[SearchResult]:
-        """The ``k`` nearest documents (cosine) among those passing ``options.filter``."""
-        filter = validate_filter(options.filter if options else None)
+        """The ``k`` nearest documents (cosine) among those passing ``options.filter`` and
+        ``options.scope`` (a dense score depends on no corpus statistic)."""
+        filter = and_filters(
+            validate_filter(options.scope if options else None),
+            validate_filter(options.filter if options else None),
+        )
         if not query.strip():
             return []
         if supports(self.store, DocumentCatalog):
@@ -190,6 +234,8 @@ class HybridRetriever:
         self.keyword = BM25Retriever(store, source_weight=source_weight)
         self.dense = DenseRetriever(store, embedder)
         self._noted = False
+        self._scope_floors: dict[tuple[str, int], Floors | None] = {}  # scope_floors
+        self._probe_vectors: dict[str, Any] = {}
 
     def default_alpha(self) -> float:
         """The alpha used when neither the options nor the constructor set one."""
@@ -246,7 +292,7 @@ class HybridRetriever:
             floor = None
             if not self.weak_embedder:  # a weak one's semantic mode is gated by words (above)
                 best = found[0].score if found else 0.0
-                floors = self.relevance_floors()
+                floors = self.relevance_floors(options)
                 floor = dense_cutoff(
                     floors,
                     best,
@@ -289,7 +335,7 @@ class HybridRetriever:
                 alpha,
                 keyword_first=weak,
                 floor=dense_cutoff(
-                    self.relevance_floors() if dense_hits else None,
+                    self.relevance_floors(options) if dense_hits else None,
                     max((h.score for h in dense_hits), default=0.0),
                     bool(keyword_hits),
                     weak,
@@ -300,22 +346,58 @@ class HybridRetriever:
                 notes = {}
                 if weak and options.fusion == "weighted":
                     notes["alpha_note"] = self.keyword_first_reason(query, options)
-                coverage = self.vector_coverage()
+                # index-wide counts: never shown inside a scope
+                coverage = None if options.scope else self.vector_coverage()
                 if coverage:
                     notes["dense_note"] = coverage
                 for hit in hits:
                     hit.explain.update(notes)  # type: ignore[union-attr]
         return self._finish(hits, k, options)
 
-    def relevance_floors(self) -> Floors | None:
+    def relevance_floors(self, options: SearchOptions | None = None) -> Floors | None:
         """The index's calibrated floors for this embedder's dense scores (None: the store
-        keeps no index metadata, or no ingest has calibrated them yet)."""
+        keeps no index metadata, or no ingest has calibrated them yet). Under a scope
+        (``options.scope``) of a calibrated index they are calibrated over the scope's vectors
+        alone (:meth:`scope_floors`): hidden chunks must not move them."""
         if not supports(self.store, DocumentCatalog):
             return None
         from .calibration import stored_floors
         from .embedders.base import embedder_info
 
-        return stored_floors(self.store, embedder_info(self.embedder))
+        floors = stored_floors(self.store, embedder_info(self.embedder))
+        scope = options.scope if options is not None else None
+        if floors is None or not scope:
+            return floors
+        return self.scope_floors(scope)
+
+    def scope_floors(self, scope: dict[str, Any]) -> Floors | None:
+        """The floors :func:`~kbcli.calibration.calibrate_index` would record for an index of
+        ``scope``'s chunks alone (None: none of them has a vector): the probes searched inside
+        the scope, once per scope and index generation (the probes' vectors once)."""
+        import json
+
+        from .calibration import calibrate, probes_for
+
+        key = (json.dumps(scope, sort_keys=True, default=str), self.store.version)
+        if key not in self._scope_floors:
+            probes = probes_for(getattr(self.embedder, "languages", None))
+            vectors = self._probe_vectors
+            missing = [p for p in probes if p not in vectors]
+            if missing:
+                vectors.update(zip(missing, (self.embedder.embed_query(p) for p in missing)))
+            found: list[bool] = []
+
+            def search(vector: Any, k: int) -> list[SearchResult]:
+                hits = self.store.search(list(vector), k, scope)
+                found.append(bool(hits))
+                return hits
+
+            result = calibrate(vectors.__getitem__, search, probes)
+            floors = Floors(result["floor"], result["hit_floor"]) if any(found) else None
+            if len(self._scope_floors) >= SCOPE_FLOORS:
+                self._scope_floors.pop(next(iter(self._scope_floors)))
+            self._scope_floors[key] = floors
+        return self._scope_floors[key]
 
     def named_hit(self, query: str, keyword_hits: list[SearchResult]) -> str | None:
         """:func:`named_hit` with this retriever's analyzer."""

@@ -354,7 +354,6 @@ class KnowledgeSearchTool(KnowledgeTool):
     def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
         """:meth:`options` and the caller's own validated ``filter`` (without the scope)."""
         from .filters import validate_filter
-        from .views import and_filters
 
         self.check_keys(arguments, aliases=("input",))
         query = arguments.get("query")
@@ -381,8 +380,9 @@ class KnowledgeSearchTool(KnowledgeTool):
                 caller = validate_filter(caller)
             except InvalidOptionError as exc:
                 raise ToolArgumentError(f"invalid filter: {exc}") from None
-        combined = and_filters(self.access_filter, caller)
-        return query, SearchOptions(k=k, mode=mode, filter=combined), caller
+        # the access filter is a scope: it confines the statistics too (kbcli.bm25, "Scopes")
+        options = SearchOptions(k=k, mode=mode, filter=caller, scope=self.access_filter)
+        return query, options, caller
 
     def search(self, arguments: dict[str, Any]) -> list[Citation]:
         """Validated search: the hits as citations (raises ToolArgumentError / KBError)."""

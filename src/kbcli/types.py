@@ -81,7 +81,11 @@ class SearchOptions:
     False, so a retriever may still protect a weak dense route (see
     :class:`~kbcli.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
-    ``filter`` is a metadata filter applied before scoring; ``min_score`` drops weaker hits.
+    ``filter`` is a metadata filter applied before scoring (BM25's statistics stay those of the
+    whole index); ``scope`` is an access scope (what :meth:`KnowledgeBase.scoped` sets): a filter
+    applied before scoring that also confines every corpus statistic to its documents, so a
+    search scores as if the index held only them (``filter`` then narrows within it; see
+    :mod:`kbcli.bm25`). ``min_score`` drops weaker hits.
     ``mmr`` (lambda in [0, 1]) re-orders the candidate pool by maximal marginal relevance:
     1 is pure relevance, lower values favour results unlike those already chosen. ``dedupe``
     collapses chunks with identical text (copied files) to their best hit. ``source_weight``
@@ -111,6 +115,7 @@ class SearchOptions:
     candidates: int | None = None
     min_relevance: float | None = None
     rewrite: str | None = None
+    scope: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)

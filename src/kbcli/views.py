@@ -3,11 +3,13 @@ filter (or, with no filter, all of them) — what scopes, the agent tools, ``kb 
 ``kb ask`` read through.
 
 A :class:`KnowledgeView`'s filter is ANDed (``{"$and": [scope, caller_filter]}``) into every read
-before anything is scored, counted or listed: searches go through the normal pipeline with
-:attr:`SearchOptions.filter`, which the stores apply before ranking on every route (keyword,
-semantic, hybrid, MMR, rerank pools), and keyword source context only counts chunks that pass
-it. ``get`` treats an id the view hides exactly like an unknown id; lists, counts, stats and a
-file's indexed text only cover the view. A caller's filter can only narrow the view: it is
+before anything is scored, counted or listed. Searches go through the normal pipeline with the
+view's filter as :attr:`SearchOptions.scope` (the caller's stays :attr:`SearchOptions.filter`):
+the stores apply both before ranking on every route (keyword, semantic, hybrid, MMR, rerank
+pools) and compute every keyword statistic (df, N, lengths, source statistics) over the scope's
+chunks alone, so nothing outside the scope can change a score or an order. ``get`` treats an
+id the view hides exactly like an unknown id; lists, counts, stats and a file's indexed text
+only cover the view. A caller's filter can only narrow the view: it is
 validated and ANDed, never merged.
 
 The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalog` reads
@@ -27,7 +29,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import FilterError, NotFoundError
-from .filters import matches, validate_filter
+from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
 from .types import Document, SearchOptions, SearchResult
 
@@ -36,24 +38,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class Source(Protocol):
-    """What a view reads through: the knowledge base's store and its search (a
+    """What a view reads through: the knowledge base's store, analyzer and search (a
     :class:`~kbcli.pipeline.KnowledgeBase`)."""
 
     store: Any
+
+    @property
+    def analyzer(self) -> Any:
+        """The analyzer the keyword index tokenizes with (scoped term weights use it)."""
+        ...
 
     def search_with(
         self, query: str, options: SearchOptions, *, pool: Any = None
     ) -> list[SearchResult]:
         """Search with ready options (``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
         ...
-
-
-def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The conjunction of the non-empty ``filters`` (None when there are none)."""
-    present = [f for f in filters if f]
-    if not present:
-        return None
-    return present[0] if len(present) == 1 else {"$and": present}
 
 
 def as_view(kb: Any) -> KnowledgeView:
@@ -76,6 +75,11 @@ class KnowledgeView:
     def __init__(self, kb: Source, filter: dict[str, Any] | None):
         self.kb = kb
         self.filter: dict[str, Any] | None = validate_filter(filter)
+
+    @property
+    def analyzer(self) -> Any:
+        """The knowledge base's analyzer (what phrase and exclusion checks tokenise with)."""
+        return self.kb.analyzer
 
     # --- filters -----------------------------------------------------------------------------
 
@@ -111,8 +115,13 @@ class KnowledgeView:
         self, query: str, options: SearchOptions, *, pool: Any = None
     ) -> list[SearchResult]:
         """Search inside the scope with ready options (``options.filter`` only narrows it;
-        ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
-        scoped = dataclasses.replace(options, filter=self.narrow(options.filter))
+        ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`). The scope travels as
+        ``options.scope``, so keyword statistics are the scope's alone (:mod:`kbcli.bm25`)."""
+        scoped = dataclasses.replace(
+            options,
+            filter=validate_filter(options.filter),
+            scope=and_filters(self.filter, validate_filter(options.scope)),
+        )
         if pool is None:
             results = self.kb.search_with(query, scoped)
         else:

@@ -17,6 +17,7 @@ from .root import app
         "kb mcp --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
         "kb mcp --allow-write --filter team=ops",
+        "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
 def mcp(
@@ -46,12 +47,29 @@ def mcp(
             "scope); over HTTP only to tokens with write: true.",
         ),
     ] = False,
+    audit: Annotated[
+        Path | None,
+        typer.Option(
+            "--audit",
+            metavar="FILE",
+            help="Append one JSON line per tool call and refused request to FILE (token name, "
+            "tool, argument sizes, filter keys, returned chunk ids, refusal; no text or query).",
+        ),
+    ] = None,
+    audit_queries: Annotated[
+        bool,
+        typer.Option(
+            "--audit-queries",
+            help="Also record each call's query and filter in the --audit file.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the knowledge base to agents over MCP (stdio or HTTP).
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
     (and, over HTTP, each token's scope); with --allow-write also knowledge_add and
-    knowledge_delete, writing notes inside that scope. Over HTTP a request must arrive whole
+    knowledge_delete, writing notes inside that scope. --audit FILE records who called what
+    (one JSON line per call, no text or query unless --audit-queries). Over HTTP a request must arrive whole
     within 10 s and at most 1,000 connections are open (the longest-waiting makes room); an
     address that cannot be listened on (a port in use) exits 4."""
     from ..errors import InvalidOptionError, require
@@ -68,6 +86,8 @@ def mcp(
         raise InvalidOptionError(
             "kb mcp --http needs --tokens FILE: every HTTP request must carry a bearer token"
         )
+    if audit_queries and audit is None:
+        raise InvalidOptionError("--audit-queries goes with --audit FILE")
     identities = load_tokens(tokens) if tokens is not None else {}
     writers = sum(1 for identity in identities.values() if identity.write)
     if writers and not allow_write and not get_state(ctx).quiet:
@@ -77,12 +97,19 @@ def mcp(
             f"{writers} token{'' if writers == 1 else 's'} in {tokens} say write: true, but "
             "writing is off: run kb mcp with --allow-write to offer the write tools"
         )
-    kb = open_kb(ctx, create=False)
+    from ..audit import AuditLog
+
+    log = AuditLog(audit, queries=audit_queries) if audit is not None else None
     try:
-        server = KnowledgeMCP(kb, scope, allow_write=allow_write)
-        if address is None:
-            server.run_stdio()
-        else:
-            server.run_http(*address, identities)
+        kb = open_kb(ctx, create=False)
+        try:
+            server = KnowledgeMCP(kb, scope, allow_write=allow_write, audit=log)
+            if address is None:
+                server.run_stdio()
+            else:
+                server.run_http(*address, identities)
+        finally:
+            kb.close()
     finally:
-        kb.close()
+        if log is not None:
+            log.close()

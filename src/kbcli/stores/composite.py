@@ -464,15 +464,20 @@ class Store:
         k1: float = K1,
         b: float = B,
         source_weight: float = SOURCE_WEIGHT,
+        scope: dict[str, Any] | None = None,
     ) -> list[SearchResult]:
         """BM25 with source context (see :mod:`kbcli.bm25`); ``filter`` applies before ranking.
+        With ``scope`` (an access scope) only chunks passing it are ranked and every corpus
+        statistic is the scope's alone: the hits and scores of an index holding only the
+        scope's chunks (``filter`` then narrows within it).
         Every hit's ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``."""
         filter = validate_filter(filter)
+        scope = validate_filter(scope)
         params = BM25Params(k1, b, source_weight)
         for attempt in (1, 2):
             try:
                 with self._engine.read() as conn:
-                    scored = self._keywords.search(conn, query, k, filter, params)
+                    scored = self._keywords.search(conn, query, k, filter, params, scope)
                     docs = self._catalog.documents_by_rowid(conn, [s.doc for s in scored])
                 break
             except IndexMismatchError:

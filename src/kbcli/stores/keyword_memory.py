@@ -21,6 +21,8 @@ from ..bm25 import (
     plan_addition,
     plan_removal,
     rank,
+    scope_stats,
+    scoped_term,
     select_terms,
 )
 from ..types import Document
@@ -114,20 +116,37 @@ class MemoryKeywordIndex:
         b: float,
         source_weight: float,
         allowed: Callable[[int], bool] | None = None,
+        scope: Callable[[int], bool] | None = None,
     ) -> list[Scored]:
-        """The ``k`` best chunks for ``query`` among those ``allowed`` lets through."""
+        """The ``k`` best chunks for ``query`` among those ``allowed`` lets through; with
+        ``scope`` (which chunks are in it), among the scope's and scored with its statistics
+        alone (see :mod:`kbcli.bm25`)."""
         counts = self.analyzer.query_counts(query)
-        found = [
-            QueryTerm(t, n, self.df[t], self.sdf[t]) for t, n in counts.items() if t in self.df
-        ]
+        if scope is None:
+            found = [
+                QueryTerm(t, n, self.df[t], self.sdf[t]) for t, n in counts.items() if t in self.df
+            ]
+            stats, source_length = self.stats, self.source_length.__getitem__
+        else:
+            scoped = scope_stats((c.src, c.length) for d, c in self.chunks.items() if scope(d))
+            held = (
+                scoped_term(
+                    t, n, (src for d, (src, _) in self.postings.get(t, {}).items() if scope(d))
+                )
+                for t, n in counts.items()
+            )
+            found = [t for t in held if t is not None]
+            stats, source_length = scoped.stats, scoped.source_length.__getitem__
+            inner = allowed
+            allowed = scope if inner is None else (lambda d: scope(d) and inner(d))
         return rank(
             select_terms(found),
             lambda term: (
                 (doc, src, tf, self.chunks[doc].length)
                 for doc, (src, tf) in self.postings.get(term, {}).items()
             ),
-            self.source_length.__getitem__,
-            self.stats,
+            source_length,
+            stats,
             k,
             k1=k1,
             b=b,

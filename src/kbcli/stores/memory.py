@@ -328,15 +328,29 @@ class MemoryKeywords:
         return len(self.state.index.df)
 
     def search(
-        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
+        self,
+        conn: Any,
+        query: str,
+        k: int,
+        filter: Filter,
+        params: BM25Params,
+        scope: Filter = None,
     ) -> list[Scored]:
-        """BM25 with source context, ``filter`` applied first (:func:`kbcli.bm25.rank`)."""
+        """BM25 with source context, ``filter`` applied first (:func:`kbcli.bm25.rank`); with
+        ``scope``, inside it and with its statistics alone."""
         by_rowid = self.state.by_rowid
-        allowed = None
-        if filter:
-            allowed = lambda doc: matches(by_rowid[doc].metadata, filter)  # noqa: E731
+
+        def passing(flt: Filter) -> Any:
+            return (lambda doc: matches(by_rowid[doc].metadata, flt)) if flt else None
+
         return self.state.index.search(
-            query, k, k1=params.k1, b=params.b, source_weight=params.source_weight, allowed=allowed
+            query,
+            k,
+            k1=params.k1,
+            b=params.b,
+            source_weight=params.source_weight,
+            allowed=passing(filter),
+            scope=passing(scope),
         )
 
     def refresh(self, conn: Any) -> None:

@@ -254,9 +254,17 @@ class Keywords(Protocol):
         ...
 
     def search(
-        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
+        self,
+        conn: Any,
+        query: str,
+        k: int,
+        filter: Filter,
+        params: BM25Params,
+        scope: Filter = None,
     ) -> list[Scored]:
-        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        """The ``k`` best chunks for ``query`` among those passing ``filter``; with ``scope``,
+        only chunks passing it too, every statistic (N, lengths, sources, df, sdf) counted over
+        the scope's chunks alone (:mod:`kbcli.bm25`, "Scopes")."""
         ...
 
     def refresh(self, conn: Any) -> None:

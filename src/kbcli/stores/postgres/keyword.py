@@ -8,17 +8,21 @@ postings of the query's terms; the parity test checks its scores against SQLite'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...analysis import Analyzer, has_title_field
 from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 from ...filter_sql import dumps_metadata
+from ...filters import and_filters
 from ..keywords import SignedKeywords
 from ..parts import Filter
 from .catalog import ChunkRow, allocate, get_meta, set_meta
 from .filters import scan_filter
 from .schema import Tables
+
+SCOPE_CACHE = 16  # scopes whose totals are kept per generation
 
 
 class KeywordTables(SignedKeywords):
@@ -29,6 +33,8 @@ class KeywordTables(SignedKeywords):
         super().__init__(analyzer)
         self.t = tables
         self.where = where
+        # (scope, generation) -> the scope's N, total length and sources (_scope_totals)
+        self._scopes: dict[tuple[str, int], tuple[int, int, int]] = {}
 
     def _get_meta(self, conn: Any, key: str) -> str | None:
         return get_meta(conn, self.t, key)
@@ -214,26 +220,69 @@ class KeywordTables(SignedKeywords):
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self, conn: Any, query: str, k: int, filter: Filter, params: BM25Params
+        self,
+        conn: Any,
+        query: str,
+        k: int,
+        filter: Filter,
+        params: BM25Params,
+        scope: Filter = None,
     ) -> list[Scored]:
-        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        """The ``k`` best chunks for ``query`` among those passing ``filter``; with ``scope``,
+        among its chunks, every statistic counted over them alone (:mod:`kbcli.bm25`)."""
         counts = self.analyzer.query_counts(query)
         if not counts or k <= 0:
             return []
         t = self.t
         self.check_signature(conn, writing=False)
-        n, total, n_sources = conn.execute(
-            f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1"
-        ).fetchone()
+        if scope:
+            where, wparams = scan_filter(scope)
+            n, total, n_sources = self._scope_totals(conn, scope, where, wparams)
+        else:
+            n, total, n_sources = conn.execute(
+                f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1"
+            ).fetchone()
         stats = CorpusStats(n, total, n_sources)
         if n == 0:
             return []
-        sql = f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id"
-        terms = self.query_terms(counts, conn.execute(sql, (list(counts),)))
+        if scope:
+            # df and sdf over the scope's postings of the query's terms (read anyway)
+            sql = (
+                f"SELECT t.id, t.term, count(*), count(DISTINCT p.src) FROM {t.terms} t"
+                f" JOIN {t.postings} p ON p.term = t.id JOIN {t.chunks} c ON c.doc = p.doc"
+                f" WHERE t.term = ANY(%s::text[]) AND {where} GROUP BY t.id, t.term ORDER BY t.id"
+            )
+            found = conn.execute(sql, (list(counts), *wparams))
+        else:
+            sql = (
+                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[])"
+                " ORDER BY id"
+            )
+            found = conn.execute(sql, (list(counts),))
+        terms = self.query_terms(counts, found)
         if not terms:
             return []
-        rows = self._bm25_sql(conn, terms, stats, filter, k, params)
+        rows = self._bm25_sql(conn, terms, stats, filter, k, params, scope)
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
+
+    def _scope_totals(
+        self, conn: Any, scope: dict[str, Any], where: str, params: list[Any]
+    ) -> tuple[int, int, int]:
+        """N, total length and sources of the scope's chunks: one count with the filter, kept
+        while the index's generation (bumped by every write) holds."""
+        generation = conn.execute(f"SELECT generation FROM {self.t.stats} WHERE id = 1").fetchone()
+        key = (json.dumps(scope, sort_keys=True, default=str), generation[0] if generation else 0)
+        found = self._scopes.get(key)
+        if found is None:
+            found = conn.execute(
+                f"SELECT count(*), coalesce(sum(c.length), 0), count(DISTINCT c.src)"
+                f" FROM {self.t.chunks} c WHERE {where}",
+                params,
+            ).fetchone()
+            if len(self._scopes) >= SCOPE_CACHE:
+                self._scopes.pop(next(iter(self._scopes)))
+            self._scopes[key] = found
+        return found
 
     def _bm25_sql(
         self,
@@ -243,8 +292,10 @@ class KeywordTables(SignedKeywords):
         filter: Filter,
         k: int,
         bm25: BM25Params,
+        scope: Filter = None,
     ) -> list[tuple[int, float, float, float]]:
-        """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``."""
+        """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``;
+        with ``scope`` only its chunks are ranked and a source's length is its chunks' in it."""
         t = self.t
         k1, b, source_weight = bm25.k1, bm25.b, bm25.source_weight
         params: list[Any] = [
@@ -256,9 +307,10 @@ class KeywordTables(SignedKeywords):
             f"SELECT p.term, p.src, p.doc, p.tf, p.dl, q.cw, q.sw FROM {t.postings} p"
             " JOIN q ON q.term = p.term"
         )
-        if filter:
+        allowed = and_filters(scope, filter)
+        if allowed:
             # Only chunks passing the filter are scored and add to their source's score.
-            where, fparams = scan_filter(filter)
+            where, fparams = scan_filter(allowed)
             hits += f" JOIN {t.chunks} c ON c.doc = p.doc WHERE {where}"
             params += fparams
         avgdl, avgsl = stats.avgdl, stats.avgsl
@@ -277,10 +329,22 @@ class KeywordTables(SignedKeywords):
                 " ORDER BY score DESC, doc LIMIT %s"
             )
             return conn.execute(sql, [*params, int(k)]).fetchall()
+        lengths, length = f"JOIN {t.sources} s ON s.id = h.src", "s.length"
+        if scope:
+            # a source's chunks in scope (a chunk without a source is its own: its length)
+            where, sparams = scan_filter(scope)
+            head += (
+                f", scope_len AS (SELECT s.id, sum(c.length) AS length FROM {t.sources} s"
+                f" JOIN {t.chunks} c ON c.source = s.source WHERE s.id IN"
+                f" (SELECT DISTINCT src FROM hits) AND {where} GROUP BY s.id)"
+            )
+            params += sparams
+            lengths = "LEFT JOIN scope_len s ON s.id = h.src"
+            length = "coalesce(s.length, h.dl)"
         source = (
             "SELECT h.src, sum(h.sw * h.tf * %s::float8 / (h.tf + %s::float8 * (%s::float8"
-            f" + %s::float8 * s.length))) AS score FROM (SELECT term, src, min(sw) AS sw,"
-            f" sum(tf) AS tf FROM hits GROUP BY term, src) h JOIN {t.sources} s ON s.id = h.src"
+            f" + %s::float8 * {length}))) AS score FROM (SELECT term, src, min(sw) AS sw,"
+            f" sum(tf) AS tf, min(dl) AS dl FROM hits GROUP BY term, src) h {lengths}"
             " GROUP BY h.src"
         )
         params += [k1 + 1.0, k1, 1.0 - b, b / avgsl if avgsl else 0.0]

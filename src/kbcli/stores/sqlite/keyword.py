@@ -21,7 +21,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ...analysis import Analyzer, has_title_field
-from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
+from ...bm25 import (
+    BM25Params,
+    ChunkTerms,
+    CorpusStats,
+    PostingsChange,
+    QueryTerm,
+    Scored,
+    select_terms,
+)
 from ...filter_sql import dumps_metadata
 from ..keywords import SignedKeywords
 from ..parts import Filter
@@ -207,9 +215,16 @@ class KeywordTables(SignedKeywords):
     # --- search --------------------------------------------------------------------------------
 
     def search(
-        self, conn: sqlite3.Connection, query: str, k: int, filter: Filter, params: BM25Params
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        k: int,
+        filter: Filter,
+        params: BM25Params,
+        scope: Filter = None,
     ) -> list[Scored]:
-        """The ``k`` best chunks for ``query`` among those passing ``filter``."""
+        """The ``k`` best chunks for ``query`` among those passing ``filter``; with ``scope``,
+        among its chunks with its statistics alone (:meth:`_scoped_search`)."""
         counts = self.analyzer.query_counts(query)
         if not counts:
             return []
@@ -226,10 +241,14 @@ class KeywordTables(SignedKeywords):
         wanted = list(counts)
         marks = ",".join("?" * len(wanted))
         sql = f"SELECT id, term, df, sdf FROM terms WHERE term IN ({marks})"
+        rows: list[tuple[int, float, float, float]] | None = None
+        if scope:  # the packed executor: packread has no scope statistics
+            found = conn.execute(sql, wanted).fetchall()
+            rows = self._scoped_search(conn, counts, found, filter, scope, k, params, state)
+            return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
         terms = self.query_terms(counts, conn.execute(sql, wanted))
         if not terms:
             return []
-        rows = None
         if "numpy" not in sys.modules and sum(t.df for t in terms) <= SMALL_MAX_POSTINGS:
             pack = self._small_pack(state)
             if pack is not None:  # None from search too: a delta too large to apply here
@@ -260,10 +279,23 @@ class KeywordTables(SignedKeywords):
         state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
-        from . import packed
-
         view = self.view(conn, state)
         allowed = self._allowed(conn, view, filter, terms) if filter else None
+        return self._score(view, terms, stats, k, params, allowed)
+
+    @staticmethod
+    def _score(
+        view: Any,
+        terms: list[QueryTerm],
+        stats: CorpusStats,
+        k: int,
+        params: BM25Params,
+        allowed: Any,
+        scope: Any = None,
+    ) -> list[tuple[int, float, float, float]]:
+        """:func:`packed.score` of ``terms`` weighted with ``stats``."""
+        from . import packed
+
         weighted = [
             packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
             for t in terms
@@ -278,7 +310,61 @@ class KeywordTables(SignedKeywords):
             b=params.b,
             source_weight=params.source_weight,
             allowed=allowed,
+            scope=scope,
         )
+
+    def _scoped_search(
+        self,
+        conn: sqlite3.Connection,
+        counts: Counter[str],
+        found: list[tuple[int, str, int, int]],
+        filter: Filter,
+        scope: dict[str, Any],
+        k: int,
+        params: BM25Params,
+        state: tuple[str, int, int],
+    ) -> list[tuple[int, float, float, float]]:
+        """:meth:`_packed_search` inside ``scope``: N, lengths and source statistics from the
+        scope's slots (:class:`packed.Scope`, once per scope and generation), each term's df
+        and sdf counted over its postings in the scope (postings the search reads anyway), kept
+        for the scope's generation."""
+        view = self.view(conn, state)
+        inside = self._scope(conn, view, scope)
+        terms = []
+        for term_id, term, _, _ in found:
+            df, sdf = inside.frequencies(int(term_id))
+            if df:
+                terms.append(QueryTerm(term_id, counts[term], df, sdf))
+        terms = select_terms(terms)
+        stats = inside.stats
+        if not terms or stats.chunks == 0:
+            return []
+        visible = inside.visible
+        if filter:
+            visible = view.visible(inside.mask & self._allowed(conn, view, filter, terms).mask)
+        return self._score(view, terms, stats, k, params, visible, inside)
+
+    def _scope(self, conn: sqlite3.Connection, view: Any, scope: dict[str, Any]) -> Any:
+        """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
+        bitmaps while the generation holds)."""
+        from .packed import Scope
+
+        key = "scope:" + json.dumps(scope, sort_keys=True, default=str)
+        if key not in self._filters:
+            if len(self._filters) > FILTER_CACHE:
+                self._filters.pop(next(k for k in self._filters if k != "seen"))
+            self._filters[key] = Scope(view, self._full_mask(conn, view, scope))
+        return self._filters[key]
+
+    def _full_mask(self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any]) -> Any:
+        """The live slots passing ``filter``, over the whole index (the allowed rowids)."""
+        import numpy as np
+
+        ids = self.allowed_rowids.get(conn, filter)
+        allowed = np.zeros(view.slots, bool)
+        if ids:
+            allowed[view.slot_of(np.frombuffer(ids, np.int64))] = True
+        return allowed if view.alive is None else allowed & view.alive
 
     @property
     def due(self) -> bool:
@@ -387,10 +473,7 @@ class KeywordTables(SignedKeywords):
             allowed = np.zeros(view.slots, bool)
             allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
             return view.visible(allowed)
-        ids = self.allowed_rowids.get(conn, filter)
-        allowed = np.zeros(view.slots, bool)
-        if ids:
-            allowed[view.slot_of(np.frombuffer(ids, np.int64))] = True
+        allowed = self._full_mask(conn, view, filter)
         if len(self._filters) > FILTER_CACHE:
             self._filters.pop(next(k for k in self._filters if k != "seen"))
         self._filters[key] = view.visible(allowed)

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ...bm25 import CorpusStats
 from ...crashpoints import crash_point
 from .packlog import (
     FORMAT,
@@ -49,6 +50,7 @@ MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SPARSE_RATIO = 8  # postings below slots / this: scored over the hit chunks only, not all slots
 SCRATCH_TERMS = 4  # terms whose source sums share one pass of the sparse scorer
+SCOPE_TERMS = 65_536  # terms whose frequencies in a scope are kept for its generation
 FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
 # for the candidates only
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
@@ -232,10 +234,7 @@ class View:
         is 1: it holds no postings, so it scores 0 either way)."""
         key = (avgsl, k1, b)
         if key not in self._source_norm:
-            scale = b / avgsl if avgsl > 0 else 0.0
-            norm = k1 * ((1.0 - b) + scale * self.srclen.astype(np.float64))
-            norm[norm == 0] = 1.0
-            self._source_norm = {key: norm}
+            self._source_norm = {key: source_norm(self.srclen, avgsl, k1, b)}
         return self._source_norm[key]
 
     def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
@@ -303,6 +302,70 @@ class View:
             table[self.doc[live]] = live
             self._slot_of = table
         return self._slot_of[docs]
+
+
+def source_norm(srclen: np.ndarray, avgsl: float, k1: float, b: float) -> np.ndarray:
+    """:meth:`View.source_norm` for the source lengths ``srclen``."""
+    scale = b / avgsl if avgsl > 0 else 0.0
+    norm = k1 * ((1.0 - b) + scale * srclen.astype(np.float64))
+    norm[norm == 0] = 1.0
+    return norm
+
+
+class Scope:
+    """An access scope over a view (:mod:`kbcli.bm25`, "Scopes"): its live slots (``mask``),
+    the statistics of those chunks alone and each source's length over them. Made once per
+    (scope, generation) from the allowed-slot bitmap: a few passes of numpy over the slots,
+    no read of the database."""
+
+    def __init__(self, view: View, mask: np.ndarray):
+        self.mask = mask
+        src, dl = view.src[mask], view.dl[mask]
+        size = view.srclen.shape[0]
+        chunks = np.bincount(src, minlength=size)
+        self.srclen = np.bincount(src, weights=dl, minlength=size).astype(np.int64)
+        self.stats = CorpusStats(int(src.shape[0]), int(dl.sum()), int(np.count_nonzero(chunks)))
+        # each slot's source in the scope, or the sink ``size`` for a slot outside it
+        self._bucket = np.where(mask, view.src, size).astype(np.intp)
+        self._bucket_sink = size
+        self._norm: tuple[tuple[float, float, float], np.ndarray] | None = None
+        self._visible = view.visible(mask)
+        self._view = view
+        self._terms: dict[int, tuple[int, int]] = {}
+
+    @property
+    def visible(self) -> Visible:
+        """The scope's slots as a :class:`Visible` (kept: its buckets are made once)."""
+        return self._visible
+
+    def frequencies(self, term: int) -> tuple[int, int]:
+        """``(df, sdf)`` of ``term`` inside the scope: counted over its postings when first
+        asked, then kept (as ``terms`` keeps the index-wide ones) while the scope lives, that
+        is for the generation of its view (:data:`SCOPE_TERMS` at most)."""
+        found = self._terms.get(term)
+        if found is None:
+            if len(self._terms) >= SCOPE_TERMS:
+                self._terms.clear()
+            found = self._terms[term] = self._count(self._view.postings(term)[0])
+        return found
+
+    def _count(self, slots: np.ndarray) -> tuple[int, int]:
+        buckets = self._bucket.take(slots)
+        # each call its own marks: concurrent searches share the scope (kb mcp's threads)
+        seen = np.zeros(self._bucket_sink + 1, bool)
+        seen[buckets] = True
+        seen[-1] = False  # the sink
+        sdf = int(np.count_nonzero(seen))
+        if not sdf:
+            return 0, 0
+        return int(np.count_nonzero(buckets != self._bucket_sink)), sdf
+
+    def source_norm(self, avgsl: float, k1: float, b: float) -> np.ndarray:
+        """:meth:`View.source_norm` over the scope's source lengths."""
+        key = (avgsl, k1, b)
+        if self._norm is None or self._norm[0] != key:
+            self._norm = (key, source_norm(self.srclen, avgsl, k1, b))
+        return self._norm[1]
 
 
 class Scratch:
@@ -422,14 +485,18 @@ def score(
     b: float,
     source_weight: float,
     allowed: Visible | np.ndarray | None,
+    scope: Scope | None = None,
 ) -> list[tuple[int, float, float, float]]:
     """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
     first, ties by lower doc id. ``allowed`` is the pre-filter: a :class:`Visible` of the
-    view, or a mask per slot."""
+    view, or a mask per slot (within ``scope``, whose source lengths count then)."""
     if k <= 0:
         return []
     vis = allowed if isinstance(allowed, Visible) else view.visible(allowed)
-    source_norm = view.source_norm(avgsl, k1, b)
+    if scope is None:
+        source_norm = view.source_norm(avgsl, k1, b)
+    else:
+        source_norm = scope.source_norm(avgsl, k1, b)
     lists = [(t, *view.postings(t.term)) for t in terms]
     if sum(s.shape[0] for _, s, _ in lists) * SPARSE_RATIO < view.slots:
         norm = view.norms(avgdl, k1, b)[0]
