@@ -150,7 +150,10 @@ def test_http_tokens_write_only_with_write_true_and_the_flag(index, tmp_path):
         f"  - {{token: {ACME_TOKEN}, name: acme, filter: {{tenant: acme}}, write: true}}\n"
         f"  - {{token: {GLOBEX_TOKEN}, name: globex, filter: {{tenant: globex}}}}\n"
     )
-    process, port = _start_http(index["db"], index["home"], tokens, "--allow-write")
+    audit = tmp_path / "audit.jsonl"
+    process, port = _start_http(
+        index["db"], index["home"], tokens, "--allow-write", "--audit", str(audit)
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     acme = ClientThread(_http_client(url, ACME_TOKEN))
     globex = ClientThread(_http_client(url, GLOBEX_TOKEN))
@@ -171,6 +174,12 @@ def test_http_tokens_write_only_with_write_true_and_the_flag(index, tmp_path):
         globex.close()
         err = _stop(process)
     assert "Traceback" not in err, err
+    # the writes are audited like the reads: who and which tool, never the note's text
+    calls = [json.loads(line) for line in audit.read_text().splitlines()]
+    writes = [(c["token"], c["tool"]) for c in calls if c.get("tool") in WRITE_TOOLS]
+    assert writes == [("globex", "knowledge_add"), ("acme", "knowledge_add"),
+                      ("acme", "knowledge_delete")]  # fmt: skip
+    assert "capybara9" not in audit.read_text()
 
 
 def test_write_true_without_the_flag_lists_no_write_tool_and_says_so(index, tmp_path):
