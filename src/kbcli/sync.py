@@ -27,8 +27,6 @@ fails with :class:`~kbcli.errors.DatabaseLockedError`.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import json
 import os
 import signal
 import stat
@@ -36,13 +34,15 @@ import time
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .calibration import calibrate_index, has_floor
 from .crashpoints import crash_point
+from .discovery import DEFAULT_EXTENSIONS, Discovery, discover, parse_extensions
+from .embedders.base import embedder_info
 from .errors import (
     InvalidOptionError,
     KBError,
@@ -52,14 +52,13 @@ from .errors import (
 )
 from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
 from .pathnames import canonical_source, source_name, source_path
-from .protocols import DocumentCatalog, FileLedger, VectorWriter, supports
+from .protocols import DocumentCatalog, FileLedger, supports
 from .signals import deferred, stop_if_terminated
+from .sync_report import FileFailure, SyncReport
+from .sync_settings import chunk_settings, file_settings, settings_with_meta, split_settings
 from .types import FileRecord
+from .vector_fill import fill_vectors
 
-DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
-IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})
-IGNORE_FILE = ".kbignore"
-IGNORE_FILE_LIMIT = 1 << 20  # bytes of a .kbignore file read at most
 # --prune refuses (without --allow-mass-delete) to remove more than half of the files indexed
 # under the given folders once at least this many are indexed there; below it, deleting most
 # of a handful of notes is ordinary. A folder with nothing to index is always refused.
@@ -71,367 +70,8 @@ CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a l
 # every file in it at its previous version.
 WRITE_BATCH_FILES = 64
 WRITE_BATCH_CHUNKS = 4000
-# Chunks embedded and stored per transaction when vectors are filled in after the writes.
-FILL_BATCH = 256
-SLOWEST_FILES = 5  # per-file times kept in the report (kb ingest --json "slowest")
 
 Progress = Callable[[str, int, int], None]
-
-
-@dataclass
-class FileFailure:
-    """A file that could not be indexed, and why."""
-
-    path: str
-    error: str
-
-
-@dataclass
-class SyncReport:
-    """What one sync did (``to_dict`` is the ``kb ingest --json`` summary)."""
-
-    added: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    removed: int = 0  # indexed files removed: gone from disk (or, with prune, no longer picked)
-    stale: int = 0  # indexed files kept although this run did not pick them
-    skipped: int = 0
-    failed: list[FileFailure] = field(default_factory=list)
-    chunks_added: int = 0
-    chunks_removed: int = 0
-    seconds: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-    rebuilt: int = 0
-    special: int = 0  # FIFOs, sockets, devices: skipped, never opened
-    links: int = 0  # symbolic links not followed (or leading outside their root)
-    unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
-    metadata_updated: int = 0
-    missing: int = 0  # of the stale files, those that no longer exist (kept with prune=False)
-    interrupted: bool = False
-    signal: str | None = None  # what interrupted the run: "SIGINT" (Ctrl-C), "SIGTERM", "SIGHUP"
-    # The SLOWEST_FILES files the run spent longest on, slowest first: {"path", "seconds"}
-    # (reading, parsing, chunking, the embedding of its full batches, and a group write it
-    # completed; see :meth:`timed`), plus "ocr_pages" and "ocr_seconds_per_page" for a file
-    # with recognised pages.
-    slowest: list[dict[str, Any]] = field(default_factory=list)
-    vectors_added: int = 0  # chunks embedded (or taken from the cache) after their file's write
-    vectors_missing: int = 0  # chunks still without a vector when the run ended
-
-    def __post_init__(self) -> None:
-        self._ocr: dict[str, dict[str, Any]] = {}  # path -> its OCR figures, until timed
-
-    def ocr_done(self, path: str, figures: dict[str, Any] | None) -> None:
-        """Note the loader's OCR figures (``{"pages", "seconds"}``) for ``path``."""
-        if figures and figures.get("pages"):
-            self._ocr[path] = figures
-
-    def to_dict(self) -> dict[str, Any]:
-        """The summary as plain JSON-ready data."""
-        data = asdict(self)
-        data["seconds"] = round(self.seconds, 3)
-        data["slowest"] = [{**s, "seconds": round(s["seconds"], 3)} for s in self.slowest]
-        return data
-
-    def timed(self, path: str, seconds: float) -> None:
-        """Note that ``path`` took ``seconds``; keeps the slowest :data:`SLOWEST_FILES`."""
-        ocr = self._ocr.pop(path, None)
-        if len(self.slowest) < SLOWEST_FILES or seconds > self.slowest[-1]["seconds"]:
-            entry: dict[str, Any] = {"path": path, "seconds": seconds}
-            if ocr:
-                entry["ocr_pages"] = ocr["pages"]
-                entry["ocr_seconds_per_page"] = round(ocr["seconds"] / ocr["pages"], 3)
-            self.slowest.append(entry)
-            self.slowest.sort(key=lambda s: -s["seconds"])
-            del self.slowest[SLOWEST_FILES:]
-
-
-def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """``".md,PDF, txt"`` -> ``(".md", ".pdf", ".txt")``; an empty list is an error."""
-    parts = spec.split(",") if isinstance(spec, str) else list(spec)
-    out: list[str] = []
-    for part in parts:
-        ext = part.strip().lower()
-        if not ext:
-            continue
-        if not ext.startswith("."):
-            ext = "." + ext
-        if ext not in out:
-            out.append(ext)
-    if not out:
-        raise InvalidOptionError(f"No file extensions in {spec!r}: use e.g. --ext .md,.pdf")
-    return tuple(out)
-
-
-# --- finding files ------------------------------------------------------------------------
-
-
-@dataclass
-class Discovery:
-    """Files to index, the roots they were found under, and how many were passed over.
-
-    ``special`` counts FIFOs, sockets and devices (never opened); ``links`` counts symbolic
-    links not followed (``follow_symlinks`` off, broken, or leading outside their root);
-    ``unreadable`` lists folders (and entries) that could not be read: files recorded below
-    them are never counted as vanished. ``found_per_root`` counts the files to index found
-    under each folder root. ``only`` (see :func:`discover`) narrows where it looked.
-    """
-
-    files: list[Path]
-    dir_roots: list[tuple[Path, bool]]  # (folder, recursive)
-    file_roots: list[Path]
-    skipped: int = 0
-    warnings: list[str] = field(default_factory=list)
-    special: int = 0
-    links: int = 0
-    unreadable: list[Path] = field(default_factory=list)
-    found_per_root: dict[Path, int] = field(default_factory=dict)
-    only: frozenset[Path] | None = None
-
-    def covers(self, path: str) -> bool:
-        """True when the recorded source ``path`` lies where this discovery looked (so it can
-        be stale)."""
-        p = Path(source_path(path))
-        if self.only is not None and not within(p, self.only):
-            return False
-        return self.in_roots(p)
-
-    def in_roots(self, p: Path) -> bool:
-        """True when ``p`` lies under the roots, wherever ``only`` narrowed the walk."""
-        if any(p == u or p.is_relative_to(u) for u in self.unreadable):
-            return False
-        if p in self.file_roots:
-            return True
-        return any(self._under(p, root, recursive) for root, recursive in self.dir_roots)
-
-    def covered_by(self, path: str, root: Path) -> bool:
-        """True when the recorded source ``path`` lies under the folder root ``root``."""
-        p = Path(source_path(path))
-        return any(r == root and self._under(p, r, recursive) for r, recursive in self.dir_roots)
-
-    @staticmethod
-    def _under(p: Path, root: Path, recursive: bool) -> bool:
-        if recursive:
-            return p != root and p.is_relative_to(root)
-        return p.parent == root
-
-
-class _IgnoreRules:
-    """``.kbignore`` files (gitignore syntax), each applying below its own folder."""
-
-    def __init__(self) -> None:
-        self.specs: list[tuple[Path, Any]] = []
-
-    def load(self, folder: Path) -> None:
-        file = folder / IGNORE_FILE
-        try:
-            if not stat.S_ISREG(os.stat(file).st_mode):
-                return
-            fh, _ = open_regular(file)
-            with fh:
-                data = b"".join(read_blocks(fh, file, IGNORE_FILE_LIMIT))
-        except (OSError, LoaderError):
-            return
-        import pathspec
-
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        self.specs.append((folder, pathspec.GitIgnoreSpec.from_lines(lines)))
-
-    def ignored(self, path: Path, is_dir: bool) -> bool:
-        for folder, spec in self.specs:
-            if path.is_relative_to(folder):
-                rel = path.relative_to(folder).as_posix() + ("/" if is_dir else "")
-                if spec.match_file(rel):
-                    return True
-        return False
-
-
-def within(path: Path, places: frozenset[Path]) -> bool:
-    """True when ``path`` is one of ``places`` or lies below one of them."""
-    return path in places or any(parent in places for parent in path.parents)
-
-
-def _exists(path: Path) -> bool:
-    """True when ``path`` exists; a path that cannot be checked is a one-line error."""
-    try:
-        os.stat(path)
-        return True
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError as exc:
-        raise InvalidOptionError(
-            f"Cannot access {source_name(path)} ({exc.strerror or exc}): check its permissions"
-        ) from None
-
-
-def discover(
-    paths: list[Path],
-    extensions: tuple[str, ...],
-    *,
-    recursive: bool = True,
-    include_hidden: bool = False,
-    follow_symlinks: bool = False,
-    only: Collection[Path] | None = None,
-) -> Discovery:
-    """Walk ``paths`` and return the regular files to index (sorted, no duplicates).
-
-    Skips ``.git``, ``node_modules`` and hidden folders (unless ``include_hidden``) and what
-    ``.kbignore`` files exclude. FIFOs, sockets and devices are counted and never opened.
-    Symbolic links below a root are not followed unless ``follow_symlinks``; then only when
-    they lead inside that root, each file and folder once, and a file reached through a link
-    is recorded under the link's path. Paths named on the command line are resolved.
-
-    ``only`` (absolute paths below ``paths``, which need not exist: what ``kb watch`` saw
-    change) narrows the walk to those files and folders: the folders leading to them are
-    entered (their ``.kbignore`` rules apply as in a full walk), nothing else is.
-    """
-    missing = [str(p) for p in paths if not _exists(Path(p).expanduser())]
-    if missing:
-        raise InvalidOptionError(
-            f"Path not found: {source_name(missing[0])} (check the path and try again)"
-        )
-    found: dict[Path, None] = {}
-    narrowed = frozenset(only) if only is not None else None
-    discovery = Discovery([], [], [], only=narrowed)
-    for raw in paths:
-        path = Path(raw).expanduser().resolve()
-        try:
-            mode = os.stat(path).st_mode
-        except OSError as exc:
-            raise InvalidOptionError(
-                f"Cannot access {source_name(path)} ({exc.strerror or exc}): check its permissions"
-            ) from None
-        if stat.S_ISREG(mode):
-            discovery.file_roots.append(path)
-            if narrowed is not None and path not in narrowed:
-                continue
-            if path.suffix.lower() in extensions:
-                found[path] = None
-            else:
-                discovery.skipped += 1
-                discovery.warnings.append(
-                    f"{path}: skipped, extension {path.suffix or '(none)'} is not in --ext"
-                )
-            continue
-        if not stat.S_ISDIR(mode):
-            discovery.special += 1
-            discovery.warnings.append(f"{path}: {file_kind(mode)}, not a file or folder: skipped")
-            continue
-        discovery.dir_roots.append((path, recursive))
-        count = 0
-        for file in _walk(path, extensions, recursive, include_hidden, follow_symlinks, discovery):
-            if file not in found:
-                count += 1
-            found[file] = None
-        discovery.found_per_root[path] = discovery.found_per_root.get(path, 0) + count
-    discovery.files = sorted(found)
-    return discovery
-
-
-def _link_target(link: Path, root: Path) -> tuple[Path, os.stat_result] | str:
-    """Where the symlink ``link`` leads and its stat, or why it is not followed."""
-    try:
-        real = Path(os.path.realpath(link, strict=True))
-        st = os.stat(real)
-    except OSError as exc:
-        return f"broken symbolic link ({exc.strerror or exc})"
-    if real != root and not real.is_relative_to(root):  # component-wise: /docs-x is not in /docs
-        return f"symbolic link to {real}, outside {root}"
-    return real, st
-
-
-def _walk(
-    root: Path,
-    extensions: tuple[str, ...],
-    recursive: bool,
-    include_hidden: bool,
-    follow_symlinks: bool,
-    d: Discovery,
-) -> Iterator[Path]:
-    # With d.only, a folder is walked whole when it is (or lies under) one of those paths,
-    # entered when it leads to one of them, passed over otherwise.
-    leads = {parent for p in d.only or () for parent in p.parents}
-    rules = _IgnoreRules()
-    seen_dirs: set[tuple[int, int]] = set()
-    real_files: set[tuple[int, int]] = set()
-    linked_files: list[tuple[Path, tuple[int, int]]] = []
-    stack: list[tuple[Path, bool, bool]] = [(root, False, d.only is None or within(root, d.only))]
-    # Folders reached through a link are walked after the real tree, so that a file found
-    # both ways is recorded under its real path.
-    later: list[tuple[Path, bool, bool]] = []
-    while stack or later:
-        folder, via_link, whole = stack.pop() if stack else later.pop()
-        try:
-            st = os.stat(folder)
-        except OSError as exc:
-            d.unreadable.append(folder)
-            d.warnings.append(f"{folder}: cannot read folder ({exc.strerror}); its files are kept")
-            continue
-        if (st.st_dev, st.st_ino) in seen_dirs:
-            continue  # a symlink loop or a folder reached twice
-        seen_dirs.add((st.st_dev, st.st_ino))
-        rules.load(folder)
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            d.unreadable.append(folder)
-            d.warnings.append(f"{folder}: cannot list folder ({exc.strerror}); its files are kept")
-            continue
-        for entry in entries:
-            path = Path(entry.path)
-            hidden = entry.name.startswith(".")
-            if entry.name == IGNORE_FILE or (hidden and not include_hidden):
-                continue
-            picked = whole or path in (d.only or ())
-            if not picked and path not in leads:
-                continue
-            try:
-                if entry.is_symlink():
-                    if not follow_symlinks:
-                        d.links += 1
-                        continue
-                    target = _link_target(path, root)
-                    if isinstance(target, str):
-                        d.links += 1
-                        d.warnings.append(f"{path}: {target}: not followed")
-                        continue
-                    st, through_link = target[1], True
-                else:
-                    st, through_link = entry.stat(follow_symlinks=False), via_link
-            except OSError as exc:
-                d.unreadable.append(path)
-                d.warnings.append(f"{path}: cannot read ({exc.strerror}); kept as it was")
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
-                    continue
-                if rules.ignored(path, True):
-                    continue
-                (later if through_link else stack).append((path, through_link, picked))
-                continue
-            if not picked:
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                d.special += 1
-                d.warnings.append(f"{path}: {file_kind(st.st_mode)}: skipped, never opened")
-                continue
-            if rules.ignored(path, False) or path.suffix.lower() not in extensions:
-                d.skipped += 1
-                continue
-            key = (st.st_dev, st.st_ino)
-            if through_link:
-                linked_files.append((path, key))
-            else:
-                real_files.add(key)
-                yield path
-    for path, key in linked_files:
-        if key in real_files:
-            d.skipped += 1  # the same file, already found under its real path or another link
-            continue
-        real_files.add(key)
-        yield path
-
-
-# --- the sync -----------------------------------------------------------------------------
 
 
 def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, os.stat_result]:
@@ -442,57 +82,6 @@ def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, 
         for block in read_blocks(fh, path, limit):
             digest.update(block)
     return digest.hexdigest(), st
-
-
-def file_settings(settings: str, kb: Any, path: Path) -> str:
-    """``settings`` plus, for a file the loader may recognise by OCR (a PDF, an image), the
-    OCR settings in effect (so installing the extra or changing ``ocr`` re-reads those)."""
-    signature = getattr(kb.ingestor.loader, "ocr_signature", None)
-    ocr = signature(path) if callable(signature) else None
-    if not ocr:
-        return settings
-    return json.dumps({**json.loads(settings), "ocr": ocr}, sort_keys=True)
-
-
-def chunk_settings(kb: Any) -> str:
-    """What, besides the file's bytes, decides its chunks: loader, normaliser and chunker."""
-    ingestor = kb.ingestor
-    chunker = ingestor.chunker
-    parts = {
-        "loader": type(ingestor.loader).__name__,
-        "normalizer": type(ingestor.normalizer).__name__,
-        "chunker": type(chunker).__name__,
-        "chunk_size": getattr(chunker, "chunk_size", None),
-        "chunk_overlap": getattr(chunker, "chunk_overlap", getattr(chunker, "overlap", None)),
-        "version": 2,  # 2: chunks record line / line_end
-    }
-    return json.dumps(parts, sort_keys=True)
-
-
-def settings_with_meta(settings: str, meta: dict[str, Any] | None) -> str:
-    """A file record's ``settings``: the chunk settings plus the ``--meta`` it was indexed
-    with (``meta`` key; absent when none was given)."""
-    if not meta:
-        return settings
-    try:
-        data = json.loads(settings)
-    except ValueError:
-        return settings
-    data["meta"] = dict(sorted(meta.items()))
-    return json.dumps(data, sort_keys=True)
-
-
-def split_settings(recorded: str) -> tuple[str, dict[str, Any]]:
-    """``(chunk settings, meta)`` of a recorded ``settings`` string (see
-    :func:`settings_with_meta`); an unreadable string is all chunk settings and no meta."""
-    try:
-        data = json.loads(recorded)
-    except ValueError:
-        return recorded, {}
-    if not isinstance(data, dict):
-        return recorded, {}
-    meta = data.pop("meta", None)
-    return json.dumps(data, sort_keys=True), meta if isinstance(meta, dict) else {}
 
 
 class SyncInterrupted(KeyboardInterrupt):
@@ -816,7 +405,7 @@ class _PendingWrites:
         if not self.items:
             return
         store = self.kb.store
-        info = _embedder_info(self.kb)
+        info = embedder_info(self.kb.embedder)
         # A termination signal waits until the files are written and counted (else the
         # interrupted sync would write them again and count them twice); Ctrl-C in the
         # middle rolls the transaction back and the caller writes them again, once.
@@ -862,93 +451,6 @@ class _PendingWrites:
             if complete:
                 store.cache_embeddings(info, {d.text: v for d, v in zip(part, vectors)})
         return removed
-
-
-def missing_vectors(store: Any) -> int | None:
-    """How many chunks of ``store`` have no vector (``stats()`` chunks less vectors), or None
-    when its stats do not say."""
-    try:
-        stats = store.stats()
-    except (AttributeError, NotImplementedError):
-        return None
-    chunks, vectors = stats.get("chunks"), stats.get("vectors")
-    if not isinstance(chunks, int) or not isinstance(vectors, int):
-        return None
-    return max(0, chunks - vectors)
-
-
-def fill_vectors(
-    kb: Any,
-    report: SyncReport,
-    first: Sequence[str] = (),
-    progress: Callable[[int, int], None] | None = None,
-) -> None:
-    """Embed the chunks that have no vector yet and store them, :data:`FILL_BATCH` at a
-    time, each batch committed (an interrupted fill keeps what it stored; the next sync
-    resumes). The sources in ``first`` (written by this run) are looked at first, then, while
-    chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
-
-    Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
-    chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
-    chunks' own ids, texts and metadata; and into the embedding cache.
-    """
-    store = kb.store
-    missing = missing_vectors(store)
-    if missing == 0:
-        report.vectors_missing = 0
-        return
-    first = list(dict.fromkeys(first))
-
-    def others() -> Iterator[str]:  # read only when this run's files do not hold them all
-        seen = set(first)
-        yield from (p for p in store.file_records() if p not in seen)
-
-    order = itertools.chain(first, others())
-    total = missing if missing is not None else 0
-    batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
-    size = max(batch, FILL_BATCH // batch * batch)
-    waiting: list[Any] = []
-    done = 0
-    if progress is not None and total:
-        progress(0, total)
-    for source in order:
-        if missing is not None and done + len(waiting) >= missing:
-            break  # every missing chunk found: the other files are not read
-        waiting += [
-            d
-            for d in store.iter_documents(source=source, with_embeddings=True)
-            if d.embedding is None or not len(d.embedding)
-        ]
-        while len(waiting) >= size:
-            _fill(kb, waiting[:size], report)
-            done += size
-            del waiting[:size]
-            if progress is not None and total:
-                progress(min(done, total), total)
-    if waiting:
-        _fill(kb, waiting, report)
-        done += len(waiting)
-        if progress is not None and total:
-            progress(min(done, total), total)
-    report.vectors_missing = missing_vectors(store) or 0
-
-
-def _fill(kb: Any, docs: list, report: SyncReport) -> None:
-    """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
-    counted in ``report``."""
-    texts = list(dict.fromkeys(d.text for d in docs))
-    vectors = dict(zip(texts, kb.ingestor.embed(texts, remember=False)))
-    crash_point("after-embed")
-    info = _embedder_info(kb)
-    store = kb.store
-    with deferred():  # a termination signal waits for the commit and its count
-        with store.transaction():
-            if supports(store, VectorWriter):
-                store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
-            else:
-                store.add(docs, [vectors[d.text] for d in docs], embedder=info)
-            store.cache_embeddings(info, vectors)
-        report.vectors_added += len(docs)
 
 
 @dataclass(frozen=True)
@@ -1175,12 +677,6 @@ _OWN_KEYS = frozenset(
 ) | {"ocr"}
 
 
-def _embedder_info(kb: Any) -> Any:
-    from .embedders.base import embedder_info
-
-    return embedder_info(kb.embedder)
-
-
 def _loader_warnings(loader: Any, path: Path) -> list[str]:
     warnings = getattr(loader, "last_warnings", None) or []
     return [source_name(w if str(path) in w else f"{path}: {w}") for w in warnings]
@@ -1195,7 +691,7 @@ def _rebuild_index(kb: Any) -> int:
     """Re-tokenise and re-embed every chunk; returns how many chunks were embedded."""
     store = kb.store
     store.rebuild_keyword_index()
-    info = _embedder_info(kb)
+    info = embedder_info(kb.embedder)
     recorded = store.embedder_info
     embedded = store.reembed(kb.ingestor.embed, info)
     if recorded is None and not store.count():

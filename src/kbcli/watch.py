@@ -32,17 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .discovery import DEFAULT_EXTENSIONS, IGNORE_FILE, IGNORED_DIRS, discover, parse_extensions
 from .errors import InvalidOptionError, KBError, UnsafePruneError
 from .pathnames import source_path
-from .sync import (
-    DEFAULT_EXTENSIONS,
-    IGNORE_FILE,
-    IGNORED_DIRS,
-    SyncReport,
-    discover,
-    parse_extensions,
-    sync,
-)
+from .sync import sync
+from .sync_report import SyncReport
 
 QUIET_MS = 500  # a batch is applied once its events have been quiet this long ...
 GATHER_MAX_MS = 1500  # ... or this long after its first event, whichever comes first

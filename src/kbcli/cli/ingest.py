@@ -53,9 +53,11 @@ def ingest(
     from PATH leave the index). Files are searchable by keyword as soon as they are written;
     their vectors follow in the same run (or the next one, if it was stopped)."""
     from .. import render
+    from ..discovery import DEFAULT_EXTENSIONS, parse_extensions
     from ..filter_syntax import parse_meta
     from ..signals import exit_code, interrupt_on_termination, signal_name
-    from ..sync import DEFAULT_EXTENSIONS, SyncReport, parse_extensions, sync
+    from ..sync import sync
+    from ..sync_report import SyncReport
 
     state = get_state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS

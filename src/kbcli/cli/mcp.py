@@ -69,9 +69,9 @@ def mcp(
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
     (and, over HTTP, each token's scope); with --allow-write also knowledge_add and
     knowledge_delete, writing notes inside that scope. --audit FILE records who called what
-    (one JSON line per call, no text or query unless --audit-queries). Over HTTP a request must arrive whole
-    within 10 s and at most 1,000 connections are open (the longest-waiting makes room); an
-    address that cannot be listened on (a port in use) exits 4."""
+    (one JSON line per call, no text or query unless --audit-queries). Over HTTP a request
+    must arrive whole within 10 s and at most 1,000 connections are open (the longest-waiting
+    makes room); an address that cannot be listened on (a port in use) exits 4."""
     from ..errors import InvalidOptionError, require
     from ..filter_syntax import parse_filter_expressions
 

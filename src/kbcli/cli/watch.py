@@ -69,10 +69,12 @@ def watch(
     import threading
 
     from .. import render
+    from ..discovery import DEFAULT_EXTENSIONS, parse_extensions
     from ..filter_syntax import parse_meta
     from ..render.messages import plural
     from ..signals import interrupt_on_termination, signal_name, stop_between, stopped_by
-    from ..sync import DEFAULT_EXTENSIONS, SyncInterrupted, SyncReport, parse_extensions
+    from ..sync import SyncInterrupted
+    from ..sync_report import SyncReport
     from ..watch import Batch, Watch, WatchSettings, batch_line
     from .ingest import report_output
 
