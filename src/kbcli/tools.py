@@ -21,11 +21,21 @@ The MCP server (:mod:`kbcli.mcp_server`) serves these same tool objects.
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidOptionError, KBError
+from .errors import InvalidOptionError
+from .tool_base import (
+    MAX_ID_CHARS,
+    MAX_QUERY_CHARS,
+    Citation,
+    KnowledgeTool,
+    ToolArgumentError,
+    ToolResult,
+    error_result,
+    reader_of,
+    text_argument,
+    whole_number,
+)
 from .types import MODES, SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
@@ -44,224 +54,14 @@ MAX_HINT_CHECKS = 5
 NO_QUERY = "Error: No query provided"
 NO_CHUNK = "Error: No chunk with that id in this knowledge base (knowledge_search gives ids)"
 NO_FILE = "Error: No indexed file at that path (knowledge_search shows the sources)"
-NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
 MAX_K = 50
 DEFAULT_K = 3  # the reference's k for run(); also default_k's default
-MAX_QUERY_CHARS = 2000
 MAX_FILTER_CHARS = 4000
-MAX_ID_CHARS = 200
 MAX_PATH_CHARS = 4096
-MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
-MAX_NOTE_KEYS = 32  # metadata keys of one note
 MAX_LINES = 2000  # lines of a file per knowledge_get answer
 MAX_CHARS = 100_000  # about this many characters per knowledge_get answer
 LINE_WIDTH = 2000  # a longer line is cut (with CUT), never wrapped: its number stays the file's
 CUT = " [... {count} more characters cut]"
-
-logger = logging.getLogger("kbcli.tools")
-
-
-class ToolArgumentError(InvalidOptionError):
-    """A tool was called with arguments its schema does not allow."""
-
-
-@dataclass
-class Citation:
-    """Where one hit comes from: its number in the answer, chunk id, source, page, heading,
-    and the lines of the file it covers (``line``/``line_end``, the numbers of ``kb get`` and
-    of knowledge_get's ``start_line``)."""
-
-    number: int
-    id: str
-    text: str
-    source: str | None = None
-    page: Any = None
-    heading: str | None = None
-    score: float | None = None
-    line: int | None = None
-    line_end: int | None = None
-
-    @classmethod
-    def from_result(cls, number: int, hit: SearchResult) -> Citation:
-        meta = hit.document.metadata
-        source = meta.get("source")
-        heading = meta.get("heading")
-        line, line_end = meta.get("line"), meta.get("line_end")
-        return cls(
-            number=number,
-            id=hit.document.id,
-            text=hit.document.text,
-            source=str(source) if source is not None else None,
-            page=meta.get("page"),
-            heading=str(heading) if heading else None,
-            score=hit.score,
-            line=line if _line_number(line) else None,
-            line_end=line_end if _line_number(line_end) else None,
-        )
-
-    def label(self) -> str:
-        """``source: /docs/a.pdf, lines 12-18, page 2, heading: Install > Linux; id: 3f2a...``."""
-        where = []
-        if self.source:
-            where.append(f"source: {self.source}")
-            if self.line is not None:
-                end = self.line_end
-                many = end is not None and end > self.line
-                where.append(f"lines {self.line}-{end}" if many else f"line {self.line}")
-        if self.page is not None and self.page != "":
-            where.append(f"page {self.page}")
-        if self.heading:
-            where.append(f"heading: {self.heading}")
-        return "; ".join(part for part in (", ".join(where), f"id: {self.id}") if part)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The citation as JSON-ready data."""
-        return {
-            "number": self.number,
-            "id": self.id,
-            "source": self.source,
-            "page": self.page,
-            "heading": self.heading,
-            "line": self.line,
-            "line_end": self.line_end,
-        }
-
-
-@dataclass
-class ToolResult:
-    """What a tool call gives back: the text for the model, the citations behind it, and
-    whether it is an error text."""
-
-    text: str
-    citations: list[Citation] = field(default_factory=list)
-    is_error: bool = False
-
-
-def _line_number(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _error(message: str) -> ToolResult:
-    return ToolResult(message if message.startswith("Error:") else f"Error: {message}", [], True)
-
-
-def _reader(view: Any) -> Any:
-    """A :class:`ScopedKnowledgeBase` for ``view`` (an unrestricted one over a plain kb)."""
-    from .views import as_view
-
-    return as_view(view)
-
-
-def _whole_number(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ToolArgumentError(
-            f"{name} must be a whole number from {low} to {high}, got {value!r}"
-        )
-    return value
-
-
-def _text(name: str, value: Any, limit: int) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ToolArgumentError(f"{name} must be a non-empty string, got {value!r}"[:200])
-    if len(value) > limit:
-        raise ToolArgumentError(f"{name} is too long ({len(value)} characters; at most {limit})")
-    return value
-
-
-class KnowledgeTool:
-    """What every knowledge tool shares: schema forms, argument checks and the error path.
-
-    Subclasses set ``name``, ``description``, :attr:`input_schema` and implement
-    ``_call(arguments) -> ToolResult``.
-    """
-
-    name = "knowledge_tool"
-    description = ""
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        """JSON Schema of the tool's arguments."""
-        return {"type": "object", "properties": {}, "additionalProperties": False}
-
-    @property
-    def parameters(self) -> dict[str, Any]:
-        """Alias of :attr:`input_schema` (the name some agent frameworks use)."""
-        return self.input_schema
-
-    @property
-    def accepted(self) -> tuple[str, ...]:
-        """Argument names the tool takes."""
-        return tuple(self.input_schema["properties"])
-
-    def json_schema(self) -> dict[str, Any]:
-        """A standalone JSON Schema (draft 2020-12) of the arguments, titled with the tool's
-        name and carrying its description."""
-        return {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": self.name,
-            "description": self.description,
-            **self.input_schema,
-        }
-
-    def to_openai_tool(self) -> dict[str, Any]:
-        """The OpenAI function-calling definition (``tools=[...]`` of chat completions)."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.input_schema,
-            },
-        }
-
-    def check_keys(self, arguments: dict[str, Any], aliases: tuple[str, ...] = ()) -> None:
-        """Refuse argument names the schema does not list."""
-        unknown = sorted(str(key) for key in arguments if key not in self.accepted + aliases)
-        if unknown:
-            names = ", ".join(repr(u[:40]) for u in unknown[:5])
-            raise ToolArgumentError(
-                f"Unknown argument {names}: {self.name} takes {', '.join(self.accepted)}"
-            )
-
-    def call(self, arguments: dict[str, Any] | str | None = None) -> ToolResult:
-        """Run the tool with a dict of arguments (or their JSON text, as function calling
-        delivers them). Never raises: errors are a :class:`ToolResult` with ``is_error``."""
-        try:
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
-                except ValueError:
-                    raise ToolArgumentError("arguments are not valid JSON") from None
-            if arguments is None:
-                arguments = {}
-            if not isinstance(arguments, dict):
-                raise ToolArgumentError(
-                    f"arguments must be an object, got {type(arguments).__name__}"
-                )
-            return self._call(arguments)
-        except KBError as exc:
-            return _error(str(exc))
-        except Exception as exc:  # the agent loop must go on; the details go to the log
-            logger.exception("%s failed", self.name)
-            return _error(
-                f"{self.name} failed unexpectedly ({type(exc).__name__}); see the server log"
-            )
-
-    def _call(self, arguments: dict[str, Any]) -> ToolResult:
-        raise NotImplementedError
-
-    def run_sync(self, **arguments: Any) -> str:
-        """Blocking call with keyword arguments; returns the text for the model."""
-        return self.call(arguments).text
-
-    async def run(self, **arguments: Any) -> str:
-        """Call the tool off the event loop; returns the text for the model."""
-        import asyncio
-
-        return await asyncio.to_thread(self.run_sync, **arguments)
-
 
 class KnowledgeSearchTool(KnowledgeTool):
     """``knowledge_search``: searches a knowledge base and answers with a numbered list, each
@@ -305,7 +105,7 @@ class KnowledgeSearchTool(KnowledgeTool):
             pipeline = as_view(pipeline).scoped(self.access_filter)
         self.pipeline = pipeline
         self.max_k = max_k
-        self.default_k = _whole_number("default_k", default_k, 1, max_k)
+        self.default_k = whole_number("default_k", default_k, 1, max_k)
         self.default_mode = normalize_mode(default_mode)
         self.max_query_chars = max_query_chars
 
@@ -361,9 +161,9 @@ class KnowledgeSearchTool(KnowledgeTool):
             query = arguments.get("input")
         if query is None or (isinstance(query, str) and not query.strip()):
             raise ToolArgumentError(NO_QUERY)
-        query = _text("query", query, self.max_query_chars)
+        query = text_argument("query", query, self.max_query_chars)
         k = arguments.get("k")
-        k = self.default_k if k is None else _whole_number("k", k, 1, self.max_k)
+        k = self.default_k if k is None else whole_number("k", k, 1, self.max_k)
         mode = arguments.get("mode")
         if mode is None:
             mode = self.default_mode
@@ -408,7 +208,7 @@ class KnowledgeSearchTool(KnowledgeTool):
 
         if not caller_filter or not isinstance(self.pipeline, (BaseKnowledgeBase, KnowledgeView)):
             return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
-        view = _reader(self.pipeline)
+        view = reader_of(self.pipeline)
         pins = hints.source_pins(caller_filter)[:MAX_HINT_CHECKS]
         missing = hints.unindexed(view, pins)
         if missing:
@@ -484,7 +284,7 @@ class KnowledgeGetTool(KnowledgeTool):
     ):
         from .reading import SHARED
 
-        self.view = _reader(view)
+        self.view = reader_of(view)
         self.max_lines = max_lines
         self.line_width = line_width
         self.max_chars = max_chars
@@ -531,8 +331,8 @@ class KnowledgeGetTool(KnowledgeTool):
         if chunk_id is not None:
             if "start_line" in arguments or "end_line" in arguments:
                 raise ToolArgumentError("start_line and end_line go with path, not with id")
-            return self._chunk(_text("id", chunk_id, MAX_ID_CHARS))
-        return self._file(_text("path", path, MAX_PATH_CHARS), arguments)
+            return self._chunk(text_argument("id", chunk_id, MAX_ID_CHARS))
+        return self._file(text_argument("path", path, MAX_PATH_CHARS), arguments)
 
     def _chunk(self, chunk_id: str) -> ToolResult:
         from .reading import read_chunk
@@ -540,7 +340,7 @@ class KnowledgeGetTool(KnowledgeTool):
         shown = read_chunk(self.view, chunk_id)
         if shown is None:
             # The id is not echoed: a hidden id and an unknown one get the very same answer.
-            return _error(NO_CHUNK)
+            return error_result(NO_CHUNK)
         doc = shown.documents[0]
         citation = Citation.from_result(1, SearchResult(doc, 1.0))
         citation.score = None
@@ -554,16 +354,16 @@ class KnowledgeGetTool(KnowledgeTool):
 
         start = arguments.get("start_line")
         end = arguments.get("end_line")
-        start = 1 if start is None else _whole_number("start_line", start, 1, 10**9)
+        start = 1 if start is None else whole_number("start_line", start, 1, 10**9)
         if end is not None:
-            end = _whole_number("end_line", end, 1, 10**9)
+            end = whole_number("end_line", end, 1, 10**9)
             if end < start:
                 raise ToolArgumentError(f"end_line ({end}) is before start_line ({start})")
         last = start + self.max_lines - 1 if end is None else min(end, start + self.max_lines - 1)
         try:
             shown = read_file(self.view, path, start, last, cache=self.cache)
         except NotFoundError:
-            return _error(NO_FILE)
+            return error_result(NO_FILE)
         except InvalidOptionError as exc:  # a range past the end, said in the tool's terms
             raise ToolArgumentError(str(exc).replace("Line ", "start_line ", 1)) from None
         if shown.origin == "file":
@@ -639,7 +439,7 @@ class KnowledgeStatsTool(KnowledgeTool):
     )
 
     def __init__(self, view: Any):
-        self.view = _reader(view)
+        self.view = reader_of(view)
 
     def figures(self) -> dict[str, Any]:
         """``chunks``, ``sources``, ``embedder`` and ``last_ingest`` of the scope."""
@@ -670,154 +470,6 @@ class KnowledgeStatsTool(KnowledgeTool):
         return ToolResult("\n".join(lines))
 
 
-def scope_metadata(filter: dict[str, Any] | None) -> dict[str, Any]:
-    """The metadata every document inside ``filter`` must carry: its equality conditions
-    (``{tenant: acme}``, ``{tenant: {$eq: acme}}``, those inside ``$and``)."""
-    forced: dict[str, Any] = {}
-    for key, value in (filter or {}).items():
-        if key == "$and":
-            for sub in value:
-                forced.update(scope_metadata(sub))
-        elif key.startswith("$"):
-            continue
-        elif isinstance(value, dict):
-            if set(value) == {"$eq"}:
-                forced[key] = value["$eq"]
-        else:
-            forced[key] = value
-    return forced
-
-
-class KnowledgeAddTool(KnowledgeTool):
-    """``knowledge_add``: store a note (one chunk, searchable by the next call). The scope's
-    metadata is forced onto it (:func:`scope_metadata`); a note that would still fall outside
-    the scope, or that claims another value for a scope key, is refused. Answers the id."""
-
-    name = "knowledge_add"
-    description = (
-        "Store a note in the knowledge base (a fact, a decision, something you learned) so "
-        "later searches find it; answers its id. metadata: optional key/value labels (text, "
-        'numbers, true/false), e.g. {"topic": "network"}.'
-    )
-
-    def __init__(self, view: Any, max_chars: int = MAX_NOTE_CHARS):
-        self.view = _reader(view)
-        self.max_chars = max_chars
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        scalar = {"type": ["string", "number", "boolean"]}
-        return {
-            "type": "object",
-            "properties": {
-                "text": {"type": "string", "minLength": 1, "maxLength": self.max_chars},
-                "metadata": {
-                    "type": "object",
-                    "additionalProperties": scalar,
-                    "maxProperties": MAX_NOTE_KEYS,
-                },
-            },
-            "required": ["text"],
-            "additionalProperties": False,
-        }
-
-    def _call(self, arguments: dict[str, Any]) -> ToolResult:
-        self.check_keys(arguments)
-        text = _text("text", arguments.get("text"), self.max_chars)
-        metadata = _note_metadata(arguments.get("metadata"))
-        forced = scope_metadata(self.view.filter)
-        for key, value in forced.items():
-            if key in metadata and metadata[key] != value:
-                raise ToolArgumentError(
-                    f"metadata {key}={metadata[key]!r} is outside your scope ({key}={value!r}): "
-                    f"leave {key} out, it is set for you"
-                )
-        metadata.update(forced)
-        from .filters import matches
-
-        if not matches(metadata, self.view.filter):
-            raise ToolArgumentError(
-                "this note would fall outside your scope: give the metadata your scope "
-                f"requires ({json.dumps(self.view.filter, default=str)[:300]})"
-            )
-        indexed = _indexed_files(self.view.kb.store)
-        if metadata.get("source") in indexed:
-            raise ToolArgumentError(
-                "metadata source names an indexed file: a note cannot join a file's chunks"
-            )
-        new_id = self.view.kb.add(text, metadata)
-        return ToolResult(f"Added note {new_id} (searchable now).")
-
-
-class KnowledgeDeleteTool(KnowledgeTool):
-    """``knowledge_delete``: delete a note by id. Only a note the scope can see, never a chunk
-    of an indexed file (those leave with their file); a hidden id reads as an unknown one."""
-
-    name = "knowledge_delete"
-    description = (
-        "Delete a note by its id (as knowledge_add or knowledge_search gave it). Chunks of "
-        "indexed files cannot be deleted here: they leave the index with their file."
-    )
-
-    def __init__(self, view: Any):
-        self.view = _reader(view)
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {"id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}},
-            "required": ["id"],
-            "additionalProperties": False,
-        }
-
-    def _call(self, arguments: dict[str, Any]) -> ToolResult:
-        self.check_keys(arguments)
-        chunk_id = _text("id", arguments.get("id"), MAX_ID_CHARS)
-        found = self.view.get([chunk_id])
-        if not found:
-            return _error(NO_NOTE)
-        source = found[0].metadata.get("source")
-        if source is not None and source in _indexed_files(self.view.kb.store):
-            return _error(
-                f"{chunk_id} is a chunk of the indexed file {source}: it leaves the index when "
-                "the file is deleted (kb ingest, kb watch), not here"
-            )
-        self.view.kb.delete([chunk_id])
-        return ToolResult(f"Deleted note {chunk_id}.")
-
-
-def _note_metadata(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ToolArgumentError(f"metadata must be an object, got {type(value).__name__}")
-    if len(value) > MAX_NOTE_KEYS:
-        raise ToolArgumentError(f"metadata has {len(value)} keys; at most {MAX_NOTE_KEYS}")
-    out: dict[str, Any] = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not key.strip() or len(key) > MAX_ID_CHARS:
-            raise ToolArgumentError(f"metadata key {str(key)[:40]!r} must be a short text")
-        if key.startswith("$") or any(ord(c) < 32 for c in key):
-            raise ToolArgumentError(f"metadata key {key[:40]!r} may not start with $")
-        if item is None or not isinstance(item, (str, int, float, bool)):
-            raise ToolArgumentError(
-                f"metadata {key[:40]!r} must be text, a number or true/false, got "
-                f"{type(item).__name__}"
-            )
-        if isinstance(item, str) and len(item) > MAX_QUERY_CHARS:
-            raise ToolArgumentError(f"metadata {key[:40]!r} is too long")
-        out[key] = item
-    return out
-
-
-def _indexed_files(store: Any) -> Any:
-    """The sources recorded as indexed files (a store without a file ledger has none)."""
-    from .protocols import FileLedger, supports
-
-    return store.file_records() if supports(store, FileLedger) else {}
-
-
 def knowledge_tools(
     kb: Any,
     filter: dict[str, Any] | None = None,
@@ -830,7 +482,7 @@ def knowledge_tools(
     opt-in) also ``knowledge_add`` and ``knowledge_delete``, inside the same scope.
     ``search_options`` go to :class:`KnowledgeSearchTool` (``default_k``, ``default_mode``,
     ``max_k``...)."""
-    view = _reader(kb)
+    view = reader_of(kb)
     if filter:
         view = view.scoped(filter)
     tools: list[KnowledgeTool] = [
@@ -839,5 +491,7 @@ def knowledge_tools(
         KnowledgeStatsTool(view),
     ]
     if allow_write:
+        from .note_tools import KnowledgeAddTool, KnowledgeDeleteTool
+
         tools += [KnowledgeAddTool(view), KnowledgeDeleteTool(view)]
     return tools
