@@ -163,7 +163,7 @@ def test_a_filter_nested_too_deep_is_refused_not_a_recursion_error():
     ok: dict = {"lang": "en"}
     for _ in range(MAX_FILTER_DEPTH - 1):
         ok = {"$or": [ok]}
-    assert validate_filter(ok) is ok
+    assert validate_filter(ok) == ok
 
 
 def test_folders_inside_other_folders_are_merged():

@@ -200,3 +200,51 @@ def test_text_prefixes_gives_the_narrowest_of_anded_pins():
     apart = {"$and": [{"source": {"$prefix": "/x/"}}, {"source": {"$in": ["/y/1", "/x/2"]}}]}
     assert text_prefixes(apart, "source") == ["/x/"]  # neither within the other: the first
     assert text_prefixes({"$and": [{"lang": "en"}]}, "source") is None
+
+
+# --- a filter is checked once, where it enters ------------------------------------------------
+
+
+def test_a_checked_filter_is_a_frozen_copy_passed_down_unchecked():
+    import pickle
+
+    from kbcli.filters import CheckedFilter
+
+    mine = {"team": "ops", "year": {"$gte": 2020}}
+    checked = validate_filter(mine)
+    assert isinstance(checked, CheckedFilter) and checked == mine
+    mine["year"]["$gte"] = 1900  # the caller's dict changes later: the checked one does not
+    assert checked["year"] == {"$gte": 2020}
+    with pytest.raises(TypeError, match="cannot be changed"):
+        checked["team"] = "dev"
+    with pytest.raises(TypeError):
+        checked.update(team="dev")
+    assert validate_filter(checked) is checked
+    assert pickle.loads(pickle.dumps(checked)) == checked
+    assert json.loads(json.dumps(checked)) == {"team": "ops", "year": {"$gte": 2020}}
+    assert validate_filter({}) is None
+
+
+def test_a_filtered_search_checks_its_filter_once(tmp_path, monkeypatch):
+    import kbcli.filters as filters
+    from kbcli import KnowledgeBase
+
+    kb = KnowledgeBase.open(tmp_path / "kb.db")
+    for i in range(6):
+        kb.add(f"note {i} on resetting a password", {"team": "ops" if i % 2 else "dev", "n": i})
+    checks = []
+    real = filters._check
+
+    def counted(f, depth):
+        if depth == 1:
+            checks.append(f)
+        return real(f, depth)
+
+    monkeypatch.setattr(filters, "_check", counted)
+    for mode in ("keyword", "semantic", "hybrid"):
+        checks.clear()
+        flt = {"team": "ops", "n": {"$gte": 3}}
+        hits = kb.search("reset password", k=3, mode=mode, filter=flt)
+        assert {h.document.metadata["n"] for h in hits} <= {3, 5}
+        assert len(checks) == 1, (mode, checks)
+    kb.close()

@@ -51,6 +51,33 @@ MAX_FILTER_CONDITIONS = 5000
 MAX_FILTER_DEPTH = 32  # nested $and/$or levels
 
 
+class CheckedFilter(dict[str, Any]):
+    """A filter :func:`validate_filter` has accepted, frozen: made once where a filter enters
+    kb (the CLI, a tool, MCP, the library) and passed down, so the layers below (views,
+    retrievers, stores) take it as it is instead of checking it again. Read it like any dict;
+    changing it raises TypeError (build a new filter instead)."""
+
+    __slots__ = ()
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a checked filter cannot be changed: build a new filter dict")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen
+    __ior__ = _frozen
+
+    def __reduce__(self) -> Any:
+        return (CheckedFilter, (dict(self),))
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with every dict and list in it copied (the caller keeps its own objects)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
 def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
     """The conjunction of the non-empty ``filters`` (None when there are none; a filter given
     twice counts once)."""
@@ -64,13 +91,16 @@ def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def validate_filter(filter: Any) -> dict[str, Any] | None:
-    """Return ``filter`` if well formed (None and {} mean no filter); else raise FilterError.
+    """``filter`` as a :class:`CheckedFilter` if well formed (None and {} mean no filter: None);
+    else raise FilterError. A :class:`CheckedFilter` is returned as it is, unchecked.
 
     A filter holds at most :data:`MAX_FILTER_CONDITIONS` conditions (each value of an ``$in``
     or ``$nin`` list counts as one) and nests ``$and``/``$or`` at most
     :data:`MAX_FILTER_DEPTH` deep."""
     if filter is None:
         return None
+    if type(filter) is CheckedFilter:
+        return filter or None
     if not isinstance(filter, dict):
         raise FilterError(f"A filter must be a dict like {{'source': 'a.md'}}, got {filter!r}")
     conditions = _check(filter, 1)
@@ -80,7 +110,7 @@ def validate_filter(filter: Any) -> dict[str, Any] | None:
             f"most {MAX_FILTER_CONDITIONS}; match what they share instead (a folder with "
             "$prefix, a metadata key)"
         )
-    return filter or None
+    return CheckedFilter(_copied(filter)) if filter else None
 
 
 def _check(filter: dict[str, Any], depth: int) -> int:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidOptionError
+from .filters import validate_filter
 from .vocabulary import FUSIONS, MODE_ALIASES, MODES, REWRITE_MODES
 
 
@@ -119,6 +120,9 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
+        # checked once here, then passed down as they are (kbcli.filters.CheckedFilter)
+        self.filter = validate_filter(self.filter)
+        self.scope = validate_filter(self.scope)
         if self.alpha_chosen is None:
             self.alpha_chosen = self.alpha is not None
         if self.alpha is None:
