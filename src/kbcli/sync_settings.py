@@ -29,7 +29,7 @@ def chunk_settings(kb: Any) -> str:
         "chunker": type(chunker).__name__,
         "chunk_size": getattr(chunker, "chunk_size", None),
         "chunk_overlap": getattr(chunker, "chunk_overlap", getattr(chunker, "overlap", None)),
-        "version": 2,  # 2: chunks record line / line_end
+        "version": 3,  # 2: chunks record line / line_end; 3: a bare heading opens the next block
     }
     return json.dumps(parts, sort_keys=True)
 

@@ -57,17 +57,25 @@ def _heading_blocks(
     """Split ``text`` at markdown headings: (start, body start, end, heading label) per block.
 
     The body starts after the heading line (and a setext underline), so that an overlap
-    never begins inside a heading.
+    never begins inside a heading. A heading with nothing under it before the next heading
+    ("# Guide" right above "## Install") is not a block of its own: it opens the next one,
+    whose first chunk then reads "# Guide ## Install ..." (a lone title is no answer, yet
+    it can match a question by meaning alone).
     """
     headings: list[Heading] = find_headings(text) if detect else []
     blocks = []
     start = body = 0
+    titled = False  # whether the block at ``start`` opens with a heading
     for heading in headings:
-        if heading.start > start:
+        bare = titled and not text[body : heading.start].strip()
+        if heading.start > start and not bare:
             blocks.append((start, body, heading.start, label))
-        start, label = heading.start, heading.label
-        body = _line_end(text, start)
-        if not text[start:body].lstrip().startswith("#"):
+            start = heading.start
+        elif not titled:
+            start = heading.start
+        label, titled = heading.label, True
+        body = _line_end(text, heading.start)
+        if not text[heading.start : body].lstrip().startswith("#"):
             body = _line_end(text, body + 1)  # setext: skip the underline too
     blocks.append((start, body, len(text), label))
     return blocks
