@@ -144,6 +144,24 @@ def test_bare_headings_in_a_row_setext_and_a_last_one_alone() -> None:
     ]
 
 
+def test_a_section_that_is_only_its_heading_opens_the_next_one_on_its_page() -> None:
+    sections = [
+        Section("Billing", {"heading": "Billing", "page": 1}),
+        Section("Invoices\nSent monthly.", {"heading": "Billing > Invoices", "page": 1}),
+        Section("Refunds", {"heading": "Billing > Refunds", "page": 1}),
+        Section("Within 30 days.", {"heading": "Billing > Refunds", "page": 2}),
+    ]
+    chunks = StructureAwareChunker(chunk_size=200, chunk_overlap=0).chunk_sections(sections)
+    assert [(c.text, c.metadata["heading"], c.metadata["page"]) for c in chunks] == [
+        ("Billing\n\nInvoices\nSent monthly.", "Billing > Invoices", 1),
+        ("Refunds", "Billing > Refunds", 1),  # the next page is not joined to it
+        ("Within 30 days.", "Billing > Refunds", 2),
+    ]
+    joined = "\n\n".join(s.text for s in sections)
+    for c in chunks:  # offsets still into the whole document
+        assert joined[c.metadata["char_start"] : c.metadata["char_end"]] == c.text
+
+
 def test_setext_headings_and_code_fences() -> None:
     text = (
         "Title\n=====\n\nIntro.\n\nPart\n----\n\n```bash\n# not a heading\n```\n\n"

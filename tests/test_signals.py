@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -449,3 +450,32 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
     finally:
         sync_module._PendingWrites._count = original_count
         kb_.close()
+
+
+def test_a_deferred_block_in_another_thread_does_not_hold_the_main_threads_interrupt():
+    """deferred() counted blocks of every thread: while an MCP worker thread committed a note,
+    Ctrl-C to the process was held, then raised in that worker, and the main thread never
+    stopped."""
+    from kbcli.signals import deferred, interrupt_on_termination
+
+    inside, leave = threading.Event(), threading.Event()
+    raised_in_worker: list[BaseException] = []
+
+    def worker():
+        try:
+            with deferred():
+                inside.set()
+                leave.wait(5)
+        except BaseException as exc:  # what the bug raised here
+            raised_in_worker.append(exc)
+
+    thread = threading.Thread(target=worker)
+    with interrupt_on_termination():
+        thread.start()
+        assert inside.wait(5)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)  # the handler raises here, in the main thread
+        leave.set()
+        thread.join(5)
+    assert not raised_in_worker

@@ -72,6 +72,11 @@ def deferred() -> Iterator[None]:
     that must happen together with a commit (a write and the count of what it wrote: an
     interrupt between them would have the write redone and counted twice)."""
     global _deferring
+    if threading.current_thread() is not threading.main_thread():
+        # Handlers run in the main thread only: a block elsewhere (an MCP worker's write,
+        # a reader thread) must not hold the main thread's interrupt, nor raise it here.
+        yield
+        return
     _deferring += 1
     try:
         yield

@@ -81,6 +81,30 @@ def _heading_blocks(
     return blocks
 
 
+def _join_bare_headings(sections: list[Section]) -> list[Section]:
+    """``sections`` with each one that holds nothing but its own heading joined to the next
+    one on the same page (the text joined by :data:`SECTION_SEPARATOR`, so offsets into the
+    joined document stay the same; the next one's metadata)."""
+    out: list[Section] = []
+    pending: Section | None = None
+    for section in sections:
+        if pending is not None:
+            if pending.metadata.get("page") == section.metadata.get("page"):
+                section = Section(pending.text + SECTION_SEPARATOR + section.text, section.metadata)
+            else:
+                out.append(pending)
+            pending = None
+        heading = section.metadata.get("heading")
+        title = str(heading).rsplit(" > ", 1)[-1].strip() if heading else ""
+        if title and section.text.strip() == title:
+            pending = section
+        else:
+            out.append(section)
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
 def _line_end(text: str, pos: int) -> int:
     end = text.find("\n", pos)
     return len(text) if end < 0 else end
@@ -162,6 +186,11 @@ class StructureAwareChunker(_BaseChunker):
         _check_sizes(chunk_size, chunk_overlap, "chunk_overlap")
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
+
+    def chunk_sections(self, sections: list[Section]) -> list[Section]:
+        """As :meth:`_BaseChunker.chunk_sections`, a section that is only its heading (a DOCX
+        or HTML title above the first sub-heading) opening the next section of its page."""
+        return super().chunk_sections(_join_bare_headings(sections))
 
     def _spans(self, text: str, heading: str | None) -> Iterator[tuple[int, int, str | None]]:
         for lo, body, hi, label in _heading_blocks(text, heading, detect=heading is None):
