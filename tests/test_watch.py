@@ -84,6 +84,12 @@ class Watcher:
             self.proc.send_signal(signum)
         try:
             code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            # say why before it is killed: the signals it ignores/blocks, what it printed
+            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith(("SigBlk", "SigIgn"))]
+            why = f"kb watch did not stop on {signum}: {masks}\n{self.stderr}"
+            raise AssertionError(why) from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
