@@ -164,7 +164,10 @@ class PgVectors:
         return vectors.recorded_embedder(conn, self.t)
 
     def upsert(self, conn: Any, rows: list[tuple[int, Sequence[float]]]) -> None:
-        """Nothing to do: the catalog wrote the vectors with their rows."""
+        """Store vectors of chunks already written (``set_vectors``: the vector fill after
+        ``kb ingest``); those the catalog wrote with their rows stay as they are."""
+        if rows:
+            vectors.put(conn, self.t, rows)
 
     def remove(self, conn: Any, docs: list[int]) -> None:
         """Nothing to do: the vectors go with their rows."""
