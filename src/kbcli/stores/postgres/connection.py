@@ -217,7 +217,7 @@ class Database(Nesting):
 
     @contextmanager
     def primary(self) -> Iterator[None]:
-        """Reads inside this block see the primary (the ledger, ``kb stats``, ``kb doctor``)."""
+        """Reads inside this block see the primary (a writer's, ``kb doctor``'s)."""
         with self.lock:
             self.pinned += 1
         try:
@@ -267,13 +267,17 @@ class Database(Nesting):
         """The primary's WAL position now (after every commit made so far)."""
         return self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
 
-    def read_server(self) -> dict[str, Any] | None:
-        """Where the standby's replay stands (:meth:`.replica.ReadServer.figures`), None
-        without one."""
+    def _read_latest(self) -> AbstractContextManager[Any]:
+        """A snapshot on the primary (the ledger, the cache, ``stats``)."""
+        return self._snapshot(self._live, self.failure)
+
+    def figures(self) -> dict[str, Any]:
+        """With a read server, ``read_server``: where its replay stands
+        (:meth:`.replica.ReadServer.figures`)."""
         if self.replica is None:
-            return None
+            return {}
         with self.lock:
-            return self.replica.figures(self._live())
+            return {"read_server": self.replica.figures(self._live())}
 
     def generation(self, conn: Any) -> int:
         """The counter every commit bumps."""

@@ -338,24 +338,6 @@ class PostgresStore(Store):
         """The read server (password redacted), None when reads go to the primary."""
         return None if self._db.replica is None else self._db.replica.where
 
-    def stats(self) -> dict[str, Any]:
-        """The primary's figures; with a read server, ``read_server`` says where its replay
-        stands (:meth:`.replica.ReadServer.figures`)."""
-        with self._db.primary():
-            figures = super().stats()
-        standby = self._db.read_server()
-        return figures if standby is None else {**figures, "read_server": standby}
-
-    def file_records(self) -> dict[str, FileRecord]:
-        """Every indexed file, by absolute path (from the primary)."""
-        with self._db.primary():
-            return super().file_records()
-
-    def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
-        """Vectors already computed by this embedder for any of ``texts`` (from the primary)."""
-        with self._db.primary():
-            return super().cached_embeddings(info, texts)
-
 
 def _doctor(store: Any, repair: bool) -> list[Finding]:
     """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
