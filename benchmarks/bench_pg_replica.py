@@ -209,7 +209,11 @@ def main() -> None:
                 pair, queries, ["primary"] * args.readers, args.seconds, args.chunks, args.batch
             ),
             "standby readers + ingest on primary": run(
-                pair, queries, ["standby"] * args.readers, args.seconds, args.chunks * 2,
+                pair,
+                queries,
+                ["standby"] * args.readers,
+                args.seconds,
+                args.chunks * 2,
                 args.batch,
             ),  # fmt: skip
         }

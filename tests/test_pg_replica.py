@@ -214,6 +214,26 @@ def test_an_unreachable_read_server_is_one_line_and_redacted(pair, pg_table):
         store.close()
 
 
+def test_a_long_lived_store_recovers_when_the_standby_is_back(pair, pg_table):
+    """kb mcp, a library user: the search that meets a stopped standby is one error naming
+    store.read_dsn; the next one after it is back opens a new connection."""
+    store = PostgresStore(pair.dsn, pg_table, read_dsn=pair.read_dsn)
+    try:
+        store.add([doc("a", "payroll dates")])
+        pair.caught_up()
+        assert ids(store.keyword_search("payroll")) == ["a"]
+        pair.stop_standby()
+        with pytest.raises(Exception) as info:
+            store.keyword_search("payroll")
+        message = str(info.value)
+        assert message.startswith("Lost the connection to the read server (store.read_dsn)")
+        assert "\n" not in message and "then search again" in message
+        pair.start_standby()
+        assert ids(store.keyword_search("payroll")) == ["a"]
+    finally:
+        store.close()
+
+
 class Kb:
     """``kb`` in a subprocess with a config naming the pair (``store.read_dsn``)."""
 

@@ -48,6 +48,7 @@ _FIX = (
     "or remove both to search the primary"
 )
 
+
 class ReadServer:
     """The standby ``dsn`` names, for the index ``tables`` of the primary whose system
     identifier is ``system_id`` (None: not readable there, not checked); ``lost(exc, conn)``
