@@ -276,8 +276,9 @@ def test_kb_with_the_standby_down(pair, pg_table, tmp_path):
     assert "Cannot connect to the read server" in stats.stdout
     pair.start_standby()
     pair.caught_up()
-    up = kb("search", "vpn", "--mode", "keyword", "--json")
-    assert up.returncode == 0 and "vpn.md" in up.stdout, up.stderr
+    for mode in ("keyword", "semantic", "hybrid"):
+        up = kb("search", "vpn client", "--mode", mode, "--json")
+        assert up.returncode == 0 and "vpn.md" in up.stdout, (mode, up.stderr)
     stats = kb("stats", "--json")
     assert '"behind_bytes": 0' in stats.stdout and '"read_server"' in stats.stdout
 
