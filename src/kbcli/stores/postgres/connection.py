@@ -7,6 +7,9 @@ earlier commit (the BM25 bookkeeping reads the index before it changes it). Read
 REPEATABLE READ, READ ONLY: several SELECTs see one snapshot while writers work. ``kb ingest``
 holds a session-level advisory lock (:meth:`Database.writer_lock`) on a connection of its own;
 PostgreSQL drops it if the process dies (nesting: :class:`~kbcli.stores.nesting.Nesting`).
+With a read server (``read_dsn``: a hot standby, :mod:`.replica`), read snapshots are taken
+there, except those that must see every commit (``read(latest=True)``, a writer's, and a
+process's reads until the standby has replayed its last commit).
 
 A lost connection (the server stopped or killed, the backend terminated, the network gone) is
 one :class:`StoreError` naming the server; the transaction it cut rolls back whole on the
