@@ -38,6 +38,7 @@ def isolated_env(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
     monkeypatch.setenv("KB_DB", str(tmp_path / "kb.db"))
     monkeypatch.delenv("KB_CONFIG", raising=False)
+    monkeypatch.delenv("KB_PG_READ_DSN", raising=False)  # a user's standby never serves a test
     for var in API_KEY_VARS:
         monkeypatch.delenv(var, raising=False)
     work = tmp_path / "cwd"
@@ -48,4 +49,4 @@ def isolated_env(tmp_path, monkeypatch):
     reset_config_cache()
 
 
-from pg_server import pg_dsn, pg_table  # noqa: E402,F401  (the PostgreSQL session server)
+from pg_server import pg_dsn, pg_pair, pg_table  # noqa: E402,F401  (the PostgreSQL servers)

@@ -145,6 +145,8 @@ def test_every_command_that_reads_the_config_refuses_it(repo):
         ("rag:\n  rerank:\n    provider: api\n    base_url: http://x", "rag.rerank.base_url"),
         ("rag:\n  rewrite:\n    mode: hyde\n    base_url: http://x", "rag.rewrite.base_url"),
         ("store:\n  backend: postgres\n  dsn: 'postgresql://kb@attacker.example/kb'", "store.dsn"),
+        ("store:\n  backend: postgres\n  read_dsn: 'postgresql://attacker.example/kb'",
+         "store.read_dsn"),
         ("rag:\n  embedding:\n    provider: local\n    model: ./pickled", "rag.embedding.model"),
         ("rag:\n  rerank:\n    provider: cross-encoder\n    model: org/model", "rag.rerank.model"),
         ("paths:\n  knowledge_db: ~/.bash_profile", "paths.knowledge_db"),

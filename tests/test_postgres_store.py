@@ -318,6 +318,30 @@ def test_schema_checks(pg_dsn, pg_table):
         PostgresStore(pg_dsn, pg_table)
 
 
+def test_kb_ingest_stores_every_vector(pg_dsn, pg_table, tmp_path, monkeypatch):
+    """The vector fill after ``kb ingest``'s writes (``Store.set_vectors``) stores the vectors
+    on PostgreSQL too: dense search finds the chunks, the next ingest has nothing to embed."""
+    config = tmp_path / "jianmu.yaml"
+    config.write_text(
+        f"store:\n  backend: postgres\n  table: {pg_table}\n  dsn: '{pg_dsn}'\n"
+        "rag:\n  embedding:\n    provider: simple\n"
+    )
+    monkeypatch.setenv("KB_CONFIG", str(config))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "vpn.md").write_text("# VPN\n\nReset the VPN password every 90 days.\n")
+    (docs / "mail.md").write_text("# Mail\n\nThe mail server runs on port 25.\n")
+    assert run("ingest", str(docs)).exit_code == 0
+    with PostgresStore(pg_dsn, pg_table) as store:
+        stats = store.stats()
+        assert stats["vectors"] == stats["chunks"] == 2
+        stored = list(store.iter_documents(with_embeddings=True))
+        for d in stored:
+            assert store.search(list(d.embedding), k=1)[0].document.id == d.id
+    again = run("ingest", str(docs), "--json")
+    assert json.loads(again.stdout)["vectors_added"] == 0, again.stdout
+
+
 def test_store_settings_from_config(tmp_path, monkeypatch):
     from kbcli.config import load_config
     from kbcli.errors import ConfigError
@@ -326,6 +350,7 @@ def test_store_settings_from_config(tmp_path, monkeypatch):
     file.write_text(
         "store:\n  backend: postgres\n  dsn: postgresql://kb@db/kb\n  table: team_kb\n"
         "  busy_timeout: 5\n  ef_search: 200\n  hnsw: false\n"
+        "  read_dsn: postgresql://kb@standby/kb\n"
     )
     store = load_config(file).store
     assert (store.backend, store.settings) == (
@@ -336,6 +361,7 @@ def test_store_settings_from_config(tmp_path, monkeypatch):
             "busy_timeout": 5.0,
             "ef_search": 200,
             "hnsw": False,
+            "read_dsn": "postgresql://kb@standby/kb",
         },
     )
     file.write_text("store:\n  backend: postgres\n  tabel: x\n")

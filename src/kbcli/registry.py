@@ -73,12 +73,20 @@ STORE_ENTRIES: dict[str, StoreEntry] = {
         {"busy_timeout": float, "path": str, "collection": str},
     ),
     # dsn: a libpq URI or key=value string ($KB_PG_DSN overrides it; keep passwords out of the
-    # file: ~/.pgpass or PGPASSWORD); table: the index's chunk table (others are named after it);
+    # file: ~/.pgpass or PGPASSWORD); read_dsn: a hot standby of it that serves searches
+    # ($KB_PG_READ_DSN overrides it); table: the index's chunk table (others are named after it);
     # ef_search: HNSW candidates per dense search (recall against speed); hnsw: false for exact
     # dense search (a scan, no index).
     "postgres": StoreEntry(
         "kbcli.stores.postgres:PostgresStore",
-        {"dsn": str, "table": str, "busy_timeout": float, "ef_search": int, "hnsw": bool},
+        {
+            "dsn": str,
+            "read_dsn": str,
+            "table": str,
+            "busy_timeout": float,
+            "ef_search": int,
+            "hnsw": bool,
+        },
     ),
 }
 

@@ -82,6 +82,7 @@ def risky_settings(config: Config) -> list[Risk]:
     add("rag.answer.api_key_env", rag.answer.api_key_env, SECRET)
     if store.backend == "postgres":
         add("store.dsn", store.settings.get("dsn"), ENDPOINT)
+        add("store.read_dsn", store.settings.get("read_dsn"), ENDPOINT)
     if rag.embedding.provider_set and rag.embedding.provider == "local":
         add("rag.embedding.model", rag.embedding.model, MODEL)
     if rag.rerank.provider == "cross-encoder":

@@ -36,6 +36,7 @@ def stats_table(stats: dict[str, Any]) -> None:
         ("Vocabulary", f"{stats['vocabulary']} terms"),
         ("Last ingest", stats.get("last_ingest") or "never"),
         ("Database", str(stats["path"])),
+        *_read_server_row(stats.get("read_server")),
     ]
     console = rich_console()
     for key, value in rows:
@@ -58,6 +59,27 @@ def _vector_row(stats: dict[str, Any]) -> list[tuple[str, str]]:
             "kb ingest embeds them)"
         )
     return [("Vectors", text)]
+
+
+def _read_server_row(standby: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``Read server`` for ``kb stats`` of a PostgreSQL index read from a hot standby: where,
+    and how far its replay is behind the primary (or why it cannot be reached)."""
+    if not standby:
+        return []
+    if "error" in standby:
+        return [("Read server", f"{standby['path']}: {standby['error']}")]
+    if "behind_bytes" not in standby:
+        return [("Read server", f"{standby['path']} (not in recovery: no replay to wait for)")]
+    behind = standby["behind_bytes"]
+    lag = (
+        "replayed everything the primary wrote"
+        if not behind
+        else (
+            f"{human_size(behind)} of WAL behind, last replayed commit "
+            f"{standby['replay_delay_seconds']:g} s ago"
+        )
+    )
+    return [("Read server", f"{standby['path']}, replay at {standby['replay_lsn']}: {lag}")]
 
 
 def doctor_lines(findings: Sequence[Any]) -> None:

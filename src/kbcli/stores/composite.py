@@ -325,7 +325,7 @@ class Store:
 
     def file_records(self) -> dict[str, FileRecord]:
         """Every indexed file, by absolute path."""
-        with self._engine.read() as conn:
+        with self._engine.read(latest=True) as conn:
             return self._ledger.records(conn)
 
     def replace_file(
@@ -378,7 +378,7 @@ class Store:
 
     def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors already computed by this embedder for any of ``texts``, by text."""
-        with self._engine.read() as conn:
+        with self._engine.read(latest=True) as conn:
             return self._cache.cached(conn, info, texts)
 
     def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
@@ -430,10 +430,10 @@ class Store:
     def stats(self) -> dict[str, Any]:
         """Counts and settings of the index (for ``kb stats``)."""
         engine = self._engine
-        with engine.read() as conn:
+        with engine.read(latest=True) as conn:
             n, total = self._catalog.totals(conn)
             info = self._vectors.recorded_embedder(conn)
-            return {
+            figures = {
                 "path": engine.location,
                 **engine.identity,
                 "chunks": n,
@@ -452,6 +452,7 @@ class Store:
                 "generation": engine.generation(conn),
                 **self._vectors.figures(conn),
             }  # fmt: skip
+        return {**figures, **engine.figures()}
 
     # --- search --------------------------------------------------------------------------------
 

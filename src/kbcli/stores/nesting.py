@@ -41,14 +41,25 @@ class Nesting:
             self.commits += 1
 
     @contextmanager
-    def read(self) -> Iterator[Any]:
-        """A consistent snapshot for several reads (joins an open write transaction)."""
+    def read(self, *, latest: bool = False) -> Iterator[Any]:
+        """A consistent snapshot for several reads (joins an open write transaction);
+        ``latest``: one that holds every commit made so far (an engine that reads from a
+        replica takes it from the primary)."""
         with self.lock:
             if self.depth:
                 yield self.conn
                 return
-            with self._read() as conn:
+            with self._read_latest() if latest else self._read() as conn:
                 yield conn
+
+    def _read_latest(self) -> AbstractContextManager[Any]:
+        """A snapshot holding every commit made so far: :meth:`_read`'s, unless the engine
+        reads from a replica."""
+        return self._read()
+
+    def figures(self) -> dict[str, Any]:
+        """What :meth:`~kbcli.stores.composite.Store.stats` adds about the engine (none)."""
+        return {}
 
     #: the outermost write transaction (its keyword arguments: ``transaction``'s)
     _write: Callable[..., AbstractContextManager[Any]]

@@ -109,8 +109,14 @@ class Engine(Protocol):
         changes :meth:`generation`."""
         ...
 
-    def read(self) -> AbstractContextManager[Any]:
-        """A snapshot for several reads (joins an open write transaction)."""
+    def read(self, *, latest: bool = False) -> AbstractContextManager[Any]:
+        """A snapshot for several reads (joins an open write transaction); ``latest``: one
+        holding every commit made so far (the ledger, the cache, ``stats``), which an engine
+        that serves reads from a replica takes from the primary."""
+        ...
+
+    def figures(self) -> dict[str, Any]:
+        """Keys :meth:`Store.stats` adds about the engine (PostgreSQL: ``read_server``)."""
         ...
 
     def writer_lock(self, wait: float) -> AbstractContextManager[None]:

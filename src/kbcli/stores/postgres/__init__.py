@@ -2,6 +2,7 @@
 per concept:
 
 - :mod:`.dsn`: the DSN from ``store.dsn`` or ``$KB_PG_DSN``, and its redaction;
+- :mod:`.replica`: the read server, a hot standby of ``store.read_dsn`` that serves reads;
 - :mod:`.connection`: the connection, write transactions, read snapshots, advisory locks;
 - :mod:`.schema`: the tables and numbered migrations;
 - :mod:`.filters`: metadata filters compiled to SQL over JSONB, every value bound;

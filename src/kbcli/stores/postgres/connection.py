@@ -7,6 +7,9 @@ earlier commit (the BM25 bookkeeping reads the index before it changes it). Read
 REPEATABLE READ, READ ONLY: several SELECTs see one snapshot while writers work. ``kb ingest``
 holds a session-level advisory lock (:meth:`Database.writer_lock`) on a connection of its own;
 PostgreSQL drops it if the process dies (nesting: :class:`~kbcli.stores.nesting.Nesting`).
+With a read server (``read_dsn``: a hot standby, :mod:`.replica`), read snapshots are taken
+there, except those that must see every commit (``read(latest=True)``, a writer's, and a
+process's reads until the standby has replayed its last commit).
 
 A lost connection (the server stopped or killed, the backend terminated, the network gone) is
 one :class:`StoreError` naming the server; the transaction it cut rolls back whole on the
@@ -18,15 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ...crashpoints import crash_point
 from ...errors import DatabaseLockedError, StoreError, require
 from ..nesting import Nesting
 from . import schema
-from .dsn import describe, redact
+from .dsn import describe, first_line
+from .replica import ReadServer, system_id
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 
@@ -39,13 +43,27 @@ def _lock_key(kind: str, schema_name: str, table: str) -> int:
 
 class Database(Nesting):
     """One connection to the server, the index's tables checked and created on open: the
-    engine part (:class:`~kbcli.stores.parts.Engine`) of :class:`PostgresStore`."""
+    engine part (:class:`~kbcli.stores.parts.Engine`) of :class:`PostgresStore`. With
+    ``read_dsn``, reads go to that hot standby (:mod:`.replica`) except while :meth:`primary`
+    or the writer lock is held, or until the standby has replayed this engine's last commit."""
+
+    replica: ReadServer | None = None
+    pinned = 0  # reads must see the primary (primary(), writer_lock)
+    unreplayed: str | None = None  # the primary's WAL position after this engine's last commit
 
     identity = {"backend": "postgres"}
     schema_version = schema.SCHEMA_VERSION
     errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, dsn: str, tables: schema.Tables, *, busy_timeout: float, create: bool):
+    def __init__(
+        self,
+        dsn: str,
+        tables: schema.Tables,
+        *,
+        busy_timeout: float,
+        create: bool,
+        read_dsn: str | None = None,
+    ):
         self.psycopg = require("psycopg", extra="postgres", feature="The postgres store")
         require("pgvector.psycopg", extra="postgres", feature="The postgres store")
         self.dsn = dsn
@@ -60,6 +78,11 @@ class Database(Nesting):
             self.write_key = _lock_key("write", schema_name, tables.base)
             self.ingest_key = _lock_key("ingest", schema_name, tables.base)
             self._prepare(create)
+            if read_dsn:
+                ours = system_id(self.conn, self.psycopg)
+                self.replica = ReadServer(self.psycopg, read_dsn, tables, ours, self.lost)
+                # reads never see less than the primary held when the store opened
+                self.unreplayed = self._wal_position()
         except self.psycopg.OperationalError as exc:
             self.conn.close()
             raise self.failure(exc) from None
@@ -114,8 +137,7 @@ class Database(Nesting):
 
     def clean(self, exc: BaseException) -> str:
         """The first line of an error's message, every password redacted."""
-        text = str(exc).strip().splitlines()
-        return redact(text[0] if text else type(exc).__name__, self.dsn)
+        return first_line(exc, self.dsn)
 
     def _prepare(self, create: bool) -> None:
         conn = self.conn
@@ -181,6 +203,8 @@ class Database(Nesting):
                 finally:
                     self.depth = 0
             crash_point("after-commit")
+            if self.replica is not None:
+                self.unreplayed = self._wal_position()
         except pg.OperationalError as exc:
             if isinstance(exc, pg.errors.LockNotAvailable):
                 raise DatabaseLockedError(
@@ -195,17 +219,68 @@ class Database(Nesting):
         self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self.write_key,))
 
     @contextmanager
-    def _read(self) -> Iterator[Any]:
-        """A REPEATABLE READ, READ ONLY transaction: several SELECTs see one snapshot."""
+    def primary(self) -> Iterator[None]:
+        """Reads inside this block see the primary (a writer's, ``kb doctor``'s)."""
+        with self.lock:
+            self.pinned += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.pinned -= 1
+
+    def _read(self) -> AbstractContextManager[Any]:
+        """A read snapshot on the standby when one is configured and may serve it, else on
+        the primary."""
+        replica = self.replica
+        if replica is None or self.pinned or not self._replayed(replica):
+            return self._snapshot(self._live, self.failure)
+        return self._snapshot(replica.reader, replica.failure)
+
+    def _replayed(self, replica: ReadServer) -> bool:
+        """Whether the standby holds this engine's last commit (asked before the read's
+        snapshot is taken, so the snapshot holds it too)."""
+        if self.unreplayed is None:
+            return True
+        try:
+            done = replica.replayed(self.unreplayed)
+        except self.psycopg.OperationalError as exc:
+            raise replica.failure(exc) from None
+        if done:
+            self.unreplayed = None
+        return done
+
+    @contextmanager
+    def _snapshot(
+        self, live: Callable[[], Any], failure: Callable[[BaseException], StoreError]
+    ) -> Iterator[Any]:
+        """A REPEATABLE READ, READ ONLY transaction on ``live()``: several SELECTs see one
+        snapshot."""
         pg = self.psycopg
         try:
-            conn = self._live()
+            conn = live()
             conn.isolation_level = pg.IsolationLevel.REPEATABLE_READ
             conn.read_only = True
             with conn.transaction():
                 yield conn
         except pg.OperationalError as exc:
-            raise self.failure(exc) from None
+            raise failure(exc) from None
+
+    def _wal_position(self) -> str:
+        """The primary's WAL position now (after every commit made so far)."""
+        return self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+    def _read_latest(self) -> AbstractContextManager[Any]:
+        """A snapshot on the primary (the ledger, the cache, ``stats``)."""
+        return self._snapshot(self._live, self.failure)
+
+    def figures(self) -> dict[str, Any]:
+        """With a read server, ``read_server``: where its replay stands
+        (:meth:`.replica.ReadServer.figures`)."""
+        if self.replica is None:
+            return {}
+        with self.lock:
+            return {"read_server": self.replica.figures(self._live())}
 
     def generation(self, conn: Any) -> int:
         """The counter every commit bumps."""
@@ -245,7 +320,8 @@ class Database(Nesting):
             except pg.OperationalError as exc:
                 raise self.failure(exc) from None
             try:
-                yield
+                with self.primary():  # the writer reads what it wrote
+                    yield
             finally:
                 try:
                     conn.execute("SELECT pg_advisory_unlock(%s)", (self.ingest_key,))
@@ -258,6 +334,10 @@ class Database(Nesting):
             conn.close()
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
         with self.lock:
-            self.conn.close()
+            try:
+                if self.replica is not None:
+                    self.replica.close()
+            finally:
+                self.conn.close()

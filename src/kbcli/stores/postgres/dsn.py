@@ -47,6 +47,12 @@ def redact(text: str, dsn: str) -> str:
     return _QUERY_PASSWORD.sub(lambda m: m.group(1) + "***", text)
 
 
+def first_line(exc: BaseException, dsn: str) -> str:
+    """The first line of an error's message, every password of ``dsn`` redacted."""
+    text = str(exc).strip().splitlines()
+    return redact(text[0] if text else type(exc).__name__, dsn)
+
+
 def describe(dsn: str) -> str:
     """A redacted ``postgresql://user@host:port/dbname`` naming the server, for messages."""
     try:

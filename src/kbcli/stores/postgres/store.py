@@ -26,8 +26,9 @@ from ..parts import EVERY, Built, Filter, Hit, Listing, Location, NewRow, Vector
 from . import catalog, ledger, vectors
 from .catalog import ChunkRow
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
-from .dsn import resolve_dsn
+from .dsn import ENV_DSN, resolve_dsn
 from .keyword import KeywordTables
+from .replica import ENV_READ_DSN, resolve_read_dsn
 from .schema import Tables
 from .vectors import EF_SEARCH
 
@@ -163,7 +164,10 @@ class PgVectors:
         return vectors.recorded_embedder(conn, self.t)
 
     def upsert(self, conn: Any, rows: list[tuple[int, Sequence[float]]]) -> None:
-        """Nothing to do: the catalog wrote the vectors with their rows."""
+        """Store vectors of chunks already written (``set_vectors``: the vector fill after
+        ``kb ingest``); those the catalog wrote with their rows stay as they are."""
+        if rows:
+            vectors.put(conn, self.t, rows)
 
     def remove(self, conn: Any, docs: list[int]) -> None:
         """Nothing to do: the vectors go with their rows."""
@@ -259,7 +263,10 @@ class PostgresStore(Store):
     seconds a writer waits for another before :class:`~kbcli.errors.DatabaseLockedError`.
     ``hnsw=False`` keeps dense search an exact scan (no HNSW index); ``ef_search`` is how many
     candidates an HNSW search keeps (more: better recall, slower). ``create=False`` refuses to
-    create a missing index.
+    create a missing index. ``read_dsn`` (default ``$KB_PG_READ_DSN``; ``""``: none) names a
+    streaming-replication hot standby of ``dsn`` that serves searches and reads (keyword,
+    dense, ``get``, listings, counts); writes, the writer lock, the file ledger, the embedding
+    cache, :meth:`stats` and :meth:`doctor` stay on the primary (:mod:`.replica`).
     """
 
     _vectors: PgVectors
@@ -274,13 +281,17 @@ class PostgresStore(Store):
         hnsw: bool = True,
         ef_search: int = EF_SEARCH,
         create: bool = True,
+        read_dsn: str | None = None,
     ):
         self.table = table
         self.busy_timeout = busy_timeout
         self.hnsw = hnsw  # read by every dense search (PgVectors), like ef_search
         self.ef_search = ef_search
         self._t = Tables(table)
-        self._db = Database(resolve_dsn(dsn), self._t, busy_timeout=busy_timeout, create=create)
+        self._db = Database(
+            resolve_dsn(dsn), self._t, busy_timeout=busy_timeout, create=create,
+            read_dsn=resolve_read_dsn(read_dsn),
+        )  # fmt: skip
         keywords = KeywordTables(analyzer or Analyzer(), self._t, self._db.where)
         ledger_part = PgLedger(self._t)
         self._assemble(
@@ -297,9 +308,13 @@ class PostgresStore(Store):
 
     @classmethod
     def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
-        """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn`` (``db`` does not
-        apply)."""
-        return (), {**options, "dsn": os.environ.get("KB_PG_DSN") or options.get("dsn")}
+        """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn``, read from
+        ``$KB_PG_READ_DSN`` or ``store.read_dsn`` (``db`` does not apply)."""
+        return (), {
+            **options,
+            "dsn": os.environ.get(ENV_DSN) or options.get("dsn"),
+            "read_dsn": os.environ.get(ENV_READ_DSN) or options.get("read_dsn") or "",
+        }
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.location!r})"
@@ -318,9 +333,15 @@ class PostgresStore(Store):
         with self._db.read() as conn:
             return self._vectors.exact(conn)
 
+    @property
+    def read_location(self) -> str | None:
+        """The read server (password redacted), None when reads go to the primary."""
+        return None if self._db.replica is None else self._db.replica.where
+
 
 def _doctor(store: Any, repair: bool) -> list[Finding]:
     """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
     from . import doctor
 
-    return doctor.run(store, repair)
+    with store._db.primary():
+        return doctor.run(store, repair)

@@ -196,6 +196,19 @@ def unstaged(conn: Any, t: Tables) -> tuple[list[tuple[int, str]], int]:
     return todo, conn.execute(f"SELECT count(*) FROM {t.chunks}").fetchone()[0]
 
 
+def put(conn: Any, t: Tables, rows: list[tuple[int, Any]]) -> None:
+    """Store the vectors of chunks already written (by ``doc``); a chunk that holds that
+    vector already (the catalog wrote it with its row) is not rewritten."""
+    from .catalog import vector_text
+
+    conn.execute(
+        f"UPDATE {t.chunks} AS c SET embedding = x.vec::vector"
+        " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"
+        " WHERE c.doc = x.doc AND c.embedding IS DISTINCT FROM x.vec::vector",
+        ([doc for doc, _ in rows], [vector_text(v) for _, v in rows]),
+    )
+
+
 def put_staged(conn: Any, t: Tables, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
     """Stage vectors of ``rows``."""
     from .catalog import vector_text
