@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from kbcli.config import reset_config_cache
+
+# A shell without job control starts a background command (`pytest &`, a detached CI step)
+# with SIGINT ignored, and every process the tests start inherits that: the tests of Ctrl-C
+# would then see it ignored, as kb rightly leaves it (nohup). They test the terminal case.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 API_KEY_VARS = (
     "OPENAI_API_KEY",
