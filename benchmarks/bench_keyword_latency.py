@@ -20,8 +20,9 @@ Each set, with and without the folder filter (chunk ``i`` in folder ``g{i % 10}`
 :func:`common.once_in_turns`: one warm-up query outside the set, then every query timed once
 per engine (p50 / p95), and its best of ``--repeat`` as the extra column. The filtered kb
 rows use a filter used before (the warm-up query carries it). kb runs its default
-(``store.keyword_search``: BM25 with source context, documents fetched), chunk-only BM25
-(``source_weight=0``) and the keyword index alone (ranked ids and scores, what the peers return).
+(``store.keyword_search``: BM25 with source context, documents fetched; in turns with the
+peers), then chunk-only BM25 (``source_weight=0``) and the keyword index alone (ranked ids and
+scores, what the peers return), each of those in a knowledge base opened afresh.
 ``--profile N`` profiles N first calls of kb's default search and the same N again (repeats).
 """
 
@@ -65,25 +66,56 @@ def folder_filter(db: Path) -> dict:
     return under_folders([str(Path(source).parent.parent / f"g{GROUP}")])
 
 
-def engines(store, peers: Peers, flt: dict | None) -> dict:
-    """Each engine's search for one query, with the folder filter when ``flt``."""
+KB_VARIANTS = ("kb", "kb chunk-only", "kb index only")
+
+
+def kb_search(store, variant: str, flt: dict | None):
+    """One of kb's :data:`KB_VARIANTS`: the default search, chunk-only BM25, the index alone."""
     from kbcli.bm25 import BM25Params
 
+    if variant == "kb":
+        return lambda q: store.keyword_search(q, K, flt)
+    if variant == "kb chunk-only":
+        return lambda q: store.keyword_search(q, K, flt, source_weight=0.0)
     keywords, params = store._keywords, BM25Params(1.5, 0.75, 2.0)
-    group = GROUP if flt else None
 
     def index_only(q: str) -> None:
         with store._db.read() as conn:
             keywords.search(conn, q, K, flt, params)
 
-    out = {
-        "kb": lambda q: store.keyword_search(q, K, flt),
-        "kb chunk-only": lambda q: store.keyword_search(q, K, flt, source_weight=0.0),
-        "kb index only": index_only,
-    }
-    for name, search in peers.search.items():
-        out[name] = lambda q, s=search: s(q, group)
-    return out
+    return index_only
+
+
+def open_kb(d: Path):
+    """The knowledge base of ``d``, its pack mapped (a first search)."""
+    from kbcli import KnowledgeBase, load_config
+
+    kb = KnowledgeBase.open(d / "kb.db", config=load_config(d / "jianmu.yaml"), create=False)
+    kb.store.keyword_search("warmup", K)
+    return kb
+
+
+def measure(d: Path, peers: Peers, sets: dict[str, list[str]], repeat: int) -> dict[str, dict]:
+    """Every row: kb's default search in turns with the peers, query by query; then chunk-only
+    and the index alone, each in a knowledge base opened afresh (the variants share the page
+    cache and the mapped pack: run in turns, only the first of a turn would meet a query
+    first)."""
+    flt = folder_filter(d / "kb.db")
+    rows: dict[str, dict] = {}
+    for variant in KB_VARIANTS:
+        kb = open_kb(d)
+        for name, qs in sets.items():
+            for tail, f in (("", None), ("+filter", flt)):
+                fns = {variant: kb_search(kb.store, variant, f)}
+                if variant == "kb":
+                    group = GROUP if f else None
+                    fns.update(
+                        {e: lambda q, s=s, g=group: s(q, g) for e, s in peers.search.items()}
+                    )
+                for engine, ms in once_in_turns(fns, qs[1:], qs[0], repeat=repeat).items():
+                    rows[f"{name}{tail} {engine}"] = ms
+        kb.close()
+    return rows
 
 
 def profile(store, queries: list[str]) -> None:
@@ -107,29 +139,17 @@ def main() -> None:
     args = ap.parse_args()
     import numpy  # noqa: F401  (loaded in any process that embeds: the packed executor runs)
 
-    from kbcli import KnowledgeBase, load_config
-
     d = args.dir
     texts = (d / "texts.txt").read_text().splitlines()
     sets = query_sets(texts, args.queries)
-    kb = KnowledgeBase.open(d / "kb.db", config=load_config(d / "jianmu.yaml"), create=False)
-    store = kb.store
-    store.keyword_search("warmup", K)  # maps the pack (or writes it)
     if args.profile:
-        profile(store, sets["chunk"][1 : args.profile + 1])
+        profile(open_kb(d).store, sets["chunk"][1 : args.profile + 1])
         return
     info = machine_info()
     info.update(load_start=load_average(), command="python " + " ".join(sys.argv))
     peers = Peers(texts, K)
     del texts
-    flt = folder_filter(d / "kb.db")
-    rows: dict[str, dict] = {}
-    for name, qs in sets.items():
-        for tail, f in (("", None), ("+filter", flt)):
-            for engine, ms in once_in_turns(engines(store, peers, f), qs[1:], qs[0],
-                                            repeat=args.repeat).items():  # fmt: skip
-                rows[f"{name}{tail} {engine}"] = ms
-    kb.close()
+    rows = measure(d, peers, sets, args.repeat)
     info["load_end"] = load_average()
     goals = []
     for goal, measured, peer, most in GOALS:
