@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import itertools
 import json
@@ -52,8 +53,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from bench_keyword import build_fts, fts_search, make_vocab, queries  # noqa: E402
+from bench_keyword import make_vocab, queries  # noqa: E402
 from common import (  # noqa: E402
+    Peers,
+    chunk_queries,
     files_size_mb,
     find_kb,
     latency,
@@ -174,6 +177,20 @@ def the_queries(n_queries: int) -> tuple[list[str], list[str]]:
     return queries(make_vocab(50_000, random.Random(7)), n_queries)
 
 
+def query_sets(texts: list[str], n_queries: int) -> dict[str, list[str]]:
+    """The keyword query sets, each led by its warm-up query (not timed): ``chunk``, 2-5
+    content words drawn from a random chunk (:func:`common.chunk_queries`, the postings real
+    queries meet); ``content``, bench_keyword's light set (ranks 50-5,000); ``common``, three
+    of the 50 most frequent words (1/5 as many)."""
+    content, common = the_queries(n_queries + 1)
+    frequent = {w for q in the_queries(200)[1] for w in q.split()}
+    return {
+        "chunk": chunk_queries(texts, n_queries + 1, frequent),
+        "content": content,
+        "common": common[: max(21, n_queries // 5 + 1)],
+    }
+
+
 # --- child phases: each engine in its own process -------------------------------------------
 
 ONE = " (1 BLAS thread)"
@@ -198,7 +215,8 @@ def phase_kb(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
     from kbcli import KnowledgeBase, load_config
     from kbcli.filter_syntax import under_folders
 
-    content, common = the_queries(n_queries)
+    sets = query_sets(read_texts(d / "corpus"), n_queries)
+    content = sets["content"]
     dense_qs = content[: max(10, n_queries // 2)]
     flt = under_folders([str((d / "corpus" / f"g{GROUP}").resolve())])
     out: dict[str, Any] = {}
@@ -211,7 +229,7 @@ def phase_kb(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
         kb.search(content[0], k=K, mode=mode)
         out[f"first_{mode}_ms"] = round((time.perf_counter() - started) * 1000, 1)
 
-    for name, qs in (("content", content), ("common", common)):
+    for name, qs in sets.items():
         out[f"keyword_search {name}"] = latency(lambda q: store.keyword_search(q, K), qs, repeat)
         out[f"keyword_search {name}+filter"] = latency(
             lambda q: store.keyword_search(q, K, flt), qs, repeat
@@ -282,63 +300,26 @@ def phase_kb(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
     return out
 
 
-def phase_fts5(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
+def phase_peer(name: str, d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
+    """One peer engine (:class:`common.Peers`) built from the texts and queried: build time,
+    size, and each query set with and without the group filter (the same chunks as kb's)."""
     texts = read_texts(d / "corpus")
-    content, common = the_queries(n_queries)
-    conn, build = build_fts(texts)
+    sets = query_sets(texts, n_queries)
+    peers = Peers(texts, K, [name])
     del texts
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    page = conn.execute("PRAGMA page_size").fetchone()[0]
-    out: dict[str, Any] = {"build_s": round(build, 2), "size_mb": round(pages * page / 1e6, 1)}
-    for name, qs in (("content", content), ("common", common)):
-        out[name] = latency(lambda q: fts_search(conn, q), qs, repeat)
-        out[name + "+filter"] = latency(lambda q: fts_search(conn, q, GROUP), qs, repeat)
+    search = peers.search[name]
+    out: dict[str, Any] = {"build_s": peers.build_s[name], "size_mb": peers.size_mb.get(name)}
+    for label_, qs in sets.items():
+        out[label_] = latency(lambda q: search(q, None), qs, repeat)
+        out[label_ + "+filter"] = latency(lambda q: search(q, GROUP), qs, repeat)
     out["peak_rss_mb"] = self_peak_rss_mb()
     return out
 
 
-def build_bm25s_streamed(texts: Path) -> tuple[Any, float, int]:
-    """bm25s indexed from token ids read line by line: bench_keyword's ``build_bm25s`` holds
-    every text and ``bm25s.tokenize``'s lists at once (~3 GB at 1M chunks). The words are
-    lowercase letters, so ``split()`` gives the tokens ``bm25s.tokenize`` would."""
-    import bm25s
-    from bm25s.tokenization import Tokenized
-
-    started = time.perf_counter()
-    vocab: dict[str, int] = {}
-    with open(texts) as lines:
-        ids = [[vocab.setdefault(w, len(vocab)) for w in line.split()] for line in lines]
-    retriever = bm25s.BM25()
-    retriever.index(Tokenized(ids=ids, vocab=vocab), show_progress=False)
-    return retriever, time.perf_counter() - started, len(ids)
-
-
-def phase_bm25s(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
-    import tempfile
-
-    import numpy as np
-
-    content, common = the_queries(n_queries)
-    retriever, build, n = build_bm25s_streamed(d.joinpath("texts.txt"))
-    mask = (np.arange(n) % 10 == GROUP).astype(np.float32)
-    with tempfile.TemporaryDirectory() as tmp:
-        retriever.save(tmp)
-        size = files_size_mb(Path(tmp).rglob("*"))
-
-    def bm(q: str, weight_mask=None):
-        return retriever.retrieve(
-            [q.split()], k=K, show_progress=False, n_threads=0, weight_mask=weight_mask
-        )
-
-    out: dict[str, Any] = {"build_s": round(build, 2), "size_mb": size}
-    for name, qs in (("content", content), ("common", common)):
-        out[name] = latency(bm, qs, repeat)
-        out[name + "+filter"] = latency(lambda q: bm(q, mask), qs, repeat)
-    out["peak_rss_mb"] = self_peak_rss_mb()
-    return out
-
-
-PHASES = {"kb": phase_kb, "fts5": phase_fts5, "bm25s": phase_bm25s}
+PHASES = {
+    "kb": phase_kb,
+    **{name: functools.partial(phase_peer, name) for name in ("fts5", "bm25s", "tantivy")},
+}
 
 
 def run_phase(name: str, d: Path, args: argparse.Namespace) -> dict[str, Any]:

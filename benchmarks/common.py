@@ -62,27 +62,18 @@ def p50_p95(ms: Sequence[float]) -> dict[str, float]:
 
 
 def latency(fn: Callable[[Any], Any], items: Sequence[Any], repeat: int = 3) -> dict[str, float]:
-    """p50 and p95 of :func:`timings` (warm, best of ``repeat``) in milliseconds."""
-    return p50_p95(timings(fn, items, repeat=repeat, warm=True))
+    """:func:`once_in_turns` of one function: ``items[0]`` is the warm-up, every other item
+    timed once (p50 / p95 ms), the best of ``repeat`` as ``best_p50``."""
+    return once_in_turns({"fn": fn}, items[1:], items[0], repeat=repeat)["fn"]
 
 
 def paired_latency(
     fns: dict[str, Callable[[Any], Any]], items: Sequence[Any], repeat: int = 3
 ) -> dict[str, dict[str, float]]:
-    """:func:`latency` of several functions taken in turns on each item, so that every one of
-    them meets the same moments of a shared machine; after one warm call of each."""
-    for fn in fns.values():
-        fn(items[0])
-    best: dict[str, list[float]] = {name: [] for name in fns}
-    for item in items:
-        for name in fns:
-            best[name].append(float("inf"))
-        for _ in range(repeat):
-            for name, fn in fns.items():
-                started = time.perf_counter()
-                fn(item)
-                best[name][-1] = min(best[name][-1], (time.perf_counter() - started) * 1000)
-    return {name: p50_p95(ms) for name, ms in best.items()}
+    """:func:`once_in_turns` of several functions (``items[0]`` the warm-up): each item timed
+    once per function, the functions in turns, so every one meets the same moments of a shared
+    machine."""
+    return once_in_turns(fns, items[1:], items[0], repeat=repeat)
 
 
 @dataclass
@@ -226,3 +217,166 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": versions,
     }
+
+
+# --- keyword search as a user meets it: each query once, engines in turns ------------------
+
+
+def once_in_turns(
+    fns: dict[str, Callable[[Any], Any]],
+    items: Sequence[Any],
+    warmup: Any,
+    *,
+    repeat: int = 3,
+) -> dict[str, dict[str, float]]:
+    """Each of ``fns`` called on each item, the functions taken in turns item by item (each
+    meets the same moments of a shared machine; the first of a turn rotates), after one untimed
+    call of each on ``warmup`` (not one of ``items``: no query is timed warm from an earlier
+    run of it). ``p50`` / ``p95`` are of each item's *first and only* timed call, the way a
+    user asks a query; ``best_p50`` is the median of each item's best of ``repeat`` calls
+    (the first and ``repeat - 1`` more right after it), kept as an extra column."""
+    names = list(fns)
+    for name in names:
+        fns[name](warmup)
+    first: dict[str, list[float]] = {name: [] for name in names}
+    best: dict[str, list[float]] = {name: [] for name in names}
+    for i, item in enumerate(items):
+        turn = names[i % len(names) :] + names[: i % len(names)]
+        for name in turn:
+            started = time.perf_counter()
+            fns[name](item)
+            first[name].append((time.perf_counter() - started) * 1000)
+        for name in turn:
+            ms = first[name][-1]
+            for _ in range(repeat - 1):
+                started = time.perf_counter()
+                fns[name](item)
+                ms = min(ms, (time.perf_counter() - started) * 1000)
+            best[name].append(ms)
+    return {
+        name: {**p50_p95(first[name]), "best_p50": round(statistics.median(best[name]), 3)}
+        for name in names
+    }
+
+
+def chunk_queries(
+    texts: Sequence[str], n: int, common: Iterable[str] = (), seed: int = 13
+) -> list[str]:
+    """``n`` queries of 2-5 distinct content words drawn from random chunks of ``texts`` (the
+    words a user copies from a passage: their postings are what real queries meet, unlike words
+    drawn from the vocabulary's middle); words of ``common`` are left out."""
+    import random
+
+    rng = random.Random(seed)
+    skip = set(common)
+    out: list[str] = []
+    while len(out) < n:
+        words = sorted(set(rng.choice(texts).split()) - skip)
+        if len(words) >= 2:
+            out.append(" ".join(rng.sample(words, min(len(words), rng.randint(2, 5)))))
+    return out
+
+
+class Peers:
+    """The keyword engines kb is measured against, built from the same texts (chunk ``i`` is
+    line ``i``; its group is ``i % 10``), each with a ``search(query, group)`` giving its top
+    ``k`` (ranked ids): SQLite FTS5 (in memory), bm25s (top-k by ``np.argpartition`` on the
+    negated scores: bm25s's own ``retrieve`` spends most of a content-word query partitioning a
+    mostly-zero array on recent numpy) and tantivy (its files in a temporary folder, merged)."""
+
+    def __init__(self, texts: Sequence[str], k: int = 10, engines: Iterable[str] = ()):
+        self.k = k
+        self.n = len(texts)
+        self.build_s: dict[str, float] = {}
+        self.size_mb: dict[str, float] = {}
+        self._dir = tempfile.TemporaryDirectory(prefix="kb-peers-")  # tantivy's files
+        self.search: dict[str, Callable[[str, int | None], Any]] = {}
+        for name in engines or ("fts5", "bm25s", "tantivy"):
+            started = time.perf_counter()
+            self.search[name] = getattr(self, f"_build_{name}")(texts)
+            self.build_s[name] = round(time.perf_counter() - started, 2)
+
+    def _build_fts5(self, texts: Sequence[str]) -> Callable[[str, int | None], Any]:
+        conn = sqlite3.connect(":memory:", check_same_thread=False)
+        conn.execute("CREATE VIRTUAL TABLE fts USING fts5(text, grp UNINDEXED)")
+        conn.executemany(
+            "INSERT INTO fts VALUES (?, ?)", ((t, i % 10) for i, t in enumerate(texts))
+        )
+        conn.execute("INSERT INTO fts(fts) VALUES ('optimize')")
+        conn.commit()
+        ((pages,),), ((page,),) = (
+            conn.execute("PRAGMA page_count"),
+            conn.execute("PRAGMA page_size"),
+        )
+        self.size_mb["fts5"] = round(pages * page / 1e6, 1)
+        plain = "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY bm25(fts) LIMIT ?"
+        grouped = "SELECT rowid FROM fts WHERE fts MATCH ? AND grp = ? ORDER BY bm25(fts) LIMIT ?"
+        k = self.k
+
+        def search(q: str, group: int | None = None) -> list:
+            match = " OR ".join(q.split())
+            if group is None:
+                return conn.execute(plain, (match, k)).fetchall()
+            return conn.execute(grouped, (match, group, k)).fetchall()
+
+        return search
+
+    def _build_bm25s(self, texts: Sequence[str]) -> Callable[[str, int | None], Any]:
+        import bm25s
+        import numpy as np
+        from bm25s.tokenization import Tokenized
+
+        vocab: dict[str, int] = {}
+        ids = [[vocab.setdefault(w, len(vocab)) for w in t.split()] for t in texts]
+        retriever = bm25s.BM25()
+        retriever.index(Tokenized(ids=ids, vocab=vocab), show_progress=False)
+        del ids
+        with tempfile.TemporaryDirectory() as tmp:
+            retriever.save(tmp)
+            self.size_mb["bm25s"] = files_size_mb(Path(tmp).rglob("*"))
+        masks = {g: (np.arange(len(texts)) % 10 == g).astype(np.float32) for g in range(10)}
+        k = self.k
+
+        def search(q: str, group: int | None = None) -> np.ndarray:
+            tokens = [vocab[w] for w in q.split() if w in vocab]
+            if not tokens:
+                return np.empty(0, np.int64)
+            mask = None if group is None else masks[group]
+            scores = retriever.get_scores_from_ids(tokens, weight_mask=mask)
+            top = np.argpartition(-scores, k)[:k]
+            return top[np.argsort(-scores[top], kind="stable")]
+
+        return search
+
+    def _build_tantivy(self, texts: Sequence[str]) -> Callable[[str, int | None], Any]:
+        import tantivy
+
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("text", stored=False)
+        builder.add_unsigned_field("grp", indexed=True)
+        schema = builder.build()
+        index = tantivy.Index(schema, path=self._dir.name)  # mapped files, as kb's pack
+        writer = index.writer(heap_size=200_000_000, num_threads=1)
+        for i, text in enumerate(texts):
+            doc = tantivy.Document()
+            doc.add_text("text", text)
+            doc.add_unsigned("grp", i % 10)
+            writer.add_document(doc)
+        writer.commit()
+        writer.wait_merging_threads()
+        index.reload()
+        self.size_mb["tantivy"] = files_size_mb(Path(self._dir.name).rglob("*"))
+        searcher = index.searcher()
+        groups = {  # scored 0: the filter must not add to the ranking
+            g: tantivy.Query.const_score_query(tantivy.Query.term_query(schema, "grp", g), 0.0)
+            for g in range(10)
+        }
+        must, k = tantivy.Occur.Must, self.k
+
+        def search(q: str, group: int | None = None) -> Any:
+            query = index.parse_query(q, ["text"])  # the default parser: words joined by OR
+            if group is not None:
+                query = tantivy.Query.boolean_query([(must, query), (must, groups[group])])
+            return searcher.search(query, k).hits
+
+        return search

@@ -147,25 +147,32 @@ def test_the_corpus_and_the_report(run, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_keyword_latency_runs_on_a_copy_of_a_size_folder(run, tmp_path):
-    """bench_keyword_latency.py on (a copy of) the folder bench_all built: a row per query set
-    for kb and FTS5; the FTS5 table it keeps is read back by the second run."""
+    """bench_keyword_latency.py on (a copy of) the folder bench_all built: every engine on
+    every query set, each query timed once, and each goal's ratio from the same run."""
+    import json
     import shutil
 
     _, work, _ = run
     folder = tmp_path / "300"
     shutil.copytree(work / "300", folder, ignore=shutil.ignore_patterns("corpus"))
     script = ROOT / "benchmarks" / "bench_keyword_latency.py"
-    argv = [sys.executable, str(script), str(folder), "--queries", "10", "--repeat", "1"]
-    argv += ["--fts", str(tmp_path / "fts.db")]
-    for _ in range(2):
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
-        lines = done.stdout.splitlines()
-        assert lines[0].startswith("300 chunks")
-        rows = {line.split()[0]: line.split()[1:] for line in lines[2:-1]}
-        assert set(rows) == {"content", "content+filter", "common", "common+filter"}
-        assert all(len(r) == 5 and float(r[0]) > 0 and float(r[2]) > 0 for r in rows.values())
-    assert (tmp_path / "fts.db").stat().st_size > 0
+    out = tmp_path / "once.json"
+    argv = [sys.executable, str(script), str(folder), "--queries", "10", "--repeat", "2"]
+    done = subprocess.run([*argv, "--json", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("300 chunks")
+    result = json.loads(out.read_text())
+    engines = ("kb", "kb chunk-only", "kb index only", "fts5", "bm25s", "tantivy")
+    sets = [f"{q}{f}" for q in ("chunk", "content", "common") for f in ("", "+filter")]
+    assert set(result["rows"]) == {f"{s} {e}" for s in sets for e in engines}
+    for ms in result["rows"].values():
+        assert 0 < ms["best_p50"] and 0 < ms["p50"] <= ms["p95"]
+    assert len(result["goals"]) == 7
+    for goal in result["goals"]:
+        assert goal["ratio"] == round(goal["measured_ms"] / goal["peer_ms"], 2)
+        assert f"{goal['goal']:46}" in done.stdout
+    assert {"load_start", "load_end"} <= set(result["info"])
+
 
 def test_sizes_parse():
     bench = load_bench_all()

@@ -54,18 +54,18 @@ def test_disk_full_during_ingest_is_one_line_and_the_index_is_unchanged(
     for i in range(3):
         (docs / f"d{i}.md").write_text(f"# Doc {i}\n\nbeta rewritten {i}.\n", encoding="utf-8")
 
-    real = SQLiteStore.replace_file
+    real = SQLiteStore.replace_files  # what kb ingest writes each batch of files with
 
     def full(self, *args, **kwargs):
         real(self, *args, **kwargs)  # the rows are written, then the disk fills up
         raise error
 
-    monkeypatch.setattr(SQLiteStore, "replace_file", full)
+    monkeypatch.setattr(SQLiteStore, "replace_files", full)
     result = run("ingest", str(docs))
     assert result.exit_code == 1
     line = one_line(result)
     assert "Writing to" in line and ("space" in line or "full" in line)
-    monkeypatch.setattr(SQLiteStore, "replace_file", real)
+    monkeypatch.setattr(SQLiteStore, "replace_files", real)
     after = run_json("list", "--limit", "0", "--json")[0]
     assert sorted(d["text"] for d in after) == sorted(d["text"] for d in before)
     assert run("search", "alpha", "--mode", "keyword").exit_code == 0
@@ -90,7 +90,7 @@ def test_library_sync_raises_store_error_on_enospc(tmp_path, monkeypatch):
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
     monkeypatch.setattr(
         SQLiteStore,
-        "replace_file",
+        "replace_files",
         lambda *a, **k: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")),
     )
     with pytest.raises(StoreError, match="No space left on device"):

@@ -137,7 +137,6 @@ class SectionChunkerProtocol(Protocol):
         ...
 
 
-
 @runtime_checkable
 class ChatModelProtocol(Protocol):
     """Writes ``kb ask``'s answers (``rag.answer.provider``; :mod:`kbcli.chat`)."""
@@ -154,6 +153,7 @@ class ChatModelProtocol(Protocol):
         (``text``, ``model``, ``finish_reason``); with ``on_text``, each piece of the text is
         passed to it as it arrives. Raises :class:`~kbcli.errors.AnswerError` when it fails."""
         ...
+
 
 # --- storage capabilities ------------------------------------------------------------------------
 #
@@ -429,6 +429,16 @@ class FileLedger(Protocol):
         """Swap the documents of ``record.path`` for ``docs`` and store ``record``, atomically;
         with ``embedder`` the vectors also go to the embedding cache. Returns how many
         documents were removed."""
+        ...
+
+    def replace_files(
+        self,
+        files: Sequence[
+            tuple[FileRecord, list[Document], list[list[float]] | None, EmbedderInfo | None]
+        ],
+    ) -> list[int]:
+        """:meth:`replace_file` of each ``(record, docs, embeddings, embedder)``, all in one
+        transaction (a batch of an ingest); returns how many documents each lost."""
         ...
 
     def touch_file(self, record: FileRecord) -> None:

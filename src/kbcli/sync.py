@@ -411,7 +411,7 @@ class _PendingWrites:
         # middle rolls the transaction back and the caller writes them again, once.
         with deferred():
             with store.transaction():
-                removed = [self._write(record, docs, info) for record, docs, _ in self.items]
+                removed = self._write_all(info)
             self._count(removed)
             self.items, self.chunks, self.vectors = [], 0, {}
 
@@ -429,6 +429,23 @@ class _PendingWrites:
                 report.added += 1
             else:
                 report.updated += 1
+
+    def _write_all(self, info: Any) -> list[int]:
+        """Swap every queued file in (inside the caller's transaction); the chunks removed from
+        each. Files of up to :data:`WRITE_BATCH_CHUNKS` chunks go to the store together
+        (``replace_files``: one keyword update for all of them), a bigger one by itself."""
+        removed: list[int] = []
+        together: list[tuple] = []
+        for record, docs, _ in self.items:
+            if len(docs) <= WRITE_BATCH_CHUNKS:
+                complete = all(d.text in self.vectors for d in docs)
+                vectors = [self.vectors.get(d.text) for d in docs]
+                together.append((record, docs, vectors, info if complete else None))
+                continue
+            removed += self.kb.store.replace_files(together)
+            together = []
+            removed.append(self._write(record, docs, info))
+        return removed + self.kb.store.replace_files(together)
 
     def _write(self, record: FileRecord, docs: list, info: Any) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.

@@ -226,8 +226,7 @@ class Store:
             vocab.update(counts)
         term_ids = self._keywords.term_ids(conn, vocab)
         rows: list[NewRow] = [
-            (doc, vec, {term_ids[t]: n for t, n in counts.items()})
-            for doc, vec, counts in prepared
+            (doc, vec, {term_ids[t]: n for t, n in counts.items()}) for doc, vec, counts in prepared
         ]
         chunks, new_sources = self._catalog.insert(conn, rows)
         self._keywords.add(conn, chunks, new_sources)
@@ -340,16 +339,42 @@ class Store:
 
         With ``embedder``, the vectors also go to the embedding cache, in the same transaction.
         """
+        return self.replace_files([(record, docs, embeddings, embedder)])[0]
+
+    def replace_files(self, files: Sequence[FileSwap]) -> list[int]:
+        """:meth:`replace_file` of each ``(record, docs, embeddings, embedder)``, all in one
+        transaction; returns the chunks removed from each file. The new chunks of files with
+        distinct paths go to the index as one :meth:`add`: one term lookup and one update of
+        each term's frequencies for the whole batch, not one per file (at 100k chunks in 10,000
+        files, those per-file statements were a third of ``kb ingest``'s store time)."""
+        if not files:
+            return []
         self._upkeep.ingested = True
+        removed: list[int] = []
         with self._engine.transaction() as conn:
-            removed = self._remove_rows(conn, self._catalog.rows_by_source(conn, record.path))
-            if docs:
-                self.add(docs, embeddings, embedder=embedder)
-                if embedder is not None and embeddings is not None:
-                    pairs = {d.text: v for d, v in zip(docs, embeddings)}
-                    self._cache.remember(conn, embedder, pairs)
-            self._ledger.put(conn, record)
-            return removed
+            for part in _distinct_paths(files):
+                removed += [
+                    self._remove_rows(conn, self._catalog.rows_by_source(conn, r.path))
+                    for r, _, _, _ in part
+                ]
+                docs: list[Document] = []
+                vectors: list[Any] = []
+                for _, file_docs, embeddings, _ in part:
+                    docs += file_docs
+                    vectors += (
+                        [d.embedding for d in file_docs] if embeddings is None else embeddings
+                    )
+                if docs:
+                    # an embedder given for any file of the batch is recorded by this one
+                    # transaction either way
+                    info = next((e for _, d, _, e in part if e is not None and d), None)
+                    self.add(docs, vectors, embedder=info)
+                for record, file_docs, embeddings, info in part:
+                    if file_docs and info is not None and embeddings is not None:
+                        pairs = {d.text: v for d, v in zip(file_docs, embeddings)}
+                        self._cache.remember(conn, info, pairs)
+                    self._ledger.put(conn, record)
+        return removed
 
     def touch_file(self, record: FileRecord) -> None:
         """Update a file's record (new mtime, same content) without touching its chunks."""
@@ -508,3 +533,21 @@ class Store:
         the catalog; with ``repair``, rebuild what drifted. A store that keeps nothing derived
         has nothing to check."""
         return self._doctor(self, repair) if self._doctor is not None else []
+
+
+FileSwap = tuple[FileRecord, list[Document], "list[list[float]] | None", "EmbedderInfo | None"]
+
+
+def _distinct_paths(files: Sequence[FileSwap]) -> Iterator[list[FileSwap]]:
+    """``files`` in runs of distinct paths, in order: a path met again starts a new run (its
+    removal must see the chunks the run before it added)."""
+    run: list[FileSwap] = []
+    paths: set[str] = set()
+    for item in files:
+        if item[0].path in paths:
+            yield run
+            run, paths = [], set()
+        run.append(item)
+        paths.add(item[0].path)
+    if run:
+        yield run
