@@ -111,6 +111,41 @@ class FileLedgerContract:
         cached = store.cached_embeddings(INFO, [d.text for d in docs] + ["never seen"])
         assert cached == {docs[0].text: vectors(2)[0], docs[1].text: vectors(2)[1]}
 
+    def test_replace_files_is_replace_file_of_each_in_order(self, store):
+        # kb ingest writes a group of files at once: the same as one by one, a path met twice
+        # in a group included (the later version wins)
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
+        b_docs = chunks("/d/b.md", "z", "w")
+        batch = [
+            (record("/d/a.md", 2), chunks("/d/a.md", "p"), vectors(1), None),
+            (record("/d/b.md", 1), b_docs, vectors(2), INFO),
+            (record("/d/a.md", 3), chunks("/d/a.md", "q", "r"), vectors(2, 0.5), None),
+            (record("/d/c.md", 1), [], None, None),
+        ]
+        assert store.replace_files(batch) == [2, 0, 1, 0]
+        assert store.file_records() == {
+            "/d/a.md": record("/d/a.md", 3),
+            "/d/b.md": record("/d/b.md", 1),
+            "/d/c.md": record("/d/c.md", 1),
+        }
+        assert sorted(ids(store.list_all())) == ["/d/a.md#q", "/d/a.md#r", "/d/b.md#w", "/d/b.md#z"]
+        got = store.get(["/d/a.md#r", "/d/b.md#w"], with_embeddings=True)
+        assert [d.embedding for d in got] == [vectors(2, 0.5)[1], vectors(2)[1]]
+        cached = store.cached_embeddings(INFO, [d.text for d in b_docs])
+        assert cached == {b_docs[0].text: vectors(2)[0], b_docs[1].text: vectors(2)[1]}
+
+    def test_replace_files_is_all_or_nothing(self, store):
+        store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
+        with pytest.raises((ValueError, KBError)):
+            store.replace_files(
+                [
+                    (record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1), None),
+                    (record("/d/a.md", 2), chunks("/d/a.md", "p", "q"), vectors(1), None),
+                ]
+            )
+        assert store.file_records() == {"/d/a.md": record("/d/a.md", 1)}
+        assert ids(store.list_all()) == ["/d/a.md#x"]
+
     def test_touch_file_updates_only_the_record(self, store):
         docs = chunks("/d/a.md", "x", "y")
         store.replace_file(record("/d/a.md", 1), docs, vectors(2))
