@@ -67,3 +67,25 @@ def test_eval_errors_are_one_line(tmp_path):
     data = make_beir(tmp_path / "tiny")
     bad = run("eval", str(data), "--split", "nope")
     assert bad.exit_code == 2 and "nope" in bad.stderr and "test" in bad.stderr
+
+
+def test_eval_alpha_and_fusion_reach_the_searches(tmp_path, monkeypatch):
+    # --alpha was set on the options after they were built: never counted as chosen, so
+    # every kb eval --alpha ran with the default weight
+    import kbcli.evaluation as evaluation
+
+    seen = []
+    real = evaluation._run_queries
+
+    def spy(kb, data, options, progress):
+        seen.append((options.alpha, options.alpha_chosen, options.fusion))
+        return real(kb, data, options, progress)
+
+    monkeypatch.setattr(evaluation, "_run_queries", spy)
+    data = make_beir(tmp_path / "tiny")
+    result = run("eval", str(data), "--mode", "hybrid", "--alpha", "0.9", "--json")
+    assert result.exit_code == 0, result.stderr
+    result = run("eval", str(data), "--mode", "hybrid", "--fusion", "rrf", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert seen[0] == (0.9, True, "weighted")
+    assert seen[1][1:] == (False, "rrf")

@@ -287,10 +287,8 @@ def evaluate_questions(
     total = len(questions) * len(modes)
     done = 0
     for mode in modes:
-        options = SearchOptions(k=QUESTION_POOL, mode=mode)
-        for key, value in (search_options or {}).items():
-            setattr(options, key, value)
-        options.__post_init__()
+        # built whole: alpha set after construction would not count as chosen (alpha_chosen)
+        options = SearchOptions(k=QUESTION_POOL, mode=mode, **(search_options or {}))
         rows = []
         for q in questions:
             started = time.perf_counter()

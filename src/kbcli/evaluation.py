@@ -301,10 +301,10 @@ def evaluate(
 
     mode = normalize_mode(mode)
     config = config or get_config()
-    options = SearchOptions(k=max(CHUNK_POOL, 2 * k), mode=mode, dedupe=False)
-    for key, value in (search_options or {}).items():
-        setattr(options, key, value)
-    options.__post_init__()
+    # built whole: alpha set after construction would not count as chosen (alpha_chosen)
+    options = SearchOptions(
+        k=max(CHUNK_POOL, 2 * k), mode=mode, **{"dedupe": False, **(search_options or {})}
+    )
     data = load_beir(dataset_dir, split)
     with tempfile.TemporaryDirectory(prefix="kb-eval-") as tmp:
         path = Path(db).expanduser() if db is not None else Path(tmp) / "eval.db"
