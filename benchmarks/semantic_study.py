@@ -144,7 +144,7 @@ class Primed:
 
     def __init__(self, inner: Any):
         self.inner = inner
-        for attr in ("provider", "model", "dimension", "weak", "languages", "batch_size"):
+        for attr in ("provider", "model", "dimension", "weak", "languages", "batch_size", "alpha"):
             if hasattr(inner, attr):
                 setattr(self, attr, getattr(inner, attr))
         self._queries: dict[str, list[float]] = {}
