@@ -271,15 +271,17 @@ def check(args: Any) -> None:
             model = Primed(make_embedder(embedder))
             for mode in ("keyword", "semantic", "hybrid"):
                 started = time.perf_counter()
+                extra = {"alpha": args.alpha} if args.alpha is not None else None
                 r = evaluate(set_dir(args.data, name), split=SETS[name], mode=mode, db=db,
-                             embedder=model, config=Config())  # fmt: skip
-                out[f"{name}|{embedder}|{mode}"] = {
+                             embedder=model, config=Config(), search_options=extra)  # fmt: skip
+                key = f"{name}|{embedder}|{mode}" + (f"|alpha={args.alpha}" if extra else "")
+                out[key] = {
                     **{k: r[k] for k in ("ndcg@10", "hit@1", "hit@3", "mrr@10")},
                     "latency_ms": r["latency_ms"],
                     "seconds": round(time.perf_counter() - started, 1),
                     "load": round(os.getloadavg()[0], 2),
                 }
-                print(name, embedder, mode, out[f"{name}|{embedder}|{mode}"], flush=True)
+                print(name, embedder, mode, out[key], flush=True)
                 CHECK.write_text(json.dumps(out, indent=1, sort_keys=True))
 
 
@@ -297,6 +299,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=default_data())
     parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--embedders", nargs="*", default=["minilm"])
+    parser.add_argument("--alpha", type=float, help="check: this hybrid alpha, as chosen")
     parser.add_argument("--db-dir", type=Path, default=ROOT / ".bench-cache")
     parser.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "routes")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "semantic-study.json")
