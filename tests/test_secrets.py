@@ -5,6 +5,7 @@ WAL, caches, lock files)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -107,3 +108,35 @@ def test_no_canary_byte_reaches_output_logs_or_files(tmp_path, monkeypatch, capl
     )
     assert leaks(logged) == [], logged[-800:]
     assert files_leaking(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://kb:canaryPGpass0123@db.example.com:5432/kb",
+        "host=db.example.com user=kb password=canaryPGpass0123 dbname=kb",
+        "postgresql://kb@db.example.com/kb?sslmode=require&password=canaryPGpass0123",
+    ],
+)
+def test_kb_config_never_prints_a_dsn_password(tmp_path, monkeypatch, dsn):
+    """``store.dsn``/``store.read_dsn`` in the file and ``$KB_PG_DSN``/``$KB_PG_READ_DSN`` or a
+    base URL with credentials in the environment: kb config names the server, never the
+    password (it printed them as written before)."""
+    secret = "canaryPGpass0123"
+    cfg = tmp_path / "jianmu.yaml"
+    cfg.write_text(
+        f"store:\n  backend: postgres\n  dsn: '{dsn}'\n  read_dsn: '{dsn}'\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("KB_CONFIG", str(cfg))
+    monkeypatch.setenv("KB_PG_DSN", dsn)
+    monkeypatch.setenv("KB_PG_READ_DSN", dsn)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"https://user:{secret}@llm.example.com/v1")
+    for args in (("config",), ("config", "--json")):
+        result = run(*args)
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        shown = result.stdout + result.stderr
+        assert secret not in shown, shown
+    rows = {r["key"]: r["value"] for r in json.loads(run("config", "--json").stdout)}
+    for key in ("store.dsn", "store.read_dsn", "KB_PG_DSN", "KB_PG_READ_DSN"):
+        assert "***" in rows[key] and "db.example.com" in rows[key], rows[key]  # still says where
+    assert rows["OPENAI_BASE_URL"] == "https://user:***@llm.example.com/v1"

@@ -1,6 +1,7 @@
 """``kb init`` and ``kb config``: write the commented configuration file, and show the
 effective configuration with where each value came from (the file, the environment, an option
-or the built-in default). API keys are reported as set or not set, never shown."""
+or the built-in default). API keys are reported as set or not set, never shown, and passwords
+in connection strings and URLs (``store.dsn``, ``$KB_PG_DSN``, a base URL) as ``***``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ from typing import Any
 from .config import CONFIG_FILENAME, FOUND_CWD, load_config, locate_config, read_file
 from .config_parse import parse_yaml
 from .errors import InvalidOptionError
+from .redaction import redact
 
-# Environment variables the embedders read; values of *_KEY variables are never shown.
-EMBEDDER_ENV = (
+# Environment variables kb config reports (the embedders' and the Postgres DSNs); values of
+# *_KEY variables are never shown, passwords in the others are redacted.
+REPORTED_ENV = (
     "OPENAI_API_KEY", "API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY", "OPENAI_BASE_URL",
     "OPENAI_API_BASE", "BASE_URL", "EMBEDDING_BASE_URL", "OPENAI_EMBED_MODEL",
-    "GEMINI_EMBED_MODEL", "EMBEDDING_MODEL",
+    "GEMINI_EMBED_MODEL", "EMBEDDING_MODEL", "KB_PG_DSN", "KB_PG_READ_DSN",
 )  # fmt: skip
 
 
@@ -112,7 +115,7 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
     add("rag.chunker", config.rag.chunker)
     add("store.backend", config.store.backend)
     for key, value in sorted(config.store.settings.items()):
-        add(f"store.{key}", value)
+        add(f"store.{key}", redact(value) if isinstance(value, str) else value)
     for f in dataclasses.fields(config.limits):
         add(f"limits.{f.name}", getattr(config.limits, f.name))
     for f in dataclasses.fields(config.analysis):
@@ -128,9 +131,9 @@ def effective(config_option: Path | None = None, db_option: Path | None = None) 
                      "origin": "$KB_DB"})  # fmt: skip
     else:
         add("paths.knowledge_db", str(config.paths.knowledge_db))
-    for name in EMBEDDER_ENV:
+    for name in REPORTED_ENV:
         value = os.environ.get(name)
         if value:
-            shown = "set (hidden)" if "KEY" in name else value
+            shown = "set (hidden)" if "KEY" in name else redact(value)
             rows.append({"key": name, "value": shown, "origin": "environment"})
     return rows

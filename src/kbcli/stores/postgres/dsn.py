@@ -4,16 +4,12 @@ redacted form, the only one that may appear in output, errors, logs or ``kb stat
 from __future__ import annotations
 
 import os
-import re
-from urllib.parse import unquote
 
 from ...errors import ConfigError
+from ...redaction import passwords, redact
 
 ENV_DSN = "KB_PG_DSN"
-
-_URI_PASSWORD = re.compile(r"^(\w+://[^:/@?#]*:)([^@/?#]*)(@)")
-_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]*)", re.IGNORECASE)
+__all__ = ["ENV_DSN", "describe", "first_line", "passwords", "redact", "resolve_dsn"]
 
 
 def resolve_dsn(dsn: str | None) -> str:
@@ -26,25 +22,6 @@ def resolve_dsn(dsn: str | None) -> str:
             "PGPASSWORD)"
         )
     return value.strip()
-
-
-def passwords(dsn: str) -> list[str]:
-    """Every password written in ``dsn`` (raw and URL-decoded), longest first."""
-    found: list[str] = []
-    for pattern in (_URI_PASSWORD, _KEYWORD_PASSWORD, _QUERY_PASSWORD):
-        for match in pattern.finditer(dsn):
-            raw = match.group(2).strip("'")
-            found.extend(v for v in (raw, unquote(raw)) if v)
-    return sorted(set(found), key=len, reverse=True)
-
-
-def redact(text: str, dsn: str) -> str:
-    """``text`` with every password of ``dsn`` (and any ``password=...``) replaced by ``***``."""
-    for secret in passwords(dsn):
-        text = text.replace(secret, "***")
-    text = _URI_PASSWORD.sub(lambda m: m.group(1) + "***" + m.group(3), text)
-    text = _KEYWORD_PASSWORD.sub(lambda m: m.group(1) + "***", text)
-    return _QUERY_PASSWORD.sub(lambda m: m.group(1) + "***", text)
 
 
 def first_line(exc: BaseException, dsn: str) -> str:
