@@ -113,3 +113,30 @@ def test_long_query_stays_fast(tmp_path):
     start = time.perf_counter()
     hits = store.keyword_search(paragraph, k=5)
     assert hits and time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize("stem,stopwords", [(True, True), (False, False)])
+def test_text_without_cjk_gives_the_terms_of_the_mixed_path(stem, stopwords):
+    """terms() skips the per-token CJK test when the text has no CJK at all; the terms of the
+    Latin part must be exactly those the mixed path (a CJK word after it) gives."""
+    analyzer = Analyzer(stem=stem, stopwords=stopwords)
+    latin = (
+        "The Running parsers don't fail: my_var, foo.bar-baz v3.14 e-mail O’Neil's "
+        "snake_case_name 42 x86_64 ﬁle Ｆｕｌｌ the and of"
+    )
+    mixed = analyzer.terms(latin + " 中文")
+    tail = analyzer.terms("中文")
+    assert mixed[-len(tail):] == tail
+    assert analyzer.terms(latin) == mixed[: -len(tail)]
+    assert "my_var" in analyzer.terms(latin)  # compounds still go through their own path
+
+
+def test_keyword_counts_weights_fields():
+    """Title twice, heading and body once, in first-seen order (the packed forward index
+    keeps this order)."""
+    from kbcli.analysis import keyword_counts
+
+    counts = keyword_counts(
+        Analyzer(), "reset the password, reset it", {"title": "Password", "heading": "Account"}
+    )
+    assert list(counts.items()) == [("password", 3), ("account", 1), ("reset", 2)]

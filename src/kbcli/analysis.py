@@ -137,7 +137,17 @@ class Analyzer:
         scheme = self.cjk_scheme
         out: list[str] = []
         append, extend = out.append, out.extend
-        for token in _TOKEN.findall(text):
+        tokens = _TOKEN.findall(text)
+        if _CJK.search(text) is None:  # the common case: no token needs the CJK test
+            for token in tokens:
+                if token.isalnum():
+                    term = word(token)
+                    if term:
+                        append(term)
+                else:
+                    extend(_compound_terms(token, word))
+            return out
+        for token in tokens:
             if _CJK.search(token):
                 extend(_mixed_terms(token, scheme, word))
             elif token.isalnum():
@@ -383,7 +393,9 @@ def keyword_counts(
         if field_text and weight:
             for term in analyzer.terms(field_text):
                 counts[term] += weight
-    if weights.body:
+    if weights.body == 1:
+        counts.update(analyzer.terms(body))  # the same counts and order, counted in C
+    elif weights.body:
         for term in analyzer.terms(body):
             counts[term] += weights.body
     return counts
