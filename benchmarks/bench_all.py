@@ -17,7 +17,8 @@ bm25s's weight mask. Then, each engine in its own child process (its peak RSS is
   built from the same texts / vectors.
 - **in-process queries** (the knowledge base opened once; each query timed once after one
   warm-up query outside the set, p50/p95 ms, with the median of each query's best of
-  ``--repeat`` runs as an extra column; see :func:`common.once_in_turns`): keyword search with content words and with common words, each
+  ``--repeat`` runs as an extra column; see :func:`common.once_in_turns`): keyword search
+  with content words and with common words, each
   with and without the folder filter, as ``store.keyword_search`` (what FTS5 and bm25s return:
   ranked hits) and through ``kb.search``; semantic (built-in embedder) through ``kb.search``,
   and exact dense ``store.search`` beside numpy brute force over the same vectors; hybrid.
@@ -531,7 +532,9 @@ def main() -> None:
     )
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/kb-bench-all"))
     ap.add_argument("--queries", type=int, default=200, help="content-word queries (common: 1/5)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per query for the extra best-of column (the first run is the figure)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per query for the best-of column (extra)"
+    )
     ap.add_argument("--runs", type=int, default=9, help="runs per whole command")
     ap.add_argument("--local-chunks", type=int, default=1000, help="0: no local-model search")
     ap.add_argument("--quick", action="store_true", help="few queries and runs (a smoke test)")
