@@ -586,7 +586,8 @@ def table(args: Any) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for key, r in checked.items():
-            name, embedder, mode = key.split("|")
+            name, embedder, mode, *chosen = key.split("|")
+            mode = " ".join([mode, *chosen])
             lat = r["latency_ms"]
             lines.append(
                 f"| {name} | {embedder} | {mode} | {r['ndcg@10']:.3f} | {r['hit@1']:.3f} | "
