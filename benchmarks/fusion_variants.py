@@ -22,7 +22,9 @@ from kbcli.calibration import Floors, dense_cutoff, floor_from_scores
 from kbcli.evaluation import hit_at_k, load_beir, mrr_at_k, ndcg_at_k, rank_documents
 from kbcli.scoring import (
     RRF_K,
+    confident_alpha,
     keyword_first_fusion,
+    keyword_margin,
     min_max,
     rrf_fusion,
     weighted_fusion,
@@ -112,9 +114,16 @@ def before(alpha: float = 0.6) -> Rule:
     return rule
 
 
-def product(alpha: float | None = None, floor: str | bool = "kb", named: bool = True) -> Rule:
+def product(
+    alpha: float | None = None,
+    floor: str | bool = "kb",
+    named: bool = True,
+    per_query: bool = True,
+) -> Rule:
     """``kbcli.retrievers.fuse`` as ``HybridRetriever`` calls it in weighted mode: keyword-first
-    when the dense route is weak for the query, the index's floor, the named rule."""
+    when the dense route is weak for the query, the index's floor, the named rule; without
+    ``alpha`` (as when a search does not choose it) the embedder's weight set per query by
+    the keyword route's margin (``per_query``, :func:`kbcli.scoring.confident_alpha`)."""
     from kbcli.analysis import Analyzer
     from kbcli.retrievers import fuse, named_hit
     from kbcli.types import Document, SearchOptions, SearchResult
@@ -123,6 +132,8 @@ def product(alpha: float | None = None, floor: str | bool = "kb", named: bool = 
 
     def rule(q: Query) -> dict[str, float]:
         chosen = alpha if alpha is not None else EMBEDDER_ALPHA.get(q.embedder, 0.6)
+        if alpha is None and per_query:
+            chosen = confident_alpha(chosen, keyword_margin((d, s) for _, d, s in q.keyword))
         options = SearchOptions(k=1000, mode="hybrid", dedupe=False, alpha=chosen)
 
         def results(route: Route) -> list:
@@ -249,6 +260,7 @@ def variants() -> dict[str, Rule]:
         "rrf": rrf,
     }
     out["kb (default)"] = product()
+    out["kb: fixed α, floor, named"] = product(per_query=False)
     out["kb: α0.6, floor, named"] = product(0.6)
     out["kb: α0.6, named, gate, hit floor"] = product(0.6, floor="gate")
     out["kb: α0.6, named, hit floor"] = product(0.6, floor="hit")
@@ -574,7 +586,8 @@ def table(args: Any) -> str:
             "|---|---|---|---|---|---|---|---|---|",
         ]
         for key, r in checked.items():
-            name, embedder, mode = key.split("|")
+            name, embedder, mode, *chosen = key.split("|")
+            mode = " ".join([mode, *chosen])
             lat = r["latency_ms"]
             lines.append(
                 f"| {name} | {embedder} | {mode} | {r['ndcg@10']:.3f} | {r['hit@1']:.3f} | "

@@ -13,7 +13,7 @@ for each judged query records the keyword route's and the dense route's top
 :data:`POOL` chunks (chunk id, document id, raw score) in
 ``--cache/<set>-<embedder>.json.gz``, plus the dense route's top scores for nonsense probes
 (:data:`kbcli.calibration.PROBES`) and for the queries of another collection (unrelated real
-questions). ``fusion`` replays :func:`kbcli.scoring.fuse_routes` and the older rules over
+questions). ``fusion`` replays :func:`kbcli.retrievers.fuse` and the older rules over
 those lists and scores the documents ranked by their best chunk with ``kbcli.evaluation``'s
 metrics, per query category where the set has them (tldr: name / tool+task / paraphrase;
 man pages: task / named). Tuning reads only the usable splits (scifact train, cranfield test,
@@ -256,33 +256,100 @@ def routes(data: Path, name: str, embedder: str, db_dir: Path, cache: Path) -> P
 CHECK = ROOT / "benchmarks" / "semantic-check.json"
 
 
+METRICS = ("ndcg@10", "hit@1", "hit@3", "mrr@10")
+
+
 def check(args: Any) -> None:
-    """The real path: ``kbcli.evaluation.evaluate`` (200-chunk pools, the index's own floors)
-    on the indexes ``routes`` built, in every mode, into :data:`CHECK`."""
+    """The real path: ``kbcli.evaluation``'s runner (200-chunk pools, the index's own floors)
+    on the indexes ``routes`` built, in each of ``--modes``, into :data:`CHECK`. Each mode
+    after keyword also gets the paired 95% bootstrap interval of its difference to keyword
+    per metric, over queries (:func:`vs_keyword`): "below keyword" means the whole interval
+    is under 0."""
+    from dataclasses import replace
+
     from kbcli.config import Config
-    from kbcli.evaluation import evaluate
+    from kbcli.evaluation import CHUNK_POOL, _open_index, _run_queries, load_beir, percentile
+    from kbcli.types import SearchOptions
 
     out = json.loads(CHECK.read_text()) if CHECK.exists() else {}
+    modes = ["keyword", *(m for m in args.modes if m != "keyword")]
     for name in args.sets:
         for embedder in args.embedders:
             db = args.db_dir / f"{name}-{embedder}.db"
             if not db.exists():
                 continue
             model = Primed(make_embedder(embedder))
-            for mode in ("keyword", "semantic", "hybrid"):
+            data = load_beir(set_dir(args.data, name), SETS[name])
+            cats = categories(set_dir(args.data, name))
+            extra = {"alpha": args.alpha} if args.alpha is not None else {}
+            base = SearchOptions(k=CHUNK_POOL, mode="keyword", dedupe=False, **extra)
+            per: dict[str, dict[str, tuple]] = {}
+            for mode in modes:
                 started = time.perf_counter()
-                extra = {"alpha": args.alpha} if args.alpha is not None else None
-                r = evaluate(set_dir(args.data, name), split=SETS[name], mode=mode, db=db,
-                             embedder=model, config=Config(), search_options=extra)  # fmt: skip
+                kb = _open_index(db, data, Config(), model, mode, None)
+                try:
+                    run, latencies = _run_queries(kb, data, replace(base, mode=mode), None)
+                finally:
+                    kb.close()
+                per[mode] = per_query(run, data.qrels)
                 key = f"{name}|{embedder}|{mode}" + (f"|alpha={args.alpha}" if extra else "")
-                out[key] = {
-                    **{k: r[k] for k in ("ndcg@10", "hit@1", "hit@3", "mrr@10")},
-                    "latency_ms": r["latency_ms"],
+                row: dict[str, Any] = {
+                    **summary(per[mode].values()),
+                    "queries": len(per[mode]),
+                    "latency_ms": {
+                        "mean": round(sum(latencies) / max(1, len(latencies)), 2),
+                        "p95": round(percentile(latencies, 95), 2),
+                    },
                     "seconds": round(time.perf_counter() - started, 1),
                     "load": round(os.getloadavg()[0], 2),
                 }
-                print(name, embedder, mode, out[key], flush=True)
+                para = [q for q in per[mode] if cats.get(q) == "paraphrase"]
+                if para:
+                    row["paraphrase"] = {**summary(per[mode][q] for q in para), "n": len(para)}
+                if mode != "keyword":
+                    row["vs keyword"] = vs_keyword(per["keyword"], per[mode])
+                    if para:
+                        row["paraphrase"]["vs keyword"] = vs_keyword(
+                            {q: per["keyword"][q] for q in para}, {q: per[mode][q] for q in para}
+                        )
+                out[key] = row
+                print(name, embedder, mode, json.dumps(row), flush=True)
                 CHECK.write_text(json.dumps(out, indent=1, sort_keys=True))
+
+
+def per_query(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, tuple]:
+    """Query id -> (nDCG@10, hit@1, hit@3, MRR@10) for every judged query (no results: 0)."""
+    from kbcli.evaluation import hit_at_k, mrr_at_k, ndcg_at_k
+
+    out = {}
+    for qid, rels in qrels.items():
+        if any(g > 0 for g in rels.values()):
+            ranking = run.get(qid, [])
+            out[qid] = (ndcg_at_k(ranking, rels, 10), hit_at_k(ranking, rels, 1),
+                        hit_at_k(ranking, rels, 3), mrr_at_k(ranking, rels, 10))  # fmt: skip
+    return out
+
+
+def summary(rows: Any) -> dict[str, float]:
+    rows = list(rows)
+    return {m: round(sum(r[i] for r in rows) / max(1, len(rows)), 4) for i, m in enumerate(METRICS)}
+
+
+def vs_keyword(keyword: dict[str, tuple], other: dict[str, tuple]) -> dict[str, Any]:
+    """Per metric: mean of ``other - keyword`` over the same queries and its paired 95%
+    bootstrap interval (``kbcli.eval_questions.bootstrap_interval``, 2,000 resamples),
+    with the verdict the interval gives: below / above keyword beyond noise, or within it."""
+    from kbcli.eval_questions import bootstrap_interval
+
+    ids = [q for q in keyword if q in other]
+    out: dict[str, Any] = {}
+    for i, metric in enumerate(METRICS):
+        d = [other[q][i] - keyword[q][i] for q in ids]
+        lo, hi = bootstrap_interval(d)
+        verdict = "below" if hi < 0 else "above" if lo > 0 else "within noise"
+        out[metric] = {"delta": round(sum(d) / max(1, len(d)), 4), "lo": round(lo, 4),
+                       "hi": round(hi, 4), "verdict": verdict}  # fmt: skip
+    return out
 
 
 def load_routes(cache: Path, name: str, embedder: str) -> dict[str, Any] | None:
@@ -300,6 +367,8 @@ def main() -> None:
     parser.add_argument("--sets", nargs="*", default=list(SETS))
     parser.add_argument("--embedders", nargs="*", default=["minilm"])
     parser.add_argument("--alpha", type=float, help="check: this hybrid alpha, as chosen")
+    parser.add_argument("--modes", nargs="*", default=["keyword", "semantic", "hybrid"],
+                        help="check: the modes run (keyword always, as the baseline)")  # fmt: skip
     parser.add_argument("--db-dir", type=Path, default=ROOT / ".bench-cache")
     parser.add_argument("--cache", type=Path, default=ROOT / ".bench-cache" / "routes")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "semantic-study.json")

@@ -314,9 +314,12 @@ def test_chinese_query_keeps_keyword_order_with_an_english_only_embedder(kind, t
     assert ids(r.search(ZH_QUERY, 3, SearchOptions())) == keyword + ["zh-dense"]
     assert r.effective_alpha(SearchOptions(), ZH_QUERY) == WEAK_DENSE_ALPHA
     assert r.effective_alpha(SearchOptions(), "reset password") == 0.6
-    # a model that knows Chinese keeps its say, and so does an explicit alpha
+    # a model that knows Chinese keeps its say (no keyword-first; the per-query weight then
+    # follows the keyword route's confidence, sure here), and so does an explicit alpha
     multi = HybridRetriever(store, Multilingual(ZH_TABLE), alpha=0.6)
-    assert ids(multi.search(ZH_QUERY, 1, SearchOptions()))[0] == "zh-dense"
+    assert multi.effective_alpha(SearchOptions(), ZH_QUERY) == 0.6
+    top = multi.search(ZH_QUERY, 1, SearchOptions(explain=True))[0]
+    assert "keyword_first" not in top.explain and "keyword_margin" in top.explain
     assert ids(r.search(ZH_QUERY, 1, SearchOptions(alpha=0.6)))[0] == "zh-dense"
 
 

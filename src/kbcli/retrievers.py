@@ -11,7 +11,16 @@ from .calibration import Floors, dense_cutoff
 from .errors import InvalidOptionError
 from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
-from .scoring import below_floor, keyword_first_fusion, min_max, rrf_fusion, weighted_fusion
+from .scoring import (
+    KEYWORD_SURE_MARGIN,
+    below_floor,
+    confident_alpha,
+    keyword_first_fusion,
+    keyword_margin,
+    min_max,
+    rrf_fusion,
+    weighted_fusion,
+)
 from .types import Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion: enough that fusion can promote a document that
@@ -197,7 +206,12 @@ class HybridRetriever:
     :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
     near-ties and fills up; otherwise the embedder's own ``alpha`` when it declares one (the
     static embedder: 0.3, measured), else the constructor's ``alpha``, else ``options.alpha``
-    (``limits.rerank_alpha`` from the configuration).
+    (``limits.rerank_alpha`` from the configuration). That weight is then set per query by
+    the keyword route's confidence (:func:`~kbcli.scoring.confident_alpha`): it falls to
+    0.001 as the keyword top-1 file's lead over the second grows to
+    :data:`~kbcli.scoring.KEYWORD_SURE_MARGIN` of its score, so a file the keyword route is
+    sure of is not pushed down by look-alike vectors, and stays where the keyword route is
+    unsure (``--explain`` prints the weight used and why).
     ``source_weight`` goes to the keyword route (:class:`BM25Retriever`).
 
     With a weak embedder a query none of whose words occurs in the index returns no hits in
@@ -261,16 +275,29 @@ class HybridRetriever:
             return False
         return has_cjk(query)
 
-    def effective_alpha(self, options: SearchOptions, query: str = "") -> float:
+    def effective_alpha(
+        self,
+        options: SearchOptions,
+        query: str = "",
+        keyword_hits: list[SearchResult] | None = None,
+    ) -> float:
         """The dense weight weighted fusion uses for ``options`` and ``query`` (see the class
-        docstring)."""
+        docstring); given the query's ``keyword_hits``, the per-query weight."""
         if options.alpha_chosen:
             return _alpha(options)
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
+        base = self.base_alpha(options)
+        if keyword_hits is None:
+            return base
+        return confident_alpha(base, keyword_margin(_by_source(keyword_hits)))
+
+    def base_alpha(self, options: SearchOptions) -> float:
+        """The dense weight before the per-query rule: the embedder's own measured ``alpha``
+        (the static embedder's), else the constructor's, else ``options.alpha``."""
         hint = getattr(self.embedder, "alpha", None)
         if isinstance(hint, (int, float)):
-            return float(hint)  # the embedder's own measured weight (the static embedder's)
+            return float(hint)
         return self.alpha if self.alpha is not None else _alpha(options)
 
     def search(
@@ -326,7 +353,7 @@ class HybridRetriever:
                 dense_hits = []
             else:
                 dense_hits = self.dense.search(query, pool, options)
-            alpha = self.effective_alpha(options, query)
+            alpha = self.effective_alpha(options, query, keyword_hits)
             hits = fuse(
                 keyword_hits,
                 dense_hits,
@@ -346,6 +373,10 @@ class HybridRetriever:
                 notes = {}
                 if weak and options.fusion == "weighted":
                     notes["alpha_note"] = self.keyword_first_reason(query, options)
+                elif options.fusion == "weighted" and not options.alpha_chosen:
+                    margin = keyword_margin(_by_source(keyword_hits))
+                    notes["keyword_margin"] = round(margin, 4)
+                    notes["alpha_note"] = confidence_reason(self.base_alpha(options), margin)
                 # index-wide counts: never shown inside a scope
                 coverage = None if options.scope else self.vector_coverage()
                 if coverage:
@@ -502,6 +533,26 @@ class HybridRetriever:
             else:
                 hit.explain = None
         return hits
+
+
+def _by_source(hits: list[SearchResult]) -> list[tuple[str, float]]:
+    """``(file, score)`` of each hit: a file's chunks are one document to the margin."""
+    return [(str(h.document.metadata.get("source") or h.document.id), h.score) for h in hits]
+
+
+def confidence_reason(base: float, margin: float) -> str:
+    """What ``--explain`` prints beside the per-query alpha (see
+    :func:`~kbcli.scoring.confident_alpha`)."""
+    if margin >= KEYWORD_SURE_MARGIN:
+        how = "keyword route sure"
+    elif margin <= 0.0:
+        how = "keyword route unsure"
+    else:
+        how = "keyword route fairly sure"
+    return (
+        f"per query: {how}, its top file leads the next by {margin:.0%} of its score; "
+        f"{base:g} at 0%, 0.001 from {KEYWORD_SURE_MARGIN:.0%}"
+    )
 
 
 def named_hit(query: str, keyword_hits: list[SearchResult], analyzer: Analyzer) -> str | None:
