@@ -26,7 +26,6 @@ fails with :class:`~kbcli.errors.DatabaseLockedError`.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import stat
@@ -50,7 +49,8 @@ from .errors import (
     StoreError,
     UnsafePruneError,
 )
-from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
+from .ingest.lines import map_file_lines
+from .ingest.reading import FileChanged, file_kind, limit_bytes, read_content, too_large
 from .pathnames import canonical_source, source_name, source_path
 from .protocols import DocumentCatalog, FileLedger, supports
 from .signals import deferred, stop_if_terminated
@@ -72,16 +72,6 @@ WRITE_BATCH_FILES = 64
 WRITE_BATCH_CHUNKS = 4000
 
 Progress = Callable[[str, int, int], None]
-
-
-def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, os.stat_result]:
-    """The file's SHA-256 and its ``fstat`` (regular files only, at most ``limit`` bytes)."""
-    digest = hashlib.sha256()
-    fh, st = open_regular(path, follow_symlinks=follow_symlinks)
-    with fh:
-        for block in read_blocks(fh, path, limit):
-            digest.update(block)
-    return digest.hexdigest(), st
 
 
 class SyncInterrupted(KeyboardInterrupt):
@@ -508,9 +498,13 @@ def _sync_file(
     :func:`fill_vectors` embeds, across files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
-    hashed before and after it is loaded: a file that changed meanwhile is read once more, and
-    reported as failed if it changed again (never indexed torn). A file that cannot be indexed
-    is counted in ``report.failed``, or with ``raise_failure`` raises its LoaderError.
+    read once, hashed while read (:func:`~kbcli.ingest.reading.read_content`), and loaded from
+    that read: a text file from its bytes, a PDF, DOCX or HTML file by the parser, which checks
+    the hash. Unless the loader confirms that what it loaded is one version of exactly the
+    bytes hashed, the file is hashed again after loading. A file that changed meanwhile is read
+    once more, and reported as failed if it changed again (never indexed torn). A file that
+    cannot be indexed is counted in ``report.failed``, or with ``raise_failure`` raises its
+    LoaderError.
     """
     store = kb.store
     reading = reading or _Reading(_max_bytes(kb), True)
@@ -528,8 +522,13 @@ def _sync_file(
             return _relabel(kb, record, recorded_meta, meta, settings) if relabel else _same(report)
         if reading.limit is not None and st.st_size > reading.limit:
             raise too_large(path, reading.limit)
+        ingestor = kb.ingestor
+        keep = ingestor.takes_bytes(path)
         for attempt in (1, 2):
-            digest, st = _sha256(path, reading.limit, reading.follow_symlinks)
+            content = read_content(
+                path, reading.limit, follow_symlinks=reading.follow_symlinks, keep=keep
+            )
+            digest, st = content.sha256, content.stat
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
             if same_chunking and record.sha256 == digest:
                 record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
@@ -537,14 +536,22 @@ def _sync_file(
                     return _relabel(kb, record, recorded_meta, meta, settings)
                 store.touch_file(record)
                 return _same(report)
-            ingestor = kb.ingestor
-            sections = ingestor.load_sections(path)
-            after, st_after = _sha256(path, reading.limit, reading.follow_symlinks)
-            if after == digest and (st_after.st_size, st_after.st_mtime_ns) == (
-                st.st_size,
-                st.st_mtime_ns,
-            ):
+            try:
+                loaded = ingestor.load_content(path, content)
+            except FileChanged:
+                loaded = None
+            del content  # the bytes: freed before chunking (a big file's peak)
+            if loaded is not None and loaded.confirmed:
                 break
+            if loaded is not None:
+                again = read_content(
+                    path, reading.limit, follow_symlinks=reading.follow_symlinks, keep=False
+                )
+                if again.sha256 == digest and (again.stat.st_size, again.stat.st_mtime_ns) == (
+                    st.st_size,
+                    st.st_mtime_ns,
+                ):
+                    break
             if attempt == 2:
                 raise LoaderError(
                     f"{path}: the file changed while it was being read (twice): not indexed "
@@ -554,9 +561,12 @@ def _sync_file(
         crash_point("after-parse")
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         report.ocr_done(source_name(path), getattr(ingestor.loader, "last_ocr", None))
+        sections = loaded.sections
         chunks = ingestor.chunk_sections(sections)
-        _file_lines(ingestor.loader, path, sections, chunks)
-        del sections  # the file's whole text: free it before embedding (a big file's peak)
+        if loaded.text is not None and len(sections) == 1:
+            # a text file: chunk line numbers as the file on disk has them (kbcli.ingest.lines)
+            map_file_lines(loaded.text, sections[0].text, chunks)
+        del sections, loaded  # the file's whole text: free it before embedding (a big file's peak)
         docs = ingestor.build_documents(chunks, {**meta, "source": source_name(path)})
         del chunks
     except LoaderError as exc:
@@ -629,16 +639,6 @@ def _on_disk(source: str) -> bool:
     except OSError:
         return True
     return True
-
-
-def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
-    """Text files: chunk line numbers as the file on disk has them (see kbcli.ingest.lines)."""
-    from .ingest import DefaultDocumentLoader
-    from .ingest.lines import is_text_file, to_file_lines
-
-    if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
-        limit = limit_bytes(loader.max_file_mb)  # the second read is bounded like the first
-        to_file_lines(path, sections[0].text, chunks, loader.encoding, max_bytes=limit)
 
 
 def _same(report: SyncReport) -> None:
