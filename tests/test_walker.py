@@ -17,8 +17,9 @@ import pytest
 import kbcli.sync as sync_module
 from cli_helpers import run
 from kbcli import KnowledgeBase, UnsafePruneError
+from kbcli.discovery import MASS_DELETE_MIN_INDEXED
 from kbcli.embedders import SimpleEmbedder
-from kbcli.sync import MASS_DELETE_MIN_INDEXED, discover, sync
+from kbcli.sync import discover, sync
 
 EXT = (".md", ".txt")
 
