@@ -115,7 +115,7 @@ def check(store, rng: random.Random) -> None:
 def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch, small):
     from types import SimpleNamespace
 
-    from kbcli.stores.sqlite import keyword, packed, packread
+    from kbcli.stores.sqlite import keyword, packed, packread, packview
 
     used: list[int] = []
     if small:  # searched as in a process without numpy: packread over the pack and the delta
@@ -128,7 +128,7 @@ def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch, small):
             return rows
 
         monkeypatch.setattr(packread, "search", counted)
-    monkeypatch.setattr(packed, "MERGE_MIN", 4)
+    monkeypatch.setattr(packview, "MERGE_MIN", 4)
     monkeypatch.setattr(packed, "FILTER_PROBE", 8 if seed % 2 else 0)
     monkeypatch.setattr(packed, "SPARSE_RATIO", 0 if seed % 3 == 0 else 10**9)  # both scorers
     rng = random.Random(seed)

@@ -18,7 +18,7 @@ import pytest
 
 from kbcli import Document, SQLiteStore
 from kbcli.scoring import SOURCE_WEIGHT
-from kbcli.stores.sqlite import packed, packlog
+from kbcli.stores.sqlite import packed, packfile, packlog, packview
 from kbcli.stores.sqlite.catalog import unpack_terms
 
 WORDS = [f"w{i}" for i in range(30)]
@@ -118,7 +118,7 @@ def test_another_process_sees_the_writes(tmp_path):
 
 def test_a_large_delta_is_merged_into_a_new_pack(stores, monkeypatch):
     store, reference = stores
-    monkeypatch.setattr(packed, "MERGE_MIN", 5)
+    monkeypatch.setattr(packview, "MERGE_MIN", 5)
     assert_same(store, reference)
     first = header(store)["seq"]
     store.add(make_docs(random.Random(5), "d", 10))
@@ -136,7 +136,7 @@ def test_a_large_delta_is_merged_into_a_new_pack(stores, monkeypatch):
 
 
 def test_a_pack_older_than_the_log_floor_is_not_trusted(tmp_path, monkeypatch):
-    monkeypatch.setattr(packed, "MERGE_MIN", 3)
+    monkeypatch.setattr(packview, "MERGE_MIN", 3)
     path = tmp_path / "kb.db"
     old = open_store(path)
     old.add(make_docs(random.Random(7), "a", 30))
@@ -175,13 +175,13 @@ def test_a_crash_while_writing_a_pack_leaves_a_usable_index(stores, monkeypatch)
     store, reference = stores
     assert_same(store, reference)
     good = store._keywords.packed_path.read_bytes()
-    monkeypatch.setattr(packed, "MERGE_MIN", 2)
+    monkeypatch.setattr(packview, "MERGE_MIN", 2)
     store.add(make_docs(random.Random(11), "f", 10))
 
     def crash(*args, **kwargs):
         raise KeyboardInterrupt  # as if killed between writing the temp file and the rename
 
-    monkeypatch.setattr(packed.os, "replace", crash)
+    monkeypatch.setattr(packfile.os, "replace", crash)
     with pytest.raises(KeyboardInterrupt):
         results(store, "w1")
     monkeypatch.undo()
@@ -450,7 +450,8 @@ def test_runs_and_the_ranking_floor_match_the_definition(
     scorer's scratch arrays are zero again after every search (a query of more terms than
     packed.SCRATCH_TERMS takes several passes)."""
     monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)
-    monkeypatch.setattr(packed, "TF_RUNS", tf_runs)
+    monkeypatch.setattr(packfile, "TF_RUNS", tf_runs)
+    monkeypatch.setattr(packview, "TF_RUNS", tf_runs)
     monkeypatch.setattr(packlog, "TF_RUNS", tf_runs)
     rng = random.Random(seed)
     store = open_store(tmp_path / "kb.db")

@@ -44,10 +44,6 @@ def test_only_the_stores_package_names_the_sqlite_store_class():
 # are never executed and only name types. ``from . import x`` is an edge to the submodule
 # ``x`` when there is one, else to the package. A module's own package ``__init__`` (run
 # first by any import of the module) is not counted: packages re-export their modules.
-#
-# Cycles whose every module is under kbcli.stores are allowed for now: the stores are being
-# rebuilt (issue 26, part B), which removes them; nothing else may form a cycle.
-ALLOWED_CYCLE_PREFIX = "kbcli.stores."
 
 
 def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
@@ -187,13 +183,8 @@ def test_cycles_finds_a_loop_through_a_lazy_import():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_circles_outside_the_stores():
-    found = [
-        cycle
-        for cycle in cycles(import_graph())
-        if not all(name.startswith(ALLOWED_CYCLE_PREFIX) for name in cycle)
-    ]
-    assert found == []
+def test_no_import_circles():
+    assert cycles(import_graph()) == []  # the stores included (issue 26)
 
 
 def reach(graph: dict[str, set[str]], start: str) -> set[str]:

@@ -193,10 +193,10 @@ def check_scopes(kind, folder, request, kb, model, tenants, rng, round_: int) ->
 @pytest.mark.parametrize("seed", range(3))
 def test_scoped_search_equals_the_index_of_the_scope_alone(kind, seed, tmp_path, request,
                                                            monkeypatch):  # fmt: skip
-    from kbcli.stores.sqlite import packed
+    from kbcli.stores.sqlite import packview
 
     # SQLite's pack: searched with a delta and tombstones, and merged now and then
-    monkeypatch.setattr(packed, "MERGE_MIN", 6)
+    monkeypatch.setattr(packview, "MERGE_MIN", 6)
     rng = random.Random(seed)
     tenants = ["acme", "globex", "initech"][: 2 + seed % 2]
     kb = KnowledgeBase(store=make_store(kind, tmp_path, "full", request),

@@ -65,7 +65,7 @@ def test_first_run_then_nothing_changed(tmp_path, monkeypatch):
     assert set(chunks_by_source(kb)) == {str(f.resolve()) for f in files}
 
     hashed = []
-    monkeypatch.setattr(sync_module, "_sha256", lambda p: hashed.append(p) or "x")
+    monkeypatch.setattr(sync_module, "read_content", lambda p, *a, **k: hashed.append(p) or "x")
     embedded_before = kb.embedder.embedded
     again = sync(kb, [docs])
     assert (again.added, again.updated, again.unchanged, again.chunks_added) == (0, 0, 5, 0)

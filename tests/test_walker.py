@@ -17,8 +17,9 @@ import pytest
 import kbcli.sync as sync_module
 from cli_helpers import run
 from kbcli import KnowledgeBase, UnsafePruneError
+from kbcli.discovery import MASS_DELETE_MIN_INDEXED
 from kbcli.embedders import SimpleEmbedder
-from kbcli.sync import MASS_DELETE_MIN_INDEXED, discover, sync
+from kbcli.sync import discover, sync
 
 EXT = (".md", ".txt")
 
@@ -218,10 +219,11 @@ def test_device_inside_the_root_through_a_link_is_special(tmp_path):
 
 def test_hash_stops_at_the_limit_whatever_stat_says(tmp_path, monkeypatch):
     big = note(tmp_path / "big.md", "x" * 5000)
-    reader = sync_module._sha256
+    from kbcli.ingest.reading import read_content
+
     with pytest.raises(sync_module.LoaderError, match="limit"):
-        reader(big, 1000, True)
-    assert reader(big, 10_000, True)[0]
+        read_content(big, 1000)
+    assert read_content(big, 10_000).sha256
 
 
 def test_file_over_the_limit_fails_without_being_read(tmp_path, monkeypatch):
@@ -233,8 +235,10 @@ def test_file_over_the_limit_fails_without_being_read(tmp_path, monkeypatch):
     config = Config(limits=LimitsConfig(max_file_mb=1))
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder(), config=config)
     read: list[str] = []
-    real = sync_module._sha256
-    monkeypatch.setattr(sync_module, "_sha256", lambda p, *a: read.append(p.name) or real(p, *a))
+    real = sync_module.read_content
+    monkeypatch.setattr(
+        sync_module, "read_content", lambda p, *a, **k: read.append(p.name) or real(p, *a, **k)
+    )
     report = sync(kb, [docs])
     assert [f.path for f in report.failed] == [str(docs.resolve() / "big.md")]
     assert "1 MB limit" in report.failed[0].error
@@ -248,17 +252,17 @@ def test_file_rewritten_while_read_is_read_again(tmp_path, monkeypatch):
     docs = tmp_path / "docs"
     f = note(docs / "a.md", "version one")
     kb = open_kb(tmp_path)
-    real_load = kb.ingestor.load_sections
+    real_load = kb.ingestor.load_content
     calls = []
 
-    def load(path):
+    def load(path, content):
         calls.append(path)
-        sections = real_load(path)
+        loaded = real_load(path, content)
         if len(calls) == 1:
             f.write_text("# a\n\nversion two, longer\n", encoding="utf-8")
-        return sections
+        return loaded
 
-    monkeypatch.setattr(kb.ingestor, "load_sections", load)
+    monkeypatch.setattr(kb.ingestor, "load_content", load)
     monkeypatch.setattr(sync_module, "TORN_READ_RETRY_DELAY", 0)
     report = sync(kb, [docs])
     assert report.added == 1 and len(calls) == 2
@@ -278,15 +282,15 @@ def test_file_that_keeps_changing_fails_and_keeps_its_old_version(tmp_path, monk
     kb = open_kb(tmp_path)
     sync(kb, [docs])
     f.write_text("# a\n\nnew\n", encoding="utf-8")
-    real_load = kb.ingestor.load_sections
+    real_load = kb.ingestor.load_content
     counter = iter(range(100))
 
-    def load(path):
-        sections = real_load(path)
+    def load(path, content):
+        loaded = real_load(path, content)
         f.write_text(f"# a\n\nwriting {next(counter)}\n" * 3, encoding="utf-8")
-        return sections
+        return loaded
 
-    monkeypatch.setattr(kb.ingestor, "load_sections", load)
+    monkeypatch.setattr(kb.ingestor, "load_content", load)
     monkeypatch.setattr(sync_module, "TORN_READ_RETRY_DELAY", 0)
     report = sync(kb, [docs])
     assert len(report.failed) == 1 and "changed while it was being read" in report.failed[0].error

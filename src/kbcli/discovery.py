@@ -1,5 +1,6 @@
 """Which files a sync looks at: the walk under the given roots, ``.kbignore`` rules, hidden
-files, symbolic links, special files and folders that cannot be listed (:func:`discover`)."""
+files, symbolic links, special files and folders that cannot be listed (:func:`discover`), and
+which indexed files it may remove (:func:`check_prune`, the mass-delete guard)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidOptionError, LoaderError
+from .errors import InvalidOptionError, LoaderError, UnsafePruneError
 from .ingest.reading import file_kind, open_regular, read_blocks
 from .pathnames import source_name, source_path
+
+# --prune refuses (without --allow-mass-delete) to remove more than half of the files indexed
+# under the given folders once at least this many are indexed there; below it, deleting most
+# of a handful of notes is ordinary. A folder with nothing to index is always refused.
+MASS_DELETE_MIN_INDEXED = 10
 
 DEFAULT_EXTENSIONS = (".md", ".txt", ".pdf", ".docx")
 IGNORED_DIRS = frozenset({".git", "node_modules", "__pycache__", ".hg", ".svn"})
@@ -307,3 +313,50 @@ def _walk(
 
 
 # --- the sync -----------------------------------------------------------------------------
+
+
+def check_prune(
+    found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
+) -> None:
+    """Raise :class:`UnsafePruneError` when removing the indexed files ``stale`` looks like
+    an accident.
+
+    Refused: a folder root with no file to index while files are indexed under it (an empty
+    or unmounted folder), and removing more than half of the files indexed under the roots
+    once at least :data:`MASS_DELETE_MIN_INDEXED` are.
+    """
+    fix = (
+        "nothing was changed; if this is intended, run again with --allow-mass-delete (or "
+        "with --no-prune to keep the indexed files)"
+    )
+    for root, _ in found.dir_roots:
+        if found.found_per_root.get(root, 0):
+            continue
+        if found.only is not None and root not in found.only:
+            continue  # the walk did not look at all of it
+        going = sum(1 for p in stale if found.covered_by(p, root))
+        if going:
+            kinds = ",".join(extensions)
+            raise UnsafePruneError(
+                f"Removing indexed files refused: {source_name(root)} holds no {kinds} file "
+                f"to index but {going} indexed file{'' if going == 1 else 's'} under it would "
+                f"be removed (is it empty or not mounted?); {fix}"
+            )
+    indexed = sum(1 for p in records if found.in_roots(Path(source_path(p))))
+    if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
+        raise UnsafePruneError(
+            f"Removing indexed files refused: this run would remove {len(stale)} of the "
+            f"{indexed} files indexed under the given paths (more than half); {fix}"
+        )
+
+
+def on_disk(source: str) -> bool:
+    """True unless the file recorded as ``source`` is gone (a path that cannot be checked,
+    say for permissions, counts as there: it is kept)."""
+    try:
+        os.stat(source_path(source))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True

@@ -26,6 +26,8 @@ from .types import Document, Section
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config_schema import Config
+    from .ingest.loaders import Loaded
+    from .ingest.reading import FileContent
 
 #: What loads a file: text (the reference ``load``) or sections with metadata.
 Loader = DocumentLoaderProtocol | SectionLoaderProtocol
@@ -167,6 +169,27 @@ class IngestPipeline:
         if supports(loader, SectionLoaderProtocol):
             return list(loader.load_sections(given))
         return [Section(loader.load(given), {})]
+
+    def takes_bytes(self, path: str | os.PathLike[str]) -> bool:
+        """True when :meth:`load_content` loads ``path`` from the bytes read (a text file with
+        the default loader): a sync keeps them."""
+        from .ingest import DefaultDocumentLoader
+
+        loader = self.loader
+        return isinstance(loader, DefaultDocumentLoader) and loader.takes_bytes(Path(path))
+
+    def load_content(self, path: str | os.PathLike[str], content: FileContent) -> Loaded:
+        """Load a file from ``content``, the one read of it a sync made (hashed while read):
+        the default loader takes its bytes or checks its hash
+        (:meth:`~kbcli.ingest.DefaultDocumentLoader.load_content`); another loader reads the
+        path again (``confirmed`` False: the sync hashes the file once more)."""
+        from .ingest import DefaultDocumentLoader
+        from .ingest.loaders import Loaded
+
+        loader = self.loader
+        if isinstance(loader, DefaultDocumentLoader):
+            return loader.load_content(Path(path), content)
+        return Loaded(self.load_sections(path))
 
     # --- embedding and storing ---------------------------------------------------------------
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .types import SearchOptions, SearchResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Source
 
 UNITS = ("file", "chunk")
 # Extra chunks recalled per wanted hit when hits may be dropped or grouped afterwards. When
@@ -136,7 +139,7 @@ class Hits(list):
     results: Any = None
 
 
-def search(kb: Any, query: str, options: SearchOptions, by: str = "file") -> Hits:
+def search(kb: Source, query: str, options: SearchOptions, by: str = "file") -> Hits:
     """Search ``kb`` (anything with ``search_with(query, options, pool=)`` and ``analyzer``)
     for ``query`` with its phrase and exclusion syntax, returning hits by ``file`` or by
     ``chunk``.

@@ -18,15 +18,14 @@ Files recorded under the given roots that this run did not pick are *stale*: tho
 longer exist (deleted, moved away) are removed by default, those that still exist but are no
 longer picked (another extension, a ``.kbignore`` rule, hidden, a link not followed) only with
 ``prune=True``; ``prune=False`` keeps both. A removal that looks like an accident (an empty
-root, more than half of the index; see :func:`check_prune`) is refused before anything is
-written. Files under a folder that could not be listed are never stale. One ingest runs at a
-time per database (an advisory lock file beside it); a second one waits ``wait`` seconds, then
-fails with :class:`~kbcli.errors.DatabaseLockedError`.
+root, more than half of the index; see :func:`kbcli.discovery.check_prune`) is refused before
+anything is written. Files under a folder that could not be listed are never stale. One ingest
+runs at a time per database (an advisory lock file beside it); a second one waits ``wait``
+seconds, then fails with :class:`~kbcli.errors.DatabaseLockedError`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import stat
@@ -37,32 +36,52 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .calibration import calibrate_index, has_floor
 from .crashpoints import crash_point
-from .discovery import DEFAULT_EXTENSIONS, Discovery, discover, parse_extensions
-from .embedders.base import embedder_info
+from .discovery import (
+    DEFAULT_EXTENSIONS,
+    check_prune,
+    discover,
+    on_disk,
+    parse_extensions,
+)
+from .embedders.base import EmbedderInfo, embedder_info
 from .errors import (
     InvalidOptionError,
     KBError,
     LoaderError,
     StoreError,
-    UnsafePruneError,
 )
-from .ingest.reading import file_kind, limit_bytes, open_regular, read_blocks, too_large
+from .ingest.lines import map_file_lines
+from .ingest.reading import FileChanged, file_kind, limit_bytes, read_content, too_large
 from .pathnames import canonical_source, source_name, source_path
-from .protocols import DocumentCatalog, FileLedger, supports
+from .protocols import (
+    DocumentCatalog,
+    EmbedderProtocol,
+    EmbeddingCache,
+    FileLedger,
+    KeywordIndex,
+    VectorStoreProtocol,
+    supports,
+)
 from .signals import deferred, stop_if_terminated
 from .sync_report import FileFailure, SyncReport
-from .sync_settings import chunk_settings, file_settings, settings_with_meta, split_settings
+from .sync_settings import (
+    chunk_settings,
+    file_settings,
+    relabel,
+    settings_with_meta,
+    split_settings,
+)
 from .types import FileRecord
 from .vector_fill import fill_vectors
 
-# --prune refuses (without --allow-mass-delete) to remove more than half of the files indexed
-# under the given folders once at least this many are indexed there; below it, deleting most
-# of a handful of notes is ordinary. A folder with nothing to index is always refused.
-MASS_DELETE_MIN_INDEXED = 10
+if TYPE_CHECKING:  # pragma: no cover
+    from .ingest.loaders import Loaded
+    from .ingest_pipeline import IngestPipeline
+
 TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed while read
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
@@ -74,14 +93,34 @@ WRITE_BATCH_CHUNKS = 4000
 Progress = Callable[[str, int, int], None]
 
 
-def _sha256(path: Path, limit: int | None, follow_symlinks: bool) -> tuple[str, os.stat_result]:
-    """The file's SHA-256 and its ``fstat`` (regular files only, at most ``limit`` bytes)."""
-    digest = hashlib.sha256()
-    fh, st = open_regular(path, follow_symlinks=follow_symlinks)
-    with fh:
-        for block in read_blocks(fh, path, limit):
-            digest.update(block)
-    return digest.hexdigest(), st
+class Indexable(Protocol):
+    """What :func:`sync` and :func:`ingest_one` use of a knowledge base (a
+    :class:`~kbcli.facade.BaseKnowledgeBase`, or an ingest pipeline's own parts): its store,
+    the pipeline that loads, chunks and embeds, and the embedder."""
+
+    @property
+    def store(self) -> VectorStoreProtocol: ...
+
+    @property
+    def ingestor(self) -> IngestPipeline: ...
+
+    @property
+    def embedder(self) -> EmbedderProtocol: ...
+
+
+class LedgerStore(DocumentCatalog, FileLedger, Protocol):
+    """A store a sync can write: a document catalog with a file ledger."""
+
+
+def ledger_store(kb: Indexable) -> LedgerStore:
+    """``kb``'s store, which must keep a file ledger (InvalidOptionError otherwise)."""
+    store = kb.store
+    if not supports(store, FileLedger) or not supports(store, DocumentCatalog):
+        raise InvalidOptionError(
+            f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
+            "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
+        )
+    return store
 
 
 class SyncInterrupted(KeyboardInterrupt):
@@ -104,7 +143,7 @@ def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
 
 
 def sync(
-    kb: Any,
+    kb: Indexable,
     paths: list[Path],
     *,
     extensions: tuple[str, ...] | list[str] | str = DEFAULT_EXTENSIONS,
@@ -145,12 +184,7 @@ def sync(
     path gone from disk leaves the index, a folder's files with it.
     """
     started = time.monotonic()
-    store = kb.store
-    if not supports(store, FileLedger) or not supports(store, DocumentCatalog):
-        raise InvalidOptionError(
-            f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
-            "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
-        )
+    store = ledger_store(kb)
     extensions = parse_extensions(extensions)
     report = SyncReport()
     with _interrupts_kept(report, started), _reported(report, started):
@@ -171,7 +205,7 @@ def sync(
             names = {path: source_name(path) for path in found.files}
             present = set(names.values())
             stale = [p for p in records if p not in present and found.covers(p)]
-            gone = [p for p in stale if not _on_disk(p)]
+            gone = [p for p in stale if not on_disk(p)]
             going = stale if prune else gone if prune is None else []
             if going and not allow_mass_delete:
                 check_prune(found, records, going, extensions)
@@ -239,7 +273,7 @@ def sync(
 
 
 def ingest_one(
-    kb: Any,
+    kb: Indexable,
     path: str | os.PathLike[str],
     metadata: dict[str, Any] | None = None,
     *,
@@ -252,7 +286,7 @@ def ingest_one(
     ``metadata`` (None: none) becomes its meta. Returns the file's chunk ids; raises
     LoaderError when the file cannot be indexed.
     """
-    store = kb.store
+    store = ledger_store(kb)
     resolved = Path(source_path(canonical_source(path)))
     report = SyncReport()
     with store.writer_lock(wait), _write_errors():
@@ -369,8 +403,9 @@ class _PendingWrites:
     :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one).
     """
 
-    def __init__(self, kb: Any, report: SyncReport):
+    def __init__(self, kb: Indexable, report: SyncReport):
         self.kb = kb
+        self.store = ledger_store(kb)
         self.report = report
         self.items: list[tuple[FileRecord, list, bool | None]] = []
         self.chunks = 0
@@ -404,7 +439,7 @@ class _PendingWrites:
         """Write every queued file."""
         if not self.items:
             return
-        store = self.kb.store
+        store = self.store
         info = embedder_info(self.kb.embedder)
         # A termination signal waits until the files are written and counted (else the
         # interrupted sync would write them again and count them twice); Ctrl-C in the
@@ -430,7 +465,7 @@ class _PendingWrites:
             else:
                 report.updated += 1
 
-    def _write_all(self, info: Any) -> list[int]:
+    def _write_all(self, info: EmbedderInfo) -> list[int]:
         """Swap every queued file in (inside the caller's transaction); the chunks removed from
         each. Files of up to :data:`WRITE_BATCH_CHUNKS` chunks go to the store together
         (``replace_files``: one keyword update for all of them), a bigger one by itself."""
@@ -442,12 +477,17 @@ class _PendingWrites:
                 vectors = [self.vectors.get(d.text) for d in docs]
                 together.append((record, docs, vectors, info if complete else None))
                 continue
-            removed += self.kb.store.replace_files(together)
+            removed += self.store.replace_files(together)
             together = []
             removed.append(self._write(record, docs, info))
-        return removed + self.kb.store.replace_files(together)
+        return removed + self.store.replace_files(together)
 
-    def _write(self, record: FileRecord, docs: list, info: Any) -> int:
+    def _known(self, docs: list) -> list[list[float]]:
+        """The vectors known for ``docs``, None where not known yet. They stay float32 arrays:
+        every store takes any float sequence or None there, and lists would cost 7x."""
+        return cast("list[list[float]]", [self.vectors.get(d.text) for d in docs])
+
+    def _write(self, record: FileRecord, docs: list, info: EmbedderInfo) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.
 
         A chunk whose vector is not known yet is written without one (``None``), and then the
@@ -456,17 +496,17 @@ class _PendingWrites:
         of that size within the same transaction (still all or nothing), so the store never
         prepares every row of a huge file at once (per-chunk term counts cost ~3 KB each).
         """
-        store = self.kb.store
+        store = self.store
         complete = all(d.text in self.vectors for d in docs)
         head = docs[:WRITE_BATCH_CHUNKS]
-        vectors = [self.vectors.get(d.text) for d in head]
+        vectors = self._known(head)
         removed = store.replace_file(record, head, vectors, embedder=info if complete else None)
         for start in range(WRITE_BATCH_CHUNKS, len(docs), WRITE_BATCH_CHUNKS):
             part = docs[start : start + WRITE_BATCH_CHUNKS]
-            vectors = [self.vectors.get(d.text) for d in part]
+            vectors = self._known(part)
             store.add(part, vectors, embedder=info if complete else None)
-            if complete:
-                store.cache_embeddings(info, {d.text: v for d, v in zip(part, vectors)})
+            if complete and supports(store, EmbeddingCache):
+                store.cache_embeddings(info, dict(zip([d.text for d in part], vectors)))
         return removed
 
 
@@ -478,7 +518,7 @@ class _Reading:
     follow_symlinks: bool
 
 
-def _max_bytes(kb: Any) -> int | None:
+def _max_bytes(kb: Indexable) -> int | None:
     """``limits.max_file_mb`` of the loader (else of the configuration) in bytes."""
     loader = kb.ingestor.loader
     if hasattr(loader, "max_file_mb"):
@@ -492,7 +532,7 @@ def _max_bytes(kb: Any) -> int | None:
 
 
 def _sync_file(
-    kb: Any,
+    kb: Indexable,
     path: Path,
     record: FileRecord | None,
     settings: str,
@@ -508,55 +548,82 @@ def _sync_file(
     :func:`fill_vectors` embeds, across files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
-    hashed before and after it is loaded: a file that changed meanwhile is read once more, and
-    reported as failed if it changed again (never indexed torn). A file that cannot be indexed
-    is counted in ``report.failed``, or with ``raise_failure`` raises its LoaderError.
+    read once, hashed while read (:func:`~kbcli.ingest.reading.read_content`), and loaded from
+    that read: a text file from its bytes, a PDF, DOCX or HTML file by the parser, which checks
+    the hash. Unless the loader confirms that what it loaded is one version of exactly the
+    bytes hashed, the file is hashed again after loading. A file that changed meanwhile is read
+    once more, and reported as failed if it changed again (never indexed torn). A file that
+    cannot be indexed is counted in ``report.failed``, or with ``raise_failure`` raises its
+    LoaderError.
     """
-    store = kb.store
+    store = ledger_store(kb)
     reading = reading or _Reading(_max_bytes(kb), True)
     recorded_settings, recorded_meta = (
         split_settings(record.settings) if record is not None else ("", {})
     )
     meta = recorded_meta if metadata is None else metadata
-    same_chunking = record is not None and not force and recorded_settings == settings
-    relabel = same_chunking and meta != recorded_meta
+    # the record whose chunks still hold, if the bytes did not change
+    kept = record if record is not None and not force and recorded_settings == settings else None
+    meta_changed = kept is not None and meta != recorded_meta
     try:
         st = os.stat(path, follow_symlinks=reading.follow_symlinks)
         if not stat.S_ISREG(st.st_mode):
             raise LoaderError(f"{path}: not a regular file ({file_kind(st.st_mode)}): not read")
-        if same_chunking and (record.size, record.mtime_ns) == (st.st_size, st.st_mtime_ns):
-            return _relabel(kb, record, recorded_meta, meta, settings) if relabel else _same(report)
+        if kept is not None and (kept.size, kept.mtime_ns) == (st.st_size, st.st_mtime_ns):
+            if meta_changed:
+                return relabel(store, kept, recorded_meta, meta, settings)
+            report.unchanged += 1
+            return None
         if reading.limit is not None and st.st_size > reading.limit:
             raise too_large(path, reading.limit)
+        ingestor = kb.ingestor
+        keep = ingestor.takes_bytes(path)
         for attempt in (1, 2):
-            digest, st = _sha256(path, reading.limit, reading.follow_symlinks)
+            content = read_content(
+                path, reading.limit, follow_symlinks=reading.follow_symlinks, keep=keep
+            )
+            digest, st = content.sha256, content.stat
             now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            if same_chunking and record.sha256 == digest:
-                record.size, record.mtime_ns = st.st_size, st.st_mtime_ns
-                if relabel:
-                    return _relabel(kb, record, recorded_meta, meta, settings)
-                store.touch_file(record)
-                return _same(report)
-            ingestor = kb.ingestor
-            sections = ingestor.load_sections(path)
-            after, st_after = _sha256(path, reading.limit, reading.follow_symlinks)
-            if after == digest and (st_after.st_size, st_after.st_mtime_ns) == (
-                st.st_size,
-                st.st_mtime_ns,
-            ):
+            if kept is not None and kept.sha256 == digest:
+                kept.size, kept.mtime_ns = st.st_size, st.st_mtime_ns
+                if meta_changed:
+                    return relabel(store, kept, recorded_meta, meta, settings)
+                store.touch_file(kept)
+                report.unchanged += 1
+                return None
+            loaded: Loaded | None
+            try:
+                loaded = ingestor.load_content(path, content)
+            except FileChanged:
+                loaded = None
+            del content  # the bytes: freed before chunking (a big file's peak)
+            if loaded is not None and loaded.confirmed:
                 break
+            if loaded is not None:
+                again = read_content(
+                    path, reading.limit, follow_symlinks=reading.follow_symlinks, keep=False
+                )
+                if again.sha256 == digest and (again.stat.st_size, again.stat.st_mtime_ns) == (
+                    st.st_size,
+                    st.st_mtime_ns,
+                ):
+                    break
             if attempt == 2:
                 raise LoaderError(
                     f"{path}: the file changed while it was being read (twice): not indexed "
                     "this time; run kb ingest again when it is no longer being written"
                 )
             time.sleep(TORN_READ_RETRY_DELAY)
+        assert loaded is not None  # the loop breaks with a file loaded, else raises
         crash_point("after-parse")
         report.warnings.extend(_loader_warnings(ingestor.loader, path))
         report.ocr_done(source_name(path), getattr(ingestor.loader, "last_ocr", None))
+        sections = loaded.sections
         chunks = ingestor.chunk_sections(sections)
-        _file_lines(ingestor.loader, path, sections, chunks)
-        del sections  # the file's whole text: free it before embedding (a big file's peak)
+        if loaded.text is not None and len(sections) == 1:
+            # a text file: chunk line numbers as the file on disk has them (kbcli.ingest.lines)
+            map_file_lines(loaded.text, sections[0].text, chunks)
+        del sections, loaded  # the file's whole text: free it before embedding (a big file's peak)
         docs = ingestor.build_documents(chunks, {**meta, "source": source_name(path)})
         del chunks
     except LoaderError as exc:
@@ -584,116 +651,6 @@ def _sync_file(
     return new_record, docs, record is None
 
 
-def check_prune(
-    found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
-) -> None:
-    """Raise :class:`UnsafePruneError` when removing the indexed files ``stale`` looks like
-    an accident.
-
-    Refused: a folder root with no file to index while files are indexed under it (an empty
-    or unmounted folder), and removing more than half of the files indexed under the roots
-    once at least :data:`MASS_DELETE_MIN_INDEXED` are.
-    """
-    fix = (
-        "nothing was changed; if this is intended, run again with --allow-mass-delete (or "
-        "with --no-prune to keep the indexed files)"
-    )
-    for root, _ in found.dir_roots:
-        if found.found_per_root.get(root, 0):
-            continue
-        if found.only is not None and root not in found.only:
-            continue  # the walk did not look at all of it
-        going = sum(1 for p in stale if found.covered_by(p, root))
-        if going:
-            kinds = ",".join(extensions)
-            raise UnsafePruneError(
-                f"Removing indexed files refused: {source_name(root)} holds no {kinds} file "
-                f"to index but {going} indexed file{'' if going == 1 else 's'} under it would "
-                f"be removed (is it empty or not mounted?); {fix}"
-            )
-    indexed = sum(1 for p in records if found.in_roots(Path(source_path(p))))
-    if indexed >= MASS_DELETE_MIN_INDEXED and len(stale) * 2 > indexed:
-        raise UnsafePruneError(
-            f"Removing indexed files refused: this run would remove {len(stale)} of the "
-            f"{indexed} files indexed under the given paths (more than half); {fix}"
-        )
-
-
-def _on_disk(source: str) -> bool:
-    """True unless the file recorded as ``source`` is gone (a path that cannot be checked,
-    say for permissions, counts as there: it is kept)."""
-    try:
-        os.stat(source_path(source))
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def _file_lines(loader: Any, path: Path, sections: list, chunks: list) -> None:
-    """Text files: chunk line numbers as the file on disk has them (see kbcli.ingest.lines)."""
-    from .ingest import DefaultDocumentLoader
-    from .ingest.lines import is_text_file, to_file_lines
-
-    if isinstance(loader, DefaultDocumentLoader) and len(sections) == 1 and is_text_file(path):
-        limit = limit_bytes(loader.max_file_mb)  # the second read is bounded like the first
-        to_file_lines(path, sections[0].text, chunks, loader.encoding, max_bytes=limit)
-
-
-def _same(report: SyncReport) -> None:
-    report.unchanged += 1
-    return None
-
-
-def _relabel(
-    kb: Any,
-    record: FileRecord,
-    old: dict[str, Any],
-    new: dict[str, Any],
-    settings: str,
-) -> tuple[FileRecord, list, None, list]:
-    """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
-    vectors (no embedder call), and its record with the new meta."""
-    from .analysis import TITLE_KEY, document_title
-    from .types import Document
-
-    docs = list(kb.store.iter_documents(source=record.path, with_embeddings=True))
-    # The title as build_documents gives it: --meta title wins, else the first heading or name.
-    in_order = sorted(docs, key=lambda d: d.metadata.get("chunk_index", 0))
-    title = new.get(TITLE_KEY) or document_title(
-        (d.metadata.get("heading") for d in in_order), record.path
-    )
-    relabelled = []
-    for doc in docs:
-        kept = {
-            k: v
-            for k, v in doc.metadata.items()
-            if (k not in old or k in _OWN_KEYS) and k != TITLE_KEY
-        }
-        metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
-        if title:
-            metadata[TITLE_KEY] = title
-        relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
-    vectors = [d.embedding for d in relabelled]  # a missing one comes from the cache
-    fresh = FileRecord(
-        record.path,
-        record.size,
-        record.mtime_ns,
-        record.sha256,
-        settings_with_meta(settings, new),
-        [d.id for d in relabelled],
-        datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    return fresh, relabelled, None, vectors
-
-
-# Metadata a file's chunks get from ingest itself, never from --meta.
-_OWN_KEYS = frozenset(
-    {"source", "chunk_index", "page", "heading", "char_start", "char_end", "line", "line_end"}
-) | {"ocr"}
-
-
 def _loader_warnings(loader: Any, path: Path) -> list[str]:
     warnings = getattr(loader, "last_warnings", None) or []
     return [source_name(w if str(path) in w else f"{path}: {w}") for w in warnings]
@@ -704,10 +661,11 @@ def _one_line(exc: Exception, path: Path) -> str:
     return source_name(text if str(path) in text else f"{path}: {text}")
 
 
-def _rebuild_index(kb: Any) -> int:
+def _rebuild_index(kb: Indexable) -> int:
     """Re-tokenise and re-embed every chunk; returns how many chunks were embedded."""
-    store = kb.store
-    store.rebuild_keyword_index()
+    store = ledger_store(kb)
+    if supports(store, KeywordIndex):
+        store.rebuild_keyword_index()
     info = embedder_info(kb.embedder)
     recorded = store.embedder_info
     embedded = store.reembed(kb.ingestor.embed, info)

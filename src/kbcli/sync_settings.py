@@ -5,8 +5,12 @@ the file on the next sync."""
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from .protocols import DocumentReader
+from .types import Document, FileRecord
 
 
 def file_settings(settings: str, kb: Any, path: Path) -> str:
@@ -58,3 +62,50 @@ def split_settings(recorded: str) -> tuple[str, dict[str, Any]]:
         return recorded, {}
     meta = data.pop("meta", None)
     return json.dumps(data, sort_keys=True), meta if isinstance(meta, dict) else {}
+
+
+def relabel(
+    store: DocumentReader,
+    record: FileRecord,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    settings: str,
+) -> tuple[FileRecord, list, None, list]:
+    """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
+    vectors (no embedder call), and its record with the new meta."""
+    from .analysis import TITLE_KEY, document_title
+
+    docs = list(store.iter_documents(source=record.path, with_embeddings=True))
+    # The title as build_documents gives it: --meta title wins, else the first heading or name.
+    in_order = sorted(docs, key=lambda d: d.metadata.get("chunk_index", 0))
+    title = new.get(TITLE_KEY) or document_title(
+        (d.metadata.get("heading") for d in in_order), record.path
+    )
+    relabelled = []
+    for doc in docs:
+        kept = {
+            k: v
+            for k, v in doc.metadata.items()
+            if (k not in old or k in _OWN_KEYS) and k != TITLE_KEY
+        }
+        metadata = {**new, **kept}  # as build_documents: the chunk's own keys win
+        if title:
+            metadata[TITLE_KEY] = title
+        relabelled.append(Document(doc.id, doc.text, metadata, doc.created_at, doc.embedding))
+    vectors = [d.embedding for d in relabelled]  # a missing one comes from the cache
+    fresh = FileRecord(
+        record.path,
+        record.size,
+        record.mtime_ns,
+        record.sha256,
+        settings_with_meta(settings, new),
+        [d.id for d in relabelled],
+        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return fresh, relabelled, None, vectors
+
+
+# Metadata a file's chunks get from ingest itself, never from --meta.
+_OWN_KEYS = frozenset(
+    {"source", "chunk_index", "page", "heading", "char_start", "char_end", "line", "line_end"}
+) | {"ocr"}

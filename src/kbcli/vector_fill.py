@@ -5,6 +5,7 @@ interrupted fill is resumed by the next sync (:func:`fill_vectors`)."""
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -91,7 +92,10 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
     """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
     counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
-    vectors = dict(zip(texts, kb.ingestor.embed(texts, remember=False)))
+    # float32 once: the chunk's row and the embedding cache are written from the same array
+    # (every store keeps float32; a list would be converted again for each)
+    embedded = kb.ingestor.embed(texts, remember=False)
+    vectors = {t: array("f", v) for t, v in zip(texts, embedded)}
     crash_point("after-embed")
     info = embedder_info(kb.embedder)
     store = kb.store

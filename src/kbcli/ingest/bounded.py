@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import IO, Any, TypeVar
 
 from ..errors import LoaderError
+from .reading import FileChanged
 
 T = TypeVar("T")
 
@@ -169,6 +170,8 @@ def serve() -> None:
         _limit_memory(budget)
         try:
             result: tuple[str, Any] = ("ok", func(*args))
+        except FileChanged as exc:
+            result = ("changed", str(exc))
         except LoaderError as exc:
             result = ("error", str(exc))
         except MemoryError:
@@ -324,6 +327,8 @@ def run_bounded(
             _drop_child(kill=True)
     if status == "ok":
         return payload
+    if status == "changed":
+        raise FileChanged(payload)
     if status == "error":
         raise LoaderError(payload)
     if status == "memory":

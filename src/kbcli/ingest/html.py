@@ -159,11 +159,12 @@ def html_to_sections(markup: str) -> list[tuple[str, dict[str, Any]]]:
     return [(t, m) for t, m in sections if t.strip()]
 
 
-def extract_html(path: str, max_bytes: int | None = None) -> Extracted:
-    """Sections of the HTML file ``path`` (at most ``max_bytes`` read) and warnings."""
+def extract_html(path: str, max_bytes: int | None = None, sha256: str | None = None) -> Extracted:
+    """Sections of the HTML file ``path`` (at most ``max_bytes`` read; with ``sha256``, they
+    must have that hash) and warnings."""
     from bs4.dammit import UnicodeDammit
 
-    raw = read_bounded(path, max_bytes)
+    raw = read_bounded(path, max_bytes, sha256=sha256)
     dammit = UnicodeDammit(raw, is_html=True)
     markup = dammit.unicode_markup
     if markup is None:

@@ -89,7 +89,13 @@ def to_file_lines(
     the file at ``path`` (read with the loader's decoding, at most ``max_bytes``)."""
     from .text_encoding import read_text
 
-    mapping = file_line_map(read_text(path, encoding, max_bytes=max_bytes), loaded)
+    map_file_lines(read_text(path, encoding, max_bytes=max_bytes), loaded, chunks)
+
+
+def map_file_lines(raw: str, loaded: str, chunks: list[Any]) -> None:
+    """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
+    ``raw``, the file's text as decoded from disk (see :func:`file_line_map`)."""
+    mapping = file_line_map(raw, loaded)
     if mapping is None:
         return
     for chunk in chunks:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,8 @@ from .bounded import run_bounded
 from .html import extract_html
 from .normalizers import StructurePreservingNormalizer
 from .office import check_docx_zip, extract_docx, extract_pdf
-from .reading import limit_bytes, not_regular
-from .text_encoding import read_text
+from .reading import FileContent, limit_bytes, not_regular
+from .text_encoding import decode_text, read_text
 
 SECTION_SEPARATOR = "\n\n"
 
@@ -35,8 +36,10 @@ class BuiltinLoader:
     ``last_warnings`` holds the warnings of the latest call (empty when all went well).
     :class:`DefaultDocumentLoader` passes its ``encoding`` and ``timeout`` through
     :meth:`configured`, so a subclass must accept both as keyword arguments; it then sets
-    ``max_bytes`` and ``ocr`` (the ``ocr`` settings). ``last_ocr`` is ``{"pages", "seconds"}``
-    when the latest call recognised pages, else None.
+    ``max_bytes`` and ``ocr`` (the ``ocr`` settings), and ``sha256`` when the bytes it reads
+    must be those a caller hashed (a parser in the worker hashes what it reads: ``FileChanged``
+    when they differ; ``checked`` is then True after a call whose every read was compared).
+    ``last_ocr`` is ``{"pages", "seconds"}`` when the latest call recognised pages, else None.
     """
 
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
@@ -46,6 +49,8 @@ class BuiltinLoader:
             None  # read at most this many bytes (set by the default loader)
         )
         self.ocr = OcrConfig()
+        self.sha256: str | None = None
+        self.checked = False
         self.last_warnings: list[str] = []
         self.last_ocr: dict[str, Any] | None = None
 
@@ -64,12 +69,14 @@ class BuiltinLoader:
     def _extract_bounded(self, extract: Any, path: str | Path) -> list[Section]:
         """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
         self.last_warnings = []
-        sections, self.last_warnings = self._bounded(extract, path)
+        sections, self.last_warnings = self._bounded(extract, path, self.sha256)
+        self.checked = self.sha256 is not None
         return [Section(text, meta) for text, meta in sections]
 
     def _bounded(self, func: Any, path: str | Path, *args: Any) -> Any:
         """``func(path, max_bytes, *args)`` in the bounded worker, within ``timeout``."""
         self.last_ocr = None
+        self.checked = False
         return run_bounded(
             func,
             (str(path), self.max_bytes, *args),
@@ -99,8 +106,8 @@ class TextLoader(BuiltinLoader):
     """Plain text, markdown and reStructuredText, as one section (headings are found later,
     by the chunker). Encoding: BOM, then ``encoding``, then detection (GB18030 for Chinese).
 
-    Read in this process (a worker per small note would cost more than the note), in linear
-    time, at most ``max_bytes``, with ``timeout`` checked between 1 MB blocks."""
+    Read in this process (a worker per small note would cost more than the note), once, in
+    linear time, at most ``max_bytes``, with ``timeout`` checked between 1 MB blocks."""
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
@@ -120,11 +127,13 @@ class PdfLoader(BuiltinLoader):
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
         found, self.last_warnings, scanned, total = self._bounded(
-            extract_pdf, path, self.ocr.min_text_per_page
+            extract_pdf, path, self.ocr.min_text_per_page, self.sha256
         )
         pages = {meta["page"]: Section(text, meta) for text, meta in found}
         if scanned:
             self._scanned(path, scanned, pages, total)
+        # a recognised page is read again by the OCR worker, unchecked
+        self.checked = self.sha256 is not None and self.last_ocr is None
         return [pages[n] for n in sorted(pages)]
 
     def _scanned(
@@ -296,6 +305,18 @@ register_loader([".html", ".htm"], HtmlLoader())
 register_loader(list(ocr_pages.IMAGE_EXTENSIONS), ImageLoader())
 
 
+@dataclass
+class Loaded:
+    """A file loaded from one read (:meth:`DefaultDocumentLoader.load_content`): its sections,
+    a text file's decoded text as it is on disk (for its line numbers; else None), and whether
+    the sections are known to come from exactly the bytes that were hashed, one version of
+    the file (``confirmed``; when False the caller hashes the file again to be sure)."""
+
+    sections: list[Section]
+    text: str | None = None
+    confirmed: bool = False
+
+
 class DefaultDocumentLoader:
     """Load any registered file type, within a size limit and a parse-time limit.
 
@@ -329,6 +350,7 @@ class DefaultDocumentLoader:
         self.last_warnings: list[str] = []
         self.last_ocr: dict[str, Any] | None = None
         self._normalizer = StructurePreservingNormalizer()
+        self._last_loader: Any = None
 
     def ocr_signature(self, path: str | Path) -> str | None:
         """The OCR settings that decide ``path``'s text, when its loader may recognise it (a
@@ -369,6 +391,38 @@ class DefaultDocumentLoader:
                     "when it is no longer being written"
                 )
             time.sleep(0.1)
+        return self._normalised(sections)
+
+    def takes_bytes(self, path: str | Path) -> bool:
+        """True when :meth:`load_content` loads ``path`` from the bytes read (a text file);
+        other formats are parsed from the path, checked against the SHA-256 read."""
+        try:
+            return isinstance(loader_for(path), TextLoader)
+        except UnsupportedFormatError:
+            return False
+
+    def load_content(self, path: str | Path, content: FileContent) -> Loaded:
+        """``path`` loaded from ``content``, the one read of it a sync made: a text file
+        decoded from its bytes (``content.data``, kept when :meth:`takes_bytes`), a PDF, DOCX
+        or HTML file parsed in the worker, which checks its bytes against ``content.sha256``
+        (:class:`~kbcli.ingest.reading.FileChanged` when they differ). Raises LoaderError as
+        :meth:`load_sections` does; the caller retries a file that changed."""
+        self.last_warnings = []
+        self.last_ocr = None
+        path = Path(path)
+        loader = loader_for(path)
+        if isinstance(loader, TextLoader) and content.data is not None:
+            try:
+                raw = decode_text(content.data, path, self.encoding, timeout=self.timeout)
+            except UnicodeError as exc:
+                reason = " ".join(str(exc).split())
+                raise LoaderError(f"{path}: cannot read the file ({reason})") from None
+            return Loaded(self._normalised([Section(raw)]), raw, content.settled)
+        sections = self._load(path, content.stat, content.sha256)
+        confirmed = bool(getattr(self._last_loader, "checked", False))
+        return Loaded(self._normalised(sections), None, confirmed)
+
+    def _normalised(self, sections: list[Section]) -> list[Section]:
         out = []
         sections.reverse()
         while sections:  # pop as we go: each raw text is freed once its normalised copy exists
@@ -391,7 +445,7 @@ class DefaultDocumentLoader:
             raise not_regular(path, st.st_mode)
         return st
 
-    def _load(self, path: Path, st: os.stat_result) -> list[Section]:
+    def _load(self, path: Path, st: os.stat_result, sha256: str | None = None) -> list[Section]:
         loader = loader_for(path)
         if self.max_file_mb is not None and st.st_size > self.max_file_mb * (1 << 20):
             raise LoaderError(
@@ -402,6 +456,8 @@ class DefaultDocumentLoader:
             loader = loader.configured(self.encoding, self.timeout)
             loader.max_bytes = limit_bytes(self.max_file_mb)
             loader.ocr = self.ocr
+            loader.sha256 = sha256
+        self._last_loader = loader
         try:
             if callable(getattr(loader, "load_sections", None)):
                 sections = list(loader.load_sections(path))

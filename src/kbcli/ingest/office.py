@@ -61,29 +61,34 @@ def _pdf_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def extract_pdf(path: str, max_bytes: int | None = None, min_chars: int = 0) -> ExtractedPdf:
+def extract_pdf(
+    path: str, max_bytes: int | None = None, min_chars: int = 0, sha256: str | None = None
+) -> ExtractedPdf:
     """Text of each page with ``{"page": n}`` (1-based), warnings, the pages with fewer than
     ``min_chars`` characters of text (none at all with 0) as ``(page, text, shows an image)``:
     the candidates for OCR, left out of the sections, and the number of pages.
 
-    At most ``max_bytes`` of the file are read."""
+    At most ``max_bytes`` of the file are read; with ``sha256``, they must have that hash
+    (:class:`~kbcli.ingest.reading.FileChanged`)."""
 
     # pypdf logs its repairs ("EOF marker not found"...) as warnings; our errors say it better.
     logger = logging.getLogger("pypdf")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        return _extract_pdf(path, max_bytes, min_chars)
+        return _extract_pdf(path, max_bytes, min_chars, sha256)
     finally:
         logger.setLevel(level)
 
 
-def _extract_pdf(path: str, max_bytes: int | None, min_chars: int) -> ExtractedPdf:
+def _extract_pdf(
+    path: str, max_bytes: int | None, min_chars: int, sha256: str | None
+) -> ExtractedPdf:
     import pypdf
     from pypdf.errors import DependencyError, FileNotDecryptedError
 
     errors = _pdf_errors()
-    data = io.BytesIO(read_bounded(path, max_bytes))
+    data = io.BytesIO(read_bounded(path, max_bytes, sha256=sha256))
     try:
         reader = pypdf.PdfReader(data)
         if reader.is_encrypted and not reader.decrypt(""):
@@ -361,16 +366,16 @@ def _table_text(table: Any) -> str:
     return "\n".join(rows)
 
 
-def extract_docx(path: str, max_bytes: int | None = None) -> Extracted:
+def extract_docx(path: str, max_bytes: int | None = None, sha256: str | None = None) -> Extracted:
     """Paragraphs and tables in order, one section per heading with its heading path.
 
-    At most ``max_bytes`` of the file are read."""
+    At most ``max_bytes`` of the file are read; with ``sha256``, they must have that hash."""
     import docx
     from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table
     from lxml.etree import LxmlError
 
-    raw = read_bounded(path, max_bytes)
+    raw = read_bounded(path, max_bytes, sha256=sha256)
     try:
         document = docx.Document(io.BytesIO(raw))
         body = list(document.iter_inner_content())

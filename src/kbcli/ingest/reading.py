@@ -9,15 +9,25 @@ DOCX workers) goes through :func:`open_regular` and :func:`read_bounded`:
 - the size limit counts bytes actually read, whatever ``stat`` said (a file that grows while
   it is read, or a device behind a link, stops at the limit);
 - an optional deadline (``time.monotonic()`` value) is checked between blocks.
+
+A sync reads a changed file once (:func:`read_content`: hashed while read, the bytes handed to
+the text loader). That one read holds one version of the file when its ``fstat`` is the same
+before and after it and the file last changed :data:`SETTLED_NS` before it began (git's "racy"
+rule: a write during the read would leave a later change time, even on a file system whose
+clock counts in ticks or, as FAT, in 2 s steps); otherwise the caller hashes the file again.
+A parser in the worker process is handed the expected SHA-256 and hashes what it reads
+itself (:class:`FileChanged` when it differs), so its read and the sync's must agree.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,6 +35,49 @@ from ..errors import LoaderError
 
 BLOCK_SIZE = 1 << 20
 MB = 1 << 20
+# A file whose last change (mtime or ctime) is older than this when its read begins, and whose
+# fstat did not move during the read, was not written while it was read (module docstring).
+SETTLED_NS = 3_000_000_000
+
+
+class FileChanged(LoaderError):
+    """The bytes read do not have the SHA-256 the caller expected: the file changed since."""
+
+
+@dataclass
+class FileContent:
+    """One read of a regular file: the SHA-256 of its bytes, its ``fstat`` when opened, the
+    bytes themselves (None when not kept) and whether the read is known to hold one version
+    of the file (``settled``, see the module docstring)."""
+
+    sha256: str
+    stat: os.stat_result
+    data: bytes | bytearray | None
+    settled: bool
+
+
+def read_content(
+    path: str | Path, limit: int | None, *, follow_symlinks: bool = True, keep: bool = True
+) -> FileContent:
+    """Read ``path`` once (a regular file, at most ``limit`` bytes), hashing while reading;
+    ``keep`` keeps the bytes."""
+    started = time.time_ns()
+    digest = hashlib.sha256()
+    data = bytearray()
+    fh, st = open_regular(path, follow_symlinks=follow_symlinks)
+    with fh:
+        for block in read_blocks(fh, path, limit):
+            digest.update(block)
+            if keep:
+                data += block
+        after = os.fstat(fh.fileno())
+    changed = max(after.st_mtime_ns, after.st_ctime_ns)
+    settled = _version(st) == _version(after) and changed < started - SETTLED_NS
+    return FileContent(digest.hexdigest(), st, data if keep else None, settled)
+
+
+def _version(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def file_kind(mode: int) -> str:
@@ -128,12 +181,17 @@ def read_bounded(
     *,
     follow_symlinks: bool = True,
     timeout: float | None = None,
+    sha256: str | None = None,
 ) -> bytes:
-    """The bytes of the regular file ``path``: at most ``limit``, within ``timeout`` seconds."""
+    """The bytes of the regular file ``path``: at most ``limit``, within ``timeout`` seconds.
+    With ``sha256``, :class:`FileChanged` unless the bytes read have that SHA-256."""
     deadline = time.monotonic() + timeout if timeout is not None else None
     fh, _ = open_regular(path, follow_symlinks=follow_symlinks)
     with fh:
-        return b"".join(read_blocks(fh, path, limit, deadline=deadline, timeout=timeout))
+        data = b"".join(read_blocks(fh, path, limit, deadline=deadline, timeout=timeout))
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise FileChanged(f"{path}: the file changed while it was being read")
+    return data
 
 
 def limit_bytes(max_file_mb: float | None) -> int | None:

@@ -13,7 +13,7 @@ import unicodedata
 from pathlib import Path
 
 from ..errors import LoaderError
-from .reading import open_regular, read_blocks
+from .reading import open_regular, read_blocks, timed_out
 
 BLOCK_SIZE = 1 << 20
 SAMPLE_SIZE = 1 << 20
@@ -65,28 +65,49 @@ def read_text(
 ) -> str:
     """Return the text of ``path``: BOM first, then ``encoding``, then a detected encoding.
 
-    Regular files only; at most ``max_bytes`` are read and decoding stops after ``timeout``
-    seconds (LoaderError).
+    Regular files only, read once; at most ``max_bytes`` are read and reading and decoding
+    stop after ``timeout`` seconds (LoaderError).
     """
     path = Path(path)
     limits = _Limits(max_bytes, timeout)
     try:
         fh, _ = open_regular(path)
         with fh:
-            sample = fh.read(SAMPLE_SIZE)
+            data = bytearray()
+            for block in read_blocks(
+                fh, path, limits.max_bytes, deadline=limits.deadline, timeout=limits.timeout
+            ):
+                data += block
     except OSError as exc:
         raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
+    return _decode_text(data, path, encoding, limits)
+
+
+def decode_text(
+    data: bytes | bytearray,
+    path: str | Path,
+    encoding: str = "utf-8",
+    *,
+    timeout: float | None = None,
+) -> str:
+    """The text of a file's bytes ``data`` (read already), as :func:`read_text` decodes it;
+    ``path`` names the file in errors."""
+    return _decode_text(data, Path(path), encoding, _Limits(None, timeout))
+
+
+def _decode_text(data: bytes | bytearray, path: Path, encoding: str, limits: _Limits) -> str:
+    sample = bytes(data[:SAMPLE_SIZE])
     if not sample:
         return ""
     declared = bom_encoding(sample[:4])
     if declared is not None:
         return _decode_as_claimed(
-            path, declared, limits, f"the file starts with a {declared} byte-order mark"
+            data, path, declared, limits, f"the file starts with a {declared} byte-order mark"
         )
     if b"\x00" in sample[:8192]:
         wide = utf16_without_bom(sample)
         if wide is not None:
-            return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
+            return _decode_as_claimed(data, path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
         raise LoaderError(
             f"{path}: looks like a binary file (NUL bytes), not text: "
             "load the original document, or save it as UTF-8 text"
@@ -97,14 +118,14 @@ def read_text(
         if name is None or _codec(name) in tried:
             continue
         tried.append(_codec(name))
-        text = _decode_file(path, name, limits)
+        text = _decode(data, path, name, limits)
         if text is not None:
             return text
     # Last, UTF-16 with no NUL byte at all (CJK without a space or line break in ASCII): only
     # on a sample long enough that legacy or binary bytes could not pass for it by chance.
     wide = utf16_without_bom(sample) if len(sample) >= UTF16_MIN_BYTES else None
     if wide is not None:
-        return _decode_as_claimed(path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
+        return _decode_as_claimed(data, path, wide, limits, _UTF16_CLAIM.format(wide.upper()))
     raise LoaderError(
         f"{path}: cannot decode the text (tried {', '.join(tried)}; no other encoding fits): {_FIX}"
     )
@@ -160,9 +181,11 @@ def _odd_characters(head: bytes, encoding: str) -> int | None:
     return odd
 
 
-def _decode_as_claimed(path: Path, encoding: str, limits: _Limits, claim: str) -> str:
-    """The file decoded as ``encoding``, which ``claim`` says it is; else LoaderError."""
-    text = _decode_file(path, encoding, limits)
+def _decode_as_claimed(
+    data: bytes | bytearray, path: Path, encoding: str, limits: _Limits, claim: str
+) -> str:
+    """``data`` decoded as ``encoding``, which ``claim`` says it is; else LoaderError."""
+    text = _decode(data, path, encoding, limits)
     if text is None:
         raise LoaderError(f"{path}: {claim} but is not valid {encoding}: {_FIX}")
     return text
@@ -203,28 +226,25 @@ class _Limits:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout if timeout is not None else None
 
+    def check(self, path: Path) -> None:
+        """LoaderError once the deadline has passed."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise timed_out(path, self.timeout)
 
-def _decode_file(path: Path, encoding: str, limits: _Limits) -> str | None:
-    """Decode the whole file strictly, block by block; None when it is not valid ``encoding``."""
+
+def _decode(data: bytes | bytearray, path: Path, encoding: str, limits: _Limits) -> str | None:
+    """``data`` decoded strictly (one call: the text and the bytes are the only copies held);
+    None when it is not valid ``encoding``."""
     try:
-        decoder = codecs.getincrementaldecoder(encoding)(errors="strict")
+        codecs.lookup(encoding)
     except LookupError:
         raise LoaderError(
             f"{path}: unknown text encoding {encoding!r}: use a name such as utf-8 or gb18030"
         ) from None
-    parts: list[str] = []
+    limits.check(path)
     try:
-        fh, _ = open_regular(path)
-        with fh:
-            for block in read_blocks(
-                fh, path, limits.max_bytes, deadline=limits.deadline, timeout=limits.timeout
-            ):
-                parts.append(decoder.decode(block))
-            parts.append(decoder.decode(b"", final=True))
+        text = codecs.decode(data, encoding, "strict")
     except UnicodeDecodeError:
         return None
-    except OSError as exc:
-        raise LoaderError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
-    text = "".join(parts)
-    del parts
+    limits.check(path)
     return text

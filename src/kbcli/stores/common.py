@@ -35,7 +35,9 @@ def text_hash(text: str) -> str:
 
 
 def pack_vector(vec: Iterable[float]) -> bytes:
-    """float32 bytes of ``vec``."""
+    """float32 bytes of ``vec`` (a float32 ``array`` is copied as it is, not converted)."""
+    if isinstance(vec, array) and vec.typecode == "f":
+        return vec.tobytes()
     return array("f", vec).tobytes()
 
 

@@ -1,0 +1,153 @@
+"""The keyword pack file (``<db>.keyword-pack``, see :mod:`.packed`): its arrays built from the
+forward indexes, written (temp -> fsync -> rename) and mapped back."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...crashpoints import crash_point
+from .packlog import FORMAT, HEADER_SIZE, MAGIC, TF_RUNS, read_header
+from .vectors import fsync_dir
+
+FETCH = 20_000  # chunk rows per step when packing
+ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
+
+
+# --- building and mapping a pack --------------------------------------------------------------
+
+
+def _pairs(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward indexes -> (term ids, tfs, pairs per chunk)."""
+    counts = np.fromiter((len(b) // 16 for b in blobs), np.int64, len(blobs))
+    flat = np.frombuffer(b"".join(blobs), "<i8").reshape(-1, 2)
+    return flat[:, 0], flat[:, 1], counts
+
+
+def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
+    """Every chunk's postings as of ``conn``'s snapshot, read from the forward indexes."""
+    docs, dls, srcs, terms, tfs, slots = [], [], [], [], [], []
+    rows = conn.execute("SELECT doc, length, src, terms FROM chunks ORDER BY doc")
+    done = 0
+    while batch := rows.fetchmany(FETCH):
+        docs.append(np.fromiter((r[0] for r in batch), np.int64, len(batch)))
+        dls.append(np.fromiter((r[1] for r in batch), np.int64, len(batch)))
+        srcs.append(np.fromiter((r[2] for r in batch), np.int64, len(batch)))
+        term, tf, counts = _pairs([r[3] for r in batch])
+        terms.append(term.astype(np.int32))
+        tfs.append(tf.astype(np.int32))
+        slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))
+        done += len(batch)
+    cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt)  # noqa: E731
+    doc, dl, src = cat(docs, np.int64), cat(dls, np.int64), cat(srcs, np.int64)
+    term, tf, slot = cat(terms, np.int32), cat(tfs, np.int32), cat(slots, np.int32)
+    max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
+    n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
+    lengths = np.bincount(term, minlength=n_terms)
+    # Within a term, postings by tf (TF_RUNS and above as one), then slot (see TF_RUNS): the
+    # sort is stable and chunks were read by doc. In place where it can be: every array here
+    # is the size of every posting, keep few alive at once.
+    if n_terms * (TF_RUNS + 1) >= 2**31:
+        term = term.astype(np.int64)
+    term *= TF_RUNS + 1
+    term += np.minimum(tf, TF_RUNS)
+    order = np.argsort(term, kind="stable")
+    del term
+    slot = slot[order]
+    tf = tf[order]
+    del order
+    offsets = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    sources = conn.execute("SELECT id, length FROM sources").fetchall()
+    max_src = max([s for s, _ in sources] + [int(src.max()) if len(src) else 0])
+    srclen = np.zeros(max_src + 1, np.int64)
+    if sources:
+        ids = np.fromiter((s for s, _ in sources), np.int64, len(sources))
+        srclen[ids] = np.fromiter((n for _, n in sources), np.int64, len(sources))
+    return {
+        "doc": doc,
+        "dl": dl.astype(np.int32),
+        "src": src,
+        "offsets": offsets,
+        "slot": slot,
+        "tf": tf,
+        "srclen": srclen,
+    }
+
+
+def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) -> bool:
+    """Write a pack atomically (temp -> fsync -> rename); False when it cannot be written.
+    A pack on disk of the same tag and a later position is kept."""
+    header: dict[str, Any] = {
+        "tag": tag,
+        "seq": seq,
+        "format": FORMAT,
+        "tf_runs": TF_RUNS,
+        "arrays": {},
+    }
+    offset = HEADER_SIZE
+    for name in ARRAYS:
+        a = arrays[name]
+        header["arrays"][name] = [a.dtype.str, offset, int(a.shape[0])]
+        offset += (a.nbytes + 7) // 8 * 8
+    header["size"] = offset
+    head = MAGIC + json.dumps(header).encode()
+    if len(head) > HEADER_SIZE:
+        return False
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(head.ljust(HEADER_SIZE, b" "))
+            for name in ARRAYS:
+                a = np.ascontiguousarray(arrays[name])
+                fh.write(memoryview(a).cast("B"))
+                crash_point("keyword-pack-write")
+                fh.write(b"\0" * ((8 - a.nbytes % 8) % 8))
+            fh.flush()
+            os.fsync(fh.fileno())
+        existing = read_header(path)
+        if existing and existing.get("tag") == tag and int(existing.get("seq", -1)) > seq:
+            tmp.unlink(missing_ok=True)
+            return True
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return True
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+
+
+def map_pack(path: Path, tag: str) -> Pack | None:
+    """The pack on disk if it is whole and of ``tag``; None otherwise."""
+    header = read_header(path)
+    if header is None or header.get("tag") != tag:
+        return None
+    try:
+        if path.stat().st_size != int(header["size"]):
+            return None
+        raw = np.memmap(path, np.uint8, "r")
+        arrays = {
+            name: np.frombuffer(raw, np.dtype(dt), count, offset)
+            for name, (dt, offset, count) in header["arrays"].items()
+        }
+        if set(arrays) != set(ARRAYS):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Pack(tag, int(header["seq"]), arrays)
+
+
+@dataclass
+class Pack:
+    """A mapped pack: its tag, its log position and its arrays."""
+
+    tag: str
+    seq: int
+    arrays: dict[str, np.ndarray]
