@@ -370,7 +370,7 @@ class HybridRetriever:
                 named=self.named_hit(query, keyword_hits),
             )
             if options.explain:
-                notes = {}
+                notes: dict[str, Any] = {}
                 if weak and options.fusion == "weighted":
                     notes["alpha_note"] = self.keyword_first_reason(query, options)
                 elif options.fusion == "weighted" and not options.alpha_chosen:
