@@ -429,14 +429,29 @@ def experiment(
                 own[c] = fused.get(src, 0.0) + 1e-6 * (d.get(c, 0.0) + k.get(c, 0.0))
             fused = own
         if sure is not None:
-            from kbcli.scoring import keyword_sure
-
-            pinned = keyword_sure(k, q.docs, sure)
+            pinned = _keyword_sure(k, q.docs, sure)
             if pinned is not None:
                 fused[pinned] = max(fused.values()) + 1.0
         return fused
 
     return rule
+
+
+def _keyword_sure(keyword: dict, docs: dict, sure: float) -> str | None:
+    """The gap rule tried and not kept (docs/search.md): the keyword route's best chunk when
+    its file's best score is at least ``1 / sure`` times the next file's, else None."""
+    best: dict = {}
+    top: dict = {}
+    for chunk, score in keyword.items():
+        doc = docs[chunk]
+        if score > best.get(doc, float("-inf")):
+            best[doc], top[doc] = score, chunk
+    ranked = sorted(best, key=best.get, reverse=True)
+    if not ranked or best[ranked[0]] <= 0:
+        return None
+    if len(ranked) == 1 or best[ranked[1]] <= sure * best[ranked[0]]:
+        return top[ranked[0]]
+    return None
 
 
 _ANALYZER = None

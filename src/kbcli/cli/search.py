@@ -77,7 +77,8 @@ def search(
             metavar="F",
             min=0.0,
             max=1.0,
-            help="Weight of the semantic route in weighted hybrid fusion [default: config].",
+            help="Weight of the semantic route in weighted hybrid fusion, the same for every query "
+            "[default: per query, from config's rerank_alpha].",
         ),
     ] = None,
     fusion: FusionOption = "weighted",
