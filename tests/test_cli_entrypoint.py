@@ -239,3 +239,24 @@ def test_progress_bar_is_drawn_when_stderr_is_a_terminal(kb_exe, corpus):
     assert process.wait(timeout=120) == 1  # broken.pdf
     assert b"Indexing" in drawn and b"\x1b[" in drawn
     assert "Indexed 4 files" in stdout and "\x1b[" not in stdout
+
+
+@pytest.mark.parametrize("user_value", [None, "4"])
+def test_kb_starts_numpy_with_one_blas_thread_unless_the_user_chose(kb_python, user_value):
+    """OpenBLAS's default pool spins its threads up when numpy is imported (about 100 ms of CPU
+    per command on 2 cores, benchmarks/bench_startup.py); kb's entry point asks for one thread
+    before anything imports numpy, and keeps a value the user set."""
+    code = (
+        "import os\n"
+        "from kbcli.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = user_value
+    done = subprocess.run(
+        [kb_python, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == (user_value or "1")

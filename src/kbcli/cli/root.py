@@ -1,7 +1,9 @@
 """The ``kb`` application: its global options, ``--version`` and the console script's entry
 point. The commands register themselves on :data:`app` (see :mod:`kbcli.cli`)."""
 
+import os
 import sys
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Annotated
 
@@ -86,8 +88,23 @@ def _root(
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
 
 
+# BLAS thread pools kb's own processes start with, unless the environment sets them: one kb
+# command multiplies one query vector at a time (memory-bound), and OpenBLAS's default pool
+# spins its threads up at numpy's import: about 100 ms of CPU per command on 2 cores for
+# nothing (benchmarks/bench_startup.py; docs/benchmarks.md, "BLAS threads").
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def limit_blas_threads(environ: MutableMapping[str, str] = os.environ) -> None:
+    """Set :data:`BLAS_THREADS` in ``environ`` where the user has not set them (before numpy
+    is imported; the library alone never does this)."""
+    for name, value in BLAS_THREADS.items():
+        environ.setdefault(name, value)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``kb`` console script."""
+    limit_blas_threads()
     try:
         app(args=argv, prog_name="kb")
     except KeyboardInterrupt:
