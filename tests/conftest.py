@@ -13,6 +13,10 @@ from kbcli.config import reset_config_cache
 # would then see it ignored, as kb rightly leaves it (nohup). They test the terminal case.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# `nohup` does the same to SIGHUP, which kb also leaves ignored: the hangup tests test a
+# process whose terminal closes, so their children start with SIGHUP at its default.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 API_KEY_VARS = (
     "OPENAI_API_KEY",
