@@ -137,18 +137,9 @@ class Analyzer:
         scheme = self.cjk_scheme
         out: list[str] = []
         append, extend = out.append, out.extend
-        tokens = _TOKEN.findall(text)
-        if _CJK.search(text) is None:  # the common case: no token needs the CJK test
-            for token in tokens:
-                if token.isalnum():
-                    term = word(token)
-                    if term:
-                        append(term)
-                else:
-                    extend(_compound_terms(token, word))
-            return out
-        for token in tokens:
-            if _CJK.search(token):
+        cjk = _CJK.search(text) is not None  # without CJK in the text, no token needs the test
+        for token in _TOKEN.findall(text):
+            if cjk and _CJK.search(token):
                 extend(_mixed_terms(token, scheme, word))
             elif token.isalnum():
                 term = word(token)
