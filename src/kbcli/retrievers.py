@@ -13,6 +13,7 @@ from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
 from .scoring import (
     KEYWORD_SURE_MARGIN,
+    MIN_DENSE_ALPHA,
     below_floor,
     confident_alpha,
     keyword_first_fusion,
@@ -551,7 +552,7 @@ def confidence_reason(base: float, margin: float) -> str:
         how = "keyword route fairly sure"
     return (
         f"per query: {how}, its top file leads the next by {margin:.0%} of its score; "
-        f"{base:g} at 0%, 0.001 from {KEYWORD_SURE_MARGIN:.0%}"
+        f"{base:g} at 0%, {MIN_DENSE_ALPHA:g} from {KEYWORD_SURE_MARGIN:.0%}"
     )
 
 
