@@ -114,6 +114,10 @@ def before(alpha: float = 0.6) -> Rule:
     return rule
 
 
+# Embedders that declare ``keyword_sure_margin`` (the per-query weight), as in kbcli.
+PER_QUERY = ("e5", "static")
+
+
 def product(
     alpha: float | None = None,
     floor: str | bool = "kb",
@@ -132,7 +136,7 @@ def product(
 
     def rule(q: Query) -> dict[str, float]:
         chosen = alpha if alpha is not None else EMBEDDER_ALPHA.get(q.embedder, 0.6)
-        if alpha is None and per_query:
+        if alpha is None and per_query and q.embedder in PER_QUERY:
             chosen = confident_alpha(chosen, keyword_margin((d, s) for _, d, s in q.keyword))
         options = SearchOptions(k=1000, mode="hybrid", dedupe=False, alpha=chosen)
 

@@ -10,8 +10,10 @@ class TableEmbedder:
 
     provider, model, weak = "table", "t", False
 
-    def __init__(self, table):
+    def __init__(self, table, keyword_sure_margin=None):
         self.table = table
+        if keyword_sure_margin is not None:  # the per-query weight, as e5 and static declare
+            self.keyword_sure_margin = keyword_sure_margin
 
     def embed_documents(self, texts):
         return [self.table.get(t, [0.0, 0.0, 1.0]) for t in texts]

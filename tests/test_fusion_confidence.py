@@ -59,7 +59,7 @@ TABLE = {
 
 @pytest.fixture(params=["memory", "sqlite"])
 def store(request, tmp_path):
-    return table_store(request.param, tmp_path, TEXTS, TableEmbedder(TABLE))
+    return table_store(request.param, tmp_path, TEXTS, TableEmbedder(TABLE, KEYWORD_SURE_MARGIN))
 
 
 def ids(hits):
@@ -70,7 +70,7 @@ def test_a_keyword_sure_page_is_not_pushed_down_by_a_look_alike(store):
     """The fixed alpha 0.6 ranked the dense look-alike above the page every query word is in
     (0.6 from the dense route beats 0.4 from the keyword one); the per-query weight falls to
     0.001 when the keyword route is this sure."""
-    r = HybridRetriever(store, TableEmbedder(TABLE), alpha=0.6)
+    r = HybridRetriever(store, TableEmbedder(TABLE, KEYWORD_SURE_MARGIN), alpha=0.6)
     assert ids(r.search(QUERY, 3, SearchOptions(mode="keyword")))[0] == "right"
     assert ids(r.search(QUERY, 3, SearchOptions(alpha=0.6)))[0] == "wrong"  # --alpha forces it
     hits = r.search(QUERY, 3, SearchOptions(explain=True))
@@ -90,7 +90,7 @@ def test_where_the_keyword_route_is_unsure_the_dense_route_keeps_its_weight(tmp_
     store = SQLiteStore(tmp_path / "kb.db")
     docs = [Document(key, text, {"source": f"{key}.md"}) for key, text in texts.items()]
     store.add(docs, [[0.2, 1.0], [1.0, 0.1]])
-    r = HybridRetriever(store, TableEmbedder(table), alpha=0.6)
+    r = HybridRetriever(store, TableEmbedder(table, KEYWORD_SURE_MARGIN), alpha=0.6)
     keyword_hits = r.keyword.search(QUERY, 10, SearchOptions())
     assert r.effective_alpha(SearchOptions(), QUERY, keyword_hits) == 0.6
     hits = r.search(QUERY, 2, SearchOptions(explain=True))
@@ -108,7 +108,9 @@ def test_the_margin_is_between_files_not_chunks(tmp_path):
         Document("w", TEXTS["wrong"], {"source": "w.md"}),
         Document("o", TEXTS["other"], {"source": "o.md"}),
     ]
-    emb = TableEmbedder({**TABLE, TEXTS["right"] + " again": TABLE[TEXTS["right"]]})
+    emb = TableEmbedder(
+        {**TABLE, TEXTS["right"] + " again": TABLE[TEXTS["right"]]}, KEYWORD_SURE_MARGIN
+    )
     store.add(docs, emb.embed_documents([d.text for d in docs]))
     r = HybridRetriever(store, emb, alpha=0.6)
     keyword_hits = r.keyword.search(QUERY, 10, SearchOptions())
@@ -118,7 +120,7 @@ def test_the_margin_is_between_files_not_chunks(tmp_path):
 
 
 def test_a_chosen_alpha_and_a_weak_embedder_keep_their_weights(store):
-    r = HybridRetriever(store, TableEmbedder(TABLE), alpha=0.6)
+    r = HybridRetriever(store, TableEmbedder(TABLE, KEYWORD_SURE_MARGIN), alpha=0.6)
     keyword_hits = r.keyword.search(QUERY, 10, SearchOptions())
     assert r.effective_alpha(SearchOptions(alpha=0.6), QUERY, keyword_hits) == 0.6
     hits = r.search(QUERY, 1, SearchOptions(alpha=0.6, explain=True))
@@ -142,3 +144,14 @@ def test_the_embedders_own_alpha_is_the_base_of_the_per_query_weight(store):
     assert r.effective_alpha(SearchOptions(), QUERY) == 0.3  # no keyword hits given
     nothing = r.keyword.search("zzzz", 10, SearchOptions())
     assert r.effective_alpha(SearchOptions(), "zzzz", nothing) == 0.3  # keywords found none
+
+
+def test_an_embedder_without_a_declared_ramp_keeps_one_weight_for_every_query(store):
+    """MiniLM declares no ``keyword_sure_margin``: the keyword route's lead does not move its
+    weight (the README's quick start: on 7 files a one-word keyword match led by 48 % and
+    buried the page the question meant)."""
+    r = HybridRetriever(store, TableEmbedder(TABLE), alpha=0.6)
+    keyword_hits = r.keyword.search(QUERY, 50, SearchOptions())
+    assert r.effective_alpha(SearchOptions(), QUERY, keyword_hits) == 0.6
+    top = r.search(QUERY, 3, SearchOptions(explain=True))[0]
+    assert top.explain["alpha"] == 0.6 and "keyword_margin" not in top.explain

@@ -96,6 +96,11 @@ class LazyEmbedder:
         """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
         return getattr(self.resolved, "alpha", None)
 
+    @property
+    def keyword_sure_margin(self) -> float | None:
+        """The resolved embedder's per-query weight ramp (None: a fixed weight)."""
+        return getattr(self.resolved, "keyword_sure_margin", None)
+
 
 def remembered(store: Any) -> EmbedderInfo | None:
     """The embedder an ingest chose for ``store`` before storing any vector."""

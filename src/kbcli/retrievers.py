@@ -289,9 +289,18 @@ class HybridRetriever:
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
         base = self.base_alpha(options)
-        if keyword_hits is None:
+        sure = self.sure_margin
+        if keyword_hits is None or sure is None:
             return base
-        return confident_alpha(base, keyword_margin(_by_source(keyword_hits)))
+        return confident_alpha(base, keyword_margin(_by_source(keyword_hits)), sure)
+
+    @property
+    def sure_margin(self) -> float | None:
+        """The keyword lead at which this embedder's dense weight has fallen to the least
+        (:func:`~kbcli.scoring.confident_alpha`), when the embedder declares one
+        (``keyword_sure_margin``, measured per model); None: a fixed weight for every query."""
+        sure = getattr(self.embedder, "keyword_sure_margin", None)
+        return float(sure) if isinstance(sure, (int, float)) else None
 
     def base_alpha(self, options: SearchOptions) -> float:
         """The dense weight before the per-query rule: the embedder's own measured ``alpha``
@@ -374,10 +383,16 @@ class HybridRetriever:
                 notes: dict[str, Any] = {}
                 if weak and options.fusion == "weighted":
                     notes["alpha_note"] = self.keyword_first_reason(query, options)
-                elif options.fusion == "weighted" and not options.alpha_chosen:
+                elif (
+                    options.fusion == "weighted"
+                    and not options.alpha_chosen
+                    and self.sure_margin is not None
+                ):
                     margin = keyword_margin(_by_source(keyword_hits))
                     notes["keyword_margin"] = round(margin, 4)
-                    notes["alpha_note"] = confidence_reason(self.base_alpha(options), margin)
+                    notes["alpha_note"] = confidence_reason(
+                        self.base_alpha(options), margin, self.sure_margin
+                    )
                 # index-wide counts: never shown inside a scope
                 coverage = None if options.scope else self.vector_coverage()
                 if coverage:
@@ -541,10 +556,10 @@ def _by_source(hits: list[SearchResult]) -> list[tuple[str, float]]:
     return [(str(h.document.metadata.get("source") or h.document.id), h.score) for h in hits]
 
 
-def confidence_reason(base: float, margin: float) -> str:
+def confidence_reason(base: float, margin: float, sure: float = KEYWORD_SURE_MARGIN) -> str:
     """What ``--explain`` prints beside the per-query alpha (see
     :func:`~kbcli.scoring.confident_alpha`)."""
-    if margin >= KEYWORD_SURE_MARGIN:
+    if margin >= sure:
         how = "keyword route sure"
     elif margin <= 0.0:
         how = "keyword route unsure"
@@ -552,7 +567,7 @@ def confidence_reason(base: float, margin: float) -> str:
         how = "keyword route fairly sure"
     return (
         f"per query: {how}, its top file leads the next by {margin:.0%} of its score; "
-        f"{base:g} at 0%, {MIN_DENSE_ALPHA:g} from {KEYWORD_SURE_MARGIN:.0%}"
+        f"{base:g} at 0%, {MIN_DENSE_ALPHA:g} from {sure:.0%}"
     )
 
 

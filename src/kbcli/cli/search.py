@@ -78,7 +78,7 @@ def search(
             min=0.0,
             max=1.0,
             help="Weight of the semantic route in weighted hybrid fusion, the same for every query "
-            "[default: per query, from config's rerank_alpha].",
+            "[default: config's rerank_alpha; per query for e5 and static].",
         ),
     ] = None,
     fusion: FusionOption = "weighted",

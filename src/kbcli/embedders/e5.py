@@ -39,6 +39,10 @@ class E5Embedder(BaseEmbedder):
 
     provider = "e5"
     languages = frozenset({"multilingual"})
+    # Hybrid's dense weight falls per query to 0.001 as the keyword top file's lead grows to
+    # this share of its score (retrievers.HybridRetriever.sure_margin): measured on DRCD dev,
+    # where a fixed 0.6 put hybrid below keyword (hit@1 -0.032 -> +0.000, docs/quality.md).
+    keyword_sure_margin = 0.35
 
     def __init__(self, model: str | None = None, batch_size: int = 32):
         if model not in (None, "", "default", MODEL_NAME):

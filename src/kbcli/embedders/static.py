@@ -187,6 +187,9 @@ class StaticEmbedder(BaseEmbedder):
     # vectors know less than MiniLM's (docs/quality.md: 0.3 was the best weight over the
     # English sets; 0.6 fell below keyword ranking on SciFact and Cranfield).
     alpha = 0.3
+    # Its weight falls per query as the keyword route's lead grows (see E5Embedder): SciFact
+    # hit@1 -0.025 below keyword at a fixed 0.3, -0.014 within noise with it (docs/quality.md).
+    keyword_sure_margin = 0.35
 
     def __init__(self, model: str | None = None, batch_size: int = 256, dims: int = DIMENSIONS):
         name = f"{MODEL_NAME}-{dims}-v{VERSION}"  # a new recipe is a new model: --rebuild
