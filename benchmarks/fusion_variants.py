@@ -123,11 +123,13 @@ def product(
     floor: str | bool = "kb",
     named: bool = True,
     per_query: bool = True,
+    base: float | None = None,
 ) -> Rule:
     """``kbcli.retrievers.fuse`` as ``HybridRetriever`` calls it in weighted mode: keyword-first
     when the dense route is weak for the query, the index's floor, the named rule; without
     ``alpha`` (as when a search does not choose it) the embedder's weight set per query by
-    the keyword route's margin (``per_query``, :func:`kbcli.scoring.confident_alpha`)."""
+    the keyword route's margin (``per_query``, :func:`kbcli.scoring.confident_alpha`), from
+    ``base`` instead of the embedder's weight when given."""
     from kbcli.analysis import Analyzer
     from kbcli.retrievers import fuse, named_hit
     from kbcli.types import Document, SearchOptions, SearchResult
@@ -136,6 +138,8 @@ def product(
 
     def rule(q: Query) -> dict[str, float]:
         chosen = alpha if alpha is not None else EMBEDDER_ALPHA.get(q.embedder, 0.6)
+        if alpha is None and base is not None:
+            chosen = base
         if alpha is None and per_query and q.embedder in PER_QUERY:
             chosen = confident_alpha(chosen, keyword_margin((d, s) for _, d, s in q.keyword))
         options = SearchOptions(k=1000, mode="hybrid", dedupe=False, alpha=chosen)
@@ -276,6 +280,8 @@ def variants() -> dict[str, Rule]:
     out["kb: α0.7, floor, named"] = product(0.7)
     for alpha in (0.2, 0.3, 0.4):
         out[f"kb: α{alpha}, floor, named"] = product(alpha)
+    for base in (0.05, 0.1, 0.15, 0.2):  # the ramp from another base (e5, static)
+        out[f"kb: per-query from α{base}"] = product(base=base)
     if os.environ.get("KB_STUDY_GRID"):
         out.update(grid())
     return out
