@@ -6,7 +6,10 @@ numpy, SDKs and parsers load when first used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# typing.TYPE_CHECKING without importing typing (kb --help imports nothing else of kbcli)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # name -> submodule. Importing kbcli stays near-free (the `kb` command starts fast); each name
 # loads its module on first access (PEP 562).
