@@ -27,9 +27,7 @@ def _env(src: Path = SRC, **extra: str) -> dict[str, str]:
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True
-    )
+    return subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True)
 
 
 def _imported(stderr: str) -> set[str]:
@@ -110,3 +108,99 @@ def test_terminal_columns_are_shutils(monkeypatch, columns):
     else:
         monkeypatch.setenv("COLUMNS", columns)
     assert help_cache.terminal_columns() == shutil.get_terminal_size().columns
+
+
+def test_commands_table_is_the_applications():
+    """:data:`kbcli.cli.COMMANDS` (what a command run imports alone) names every command of
+    the application, in ``kb --help``'s order, also after a run that loaded one command."""
+    code = (
+        "import kbcli.cli as cli, typer.main\n"
+        "cli._load('watch'); cli._load('search')\n"
+        "print(list(typer.main.get_command(cli.app).commands))\n"
+        "print(list(cli.COMMANDS))"
+    )
+    done = _run(["-c", code], _env(), SRC)
+    assert done.returncode == 0, done.stderr
+    registered, table = done.stdout.splitlines()
+    assert registered == table
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """A real SQLite index of a few files, and a ./jianmu.yaml the command reads."""
+    folder = tmp_path_factory.mktemp("startup")
+    docs = folder / "docs"
+    docs.mkdir()
+    for i in range(20):
+        (docs / f"note{i}.md").write_text(
+            f"# Note {i}\n\nTo reset your password open Settings number {i} and click Reset.\n"
+        )
+    (folder / "jianmu.yaml").write_text("limits:\n  chunk_size: 500\n")
+    done = _run(["-m", "kbcli", "--db", "kb.db", "ingest", "docs"], _env(), folder)
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def test_keyword_search_imports_only_its_command(indexed):
+    argv = ["-X", "importtime", "-m", "kbcli", "--db", "kb.db", "search", "reset password"]
+    done = _run([*argv, "--mode", "keyword"], _env(), indexed)
+    assert done.returncode == 0, done.stderr
+    assert "note" in done.stdout
+    names = _imported(done.stderr)
+    assert "kbcli.stores.sqlite.packread" in names  # the light, numpy-free keyword path
+    assert "kbcli.cli.search" in names and "kbcli.cli.help_cache" in names
+    others = {f"kbcli.cli.{m}" for m in ("ingest", "add", "ask", "mcp", "eval_", "watch")}
+    unwanted = ("numpy", "pydantic", "kbcli.embedders.local", "kbcli.mcp_server", *others)
+    assert sorted(n for n in names if n.split(".")[0] in unwanted or n in unwanted) == []
+
+
+def test_a_command_reads_the_configuration_file_once(indexed, monkeypatch):
+    from typer.testing import CliRunner
+
+    import kbcli.config as config_module
+
+    calls = []
+    read_file = config_module.read_file
+
+    def counted(file):
+        calls.append(file)
+        return read_file(file)
+
+    monkeypatch.setattr(config_module, "read_file", counted)
+    monkeypatch.chdir(indexed)
+    monkeypatch.delenv("KB_CONFIG", raising=False)
+    from kbcli.cli import app
+
+    done = CliRunner().invoke(app, ["--db", "kb.db", "search", "reset", "--mode", "keyword"])
+    assert done.exit_code == 0, done.output
+    assert [p.name for p in calls] == ["jianmu.yaml"]
+
+
+@pytest.mark.parametrize(
+    "text, line",
+    [("rag: [1, 2", 1), ("rag: {a: 1", 1), ("rag: [1,\n\n  2", 3), ("a: b: c\n", 1)],
+)
+def test_yaml_errors_name_the_pure_python_loaders_line(tmp_path, text, line):
+    """libyaml parses the file when PyYAML has it; an error's line is still the one the
+    pure-Python loader names (libyaml says the next line at an unclosed bracket at the end)."""
+    from kbcli.config import load_config
+    from kbcli.errors import ConfigError
+
+    file = tmp_path / "jianmu.yaml"
+    file.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_config(file)
+    expected = f"Config file {file} is not valid YAML at line {line}: fix the syntax"
+    assert str(error.value) == expected
+
+
+def test_yaml_values_are_the_same_with_libyaml(tmp_path):
+    import yaml
+
+    from kbcli.config_parse import parse_yaml
+
+    text = (
+        "# a comment\nrag:\n  rerank: {enabled: yes}\nlimits:\n  chunk_size: 0x200\n"
+        "  rerank_alpha: .5\n  when: 2001-01-01\nanswer: ~\nx: !!str 12\n"
+    )
+    assert parse_yaml(text.encode(), tmp_path / "f.yaml") == yaml.safe_load(text)

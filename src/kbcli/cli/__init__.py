@@ -26,17 +26,50 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def _load() -> Any:
-    """:mod:`.root` with every command registered on its application."""
+#: Each command and the module that registers it on import, in ``kb --help``'s order.
+COMMANDS = {
+    "ingest": "ingest", "add": "add", "search": "search", "ask": "ask", "delete": "delete",
+    "get": "get", "list": "list_", "stats": "stats", "doctor": "doctor", "init": "init",
+    "config": "config_", "trust": "trust", "eval": "eval_", "mcp": "mcp", "copy": "copy_",
+    "watch": "watch",
+}  # fmt: skip
+
+
+def _load(only: str | None = None) -> Any:
+    """:mod:`.root` with every command registered on its application, or with command
+    ``only`` at least (typer builds each registered command at every run: a command alone
+    skips the others' imports and builds)."""
     from . import root
 
-    # Each command module registers its command on import; ``kb --help`` lists them in this
-    # order.
-    # isort: off
-    from . import ingest, add, search, ask, delete, get, list_, stats, doctor  # noqa: F401
-    from . import init, config_, trust, eval_, mcp, copy_, watch  # noqa: F401
-    # isort: on
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            # __import__, not importlib.import_module: ``python -X importtime`` (the tests, the
+            # benchmark) sees only imports made by the import statement's machinery
+            __import__(f"{__name__}.{module}")
+    order = {f"{__name__}.{module}": i for i, module in enumerate(COMMANDS.values())}
+    root.app.registered_commands.sort(key=lambda info: order.get(info.callback.__module__, 0))
     return root
+
+
+def _command_only(argv: list[str]) -> str | None:
+    """The command ``argv`` runs when nothing before it but global options could need the
+    other commands (a help, a misspelt command's suggestions, shell completion), else None."""
+    import os
+
+    from .group import GLOBAL_FLAGS, GLOBAL_VALUES
+
+    if "_KB_COMPLETE" in os.environ:
+        return None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in GLOBAL_VALUES:
+            i += 2
+        elif arg in GLOBAL_FLAGS or arg == "--json" or arg.split("=", 1)[0] in GLOBAL_VALUES:
+            i += 1
+        else:
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def __getattr__(name: str) -> Any:
@@ -52,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
 
     if print_root_help(sys.argv[1:] if argv is None else list(argv)):
         raise SystemExit(0)  # what click's --help does
-    _load().main(argv)
+    _load(_command_only(sys.argv[1:] if argv is None else list(argv))).main(argv)
 
 
 __all__ = ["app", "main"]
