@@ -81,11 +81,13 @@ def __getattr__(name: str) -> Any:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``kb`` console script (:func:`.root.main`); ``kb --help`` is printed
     from :mod:`.help_cache` when its stored text is current, without importing typer."""
-    from .help_cache import print_root_help
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) == 1 and args[0] in ("--help", "-h"):  # help_cache.HELP_ARGS, not imported
+        from .help_cache import print_root_help
 
-    if print_root_help(sys.argv[1:] if argv is None else list(argv)):
-        raise SystemExit(0)  # what click's --help does
-    _load(_command_only(sys.argv[1:] if argv is None else list(argv))).main(argv)
+        if print_root_help(args):
+            raise SystemExit(0)  # what click's --help does
+    _load(_command_only(args)).main(argv)
 
 
 __all__ = ["app", "main"]
