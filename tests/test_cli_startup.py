@@ -205,3 +205,17 @@ def test_yaml_values_are_the_same_with_libyaml(tmp_path):
         "  rerank_alpha: .5\n  when: 2001-01-01\nanswer: ~\nx: !!str 12\n"
     )
     assert parse_yaml(text.encode(), tmp_path / "f.yaml") == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("argv", [["-m", "kbcli", "--help"], ["-c", TYPER_HELP, "--help"]])
+def test_kb_help_into_a_closed_pipe_exits_1_quietly(tmp_path, argv):
+    """As click's main does for typer's help: exit code 1 and nothing on stderr."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, *argv], env=_env(), cwd=tmp_path, stdout=write, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (1, b"")

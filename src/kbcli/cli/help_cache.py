@@ -93,8 +93,15 @@ def print_root_help(argv: list[str]) -> bool:
     text = stored_help(content_width())
     if text is None:
         return False
-    sys.stdout.write(text)  # click.echo(ctx.get_help()): the text and a newline, flushed
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)  # click.echo(ctx.get_help()): the text and a newline, flushed
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # as click's main: a reader that went away (kb --help | head) is exit code 1, quietly;
+        # stdout goes to /dev/null so that the interpreter's last flush does not complain
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(1) from None
     return True
 
 
