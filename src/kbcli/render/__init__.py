@@ -12,7 +12,7 @@ module loads on first use of one of its names.
 
 from __future__ import annotations
 
-import importlib
+from .. import lazy_exports
 
 # Eager: the submodule of the same name would otherwise shadow the function once imported.
 from .progress import progress
@@ -37,17 +37,7 @@ _EXPORTS = {
 }  # fmt: skip
 
 
-def __getattr__(name: str) -> object:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 TYPE_CHECKING = False
