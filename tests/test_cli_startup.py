@@ -56,11 +56,18 @@ def test_kb_help_is_typers_help_at_every_width(tmp_path, columns):
     assert fast.stdout == typer.stdout and "Commands:" in fast.stdout
     assert fast.stderr == typer.stderr == ""
     assert _run(["-m", "kbcli", "-h"], env, tmp_path).stdout == typer.stdout
+    # a bare kb: the same help on stderr, exit code 2 (typer's no_args_is_help)
+    bare = _run(["-m", "kbcli"], env, tmp_path)
+    typer_bare = _run(["-c", TYPER_HELP], env, tmp_path)
+    assert (bare.returncode, bare.stdout, bare.stderr) == (2, "", typer.stdout)
+    assert (typer_bare.returncode, typer_bare.stdout, typer_bare.stderr) == (2, "", typer.stdout)
 
 
-def test_kb_help_imports_no_typer_yaml_rich_or_store(tmp_path):
-    done = _run(["-X", "importtime", "-m", "kbcli", "--help"], _env(), tmp_path)
-    assert done.returncode == 0 and done.stdout.startswith("Usage: kb [OPTIONS] COMMAND")
+@pytest.mark.parametrize("argv", [["--help"], []])
+def test_kb_help_imports_no_typer_yaml_rich_or_store(tmp_path, argv):
+    done = _run(["-X", "importtime", "-m", "kbcli", *argv], _env(), tmp_path)
+    assert done.returncode == (0 if argv else 2)
+    assert "Usage: kb [OPTIONS] COMMAND" in (done.stdout if argv else done.stderr)
     names = _imported(done.stderr)
     assert "kbcli.cli.help_cache" in names  # the measurement saw our imports at all
     unwanted = ("typer", "click", "yaml", "rich", "kbcli.stores", "kbcli.config", "pathlib")
@@ -98,7 +105,8 @@ def test_a_missing_or_damaged_store_falls_back(tmp_path, monkeypatch):
     (tmp_path / "bad.zlib").write_bytes(b"not zlib")
     monkeypatch.setattr(help_cache, "STORE", str(tmp_path / "bad.zlib"))
     assert help_cache.stored_help(78) is None
-    assert help_cache.print_root_help(["--help"]) is False
+    assert help_cache.print_root_help(["--help"]) is None
+    assert help_cache.print_root_help([]) is None
 
 
 @pytest.mark.parametrize("columns", [None, "0", "-3", "x", "1", "77", "500"])

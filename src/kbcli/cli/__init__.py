@@ -79,14 +79,16 @@ def __getattr__(name: str) -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``kb`` console script (:func:`.root.main`); ``kb --help`` is printed
-    from :mod:`.help_cache` when its stored text is current, without importing typer."""
+    """Entry point of the ``kb`` console script (:func:`.root.main`); ``kb --help`` and a bare
+    ``kb`` print the help from :mod:`.help_cache` when its stored text is current, without
+    importing typer."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) == 1 and args[0] in ("--help", "-h"):  # help_cache.HELP_ARGS, not imported
+    if not args or (len(args) == 1 and args[0] in ("--help", "-h")):  # help_cache.HELP_ARGS
         from .help_cache import print_root_help
 
-        if print_root_help(args):
-            raise SystemExit(0)  # what click's --help does
+        code = print_root_help(args)
+        if code is not None:
+            raise SystemExit(code)  # what click's --help and no_args_is_help do
     _load(_command_only(args)).main(argv)
 
 

@@ -1,4 +1,5 @@
-"""``kb --help`` without importing typer: the root help exactly as typer renders it.
+"""``kb --help`` (and a bare ``kb``) without importing typer: the root help exactly as typer
+renders it.
 
 Importing typer and building the application from every command module costs more CPU than
 the rest of ``kb --help`` (docs/benchmarks.md, "Whole commands as CPU time"). So the root help
@@ -85,24 +86,26 @@ def stored_help(width: int) -> str | None:
         return None
 
 
-def print_root_help(argv: list[str]) -> bool:
-    """Print the root help as ``kb --help`` would and return True, if ``argv`` asks for
-    exactly that and the stored text is current; else False (the caller runs typer)."""
-    if argv not in HELP_ARGS or COMPLETE_VAR in os.environ:
-        return False
+def print_root_help(argv: list[str]) -> int | None:
+    """Print the root help as ``kb --help`` (stdout, exit code 0) or a bare ``kb`` (stderr,
+    exit code 2) would and return that exit code, if ``argv`` is one of those and the stored
+    text is current; else None (the caller runs typer)."""
+    if (argv not in HELP_ARGS and argv != []) or COMPLETE_VAR in os.environ:
+        return None
     text = stored_help(content_width())
     if text is None:
-        return False
+        return None
+    stream, code = (sys.stdout, 0) if argv else (sys.stderr, 2)
     try:
-        sys.stdout.write(text)  # click.echo(ctx.get_help()): the text and a newline, flushed
-        sys.stdout.flush()
+        stream.write(text)  # click.echo(ctx.get_help()): the text and a newline, flushed
+        stream.flush()
     except BrokenPipeError:
         # as click's main: a reader that went away (kb --help | head) is exit code 1, quietly;
-        # stdout goes to /dev/null so that the interpreter's last flush does not complain
+        # the stream goes to /dev/null so that the interpreter's last flush does not complain
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(1) from None
-    return True
+        os.dup2(devnull, stream.fileno())
+        return 1
+    return code
 
 
 def render(width: int) -> str:
