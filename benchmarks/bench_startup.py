@@ -16,7 +16,12 @@ Usage::
 
 ``--db`` searches an existing index instead (e.g. one ``bench_ann.py`` built with the local
 model) and adds ``kb search`` in the default hybrid mode, which loads the index's embedder.
-The load average is reported at the start and the end.
+``--query`` may be given several times (a keyword search row each; the hybrid row takes the
+first). ``--cwd DIR`` runs the commands in DIR instead (e.g. the index's folder, so that its
+``jianmu.yaml`` is read as a user's would be). ``--base OTHER/src`` also runs every command on another checkout's sources (e.g.
+``/work/main/src``), alternating run by run with this one, so that *before* and *after* come
+from the same moments of a shared machine. The load average is reported at the start and the
+end.
 
 ``--kb`` defaults to the ``kb`` beside this Python, then the one on PATH; it runs this
 checkout's ``src`` (``PYTHONPATH``) with bytecode caching on, as an installed package has it
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import find_kb, tree_env, whole_process  # noqa: E402
+from common import find_kb, run_child, tree_env, whole_process  # noqa: E402
 
 HEAVY = ("numpy", "openai", "google.genai", "pypdf", "docx")
 TEXTS = (
@@ -76,14 +82,43 @@ def imports(python: str, argv: list[str], env: dict[str, str], cwd: str) -> dict
     }
 
 
+def alternating(
+    argv: list[str], envs: dict[str, dict[str, str]], cwd: str, runs: int
+) -> dict[str, dict[str, float]]:
+    """:func:`common.whole_process`'s figures for ``argv`` under each environment of ``envs``,
+    their runs interleaved (one warm-up run each first)."""
+    for env in envs.values():
+        run_child(argv, env, cwd).check()
+    done: dict[str, list] = {name: [] for name in envs}
+    for _ in range(runs):
+        for name, env in envs.items():
+            done[name].append(run_child(argv, env, cwd).check())
+    figures = {}
+    for name, runs_of in done.items():
+        wall = [d.wall_s * 1000 for d in runs_of]
+        figures[name] = {
+            "min_ms": round(min(wall), 1),
+            "median_ms": round(statistics.median(wall), 1),
+            "max_ms": round(max(wall), 1),
+            "cpu_median_ms": round(statistics.median(d.cpu_s * 1000 for d in runs_of), 1),
+            "peak_rss_mb": max(d.peak_rss_mb for d in runs_of),
+        }
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--kb", help="path of the kb command")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--db", help="an existing index to search (adds a hybrid kb search)")
-    parser.add_argument("--query", default="reset password")
+    parser.add_argument("--query", action="append", help="repeatable [default: reset password]")
+    parser.add_argument("--base", help="another checkout's src to run alternately (before)")
+    parser.add_argument(
+        "--cwd", help="run the commands here (e.g. the index's folder: its jianmu.yaml is read)"
+    )
     args = parser.parse_args()
+    queries = args.query or ["reset password"]
     load_start = os.getloadavg()
 
     kb = find_kb(args.kb)
@@ -98,21 +133,29 @@ def main() -> None:
         commands: dict[str, list[str]] = {
             "python -c pass": [python, "-c", "pass"],
             "kb --help": [str(kb), "--help"],
-            "kb search --mode keyword": [
-                str(kb),
-                "search",
-                args.query,
-                "--mode",
-                "keyword",
-            ],
         }
+        for query in queries:
+            label = "kb search --mode keyword" + (f" {query!r}" if len(queries) > 1 else "")
+            commands[label] = [str(kb), "search", query, "--mode", "keyword"]
         if args.db:
-            commands["kb search (hybrid)"] = [str(kb), "-q", "search", args.query]
+            commands["kb search (hybrid)"] = [str(kb), "-q", "search", queries[0]]
+        envs = {"after": env}
+        if args.base:
+            base = dict(env, PYTHONPATH=str(Path(args.base).resolve()))
+            envs = {"before": base, "after": env}
         results: dict[str, dict[str, object]] = {}
+        if args.cwd:
+            tmp = str(Path(args.cwd).resolve())
         for label, argv in commands.items():
-            results[label] = whole_process(argv, env, tmp, args.runs)  # after a warm-up run
+            if args.base:
+                for name, figures in alternating(argv, envs, tmp, args.runs).items():
+                    results[f"{label} [{name}]"] = figures
+            else:
+                results[label] = whole_process(argv, env, tmp, args.runs)  # after a warm-up run
             if label.startswith("kb"):
-                results[label].update(imports(python, argv, env, tmp))
+                for name, tree_env_ in envs.items():
+                    key = f"{label} [{name}]" if args.base else label
+                    results[key].update(imports(python, argv, tree_env_, tmp))
 
     load = {
         "load_start": [round(x, 2) for x in load_start],
@@ -125,13 +168,13 @@ def main() -> None:
     print(f"kb: {kb}   runs: {args.runs}   load average {load['load_start']} -> {load['load_end']}")
     for label, figures in results.items():
         print(
-            f"{label:28} min {figures['min_ms']:7.1f} ms   median {figures['median_ms']:7.1f} ms"
+            f"{label:44} min {figures['min_ms']:7.1f} ms   median {figures['median_ms']:7.1f} ms"
             f"   max {figures['max_ms']:7.1f} ms   cpu {figures['cpu_median_ms']:7.1f} ms"
         )
         if "heavy_imported" in figures:
             heavy = ", ".join(figures["heavy_imported"]) or "none"
-            print(f"{'':28} heavy modules imported: {heavy}; {figures['modules']} modules")
-            print(f"{'':28} slowest: {'; '.join(figures['slowest_top_level'])}")
+            print(f"{'':44} heavy modules imported: {heavy}; {figures['modules']} modules")
+            print(f"{'':44} slowest: {'; '.join(figures['slowest_top_level'])}")
 
 
 if __name__ == "__main__":

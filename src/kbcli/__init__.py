@@ -6,7 +6,10 @@ numpy, SDKs and parsers load when first used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# typing.TYPE_CHECKING without importing typing (kb --help imports nothing else of kbcli)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # name -> submodule. Importing kbcli stays near-free (the `kb` command starts fast); each name
 # loads its module on first access (PEP 562).
@@ -87,19 +90,29 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kbcli' has no attribute {name!r}")
-    import importlib
+def lazy_exports(namespace: dict[str, Any], exports: dict[str, str]) -> tuple[Any, Any]:
+    """A package's module ``__getattr__`` and ``__dir__`` (PEP 562) that import each name of
+    ``exports`` (name -> submodule) on first access and keep it in ``namespace`` (the
+    package's ``globals()``)."""
+    package = namespace["__name__"]
 
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(f".{module}", package), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(list(namespace) + list(exports))
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly

@@ -142,6 +142,11 @@ def use_config_file(path: str | os.PathLike[str] | None) -> None:
     _cached = None
 
 
+def configured_file() -> Path | None:
+    """The file :func:`use_config_file` named (None: the default lookup)."""
+    return _named
+
+
 def reset_config_cache() -> None:
     """Forget the cached configuration and any file named by :func:`use_config_file` (tests,
     or after changing the environment)."""
@@ -155,8 +160,8 @@ __all__ = [
     "FOUND_ENV", "FOUND_OPTION", "FOUND_USER", "LLM_RERANK_METHODS", "MAX_SECONDS",
     "OCR_LANGUAGES", "STORE_BACKENDS", "STORE_SETTINGS", "AnalysisConfig", "AnswerConfig",
     "Config", "EmbeddingConfig", "LimitsConfig", "OcrConfig", "PathsConfig", "RAGConfig",
-    "RerankConfig", "RewriteConfig", "StoreConfig", "default_db_path", "find_config_file",
-    "get_config", "load_config", "locate_config", "parse_evidence_budget", "read_file",
-    "reset_config_cache", "target_store_config", "use_config_file", "user_config_dir",
+    "RerankConfig", "RewriteConfig", "StoreConfig", "configured_file", "default_db_path",
+    "find_config_file", "get_config", "load_config", "locate_config", "parse_evidence_budget",
+    "read_file", "reset_config_cache", "target_store_config", "use_config_file", "user_config_dir",
     "user_data_dir", "with_embedder", "with_store",
 ]  # fmt: skip

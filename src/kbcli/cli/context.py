@@ -29,9 +29,11 @@ def get_state(ctx: typer.Context) -> State:
 def configuration(state: State) -> Any:
     """The configuration, with ``--store`` overriding ``store.backend`` (settings are kept
     when it names the configured backend)."""
-    from ..config import load_config, with_store
+    from ..config import configured_file, get_config, load_config, with_store
 
-    config = load_config(state.config)
+    # kb's root callback named state.config to get_config (use_config_file): the library's
+    # defaults and the command then share one read of the file
+    config = get_config() if state.config == configured_file() else load_config(state.config)
     return with_store(config, state.store) if state.store else config
 
 
