@@ -30,26 +30,46 @@ COMPLETE_VAR = "_KB_COMPLETE"  # typer's shell completion: never answered from t
 
 
 def sources() -> list[str]:
-    """The files the root help is rendered from: :mod:`kbcli.cli`, :mod:`kbcli.registry` and
-    typer's ``__init__.py`` (it holds typer's version)."""
+    """kb's files the root help is rendered from: :mod:`kbcli.cli` and :mod:`kbcli.registry`."""
     files = sorted(os.path.join(HERE, n) for n in os.listdir(HERE) if n.endswith(".py"))
     files.append(os.path.join(os.path.dirname(HERE), "registry.py"))
+    return files
+
+
+def renderer() -> list[str]:
+    """What renders it: typer's ``__init__.py`` (it holds typer's version)."""
     from importlib.machinery import PathFinder
 
     spec = PathFinder.find_spec("typer")
     if spec is None or spec.origin is None:
         raise OSError("typer not found")
-    files.append(spec.origin)
-    return files
+    return [spec.origin]
 
 
-def fingerprint() -> str:
-    """A checksum of :func:`sources` and Python's version (OSError when one cannot be read)."""
-    crc = zlib.crc32(repr(sys.version_info[:2]).encode())
-    for path in sources():
+def _checksum(paths: list[str], seed: int = 0) -> str:
+    crc = seed
+    for path in paths:
         with open(path, "rb") as file:
             crc = zlib.crc32(os.path.basename(path).encode() + b"\0" + file.read(), crc)
     return f"{crc:08x}"
+
+
+def fingerprint() -> str:
+    """``SOURCES-RENDERER``: a checksum of :func:`sources`, and one of :func:`renderer` and
+    Python's version (OSError when a file cannot be read). The store is used only when both
+    match; the first alone says whether the committed store is current for kb's own files (a
+    machine with another typer or Python falls back to typer, correct and slower)."""
+    env = _checksum(renderer(), zlib.crc32(repr(sys.version_info[:2]).encode()))
+    return f"{_checksum(sources())}-{env}"
+
+
+def stored_fingerprint() -> str | None:
+    """The fingerprint the store was written with (None when it cannot be read)."""
+    try:
+        with open(STORE, "rb") as file:
+            return zlib.decompress(file.read()).decode("utf-8").split("\0", 1)[0]
+    except (OSError, ValueError, zlib.error):
+        return None
 
 
 def terminal_columns() -> int:
