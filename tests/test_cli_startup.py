@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kbcli.cli import help_cache
+from kbcli.cli import help_cache, help_store
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TYPER_HELP = "import sys, kbcli.cli as cli; cli._load().main(sys.argv[1:])"
@@ -46,14 +46,14 @@ def test_stored_root_help_is_current():
     kb_files, renderer = help_cache.fingerprint().split("-")
     stored = help_cache.stored_fingerprint()
     assert stored is not None and stored.split("-")[0] == kb_files, (
-        "kb's commands changed: run `python -m kbcli.cli.help_cache` to write the store again"
+        "kb's commands changed: run `python -m kbcli.cli.help_store` to write the store again"
     )
     if stored.split("-")[1] != renderer:
         assert help_cache.stored_help(80) is None  # another typer or Python: not used
         return
     for width in range(help_cache.MIN_WIDTH, help_cache.MAX_WIDTH + 1):
-        assert help_cache.stored_help(width) == help_cache.render(width), (
-            f"width {width}: run `python -m kbcli.cli.help_cache` to write the store again"
+        assert help_cache.stored_help(width) == help_store.render(width), (
+            f"width {width}: run `python -m kbcli.cli.help_store` to write the store again"
         )
 
 

@@ -8,8 +8,8 @@ columns minus 2, between :data:`MIN_WIDTH` and :data:`MAX_WIDTH`), into :data:`S
 fingerprint of what it was rendered from: the sources of :mod:`kbcli.cli` and
 :mod:`kbcli.registry`, typer's version file and Python's version. The stored text is printed
 only while that fingerprint matches; otherwise (an edited source, another typer, missing
-sources) ``kb --help`` goes through typer as before. ``python -m kbcli.cli.help_cache`` writes
-the store again; ``tests/test_cli_help_cache.py`` fails while it is out of date.
+sources) ``kb --help`` goes through typer as before. ``python -m kbcli.cli.help_store`` writes
+the store again; ``tests/test_cli_startup.py`` fails while it is out of date.
 """
 
 from __future__ import annotations
@@ -126,41 +126,3 @@ def print_root_help(argv: list[str]) -> int | None:
         os.dup2(devnull, stream.fileno())
         return 1
     return code
-
-
-def render(width: int) -> str:
-    """The root help as typer prints it at content ``width`` (imports the whole application)."""
-    import contextlib
-    import io
-
-    import typer.main
-
-    from . import app
-
-    out = io.StringIO()
-    command = typer.main.get_command(app)
-    with contextlib.redirect_stdout(out):
-        command.main(["--help"], prog_name="kb", standalone_mode=False, terminal_width=width)
-    return out.getvalue()
-
-
-def build() -> bytes:
-    """The store's bytes: fingerprint, width -> text index, the distinct texts (ASCII only, so
-    writing one needs no encoding choice)."""
-    texts: list[str] = []
-    index: list[str] = []
-    for width in range(MIN_WIDTH, MAX_WIDTH + 1):
-        text = render(width)
-        if not text.isascii() or "\0" in text:
-            raise ValueError(f"kb --help at width {width} is not plain ASCII: cannot store it")
-        if text not in texts:
-            texts.append(text)
-        index.append(str(texts.index(text)))
-    blob = "\0".join([fingerprint(), ",".join(index), *texts])
-    return zlib.compress(blob.encode("utf-8"), 9)
-
-
-if __name__ == "__main__":
-    with open(STORE, "wb") as out:
-        out.write(build())
-    print(f"wrote {STORE}")
