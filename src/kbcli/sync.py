@@ -398,9 +398,11 @@ class _PendingWrites:
     """Prepared files waiting for their write, one transaction per group, each file whole.
 
     Files are written with the vectors already known (the embedding cache: unchanged chunk
-    texts, renamed files; a relabelled file's own) and nothing is embedded here: a chunk
-    without a vector is searchable by keyword from the moment its file is written, and
-    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one).
+    texts, renamed files; a relabelled file's own) and nothing costly is embedded here: a
+    chunk without a vector is searchable by keyword from the moment its file is written, and
+    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one). A
+    cheap embedder's vectors (the built-in one) are all known: embedded as each file is
+    queued, written with its chunks, never cached, and nothing is left to fill.
     """
 
     def __init__(self, kb: Indexable, report: SyncReport):

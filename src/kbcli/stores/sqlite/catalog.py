@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,20 +53,58 @@ def to_document(row: Sequence[Any], vec: bytes | None = None) -> Document:
     )
 
 
+NARROW_TAG = 1  # first byte of a narrow forward index (see pack_terms)
+_SWAP = sys.byteorder == "big"  # the blobs are little-endian on every machine
+
+
 def pack_terms(counts: dict[int, int]) -> bytes:
-    """The forward index of a chunk: (term id, tf) pairs as int64."""
+    """The forward index of a chunk, narrow: a tag byte (:data:`NARROW_TAG`), the term ids as
+    uint32, then their tfs as uint16, all little-endian: 6 bytes a term and an odd length.
+
+    A chunk with a term id or a tf too big for those is written wide, as int64 (term id, tf)
+    pairs: the only encoding before (16 bytes a term, an even length). Both are read by
+    :func:`unpack_terms` and the pack builder (:func:`.packfile.term_pairs`), so an index
+    written by an older kbcli keeps working and gets narrow rows as chunks are rewritten."""
+    if not counts:
+        return b""
+    try:
+        ids, tfs = array("I", counts), array("H", counts.values())
+    except OverflowError:
+        return _pack_wide(counts)
+    if _SWAP:
+        ids.byteswap()
+        tfs.byteswap()
+    return b"\x01" + ids.tobytes() + tfs.tobytes()
+
+
+def _pack_wide(counts: dict[int, int]) -> bytes:
     flat = array("q")
     for term_id, tf in counts.items():
         flat.append(term_id)
         flat.append(tf)
+    if _SWAP:
+        flat.byteswap()
     return flat.tobytes()
 
 
 def unpack_terms(blob: bytes) -> dict[int, int]:
-    """The (term id -> tf) pairs of :func:`pack_terms`."""
-    flat = array("q")
-    flat.frombytes(blob)
-    return dict(zip(flat[0::2], flat[1::2]))
+    """The (term id -> tf) pairs of :func:`pack_terms`, of either encoding."""
+    if len(blob) % 2 == 0:
+        flat = array("q")
+        flat.frombytes(blob)
+        if _SWAP:
+            flat.byteswap()
+        return dict(zip(flat[0::2], flat[1::2]))
+    if blob[0] != NARROW_TAG:
+        raise ValueError(f"a forward index of unknown encoding (first byte {blob[0]})")
+    n = (len(blob) - 1) // 6
+    ids, tfs = array("I"), array("H")
+    ids.frombytes(blob[1 : 1 + 4 * n])
+    tfs.frombytes(blob[1 + 4 * n :])
+    if _SWAP:
+        ids.byteswap()
+        tfs.byteswap()
+    return dict(zip(ids, tfs))
 
 
 # --- writes ---------------------------------------------------------------------------------
