@@ -86,8 +86,10 @@ TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed 
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
 # costs ~1-2 ms). Each file is still all-or-nothing: a crash rolls back the group, leaving
-# every file in it at its previous version.
-WRITE_BATCH_FILES = 64
+# every file in it at its previous version. As many files as a checkpoint's span: a group of
+# 64 left the 8 files before each checkpoint a group of their own, and each group updates the
+# frequencies of every term it holds (at 100k chunks, fewer groups saved ~10 % of the ingest).
+WRITE_BATCH_FILES = CHECKPOINT_EVERY
 WRITE_BATCH_CHUNKS = 4000
 
 Progress = Callable[[str, int, int], None]
