@@ -13,28 +13,16 @@ from kbcli.embedders import SimpleEmbedder
 from kbcli.embedders.base import embedder_info, is_cheap
 from kbcli.lazy_embedder import LazyEmbedder
 from kbcli.sync import sync
+from test_sync import CountingEmbedder
 
 
-class Counting(SimpleEmbedder):
-    """The simple embedder, counting the passages it embeds (not the queries, such as the
-    relevance floor's probes after an ingest)."""
+class Counting(CountingEmbedder):
+    """The simple embedder counting the passages it embeds, cheap as the built-in one is."""
 
-    def __init__(self):
-        super().__init__()
-        self.embedded = 0
-
-    def _embed_batch(self, texts):
-        self.embedded += len(texts)
-        return super()._embed_batch(texts)
-
-    def embed_query(self, text):
-        return SimpleEmbedder._embed_batch(self, [text])[0]
+    cheap = True
 
 
-class ModelLike(Counting):
-    """The same vectors, declared costly as a model is."""
-
-    cheap = False
+ModelLike = CountingEmbedder  # the same vectors, declared costly as a model is
 
 
 class ProtocolOnly:

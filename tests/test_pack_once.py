@@ -7,6 +7,7 @@ The SQLite store's ``pack_vector`` is wrapped (it still runs) to see what it is 
 from __future__ import annotations
 
 from array import array
+from pathlib import Path
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
@@ -34,11 +35,16 @@ class ModelLike(SimpleEmbedder):
     cheap = False
 
 
-def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
+def three_notes(tmp_path: Path) -> Path:
     docs = tmp_path / "docs"
     docs.mkdir()
     for n in range(3):
         (docs / f"n{n}.md").write_text(f"# Note {n}\n\nabout topic {n} and more\n")
+    return docs
+
+
+def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
+    docs = three_notes(tmp_path)
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=ModelLike())
     seen = watch_packing(monkeypatch)
     report = sync(kb, [docs])
@@ -48,10 +54,7 @@ def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
 
 
 def test_a_cheap_embedders_vectors_are_packed_once_and_never_cached(tmp_path, monkeypatch):
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    for n in range(3):
-        (docs / f"n{n}.md").write_text(f"# Note {n}\n\nabout topic {n} and more\n")
+    docs = three_notes(tmp_path)
     kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
     seen = watch_packing(monkeypatch)
     report = sync(kb, [docs])
