@@ -25,7 +25,10 @@ ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
 # --- building and mapping a pack --------------------------------------------------------------
 
 
-def term_pairs(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]  # term ids, tfs, pairs per chunk
+
+
+def term_pairs(blobs: list[bytes]) -> Pairs:
     """Forward indexes (:func:`.catalog.pack_terms`, either encoding) -> (term ids, tfs,
     pairs per chunk), in chunk order."""
     lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
@@ -49,12 +52,12 @@ def term_pairs(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return terms, np.concatenate([f1.astype(np.int64), f2])[order], counts
 
 
-def _wide_pairs(blobs: list[bytes], lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+def _wide_pairs(blobs: list[bytes], lengths: np.ndarray) -> Pairs:
     flat = np.frombuffer(b"".join(blobs), "<i8").reshape(-1, 2)
     return flat[:, 0], flat[:, 1], lengths // 16
 
 
-def _narrow_pairs(blobs: list[bytes], lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+def _narrow_pairs(blobs: list[bytes], lengths: np.ndarray) -> Pairs:
     # Each blob is [tag][ids: 4n bytes][tfs: 2n bytes]: label every byte of the joined blobs
     # 0, 1 or 2 and take the id bytes and the tf bytes out in one pass each.
     counts = (lengths - 1) // 6
