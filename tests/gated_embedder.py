@@ -18,6 +18,8 @@ from kbcli.embedders.simple import SimpleEmbedder
 
 
 class GatedEmbedder(SimpleEmbedder):
+    cheap = False  # held in the vector fill after the writes, as a model's vectors are
+
     def __init__(self, **_settings: object) -> None:
         super().__init__()
         self.batch_size = 4

@@ -7,6 +7,7 @@ The SQLite store's ``pack_vector`` is wrapped (it still runs) to see what it is 
 from __future__ import annotations
 
 from array import array
+from pathlib import Path
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
@@ -28,12 +29,23 @@ def watch_packing(monkeypatch) -> list[bool]:
     return seen
 
 
-def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
+class ModelLike(SimpleEmbedder):
+    """The simple embedder declared costly, as a model is: its vectors are cached."""
+
+    cheap = False
+
+
+def three_notes(tmp_path: Path) -> Path:
     docs = tmp_path / "docs"
     docs.mkdir()
     for n in range(3):
         (docs / f"n{n}.md").write_text(f"# Note {n}\n\nabout topic {n} and more\n")
-    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
+    return docs
+
+
+def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
+    docs = three_notes(tmp_path)
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=ModelLike())
     seen = watch_packing(monkeypatch)
     report = sync(kb, [docs])
     assert report.vectors_added == kb.store.count() == 3
@@ -41,10 +53,20 @@ def test_kb_ingest_converts_each_vector_once(tmp_path, monkeypatch):
     assert len(seen) == 6 and all(seen)
 
 
+def test_a_cheap_embedders_vectors_are_packed_once_and_never_cached(tmp_path, monkeypatch):
+    docs = three_notes(tmp_path)
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
+    seen = watch_packing(monkeypatch)
+    report = sync(kb, [docs])
+    # written with their files: nothing left to fill in after the writes, no cache entry
+    assert report.vectors_added == 0 and kb.store.stats()["vectors"] == kb.store.count() == 3
+    assert len(seen) == 3 and all(seen)
+
+
 def test_ingest_file_converts_each_vector_once(tmp_path, monkeypatch):
     f = tmp_path / "a.md"
     f.write_text("# A\n\nlanterns and harbours\n")
-    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=ModelLike())
     seen = watch_packing(monkeypatch)
     kb.ingest_file(f)
     assert len(seen) == 2 and all(seen)

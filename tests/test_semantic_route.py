@@ -114,7 +114,10 @@ def test_an_ingest_stopped_before_its_vectors_keeps_the_chosen_embedder(tmp_path
 
 class Interrupting(SimpleEmbedder):
     """The simple embedder (same identity), stopped like Ctrl-C at its first passage batch;
-    queries are embedded as usual."""
+    queries are embedded as usual. Not ``cheap``: a model's vectors are filled in after the
+    writes, and that fill is what is interrupted."""
+
+    cheap = False
 
     def embed_documents(self, texts):
         raise KeyboardInterrupt
@@ -258,6 +261,11 @@ def test_kb_ingest_writes_progress_lines_when_stderr_is_not_a_terminal(tmp_path,
 
     monkeypatch.setattr(kbcli.progress, "EVERY", 0.0)  # a line at every step, for the test
     docs = write_docs(tmp_path / "docs")
+    # the built-in embedder is cheap: embedded as files are read, no phase of its own
+    built_in = run("--db", str(tmp_path / "cheap.db"), "ingest", str(docs))
+    assert built_in.exit_code == 0, built_in.stderr
+    assert "Indexing: 3/3 files" in built_in.stderr and "Embedding: " not in built_in.stderr
+    monkeypatch.setattr(SimpleEmbedder, "cheap", False)  # as a model: filled in after the writes
     result = run("ingest", str(docs))
     assert result.exit_code == 0, result.stderr
     assert "Indexing: 3/3 files" in result.stderr

@@ -17,7 +17,10 @@ from kbcli.sync import discover, ingest_lock, parse_extensions, sync
 
 class CountingEmbedder(SimpleEmbedder):
     """The simple embedder, counting how many passages it was asked to embed (queries, such
-    as the relevance floor's probes after an ingest, are not counted)."""
+    as the relevance floor's probes after an ingest, are not counted). Not ``cheap``: it
+    stands for a model, whose vectors are cached and filled in after the writes."""
+
+    cheap = False
 
     def __init__(self, dim: int = 64):
         super().__init__(dim)

@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .embedders.base import EmbedderInfo, embedder_info
+from .crashpoints import crash_point
+from .embedders.base import EmbedderInfo, embedder_info, is_cheap
 from .protocols import (
     DocumentCatalog,
     DocumentLoaderProtocol,
@@ -200,20 +201,30 @@ class IngestPipeline:
         return info
 
     def cached_vectors(self, texts: list[str]) -> dict[str, list[float]]:
-        """Vectors of ``texts`` already in the store's embedding cache (none without one)."""
-        if not texts or not supports(self.store, EmbeddingCache):
+        """Vectors of ``texts`` known without a costly embedding: those in the store's
+        embedding cache (none without one), or, for a cheap embedder (``cheap``: the
+        built-in one), every one of them, embedded now."""
+        if not texts:
+            return {}
+        if is_cheap(self.embedder):
+            texts = list(dict.fromkeys(texts))
+            vectors = dict(zip(texts, self.embedder.embed_documents(texts)))
+            crash_point("after-embed")
+            return vectors
+        if not supports(self.store, EmbeddingCache):
             return {}
         return self.store.cached_embeddings(embedder_info(self.embedder), texts)
 
     def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
-        """Vectors for ``texts``, reusing the store's embedding cache where it has one.
+        """Vectors for ``texts``, reusing the store's embedding cache where it has one (not
+        for a cheap embedder: it is faster to run again).
 
         ``remember=False`` leaves writing new vectors to the cache to the caller (the store's
         ``replace_file`` does it in the same transaction as the chunks).
         """
         if not texts:
             return []
-        if not supports(self.store, EmbeddingCache):
+        if is_cheap(self.embedder) or not supports(self.store, EmbeddingCache):
             return self.embedder.embed_documents(texts)
         key = embedder_info(self.embedder)
         cached = self.store.cached_embeddings(key, texts)

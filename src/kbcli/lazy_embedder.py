@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .embedders.base import EmbedderInfo, embedder_info
+from .embedders.base import EmbedderInfo, embedder_info, is_cheap
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config_schema import Config
@@ -85,6 +85,11 @@ class LazyEmbedder:
     def weak(self) -> bool:
         """True when the resolved embedder captures spelling rather than meaning."""
         return bool(getattr(self.resolved, "weak", False))
+
+    @property
+    def cheap(self) -> bool:
+        """True when the resolved embedder is cheaper to run than its embedding cache."""
+        return is_cheap(self.resolved)
 
     @property
     def languages(self) -> frozenset[str] | None:

@@ -86,8 +86,10 @@ TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed 
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
 # costs ~1-2 ms). Each file is still all-or-nothing: a crash rolls back the group, leaving
-# every file in it at its previous version.
-WRITE_BATCH_FILES = 64
+# every file in it at its previous version. As many files as a checkpoint's span: a group of
+# 64 left the 8 files before each checkpoint a group of their own, and each group updates the
+# frequencies of every term it holds (at 100k chunks, fewer groups saved ~10 % of the ingest).
+WRITE_BATCH_FILES = CHECKPOINT_EVERY
 WRITE_BATCH_CHUNKS = 4000
 
 Progress = Callable[[str, int, int], None]
@@ -398,9 +400,11 @@ class _PendingWrites:
     """Prepared files waiting for their write, one transaction per group, each file whole.
 
     Files are written with the vectors already known (the embedding cache: unchanged chunk
-    texts, renamed files; a relabelled file's own) and nothing is embedded here: a chunk
-    without a vector is searchable by keyword from the moment its file is written, and
-    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one).
+    texts, renamed files; a relabelled file's own) and nothing costly is embedded here: a
+    chunk without a vector is searchable by keyword from the moment its file is written, and
+    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one). A
+    cheap embedder's vectors (the built-in one) are all known: embedded as each file is
+    queued, written with its chunks, never cached, and nothing is left to fill.
     """
 
     def __init__(self, kb: Indexable, report: SyncReport):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class EmbedderInfo:
-    """What an index records about the embedder that built it."""
+    """What an index records about the embedder that built it. ``cache`` (not part of the
+    identity): whether its vectors are worth keeping in the embedding cache; False for an
+    embedder that computes a vector faster than a store reads one back."""
 
     provider: str
     model: str
     dimension: int | None
+    cache: bool = field(default=True, compare=False)
 
     def describe(self) -> str:
         dim = f", {self.dimension} dimensions" if self.dimension else ""
@@ -25,6 +28,9 @@ class BaseEmbedder:
     override ``embed_query`` when queries are embedded differently from passages.
     ``languages``: the language codes the model was trained for, or None (any, or unknown);
     hybrid search does not trust the dense route for a query in a script none of them uses.
+    ``cheap``: embedding a text costs less than reading its vector back from the embedding
+    cache (the built-in character hash); such vectors are never cached, and ``kb ingest``
+    embeds them as it prepares each file instead of filling them in after the writes.
     """
 
     provider: str = "custom"
@@ -32,6 +38,7 @@ class BaseEmbedder:
     batch_size: int = 64
     dimension: int | None = None
     languages: frozenset[str] | None = None
+    cheap: bool = False
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         raise NotImplementedError
@@ -58,7 +65,7 @@ class BaseEmbedder:
     @property
     def info(self) -> EmbedderInfo:
         """Provider, model and (once known) dimension of this embedder."""
-        return EmbedderInfo(self.provider, self.model, self.dimension)
+        return EmbedderInfo(self.provider, self.model, self.dimension, cache=not self.cheap)
 
 
 def embedder_info(embedder: object) -> EmbedderInfo:
@@ -71,4 +78,10 @@ def embedder_info(embedder: object) -> EmbedderInfo:
         provider=str(getattr(embedder, "provider", f"{cls.__module__}.{cls.__qualname__}")),
         model=str(getattr(embedder, "model", cls.__qualname__)),
         dimension=getattr(embedder, "dimension", None),
+        cache=not is_cheap(embedder),
     )
+
+
+def is_cheap(embedder: object) -> bool:
+    """Whether ``embedder`` declares itself cheaper to run than its cache (``cheap``)."""
+    return getattr(embedder, "cheap", False) is True

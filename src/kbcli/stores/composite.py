@@ -370,7 +370,7 @@ class Store:
                     info = next((e for _, d, _, e in part if e is not None and d), None)
                     self.add(docs, vectors, embedder=info)
                 for record, file_docs, embeddings, info in part:
-                    if file_docs and info is not None and embeddings is not None:
+                    if file_docs and info is not None and info.cache and embeddings is not None:
                         pairs = {d.text: v for d, v in zip(file_docs, embeddings)}
                         self._cache.remember(conn, info, pairs)
                     self._ledger.put(conn, record)
@@ -407,7 +407,10 @@ class Store:
             return self._cache.cached(conn, info, texts)
 
     def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
-        """Remember vectors by (embedder, text) so unchanged text is never re-embedded."""
+        """Remember vectors by (embedder, text) so unchanged text is never re-embedded
+        (nothing for an embedder cheaper to run again: ``info.cache`` False)."""
+        if not info.cache:
+            return
         with self._engine.transaction() as conn:
             self._cache.remember(conn, info, vectors)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import sys
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,45 +53,88 @@ def to_document(row: Sequence[Any], vec: bytes | None = None) -> Document:
     )
 
 
+NARROW_TAG = 1  # first byte of a narrow forward index (see pack_terms)
+_SWAP = sys.byteorder == "big"  # the blobs are little-endian on every machine
+
+
 def pack_terms(counts: dict[int, int]) -> bytes:
-    """The forward index of a chunk: (term id, tf) pairs as int64."""
+    """The forward index of a chunk, narrow: a tag byte (:data:`NARROW_TAG`), the term ids as
+    uint32, then their tfs as uint16, all little-endian: 6 bytes a term and an odd length.
+
+    A chunk with a term id or a tf too big for those is written wide, as int64 (term id, tf)
+    pairs: the only encoding before (16 bytes a term, an even length). Both are read by
+    :func:`unpack_terms` and the pack builder (:func:`.packfile.term_pairs`), so an index
+    written by an older kbcli keeps working and gets narrow rows as chunks are rewritten."""
+    if not counts:
+        return b""
+    try:
+        ids, tfs = array("I", counts), array("H", counts.values())
+    except OverflowError:
+        return _pack_wide(counts)
+    if _SWAP:
+        ids.byteswap()
+        tfs.byteswap()
+    return b"\x01" + ids.tobytes() + tfs.tobytes()
+
+
+def _pack_wide(counts: dict[int, int]) -> bytes:
     flat = array("q")
     for term_id, tf in counts.items():
         flat.append(term_id)
         flat.append(tf)
+    if _SWAP:
+        flat.byteswap()
     return flat.tobytes()
 
 
 def unpack_terms(blob: bytes) -> dict[int, int]:
-    """The (term id -> tf) pairs of :func:`pack_terms`."""
-    flat = array("q")
-    flat.frombytes(blob)
-    return dict(zip(flat[0::2], flat[1::2]))
+    """The (term id -> tf) pairs of :func:`pack_terms`, of either encoding."""
+    if len(blob) % 2 == 0:
+        flat = array("q")
+        flat.frombytes(blob)
+        if _SWAP:
+            flat.byteswap()
+        return dict(zip(flat[0::2], flat[1::2]))
+    if blob[0] != NARROW_TAG:
+        raise ValueError(f"a forward index of unknown encoding (first byte {blob[0]})")
+    n = (len(blob) - 1) // 6
+    ids, tfs = array("I"), array("H")
+    ids.frombytes(blob[1 : 1 + 4 * n])
+    tfs.frombytes(blob[1 + 4 * n :])
+    if _SWAP:
+        ids.byteswap()
+        tfs.byteswap()
+    return dict(zip(ids, tfs))
 
 
 # --- writes ---------------------------------------------------------------------------------
 
 
-def source_id(
-    conn: sqlite3.Connection, source: str | None, known: dict[str, int], new: set[int]
-) -> int:
-    """The ``sources`` row of ``source``, created (empty) when missing; ``new`` collects those.
-    A chunk without a source gets a source of its own."""
-    if source is not None and source in known:
-        return known[source]
-    row = None
-    if source is not None:
-        row = conn.execute("SELECT id FROM sources WHERE source = ?", (source,)).fetchone()
-    if row is not None:
-        src = row[0]
-    else:
-        src = conn.execute(
-            "INSERT INTO sources (source, length, chunks) VALUES (?, 0, 0)", (source,)
-        ).lastrowid
-        new.add(src)
-    if source is not None:
-        known[source] = src
-    return src
+def source_ids(conn: sqlite3.Connection, names: Sequence[str | None], new: set[int]) -> list[int]:
+    """The ``sources`` row of each of ``names``, created (empty) when missing, in the order
+    first met; ``new`` collects those. A chunk without a source (None) gets a source of its
+    own. One lookup and one insert for all of them."""
+    known: dict[str, int] = {}
+    wanted = list(dict.fromkeys(n for n in names if n is not None))
+    for part in _batches(wanted):
+        marks = ",".join("?" * len(part))
+        sql = f"SELECT source, id FROM sources WHERE source IN ({marks})"
+        known.update(conn.execute(sql, part))
+    next_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM sources").fetchone()[0]
+    created: list[tuple[int, str | None]] = []
+    out: list[int] = []
+    for name in names:
+        src = known.get(name) if name is not None else None
+        if src is None:
+            src = next_id + len(created)  # the id SQLite would give: max + 1
+            created.append((src, name))
+            if name is not None:
+                known[name] = src
+        out.append(src)
+    sql = "INSERT INTO sources (id, source, length, chunks) VALUES (?, ?, 0, 0)"
+    conn.executemany(sql, created)
+    new.update(src for src, _ in created)
+    return out
 
 
 def insert(
@@ -98,18 +142,18 @@ def insert(
 ) -> tuple[list[ChunkTerms], set[int]]:
     """Insert chunk rows ``(doc, vector, tf by term id)`` with their forward indexes (vectors
     go to the ``vectors`` table, not here); returns each row's :class:`ChunkTerms` and the
-    sources created for them."""
-    known: dict[str, int] = {}
+    sources created for them. One statement for all rows: each gets the rowid SQLite would
+    give it (max + 1, in order)."""
     new_sources: set[int] = set()
-    chunks = []
-    for doc, _, tf in rows:
-        source = doc.metadata.get("source")
-        name = str(source) if source is not None else None
-        src = source_id(conn, name, known, new_sources)
-        cur = conn.execute(
-            "INSERT INTO chunks (id, text, metadata, created_at, source, text_hash, length,"
-            " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    names = [_source_name(doc) for doc, _, _ in rows]
+    srcs = source_ids(conn, names, new_sources)
+    first = conn.execute("SELECT coalesce(max(doc), 0) + 1 FROM chunks").fetchone()[0]
+    conn.executemany(
+        "INSERT INTO chunks (doc, id, text, metadata, created_at, source, text_hash, length,"
+        " terms, src) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
             (
+                first + i,
                 doc.id,
                 doc.text,
                 dumps_metadata(doc.metadata),
@@ -119,10 +163,17 @@ def insert(
                 sum(tf.values()),
                 pack_terms(tf),
                 src,
-            ),
-        )
-        chunks.append(ChunkTerms(int(cur.lastrowid), src, tf))
+            )
+            for i, ((doc, _, tf), name, src) in enumerate(zip(rows, names, srcs))
+        ),
+    )
+    chunks = [ChunkTerms(first + i, src, tf) for i, ((_, _, tf), src) in enumerate(zip(rows, srcs))]
     return chunks, new_sources
+
+
+def _source_name(doc: Document) -> str | None:
+    source = doc.metadata.get("source")
+    return str(source) if source is not None else None
 
 
 def overflow(conn: sqlite3.Connection) -> list[ChunkRow]:

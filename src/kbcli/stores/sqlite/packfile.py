@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ...crashpoints import crash_point
+from .catalog import NARROW_TAG
 from .packlog import FORMAT, HEADER_SIZE, MAGIC, TF_RUNS, read_header
 from .vectors import fsync_dir
 
@@ -24,11 +25,48 @@ ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")
 # --- building and mapping a pack --------------------------------------------------------------
 
 
-def _pairs(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Forward indexes -> (term ids, tfs, pairs per chunk)."""
-    counts = np.fromiter((len(b) // 16 for b in blobs), np.int64, len(blobs))
+Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]  # term ids, tfs, pairs per chunk
+
+
+def term_pairs(blobs: list[bytes]) -> Pairs:
+    """Forward indexes (:func:`.catalog.pack_terms`, either encoding) -> (term ids, tfs,
+    pairs per chunk), in chunk order."""
+    lengths = np.fromiter(map(len, blobs), np.int64, len(blobs))
+    narrow = (lengths & 1).astype(bool)
+    if narrow.all():
+        return _narrow_pairs(blobs, lengths)
+    if not narrow.any():
+        return _wide_pairs(blobs, lengths)
+    # An index an older kbcli wrote, with chunks added since: each encoding at once, then
+    # the pairs put back in chunk order (stable: a chunk's own pairs keep theirs).
+    pick = lambda keep: [b for b, n in zip(blobs, narrow) if n == keep]  # noqa: E731
+    t1, f1, c1 = _narrow_pairs(pick(True), lengths[narrow])
+    t2, f2, c2 = _wide_pairs(pick(False), lengths[~narrow])
+    counts = np.empty(len(blobs), np.int64)
+    counts[narrow], counts[~narrow] = c1, c2
+    owner = np.concatenate(
+        [np.repeat(np.flatnonzero(narrow), c1), np.repeat(np.flatnonzero(~narrow), c2)]
+    )
+    order = np.argsort(owner, kind="stable")
+    terms = np.concatenate([t1.astype(np.int64), t2])[order]
+    return terms, np.concatenate([f1.astype(np.int64), f2])[order], counts
+
+
+def _wide_pairs(blobs: list[bytes], lengths: np.ndarray) -> Pairs:
     flat = np.frombuffer(b"".join(blobs), "<i8").reshape(-1, 2)
-    return flat[:, 0], flat[:, 1], counts
+    return flat[:, 0], flat[:, 1], lengths // 16
+
+
+def _narrow_pairs(blobs: list[bytes], lengths: np.ndarray) -> Pairs:
+    # Each blob is [tag][ids: 4n bytes][tfs: 2n bytes]: label every byte of the joined blobs
+    # 0, 1 or 2 and take the id bytes and the tf bytes out in one pass each.
+    counts = (lengths - 1) // 6
+    raw = np.frombuffer(b"".join(blobs), np.uint8)
+    spans = np.column_stack([np.ones_like(counts), 4 * counts, 2 * counts]).ravel()
+    labels = np.repeat(np.tile(np.arange(3, dtype=np.uint8), len(blobs)), spans)
+    if not (raw[labels == 0] == NARROW_TAG).all():
+        raise ValueError("a forward index of unknown encoding in the chunks table")
+    return raw[labels == 1].view("<u4"), raw[labels == 2].view("<u2"), counts
 
 
 def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
@@ -40,7 +78,7 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
         docs.append(np.fromiter((r[0] for r in batch), np.int64, len(batch)))
         dls.append(np.fromiter((r[1] for r in batch), np.int64, len(batch)))
         srcs.append(np.fromiter((r[2] for r in batch), np.int64, len(batch)))
-        term, tf, counts = _pairs([r[3] for r in batch])
+        term, tf, counts = term_pairs([r[3] for r in batch])
         terms.append(term.astype(np.int32))
         tfs.append(tf.astype(np.int32))
         slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))

@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from ...bm25 import CorpusStats
-from .packfile import Pack, _pairs
+from .packfile import Pack, term_pairs
 from .packlog import TF_RUNS, current_seq, log_floor
 
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
@@ -266,7 +266,7 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
     alive = np.ones(m + len(rows), bool)
     alive[dead] = False
     if rows:
-        term, tf, counts = _pairs([r[3] for r in rows])
+        term, tf, counts = term_pairs([r[3] for r in rows])
         slot = np.repeat(np.arange(m, m + len(rows), dtype=np.int64), counts)
         order = np.argsort(term, kind="stable")
         delta = term[order].astype(np.int64), slot[order], tf[order].astype(np.int64)
