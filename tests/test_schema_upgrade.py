@@ -4,7 +4,8 @@
 examples/docs`` plus two chunks added without a source. ``data/schema-v2.db`` was written the
 same way by the schema-2 code (commit eb402d5), ``data/schema-v3.db`` by the schema-3 code
 (commit 38e810b: ``kb ingest examples/docs``, then ``note-1`` and ``note-2`` added without a
-source).
+source), ``data/schema-v4.db`` by the schema-4 code (commit 59b511a: ``kb ingest
+examples/docs``, then two texts added with ``kb add``).
 """
 
 import shutil
@@ -21,6 +22,7 @@ from kbcli.stores.sqlite import SCHEMA_VERSION
 FIXTURE = Path(__file__).parent / "data" / "schema-v1.db"
 FIXTURE_V2 = Path(__file__).parent / "data" / "schema-v2.db"
 FIXTURE_V3 = Path(__file__).parent / "data" / "schema-v3.db"
+FIXTURE_V4 = Path(__file__).parent / "data" / "schema-v4.db"
 
 
 @pytest.fixture
@@ -126,7 +128,7 @@ def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db):
     assert store.integrity_check() == []
     assert _rows(v2_db) == before
     conn = sqlite3.connect(v2_db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] == 0
     conn.close()
     store.keyword_search("reset password")  # re-tokenises the old index (title field)
@@ -202,3 +204,68 @@ def test_upgrade_from_3_drops_the_postings_and_keeps_scores_and_writes(tmp_path)
     assert store.integrity_check() == []
     check()
     store.close()
+
+
+def _layouts(path: Path) -> set[str]:
+    """The forward-index layouts of the chunks: int64 pairs (schema 4) or narrow (tagged)."""
+    conn = sqlite3.connect(path)
+    try:
+        lengths = [r[0] for r in conn.execute("SELECT length(terms) FROM chunks")]
+    finally:
+        conn.close()
+    return {"pairs" if n % 16 == 0 else "narrow" for n in lengths}
+
+
+def test_fixture_is_schema_4_with_int64_pairs():
+    conn = sqlite3.connect(f"file:{FIXTURE_V4}?mode=ro", uri=True)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    conn.close()
+    assert _layouts(FIXTURE_V4) == {"pairs"}
+
+
+def test_upgrade_from_4_keeps_the_old_rows_scores_alike_and_writes_narrow(tmp_path):
+    path = tmp_path / "v4.db"
+    shutil.copy(FIXTURE_V4, path)
+    before = _rows(path)
+    store = SQLiteStore(path)
+    assert store.integrity_check() == []
+    assert _rows(path) == before and _layouts(path) == {"pairs"}  # nothing rewritten
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    conn.close()
+    docs = {d.id: d for d in store.list_all()}
+    analyzer = store.analyzer
+    from kbcli.analysis import keyword_counts
+    from kbcli.types import Document
+
+    def check() -> None:
+        terms = {
+            i: list(keyword_counts(analyzer, d.text, d.metadata).elements())
+            for i, d in docs.items()
+        }
+        sources = {i: d.metadata.get("source") for i, d in docs.items()}
+        for query in ("reset password", "rotate token", "invoice billing"):
+            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
+            got = store.keyword_search(query, k=len(docs))
+            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
+
+    check()
+    added = Document("Rotate the signing token after every incident.", "new-note", {})
+    store.add([added])
+    docs[added.id] = added
+    assert _layouts(path) == {"pairs", "narrow"}  # new rows narrow, the old ones as they were
+    assert store.integrity_check() == []
+    check()
+    store.close()
+
+
+def test_a_schema_5_file_is_refused_by_a_reader_of_schema_4(tmp_path, monkeypatch):
+    """What an older kbcli says (its SCHEMA_VERSION was 4), not a misread of narrow rows."""
+    from kbcli.stores.sqlite import schema as sqlite_schema
+
+    path = tmp_path / "v5.db"
+    shutil.copy(FIXTURE_V4, path)
+    SQLiteStore(path).close()  # upgraded to 5
+    monkeypatch.setattr(sqlite_schema, "SCHEMA_VERSION", 4)
+    with pytest.raises(StoreError, match="written by a newer kbcli"):
+        SQLiteStore(path)

@@ -37,7 +37,7 @@ from pathlib import Path
 from ...crashpoints import crash_point
 from ...errors import NotAKnowledgeBaseError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 APP_ID = 0x4B42_4C49  # "KBLI"
 
 TABLES = """
@@ -156,11 +156,20 @@ def migrate_3_to_4(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX chunks_src ON chunks (src)")
 
 
+def migrate_4_to_5(conn: sqlite3.Connection) -> None:
+    """Schema 5 writes forward indexes in the narrow layout (a tag byte, uint32 term ids,
+    uint16 tfs: 6 bytes a term instead of 16). Rows of schema 4 keep their int64 pairs, which
+    every reader still decodes, so nothing is rewritten; the version changes so that an older
+    kbcli, which would misread the new rows, refuses the file instead ("written by a newer
+    kbcli")."""
+
+
 # Migration from version N to N+1, by N.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
     3: migrate_3_to_4,
+    4: migrate_4_to_5,
 }
 
 
