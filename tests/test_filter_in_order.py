@@ -10,6 +10,7 @@ with :func:`kbcli.bm25.rank` over the database's tables with the filter applied 
 from __future__ import annotations
 
 import random
+import sqlite3
 
 import pytest
 
@@ -121,14 +122,20 @@ def test_a_selective_new_filter_falls_back_to_its_bitmap(store, rounds, monkeypa
         assert rounds[-1] is None and store._allowed.scans == 1
 
 
-def test_a_new_filter_of_many_candidates_reads_no_bitmap(store, rounds, monkeypatch):
+def test_a_new_filter_of_many_candidates_reads_no_bitmap(store, monkeypatch):
     """Fails before the in-order check: a new filter whose candidates exceed the probe read
     every chunk's metadata (one scan of the table)."""
-    monkeypatch.setattr(keyword, "IN_ORDER_FIRST", 2)
-    fresh(store)
-    store.keyword_search("w1 w2 w3 w4 w5", k=5, filter={"team": "ops"})
-    assert store._allowed.scans == 0
-    assert rounds and rounds[-1] is not None
+    monkeypatch.setattr(packed, "FILTER_PROBE", 300)
+    for query, filter in (("w1 w2 w3 w4 w5", {"team": "ops"}), ("w6 w7 w8", {"part": 4})):
+        fresh(store)
+        terms = list(store.analyzer.query_counts(query))
+        with sqlite3.connect(store.path) as conn:
+            marks = ",".join("?" * len(terms))
+            sql = f"SELECT sum(df) FROM terms WHERE term IN ({marks})"
+            (postings,) = conn.execute(sql, terms).fetchone()
+        assert postings > 300  # more candidates than the probe checks at once
+        assert_exact(store, query, 5, filter, 2.0)
+        assert store._allowed.scans == 0
 
 
 def test_the_second_query_of_a_filter_builds_its_bitmap(store, rounds):

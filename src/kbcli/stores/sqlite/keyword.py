@@ -49,6 +49,24 @@ _STATE_SQL = (
 )
 
 
+class _Within:
+    """A packed view whose postings are only those of the slots in ``keep`` (a mask), every
+    other part (lengths, sources, norms) the view's: scored with ``keep`` as the filter it
+    ranks like the view, from those postings alone (the sparse executor, for few)."""
+
+    def __init__(self, view: Any, keep: Any):
+        self._view = view
+        self._keep = keep
+
+    def postings(self, term: int) -> tuple[Any, Any]:
+        slot, tf = self._view.postings(term)
+        kept = self._keep[slot]
+        return slot[kept], tf[kept]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._view, name)
+
+
 class KeywordTables(SignedKeywords):
     """Reads and writes the keyword index of one database for one analyzer: the keyword part
     (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
@@ -335,7 +353,9 @@ class KeywordTables(SignedKeywords):
             ok = catalog.passing(conn, docs.tolist(), filter)
             checked[slots] = True
             passing[slots[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
-            rows = self._score(view, terms, stats, k, params, view.visible(passing))
+            # the passing chunks' postings alone: scored over few entries, not every slot
+            within = _Within(view, passing)
+            rows = self._score(within, terms, stats, k, params, view.visible(passing))
             if len(best) < want:  # every candidate that scores at all was checked
                 return rows
             bound = best[-1][1]  # no unchecked candidate scores above it, filtered or not
