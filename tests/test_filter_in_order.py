@@ -107,7 +107,7 @@ def test_a_new_filter_checked_in_order_ranks_like_filter_then_rank(
     monkeypatch.setattr(keyword, "IN_ORDER_FIRST", first)
     for query in QUERIES:
         for filter in FILTERS:
-            for k in (1, 3, 12):
+            for k in (0, 1, 3, 12):
                 fresh(store)
                 assert_exact(store, query, k, filter, weight)
     assert rounds and all(r is not None for r in rounds)  # every one answered in order

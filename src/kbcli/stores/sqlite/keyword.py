@@ -49,6 +49,11 @@ _STATE_SQL = (
 )
 
 
+def _above(score: float) -> float:
+    """``score`` plus the float rounding of a sum of BM25 parts: a bound beyond it holds."""
+    return score + 1e-9 * (abs(score) + 1.0)
+
+
 class _Within:
     """A packed view whose postings are only those of the slots in ``keep`` (a mask), every
     other part (lengths, sources, norms) the view's: scored with ``keep`` as the filter it
@@ -301,7 +306,12 @@ class KeywordTables(SignedKeywords):
         view = self.view(conn, state)
         if not filter:
             return self._score(view, terms, stats, k, params, None)
-        allowed = self._allowed(conn, view, filter, terms, in_order=True)
+        from .packed import FILTER_PROBE
+
+        # a new filter is checked on every candidate at once only when they are fewer than
+        # the first round in rank order would check
+        at_once = min(FILTER_PROBE, IN_ORDER_FIRST * k)
+        allowed = self._allowed(conn, view, filter, terms, in_order=at_once)
         if allowed is None:  # a new filter, many candidates: checked in rank order
             rows = self._checked_in_order(conn, view, terms, stats, filter, k, params)
             if rows is not None:
@@ -332,6 +342,8 @@ class KeywordTables(SignedKeywords):
         every candidate or reads the whole bitmap)."""
         import numpy as np
 
+        if k <= 0:
+            return []
         budget = self._probe(view)
         lists = [view.postings(int(t.term))[0] for t in terms]
         checked = np.zeros(view.slots, bool)
@@ -339,8 +351,9 @@ class KeywordTables(SignedKeywords):
         in_source = np.zeros(view.srclen.shape[0], bool)
         spent = 0
         want = IN_ORDER_FIRST * k
+        best = self._score(view, terms, stats, want, params, None)
+        last = False  # every candidate that may still reach the k-th is in best
         while True:
-            best = self._score(view, terms, stats, want, params, None)
             slots = view.slot_of(np.fromiter((r[0] for r in best), np.int64, len(best)))
             if params.source_weight:
                 in_source[view.src[slots]] = True
@@ -356,12 +369,22 @@ class KeywordTables(SignedKeywords):
             # the passing chunks' postings alone: scored over few entries, not every slot
             within = _Within(view, passing)
             rows = self._score(within, terms, stats, k, params, view.visible(passing))
-            if len(best) < want:  # every candidate that scores at all was checked
+            if last or len(best) < want:  # every candidate that scores at all was checked
                 return rows
             bound = best[-1][1]  # no unchecked candidate scores above it, filtered or not
-            if len(rows) == k and rows[-1][1] > bound + 1e-9 * (abs(bound) + 1.0):
+            if len(rows) == k and rows[-1][1] > _above(bound):
                 return rows
-            want *= 4
+            if len(rows) < k:  # too few pass yet: more of the best
+                want *= 4
+                best = self._score(view, terms, stats, want, params, None)
+                continue
+            # A checked chunk's score stays (its sources are checked whole), so the k-th can
+            # only rise: checking every candidate whose bound reaches today's k-th finishes.
+            floor = rows[-1][1] - (_above(rows[-1][1]) - rows[-1][1])
+            top = self._score(view, terms, stats, budget, params, None)
+            if len(top) == budget and top[-1][1] >= floor:
+                return None  # more candidates may rank than the budget checks
+            best, last = [r for r in top if r[1] >= floor], True
 
     @staticmethod
     def _score(
@@ -539,23 +562,20 @@ class KeywordTables(SignedKeywords):
         view: Any,
         filter: dict[str, Any],
         terms: list[QueryTerm],
-        in_order: bool = False,
+        in_order: int | None = None,
     ) -> Any:
         """Which slots pass ``filter`` (a :class:`packed.Visible`): checked in SQL for the
         candidates only when there are few and the filter is new, else for the whole index once
-        per (filter, generation). With ``in_order``, a new filter of more than
-        :data:`~.packed.FILTER_PROBE` candidates gives None: the caller checks it in rank order
-        (:meth:`_checked_in_order`), which reads far fewer rows, and calls
-        :meth:`_candidates` if that gives up."""
-        from .packed import FILTER_PROBE
-
+        per (filter, generation). With ``in_order``, a new filter of more postings than that
+        gives None: the caller checks it in rank order (:meth:`_checked_in_order`), which
+        reads far fewer rows, and calls :meth:`_candidates` if that gives up."""
         key = json.dumps(filter, sort_keys=True, default=str)
         if key in self._filters:
             return self._filters[key]
         seen = self._filters.setdefault("seen", set())
         if key not in seen:
             seen.add(key)  # the second query with this filter builds its bitmap
-            if in_order and self._postings(view, terms) > FILTER_PROBE:
+            if in_order is not None and self._postings(view, terms) > in_order:
                 return None
             found = self._candidates(conn, view, filter, terms)
             if found is not None:
