@@ -95,8 +95,8 @@ def new_filters(db: Path, n: int, start: int = 0, folder: bool = True) -> list[d
     ``g{i % 10}`` but those at one position in their file (``chunk_index`` ``$ne``), in the
     second hundred also not the first (``char_start`` ``$gt 0``), about 9 % of the chunks
     (SQLite reads only the folder's rows for them). Without: two positions in every file
-    (``chunk_index`` ``$in``) and a bound on ``char_end`` that every chunk passes (it makes
-    each filter new), 10-20 % of the chunks, a filter no index narrows."""
+    (``chunk_index`` ``$in``) and a bound on ``line`` that every chunk passes (it makes each
+    filter new), 10-20 % of the chunks, a filter no index narrows."""
     from kbcli.filter_syntax import under_folders
 
     root = corpus_root(db)
@@ -105,7 +105,7 @@ def new_filters(db: Path, n: int, start: int = 0, folder: bool = True) -> list[d
         if not folder:
             positions = sorted({i % 10, (i // 10) % 10})
             out.append({"$and": [{"chunk_index": {"$in": positions}},
-                                 {"char_end": {"$gt": i % 300}}]})  # fmt: skip
+                                 {"line": {"$lt": 10**6 + i}}]})  # fmt: skip
             continue
         parts = [under_folders([str(root / f"g{i % 10}")]),
                  {"chunk_index": {"$ne": (i // 10) % 10}}]  # fmt: skip
