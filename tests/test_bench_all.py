@@ -144,7 +144,6 @@ def test_the_corpus_and_the_report(run, tmp_path, monkeypatch):
     assert "| 300 |" in section
 
 
-
 @pytest.mark.slow
 def test_keyword_latency_runs_on_a_copy_of_a_size_folder(run, tmp_path):
     """bench_keyword_latency.py on (a copy of) the folder bench_all built: every engine on
@@ -164,7 +163,14 @@ def test_keyword_latency_runs_on_a_copy_of_a_size_folder(run, tmp_path):
     result = json.loads(out.read_text())
     engines = ("kb", "kb chunk-only", "kb index only", "fts5", "bm25s", "tantivy")
     sets = [f"{q}{f}" for q in ("chunk", "content", "common") for f in ("", "+filter")]
-    assert set(result["rows"]) == {f"{s} {e}" for s in sets for e in engines}
+    new = [
+        f"{q}+new filter{f}" for q in ("chunk", "content", "common") for f in ("", ", no folder")
+    ]
+    assert set(result["rows"]) == {f"{s} {e}" for s in sets for e in engines} | {
+        f"{s} {e}"
+        for s in new
+        for e in engines[:3]  # a new filter: kb only
+    }
     for ms in result["rows"].values():
         assert 0 < ms["best_p50"] and 0 < ms["p50"] <= ms["p95"]
     assert len(result["goals"]) == 7
@@ -172,6 +178,37 @@ def test_keyword_latency_runs_on_a_copy_of_a_size_folder(run, tmp_path):
         assert goal["ratio"] == round(goal["measured_ms"] / goal["peer_ms"], 2)
         assert f"{goal['goal']:46}" in done.stdout
     assert {"load_start", "load_end"} <= set(result["info"])
+    # kb alone (its own peak memory): no peer rows, only the goals of kb against itself
+    done = subprocess.run([*argv[:-2], "--repeat", "1", "--peers", "none", "--kb-only",
+                           "--json", str(out)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {f"{s} kb" for s in sets + new}
+    assert [g["goal"] for g in result["goals"]] == [
+        "chunk words: filtered / unfiltered ≤ 1.2",
+        "3 common words: filtered / unfiltered ≤ 1.2",
+    ]
+
+
+def test_new_filters_are_new_and_valid(run):
+    """Every filter of bench_keyword_latency's "+new filter" rows differs from the others (a
+    repeat is a filter used before: its bitmap) and passes the filter validator."""
+    import importlib.util
+    import json
+
+    from kbcli.filters import validate_filter
+
+    _, work, _ = run
+    spec = importlib.util.spec_from_file_location(
+        "bench_keyword_latency", ROOT / "benchmarks" / "bench_keyword_latency.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    db = work / "300" / "kb.db"
+    made = [f for folder in (True, False) for f in module.new_filters(db, 1500, 0, folder)]
+    assert len({json.dumps(f, sort_keys=True) for f in made}) == len(made)
+    for f in made[:: len(made) // 50]:
+        validate_filter(f)
 
 
 def test_sizes_parse():
