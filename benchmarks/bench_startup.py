@@ -18,10 +18,10 @@ Usage::
 model) and adds ``kb search`` in the default hybrid mode, which loads the index's embedder.
 ``--query`` may be given several times (a keyword search row each; the hybrid row takes the
 first). ``--cwd DIR`` runs the commands in DIR instead (e.g. the index's folder, so that its
-``jianmu.yaml`` is read as a user's would be). ``--base OTHER/src`` also runs every command on another checkout's sources (e.g.
-``/work/main/src``), alternating run by run with this one, so that *before* and *after* come
-from the same moments of a shared machine. The load average is reported at the start and the
-end.
+``jianmu.yaml`` is read as a user's would be). ``--base OTHER/src`` also runs every command
+on another checkout's sources (e.g. an older commit's ``src``), alternating run by run
+with this one, so that *before* and *after* come from the same moments of a shared machine.
+The load average is reported at the start and the end.
 
 ``--kb`` defaults to the ``kb`` beside this Python, then the one on PATH; it runs this
 checkout's ``src`` (``PYTHONPATH``) with bytecode caching on, as an installed package has it

@@ -18,7 +18,7 @@ MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
 SCRATCH_TERMS = 4  # terms whose source sums share one pass of the sparse scorer
 SCOPE_TERMS = 65_536  # terms whose frequencies in a scope are kept for its generation
 FILTER_PROBE = 2_000  # postings (or 1/16 of the slots) up to which a new filter is checked
-# for the candidates only
+# for the candidates only; above it, in rank order (keyword._checked_in_order)
 
 
 # --- the searchable view: pack + delta ----------------------------------------------------------
