@@ -23,6 +23,7 @@ FIXTURE = Path(__file__).parent / "data" / "schema-v1.db"
 FIXTURE_V2 = Path(__file__).parent / "data" / "schema-v2.db"
 FIXTURE_V3 = Path(__file__).parent / "data" / "schema-v3.db"
 FIXTURE_V4 = Path(__file__).parent / "data" / "schema-v4.db"
+QUERIES = ("reset password", "rotate token", "invoice billing")
 
 
 @pytest.fixture
@@ -71,17 +72,7 @@ def test_upgraded_index_scores_like_the_plain_formula(old_db):
     store = SQLiteStore(old_db)
     store.keyword_search("reset password")  # re-tokenises the old index (title field)
     docs = {d.id: d for d in store.list_all()}
-    analyzer = store.analyzer
-    from kbcli.analysis import keyword_counts
-
-    terms = {
-        i: list(keyword_counts(analyzer, d.text, d.metadata).elements()) for i, d in docs.items()
-    }
-    sources = {i: d.metadata.get("source") for i, d in docs.items()}
-    for query in ("reset password", "rotate token", "invoice billing", "密码"):
-        expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
-        got = store.keyword_search(query, k=len(docs))
-        assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
+    _scores_are_plain_bm25(store, docs, (*QUERIES, "密码"))
     store.close()
 
 
@@ -133,27 +124,34 @@ def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db):
     conn.close()
     store.keyword_search("reset password")  # re-tokenises the old index (title field)
     docs = {d.id: d for d in store.list_all()}
-    analyzer = store.analyzer
-    from kbcli.analysis import keyword_counts
-
-    terms = {
-        i: list(keyword_counts(analyzer, d.text, d.metadata).elements()) for i, d in docs.items()
-    }
-    sources = {i: d.metadata.get("source") for i, d in docs.items()}
-    for step in range(2):
-        for query in ("reset password", "rotate token", "invoice billing"):
-            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
-            got = store.keyword_search(query, k=len(docs))
-            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
-        # A write after the upgrade goes to the log (and, with the pack, into its delta).
-        if step == 0:
-            store.remove(["loose-1"])
-            del docs["loose-1"], terms["loose-1"], sources["loose-1"]
+    _scores_are_plain_bm25(store, docs)
+    # A write after the upgrade goes to the log (and, with the pack, into its delta).
+    store.remove(["loose-1"])
+    del docs["loose-1"]
+    _scores_are_plain_bm25(store, docs)
     conn = sqlite3.connect(v2_db)
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] >= 1
     conn.close()
     assert store.integrity_check() == []
     store.close()
+
+
+def _scores_are_plain_bm25(
+    store: SQLiteStore, docs: dict, queries: tuple[str, ...] = QUERIES
+) -> None:
+    """Every chunk's keyword score for ``queries`` equals an independent plain BM25 (with
+    source context) over ``docs``, to 1e-6."""
+    from kbcli.analysis import keyword_counts
+
+    analyzer = store.analyzer
+    terms = {
+        i: list(keyword_counts(analyzer, d.text, d.metadata).elements()) for i, d in docs.items()
+    }
+    sources = {i: d.metadata.get("source") for i, d in docs.items()}
+    for query in queries:
+        expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
+        got = store.keyword_search(query, k=len(docs))
+        assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
 
 
 def _tables(path: Path) -> set[str]:
@@ -180,21 +178,8 @@ def test_upgrade_from_3_drops_the_postings_and_keeps_scores_and_writes(tmp_path)
     assert _rows(path) == before
     assert "postings" not in _tables(path) and "chunks_src" in _tables(path)
     docs = {d.id: d for d in store.list_all()}
-    analyzer = store.analyzer
-    from kbcli.analysis import keyword_counts
 
-    def check() -> None:
-        terms = {
-            i: list(keyword_counts(analyzer, d.text, d.metadata).elements())
-            for i, d in docs.items()
-        }
-        sources = {i: d.metadata.get("source") for i, d in docs.items()}
-        for query in ("reset password", "rotate token", "invoice billing"):
-            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
-            got = store.keyword_search(query, k=len(docs))
-            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
-
-    check()
+    _scores_are_plain_bm25(store, docs)
     # One chunk out of a source of several: its source frequencies are counted from the
     # forward indexes of the chunks that stay.
     source = next(s for s, n in store.sources() if n > 1)
@@ -202,7 +187,7 @@ def test_upgrade_from_3_drops_the_postings_and_keeps_scores_and_writes(tmp_path)
     store.remove([victim])
     del docs[victim]
     assert store.integrity_check() == []
-    check()
+    _scores_are_plain_bm25(store, docs)
     store.close()
 
 
@@ -234,28 +219,15 @@ def test_upgrade_from_4_keeps_the_old_rows_scores_alike_and_writes_narrow(tmp_pa
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     conn.close()
     docs = {d.id: d for d in store.list_all()}
-    analyzer = store.analyzer
-    from kbcli.analysis import keyword_counts
     from kbcli.types import Document
 
-    def check() -> None:
-        terms = {
-            i: list(keyword_counts(analyzer, d.text, d.metadata).elements())
-            for i, d in docs.items()
-        }
-        sources = {i: d.metadata.get("source") for i, d in docs.items()}
-        for query in ("reset password", "rotate token", "invoice billing"):
-            expected = plain_bm25_with_sources(analyzer.terms(query), terms, sources, SOURCE_WEIGHT)
-            got = store.keyword_search(query, k=len(docs))
-            assert {r.document.id: r.score for r in got} == pytest.approx(expected, abs=1e-6)
-
-    check()
+    _scores_are_plain_bm25(store, docs)
     added = Document("Rotate the signing token after every incident.", "new-note", {})
     store.add([added])
     docs[added.id] = added
     assert _layouts(path) == {"pairs", "narrow"}  # new rows narrow, the old ones as they were
     assert store.integrity_check() == []
-    check()
+    _scores_are_plain_bm25(store, docs)
     store.close()
 
 
