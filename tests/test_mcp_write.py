@@ -489,6 +489,11 @@ def test_write_limits_over_http_name_the_limit_and_outlive_a_restart(tmp_path):
             "and this one is 269; delete notes (knowledge_delete) or ask for a larger "
             "total_bytes"
         ), text
+        # a note the writer deletes frees its bytes at once
+        assert not clients["total"].call("knowledge_delete", {"id": added.pop()})[1]
+        text, is_error = clients["total"].call("knowledge_add", {"text": note})
+        assert not is_error, text
+        added.append(ID.search(text)[1])
         text, is_error = clients["plain"].call("knowledge_add", {"text": "y" * 40_000})
         assert is_error and text == (
             "Error: write limit note_bytes (32,768) reached: this note is 40,019 bytes (its "
@@ -608,3 +613,30 @@ def test_write_limit_option_errors(args, message):
     result = run("mcp", *args)
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_total_is_counted_in_the_index_at_least_once_a_minute(tmp_path):
+    """Between counts a writer adds its own notes to its count; a note of it deleted
+    elsewhere (``kb delete``, another server) frees its bytes at the next count, within a
+    minute."""
+    from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
+    from kbcli.note_tools import RECOUNT_EVERY, NoteWriter, WriteLimitError, WriteLimits
+    from kbcli.views import as_view
+
+    now = [0.0]
+    writer = NoteWriter("w", WriteLimits(total_bytes=100), clock=lambda: now[0])
+    kb_ = KnowledgeBase(store=SQLiteStore(tmp_path / "w.db"), embedder=SimpleEmbedder())
+    view = as_view(kb_)
+    try:
+        first = writer.add(view, "a" * 40, {})  # 40 + 15 bytes of metadata
+        with pytest.raises(WriteLimitError, match=r"hold 55 bytes and this one is 55;"):
+            writer.add(view, "b" * 40, {})
+        kb_.delete([first])  # not through the writer
+        now[0] = RECOUNT_EVERY - 1
+        with pytest.raises(WriteLimitError, match="hold 55 bytes"):
+            writer.add(view, "b" * 40, {})
+        now[0] = RECOUNT_EVERY
+        writer.add(view, "b" * 40, {})
+        assert writer.held(view) == 55
+    finally:
+        kb_.close()

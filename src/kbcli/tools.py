@@ -495,7 +495,8 @@ def knowledge_tools(
         KnowledgeStatsTool(view),
     ]
     if allow_write:
-        from .note_tools import KnowledgeAddTool, KnowledgeDeleteTool
+        from .note_tools import KnowledgeAddTool, KnowledgeDeleteTool, NoteWriter
 
-        tools += [KnowledgeAddTool(view, writer=writer), KnowledgeDeleteTool(view)]
+        writer = writer or NoteWriter("agent")
+        tools += [KnowledgeAddTool(view, writer=writer), KnowledgeDeleteTool(view, writer)]
     return tools
