@@ -1,13 +1,14 @@
 """What a note's write limits cost (issue 37): ``knowledge_add`` counts the bytes its writer's
-notes hold in the index (a metadata-filtered read) and checks the file ledger at every note.
+notes hold in the index (a metadata-filtered read, at most once a minute) and whether a file's
+chunk has the source a note names.
 
     python benchmarks/bench_note_limits.py --chunks 100000 --notes 60
     python benchmarks/bench_note_limits.py --chunks 20000 --notes 40   # a loaded machine
 
 One SQLite index of synthetic chunks (ten per file, each file with a ledger record) is written
-once into ``--workdir``. Then notes of ``--note-bytes`` are added alternately through the
-``knowledge_add`` tool (limits checked: the writer's bytes counted in the index, the ledger
-looked up) and through ``KnowledgeBase.add`` (no checks), each timed once; the writer already
+once into ``--workdir``. Then notes of ``--note-bytes`` are added in turn through the
+``knowledge_add`` tool (limits checked), through it with a ``source`` (whether a file's chunk
+has that source looked up too) and through ``KnowledgeBase.add`` (no checks), each timed once; the writer already
 holds ``--held`` notes. Prints p50 / p95 in milliseconds of each, the count alone, and the
 database's growth per byte of note text (vectors, keyword postings, metadata) after adding
 notes of the largest default size. Figures depend on the machine's load, printed with them.
@@ -102,12 +103,16 @@ def main() -> None:
     try:
         for _ in range(args.held):
             writer.add(view, text_of(rng, args.note_bytes), {})
-        checked, plain, counted = [], [], []
-        for _ in range(args.notes):
+        checked, sourced, plain, counted = [], [], [], []
+        for n in range(args.notes):
             text = text_of(rng, args.note_bytes)
             started = time.perf_counter()
             result = tool.call({"text": text})
             checked.append((time.perf_counter() - started) * 1000)
+            assert not result.is_error, result.text
+            started = time.perf_counter()
+            result = tool.call({"text": text[::-1], "metadata": {"source": f"/notes/./n{n}.md"}})
+            sourced.append((time.perf_counter() - started) * 1000)
             assert not result.is_error, result.text
             started = time.perf_counter()
             kb.add(text_of(rng, args.note_bytes), {"topic": "plain"})
@@ -119,10 +124,11 @@ def main() -> None:
         print(f"{args.chunks:,} chunks, writer holding {args.held + args.notes} notes of "
               f"{args.note_bytes:,} bytes; load {load}")  # fmt: skip
         for name, values in (("knowledge_add (limits checked)", checked),
+                             ("knowledge_add with a source (+ lookup)", sourced),
                              ("KnowledgeBase.add (no checks)", plain),
                              ("count of the writer's bytes alone", counted)):  # fmt: skip
             figures = p50_p95(values)
-            print(f"  {name:<36} p50 {figures['p50']:7.1f} ms   p95 {figures['p95']:7.1f} ms")
+            print(f"  {name:<40} p50 {figures['p50']:7.1f} ms   p95 {figures['p95']:7.1f} ms")
     finally:
         kb.close()
 

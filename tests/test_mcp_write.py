@@ -640,3 +640,27 @@ def test_the_total_is_counted_in_the_index_at_least_once_a_minute(tmp_path):
         assert writer.held(view) == 55
     finally:
         kb_.close()
+
+
+def test_kb_ask_cites_a_note_as_a_note(tmp_path):
+    """The passages ``kb ask`` gives the model, and the citations it prints, mark a note."""
+    from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
+    from kbcli.render.answers import cited_location
+    from kbcli.tools import knowledge_tools
+
+    kb_ = KnowledgeBase(store=SQLiteStore(tmp_path / "ask.db"), embedder=SimpleEmbedder())
+    try:
+        tools = {t.name: t for t in knowledge_tools(kb_, allow_write=True)}
+        added = tools["knowledge_add"].call(
+            {"text": "The staging database moved to pg-staging-2 on Monday.",
+             "metadata": {"source": "/ops/./db.md"}}
+        )  # fmt: skip
+        assert not added.is_error, added.text
+        answer = kb_.ask("Where did the staging database move?", mode="keyword", dry_run=True)
+        (evidence,) = answer.evidence
+        assert evidence.note_by == "agent" and evidence.line is None
+        assert "[1] source: note by agent: /ops/db.md\n" in answer.messages[-1]["content"]
+        assert cited_location(evidence) == ("note by agent: /ops/db.md", "")
+        assert evidence.to_dict()["note_by"] == "agent"
+    finally:
+        kb_.close()

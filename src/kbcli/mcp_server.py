@@ -19,7 +19,7 @@ Token file (YAML)::
 
     tokens:
       - token: "a-long-random-secret-for-acme"   # at least 16 characters
-        name: acme                               # shown in the server log only
+        name: acme                               # in the audit file and on its notes
         filter: {tenant: acme}                   # a kbcli filter; or ["tenant=acme"]
       - token: "another-long-random-secret"
         name: admin                              # also the writer its notes are counted for

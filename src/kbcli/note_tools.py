@@ -6,10 +6,10 @@ note, and only a note the scope can see is deleted.
 A note is marked as one (``note_by``: its writer's name, :data:`~kbcli.types.NOTE_BY`) and
 every surface shows it as ``note by NAME``, never as a place in a file: it may not set what
 presents a chunk as one (``line``, ``page``, ``heading``, ``title``, chunk offsets:
-:data:`~kbcli.types.LOCATION_KEYS`) nor take the ``source`` of an indexed file. Its
-``source``, if any, is kept in canonical form (:func:`~kbcli.pathnames.normal_source`, read as
-text), so ``/docs/beta/./b.md`` is the indexed ``/docs/beta/b.md`` and ``..`` cannot climb out
-of the scope.
+:data:`~kbcli.types.LOCATION_KEYS`) nor take the ``source`` of an indexed file (of any chunk
+that is not a note). Its ``source``, if any, is kept in canonical form
+(:func:`~kbcli.pathnames.normal_source`, read as text), so ``/docs/beta/./b.md`` is the
+indexed ``/docs/beta/b.md`` and ``..`` cannot climb out of the scope.
 
 Each writer (:class:`NoteWriter`: a token's name, ``stdio``) adds under :class:`WriteLimits`:
 notes per minute (a sliding window), bytes per note, and bytes its notes hold in the index
@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import InvalidOptionError, KBError
@@ -40,7 +40,7 @@ from .tool_base import (
     reader_of,
     text_argument,
 )
-from .types import LOCATION_KEYS, NOTE_BY
+from .types import LOCATION_KEYS, NOTE_BY, note_author
 
 NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
 MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
@@ -83,10 +83,6 @@ class WriteLimits:
                 )
             changed[key] = value
         return replace(self, **changed)
-
-    def as_dict(self) -> dict[str, int]:
-        """The limits by name."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # The largest value each limit takes (a limit is never unlimited).
@@ -265,7 +261,7 @@ class KnowledgeAddTool(KnowledgeTool):
                 "this note would fall outside your scope: give the metadata your scope "
                 f"requires ({json.dumps(self.view.filter, default=str)[:300]})"
             )
-        if metadata.get("source") is not None and _is_indexed(self.view, metadata["source"]):
+        if metadata.get("source") is not None and _holds_text(self.view, metadata["source"]):
             raise ToolArgumentError(
                 f"metadata source {metadata['source'][:200]!r} is an indexed file: a note "
                 "cannot pose as a file's chunk; leave source out or name another path"
@@ -304,7 +300,8 @@ class KnowledgeDeleteTool(KnowledgeTool):
         if not found:
             return error_result(NO_NOTE)
         source = found[0].metadata.get("source")
-        if isinstance(source, str) and _is_indexed(self.view, source):
+        note = note_author(found[0].metadata) is not None
+        if not note and isinstance(source, str) and _is_indexed(self.view, source):
             return error_result(
                 f"{chunk_id} is a chunk of the indexed file {source}: it leaves the index when "
                 "the file is deleted (kb ingest, kb watch), not here"
@@ -342,6 +339,20 @@ def _note_metadata(value: Any) -> dict[str, Any]:
             raise ToolArgumentError(f"metadata {key[:40]!r} is too long")
         out[key] = item
     return out
+
+
+def _holds_text(view: Any, source: str) -> bool:
+    """True when a chunk that is not a note has ``source`` (or its canonical form), in any
+    scope: an indexed file's chunks (or text added with that source). A lookup by source, so
+    it costs the same whatever the size of the index or of the file ledger."""
+    from .views import KnowledgeView
+
+    whole = KnowledgeView(view.kb, None)
+    not_a_note = {NOTE_BY: {"$exists": False}}
+    for candidate in dict.fromkeys([normal_source(source), source]):
+        if next(whole.iter_documents(not_a_note, source=candidate, limit=1), None) is not None:
+            return True
+    return False
 
 
 def _is_indexed(view: Any, source: str) -> bool:

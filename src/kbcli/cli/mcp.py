@@ -16,7 +16,7 @@ from .root import app
     epilog=example(
         "kb mcp --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
-        "kb mcp --allow-write --filter team=ops",
+        "kb mcp --allow-write --write-limit notes_per_minute=10 --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
