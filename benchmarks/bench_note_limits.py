@@ -8,10 +8,11 @@ chunk has the source a note names.
 One SQLite index of synthetic chunks (ten per file, each file with a ledger record) is written
 once into ``--workdir``. Then notes of ``--note-bytes`` are added in turn through the
 ``knowledge_add`` tool (limits checked), through it with a ``source`` (whether a file's chunk
-has that source looked up too) and through ``KnowledgeBase.add`` (no checks), each timed once; the writer already
-holds ``--held`` notes. Prints p50 / p95 in milliseconds of each, the count alone, and the
-database's growth per byte of note text (vectors, keyword postings, metadata) after adding
-notes of the largest default size. Figures depend on the machine's load, printed with them.
+has that source looked up too) and through ``KnowledgeBase.add`` (no checks), each timed
+once; the writer already holds ``--held`` notes. Prints p50 / p95 in milliseconds of each
+and of the count of the writer's bytes alone, and the database's growth per byte of note
+text (vectors, keyword postings, metadata) after adding notes of the largest default size.
+Figures depend on the machine's load, printed with them.
 """
 
 from __future__ import annotations

@@ -53,8 +53,10 @@ def chunk_location(meta: dict[str, Any], line: Any = None, path: Any = display_p
     ``note by acme`` (``note by acme: docs/topic.md``), never a file's line."""
     note = note_label(meta)
     source = meta.get("source")
+    if source is None or source == "":
+        return "-" if note is None else note
     if note is not None:
-        return note if source is None or source == "" else f"{note}: {path(source)}"
+        return f"{note}: {path(source)}"
     return path(source) + (f":{line}" if line is not None else "")
 
 
