@@ -1,7 +1,8 @@
-"""``kb mcp --audit FILE``: one JSON line per tool call and per refused request, over HTTP with
-bearer tokens (a real ``kb mcp`` subprocess, the SDK's client) and over stdio; the lines name
-what was called and what came back, never document text or the query (unless
-``--audit-queries``), and only ids the caller's scope shows."""
+"""``kb mcp --audit FILE``: one JSON line per tool call, over HTTP with bearer tokens (a real
+``kb mcp`` subprocess, the SDK's client) and over stdio; the lines name what was called and
+what came back, never document text or the query (unless ``--audit-queries``), and only ids
+the caller's scope shows. Requests without a valid token are summarised, every field is
+bounded (issue 37)."""
 
 from __future__ import annotations
 
