@@ -155,7 +155,7 @@ def test_json_shape(kb, server, files):
     data = kb.ask("How often does the VPN password rotate?").to_dict()
     assert list(data) == ["answer", "citations", "unknown_citations", "refused", "reason", "model"]
     (citation,) = data["citations"]
-    assert list(citation) == ["n", "source", "line", "page", "id", "text"]
+    assert list(citation) == ["n", "source", "line", "page", "id", "text", "note_by"]
     assert citation["source"] == str(files["vpn"].resolve()) and citation["line"] == 5
     assert citation["page"] is None and "rotates every month" in citation["text"]
     assert data["refused"] is False and data["reason"] is None and data["model"] == "fake-chat-1"

@@ -18,7 +18,8 @@ def test_json_is_an_array_of_hits_and_nothing_else(ids):
     hits, result = run_json("search", "reset password", "--mode", "keyword", "--json")
     assert [h["id"] for h in hits][0] == ids[0]
     assert set(hits[0]) == {
-        "id", "score", "text", "metadata", "unit", "location", "line", "matched_chunks"
+        "id", "score", "text", "metadata", "unit", "location", "line", "matched_chunks",
+        "note_by",
     }  # fmt: skip
     assert hits[0]["unit"] == "file" and hits[0]["location"] == "/docs/password.md"
     assert hits[0]["metadata"]["source"] == "/docs/password.md"

@@ -171,3 +171,37 @@ def test_python_tools_sweep(kb, setup):
     assert leaks == []
     # ...and the sweep did find things: the scope is not simply empty.
     assert sum(text.startswith("1. ") for text in outputs) > 200
+
+
+# --- paths in scopes are canonical (issue 37) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        {"source": {"$prefix": "/acme/./"}},
+        {"source": {"$prefix": "/globex/../acme/"}},
+        {"source": {"$prefix": "//acme//"}},
+        {"source": {"$in": [f"/acme/sub/../doc{n}.md" for n in range(8)]}},
+    ],
+    ids=["dot", "dotdot", "slashes", "in"],
+)
+def test_a_scopes_paths_mean_what_they_name(kb, scope):
+    """A scope's ``source`` read as written used to match nothing (``/acme/./``) or, worse,
+    what it names lexically but not in fact; it is read in canonical form."""
+    view = kb.scoped(scope)
+    sources = {source for source, _ in view.sources()}
+    assert sources == {f"/acme/doc{n}.md" for n in range(8)}
+    hits = view.search("password reset", k=50, mode="keyword")
+    assert hits and all(h.document.metadata["source"].startswith("/acme/") for h in hits)
+    # a caller's filter is read the same way, and only narrows
+    narrowed = view.search(
+        "password reset", k=50, mode="keyword", filter={"source": "/acme/x/../doc0.md"}
+    )
+    assert {h.document.metadata["source"] for h in narrowed} == {"/acme/doc0.md"}
+    assert view.count({"source": "/globex/../acme/doc1.md"}) == 2  # acme's and initech's
+
+
+def test_a_scope_that_excludes_a_path_excludes_it_in_any_spelling(kb):
+    view = kb.scoped({"tenant": "acme", "source": {"$ne": "/acme/./doc0.md"}})
+    assert "/acme/doc0.md" not in {source for source, _ in view.sources()}

@@ -81,6 +81,7 @@ def test_citations_name_source_page_heading_and_id(kb):
         "heading": "Account > Security",
         "line": None,
         "line_end": None,
+        "note_by": None,
     }
     assert "(id: chunk-3)" in result.text  # no source: the id alone
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from .analysis import keyword_counts
 from .errors import InvalidOptionError
-from .types import SearchOptions, SearchResult
+from .types import SearchOptions, SearchResult, note_author, note_label
 
 REFUSAL = "No relevant knowledge found"
 MAX_WEIGHED_TERMS = 64  # question terms weighed (one keyword lookup each); the rest are ignored
@@ -117,28 +117,38 @@ class Evidence:
         return None if source is None else str(source)
 
     @property
+    def note_by(self) -> str | None:
+        """The writer of an agent's note (a chunk of no file), else None."""
+        return note_author(self.metadata)
+
+    @property
     def line(self) -> int | None:
-        """First line of the passage in its file's indexed text (``$EDITOR +LINE path``)."""
-        return _whole(self.metadata.get("line"))
+        """First line of the passage in its file's indexed text (``$EDITOR +LINE path``);
+        None for a note."""
+        return None if self.note_by else _whole(self.metadata.get("line"))
 
     @property
     def page(self) -> int | None:
-        return _whole(self.metadata.get("page"))
+        return None if self.note_by else _whole(self.metadata.get("page"))
 
     @property
     def heading(self) -> str | None:
         heading = self.metadata.get("heading")
-        return heading if isinstance(heading, str) and heading else None
+        return heading if isinstance(heading, str) and heading and not self.note_by else None
 
     @property
     def location(self) -> str:
-        """``path:line`` (or the path, or the chunk id for text without a source)."""
+        """``path:line`` (or the path, or the chunk id for text without a source); a note is
+        ``note by NAME`` (``note by NAME: source``)."""
+        note = note_label(self.metadata)
+        if note is not None:
+            return note if self.source is None else f"{note}: {self.source}"
         if self.source is None:
             return self.id
         return f"{self.source}:{self.line}" if self.line is not None else self.source
 
     def to_dict(self) -> dict[str, Any]:
-        """``{n, source, line, page, id, text}`` (the JSON of a citation)."""
+        """``{n, source, line, page, id, text, note_by}`` (the JSON of a citation)."""
         return {
             "n": self.n,
             "source": self.source,
@@ -146,6 +156,7 @@ class Evidence:
             "page": self.page,
             "id": self.id,
             "text": self.text,
+            "note_by": self.note_by,
         }
 
 
@@ -229,6 +240,8 @@ def build_messages(
 
 def _passage(e: Evidence, labels: dict[str, str]) -> str:
     where = [f"{labels['source']}{e.source}" if e.source else f"{labels['source']}{e.id}"]
+    if e.note_by:
+        where = [f"{labels['source']}{e.location}"]
     if e.page is not None:
         where.append(labels["page"].format(e.page))
     if e.heading:

@@ -33,6 +33,7 @@ import math
 from typing import Any
 
 from .errors import FilterError
+from .pathnames import normal_source
 
 KEY_OPERATORS = (
     "$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists", "$prefix",
@@ -111,6 +112,41 @@ def validate_filter(filter: Any) -> dict[str, Any] | None:
             "$prefix, a metadata key)"
         )
     return CheckedFilter(_copied(filter)) if filter else None
+
+
+PATH_KEYS = ("source",)  # keys whose text values are paths (compared in their canonical form)
+
+
+def canonical_paths(filter: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A checked ``filter`` with every text it compares with a path key (``source``: a value,
+    ``$eq``, ``$ne``, ``$in``, ``$nin``, ``$prefix``) in its canonical form
+    (:func:`kbcli.pathnames.normal_source`: ``/docs/beta/./b.md`` is ``/docs/beta/b.md``), so a
+    scope or a caller's condition means the path it names, as the index records it. Returns
+    ``filter`` itself when nothing changes."""
+    if not filter:
+        return filter or None
+
+    def path(value: Any) -> Any:
+        return normal_source(value) if isinstance(value, str) else value
+
+    def walk(node: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in LOGICAL_OPERATORS:
+                out[key] = [walk(sub) for sub in value]
+            elif key not in PATH_KEYS:
+                out[key] = value
+            elif isinstance(value, dict):
+                out[key] = {
+                    op: [path(v) for v in operand] if isinstance(operand, list) else path(operand)
+                    for op, operand in value.items()
+                }
+            else:
+                out[key] = path(value)
+        return out
+
+    changed = walk(filter)
+    return filter if changed == filter else CheckedFilter(changed)
 
 
 def _check(filter: dict[str, Any], depth: int) -> int:

@@ -19,29 +19,33 @@ Token file (YAML)::
 
     tokens:
       - token: "a-long-random-secret-for-acme"   # at least 16 characters
-        name: acme                               # shown in the server log only
+        name: acme                               # in the audit file and on its notes
         filter: {tenant: acme}                   # a kbcli filter; or ["tenant=acme"]
       - token: "another-long-random-secret"
-        name: admin
+        name: admin                              # also the writer its notes are counted for
         filter: {}                               # explicit: the whole index
         write: true                              # knowledge_add, knowledge_delete (with
                                                  # kb mcp --allow-write; default false)
+        write_limits: {notes_per_minute: 10, note_bytes: 16384, total_bytes: 2000000}
 
 Writing: ``kb mcp --allow-write`` adds ``knowledge_add`` and ``knowledge_delete`` (stdio: for
 the one client; HTTP: for the tokens that say ``write: true``); without it no write tool is
 listed. They write inside the caller's scope (its metadata forced onto a note, only visible
-notes deleted).
+notes deleted). Each writer (a token's ``name``; ``stdio``) adds under its write limits
+(:class:`~kbcli.note_tools.WriteLimits`): the entry's ``write_limits``, else the server's
+(``--write-limit KEY=VALUE``), else the defaults. Entries sharing a name (a token being
+rotated) share the limits, and must give the same ones.
 
-With ``--audit FILE`` every tool call and every request refused for its token is one JSON
-line in FILE (:mod:`kbcli.audit`: who, which tool, argument sizes, filter keys, returned ids,
-refusals; no document text, no query unless ``--audit-queries``).
+With ``--audit FILE`` every tool call is one JSON line in FILE (:mod:`kbcli.audit`: who,
+which tool, argument sizes, filter keys, returned ids, refusals; no document text, no query
+unless ``--audit-queries``); requests refused for their token are counted and summarised, one
+line a minute with the counts per peer address.
 
 ``mcp`` is imported only here, and this module only by ``kb mcp``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import logging
 import os
@@ -54,10 +58,12 @@ from typing import Any
 from .audit import AuditLog
 from .errors import ConfigError, InvalidOptionError, KBError, require
 from .http_limits import Limits
+from .note_tools import NoteWriter, WriteLimits
 from .scope import ScopedKnowledgeBase
 from .tools import KnowledgeTool, ToolResult, knowledge_tools
 
 MIN_TOKEN_CHARS = 16
+MAX_NAME_CHARS = 64  # a token's name: in the audit file and on every note it writes
 IDENTITY_KEY = "kbcli.identity"  # the ASGI scope entry the bearer check fills in
 SERVER_NAME = "kbcli"
 
@@ -71,11 +77,12 @@ class Identity:
     name: str
     filter: dict[str, Any] | None
     write: bool = False  # knowledge_add / knowledge_delete, when the server allows writing
+    limits: WriteLimits | None = None  # its write_limits (None: the server's)
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
     from .filter_syntax import parse_filter_expressions
-    from .filters import validate_filter
+    from .filters import canonical_paths, validate_filter
 
     if value is None or value == [] or value == "":
         # "filter:" with the value forgotten must not mean "everything".
@@ -84,8 +91,19 @@ def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
         if isinstance(value, str):
             value = [value]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return parse_filter_expressions(value)
-        return validate_filter(value)
+            return canonical_paths(parse_filter_expressions(value))
+        return canonical_paths(validate_filter(value))
+    except InvalidOptionError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _limits_from(value: Any, where: str) -> WriteLimits:
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(
+            f"{where}: write_limits must be a mapping such as {{notes_per_minute: 10}}"
+        )
+    try:
+        return WriteLimits().with_values(value)
     except InvalidOptionError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -94,7 +112,9 @@ def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
     """Read a token file (see the module docstring) into ``token -> Identity``.
 
     Raises :class:`ConfigError` for anything unclear: a short or repeated token, an entry
-    without ``filter`` (the whole index must be asked for with ``filter: {}``), a bad filter.
+    without ``filter`` (the whole index must be asked for with ``filter: {}``), a bad filter,
+    a name that is not short text, bad ``write_limits``, or entries of one name with different
+    ones.
     """
     import yaml
 
@@ -121,11 +141,24 @@ def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
             raise ConfigError(f"{where}: the same token appears twice")
         if "filter" not in entry:
             raise ConfigError(f"{where}: no filter (use filter: {{}} for the whole index)")
-        name = str(entry.get("name") or f"token {number}")
+        name = str(entry.get("name") or f"token {number}").strip()
+        if not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
+            raise ConfigError(
+                f"{where}: name must be printable text of 1 to {MAX_NAME_CHARS} characters"
+            )
         write = entry.get("write", False)
         if not isinstance(write, bool):
             raise ConfigError(f"{where}: write must be true or false, got {write!r}")
-        tokens[token] = Identity(name, _scope_from(entry["filter"], where), write)
+        limits = None
+        if entry.get("write_limits") is not None:
+            limits = _limits_from(entry["write_limits"], where)
+        for other in tokens.values():
+            if other.name == name and other.limits != limits:
+                raise ConfigError(
+                    f"{where}: another entry named {name!r} has other write_limits (entries "
+                    "of one name share them): give them the same, or other names"
+                )
+        tokens[token] = Identity(name, _scope_from(entry["filter"], where), write, limits)
     return tokens
 
 
@@ -148,22 +181,37 @@ class KnowledgeMCP:
         *,
         allow_write: bool = False,
         audit: AuditLog | None = None,
+        write_limits: WriteLimits | None = None,
         **search_options: Any,
     ):
         self.kb = kb
         self.base = ScopedKnowledgeBase(kb, filter)
         self.allow_write = allow_write
         self.audit = audit  # one line per call (kbcli.audit), or None
+        self.write_limits = write_limits or WriteLimits()  # stdio's, and a token's default
         self.search_options = search_options
         self._tools: dict[str, dict[str, KnowledgeTool]] = {}
+        self._writers: dict[str, NoteWriter] = {}
+
+    def writer(self, identity: Identity | None) -> NoteWriter:
+        """The writer of ``identity``'s notes (stdio: ``stdio``), one per name, kept for the
+        server's life (its notes of the last minute are counted there)."""
+        name = identity.name if identity is not None else "stdio"
+        if name not in self._writers:
+            limits = identity.limits if identity is not None else None
+            self._writers[name] = NoteWriter(name, limits or self.write_limits)
+        return self._writers[name]
 
     def tools_for(self, identity: Identity | None) -> dict[str, KnowledgeTool]:
         """The tools a caller with ``identity`` gets (stdio: None, the start-up scope)."""
         scope = identity.filter if identity is not None else None
         write = self.allow_write and (identity is None or identity.write)
-        key = repr((scope, write))
+        writer = self.writer(identity) if write else None
+        key = repr((scope, write, writer.name if writer is not None else None))
         if key not in self._tools:
-            tools = knowledge_tools(self.base, scope, allow_write=write, **self.search_options)
+            tools = knowledge_tools(
+                self.base, scope, allow_write=write, writer=writer, **self.search_options
+            )
             self._tools[key] = {tool.name: tool for tool in tools}
         return self._tools[key]
 
@@ -300,6 +348,18 @@ class BearerTokens:
         self.audit = audit
         self._tokens = [(token.encode(), identity) for token, identity in tokens.items()]
 
+    def _at_shutdown(self, receive: Any) -> Any:
+        """``receive`` of the lifespan, writing the audit's last summary of refused requests
+        when the server shuts down (uvicorn then re-raises SIGTERM: no later code runs)."""
+
+        async def receiving() -> Any:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown" and self.audit is not None:
+                self.audit.summarise()
+            return message
+
+        return receiving
+
     def identify(self, header: bytes | None) -> Identity | None:
         """The identity of an ``Authorization`` header value, or None."""
         if not header or not header[:7].lower() == b"bearer ":
@@ -316,7 +376,7 @@ class BearerTokens:
             await send({"type": "websocket.close", "code": 1008})
             return
         if scope["type"] != "http":  # lifespan
-            await self.app(scope, receive, send)
+            await self.app(scope, self._at_shutdown(receive), send)
             return
         header = None
         for key, value in scope.get("headers") or ():
@@ -325,10 +385,10 @@ class BearerTokens:
                 break
         identity = self.identify(header)
         if identity is None:
-            if self.audit is not None:
+            if self.audit is not None:  # counted, summarised once a minute (kbcli.audit)
                 reason = "no token" if header is None else "unknown token"
-                with contextlib.suppress(KBError):  # nothing is answered anyway
-                    self.audit.refused(reason, str(scope.get("path", "")))
+                client = scope.get("client")
+                self.audit.refused(reason, str(client[0]) if client else None)
             await send(
                 {
                     "type": "http.response.start",

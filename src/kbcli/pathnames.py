@@ -47,6 +47,26 @@ def source_path(source: str) -> str:
     return raw
 
 
+def normal_source(source: str) -> str:
+    """``source`` with its ``.`` and ``..`` steps and repeated separators taken out, read as
+    text (the file system is never asked, so symlinks are not followed): ``/docs/beta/./b.md``
+    and ``/docs/alpha/../beta/b.md`` are ``/docs/beta/b.md``. A trailing separator (a folder
+    prefix, ``/docs/beta/``) is kept; ``..`` above the root stays at the root; a relative
+    source stays relative; a URL (``scheme://...``) or an empty text is unchanged. The one
+    lexical canonicaliser of every scope and path check: views and scopes (their ``source``
+    conditions), notes (``knowledge_add``/``knowledge_delete``, ``kb add``), and the forms
+    ``kb get``, ``kb delete --source`` and ``knowledge_get`` look a path up under."""
+    if not source or "://" in source:
+        return source
+    folder = source.endswith((os.sep, os.sep + ".", os.sep + "..")) or source in (".", "..")
+    text = os.path.normpath(source)
+    if text.startswith(os.sep * 2):  # POSIX keeps a leading "//"; kb never records one
+        text = os.sep + text.lstrip(os.sep)
+    if folder and not text.endswith(os.sep) and text != ".":
+        text += os.sep
+    return text
+
+
 def canonical_source(path: str | os.PathLike[str]) -> str:
     """The source kb records for a file named by ``path``: ``~`` expanded, absolute, symlinks
     resolved, an undecodable name escaped; the escaped form kb prints (``bad\\xff.md``) names
@@ -60,8 +80,8 @@ def canonical_source(path: str | os.PathLike[str]) -> str:
 def source_forms(path: str | os.PathLike[str]) -> list[str]:
     """The sources an indexed file named by ``path`` may be recorded under, most likely first:
     canonical (a file named on the command line), its folder resolved but not the file (a file
-    reached through a link with ``--follow-symlinks``), absolute, and as given (a ``source``
-    set by hand)."""
+    reached through a link with ``--follow-symlinks``), absolute, as given without its ``.``
+    and ``..`` steps (:func:`normal_source`; a ``source`` set by hand, a note's) and as given."""
     given = os.fspath(path)
     absolute = os.path.abspath(os.path.expanduser(source_path(given)))
     forms = []
@@ -71,5 +91,5 @@ def source_forms(path: str | os.PathLike[str]) -> list[str]:
         forms.append(source_name(os.path.join(os.path.realpath(head), name)))
     except (OSError, RuntimeError, ValueError):
         pass  # a path that cannot be resolved (a loop): the plain forms below
-    forms += [source_name(absolute), source_name(given)]
+    forms += [source_name(absolute), source_name(normal_source(given)), source_name(given)]
     return list(dict.fromkeys(forms))

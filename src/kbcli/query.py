@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .types import SearchOptions, SearchResult
+from .types import SearchOptions, SearchResult, note_author, note_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Source
@@ -104,15 +104,27 @@ class Hit:
         return None if source is None else str(source)
 
     @property
+    def note(self) -> bool:
+        """True for an agent's note (``note_by``): a chunk of no file."""
+        return note_author(self.result.document.metadata) is not None
+
+    @property
     def line(self) -> int | None:
-        """The first line of the chunk in its file's indexed text (1-based), if recorded."""
+        """The first line of the chunk in its file's indexed text (1-based), if recorded (a
+        note has none)."""
         line = self.result.document.metadata.get("line")
-        return line if isinstance(line, int) and not isinstance(line, bool) else None
+        if self.note or not isinstance(line, int) or isinstance(line, bool):
+            return None
+        return line
 
     @property
     def location(self) -> str:
-        """``path:line`` (or the path, or ``-``): what ``$EDITOR +LINE path`` needs."""
+        """``path:line`` (or the path, or ``-``): what ``$EDITOR +LINE path`` needs; a note is
+        ``note by NAME`` (``note by NAME: source``), never a file's place."""
         source = self.source
+        note = note_label(self.result.document.metadata)
+        if note is not None:
+            return note if source is None else f"{note}: {source}"
         if source is None:
             return "-"
         return f"{source}:{self.line}" if self.line is not None else source

@@ -30,7 +30,7 @@ from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
 from .pathnames import source_forms, source_name, source_path
 from .protocols import FileLedger, supports
-from .types import Document
+from .types import Document, note_author
 from .views import KnowledgeView, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
@@ -128,10 +128,10 @@ def _sha256(path: Path) -> str:
 def find_source(view: KnowledgeView, path: str) -> tuple[str, list[Document]] | None:
     """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
     absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
-    scope has that source."""
+    scope has that source. Notes that name the source are not the file's chunks."""
     candidates = dict.fromkeys([source_name(path), *source_forms(path)])
     for source in candidates:
-        docs = list(view.iter_documents(source=source))
+        docs = [d for d in view.iter_documents(source=source) if note_author(d.metadata) is None]
         if docs:
             return source, docs
     return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidOptionError, KBError
-from .types import SearchResult
+from .types import SearchResult, note_author
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 200
@@ -26,7 +26,8 @@ class ToolArgumentError(InvalidOptionError):
 class Citation:
     """Where one hit comes from: its number in the answer, chunk id, source, page, heading,
     and the lines of the file it covers (``line``/``line_end``, the numbers of ``kb get`` and
-    of knowledge_get's ``start_line``)."""
+    of knowledge_get's ``start_line``); for an agent's note (``note_by``: its writer) only the
+    note, its writer and source, never a place in a file."""
 
     number: int
     id: str
@@ -37,6 +38,7 @@ class Citation:
     score: float | None = None
     line: int | None = None
     line_end: int | None = None
+    note_by: str | None = None
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
@@ -44,6 +46,16 @@ class Citation:
         source = meta.get("source")
         heading = meta.get("heading")
         line, line_end = meta.get("line"), meta.get("line_end")
+        author = note_author(meta)
+        if author is not None:  # a note is not a place in a file, whatever it claims
+            return cls(
+                number=number,
+                id=hit.document.id,
+                text=hit.document.text,
+                source=str(source) if source is not None else None,
+                score=hit.score,
+                note_by=author,
+            )
         return cls(
             number=number,
             id=hit.document.id,
@@ -57,8 +69,11 @@ class Citation:
         )
 
     def label(self) -> str:
-        """``source: /docs/a.pdf, lines 12-18, page 2, heading: Install > Linux; id: 3f2a...``."""
+        """``source: /docs/a.pdf, lines 12-18, page 2, heading: Install > Linux; id: 3f2a...``;
+        for a note ``note by acme, source: /docs/a-topic; id: 3f2a...``."""
         where = []
+        if self.note_by is not None:
+            where.append(f"note by {self.note_by}")
         if self.source:
             where.append(f"source: {self.source}")
             if self.line is not None:
@@ -81,6 +96,7 @@ class Citation:
             "heading": self.heading,
             "line": self.line,
             "line_end": self.line_end,
+            "note_by": self.note_by,
         }
 
 

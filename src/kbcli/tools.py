@@ -152,8 +152,9 @@ class KnowledgeSearchTool(KnowledgeTool):
         return query, options
 
     def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
-        """:meth:`options` and the caller's own validated ``filter`` (without the scope)."""
-        from .filters import validate_filter
+        """:meth:`options` and the caller's own validated ``filter`` (without the scope; its
+        paths canonical)."""
+        from .filters import canonical_paths, validate_filter
 
         self.check_keys(arguments, aliases=("input",))
         query = arguments.get("query")
@@ -177,7 +178,7 @@ class KnowledgeSearchTool(KnowledgeTool):
                     f"filter is too long (at most {MAX_FILTER_CHARS} characters)"
                 )
             try:
-                caller = validate_filter(caller)
+                caller = canonical_paths(validate_filter(caller))
             except InvalidOptionError as exc:
                 raise ToolArgumentError(f"invalid filter: {exc}") from None
         # the access filter is a scope: it confines the statistics too (kbcli.bm25, "Scopes")
@@ -475,11 +476,14 @@ def knowledge_tools(
     filter: dict[str, Any] | None = None,
     *,
     allow_write: bool = False,
+    writer: Any = None,
     **search_options: Any,
 ) -> list[KnowledgeTool]:
     """``[knowledge_search, knowledge_get, knowledge_stats]`` over ``kb`` (a knowledge base or
     a scoped view), narrowed to ``filter`` when given; with ``allow_write`` (an explicit
-    opt-in) also ``knowledge_add`` and ``knowledge_delete``, inside the same scope.
+    opt-in) also ``knowledge_add`` and ``knowledge_delete``, inside the same scope, the notes
+    added by ``writer`` (a :class:`~kbcli.note_tools.NoteWriter`: who, under which write
+    limits; default one named ``agent`` with the default limits).
     ``search_options`` go to :class:`KnowledgeSearchTool` (``default_k``, ``default_mode``,
     ``max_k``...)."""
     view = reader_of(kb)
@@ -491,7 +495,8 @@ def knowledge_tools(
         KnowledgeStatsTool(view),
     ]
     if allow_write:
-        from .note_tools import KnowledgeAddTool, KnowledgeDeleteTool
+        from .note_tools import KnowledgeAddTool, KnowledgeDeleteTool, NoteWriter
 
-        tools += [KnowledgeAddTool(view), KnowledgeDeleteTool(view)]
+        writer = writer or NoteWriter("agent")
+        tools += [KnowledgeAddTool(view, writer=writer), KnowledgeDeleteTool(view, writer)]
     return tools

@@ -27,6 +27,28 @@ class Document:
     embedding: list[float] | None = None
 
 
+# Notes: chunks an agent stored with knowledge_add (kbcli.note_tools), not parts of a file.
+NOTE_BY = "note_by"  # the metadata key naming a note's writer (a token's name, or "stdio")
+# What presents a chunk as a place in a file (ingest sets these; every surface shows them as
+# a file location or ranks by them): a note may not set them, nor NOTE_BY itself.
+LOCATION_KEYS = frozenset(
+    {"chunk_index", "page", "pages", "heading", "title", "char_start", "char_end", "line",
+     "line_end", "ocr", "seconds"}
+)  # fmt: skip
+
+
+def note_author(metadata: dict[str, Any]) -> str | None:
+    """The writer of a note (an agent's knowledge_add), or None for any other chunk."""
+    author = metadata.get(NOTE_BY)
+    return author if isinstance(author, str) and author else None
+
+
+def note_label(metadata: dict[str, Any]) -> str | None:
+    """``note by acme`` for a note (how every surface marks one), else None."""
+    author = note_author(metadata)
+    return None if author is None else f"note by {author}"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One check of ``kb doctor``: ``check`` names what was compared, ``ok`` whether it holds,

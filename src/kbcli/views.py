@@ -10,7 +10,9 @@ pools) and compute every keyword statistic (df, N, lengths, source statistics) o
 chunks alone, so nothing outside the scope can change a score or an order. ``get`` treats an
 id the view hides exactly like an unknown id; lists, counts, stats and a file's indexed text
 only cover the view. A caller's filter can only narrow the view: it is
-validated and ANDed, never merged.
+validated and ANDed, never merged. The ``source`` paths of both are read in their canonical
+form (:func:`~kbcli.pathnames.normal_source`), so ``/docs/beta/./b.md`` or
+``/docs/alpha/../beta/`` means the path it names.
 
 The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalog` reads
 (``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
@@ -29,9 +31,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import FilterError, NotFoundError
-from .filters import and_filters, matches, validate_filter
+from .filters import and_filters, canonical_paths, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
-from .types import Document, SearchOptions, SearchResult
+from .types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -55,6 +57,12 @@ class Source(Protocol):
         ...
 
 
+def checked(filter: Any) -> dict[str, Any] | None:
+    """``filter`` validated (raises FilterError), its paths in canonical form
+    (:func:`~kbcli.filters.canonical_paths`): what every filter a view takes goes through."""
+    return canonical_paths(validate_filter(filter))
+
+
 def as_view(kb: Any) -> KnowledgeView:
     """``kb`` itself when it is a view (a scope), else an unrestricted view of it (what readers
     such as the agent tools and ``kb get`` go through)."""
@@ -74,7 +82,7 @@ class KnowledgeView:
 
     def __init__(self, kb: Source, filter: dict[str, Any] | None):
         self.kb = kb
-        self.filter: dict[str, Any] | None = validate_filter(filter)
+        self.filter: dict[str, Any] | None = checked(filter)
 
     @property
     def analyzer(self) -> Any:
@@ -85,7 +93,7 @@ class KnowledgeView:
 
     def narrow(self, filter: dict[str, Any] | None) -> dict[str, Any] | None:
         """The scope ANDed with a caller's ``filter`` (validated; raises FilterError)."""
-        return and_filters(self.filter, validate_filter(filter))
+        return and_filters(self.filter, checked(filter))
 
     def visible(self, doc: Document) -> bool:
         """True when ``doc`` is inside the scope."""
@@ -94,7 +102,7 @@ class KnowledgeView:
     def scoped(self, filter: dict[str, Any]) -> Self:
         """A narrower view of the same kind: this scope AND ``filter`` (which must not be
         empty)."""
-        if not validate_filter(filter):
+        if not checked(filter):
             raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
         return type(self)(self.kb, self.narrow(filter))
 
@@ -119,8 +127,8 @@ class KnowledgeView:
         ``options.scope``, so keyword statistics are the scope's alone (:mod:`kbcli.bm25`)."""
         scoped = dataclasses.replace(
             options,
-            filter=validate_filter(options.filter),
-            scope=and_filters(self.filter, validate_filter(options.scope)),
+            filter=checked(options.filter),
+            scope=and_filters(self.filter, checked(options.scope)),
         )
         if pool is None:
             results = self.kb.search_with(query, scoped)
@@ -228,9 +236,10 @@ class KnowledgeView:
     def file_text(self, path: str | os.PathLike[str]) -> tuple[str, str]:
         """``(source, text)``: the indexed text of one file, from its chunks in scope.
 
-        ``path`` is matched against the ``source`` of indexed chunks, as given and then as an
-        absolute path; the file on disk is never read. Overlapping chunk windows are joined
-        once. Raises :class:`NotFoundError` (the same for a hidden file and an unknown one).
+        ``path`` is matched against the ``source`` of indexed chunks (not notes naming it),
+        as given and then as an absolute path; the file on disk is never read. Overlapping
+        chunk windows are joined once. Raises :class:`NotFoundError` (the same for a hidden
+        file and an unknown one).
         """
         return file_text(self, path)
 
@@ -253,7 +262,7 @@ def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
     given = os.fspath(path)
     candidates = dict.fromkeys([source_name(given), *source_forms(given)])
     for source in candidates:
-        docs = list(view.iter_documents(source=source))
+        docs = [d for d in view.iter_documents(source=source) if note_author(d.metadata) is None]
         if docs:
             return source, join_chunks(docs)
     raise NotFoundError(f"No indexed file {given!r}: knowledge_search shows the sources")

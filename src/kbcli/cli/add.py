@@ -29,18 +29,40 @@ def add(
         typer.Option("--id", help="Store under this id (replacing it) [default: a random id]."),
     ] = None,
 ) -> None:
-    """Store one piece of text as a single chunk and print its id."""
+    """Store one piece of text as a single chunk and print its id.
+
+    The text is yours: --meta may set any key (source, line, page too), except note_by (it
+    marks an agent's note) and a source that is an indexed file's (the text would join that
+    file's chunks and outlive its next ingest). A source is kept without ./ and ../ steps."""
     from .. import render
     from ..errors import InvalidOptionError
     from ..filter_syntax import parse_meta
+    from ..pathnames import normal_source, source_forms
+    from ..protocols import FileLedger, supports
+    from ..types import NOTE_BY
 
     metadata = parse_meta(meta)
+    if NOTE_BY in metadata:
+        raise InvalidOptionError(
+            f"--meta {NOTE_BY} marks a note an agent stored (kb mcp): leave it out"
+        )
+    source = metadata.get("source")
+    if isinstance(source, str) and source:
+        metadata["source"] = normal_source(source)
     if text == "-":
         text = sys.stdin.read()
     if not text.strip():
         raise InvalidOptionError("Nothing to add: the text is empty")
     kb = open_kb(ctx, create=True)
     try:
+        if isinstance(source, str) and source and supports(kb.store, FileLedger):
+            records = kb.store.file_records()
+            indexed = next((form for form in source_forms(source) if form in records), None)
+            if indexed is not None:
+                raise InvalidOptionError(
+                    f"--meta source={source} is the indexed file {indexed}: kb add cannot add "
+                    "to a file's chunks (kb ingest indexes files); give another source"
+                )
         new_id = kb.add(text, metadata, id=id)
     finally:
         kb.close()

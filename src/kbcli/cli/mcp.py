@@ -1,7 +1,7 @@
 """``kb mcp``: the knowledge base served to agents over MCP."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ from .root import app
     epilog=example(
         "kb mcp --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml",
-        "kb mcp --allow-write --filter team=ops",
+        "kb mcp --allow-write --write-limit notes_per_minute=10 --filter team=ops",
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
@@ -47,13 +47,23 @@ def mcp(
             "scope); over HTTP only to tokens with write: true.",
         ),
     ] = False,
+    write_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--write-limit",
+            metavar="KEY=VALUE",
+            help="A limit on notes for the stdio client and for tokens without write_limits: "
+            "notes_per_minute (default 30), note_bytes (32768), total_bytes (5000000).",
+        ),
+    ] = None,
     audit: Annotated[
         Path | None,
         typer.Option(
             "--audit",
             metavar="FILE",
-            help="Append one JSON line per tool call and refused request to FILE (token name, "
-            "tool, argument sizes, filter keys, returned chunk ids, refusal; no text or query).",
+            help="Append one JSON line per tool call to FILE (token name, tool, argument "
+            "sizes, filter keys, returned chunk ids, refusal; no text or query), and a line a "
+            "minute counting requests refused for their token, by peer.",
         ),
     ] = None,
     audit_queries: Annotated[
@@ -68,8 +78,9 @@ def mcp(
 
     Tools: knowledge_search, knowledge_get and knowledge_stats, limited to the --filter scope
     (and, over HTTP, each token's scope); with --allow-write also knowledge_add and
-    knowledge_delete, writing notes inside that scope. --audit FILE records who called what
-    (one JSON line per call, no text or query unless --audit-queries). Over HTTP a request
+    knowledge_delete, writing notes inside that scope, each writer under its write limits
+    (per minute, per note, in all). --audit FILE records who called what (one JSON line per
+    call, no text or query unless --audit-queries). Over HTTP a request
     must arrive whole within 10 s and at most 1,000 connections are open (the longest-waiting
     makes room); an address that cannot be listened on (a port in use) exits 4."""
     from ..errors import InvalidOptionError, require
@@ -88,6 +99,9 @@ def mcp(
         )
     if audit_queries and audit is None:
         raise InvalidOptionError("--audit-queries goes with --audit FILE")
+    if write_limit and not allow_write:
+        raise InvalidOptionError("--write-limit goes with --allow-write")
+    limits = _write_limits(write_limit or [])
     identities = load_tokens(tokens) if tokens is not None else {}
     writers = sum(1 for identity in identities.values() if identity.write)
     if writers and not allow_write and not get_state(ctx).quiet:
@@ -103,7 +117,9 @@ def mcp(
     try:
         kb = open_kb(ctx, create=False)
         try:
-            server = KnowledgeMCP(kb, scope, allow_write=allow_write, audit=log)
+            server = KnowledgeMCP(
+                kb, scope, allow_write=allow_write, audit=log, write_limits=limits
+            )
             if address is None:
                 server.run_stdio()
             else:
@@ -113,3 +129,22 @@ def mcp(
     finally:
         if log is not None:
             log.close()
+
+
+def _write_limits(values: list[str]) -> Any:
+    """``--write-limit KEY=VALUE`` options as :class:`~kbcli.note_tools.WriteLimits`."""
+    from ..errors import InvalidOptionError
+    from ..note_tools import WriteLimits
+
+    given: dict[str, str] = {}
+    for value in values:
+        key, sep, number = value.partition("=")
+        if not sep:
+            raise InvalidOptionError(
+                f"--write-limit needs KEY=VALUE, e.g. notes_per_minute=10, got {value[:60]!r}"
+            )
+        given[key.strip()] = number
+    try:
+        return WriteLimits().with_values(given)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"--write-limit: {exc}") from None

@@ -11,8 +11,13 @@ from .names import shorten_source
 
 def cited_location(evidence: Any) -> tuple[str, str]:
     """``(path:line, " (p. N)")`` of a cited passage: the path as the user would type it
-    (relative to the current folder or ``~``, never cut), the page part empty without one."""
-    if evidence.source is None:
+    (relative to the current folder or ``~``, never cut), the page part empty without one; a
+    note is ``note by NAME`` (``: path``)."""
+    if evidence.note_by is not None:
+        where = f"note by {evidence.note_by}" + (
+            f": {shorten_source(evidence.source, width=10_000)}" if evidence.source else ""
+        )
+    elif evidence.source is None:
         where = evidence.id
     else:
         where = shorten_source(evidence.source, width=10_000)

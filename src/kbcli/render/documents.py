@@ -6,9 +6,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import note_author
 from .hits import MIN_SNIPPET, chunk_label, table_fits
 from .messages import print_json, print_jsonl, result, rich_console
-from .names import display_path, file_names
+from .names import chunk_location, file_names
 from .snippets import snippet
 
 
@@ -16,11 +17,12 @@ def numbered(shown: Any) -> None:
     """``kb get`` output: a ``path:line`` header for a chunk, then ``NUMBER  text`` lines."""
     if shown.origin == "chunk":
         meta = shown.metadata or {}
-        where = shown.source or "-"
-        if isinstance(meta.get("line"), int):
-            end = meta.get("line_end")
-            where += f":{meta['line']}" + (f"-{end}" if isinstance(end, int) else "")
-        result(f"{where} (chunk {chunk_label(meta)}, id {shown.id})")
+        line = meta.get("line") if isinstance(meta.get("line"), int) else None
+        if line is not None and isinstance(meta.get("line_end"), int):
+            line = f"{line}-{meta['line_end']}"
+        where = chunk_location(meta, line, path=str)
+        what = "note" if note_author(meta) else f"chunk {chunk_label(meta)}"
+        result(f"{where} ({what}, id {shown.id})")
         result(shown.lines[0][1] if shown.lines else "")
         return
     width = len(str(max((n for n, _ in shown.lines), default=1)))
@@ -51,8 +53,8 @@ def documents_output(docs: Sequence[Any], fmt: str, null: bool = False) -> None:
         print_json(items)
     elif fmt == "jsonl":
         print_jsonl(items)
-    elif fmt == "files":
-        sources = (d.metadata.get("source") for d in docs)
+    elif fmt == "files":  # the files chunks come from: not the sources notes name
+        sources = (d.metadata.get("source") for d in docs if not note_author(d.metadata))
         file_names([str(source) for source in sources if source is not None], null)
     elif fmt == "csv":
         import csv
@@ -70,9 +72,8 @@ def documents_output(docs: Sequence[Any], fmt: str, null: bool = False) -> None:
         result("|---|---|---:|---|")
         for d in docs:
             meta = d.metadata
-            where = str(meta.get("source", "-"))
-            if isinstance(meta.get("line"), int):
-                where += f":{meta['line']}"
+            line = meta.get("line") if isinstance(meta.get("line"), int) else None
+            where = chunk_location(meta, line, path=str)
             text, _ = snippet(d.text, None, 80)
             cells = [f"`{d.id}`", f"`{where}`", chunk_label(meta), text]
             result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -90,7 +91,7 @@ def documents_table(docs: Sequence[Any], console: Any = None) -> None:
 
     console = console or rich_console()
     rows = [
-        (d.id, display_path(d.metadata.get("source")), chunk_label(d.metadata),
+        (d.id, chunk_location(d.metadata), chunk_label(d.metadata),
          snippet(d.text, None, 80)[0])
         for d in docs
     ]  # fmt: skip

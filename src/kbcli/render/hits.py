@@ -7,9 +7,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..types import note_author
 from .explain import explain_text
 from .messages import print_json, print_jsonl, result, rich_console
-from .names import display_path, file_names
+from .names import chunk_location, file_names
 from .snippets import SNIPPET_WIDTH, rich_snippet, snippet, term_pattern
 
 
@@ -45,8 +46,9 @@ SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 
 
 def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
-    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line}``, with
-    ``matched_chunks`` for file hits and ``explain`` when asked."""
+    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by}``
+    (``note_by``: the writer of an agent's note, else null), with ``matched_chunks`` for file
+    hits and ``explain`` when asked."""
     r = hit.result
     item: dict[str, Any] = {
         "id": r.document.id,
@@ -56,6 +58,7 @@ def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
         "unit": unit,
         "location": hit.location,
         "line": hit.line,
+        "note_by": note_author(r.document.metadata),
     }
     if unit == "file":
         item["matched_chunks"] = hit.matched
@@ -74,7 +77,7 @@ def search_output(
     elif fmt == "jsonl":
         print_jsonl([hit_json(h, unit, explain) for h in hits])
     elif fmt == "files":
-        file_names([h.source for h in hits if h.source is not None], null)
+        file_names([h.source for h in hits if h.source is not None and not h.note], null)
     elif fmt == "csv":
         import csv
 
@@ -124,9 +127,7 @@ def search_table(
     for rank, hit in enumerate(hits, 1):
         r = hit.result
         meta = r.document.metadata
-        location = display_path(meta.get("source")) + (
-            f":{hit.line}" if hit.line is not None else ""
-        )
+        location = chunk_location(meta, hit.line)
         count = str(hit.matched) if unit == "file" else chunk_label(meta)
         if unit == "file" and meta.get("page") is not None:
             count += f" (p. {meta['page']})"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..types import note_label
 from .messages import plural, result, warning
 
 
@@ -44,6 +45,19 @@ def display_path(source: Any) -> str:
     if source is None or source == "":
         return "-"
     return quote_name(_as_typed(str(source)))
+
+
+def chunk_location(meta: dict[str, Any], line: Any = None, path: Any = display_path) -> str:
+    """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
+    ``path``, then ``line`` when given), ``-`` without a source; an agent's note is
+    ``note by acme`` (``note by acme: docs/topic.md``), never a file's line."""
+    note = note_label(meta)
+    source = meta.get("source")
+    if source is None or source == "":
+        return "-" if note is None else note
+    if note is not None:
+        return f"{note}: {path(source)}"
+    return path(source) + (f":{line}" if line is not None else "")
 
 
 def _as_typed(text: str) -> str:
