@@ -558,20 +558,38 @@ def test_the_folder_moved_away_ends_the_watch_even_without_events(watch, notes, 
 def test_a_watched_folder_replaced_by_another_folder_is_indexed_again(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     w = watch(str(notes))
-    notes.rename(tmp_path / "notes.old")  # renamed away, and a new folder made in its place
-    notes.mkdir()
-    (notes / "fresh.md").write_text("foxtrot figs\n")
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "fresh.md").write_text("foxtrot figs\n")
+    notes.rename(tmp_path / "notes.old")  # renamed away, and another folder in its place
+    made.rename(notes)
     wait_for(
         lambda: has(db, {notes / "fresh.md": "foxtrot", notes / "first.md": None}),
         w,
         "the new folder indexed",
     )
-    assert "is another folder now: indexing it again" in w.stderr
     (notes / "later.md").write_text("golf grapes\n")  # events of the new folder reach it
     wait_for(lambda: has(db, {notes / "later.md": "golf"}), w, "a file in the new folder")
+    assert "is another folder now: indexing it again" in w.stderr
     (tmp_path / "notes.old" / "first.md").write_text("edited in the old folder\n")
     assert w.stop() == 0
     assert set(indexed(db)) == {str(notes / "fresh.md"), str(notes / "later.md")}
+    files_consistent(db)
+
+
+def test_a_watched_folder_renamed_away_and_made_again_is_watched_again(watch, notes, tmp_path):
+    """rename away + mkdir: the new, empty folder is noticed; the empty-folder guard keeps the
+    indexed file (an unmounted share looks the same), and the new folder's events arrive."""
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    notes.rename(tmp_path / "notes.old")
+    notes.mkdir()
+    wait_for(lambda: any("refused" in b for b in w.batches), w, "the empty folder noticed")
+    assert has(db, {notes / "first.md": "alpha apples"})
+    (notes / "fresh.md").write_text("foxtrot figs\n")
+    wait_for(lambda: has(db, {notes / "fresh.md": "foxtrot"}), w, "a file in the new folder")
+    assert "is another folder now" in w.stderr and "the files were kept" in w.stderr
+    assert w.stop() == 0
     files_consistent(db)
 
 
