@@ -822,6 +822,8 @@ def test_an_answer_provider_must_be_a_chat_model_class(tmp_path, files, provider
         ("base_url: http://attacker.example/v1", "rag.answer.base_url"),
         ("api_key_env: GITHUB_TOKEN", "rag.answer.api_key_env"),
         ("provider: 'fake_chat:EchoChat'", "rag.answer.provider"),
+        ("provider: gemini", "rag.answer.provider"),  # another provider: kb ask's data goes there
+        ("model: gpt-4.1", "rag.answer.model"),  # another model receives (and bills) it
     ],
 )
 def test_a_working_directory_config_needs_trust_for_the_answer_model(section, key):
@@ -834,12 +836,12 @@ def test_a_working_directory_config_needs_trust_for_the_answer_model(section, ke
     assert key in str(info.value) and f"kb trust {file}" in str(info.value)
 
 
-def test_answer_settings_that_reach_no_server_apply_without_trust():
+def test_answer_settings_that_choose_no_receiver_apply_without_trust():
     from kbcli.config import load_config
 
     (Path.cwd() / "jianmu.yaml").write_text(
-        "rag:\n  answer:\n    provider: gemini\n    model: gemini-x\n    max_tokens: 300\n"
+        "rag:\n  answer:\n    provider: openai\n    max_tokens: 300\n"
         "    min_coverage: 0.4\n    max_evidence: 2000 tokens\n"
     )
     answer = load_config().rag.answer
-    assert (answer.provider, answer.model, answer.max_tokens) == ("gemini", "gemini-x", 300)
+    assert (answer.provider, answer.max_tokens, answer.max_evidence) == ("openai", 300, 2000)

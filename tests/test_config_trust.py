@@ -176,11 +176,13 @@ def test_each_risky_setting_needs_trust(repo, tmp_path, section, key):
         "limits:\n  chunk_size: 300\n  rerank_alpha: 0.4\nrag:\n  chunker: simple\n",
         "store:\n  backend: faiss\n  index_factory: HNSW32\n",
         "paths:\n  knowledge_db: .kb/knowledge.db\n",  # inside the folder
-        "rag:\n  embedding:\n    provider: openai\n    model: text-embedding-3-large\n",
-        "rag:\n  rerank:\n    provider: api\n    model: jina-reranker-v2\n",  # a name, no server
+        "rag:\n  embedding:\n    provider: local\n    batch_size: 16\n",  # the bundled model
+        "rag:\n  rerank:\n    model: jina-reranker-v2\n",  # no reranker: the name is unused
         "rag:\n  rerank:\n    provider: cross-encoder\n",  # kb's own default model
+        "rag:\n  answer:\n    provider: openai\n    max_tokens: 300\n",  # kb ask's default
+        "rag:\n  rewrite:\n    mode: none\n",
         "analysis:\n  language: zh\n",
-        "store:\n  backend: postgres\n  table: team_kb\n",
+        "store:\n  backend: faiss\n  metric: cosine\n",
     ],
 )
 def test_settings_that_run_nothing_apply_without_trust(repo, text):
@@ -386,3 +388,339 @@ def test_classes_of_each_family_pass(repo):
         path = f"kbcli.ingest.chunkers:{cls.__name__}"
         assert load_class(path, {}, kind="chunker") is cls
     assert marks() == ["imported"]  # imported, never instantiated by the check
+
+
+# --- settings that send data out: every key decided, each one refused until kb trust --------
+#
+# The expectations below are this test's own, written from what each setting does (not read
+# from kbcli.trust): a new key in the schema, or a new provider name, fails here until someone
+# decides what it can make kb do.
+
+SENDS, RUNS, PATHS = "sends data", "runs code", "reads paths"
+
+EXPECTED_KINDS: dict[str, set[str]] = {
+    # rag.embedding: the provider and its model receive every document and query
+    "rag.embedding.provider": {SENDS, RUNS},  # openai/gemini; a class path
+    "rag.embedding.model": {SENDS, RUNS},  # the remote model; a local model folder
+    "rag.embedding.base_url": {SENDS},
+    "rag.embedding.dimensions": set(),
+    "rag.embedding.batch_size": set(),
+    "rag.embedding.max_retries": set(),
+    "rag.embedding.timeout": set(),
+    "rag.embedding.retry_budget": set(),
+    "rag.embedding.device": set(),
+    "rag.chunker": {RUNS},
+    # rag.rerank: the query and the candidate passages
+    "rag.rerank.provider": {SENDS, RUNS},  # api/llm; a class path
+    "rag.rerank.model": {SENDS, RUNS},  # the server's model; a cross-encoder folder
+    "rag.rerank.base_url": {SENDS},
+    "rag.rerank.candidates": set(),
+    "rag.rerank.min_relevance": set(),
+    "rag.rerank.batch_size": set(),
+    "rag.rerank.max_documents": set(),
+    "rag.rerank.method": set(),
+    "rag.rerank.timeout": set(),
+    "rag.rerank.max_retries": set(),
+    # rag.rewrite: the query
+    "rag.rewrite.mode": {SENDS},
+    "rag.rewrite.model": {SENDS},  # kb search --rewrite uses it
+    "rag.rewrite.base_url": {SENDS},
+    # rag.answer: kb ask's question and passages
+    "rag.answer.provider": {SENDS, RUNS},
+    "rag.answer.model": {SENDS},
+    "rag.answer.base_url": {SENDS},
+    "rag.answer.api_key_env": {SENDS},  # which secret goes out as the key
+    "rag.answer.max_evidence": set(),
+    "rag.answer.max_tokens": set(),
+    "rag.answer.temperature": set(),
+    "rag.answer.timeout": set(),
+    "rag.answer.max_retries": set(),
+    "rag.answer.min_coverage": set(),
+    "limits.chunk_size": set(),
+    "limits.chunk_overlap": set(),
+    "limits.rerank_alpha": set(),
+    "limits.source_weight": set(),
+    "limits.max_file_mb": set(),
+    "limits.file_timeout": set(),
+    "paths.knowledge_db": {PATHS},
+    "analysis.language": set(),
+    "analysis.stem": set(),
+    "analysis.stopwords": set(),
+    "ocr.enabled": set(),
+    "ocr.languages": set(),
+    "ocr.min_text_per_page": set(),
+    "ocr.dpi": set(),
+    "ocr.max_megapixels": set(),
+    "ocr.page_timeout": set(),
+    "ocr.min_confidence": set(),
+    "store.backend": {SENDS, RUNS},  # postgres: a server; a class path
+    "store.dsn": {SENDS},
+    "store.read_dsn": {SENDS},
+    "store.path": {PATHS},
+    "store.busy_timeout": set(),
+    "store.max_size": set(),
+    "store.dim": set(),
+    "store.index_factory": set(),
+    "store.normalize": set(),
+    "store.metric": set(),
+    "store.ef_search": set(),
+    "store.collection": set(),
+    "store.table": set(),
+    "store.hnsw": set(),
+}
+# Fields of the dataclasses that are no key of the file (derived while reading it).
+NOT_KEYS = {"rag.embedding.provider_set", "rag.answer.evidence_unit", "source", "store.settings"}
+
+
+def schema_keys() -> set[str]:
+    """Every key of jianmu.yaml, found by walking the schema's dataclasses (and the settings
+    every registered store takes under ``store:``)."""
+    import dataclasses
+
+    from kbcli.config import STORE_SETTINGS, Config
+
+    keys: set[str] = set()
+
+    def walk(node: object, prefix: str) -> None:
+        for f in dataclasses.fields(node):  # type: ignore[arg-type]
+            value = getattr(node, f.name)
+            key = f"{prefix}{f.name}"
+            if dataclasses.is_dataclass(value):
+                walk(value, key + ".")
+            else:
+                keys.add(key)
+
+    walk(Config(), "")
+    keys |= {f"store.{name}" for settings in STORE_SETTINGS.values() for name in settings}
+    return keys
+
+
+def test_every_setting_of_the_schema_is_classified():
+    from kbcli import trust as trust_module
+
+    keys = schema_keys()
+    assert keys - NOT_KEYS - set(EXPECTED_KINDS) == set(), "decide what these can do"
+    assert set(EXPECTED_KINDS) - keys == set(), "no longer in the schema"
+    assert {k: set(v) for k, v in trust_module.KINDS.items()} == EXPECTED_KINDS
+
+
+@pytest.mark.parametrize("key", sorted(NOT_KEYS - {"source", "store.settings"}))
+def test_derived_fields_are_no_keys_of_the_file(tmp_path, key):
+    file = tmp_path / "named.yaml"
+    file.write_text(yaml_for(key, "x"))
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(file)
+
+
+# Each registered name of a provider-like setting, by whether it sends your texts out of this
+# machine (or, for kb ask, away from its default). The test's own decision, per name.
+PROVIDER_NAMES = {
+    ("rag.embedding.provider", "EMBEDDERS"): {
+        "openai": True, "gemini": True, "simple": False, "local": False, "static": False,
+        "e5": False, "auto": False,
+    },
+    ("rag.rerank.provider", "RERANKERS"): {
+        "api": True, "llm": True, "passthrough": False, "cross-encoder": False, "none": False,
+    },
+    ("rag.answer.provider", "CHAT_MODELS"): {"openai": False, "gemini": True},
+    ("store.backend", "STORES"): {
+        "postgres": True, "sqlite": False, "memory": False, "faiss": False, "chroma": False,
+    },
+}  # fmt: skip
+
+
+def yaml_for(key: str, value: str) -> str:
+    """A jianmu.yaml setting only ``key`` to ``value``."""
+    *sections, name = key.split(".")
+    lines = [f"{'  ' * i}{s}:" for i, s in enumerate(sections)]
+    return "\n".join([*lines, f"{'  ' * len(sections)}{name}: {value}"]) + "\n"
+
+
+@pytest.mark.parametrize("key,registry", sorted(PROVIDER_NAMES))
+def test_every_provider_name_is_decided(repo, key, registry):
+    from kbcli import registry as registries
+    from kbcli.vocabulary import REWRITE_MODES
+
+    decided = PROVIDER_NAMES[(key, registry)]
+    assert set(getattr(registries, registry)) | ({"none"} & set(decided)) | (
+        {"auto"} & set(decided)
+    ) == set(decided), "a new provider: decide whether it sends data"
+    for name, sends in decided.items():
+        file = repo / "jianmu.yaml"
+        file.write_text(yaml_for(key, name))
+        risks = [r.key for r in risky_settings(read_file(file)[0])]
+        assert (key in risks) == sends, (key, name, risks)
+    for mode in REWRITE_MODES:  # the rewrite modes: all but none send the query
+        (repo / "jianmu.yaml").write_text(yaml_for("rag.rewrite.mode", mode))
+        risks = [r.key for r in risky_settings(read_file(repo / "jianmu.yaml")[0])]
+        assert ("rag.rewrite.mode" in risks) == (mode != "none")
+
+
+def test_provider_defaults_count_as_the_file_left_them(repo):
+    """``rag.embedding.provider: openai`` is the dataclass default but not kb's: without it the
+    keys present choose (Gemini first, or the built-in embedder). Naming it switches the
+    provider, so it needs trust; naming kb ask's own default changes nothing."""
+    from kbcli.config import Config
+
+    assert Config().rag.embedding.provider == "openai"  # the dataclass's placeholder
+    file = repo / "jianmu.yaml"
+    file.write_text(yaml_for("rag.embedding.provider", "openai"))
+    assert [r.key for r in risky_settings(read_file(file)[0])] == ["rag.embedding.provider"]
+    file.write_text(yaml_for("rag.answer.provider", "openai"))
+    assert risky_settings(read_file(file)[0]) == []
+
+
+# For every key that can send data: a ./jianmu.yaml with that setting alone (or, where the
+# setting is only used once another one switches it on, with that switch), the keys the
+# refusal must name, and a kb command that, once the file is trusted, sends the data to the
+# recording server (None: it would reach a real provider, a database or nothing here).
+URL = "{url}"
+SENDING: list[tuple[str, list[str], list[str] | None]] = [
+    (yaml_for("rag.embedding.provider", "openai"), ["rag.embedding.provider"],
+     ["--db", "fresh.db", "add", "a note to embed"]),
+    (yaml_for("rag.embedding.provider", "gemini"), ["rag.embedding.provider"],
+     ["--db", "fresh.db", "add", "a note to embed"]),
+    (yaml_for("rag.embedding.model", "text-embedding-3-large"), ["rag.embedding.model"],
+     ["--db", "fresh.db", "add", "a note to embed"]),
+    (yaml_for("rag.embedding.base_url", f"'{URL}'"), ["rag.embedding.base_url"],
+     ["--db", "fresh.db", "add", "a note to embed"]),
+    (yaml_for("rag.rerank.provider", "api"), ["rag.rerank.provider"], ["search", "backup"]),
+    (yaml_for("rag.rerank.provider", "llm"), ["rag.rerank.provider"], ["search", "backup"]),
+    ("rag:\n  rerank:\n    provider: llm\n    model: gpt-4.1\n",
+     ["rag.rerank.provider", "rag.rerank.model"], ["search", "backup"]),
+    (yaml_for("rag.rerank.base_url", f"'{URL}/v1'"), ["rag.rerank.base_url"], None),
+    (yaml_for("rag.rewrite.mode", "hyde"), ["rag.rewrite.mode"], ["search", "backup"]),
+    (yaml_for("rag.rewrite.mode", "expand"), ["rag.rewrite.mode"], ["search", "backup"]),
+    (yaml_for("rag.rewrite.mode", "both"), ["rag.rewrite.mode"], ["search", "backup"]),
+    (yaml_for("rag.rewrite.model", "gpt-4.1"), ["rag.rewrite.model"],
+     ["search", "backup", "--rewrite", "hyde"]),
+    (yaml_for("rag.rewrite.base_url", f"'{URL}/v1'"), ["rag.rewrite.base_url"],
+     ["search", "backup", "--rewrite", "hyde"]),
+    (yaml_for("rag.answer.provider", "gemini"), ["rag.answer.provider"], None),
+    (yaml_for("rag.answer.model", "gpt-4.1"), ["rag.answer.model"],
+     ["ask", "When does the backup run?"]),
+    (yaml_for("rag.answer.base_url", f"'{URL}/v1'"), ["rag.answer.base_url"],
+     ["ask", "When does the backup run?"]),
+    (yaml_for("rag.answer.api_key_env", "GITHUB_TOKEN"), ["rag.answer.api_key_env"],
+     ["ask", "When does the backup run?"]),
+    (yaml_for("store.backend", "postgres"), ["store.backend"], None),
+    ("store:\n  backend: postgres\n  dsn: 'postgresql://kb:hunter2secret@127.0.0.1:1/kb'\n",
+     ["store.backend", "store.dsn"], None),
+    ("store:\n  backend: postgres\n  read_dsn: 'postgresql://127.0.0.1:1/kb'\n",
+     ["store.backend", "store.read_dsn"], None),
+]  # fmt: skip
+GITHUB_TOKEN = "ghp-not-for-the-model-0123456789"
+
+
+def test_every_key_that_sends_data_has_a_case():
+    covered = {key for _text, keys, _after in SENDING for key in keys}
+    assert covered == {k for k, kinds in EXPECTED_KINDS.items() if SENDS in kinds}
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    """The user's environment: API keys set, and every provider's address (embeddings, rerank
+    API, chat) pointing at one recording server on loopback."""
+    from fake_chat import FakeChatServer
+    from kbcli.embedders import retry
+
+    monkeypatch.setattr(retry, "sleep", lambda s: None)
+    with FakeChatServer() as server:
+        for name in ("OPENAI_API_KEY", "GOOGLE_API_KEY", "RERANK_API_KEY", "LLM_API_KEY"):
+            monkeypatch.setenv(name, f"sk-{name.lower()}-0123456789")
+        monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("EMBEDDING_BASE_URL", server.url)  # gemini's embeddings
+        monkeypatch.setenv("RERANK_BASE_URL", server.url + "/v1")
+        monkeypatch.setenv("LLM_BASE_URL", server.url + "/v1")
+        yield server
+
+
+@pytest.fixture
+def indexed_repo(repo, recorder):
+    """The cloned folder's notes indexed by the user (built-in embedder, no file yet): a search
+    there sends nothing, whatever keys the environment holds."""
+    done = run("-q", "ingest", "notes", "--embedder", "simple")
+    assert done.exit_code == 0, done.stderr
+    assert run("search", "backup").exit_code == 0
+    assert recorder.requests == []
+    return repo
+
+
+def trust_row_now() -> dict:
+    result = run("config", "--json")
+    assert result.exit_code == 0, result.stderr
+    return next(r for r in json.loads(result.stdout) if r["key"] == "config trust")
+
+
+@pytest.mark.parametrize(
+    "text,keys,after", SENDING, ids=[f"{keys[-1]}={i}" for i, (_t, keys, _a) in enumerate(SENDING)]
+)
+def test_a_setting_that_sends_data_is_refused_until_trusted(
+    indexed_repo, recorder, text, keys, after
+):
+    file = indexed_repo / "jianmu.yaml"
+    file.write_text(text.replace(URL, recorder.url))
+    for args in (["search", "backup"], ["ask", "When does the backup run?"]):
+        done = run(*args)
+        assert done.exit_code == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert all(key in lines[0] for key in keys) and f"kb trust {file}" in lines[0]
+        assert "hunter2secret" not in lines[0]  # a DSN's password is never shown
+        assert done.stdout == ""
+    assert recorder.requests == []  # nothing sent
+    row = trust_row_now()
+    assert row["value"].startswith("not trusted") and all(key in row["value"] for key in keys)
+
+    assert run("trust").exit_code == 0
+    assert trust_row_now()["value"].startswith("trusted")
+    if after is None:
+        assert load_config().source == file  # no longer refused
+        return
+    done = run(*after)
+    assert "not trusted" not in done.stderr and "Traceback" not in done.stderr
+    assert recorder.requests, (after, done.exit_code, done.stderr)  # the setting did send
+    if "api_key_env" in text:
+        assert any(GITHUB_TOKEN in h.get("authorization", "") for _p, h, _b in recorder.requests)
+
+
+def test_the_refusal_does_not_depend_on_the_environment(repo):
+    """No key and no address in the environment today: the same file is refused all the same
+    (a key set tomorrow would make it send)."""
+    for text in (yaml_for("rag.rewrite.mode", "hyde"), yaml_for("rag.rerank.provider", "llm")):
+        (repo / "jianmu.yaml").write_text(text)
+        with pytest.raises(ConfigError, match="kb trust"):
+            load_config()
+
+
+def test_a_cloned_folder_turning_on_llm_rerank_sends_nothing_until_trusted(repo, monkeypatch):
+    """As a user meets it: the real kb in a subprocess, in a cloned folder whose jianmu.yaml
+    turns on LLM reranking and HyDE, with the user's key and chat server in the environment."""
+    from fake_chat import FakeChatServer
+
+    with FakeChatServer() as server:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-the-users-own-0123456789")
+        monkeypatch.setenv("LLM_BASE_URL", server.url + "/v1")
+        _works(kb("-q", "ingest", "notes", "--embedder", "simple"))
+        (repo / "jianmu.yaml").write_text(
+            "rag:\n  rerank:\n    provider: llm\n  rewrite:\n    mode: hyde\n"
+        )
+        done = kb("search", "backup")
+        assert done.returncode == 2 and done.stdout == ""
+        line = one_line(done)
+        assert "rag.rerank.provider 'llm'" in line and "rag.rewrite.mode 'hyde'" in line
+        assert f"kb trust {repo / 'jianmu.yaml'}" in line
+        done = kb("config")
+        assert "not trusted" in done.stdout and "rag.rerank.provider" in done.stdout
+        assert server.requests == []
+        _works(kb("trust"))
+        _works(kb("search", "backup"))
+        prompts = [prompt_of(body) for body in server.bodies()]
+        assert any("backup" in p for p in prompts)  # the query went out, as trusted
+
+
+def prompt_of(body: dict) -> str:
+    from fake_chat import prompt_text
+
+    return prompt_text(body)

@@ -55,7 +55,9 @@ def test_resolve_embedder_list_form_takes_the_first_buildable(monkeypatch, tmp_p
 
 def test_a_single_named_provider_still_fails_loudly(monkeypatch, tmp_path):
     reset_config_cache()
-    (tmp_path / "cwd" / "jianmu.yaml").write_text("rag: {embedding: {provider: gemini}}\n")
+    file = tmp_path / "cwd" / "jianmu.yaml"
+    file.write_text("rag: {embedding: {provider: gemini}}\n")
+    trust(file, file.read_bytes())  # it names a provider: found in the cwd, it needs trust
     reset_config_cache()
     from kbcli.errors import EmbedderError
 

@@ -22,6 +22,7 @@ from kbcli.config import RerankConfig, load_config
 from kbcli.errors import RerankerError
 from kbcli.registry import RERANKERS
 from kbcli.rerankers import APIReranker, build_reranker
+from kbcli.trust import trust
 
 
 class PoolRetriever:
@@ -196,6 +197,7 @@ def test_a_class_path_selects_a_users_reranker(tmp_path):
 def test_open_builds_the_configured_reranker_only_when_a_search_reranks(tmp_path):
     file = tmp_path / "cwd" / "jianmu.yaml"
     file.write_text("rag: {rerank: {provider: api}}\n")  # no base_url: fails when built
+    trust(file, file.read_bytes())  # in the cwd, and it turns on a rerank server: trusted
     config = load_config(file)
     kb = KnowledgeBase.open(tmp_path / "kb.db", config=config)
     try:

@@ -494,3 +494,160 @@ def test_sync_only_touches_the_paths_it_is_given(tmp_path):
         assert (full.updated, full.removed) == (1, 1)
     finally:
         kb_.close()
+
+
+# --- the watched folder replaced: renamed away, a link or another folder in its place --------
+
+
+def swap_for_link(folder: Path, target: Path) -> Path:
+    """Rename ``folder`` away and put a symbolic link to ``target`` in its place."""
+    away = folder.with_name(folder.name + ".old")
+    folder.rename(away)
+    folder.symlink_to(target)
+    return away
+
+
+@pytest.fixture
+def other(tmp_path):
+    folder = tmp_path / "other"
+    folder.mkdir()
+    (folder / "first.md").write_text("# Other first\n\nanother alpha\n")
+    (folder / "second.md").write_text("# Second\n\nbravo bananas\n")
+    return folder
+
+
+@pytest.mark.parametrize("mode", [[], ["--scan-every", "0.2"]], ids=["events", "scans"])
+def test_a_watched_folder_replaced_by_a_link_stops_the_watch_naming_it(
+    watch, notes, other, tmp_path, mode
+):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes), *mode)
+    before = indexed(db)
+    swap_for_link(notes, other)
+    try:
+        code = w.proc.wait(timeout=DEADLINE)  # it used to go on, applying nothing
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"kb watch kept running after its folder became a link: {w.stderr}")
+    assert code == 2  # as "Path not found" for a folder moved away: not quieter
+    last = w.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: The watched folder {notes} now leads to {other}")
+    assert "--follow-symlinks" in last and "Traceback" not in w.stderr
+    assert indexed(db) == before  # the index as it was
+    # The next run converges: a watch that follows links indexes where the path leads and
+    # lets the old folder's files go.
+    w2 = watch(str(notes), "--follow-symlinks")
+    assert set(indexed(db)) == {str(other / "first.md"), str(other / "second.md")}
+    assert w2.stop() == 0
+    files_consistent(db)
+
+
+def test_the_folder_moved_away_ends_the_watch_even_without_events(watch, notes, tmp_path):
+    """Renamed away (no link in its place): the periodic check ends the watch although the
+    old folder's events keep coming under its old name."""
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    away = notes.rename(tmp_path / "elsewhere")
+    (away / "late.md").write_text("written after the move\n")
+    assert w.proc.wait(timeout=DEADLINE) == 2
+    assert w.stderr.strip().splitlines()[-1] == (
+        f"Error: Path not found: {notes} (check the path and try again)"
+    )
+    assert has(db, {notes / "first.md": "alpha apples", notes / "late.md": None})
+
+
+def test_a_watched_folder_replaced_by_another_folder_is_indexed_again(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "fresh.md").write_text("foxtrot figs\n")
+    notes.rename(tmp_path / "notes.old")  # renamed away, and another folder in its place
+    made.rename(notes)
+    wait_for(
+        lambda: has(db, {notes / "fresh.md": "foxtrot", notes / "first.md": None}),
+        w,
+        "the new folder indexed",
+    )
+    (notes / "later.md").write_text("golf grapes\n")  # events of the new folder reach it
+    wait_for(lambda: has(db, {notes / "later.md": "golf"}), w, "a file in the new folder")
+    assert "is another folder now: indexing it again" in w.stderr
+    (tmp_path / "notes.old" / "first.md").write_text("edited in the old folder\n")
+    assert w.stop() == 0
+    assert set(indexed(db)) == {str(notes / "fresh.md"), str(notes / "later.md")}
+    files_consistent(db)
+
+
+def test_a_watched_folder_renamed_away_and_made_again_is_watched_again(watch, notes, tmp_path):
+    """rename away + mkdir: the new, empty folder is noticed; the empty-folder guard keeps the
+    indexed file (an unmounted share looks the same), and the new folder's events arrive."""
+    db = tmp_path / "kb.db"
+    w = watch(str(notes))
+    notes.rename(tmp_path / "notes.old")
+    notes.mkdir()
+    wait_for(lambda: any("refused" in b for b in w.batches), w, "the empty folder noticed")
+    assert has(db, {notes / "first.md": "alpha apples"})
+    (notes / "fresh.md").write_text("foxtrot figs\n")
+    wait_for(lambda: has(db, {notes / "fresh.md": "foxtrot"}), w, "a file in the new folder")
+    assert "is another folder now" in w.stderr and "the files were kept" in w.stderr
+    assert w.stop() == 0
+    files_consistent(db)
+
+
+def test_with_follow_symlinks_the_watch_follows_the_link(watch, notes, other, tmp_path):
+    db = tmp_path / "kb.db"
+    (notes / "third.md").write_text("charlie cherries\n")
+    w = watch(str(notes), "--follow-symlinks")
+    away = swap_for_link(notes, other)
+    wanted = {other / "first.md": "another alpha", other / "second.md": "bravo"}
+    gone = {notes / "first.md": None, notes / "third.md": None}
+    wait_for(lambda: has(db, {**wanted, **gone}), w, "the link's folder indexed")
+    (other / "fourth.md").write_text("delta dates\n")  # the new folder's events reach it
+    wait_for(lambda: has(db, {other / "fourth.md": "delta"}), w, "a file in the new folder")
+    (away / "first.md").write_text("an edit in the folder left behind\n")
+    (away / "fifth.md").write_text("echo in the folder left behind\n")
+    assert w.stop() == 0
+    assert set(indexed(db)) == {str(other / n) for n in ("first.md", "second.md", "fourth.md")}
+    followed = [b for b in w.batches if "followed" in b]
+    assert followed[0]["followed"] == [{"path": str(notes), "from": str(notes), "to": str(other)}]
+    assert followed[0]["removed"] == 2 and followed[0]["added"] == 2
+    assert "now leads to" in w.stderr and "Traceback" not in w.stderr
+    files_consistent(db)
+
+
+def test_following_a_link_to_an_empty_folder_keeps_the_files(watch, notes, tmp_path):
+    """The mass-delete guard holds when the path now leads to an empty (or not yet mounted)
+    folder: the files indexed from the old one are kept, said once, and the watch goes on."""
+    db = tmp_path / "kb.db"
+    for i in range(11):
+        (notes / f"n{i}.md").write_text(f"note number {i}\n")
+    empty = tmp_path / "mount"
+    empty.mkdir()
+    w = watch(str(notes), "--follow-symlinks")
+    before = indexed(db)
+    swap_for_link(notes, empty)
+    wait_for(lambda: any("refused" in b for b in w.batches), w, "the refusal")
+    assert indexed(db) == before
+    assert "Removing indexed files refused" in w.stderr and "--allow-mass-delete" in w.stderr
+    (empty / "mounted.md").write_text("hotel honey\n")
+    wait_for(lambda: has(db, {empty / "mounted.md": "hotel"}), w, "a file in the new folder")
+    assert w.stop() == 0
+
+
+def test_a_link_to_the_folder_above_is_not_followed(watch, notes, tmp_path):
+    db = tmp_path / "kb.db"
+    w = watch(str(notes), "--follow-symlinks")
+    swap_for_link(notes, tmp_path)  # would index the whole tree holding the link
+    assert w.proc.wait(timeout=DEADLINE) == 2
+    last = w.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: The watched folder {notes} now leads to {tmp_path}")
+    assert "holds the folder" in last
+    assert has(db, {notes / "first.md": "alpha apples"})
+
+
+def test_a_watched_folder_replaced_by_a_file_stops_the_watch(watch, notes, tmp_path):
+    w = watch(str(notes))
+    notes.rename(tmp_path / "notes.old")
+    notes.write_text("a file now\n")
+    assert w.proc.wait(timeout=DEADLINE) == 2
+    last = w.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: The watched folder {notes} is a file now: kb watch stopped")

@@ -6,9 +6,10 @@ No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db`` a
 ``$KB_EMBEDDER`` overrides ``rag.embedding.provider`` (:func:`with_embedder`).
 
 A ``./jianmu.yaml`` found by the lookup (not named by ``--config`` or ``$KB_CONFIG``) may come
-with a folder the user did not write: when it sets a class path, a server URL, a locally run
-model or a database outside its folder, it is refused until the user trusts it
-(:mod:`kbcli.trust`, ``kb trust``).
+with a folder the user did not write: when it sets anything that sends data to a model or server
+(a provider, a model name, a base URL, a key variable), runs code (a class path, a locally run
+model) or writes outside its folder, it is refused until the user trusts it (:mod:`kbcli.trust`,
+``kb trust``).
 
 The sections and their defaults are :mod:`kbcli.config_schema`; reading and validating a file
 (relative paths, unknown keys) is :mod:`kbcli.config_parse`. This module finds the file, applies

@@ -41,8 +41,9 @@ def write_template(path: Path, *, force: bool = False) -> Path:
 
 
 def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
-    """The ``config trust`` row of ``kb config``: whether kb uses the file's class paths,
-    servers, models and outside paths (:mod:`kbcli.trust`), and why."""
+    """The ``config trust`` row of ``kb config``: whether kb uses the file's settings that
+    send data to a model or server, run code or write outside its folder (:mod:`kbcli.trust`),
+    and why."""
     from . import trust
 
     if found != FOUND_CWD:
@@ -50,8 +51,9 @@ def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
                 "origin": str(found)}  # fmt: skip
     risks = trust.risky_settings(config)
     if not risks:
-        return {"key": "config trust", "value": "not needed: it sets no code, server, model "
-                "or outside path", "origin": FOUND_CWD}  # fmt: skip
+        return {"key": "config trust", "value": "not needed: it sets nothing that sends data "
+                "to a model or server, runs code or writes outside its folder",
+                "origin": FOUND_CWD}  # fmt: skip
     keys = ", ".join(r.key for r in risks)
     state = trust.status(config.source, raw)
     if state == "trusted":

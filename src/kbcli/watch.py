@@ -19,6 +19,16 @@ is applied once a later scan sees it unchanged (so a file still being written wa
 
 With ``follow_symlinks`` each batch syncs the whole folders: through links one file can be
 indexed under several paths, and an event names only one of them.
+
+A watched folder is the folder its path led to at the start: its identity is the ``(st_dev,
+st_ino)`` of that folder and its resolved path, checked before each batch and every
+:data:`IDENTITY_SECONDS` (events stop coming from a folder renamed away, so waiting for one is
+not enough). A path that now names another folder at the same place (renamed away and made
+again, a share mounted or unmounted) is indexed again and followed. A path that now leads
+elsewhere (the folder renamed away and a symbolic link put in its place) stops the watch with
+one line (exit 2, the index as it was), unless ``follow_symlinks``: then the folder it leads
+to is indexed and followed, and the files indexed from the old one leave the index (those
+missing from the new one under the mass-delete guard of ``kb ingest``).
 """
 
 from __future__ import annotations
@@ -32,16 +42,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .discovery import DEFAULT_EXTENSIONS, IGNORE_FILE, IGNORED_DIRS, discover, parse_extensions
+from .discovery import (
+    DEFAULT_EXTENSIONS,
+    IGNORE_FILE,
+    IGNORED_DIRS,
+    MASS_DELETE_MIN_INDEXED,
+    discover,
+    parse_extensions,
+)
 from .errors import InvalidOptionError, KBError, UnsafePruneError
-from .pathnames import source_path
-from .sync import sync
+from .ingest.reading import file_kind
+from .pathnames import source_name, source_path
+from .sync import ledger_store, sync
 from .sync_report import SyncReport
 
 QUIET_MS = 500  # a batch is applied once its events have been quiet this long ...
 GATHER_MAX_MS = 1500  # ... or this long after its first event, whichever comes first
 SCAN_SECONDS = 2.0  # between scans where events are unavailable
 RETRY_SECONDS = 5.0  # before a batch that could not be applied (lock busy, ...) is tried again
+IDENTITY_SECONDS = 2.0  # between checks that each watched path still leads to its folder
 WATCH_LIMIT_FIX = (
     "raise it with: sudo sysctl fs.inotify.max_user_watches=524288 (and in /etc/sysctl.conf "
     "to keep it)"
@@ -74,6 +93,7 @@ class Batch:
     report: SyncReport
     refused: str | None = None
     mode: str = "events"
+    followed: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``kb watch --json`` line of the batch."""
@@ -81,7 +101,32 @@ class Batch:
         data.update(self.report.to_dict())
         if self.refused:
             data["refused"] = self.refused
+        if self.followed:
+            data["followed"] = self.followed
         return data
+
+
+@dataclass(frozen=True)
+class _Folder:
+    """A watched folder: the path as given, where it led (resolved) and that folder's
+    ``(st_dev, st_ino)``."""
+
+    given: Path
+    real: Path
+    identity: tuple[int, int]
+
+
+def _folders(paths: list[Path]) -> list[_Folder]:
+    """The folders among ``paths`` as they are now."""
+    out = []
+    for given in paths:
+        try:
+            st = os.stat(given)
+        except OSError:
+            continue  # (discover has said so)
+        if stat.S_ISDIR(st.st_mode):
+            out.append(_Folder(given, Path(os.path.realpath(given)), (st.st_dev, st.st_ino)))
+    return out
 
 
 @dataclass
@@ -154,10 +199,15 @@ class _Scans:
         self._list, self.every = list_files, every
         self._seen = list_files()
         self._moving: set[Path] = set()
+        self._due = time.monotonic() + every
 
     def next(self, stop: threading.Event, timeout: float | None) -> set[Path] | None:
-        if stop.wait(self.every if timeout is None else min(timeout, self.every)):
+        wait = max(0.0, self._due - time.monotonic())
+        if stop.wait(wait if timeout is None else min(timeout, wait)):
             return None
+        if time.monotonic() < self._due:
+            return set()  # the caller's timeout came first: no scan yet
+        self._due = time.monotonic() + self.every
         now = self._list()
         seen = self._seen
         changed = {p for p in now.keys() | seen.keys() if now.get(p) != seen.get(p)}
@@ -203,6 +253,20 @@ class Watch:
         )
         self.batches = 0
         self.unapplied = 0  # changed paths not applied when follow() returned
+        self._folders = _folders(self.paths)
+        # Folders a watched path led to before it led elsewhere: their files leave the index
+        # with the next batch (old folder -> the path, the folder it leads to now).
+        self._leaving: dict[Path, tuple[Path, Path]] = {}
+        self._followed: list[dict[str, str]] = []
+        if settings.follow_symlinks:
+            # A path that leads elsewhere through a link now may have been a real folder when
+            # it was indexed: those files go with the first index, as when the watch saw the
+            # change itself (the stop message of a watch without the option says so).
+            for folder in self._folders:
+                own = Path(os.path.abspath(folder.given))
+                if own != folder.real:
+                    self._leaving[own] = (folder.given, folder.real)
+        self._scan_every = scan_every
         self._source: _Events | _Scans = self._open(scan_every)
 
     @property
@@ -254,15 +318,22 @@ class Watch:
     def index(self, progress: Any = None) -> SyncReport:
         """The first, full sync of the paths (``kb ingest`` with the same settings;
         ``progress`` as :func:`~kbcli.sync.sync` takes it)."""
-        return self._sync(None, progress=progress)
+        removed, chunks, kept = self._leave()
+        report = self._sync(None, progress=progress)
+        report.removed += removed
+        report.chunks_removed += chunks
+        if kept:
+            report.warnings.append(f"{kept}; the files were kept")
+        return report
 
     def follow(self, stop: threading.Event, on_batch: Callable[[Batch], None]) -> None:
         """Apply batches until ``stop`` is set (a batch in flight is finished first)."""
         pending: set[Path] = set()
         failure = None
+        retry_at = 0.0
         while not stop.is_set():
             try:
-                changes = self._source.next(stop, RETRY_SECONDS if pending else None)
+                changes = self._source.next(stop, IDENTITY_SECONDS)
             except (OSError, RuntimeError) as exc:  # the notifier failed while running
                 self._source.close()
                 self.note(f"Note: {_events_failure(exc)}; scanning every {SCAN_SECONDS:g} s now.")
@@ -271,8 +342,14 @@ class Watch:
                 continue
             if changes is None:
                 break
+            moved = self._moved_folders()  # raises when one cannot be followed
+            if moved:
+                pending = {p for p in pending if not any(_under(p, old) for old, _ in moved)}
+                pending.update(new for _, new in moved)  # each followed folder synced whole
+                changes = set()  # events named the folders as they were
+                retry_at = 0.0
             pending |= self._relevant(changes)
-            if not pending:
+            if not pending or (not changes and not moved and time.monotonic() < retry_at):
                 continue
             try:
                 batch = self._apply(pending)
@@ -282,11 +359,83 @@ class Watch:
                 if str(exc) != failure:
                     failure = str(exc)
                     self.note(f"Note: {exc}; trying again in {RETRY_SECONDS:g} s.")
+                retry_at = time.monotonic() + RETRY_SECONDS
                 continue
             failure = None
             pending = set()
             on_batch(batch)
         self.unapplied = len(pending)
+
+    def _moved_folders(self) -> list[tuple[Path, Path]]:
+        """Check that each watched path still leads to its folder; follow those that lead to
+        another one (see the module docstring) and return the folders they led to, before and
+        now. Raises :class:`InvalidOptionError` (the watch stops, the index as it was) for a
+        path gone, no longer a folder, or leading elsewhere without ``follow_symlinks``."""
+        moved: list[tuple[_Folder, _Folder]] = []
+        for folder in self._folders:
+            now = self._folder_now(folder)
+            if now.real != folder.real or now.identity != folder.identity:
+                moved.append((folder, now))
+        if not moved:
+            return []
+        for old, now in moved:
+            name = source_name(old.given)
+            if now.real == old.real:
+                self.note(f"Note: {name} is another folder now: indexing it again.")
+            else:
+                self.note(f"Note: {name} now leads to {now.real}: indexing and following it.")
+                self._leaving[old.real] = (old.given, now.real)
+            self._followed.append({"path": name, "from": str(old.real), "to": str(now.real)})
+        found = discover(
+            self.paths, self.settings.extensions, recursive=self.settings.recursive,
+            only=frozenset(),
+        )  # fmt: skip
+        self._roots.folders = [root for root, _ in found.dir_roots]
+        self._roots.files = list(found.file_roots)
+        self._folders = _folders(self.paths)
+        self._source.close()  # the old folders' events are no more
+        if isinstance(self._source, _Scans):
+            self._source = _Scans(self._listing, self._source.every)
+        else:
+            self._source = self._open(self._scan_every)
+        return [(old.real, now.real) for old, now in moved]
+
+    def _folder_now(self, folder: _Folder) -> _Folder:
+        """What ``folder``'s path leads to now; raises when the watch cannot go on with it."""
+        name = source_name(folder.given)
+        try:
+            st = os.stat(folder.given)
+        except (FileNotFoundError, NotADirectoryError):
+            raise InvalidOptionError(
+                f"Path not found: {name} (check the path and try again)"
+            ) from None
+        except OSError as exc:
+            raise InvalidOptionError(
+                f"Cannot access {name} ({exc.strerror or exc}): check its permissions"
+            ) from None
+        now = _Folder(folder.given, Path(os.path.realpath(folder.given)), (st.st_dev, st.st_ino))
+        if now.real == folder.real and now.identity == folder.identity:
+            return now
+        stopped = f"kb watch stopped; the index keeps the files indexed from {folder.real}"
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a file" if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+            raise InvalidOptionError(f"The watched folder {name} is {kind} now: {stopped}")
+        if now.real == folder.real:
+            return now  # another folder at the same place: indexed again
+        if not self.settings.follow_symlinks:
+            raise InvalidOptionError(
+                f"The watched folder {name} now leads to {now.real}, not {folder.real} (a "
+                f"symbolic link, or the folder moved): {stopped}; run kb watch {name} "
+                "--follow-symlinks to index and follow where it leads (those files then leave "
+                "the index)"
+            )
+        holder = Path(os.path.realpath(Path(os.path.abspath(folder.given)).parent))
+        if holder == now.real or holder.is_relative_to(now.real):
+            raise InvalidOptionError(
+                f"The watched folder {name} now leads to {now.real}, which holds the folder "
+                f"of {name} itself (the whole tree above it): not followed; {stopped}"
+            )
+        return now
 
     def close(self) -> None:
         """Stop following events (the knowledge base stays open: its caller closes it)."""
@@ -317,14 +466,67 @@ class Watch:
     def _apply(self, paths: set[Path]) -> Batch:
         started = time.monotonic()
         refused = None
+        # The files of a folder left behind go first: should this batch stop half-way, the
+        # next one indexes the new folder whole, and nothing is left under the old path.
+        removed, chunks, kept = self._leave()
         try:
             report = self._sync(paths)
         except UnsafePruneError as exc:
             refused = str(exc)
             report = self._sync(paths, keep_removed=True)
+        report.removed += removed
+        report.chunks_removed += chunks
+        refused = kept or refused
         self.batches += 1
         report.seconds = time.monotonic() - started
-        return Batch(self.batches, len(paths), report, refused, self.mode)
+        followed, self._followed = self._followed, []
+        return Batch(self.batches, len(paths), report, refused, self.mode, followed)
+
+    def _leave(self) -> tuple[int, int, str | None]:
+        """Remove from the index the files recorded under the folders watched paths led to
+        before (:attr:`_leaving`): those found again (same place below the folder) in the
+        folder the path leads to now at once, the others under the mass-delete guard. Returns
+        the files and chunks removed and the guard's refusal (those files kept), if any."""
+        if not self._leaving:
+            return 0, 0, None
+        s = self.settings
+        store = ledger_store(self.kb)
+        recorded = [Path(source_path(p)) for p in store.file_records()]
+        for old in [old for old in self._leaving if not any(_under(p, old) for p in recorded)]:
+            del self._leaving[old]  # nothing indexed there: nothing to walk for
+        there: dict[Path, set[Path]] = {}
+        for new in {new for _given, new in self._leaving.values()}:
+            walk = discover(
+                [new], s.extensions, recursive=s.recursive, include_hidden=s.include_hidden,
+                follow_symlinks=s.follow_symlinks,
+            )  # fmt: skip
+            there[new] = {f.relative_to(new) for f in walk.files if f.is_relative_to(new)}
+        removed = chunks = 0
+        refusals = []
+        # One transaction: a kill leaves all of them or none, and a later run indexes the
+        # new folder whole either way.
+        with store.writer_lock(s.wait), store.transaction():
+            records = store.file_records()
+            for old, (given, new) in list(self._leaving.items()):
+                found = there[new]
+                under = [p for p in records if _under(Path(source_path(p)), old)]
+                missing = {p for p in under if Path(source_path(p)).relative_to(old) not in found}
+                many = len(under) >= MASS_DELETE_MIN_INDEXED and len(missing) * 2 > len(under)
+                guard = bool(missing) and not s.allow_mass_delete and (not found or many)
+                for source in under:
+                    if guard and source in missing:
+                        continue
+                    chunks += store.delete_source(source)
+                    removed += 1
+                if guard:
+                    refusals.append(
+                        f"Removing indexed files refused: {source_name(given)} now leads to "
+                        f"{new}, which lacks {len(missing)} of the {len(under)} files indexed "
+                        f"from {old} (empty, or not mounted? watch with --allow-mass-delete "
+                        "to let them go)"
+                    )
+        self._leaving.clear()
+        return removed, chunks, " / ".join(refusals) or None
 
     def _sync(
         self, only: set[Path] | None, keep_removed: bool = False, progress: Any = None
@@ -344,6 +546,10 @@ class Watch:
             only=None if s.follow_symlinks else only,
             progress=progress,
         )
+
+
+def _under(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
 
 
 def _events_failure(exc: BaseException) -> str:

@@ -32,9 +32,10 @@ def trust(
     """Let kb use the code, servers and models a folder's jianmu.yaml names (as it is now).
 
     A ./jianmu.yaml found in the working directory (a cloned repository, an unpacked archive)
-    that names a class path, a server URL or DSN, a locally run model or a database outside its
-    folder is refused until you trust it; an edited file needs trusting again. Files named with
-    --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
+    that would send your texts or keys to a model or server (a provider, model, base URL, key
+    variable or database server), run code (a class path, a local model) or write outside its
+    folder is refused until you trust it; an edited file needs trusting again. Files named
+    with --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
     """
     from .. import render
     from .. import trust as records

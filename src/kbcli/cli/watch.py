@@ -64,7 +64,10 @@ def watch(
     new, edited, deleted and renamed files and folders are applied in batches, each once
     its events have been quiet for half a second (one line per batch on stderr). The
     database's writer lock is taken per batch, so kb ingest, kb mcp and kb search run
-    alongside. Ctrl-C or SIGTERM finishes the batch in flight and exits 0."""
+    alongside. Ctrl-C or SIGTERM finishes the batch in flight and exits 0. A watched folder
+    gone, or replaced by a link (renamed away, a link in its place), stops the watch with one
+    line and exit 2, the index as it was; with --follow-symlinks the folder the link leads to
+    is indexed and followed instead. Another folder made in its place is indexed again."""
     import signal
     import threading
 
