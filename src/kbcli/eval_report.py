@@ -39,6 +39,8 @@ def _rank_text(row: dict[str, Any]) -> str:
         if deeper is not None:
             return f"not in the first {files} files; rank {deeper} with -k {row['deeper_k']}"
         return f"not in the first {row['deeper_files']} files (-k {row['deeper_k']})"
+    if not files:
+        return "not found: the search found no file"
     return f"not among the {files} file{'' if files == 1 else 's'} found"
 
 
