@@ -303,6 +303,8 @@ def evaluate_questions(
     Latency is per question with the model loaded and the index read: the embedder's first
     embedding (its model load) is timed apart (``load_ms``), and so is each mode's first
     search (``latency_ms.first``), made once before the timed ones."""
+    if not questions:
+        raise DatasetError("No questions to evaluate: give at least one query/expected line")
     modes = [normalize_mode(m) for m in modes]
     expected = resolve_expected(questions, indexed_sources(kb.store), base)
     result: dict[str, Any] = {
@@ -385,9 +387,9 @@ def _question_row(
 def _search_facts(kb: Any, options: SearchOptions) -> dict[str, str]:
     """The settings beside the mode that shape every ranking: fusion, alpha, reranker."""
     alpha = f"{options.alpha:g}" if options.alpha_chosen else "kb's choice per query"
-    pipeline = kb.pipeline
+    pipeline = getattr(kb, "pipeline", None)  # a knowledge base; a view searches through one
     rerank = "none"
-    if pipeline.has_reranker:
+    if pipeline is not None and pipeline.has_reranker:
         config = pipeline.config
         rerank = config.rag.rerank.provider if config is not None else "yes"
     return {"fusion": options.fusion, "alpha": alpha, "rerank": rerank}
@@ -396,10 +398,11 @@ def _search_facts(kb: Any, options: SearchOptions) -> dict[str, str]:
 def _load_models(kb: Any, modes: Sequence[str], clock: Callable[[], float]) -> dict[str, float]:
     """Load what the searches need before they are timed: the embedder's first embedding
     (its model load, milliseconds) when a mode uses vectors."""
-    if all(mode == "keyword" for mode in modes):
+    embedder = getattr(kb, "embedder", None)
+    if embedder is None or all(mode == "keyword" for mode in modes):
         return {}
     started = clock()
-    kb.embedder.embed_query("warm-up")
+    embedder.embed_query("warm-up")
     return {"embedder": round((clock() - started) * 1000.0, 2)}
 
 
