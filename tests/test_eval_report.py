@@ -150,7 +150,7 @@ def test_where_a_missed_page_ranked_comes_from_the_longer_search(tmp_path):
     questions.write_text('{"query": "email client", "expected": ["billing.md"]}\n')
     done = run("--db", db, "eval", "--queries", str(questions), "--mode", "keyword", "-k", "1")
     assert done.exit_code == 0, done.stderr
-    assert "'email client': not in the first 1 files; rank 2 with -k 100" in done.stdout
+    assert "'email client': not in the first 1 files; kb search -k 100 shows it at 2" in done.stdout
 
 
 # --- latency ----------------------------------------------------------------------------------

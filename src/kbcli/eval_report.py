@@ -35,10 +35,10 @@ def _rank_text(row: dict[str, Any]) -> str:
         return f"rank {rank}"
     files = row["files"]
     if "deeper_k" in row and row["deeper_files"] > files:
-        deeper = _deeper_rank(row)
+        deeper, longer = _deeper_rank(row), row["deeper_k"]
         if deeper is not None:
-            return f"not in the first {files} files; rank {deeper} with -k {row['deeper_k']}"
-        return f"not in the first {row['deeper_files']} files (-k {row['deeper_k']})"
+            return f"not in the first {files} files; kb search -k {longer} shows it at {deeper}"
+        return f"not in the first {row['deeper_files']} files (kb search -k {longer})"
     if not files:
         return "not found: the search found no file"
     return f"not among the {files} file{'' if files == 1 else 's'} found"
