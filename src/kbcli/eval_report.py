@@ -345,7 +345,7 @@ def rank_plot(result: dict[str, Any]) -> str:
         plot.parts.append(
             f'<line x1="{plot.x(0)}" y1="{y:.1f}" x2="{plot.x(1)}" y2="{y:.1f}" stroke="#888" '
             f'stroke-dasharray="3,3"/><text x="{plot.x(1) - 4}" y="{y - 4:.1f}" '
-            f'class="tick end">above: beyond the first {k} files</text>'
+            f'class="tick end halo">above: beyond the first {k} files</text>'
         )
     n = max(1, len(rows0) - 1)
     for i, mode in enumerate(modes):
@@ -461,6 +461,7 @@ th { background: #f2f2f2; }
 .label { font-size: 12px; text-anchor: middle; fill: #333; }
 .tick { font-size: 11px; text-anchor: middle; fill: #444; }
 .tick.start { text-anchor: start; } .tick.end { text-anchor: end; }
+.halo { paint-order: stroke; stroke: #fff; stroke-width: 3px; }
 .plots { display: flex; flex-wrap: wrap; gap: 18px; }
 figure { margin: 0; } figcaption { font-size: 12px; color: #555; max-width: 560px; }
 .note { color: #555; }
