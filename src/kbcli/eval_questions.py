@@ -2,10 +2,11 @@
 
 A questions file is JSONL, one ``{"query": ..., "expected": [...]}`` per line: expected pages
 as ``path`` or ``path:line`` (a list: grade 1 each; a mapping: ``{"path": grade}``). Each
-question is searched in each mode for a pool of chunks, chunks are grouped by file, and where
+question is searched in each mode by :func:`kbcli.query.search`, the function ``kb search``
+calls, for its first k files (the files ``kb search -k K`` shows, in its order), and where
 each expected page ranked gives nDCG, hit@1/@3 and MRR per mode, with bootstrap intervals, the
-misses (and where their page ranked), a suggested ``--min-score`` and modes compared
-(:mod:`kbcli.eval_report` draws them).
+misses (and where their page ranked further down), a suggested ``--min-score``, the latency
+(model load apart) and modes compared (:mod:`kbcli.eval_report` draws them).
 """
 
 from __future__ import annotations
@@ -13,14 +14,22 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .evaluation import DatasetError, Progress, percentile
+from .query import Hits
+from .query import search as search_files
+from .types import SearchOptions, SearchResult, normalize_mode
 
-QUESTION_POOL = 200  # chunks searched per question: where an expected page ranked, up to this
+# A question whose expected page is not in the first k files is searched again (untimed) for
+# this many files, to say where its page ranked; that longer list is kb search -k DEEPER_FILES.
+DEEPER_FILES = 100
+HIT_LEVELS = (1, 3)  # hit@1, hit@3 (those not above k)
 BOOTSTRAP_ROUNDS = 2000
 KEEP_SHARE = 0.95  # the suggested --min-score keeps this share of the expected pages' hits
 HIT_NOTE = (
@@ -173,14 +182,23 @@ def resolve_expected(
     return out
 
 
-def _groups(hits: Sequence[Any]) -> list[tuple[str, list[Any]]]:
-    """Hits grouped by source, in the order of each source's best hit (``kb search`` by file)."""
-    order: dict[str, list[Any]] = {}
+def _file_key(result: SearchResult) -> str:
+    source = result.document.metadata.get("source")
+    return source if isinstance(source, str) else f"id:{result.document.id}"
+
+
+def ranked_files(hits: Hits) -> list[tuple[str, list[SearchResult]]]:
+    """The files of ``kb search``'s by-file ``hits``, in its order, each with its chunks in the
+    pool the search answered (its best chunk first: what a ``path:line`` expectation may
+    match, the chunks ``kb search`` counts as matched)."""
+    chunks: dict[str, list[SearchResult]] = {}
+    for result in hits.results or []:
+        chunks.setdefault(_file_key(result), []).append(result)
+    out = []
     for hit in hits:
-        source = hit.document.metadata.get("source")
-        key = source if isinstance(source, str) else f"id:{hit.document.id}"
-        order.setdefault(key, []).append(hit)
-    return list(order.items())
+        key = _file_key(hit.result)
+        out.append((key, chunks.get(key) or [hit.result]))
+    return out
 
 
 def _covers(hit: Any, line: int) -> bool:
@@ -190,7 +208,7 @@ def _covers(hit: Any, line: int) -> bool:
 
 
 def rank_expected(
-    groups: Sequence[tuple[str, list[Any]]], expected: Sequence[Expectation]
+    groups: Sequence[tuple[str, Sequence[Any]]], expected: Sequence[Expectation]
 ) -> dict[str, int | None]:
     """The 1-based file rank at which each expectation is found (None: not in ``groups``)."""
     ranks: dict[str, int | None] = {}
@@ -208,8 +226,9 @@ def rank_expected(
 def question_scores(
     ranks: Mapping[str, int | None], expected: Sequence[Expectation], k: int = 10
 ) -> dict[str, float]:
-    """nDCG@k, hit@1, hit@3 and MRR@k of one question from its expectations' ranks (trec_eval
-    conventions: gain = grade, log2 discount; a file position gains its best expectation)."""
+    """nDCG@k, hit@1, hit@3 (those not above k) and MRR@k of one question from its
+    expectations' ranks (trec_eval conventions: gain = grade, log2 discount; a file position
+    gains its best expectation)."""
     gains: dict[int, int] = {}
     for exp in expected:
         rank = ranks.get(exp.raw)
@@ -222,10 +241,14 @@ def question_scores(
     top_ranks = [ranks[e.raw] for e in expected if e.grade == top]
     best_top = min((r for r in top_ranks if r is not None), default=None)
     first = min((r for r in ranks.values() if r is not None), default=None)
+    hits = {
+        f"hit@{level}": 1.0 if best_top is not None and best_top <= level else 0.0
+        for level in HIT_LEVELS
+        if level <= k
+    }
     return {
         f"ndcg@{k}": min(1.0, dcg / idcg) if idcg else 0.0,
-        "hit@1": 1.0 if best_top is not None and best_top <= 1 else 0.0,
-        "hit@3": 1.0 if best_top is not None and best_top <= 3 else 0.0,
+        **hits,
         f"mrr@{k}": 1.0 / first if first is not None and first <= k else 0.0,
     }
 
@@ -267,62 +290,62 @@ def evaluate_questions(
     base: Path | None = None,
     progress: Progress | None = None,
     search_options: Mapping[str, Any] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """Search each question on the live index in every mode and score where its expected
-    pages ranked (by file, as ``kb search`` shows them): nDCG@k, hit@1, hit@3 and MRR@k with
-    95% bootstrap intervals, by category, each question's ranks and scores, the latency, a
-    suggested ``--min-score`` and, with two modes or more, each mode against the first
-    (paired bootstrap of the differences)."""
-    from .types import SearchOptions, normalize_mode
+    """Search each question on the live index in every mode through :func:`kbcli.query.search`
+    (what ``kb search -k K`` runs: the same files in the same order) and score where its
+    expected pages ranked among the first ``k`` files: nDCG@k, hit@1, hit@3 and MRR@k with 95%
+    bootstrap intervals, by category, each question's ranked files, ranks and scores, where a
+    page missing from the first k ranked among :data:`DEEPER_FILES` (searched again, untimed),
+    a suggested ``--min-score`` and, with two modes or more, each mode against the first
+    (paired bootstrap of the differences).
 
+    Latency is per question with the model loaded and the index read: the embedder's first
+    embedding (its model load) is timed apart (``load_ms``), and so is each mode's first
+    search (``latency_ms.first``), made once before the timed ones."""
+    if not questions:
+        raise DatasetError("No questions to evaluate: give at least one query/expected line")
     modes = [normalize_mode(m) for m in modes]
     expected = resolve_expected(questions, indexed_sources(kb.store), base)
     result: dict[str, Any] = {
         "queries": len(questions),
         "k": k,
-        "pool": QUESTION_POOL,
+        "deeper": DEEPER_FILES,
         "hit_note": HIT_NOTE,
+        "created": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "kb_version": __version__,
+        "index": index_facts(kb.store),
+        "search": _search_facts(kb, SearchOptions(k=k, **(search_options or {}))),
+        "load_ms": _load_models(kb, modes, clock),
         "modes": {},
     }
     total = len(questions) * len(modes)
     done = 0
     for mode in modes:
         # built whole: alpha set after construction would not count as chosen (alpha_chosen)
-        options = SearchOptions(k=QUESTION_POOL, mode=mode, **(search_options or {}))
+        options = SearchOptions(k=k, mode=mode, **(search_options or {}))
+        started = clock()
+        search_files(kb, questions[0].text, options, by="file")  # reads the index, loads models
+        first = (clock() - started) * 1000.0
         rows = []
         for q in questions:
-            started = time.perf_counter()
-            hits = kb.search_with(q.text, options)
-            latency = (time.perf_counter() - started) * 1000.0
-            groups = _groups(hits)
-            ranks = rank_expected(groups, expected[q.id])
-            scores = question_scores(ranks, expected[q.id], k)
-            first = min((r for r in ranks.values() if r is not None), default=None)
-            top_grade = max(e.grade for e in expected[q.id])
-            top_ranks = [ranks[e.raw] for e in expected[q.id] if e.grade == top_grade]
-            rows.append(
-                {
-                    "id": q.id,
-                    "query": q.text,
-                    "category": q.category,
-                    "ranks": ranks,
-                    "first_rank": first,
-                    "top_rank": min((r for r in top_ranks if r is not None), default=None),
-                    "files": len(groups),
-                    "top": groups[0][0] if groups else None,
-                    "top_score": round(groups[0][1][0].score, 6) if groups else None,
-                    "expected_score": (
-                        round(groups[first - 1][1][0].score, 6) if first is not None else None
-                    ),
-                    "other_score": _best_other(groups, first),
-                    "latency_ms": round(latency, 2),
-                    **{key: round(v, 4) for key, v in scores.items()},
-                }
-            )
+            started = clock()
+            hits = search_files(kb, q.text, options, by="file")
+            latency = (clock() - started) * 1000.0
+            row = _question_row(q, ranked_files(hits), expected[q.id], k)
+            row["latency_ms"] = round(latency, 2)
+            missing = [e for e in expected[q.id] if row["ranks"][e.raw] is None]
+            if missing and k < DEEPER_FILES:
+                longer = search_files(kb, q.text, replace(options, k=DEEPER_FILES), by="file")
+                row["deeper_ranks"] = rank_expected(ranked_files(longer), missing)
+                row["deeper_files"] = len(longer)
+                row["deeper_k"] = DEEPER_FILES
+            rows.append(row)
             done += 1
             if progress is not None:
                 progress("search", done, total)
         result["modes"][mode] = _mode_summary(rows, k)
+        result["modes"][mode]["latency_ms"]["first"] = round(first, 2)
     if len(modes) > 1:
         result["compare"] = _compare(result["modes"], modes, k)
     floors = _floors_of(kb) if any(m != "keyword" for m in modes) else None
@@ -331,7 +354,80 @@ def evaluate_questions(
     return result
 
 
-def _best_other(groups: Sequence[tuple[str, list[Any]]], first: int | None) -> float | None:
+def _question_row(
+    q: Question,
+    files: Sequence[tuple[str, Sequence[SearchResult]]],
+    expected: Sequence[Expectation],
+    k: int,
+) -> dict[str, Any]:
+    """One question's line of the result: its ranked files, where each expectation ranked
+    among them, its scores and metrics."""
+    ranks = rank_expected(files, expected)
+    scores = question_scores(ranks, expected, k)
+    first = min((r for r in ranks.values() if r is not None), default=None)
+    top_grade = max(e.grade for e in expected)
+    top_ranks = [ranks[e.raw] for e in expected if e.grade == top_grade]
+    return {
+        "id": q.id,
+        "query": q.text,
+        "category": q.category,
+        "ranked": [source for source, _ in files],
+        "ranks": ranks,
+        "first_rank": first,
+        "top_rank": min((r for r in top_ranks if r is not None), default=None),
+        "files": len(files),
+        "top": files[0][0] if files else None,
+        "top_score": round(files[0][1][0].score, 6) if files else None,
+        "expected_score": round(files[first - 1][1][0].score, 6) if first is not None else None,
+        "other_score": _best_other(files, first),
+        **{key: round(v, 4) for key, v in scores.items()},
+    }
+
+
+def _search_facts(kb: Any, options: SearchOptions) -> dict[str, str]:
+    """The settings beside the mode that shape every ranking: fusion, alpha, reranker."""
+    alpha = f"{options.alpha:g}" if options.alpha_chosen else "kb's choice per query"
+    pipeline = getattr(kb, "pipeline", None)  # a knowledge base; a view searches through one
+    rerank = "none"
+    if pipeline is not None and pipeline.has_reranker:
+        config = pipeline.config
+        rerank = config.rag.rerank.provider if config is not None else "yes"
+    return {"fusion": options.fusion, "alpha": alpha, "rerank": rerank}
+
+
+def _load_models(kb: Any, modes: Sequence[str], clock: Callable[[], float]) -> dict[str, float]:
+    """Load what the searches need before they are timed: the embedder's first embedding
+    (its model load, milliseconds) when a mode uses vectors."""
+    embedder = getattr(kb, "embedder", None)
+    if embedder is None or all(mode == "keyword" for mode in modes):
+        return {}
+    started = clock()
+    embedder.embed_query("warm-up")
+    return {"embedder": round((clock() - started) * 1000.0, 2)}
+
+
+def index_facts(store: Any) -> dict[str, Any]:
+    """What names the index a report was made on: its location, backend, size, embedder,
+    last ingest and generation (from the store's ``stats()``, when it has one)."""
+    from .embedders.base import EmbedderInfo
+    from .protocols import DocumentCatalog, supports
+
+    if not supports(store, DocumentCatalog):
+        return {"store": type(store).__name__}
+    stats = store.stats()
+    recorded = stats.get("embedder")
+    keep = ("path", "backend", "files", "chunks", "last_ingest", "generation")
+    out = {key: stats[key] for key in keep if stats.get(key) is not None}
+    out["store"] = type(store).__name__
+    if isinstance(recorded, dict):
+        info = EmbedderInfo(recorded["provider"], recorded["model"], recorded.get("dimension"))
+        out["embedder"] = info.describe()
+    return out
+
+
+def _best_other(
+    groups: Sequence[tuple[str, Sequence[SearchResult]]], first: int | None
+) -> float | None:
     """The best score of a file that is not the first expected one (the competition)."""
     for rank, (_, hits) in enumerate(groups, start=1):
         if rank != first:
@@ -339,13 +435,15 @@ def _best_other(groups: Sequence[tuple[str, list[Any]]], first: int | None) -> f
     return None
 
 
-def _metric_keys(k: int) -> tuple[str, ...]:
-    return (f"ndcg@{k}", "hit@1", "hit@3", f"mrr@{k}")
+def metric_keys(k: int) -> tuple[str, ...]:
+    """The metrics of a question at cut-off ``k``: nDCG@k, hit@1, hit@3 (not above k), MRR@k."""
+    hits = tuple(f"hit@{level}" for level in HIT_LEVELS if level <= k)
+    return (f"ndcg@{k}", *hits, f"mrr@{k}")
 
 
 def _mode_summary(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
     metrics = {}
-    for key in _metric_keys(k):
+    for key in metric_keys(k):
         values = [r[key] for r in rows]
         lo, hi = bootstrap_interval(values)
         metrics[key] = {"mean": round(sum(values) / len(values), 4), "lo": round(lo, 4),
@@ -354,7 +452,7 @@ def _mode_summary(rows: list[dict[str, Any]], k: int) -> dict[str, Any]:
     for cat in sorted({r["category"] for r in rows if r["category"]}):
         part = [r for r in rows if r["category"] == cat]
         categories[cat] = {"queries": len(part)} | {
-            key: round(sum(r[key] for r in part) / len(part), 4) for key in _metric_keys(k)
+            key: round(sum(r[key] for r in part) / len(part), 4) for key in metric_keys(k)
         }
     latencies = [r["latency_ms"] for r in rows]
     relevant = [r["expected_score"] for r in rows if r["expected_score"] is not None]
@@ -379,7 +477,7 @@ def _compare(summaries: Mapping[str, Any], modes: Sequence[str], k: int) -> dict
     for mode in modes[1:]:
         rows = summaries[mode]["questions"]
         deltas = {}
-        for key in _metric_keys(k):
+        for key in metric_keys(k):
             d = [b[key] - a[key] for a, b in zip(base, rows)]
             lo, hi = bootstrap_interval(d)
             deltas[key] = {"delta": round(sum(d) / len(d), 4), "lo": round(lo, 4),

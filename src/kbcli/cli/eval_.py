@@ -66,7 +66,13 @@ def eval_(
     k: Annotated[
         int,
         typer.Option(
-            "-k", "--k", metavar="N", min=1, max=MAX_K, help="Cut-off of nDCG, MRR, recall."
+            "-k",
+            "--k",
+            metavar="N",
+            min=1,
+            max=MAX_K,
+            help="Cut-off of nDCG, MRR, recall; with --queries the files each question gets, "
+            "as kb search -k N shows them.",
         ),
     ] = 10,
     db: Annotated[
@@ -91,6 +97,9 @@ def eval_(
     """Measure retrieval quality: on a BEIR collection (nDCG, recall, MRR), or with --queries
     on your own index with your own questions (nDCG, hit@1/@3, MRR with 95% intervals, the
     misses, a suggested --min-score; --compare, --report).
+
+    --queries ranks each question with kb search itself (the files kb search -k N shows, in
+    its order); latency is per question with the model loaded, the model load apart.
 
     BEIR: each document's title and text go through the normal ingest path (chunked like any
     file); documents are ranked by their best chunk; trec_eval conventions.
@@ -172,6 +181,9 @@ def _eval_questions(
     finally:
         kb.close()
     result["file"] = str(queries)
+    where = result["index"].get("path")
+    if isinstance(where, str) and Path(where).expanduser().is_file():
+        result["index"]["path"] = str(Path(where).expanduser().resolve())
     if report is not None:
         written = write_html(result, report, title=f"kb eval {queries.name}")
         if not state.quiet:
