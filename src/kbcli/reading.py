@@ -1,6 +1,9 @@
 """Reading an indexed file by its own line numbers, or one chunk by id: ``kb get`` and the
 ``knowledge_get`` tool.
 
+``PATH#page=N`` (the location ``kb search`` gives a hit on a page of a PDF or an image) shows
+that page: the lines its indexed chunks span.
+
 Line numbers are those the chunks record at ingest (``line``/``line_end``, computed from their
 ``char_start`` offsets in the file's text as loaded, and for text files mapped onto the
 file's own lines by :mod:`kbcli.ingest.lines`), so ``kb search`` output (``path:line``),
@@ -35,6 +38,7 @@ from .views import KnowledgeView, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", re.DOTALL)
+_PAGE = re.compile(r"^(?P<path>.+)#page=(?P<page>\d+)$", re.DOTALL)
 
 
 @dataclass
@@ -273,6 +277,29 @@ def _read(
     )
 
 
+def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int) -> Shown:
+    """The text of page ``page`` of the indexed file ``source`` (a PDF's page, an image's
+    frame; what ``path#page=N`` names): the lines its chunks span, read as :func:`read_file`
+    reads them. InvalidOptionError when no indexed chunk is on that page."""
+    on_page = [d for d in docs if d.metadata.get("page") == page]
+    if not on_page:
+        pages = sorted({p for d in docs if isinstance(p := d.metadata.get("page"), int)})
+        listed = ", ".join(map(str, pages[:10])) + (", ..." if len(pages) > 10 else "")
+        held = f"its indexed pages are {listed}" if pages else "it was not read by pages"
+        raise InvalidOptionError(f"No indexed text on page {page} of {source}: {held}")
+    place = {id(d): n for n, d in enumerate(sorted(docs, key=_order), start=1)}
+    spans = [chunk_lines(d, place[id(d)]) for d in on_page]
+    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    shown = _read(view, source, docs, first, last, None)
+    if shown.origin == "chunks":  # only the page's own chunks, not a neighbour sharing a line
+        kept = [
+            (e, d) for e, d in zip(shown.lines, shown.documents) if d.metadata.get("page") == page
+        ]
+        shown.lines = [e for e, _ in kept]
+        shown.documents = [d for _, d in kept]
+    return shown
+
+
 def read_target(kb: Any, target: str) -> Shown:
     """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
     if target and "/" not in target and ":" not in target:
@@ -282,6 +309,11 @@ def read_target(kb: Any, target: str) -> Shown:
     view = as_view(kb)
     found = find_source(view, target)
     line = count = None
+    paged = _PAGE.match(target) if found is None else None
+    if paged is not None:
+        found = find_source(view, paged["path"])
+        if found is not None:
+            return read_page(view, *found, int(paged["page"]))
     if found is None:
         path, line, count = parse_target(target)
         found = find_source(view, path) if path else None
