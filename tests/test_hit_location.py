@@ -324,12 +324,24 @@ def test_a_page_that_is_not_indexed_is_one_line_and_exit_2(manual):
 
 
 def test_the_agent_tool_names_the_page(manual):
+    from kbcli import knowledge_tools
+
     kb = KnowledgeBase(store=SQLiteStore(manual / "kb.db"), embedder=SimpleEmbedder())
     try:
         result = kb.as_tool().call({"query": "KX-4471", "k": 1, "mode": "keyword"})
         (citation,) = result.citations
-        assert citation.to_dict()["location"] == f"{manual / 'docs' / 'manual.pdf'}#page=2"
+        location = citation.to_dict()["location"]
+        assert location == f"{manual / 'docs' / 'manual.pdf'}#page=2"
         assert ", page 2; id: " in result.text
+        # knowledge_get reads that location: the page, not its neighbours
+        get = knowledge_tools(kb)[1]
+        page = get.call({"path": location})
+        assert not page.is_error and "KX-4471" in page.text and "Dolphins" not in page.text
+        past = get.call({"path": location.replace("#page=2", "#page=9")})
+        assert past.is_error and past.text == (
+            f"Error: No indexed text on page 9 of {manual / 'docs' / 'manual.pdf'}: its indexed "
+            "pages are 1, 2, 3"
+        )
     finally:
         kb.close()
 

@@ -277,10 +277,9 @@ def _read(
     )
 
 
-def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int) -> Shown:
-    """The text of page ``page`` of the indexed file ``source`` (a PDF's page, an image's
-    frame; what ``path#page=N`` names): the lines its chunks span, read as :func:`read_file`
-    reads them. InvalidOptionError when no indexed chunk is on that page."""
+def page_lines(source: str, docs: list[Document], page: int) -> tuple[int, int]:
+    """The first and last line the chunks of page ``page`` of ``source`` span (``docs``: its
+    chunks). InvalidOptionError, naming the pages that are indexed, when none is on it."""
     on_page = [d for d in docs if d.metadata.get("page") == page]
     if not on_page:
         pages = sorted({p for d in docs if isinstance(p := d.metadata.get("page"), int)})
@@ -289,7 +288,24 @@ def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int)
         raise InvalidOptionError(f"No indexed text on page {page} of {source}: {held}")
     place = {id(d): n for n, d in enumerate(sorted(docs, key=_order), start=1)}
     spans = [chunk_lines(d, place[id(d)]) for d in on_page]
-    first, last = min(a for a, _ in spans), max(b for _, b in spans)
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def find_page(view: KnowledgeView, target: str) -> tuple[str, list[Document], int] | None:
+    """``(source, its chunks in scope, page)`` when ``target`` is ``PATH#page=N`` of an
+    indexed file (and is not itself the name of one), else None."""
+    paged = _PAGE.match(target)
+    if paged is None or find_source(view, target) is not None:
+        return None
+    found = find_source(view, paged["path"])
+    return None if found is None else (*found, int(paged["page"]))
+
+
+def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int) -> Shown:
+    """The text of page ``page`` of the indexed file ``source`` (a PDF's page, an image's
+    frame; what ``path#page=N`` names): the lines its chunks span (:func:`page_lines`), read
+    as :func:`read_file` reads them."""
+    first, last = page_lines(source, docs, page)
     shown = _read(view, source, docs, first, last, None)
     if shown.origin == "chunks":  # only the page's own chunks, not a neighbour sharing a line
         kept = [
@@ -307,13 +323,11 @@ def read_target(kb: Any, target: str) -> Shown:
         if shown is not None:
             return shown
     view = as_view(kb)
+    paged = find_page(view, target)
+    if paged is not None:
+        return read_page(view, *paged)
     found = find_source(view, target)
     line = count = None
-    paged = _PAGE.match(target) if found is None else None
-    if paged is not None:
-        found = find_source(view, paged["path"])
-        if found is not None:
-            return read_page(view, *found, int(paged["page"]))
     if found is None:
         path, line, count = parse_target(target)
         found = find_source(view, path) if path else None

@@ -306,7 +306,8 @@ class KnowledgeGetTool(KnowledgeTool):
                 },
                 "path": {
                     "type": "string",
-                    "description": "A file's source path, as knowledge_search cites it.",
+                    "description": "A file's source path, as knowledge_search cites it "
+                    "(PATH#page=N: that page of a PDF).",
                     "maxLength": MAX_PATH_CHARS,
                 },
                 "start_line": {
@@ -353,10 +354,19 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
         from .errors import NotFoundError
-        from .reading import read_file
+        from .reading import find_page, page_lines, read_file
 
         start = arguments.get("start_line")
         end = arguments.get("end_line")
+        paged = find_page(self.view, path)  # PATH#page=N: a hit's location on a page
+        if paged is not None:
+            path = paged[0]
+            try:
+                first, last_line = page_lines(*paged)
+            except InvalidOptionError as exc:
+                raise ToolArgumentError(str(exc)) from None
+            if start is None and end is None:
+                start, end = first, last_line
         start = 1 if start is None else whole_number("start_line", start, 1, 10**9)
         if end is not None:
             end = whole_number("end_line", end, 1, 10**9)
