@@ -127,7 +127,10 @@ def test_the_cited_source_resolves_to_the_line_an_editor_opens(kb, server, files
     assert answer.cited == [1] and answer.unknown_citations == []
     (cited,) = answer.citations
     lines = VPN.splitlines()
-    assert lines[cited.line - 1] == "## Password"  # what $EDITOR +LINE path opens
+    # what $EDITOR +LINE path opens: the line holding the question's terms, not the chunk's
+    # first line (the heading above it)
+    assert cited.metadata["line"] == 5 and lines[4] == "## Password"
+    assert lines[cited.line - 1].startswith("The VPN password rotates every month")
     assert cited.location == f"{files['vpn'].resolve()}:{cited.line}"
     assert answer.model == "fake-chat-1" and answer.finish_reason == "stop"
 
@@ -155,8 +158,10 @@ def test_json_shape(kb, server, files):
     data = kb.ask("How often does the VPN password rotate?").to_dict()
     assert list(data) == ["answer", "citations", "unknown_citations", "refused", "reason", "model"]
     (citation,) = data["citations"]
-    assert list(citation) == ["n", "source", "line", "page", "id", "text", "note_by"]
-    assert citation["source"] == str(files["vpn"].resolve()) and citation["line"] == 5
+    assert list(citation) == ["n", "source", "location", "line", "page", "id", "text", "note_by"]
+    source = str(files["vpn"].resolve())
+    assert citation["source"] == source and citation["line"] == 7  # the matching line
+    assert citation["location"] == f"{source}:7"
     assert citation["page"] is None and "rotates every month" in citation["text"]
     assert data["refused"] is False and data["reason"] is None and data["model"] == "fake-chat-1"
     json.dumps(data)  # plain JSON

@@ -71,8 +71,10 @@ def test_the_answer_then_the_sources_it_cited_as_path_line(docs, server):
     assert done.exit_code == 0, done.stderr
     answer, sources = done.stdout.split("\n\nSources:\n")
     assert answer == "## Password The VPN password rotates every month; [1]."
-    assert sources == "  [1] docs/ops/vpn.md:5\n"  # $EDITOR +5 docs/ops/vpn.md
-    assert VPN.splitlines()[4] == "## Password"
+    # $EDITOR +7 docs/ops/vpn.md: the line the question is about, not the heading (line 5)
+    # the passage starts on
+    assert sources == "  [1] docs/ops/vpn.md:7\n"
+    assert VPN.splitlines()[6].startswith("The VPN password rotates every month")
     assert done.stderr == ""
     (body,) = server.bodies()
     assert "stream" not in body  # not a terminal: one completion, printed whole
@@ -82,7 +84,8 @@ def test_a_pdf_source_shows_its_page(docs, server):
     server.reply = "From the admin page [1]."
     done = run("ask", "How do I reset the router password?", "--in", "docs/ops", "-k", "1")
     assert done.exit_code == 0, done.stderr
-    assert done.stdout.endswith("Sources:\n  [1] docs/ops/manual.pdf:1 (p. 1)\n")
+    # a PDF is opened at a page, never a line of its extracted text
+    assert done.stdout.endswith("Sources:\n  [1] docs/ops/manual.pdf#page=1\n")
 
 
 def test_an_unknown_citation_is_flagged_in_the_output(docs, server):
@@ -109,8 +112,9 @@ def test_json_is_one_object_and_nothing_else(docs, server):
     data = json.loads(done.stdout)
     assert list(data) == ["answer", "citations", "unknown_citations", "refused", "reason", "model"]
     (citation,) = data["citations"]
-    assert citation["n"] == 1 and citation["line"] == 5 and citation["page"] is None
+    assert citation["n"] == 1 and citation["line"] == 7 and citation["page"] is None
     assert citation["source"] == str((docs / "ops" / "vpn.md").resolve())
+    assert citation["location"] == citation["source"] + ":7"
     assert data["refused"] is False and data["model"] == "fake-chat-1"
     refused = run("ask", "What is the capital of Peru?", "--json")
     assert refused.exit_code == 5
@@ -127,7 +131,7 @@ def test_json_is_one_object_and_nothing_else(docs, server):
 def test_format_md_for_notes(docs, server):
     done = run("ask", QUESTION, "--in", "docs/ops", "--format", "md")
     assert done.exit_code == 0, done.stderr
-    assert done.stdout.endswith("\n\n**Sources**\n\n- [1] `docs/ops/vpn.md:5` — VPN > Password\n")
+    assert done.stdout.endswith("\n\n**Sources**\n\n- [1] `docs/ops/vpn.md:7` — VPN > Password\n")
 
 
 def test_stream_prints_the_answer_as_it_arrives(docs, server):
@@ -186,7 +190,7 @@ def test_a_chinese_question(docs, server):
     server.reply = "打开设置，选择安全，然后点击重置密码 [1]。"
     done = run("ask", "如何重置密码？")
     assert done.exit_code == 0, done.stderr
-    assert done.stdout.endswith("Sources:\n  [1] docs/zh.md:1\n")
+    assert done.stdout.endswith("Sources:\n  [1] docs/zh.md:3\n")  # 重置密码, not the title
     system = server.bodies()[0]["messages"][0]["content"]
     assert system.startswith("你只能根据下面编号的资料回答")
 
@@ -280,14 +284,14 @@ def test_a_terminal_gets_the_answer_streamed(docs, server):
     assert process.wait(timeout=60) == 0, process.stderr.read()
     shown = b"".join(chunks).decode().replace("\r\n", "\n")
     assert shown.startswith("## Password The VPN password rotates every month; [1].\n")
-    assert shown.endswith("Sources:\n  [1] docs/ops/vpn.md:5\n")
+    assert shown.endswith("Sources:\n  [1] docs/ops/vpn.md:7\n")
     assert server.bodies()[0]["stream"] is True
 
 
 def test_a_pipe_gets_the_whole_answer_and_a_refusal_its_exit_code(docs, server):
     done = _kb_process(["ask", QUESTION, "--in", "docs/ops"], stdout=subprocess.PIPE)
     out, _ = done.communicate(timeout=60)
-    assert done.returncode == 0 and out.decode().endswith("  [1] docs/ops/vpn.md:5\n")
+    assert done.returncode == 0 and out.decode().endswith("  [1] docs/ops/vpn.md:7\n")
     refused = _kb_process(
         ["ask", "capital of Peru?"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

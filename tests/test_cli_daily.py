@@ -73,7 +73,8 @@ def test_hits_carry_path_line_and_kb_get_shows_that_line(docs):
     source = str((docs / "password.md").resolve())
     lines = (docs / "password.md").read_text().splitlines()
     assert hit["location"] == f"{source}:{hit['line']}"
-    assert lines[hit["line"] - 1] == "## Reset"  # the chunk starts at its heading
+    assert lines[hit["metadata"]["line"] - 1] == "## Reset"  # the chunk starts at its heading
+    assert "reset link" in lines[hit["line"] - 1]  # the hit is on the line holding the phrase
     shown = run("get", f"docs/password.md:{hit['line']}:3")
     assert shown.exit_code == 0, shown.stderr
     expected = [f"{n}  {lines[n - 1]}" for n in range(hit["line"], hit["line"] + 3)]
@@ -93,7 +94,7 @@ def test_get_by_id_and_json(docs):
     shown = run("get", hit["id"])
     assert shown.exit_code == 0
     header, body = shown.stdout.splitlines()[:2]
-    assert header.startswith(f"{hit['metadata']['source']}:{hit['line']}")
+    assert header.startswith(f"{hit['metadata']['source']}:{hit['metadata']['line']}")
     assert "phone" in body
     data, _ = run_json("get", "docs/password.md:1:2", "--json")
     assert data["origin"] == "file" and [x["line"] for x in data["lines"]] == [1, 2]
@@ -230,7 +231,8 @@ def test_nonsense_finds_nothing_with_the_builtin_embedder(docs, mode):
 # --- output formats ----------------------------------------------------------------------
 
 
-def test_every_format(docs):
+def test_every_format(docs, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # room for the table
     args = ("search", "password reset", "--mode", "keyword", "--by", "chunk", "-k", "3")
     as_json = json.loads(run(*args, "--format", "json").stdout)
     assert as_json == json.loads(run(*args, "--json").stdout)
@@ -317,9 +319,12 @@ def test_lines_are_the_files_own_with_blank_runs_and_crlf(tmp_path, monkeypatch)
     assert run("ingest", "plants.md").exit_code == 0
     (hit,) = hits("ferns shade", "--mode", "keyword", "--by", "chunk", "-k", "1")
     disk = raw.split("\r\n")
-    assert disk[hit["line"] - 1] == "## Ferns"  # what $EDITOR +LINE opens
-    shown = run("get", f"plants.md:{hit['line']}:3").stdout.splitlines()
-    assert shown == [f"{hit['line'] + i}  {disk[hit['line'] - 1 + i]}" for i in range(3)]
+    assert disk[hit["metadata"]["line"] - 1] == "## Ferns"  # the chunk's first line
+    assert disk[hit["line"] - 1] == "Ferns like shade."  # what $EDITOR +LINE opens
+    start = hit["metadata"]["line"]
+    shown = run("get", f"plants.md:{start}:3").stdout.splitlines()
+    assert shown == [f"{start + i}  {disk[start - 1 + i]}" for i in range(3)]
+    assert run("get", f"plants.md:{hit['line']}").stdout == f"{hit['line']}  Ferns like shade.\n"
 
 
 def test_ctrl_c_keeps_what_was_prepared_and_says_so(tmp_path, monkeypatch):

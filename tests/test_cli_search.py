@@ -36,7 +36,8 @@ def test_k_limits_the_hits(ids):
     assert len(hits) == 2
 
 
-def test_table_shows_rank_source_chunk_and_highlighted_snippet(ids):
+def test_table_shows_rank_source_chunk_and_highlighted_snippet(ids, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
     result = run("search", "reset password", "--mode", "keyword")
     assert result.exit_code == 0, result.stderr
     first_row = next(line for line in result.stdout.splitlines() if "password.md" in line)
@@ -44,6 +45,10 @@ def test_table_shows_rank_source_chunk_and_highlighted_snippet(ids):
     assert "/docs/password.md" in result.stdout
     assert "Reset" in result.stdout or "reset" in result.stdout
     assert result.stderr == ""
+    # 80 columns leave the snippet too little room: a block per hit, the location alone
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = run("search", "reset password", "--mode", "keyword").stdout.splitlines()
+    assert lines[0].startswith("#1  ") and lines[1] == "/docs/password.md"
 
 
 def test_no_hits_message_on_stderr_exit_0(ids):

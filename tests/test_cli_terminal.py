@@ -1,6 +1,6 @@
 """Tables as a person sees them: ``kb`` in a pseudo-terminal 80 and 160 columns wide. Every line
-fits, no column is squeezed to nothing (``--explain`` stacks under the snippet), each hit shows
-``path:line``."""
+fits, no column is squeezed to nothing (``--explain`` follows the hits, a few lines each), each
+hit shows ``path:line``."""
 
 from __future__ import annotations
 
@@ -96,9 +96,13 @@ def test_search_table_fits_the_terminal(project, columns, explain):
         rows = [line.split("│") for line in lines if line.count("│") >= 6]
         assert all(len(cells[-2]) >= 20 for cells in rows), screen  # the snippet column
     else:
-        assert LOCATION in lines and sum(line.startswith("#") for line in lines) == 2, screen
+        assert LOCATION in lines and sum(line.startswith("#") for line in lines) == 2 + (
+            2 if explain else 0  # the explain block of each hit: "#1 path:line"
+        ), screen
     if explain:
-        assert "keyword #1" in screen and "keyword-first" in screen
+        assert "keyword #1" in screen and screen.count("keyword-first") == 1
+        below = screen[screen.index("How each score was made") :]
+        assert f"#1 {LOCATION}" in below and "keyword #1" in below
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -367,9 +368,15 @@ def test_stdio_get_reads_the_files_own_lines_from_a_hits_line(lined_stdio):
             )
         )
         answer = result.content[0].text
-        cited = answer[answer.index(f"(source: {path}, lines ") :]
-        first, last = map(int, cited.split("lines ", 1)[1].split(",", 1)[0].split("-"))
-        assert first <= n <= last
+        cited = answer[answer.index(f"(source: {path}, ") :]
+        span = re.match(r"\(source: [^,]+, (?:line (\d+) \()?lines (\d+)-(\d+)", cited)
+        assert span, cited
+        line, first, last = (int(g) if g else None for g in span.groups())
+        assert (line or first) == n <= last  # the line holding marker{n}, in the passage
+        text, is_error = client.call(
+            "knowledge_get", {"path": str(path), "start_line": n, "end_line": n}
+        )
+        assert text.split("\n")[1:] == [f"{n}  {lines[n - 1]}"]
         text, is_error = client.call(
             "knowledge_get", {"path": str(path), "start_line": first, "end_line": last}
         )

@@ -344,7 +344,7 @@ def test_a_note_is_marked_as_a_note_on_every_surface(folders):
     # MCP: the hit is labelled a note, the file's chunk keeps its place in the file
     found, _ = writer.call("knowledge_search", {"query": "beta gateway", "mode": "keyword"})
     assert f"(note by all, source: {docs}/beta/ideas.md; id: {note})" in found
-    assert f"(source: {b2_path(docs)}, lines " in found
+    assert f"(source: {b2_path(docs)}, line" in found  # "line L (lines A-B)" or "lines A-B"
     got, _ = writer.call("knowledge_get", {"id": note})
     assert got.startswith(f"[note by all, source: {docs}/beta/ideas.md; id: {note}]")
     # a note's source is not an indexed file: knowledge_get by path does not read notes

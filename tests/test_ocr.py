@@ -220,6 +220,23 @@ def test_kb_get_shows_the_recognised_text(scans):
     assert "KX-4471" in text and "Dolphins swim in the right" in text
 
 
+def test_an_ocr_hit_is_located_by_its_page_and_kb_get_shows_it(scans):
+    """``manual.pdf:5`` named a line of recognised text, which no editor can open: the
+    location says the page, in the table and JSON, and ``kb get`` reads that page."""
+    home, files, _, _ = scans
+    manual = str(files["manual"])
+    top = search(home, "KX-4471")[0]
+    assert top["location"] == f"{manual}#page=2" and top["metadata"]["ocr"] is True
+    table = kb(home, "search", "KX-4471", "--mode", "keyword", "-k", "1").stdout.splitlines()
+    assert "docs/manual.pdf#page=2" in table and "docs/manual.pdf:" not in "".join(table)
+    frame = search(home, "harbour crane")[0]  # an image's frame is its page
+    assert frame["location"] == f"{files['frames']}#page=1"
+    got = kb(home, "get", top["location"])
+    assert got.returncode == 0 and "KX-4471" in got.stdout, got.stderr
+    assert "Dolphins" not in got.stdout  # page 3 is not shown
+    assert "showing the text OCR recognised" in got.stderr
+
+
 def test_a_png_is_found_and_clean_english_is_within_two_percent_cer(scans):
     home, files, _, _ = scans
     hit = search(home, "QZ-9083")[0]

@@ -77,9 +77,11 @@ def test_citations_name_source_page_heading_and_id(kb):
         "number": 1,
         "id": "chunk-1",
         "source": "/docs/guide.pdf",
+        "location": "/docs/guide.pdf#page=3",  # a PDF's hit is on a page, as kb search says
         "page": 3,
         "heading": "Account > Security",
         "line": None,
+        "line_start": None,
         "line_end": None,
         "note_by": None,
     }
@@ -235,7 +237,9 @@ def test_knowledge_get_numbers_the_files_own_lines(lined):
 
 def test_a_hits_line_as_start_line_gives_that_lines_text(lined):
     """What an agent does: search, then read the file from the line the hit cites; the same
-    text as ``kb get PATH:LINE``."""
+    text as ``kb get PATH:LINE``. The hit cites the line holding its word (the file's own
+    number, past folded runs of blank lines and CRLF endings), and the lines its passage
+    covers."""
     from kbcli.reading import read_target
 
     kb, path, lines = lined
@@ -243,17 +247,22 @@ def test_a_hits_line_as_start_line_gives_that_lines_text(lined):
     for n in (5, 9, 17, 26, 33):
         answer = search.call({"query": f"marker{n}", "k": 1, "mode": "keyword"})
         (hit,) = answer.citations
-        assert hit.source == str(path) and hit.line is not None
-        assert f"(source: {path}, lines {hit.line}-{hit.line_end}, heading: " in answer.text
-        assert hit.line <= n <= hit.line_end  # the hit covers the line holding its word
-        read = get.call({"path": hit.source, "start_line": hit.line, "end_line": hit.line_end})
+        assert hit.source == str(path) and hit.line == n  # the very line holding marker{n}
+        start, end = hit.line_start, hit.line_end
+        span = f"lines {start}-{end}"
+        assert f"(source: {path}, {span if start == n else f'line {n} ({span})'}, " in answer.text
+        assert start <= n <= end  # the passage covers the line holding its word
+        assert hit.to_dict()["location"] == f"{path}:{n}"
+        read = get.call({"path": hit.source, "start_line": n, "end_line": n})
+        assert _body(read.text) == [f"{n}  {lines[n - 1]}"]
+        read = get.call({"path": hit.source, "start_line": start, "end_line": end})
         assert not read.is_error, read.text
-        expected = [(m, lines[m - 1]) for m in range(hit.line, hit.line_end + 1)]
-        width = len(str(hit.line_end))
+        expected = [(m, lines[m - 1]) for m in range(start, end + 1)]
+        width = len(str(end))
         assert _body(read.text) == [f"{m:>{width}}  {t}" for m, t in expected]
         # the chunk's text starts inside the line it says it starts on
-        assert " ".join(hit.text.split()[:3]) in lines[hit.line - 1]
-        shown = read_target(kb, f"{path}:{hit.line}:{hit.line_end - hit.line + 1}")
+        assert " ".join(hit.text.split()[:3]) in lines[start - 1]
+        shown = read_target(kb, f"{path}:{start}:{end - start + 1}")
         assert shown.lines == expected
 
 

@@ -123,9 +123,12 @@ class Evidence:
 
     @property
     def line(self) -> int | None:
-        """First line of the passage in its file's indexed text (``$EDITOR +LINE path``);
-        None for a note."""
-        return None if self.note_by else _whole(self.metadata.get("line"))
+        """The line of the passage's file it is cited for: its best-matching line (as
+        ``kb search`` shows it; ``$EDITOR +LINE path``), else the passage's first line; None
+        for a note."""
+        from .query import hit_line
+
+        return _whole(hit_line(self.result))
 
     @property
     def page(self) -> int | None:
@@ -138,20 +141,24 @@ class Evidence:
 
     @property
     def location(self) -> str:
-        """``path:line`` (or the path, or the chunk id for text without a source); a note is
-        ``note by NAME`` (``note by NAME: source``)."""
+        """``path:line``, ``path#page=N`` for a page of a PDF or an image, the path, or the
+        chunk id for text without a source (:func:`kbcli.query.location`); a note is ``note by
+        NAME`` (``note by NAME: source``)."""
+        from .query import hit_page, location
+
         note = note_label(self.metadata)
         if note is not None:
             return note if self.source is None else f"{note}: {self.source}"
         if self.source is None:
             return self.id
-        return f"{self.source}:{self.line}" if self.line is not None else self.source
+        return location(self.source, self.line, hit_page(self.metadata))
 
     def to_dict(self) -> dict[str, Any]:
-        """``{n, source, line, page, id, text, note_by}`` (the JSON of a citation)."""
+        """``{n, source, location, line, page, id, text, note_by}`` (the JSON of a citation)."""
         return {
             "n": self.n,
             "source": self.source,
+            "location": self.location,
             "line": self.line,
             "page": self.page,
             "id": self.id,
@@ -298,17 +305,12 @@ def content_text(question: str) -> str:
     return _QUESTION_WORD.sub(" ", text)
 
 
-class _Unaskable(Exception):
-    """The keyword index cannot be asked for this term alone (no text analyses to it)."""
-
-
 class TermWeights:
-    """How much each question term counts: its BM25 idf in the store's keyword index, looked
-    up with one single-term keyword search per term (``k1 = b = 0``, no source part, so the
-    best hit scores exactly ``idf``), inside ``filter``. A term no passage in the filter holds
-    weighs the most any term can (``idf`` of a term in no chunk): the knowledge base does not
-    know that word. A composite term (a CJK bigram, ``foo_bar``) is looked up with its parts
-    and their weights subtracted. Without a keyword index every term weighs 1.
+    """How much each question term counts: its BM25 idf in the store's keyword index inside
+    ``filter`` (:class:`~kbcli.query.TermIdf`: one single-term keyword lookup per term). A term
+    no passage in the filter holds weighs the most any term can (``idf`` of a term in no
+    chunk): the knowledge base does not know that word. Without a keyword index every term
+    weighs 1.
 
     ``coverage(result)`` is the weighted share of the question's terms that a passage (its
     title, heading and text, as indexed) holds.
@@ -321,7 +323,7 @@ class TermWeights:
         filter: dict[str, Any] | None,
         scope: dict[str, Any] | None = None,
     ):
-        from .protocols import DocumentCatalog, KeywordIndex, supports
+        from .query import TermIdf
 
         self.store = kb.store
         self.analyzer = kb.analyzer
@@ -331,74 +333,8 @@ class TermWeights:
         if not counts:  # only question words ("who are you?"): weigh them after all
             counts = self.analyzer.query_counts(question)
         self.counts = Counter(dict(list(counts.items())[:MAX_WEIGHED_TERMS]))
-        self._surface = re.findall(r"\w+", unicodedata.normalize("NFKC", question).lower())
-        self._idf: dict[str, float | None] = {}  # None: in no passage inside the filter
-        self.weights: dict[str, float] = {}
-        if not supports(self.store, KeywordIndex):
-            self.weights = {t: 1.0 for t in self.counts}
-            return
-        found: dict[str, float | None] = {}
-        for term in self.counts:
-            try:
-                found[term] = self._lookup(term)
-            except _Unaskable:
-                continue  # left out of the measure
-        from .bm25 import bm25_idf
-
-        if supports(self.store, DocumentCatalog):
-            absent = bm25_idf(self.store.count(self.scope), 0)
-        else:
-            absent = max((w for w in found.values() if w), default=1.0)
-        self.weights = {t: absent if idf is None else idf for t, idf in found.items()}
-
-    def _search(self, text: str) -> list[SearchResult]:
-        from .filters import and_filters
-        from .retrievers import takes_scope
-
-        flat = {"k1": 0.0, "b": 0.0, "source_weight": 0.0}
-        if self.scope is None:
-            return self.store.keyword_search(text, 1, self.filter, **flat)
-        if takes_scope(self.store):
-            return self.store.keyword_search(text, 1, self.filter, scope=self.scope, **flat)
-        return self.store.keyword_search(text, 1, and_filters(self.scope, self.filter), **flat)
-
-    def _lookup(self, term: str, seen: frozenset[str] = frozenset()) -> float | None:
-        """``idf`` of ``term`` inside the filter; None when no passage there holds it."""
-        if term in self._idf:
-            return self._idf[term]
-        probe, parts = self._probe(term)
-        if probe is None or term in seen:
-            raise _Unaskable(term)
-        hits = self._search(probe)
-        value: float | None
-        if not hits:
-            value = None
-        elif parts == Counter({term: 1}):
-            value = hits[0].score
-        elif term not in keyword_counts(
-            self.analyzer, hits[0].document.text, hits[0].document.metadata
-        ):
-            value = None  # the best hit holds the parts, not the term itself
-        else:  # every passage holding the term holds its parts: the best one holds all
-            others = sum(
-                (self._lookup(part, seen | {term}) or 0.0) * count
-                for part, count in parts.items()
-                if part != term
-            )
-            value = max(0.0, hits[0].score - others) / parts[term]
-        self._idf[term] = value
-        return value
-
-    def _probe(self, term: str) -> tuple[str | None, Counter]:
-        """A text whose analysis is ``term`` alone, else the term itself when it is among its
-        own terms (composite), else None."""
-        parts = self.analyzer.query_counts(term)
-        if parts == Counter({term: 1}):
-            return term, parts
-        for word in self._surface:  # the stemmer is not idempotent: ask with the word itself
-            if self.analyzer.query_counts(word) == Counter({term: 1}):
-                return word, Counter({term: 1})
-        return (term, parts) if term in parts else (None, parts)
+        idf = TermIdf(self.store, self.analyzer, question, filter, scope)
+        self.weights: dict[str, float] = idf.weights(self.counts)
 
     def coverage(self, result: SearchResult) -> float:
         """Weighted share of the question's terms ``result`` holds (0..1)."""
@@ -469,6 +405,7 @@ class Selection:
 
     passed: list[tuple[SearchResult, float | None]]
     reason: str = ""
+    weights: dict[str, float] | None = None  # the question's term weights, when measured
 
 
 def _parts(view: Any) -> tuple[Any, dict[str, Any] | None]:
@@ -509,13 +446,32 @@ def select_evidence(
         (hit, c) for hit, c in scored if c >= min_coverage
     ]
     if passed:
-        return Selection(passed)
+        return Selection(passed, weights=weights.weights)
     best = max(c for _, c in scored)
     return Selection(
         [],
         f"the best of {len(hits)} passages holds {best:.0%} of the question's terms "
         f"(weighted by rarity), under min_coverage {min_coverage:g}",
     )
+
+
+def _locate(
+    view: Any,
+    question: str,
+    evidence: list[Evidence],
+    options: SearchOptions | None,
+    weights: dict[str, float] | None,
+) -> None:
+    """Each passage on its best-matching line for the question's terms (its citation's
+    ``path:line``), weighed as the floor weighed them when it did."""
+    from .query import locate_lines
+
+    options = options or SearchOptions(k=8)
+    text = content_text(question)
+    if not view.analyzer.query_terms(text):  # only question words: they are what it asks
+        text = question
+    results = [e.result for e in evidence]
+    locate_lines(view, text, results, options.filter, options.scope, weights=weights)
 
 
 def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
@@ -588,6 +544,7 @@ def ask(
     if not chosen.passed:
         return Answer(question, refused=True, reason=chosen.reason, language=language)
     evidence = budget_evidence(chosen.passed, settings.max_evidence, settings.evidence_unit)
+    _locate(view, question, evidence, options, chosen.weights)
     messages = build_messages(question, evidence, language, prompt)
     answer = Answer(question, evidence=evidence, messages=messages, language=language)
     if dry_run:

@@ -336,7 +336,8 @@ def evaluate_questions(
             row["latency_ms"] = round(latency, 2)
             missing = [e for e in expected[q.id] if row["ranks"][e.raw] is None]
             if missing and k < DEEPER_FILES:
-                longer = search_files(kb, q.text, replace(options, k=DEEPER_FILES), by="file")
+                deeper = replace(options, k=DEEPER_FILES)  # ranks only: no hit is shown
+                longer = search_files(kb, q.text, deeper, by="file", locate=False)
                 row["deeper_ranks"] = rank_expected(ranked_files(longer), missing)
                 row["deeper_files"] = len(longer)
                 row["deeper_k"] = DEEPER_FILES

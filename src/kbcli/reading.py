@@ -1,6 +1,9 @@
 """Reading an indexed file by its own line numbers, or one chunk by id: ``kb get`` and the
 ``knowledge_get`` tool.
 
+``PATH#page=N`` (the location ``kb search`` gives a hit on a page of a PDF or an image) shows
+that page: the lines its indexed chunks span.
+
 Line numbers are those the chunks record at ingest (``line``/``line_end``, computed from their
 ``char_start`` offsets in the file's text as loaded, and for text files mapped onto the
 file's own lines by :mod:`kbcli.ingest.lines`), so ``kb search`` output (``path:line``),
@@ -35,6 +38,7 @@ from .views import KnowledgeView, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", re.DOTALL)
+_PAGE = re.compile(r"^(?P<path>.+)#page=(?P<page>\d+)$", re.DOTALL)
 
 
 @dataclass
@@ -273,6 +277,45 @@ def _read(
     )
 
 
+def page_lines(source: str, docs: list[Document], page: int) -> tuple[int, int]:
+    """The first and last line the chunks of page ``page`` of ``source`` span (``docs``: its
+    chunks). InvalidOptionError, naming the pages that are indexed, when none is on it."""
+    on_page = [d for d in docs if d.metadata.get("page") == page]
+    if not on_page:
+        pages = sorted({p for d in docs if isinstance(p := d.metadata.get("page"), int)})
+        listed = ", ".join(map(str, pages[:10])) + (", ..." if len(pages) > 10 else "")
+        held = f"its indexed pages are {listed}" if pages else "it was not read by pages"
+        raise InvalidOptionError(f"No indexed text on page {page} of {source}: {held}")
+    place = {id(d): n for n, d in enumerate(sorted(docs, key=_order), start=1)}
+    spans = [chunk_lines(d, place[id(d)]) for d in on_page]
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def find_page(view: KnowledgeView, target: str) -> tuple[str, list[Document], int] | None:
+    """``(source, its chunks in scope, page)`` when ``target`` is ``PATH#page=N`` of an
+    indexed file (and is not itself the name of one), else None."""
+    paged = _PAGE.match(target)
+    if paged is None or find_source(view, target) is not None:
+        return None
+    found = find_source(view, paged["path"])
+    return None if found is None else (*found, int(paged["page"]))
+
+
+def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int) -> Shown:
+    """The text of page ``page`` of the indexed file ``source`` (a PDF's page, an image's
+    frame; what ``path#page=N`` names): the lines its chunks span (:func:`page_lines`), read
+    as :func:`read_file` reads them."""
+    first, last = page_lines(source, docs, page)
+    shown = _read(view, source, docs, first, last, None)
+    if shown.origin == "chunks":  # only the page's own chunks, not a neighbour sharing a line
+        kept = [
+            (e, d) for e, d in zip(shown.lines, shown.documents) if d.metadata.get("page") == page
+        ]
+        shown.lines = [e for e, _ in kept]
+        shown.documents = [d for _, d in kept]
+    return shown
+
+
 def read_target(kb: Any, target: str) -> Shown:
     """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
     if target and "/" not in target and ":" not in target:
@@ -280,6 +323,9 @@ def read_target(kb: Any, target: str) -> Shown:
         if shown is not None:
             return shown
     view = as_view(kb)
+    paged = find_page(view, target)
+    if paged is not None:
+        return read_page(view, *paged)
     found = find_source(view, target)
     line = count = None
     if found is None:

@@ -25,9 +25,10 @@ class ToolArgumentError(InvalidOptionError):
 @dataclass
 class Citation:
     """Where one hit comes from: its number in the answer, chunk id, source, page, heading,
-    and the lines of the file it covers (``line``/``line_end``, the numbers of ``kb get`` and
-    of knowledge_get's ``start_line``); for an agent's note (``note_by``: its writer) only the
-    note, its writer and source, never a place in a file."""
+    the line it is for (``line``: its best-matching line, as ``kb search`` shows it) and the
+    lines of the file its passage covers (``line_start``-``line_end``): the numbers of
+    ``kb get`` and of knowledge_get's ``start_line``; for an agent's note (``note_by``: its
+    writer) only the note, its writer and source, never a place in a file."""
 
     number: int
     id: str
@@ -39,13 +40,16 @@ class Citation:
     line: int | None = None
     line_end: int | None = None
     note_by: str | None = None
+    line_start: int | None = None
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
+        from .query import hit_line
+
         meta = hit.document.metadata
         source = meta.get("source")
         heading = meta.get("heading")
-        line, line_end = meta.get("line"), meta.get("line_end")
+        start, line_end = meta.get("line"), meta.get("line_end")
         author = note_author(meta)
         if author is not None:  # a note is not a place in a file, whatever it claims
             return cls(
@@ -56,6 +60,7 @@ class Citation:
                 score=hit.score,
                 note_by=author,
             )
+        line = hit_line(hit)
         return cls(
             number=number,
             id=hit.document.id,
@@ -66,20 +71,36 @@ class Citation:
             score=hit.score,
             line=line if _line_number(line) else None,
             line_end=line_end if _line_number(line_end) else None,
+            line_start=start if _line_number(start) else None,
         )
 
+    @property
+    def location(self) -> str | None:
+        """``path:line`` or ``path#page=N``, as ``kb search`` shows the hit; ``note by NAME:
+        source`` for a note (None: no source)."""
+        from .query import location
+
+        note = None if self.note_by is None else f"note by {self.note_by}"
+        if self.source is None:
+            return note
+        page = self.page if _line_number(self.page) else None
+        return location(self.source, self.line, page, note)
+
     def label(self) -> str:
-        """``source: /docs/a.pdf, lines 12-18, page 2, heading: Install > Linux; id: 3f2a...``;
-        for a note ``note by acme, source: /docs/a-topic; id: 3f2a...``."""
+        """``source: /docs/a.md, line 14 (lines 12-18), page 2, heading: Install > Linux; id:
+        3f2a...``: the line the hit is for, then the lines its passage covers (``lines 12-18``
+        alone when the hit is for the passage's first line); for a note ``note by acme,
+        source: /docs/a-topic; id: 3f2a...``."""
         where = []
         if self.note_by is not None:
             where.append(f"note by {self.note_by}")
         if self.source:
             where.append(f"source: {self.source}")
             if self.line is not None:
-                end = self.line_end
-                many = end is not None and end > self.line
-                where.append(f"lines {self.line}-{end}" if many else f"line {self.line}")
+                start = self.line if self.line_start is None else self.line_start
+                end = self.line if self.line_end is None else max(self.line_end, self.line)
+                span = f"lines {start}-{end}" if end > start else f"line {start}"
+                where.append(span if start == self.line else f"line {self.line} ({span})")
         if self.page is not None and self.page != "":
             where.append(f"page {self.page}")
         if self.heading:
@@ -92,9 +113,11 @@ class Citation:
             "number": self.number,
             "id": self.id,
             "source": self.source,
+            "location": self.location,
             "page": self.page,
             "heading": self.heading,
             "line": self.line,
+            "line_start": self.line_start,
             "line_end": self.line_end,
             "note_by": self.note_by,
         }

@@ -81,9 +81,9 @@ class KnowledgeSearchTool(KnowledgeTool):
     description = (
         "Search the local knowledge base for passages relevant to a question. Returns a "
         "numbered list of the best matching passages (chunks, not whole files: several may "
-        "come from one file), each cited with its source file (the lines it covers, page and "
-        "heading where known) and its chunk id; knowledge_get reads a chunk by id or those "
-        "lines of the file by path."
+        "come from one file), each cited with its source file (the line that matches best and "
+        "the lines the passage covers, page and heading where known) and its chunk id; "
+        "knowledge_get reads a chunk by id or lines of the file by path."
     )
 
     def __init__(
@@ -190,12 +190,14 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
+        from .query import locate_lines
         from .rag_pipeline import RAGPipeline
 
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
-        else:  # a KnowledgeBase or a scoped view of one
+        else:  # a KnowledgeBase or a scoped view of one: each hit on its best line
             results = self.pipeline.search_with(query, options)
+            locate_lines(self.pipeline, query, results, options.filter, options.scope)
         return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
 
     def empty_answer(self, caller_filter: dict[str, Any] | None) -> str:
@@ -304,7 +306,8 @@ class KnowledgeGetTool(KnowledgeTool):
                 },
                 "path": {
                     "type": "string",
-                    "description": "A file's source path, as knowledge_search cites it.",
+                    "description": "A file's source path, as knowledge_search cites it "
+                    "(PATH#page=N: that page of a PDF).",
                     "maxLength": MAX_PATH_CHARS,
                 },
                 "start_line": {
@@ -351,10 +354,19 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
         from .errors import NotFoundError
-        from .reading import read_file
+        from .reading import find_page, page_lines, read_file
 
         start = arguments.get("start_line")
         end = arguments.get("end_line")
+        paged = find_page(self.view, path)  # PATH#page=N: a hit's location on a page
+        if paged is not None:
+            path = paged[0]
+            try:
+                first, last_line = page_lines(*paged)
+            except InvalidOptionError as exc:
+                raise ToolArgumentError(str(exc)) from None
+            if start is None and end is None:
+                start, end = first, last_line
         start = 1 if start is None else whole_number("start_line", start, 1, 10**9)
         if end is not None:
             end = whole_number("end_line", end, 1, 10**9)
@@ -372,7 +384,7 @@ class KnowledgeGetTool(KnowledgeTool):
         else:
             text, shown_last = self._chunks(shown, start)
         citation = Citation(number=1, id="", text=text.split("\n", 1)[-1], source=shown.source)
-        citation.line = start
+        citation.line = citation.line_start = start
         citation.line_end = shown_last
         return ToolResult(text, [citation])
 

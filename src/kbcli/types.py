@@ -71,13 +71,29 @@ class Finding:
         }
 
 
+@dataclass(frozen=True)
+class LineMatch:
+    """Where a hit is inside its file (set by :func:`kbcli.query.locate_lines`): ``line``, the
+    line of its chunk holding the most query-term weight (1-based, numbered as the file's
+    editor and ``kb get`` number it), or the chunk's first line when none holds a query term
+    (``matched`` False); ``context``, that line with a few neighbours as ``(number, text)``,
+    for a snippet."""
+
+    line: int
+    context: tuple[tuple[int, str], ...] = ()
+    matched: bool = True
+
+
 @dataclass
 class SearchResult:
-    """One hit: a document and its score (higher is better; meaning depends on the mode)."""
+    """One hit: a document and its score (higher is better; meaning depends on the mode).
+    ``match`` says which line of the chunk's file the hit is for, once located (the chunk's
+    own first line stays in ``document.metadata["line"]``)."""
 
     document: Document
     score: float
     explain: dict[str, Any] | None = None
+    match: LineMatch | None = None
 
 
 def normalize_mode(mode: str) -> str:

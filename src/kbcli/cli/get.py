@@ -15,6 +15,7 @@ from .root import app
     epilog=example(
         "kb get docs/guide.md",
         "kb get docs/guide.md:40:10",
+        "kb get docs/manual.pdf#page=1",
         "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
     ),
 )
@@ -23,8 +24,9 @@ def get(
     target: Annotated[
         str,
         typer.Argument(
-            metavar="PATH[:LINE[:COUNT]]|ID",
-            help="An indexed file (optionally from LINE, COUNT lines) or a chunk id.",
+            metavar="PATH[:LINE[:COUNT]]|PATH#page=N|ID",
+            help="An indexed file (optionally from LINE, COUNT lines; or its page N, as "
+            "kb search shows a PDF's hits) or a chunk id.",
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

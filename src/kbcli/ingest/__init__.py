@@ -1,25 +1,46 @@
 """Turning files into chunks: loaders (by extension), normalizers and chunkers.
 
 See docs/loaders.md for the formats, the metadata each chunk carries and how to add a loader.
+
+Every name is re-exported here and its module loads on first use (PEP 562), so a command that
+only reads a file's lines (``kb search`` placing a hit, through :mod:`.lines` and
+:mod:`.text_encoding`) does not import the loaders, OCR and layout modules.
 """
 
 from __future__ import annotations
 
-from .chunkers import SimpleTextChunker, StructureAwareChunker, make_chunker, make_normalizer
-from .loaders import (
-    BuiltinLoader,
-    DefaultDocumentLoader,
-    DocxLoader,
-    HtmlLoader,
-    ImageLoader,
-    PdfLoader,
-    TextLoader,
-    loader_for,
-    register_loader,
-    supported_extensions,
-)
-from .normalizers import StructurePreservingNormalizer, WhitespaceNormalizer
-from .text_encoding import read_text
+from .. import lazy_exports
+
+_EXPORTS = {
+    "SimpleTextChunker": "chunkers", "StructureAwareChunker": "chunkers",
+    "make_chunker": "chunkers", "make_normalizer": "chunkers",
+    "BuiltinLoader": "loaders", "DefaultDocumentLoader": "loaders", "DocxLoader": "loaders",
+    "HtmlLoader": "loaders", "ImageLoader": "loaders", "PdfLoader": "loaders",
+    "TextLoader": "loaders", "loader_for": "loaders", "register_loader": "loaders",
+    "supported_extensions": "loaders",
+    "StructurePreservingNormalizer": "normalizers", "WhitespaceNormalizer": "normalizers",
+    "read_text": "text_encoding",
+}  # fmt: skip
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .chunkers import SimpleTextChunker, StructureAwareChunker, make_chunker, make_normalizer
+    from .loaders import (
+        BuiltinLoader,
+        DefaultDocumentLoader,
+        DocxLoader,
+        HtmlLoader,
+        ImageLoader,
+        PdfLoader,
+        TextLoader,
+        loader_for,
+        register_loader,
+        supported_extensions,
+    )
+    from .normalizers import StructurePreservingNormalizer, WhitespaceNormalizer
+    from .text_encoding import read_text
 
 __all__ = [
     "BuiltinLoader",

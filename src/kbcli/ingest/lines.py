@@ -20,7 +20,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
 LOOKAHEAD = 200  # raw lines searched for the next loaded line before guessing
 
 
-def _clean(line: str) -> str:
+def clean_line(line: str) -> str:
+    """A file's line as the text loader's normaliser leaves it: control characters removed,
+    trailing spaces stripped, NFC."""
     line = _CONTROL.sub("", line).rstrip(" \t\u00a0\u3000")
     return line if line.isascii() else unicodedata.normalize("NFC", line)
 
@@ -43,7 +45,7 @@ def file_line_map(raw: str, loaded: str) -> list[int] | None:
             if nxt is None:
                 break
             window.append(nxt)
-        found = next((k for k, r in enumerate(window) if _clean(r) == line), None)
+        found = next((k for k, r in enumerate(window) if clean_line(r) == line), None)
         same = same and bool(window) and window[0] == line
         if found is None:
             # no match ahead: stay on line j (or the last line), as the whole-list version did
@@ -106,11 +108,11 @@ def map_file_lines(raw: str, loaded: str, chunks: list[Any]) -> None:
                 meta[key] = mapping[value - 1]
 
 
-def file_lines(path: Path, encoding: str = "utf-8") -> list[str]:
-    """The lines of a text file as an editor numbers them."""
+def file_lines(path: Path, encoding: str = "utf-8", max_bytes: int | None = None) -> list[str]:
+    """The lines of a text file as an editor numbers them (LoaderError past ``max_bytes``)."""
     from .text_encoding import read_text
 
-    lines = _LINE_BREAK.split(read_text(path, encoding))
+    lines = _LINE_BREAK.split(read_text(path, encoding, max_bytes=max_bytes))
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start another
     return lines

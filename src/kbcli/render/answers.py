@@ -10,20 +10,22 @@ from .names import shorten_source
 
 
 def cited_location(evidence: Any) -> tuple[str, str]:
-    """``(path:line, " (p. N)")`` of a cited passage: the path as the user would type it
-    (relative to the current folder or ``~``, never cut), the page part empty without one; a
-    note is ``note by NAME`` (``: path``)."""
+    """``(location, " (p. N)")`` of a cited passage: ``path:line`` (its best-matching line) or
+    ``path#page=N`` as ``kb search`` shows it, the path as the user would type it (relative to
+    the current folder or ``~``, never cut); the page part only for a passage without a
+    source that has a page; a note is ``note by NAME`` (``: path``)."""
+    from ..query import hit_page, location_suffix
+
     if evidence.note_by is not None:
         where = f"note by {evidence.note_by}" + (
             f": {shorten_source(evidence.source, width=10_000)}" if evidence.source else ""
         )
-    elif evidence.source is None:
-        where = evidence.id
-    else:
-        where = shorten_source(evidence.source, width=10_000)
-        if evidence.line is not None:
-            where += f":{evidence.line}"
-    return where, f" (p. {evidence.page})" if evidence.page is not None else ""
+        return where, ""
+    if evidence.source is None:
+        page = evidence.page
+        return evidence.id, f" (p. {page})" if page is not None else ""
+    where = shorten_source(evidence.source, width=10_000)
+    return where + location_suffix(evidence.line, hit_page(evidence.metadata)), ""
 
 
 def _unknown_note(given: int) -> str:

@@ -6,15 +6,23 @@ from typing import Any
 
 
 def explain_text(explain: Any) -> str:
-    """``--explain`` under a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
+    """``--explain`` of a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
     1.396 + 2.000×file 1.396)``, ``dense not found``, ``alpha 0.001 (keyword-first: ...)``;
     never a Python literal (``True``, ``{...}``, ``[...]``)."""
     if not explain:
         return "-"
+    return "\n".join(fact for _, fact in explain_facts(explain))
+
+
+def explain_facts(explain: Any) -> list[tuple[str, str]]:
+    """The facts of :func:`explain_text` as ``(key, fact)`` pairs, in order (the key says
+    which entry of the explain mapping each came from)."""
+    if not explain:
+        return []
     if not isinstance(explain, dict):
-        return _fmt(explain)
+        return [("", _fmt(explain))]
     note = explain.get("alpha_note")
-    lines = []
+    lines: list[tuple[str, str]] = []
     for key, value in explain.items():
         if key == "alpha_note" or (key == "keyword_first" and note):
             continue  # said beside alpha
@@ -25,16 +33,26 @@ def explain_text(explain: Any) -> str:
                     f" = chunk {_fmt(value['bm25_chunk'])}"
                     f" + {_fmt(value['source_weight'])}×file {_fmt(value['bm25_source'])}"
                 )
-            lines.append(line + ")")
+            lines.append((key, line + ")"))
         elif value is None:
-            lines.append(f"{key} not found")
+            lines.append((key, f"{key} not found"))
         elif key == "alpha" and note:
-            lines.append(f"alpha {_fmt(value)} ({note})")
+            lines.append((key, f"alpha {_fmt(value)} ({note})"))
         elif key == "duplicates" and isinstance(value, list):
-            lines.append(f"duplicates {len(value)} collapsed ({_fmt(value)})")
+            lines.append((key, f"duplicates {len(value)} collapsed ({_fmt(value)})"))
         else:
-            lines.append(f"{key} {_fmt(value)}")
-    return "\n".join(lines)
+            lines.append((key, f"{key} {_fmt(value)}"))
+    return lines
+
+
+def shared_facts(explains: list[Any]) -> list[str]:
+    """The facts every one of several hits' explains states alike (the fusion, alpha and why,
+    a route that found none of them), said once above the hits rather than under each."""
+    if len(explains) < 2:
+        return []
+    facts = [explain_facts(e) for e in explains]
+    common = set(facts[0]).intersection(*facts[1:])
+    return [fact for pair in facts[0] for fact in [pair[1]] if pair in common]
 
 
 def _fmt(value: Any) -> str:

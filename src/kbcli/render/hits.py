@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..types import note_author
-from .explain import explain_text
+from .explain import explain_facts, shared_facts
 from .messages import print_json, print_jsonl, result, rich_console
 from .names import chunk_location, file_names
-from .snippets import SNIPPET_WIDTH, rich_snippet, snippet, term_pattern
+from .snippets import rich_lines, snippet_lines, term_pattern
 
 
 def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str, Any]]:
@@ -48,7 +48,9 @@ SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
     """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by}``
     (``note_by``: the writer of an agent's note, else null), with ``matched_chunks`` for file
-    hits and ``explain`` when asked."""
+    hits and ``explain`` when asked. ``line`` and ``location`` are the line the hit is for (its
+    best-matching line; ``path#page=N`` for a page); the chunk's own first line stays in
+    ``metadata``."""
     r = hit.result
     item: dict[str, Any] = {
         "id": r.document.id,
@@ -96,15 +98,19 @@ def search_output(
         result("|---:|---:|---|---:|---|")
         for rank, h in enumerate(hits, 1):
             meta = h.result.document.metadata
-            text, _ = snippet(h.result.document.text, None, SNIPPET_WIDTH)
-            count = str(h.matched) if unit == "file" else chunk_label(meta)
-            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count, text]
-            result("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            lines = [_md_code(text) for _, text, _ in snippet_lines(h.result, None)]
+            count = str(h.matched) if unit == "file" else chunk_label(meta, h.page is None)
+            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count]
+            row = [c.replace("|", "\\|") for c in cells]
+            result("| " + " | ".join([*row, "<br>".join(lines)]) + " |")
     else:
         raise ValueError(f"unknown format {fmt!r}")
 
 
 MIN_SNIPPET = 20  # narrower than this, the snippet goes under the location instead
+# The snippet column must also hold this many cells (or the snippet's longest line, when
+# shorter): narrower, its lines (commands) would wrap, and blocks give them the whole width.
+SNIPPET_ROOM = 60
 
 
 def search_table(
@@ -114,45 +120,51 @@ def search_table(
     unit: str = "chunk",
     console: Any = None,
 ) -> None:
-    """Rank, score, ``path:line``, chunk (or matched chunks) and a highlighted snippet for each
-    hit. The location is never cut or wrapped (``$EDITOR +LINE path`` must copy whole): the
-    snippet takes the width left; when less than :data:`MIN_SNIPPET` is left, each hit is a
-    block instead, its location on a line of its own. ``explain`` goes under the snippet."""
-    from rich.console import Group
-    from rich.text import Text
-
+    """Rank, score, location, chunk (or matched chunks) and a snippet for each hit: the line
+    the hit is for with its neighbours, line breaks kept, terms highlighted. The location
+    (``path:line``, ``path#page=N``) is never cut or wrapped (``$EDITOR +LINE path`` must copy
+    whole) and the snippet column is as wide as its longest line when the terminal has room
+    (a command stays on one line); when less than :data:`MIN_SNIPPET` columns would be left,
+    each hit is a block instead, its location on a line of its own. ``explain`` follows the
+    hits, a few lines per hit (:func:`explain_blocks`)."""
     console = console or rich_console()
     pattern = term_pattern(terms)
     rows = []
     for rank, hit in enumerate(hits, 1):
         r = hit.result
         meta = r.document.metadata
-        location = chunk_location(meta, hit.line)
-        count = str(hit.matched) if unit == "file" else chunk_label(meta)
-        if unit == "file" and meta.get("page") is not None:
-            count += f" (p. {meta['page']})"
-        body: Any = rich_snippet(r.document.text, pattern)
-        if explain:
-            body = Group(body, Text(explain_text(r.explain), style="dim"))
-        rows.append((str(rank), f"{r.score:.3f}", location, count, body))
+        location = chunk_location(meta, hit.line, page=hit.page)
+        count = str(hit.matched) if unit == "file" else chunk_label(meta, hit.page is None)
+        rows.append((str(rank), f"{r.score:.3f}", location, count, rich_lines(r, pattern)))
     header = ("#", "Score", "Location", "Chunks" if unit == "file" else "Chunk")
-    if table_fits(console.width, header, [row[:4] for row in rows]):
+    longest = max((line.cell_len for row in rows for line in row[4].split("\n")), default=0)
+    room = max(MIN_SNIPPET, min(longest, SNIPPET_ROOM))
+    if table_fits(console.width, header, [row[:4] for row in rows], room):
         _hits_table(console, header, rows)
     else:
         _hits_blocks(console, unit, rows)
+    if explain:
+        explain_blocks(
+            console, [(row[0], row[2], hit.result.explain) for row, hit in zip(rows, hits)]
+        )
 
 
-def table_fits(width: int, header: Sequence[str], rows: Sequence[Sequence[str]]) -> bool:
-    """True when columns as wide as their longest cell leave :data:`MIN_SNIPPET` for a last
+def table_fits(
+    width: int, header: Sequence[str], rows: Sequence[Sequence[str]], room: int = MIN_SNIPPET
+) -> bool:
+    """True when columns as wide as their longest cell leave ``room`` cells for a last
     column (a Rich table: one space of padding each side, a rule between columns)."""
     from rich.cells import cell_len
 
     widths = [max(cell_len(str(cell)) for cell in column) for column in zip(header, *rows)]
     borders = len(widths) + 2
-    return sum(widths) + 2 * (len(widths) + 1) + borders + MIN_SNIPPET <= width
+    return sum(widths) + 2 * (len(widths) + 1) + borders + room <= width
 
 
 def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """The table: every column but the snippet as wide as its cells, never wrapped; the
+    snippet as wide as its longest line, up to what is left of the terminal (then its lines
+    wrap at spaces)."""
     from rich.cells import cell_len
     from rich.table import Table
 
@@ -162,7 +174,7 @@ def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any
     longest = max(cell_len(row[2]) for row in rows)
     table.add_column(header[2], no_wrap=True, min_width=longest)
     table.add_column(header[3], justify="right", no_wrap=True)
-    table.add_column("Snippet", overflow="fold", ratio=1, min_width=MIN_SNIPPET)
+    table.add_column("Snippet", overflow="fold", min_width=MIN_SNIPPET)
     for row in rows:
         table.add_row(*row)
     console.print(table)
@@ -171,7 +183,6 @@ def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any
 def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None:
     """A narrow terminal: ``#1  0.873  2 chunks``, the location alone on the next line (the
     terminal may fold it, the text stays one line), the snippet indented under it."""
-    from rich.padding import Padding
     from rich.text import Text
 
     for number, (rank, score, location, count, body) in enumerate(rows):
@@ -180,12 +191,50 @@ def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None
         what = f"chunks {count}" if unit == "file" else f"chunk {count}"
         console.print(Text(f"#{rank}  {score}  {what}", style="bold"), soft_wrap=True)
         console.print(Text(location), soft_wrap=True)
-        console.print(Padding(body, (0, 0, 0, 3), expand=False))
+        indented(console, body)
 
 
-def chunk_label(meta: dict[str, Any]) -> str:
+def indented(console: Any, text: Any, indent: int = 3) -> None:
+    """``text`` (Rich text) under an ``indent``, each line wrapped at spaces to the width left
+    (a word longer than it folded), no spaces added after a line."""
+    from rich.text import Text
+
+    width = max(1, console.width - indent)
+    for line in text.wrap(console, width, overflow="fold"):
+        line.rstrip()
+        console.print(Text(" " * indent) + line, soft_wrap=True)
+
+
+def explain_blocks(console: Any, hits: Sequence[tuple[str, str, Any]]) -> None:
+    """``--explain`` under the hits: the facts every hit shares once (the fusion, alpha and
+    why), then each hit's ``#rank location`` and its own facts, indented, one a line (a long
+    one wraps under its indent)."""
+    from rich.text import Text
+
+    explains = [explain for _, _, explain in hits]
+    shared = shared_facts(explains)
+    console.print()
+    console.print(Text("How each score was made", style="bold"))
+    if shared:
+        indented(console, Text("every hit: " + "; ".join(shared), style="dim"))
+    for rank, location, explain in hits:
+        own = [fact for _, fact in explain_facts(explain) if fact not in shared]
+        console.print(Text(f"#{rank} {location}"), soft_wrap=True)
+        indented(console, Text("\n".join(own) if own else "as above" if shared else "-"))
+
+
+def _md_code(text: str) -> str:
+    """A snippet line for a Markdown table cell: ``|`` escaped, ``<``, ``>`` and ``&`` as
+    entities (a line of HTML or a ``<br>`` in the text stays text)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|")
+
+
+def chunk_label(meta: dict[str, Any], page: bool = True) -> str:
+    """A chunk's number, with ``(p. N)`` when it has a page (``page`` False: the location
+    already says it)."""
     index = meta.get("chunk_index")
     label = "-" if index is None else str(index)
-    if meta.get("page") is not None:
+    if page and meta.get("page") is not None:
         label += f" (p. {meta['page']})"
     return label

@@ -47,17 +47,22 @@ def display_path(source: Any) -> str:
     return quote_name(_as_typed(str(source)))
 
 
-def chunk_location(meta: dict[str, Any], line: Any = None, path: Any = display_path) -> str:
+def chunk_location(
+    meta: dict[str, Any], line: Any = None, path: Any = display_path, page: Any = None
+) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
-    ``path``, then ``line`` when given), ``-`` without a source; an agent's note is
-    ``note by acme`` (``note by acme: docs/topic.md``), never a file's line."""
+    ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see
+    :func:`kbcli.query.location`), ``-`` without a source; an agent's note is ``note by acme``
+    (``note by acme: docs/topic.md``), never a file's line."""
+    from ..query import location_suffix
+
     note = note_label(meta)
     source = meta.get("source")
     if source is None or source == "":
         return "-" if note is None else note
     if note is not None:
         return f"{note}: {path(source)}"
-    return path(source) + (f":{line}" if line is not None else "")
+    return path(source) + location_suffix(line, page)
 
 
 def _as_typed(text: str) -> str:
