@@ -280,6 +280,7 @@ def _ocr_section(r: _Reader, sec: dict[str, Any]) -> OcrConfig:
         dpi=dpi,
         max_megapixels=r.number(sec, prefix, "max_megapixels", d.max_megapixels, 1.0, 1000.0),
         page_timeout=r.number(sec, prefix, "page_timeout", d.page_timeout, 0.001, MAX_SECONDS),
+        max_pages=r.integer(sec, prefix, "max_pages", d.max_pages, 1),
         min_confidence=r.number(sec, prefix, "min_confidence", d.min_confidence, 0.0, 1.0),
     )
 

@@ -182,8 +182,10 @@ class OcrConfig:
     kept (of :data:`OCR_LANGUAGES`); without ``zh``, full-width forms become ASCII and CJK
     characters are dropped as misreadings. A page is rendered at most ``max_megapixels`` big
     (a larger page at a lower resolution) and an image declaring more is refused;
-    ``page_timeout`` bounds one page's rendering and recognition in seconds; recognised lines
-    scoring under ``min_confidence`` (0..1) are dropped.
+    ``page_timeout`` bounds one page's rendering and recognition in seconds (the whole file's
+    reading, every page included, stays within ``limits.file_timeout``); at most ``max_pages``
+    pages (or image frames) of one file are recognised, the rest skipped with a warning;
+    recognised lines scoring under ``min_confidence`` (0..1) are dropped.
     """
 
     enabled: bool = True
@@ -192,6 +194,7 @@ class OcrConfig:
     dpi: int = 200
     max_megapixels: float = 40.0
     page_timeout: float = 60.0
+    max_pages: int = 100
     min_confidence: float = 0.5
 
 
