@@ -94,17 +94,20 @@ class RerankConfig:
     method: str = "pointwise"
     timeout: float = 30.0
     max_retries: int = 3
+    deadline: float = 120.0  # seconds for one search's rerank: every request, retry and wait
 
 
 @dataclass(frozen=True)
 class RewriteConfig:
     """``rag.rewrite``: optional query rewriting before recall over an OpenAI-compatible chat
     endpoint (see :mod:`kbcli.rewrite`). ``mode``: ``none``, ``hyde`` (a hypothetical answer
-    searched alongside the query), ``expand`` (alternative phrasings) or ``both``."""
+    searched alongside the query), ``expand`` (alternative phrasings) or ``both``;
+    ``deadline``: seconds for one query's rewriting, every request, retry and wait included."""
 
     mode: str = "none"
     model: str | None = None
     base_url: str | None = None
+    deadline: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class AnswerConfig:
     ``GEMINI_API_KEY``). ``max_evidence`` caps the evidence in the prompt, in
     ``evidence_unit`` (``chars``, or ``tokens`` when the file says ``"1500 tokens"``).
     ``min_coverage`` is the evidence floor used without a reranker's ``min_relevance``.
+    ``deadline`` bounds the whole answer in seconds (every attempt, wait and streamed piece),
+    ``max_answer_mb`` its size, enforced while the reply is read.
     """
 
     provider: str = "openai"
@@ -131,6 +136,8 @@ class AnswerConfig:
     timeout: float = 60.0  # seconds per attempt; streamed: to the first token and between tokens
     max_retries: int = 2
     min_coverage: float = 0.3
+    deadline: float = 300.0  # seconds for the whole answer, retries and streaming included
+    max_answer_mb: float = 1.0  # the most answer text read (MB, 2**20 bytes of UTF-8)
 
 
 @dataclass(frozen=True)
