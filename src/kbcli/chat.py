@@ -279,11 +279,11 @@ class ChatModel:
         return f"{self.label} {self.model} at {self.host}"
 
     def _too_long(self) -> str:
+        cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
         return (
-            f"{self._where()} sent more than {self.setting}.max_answer_mb "
-            f"({self.max_answer_mb:g} MB) of "
-            f"answer: stopped reading it; lower {self.setting}.max_tokens, or raise "
-            f"{self.setting}.max_answer_mb for answers that long"
+            f"{self._where()} sent more than {cap} of answer: stopped reading it; lower "
+            f"{self.setting}.max_tokens, or raise {self.setting}.max_answer_mb for answers "
+            "that long"
         )
 
     def _past_deadline(self, what: str = "") -> str:
@@ -397,11 +397,11 @@ class ChatModel:
         if failure.reason == TOO_LONG:
             return self._too_long()
         if failure.reason == TOO_LARGE:
+            cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
             return (
-                f"{self._where()} sent a reply of more than {failure.detail}, over what "
-                f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB) lets kb read: "
-                "stopped reading it; "
-                f"lower {self.setting}.max_tokens, or check {self.setting}.base_url"
+                f"{self._where()} sent a reply of more than {failure.detail}, over what {cap} "
+                f"lets kb read: stopped reading it; lower {self.setting}.max_tokens, or check "
+                f"{self.setting}.base_url"
             )
         if failure.exhausted == "budget":
             return self._past_deadline(last_attempt(failure, attempts))

@@ -117,14 +117,24 @@ def reply_cap_hook(limit: int) -> Callable[[Any], None]:
         if encoding not in ("", "identity"):
             inflate = _inflater(encoding)
             del response.headers["content-encoding"]  # inflated here, not again by httpx
-        base = module.SyncByteStream
-        capped = type("CappedStream", (base,), {"__iter__": _capped_iter, "close": _close})
-        stream = capped()
+        stream = _capped_class(module.SyncByteStream)()
         stream.inner, stream.limit, stream.inflate = response.stream, limit, inflate
         stream.per_line = kind.startswith("text/event-stream")
         response.stream = stream
 
     return hook
+
+
+_CAPPED: dict[type, type] = {}
+
+
+def _capped_class(base: type) -> type:
+    """A subclass of the client's own ``SyncByteStream`` (httpx checks the type) that reads
+    its inner stream within bounds."""
+    if base not in _CAPPED:
+        body = {"__iter__": _capped_iter, "close": _close}
+        _CAPPED[base] = type("CappedStream", (base,), body)
+    return _CAPPED[base]
 
 
 def _capped_iter(self: Any) -> Iterator[bytes]:
