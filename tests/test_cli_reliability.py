@@ -515,6 +515,11 @@ def test_an_index_on_a_readonly_mount_is_searched_and_writes_say_read_only(tmp_p
             f"Error: {mount / 'kb.db'} is on a read-only file system: copy it elsewhere, or "
             "mount it writable"
         )
+    new = kb("--db", str(mount / "new.db"), "ingest", str(docs))
+    assert new.returncode == 1 and child_error(new) == (
+        f"Error: Cannot create {mount / 'new.db'}: its folder is read-only (a read-only file "
+        "system): choose another --db path"
+    )
     assert snapshot(folder) == before  # nothing written: no pack, no cache, no lock file
 
 

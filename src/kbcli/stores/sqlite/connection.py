@@ -187,6 +187,12 @@ class Database(Nesting):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"Cannot create the folder for {self.path}: {exc.strerror}") from None
+        if not exists and not os.access(self.path.parent, os.W_OK | os.X_OK):
+            where = " (a read-only file system)" if on_readonly_mount(self.path.parent) else ""
+            raise ReadOnlyIndexError(
+                f"Cannot create {self.path}: its folder is read-only{where}: choose another "
+                "--db path"
+            )
         try:
             conn = sqlite3.connect(
                 str(self.path),
