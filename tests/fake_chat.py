@@ -11,6 +11,12 @@ scripted as in :mod:`fake_providers` (``script``, ``always``, ``stalls``, ``hang
 ``"no_choices"`` (JSON without choices) or ``"empty"`` (an empty answer); ``break_after``
 ends a stream after that many events without finishing it. Each request is recorded in
 ``server.requests`` as ``(path, headers, body)``.
+
+Hostile answers (issue 37): ``forever`` streams words without end (``stream_gap`` apart) until
+the client goes; ``huge`` (bytes) answers that much text, whole (one JSON body, written in
+pieces, never held) or streamed (64 KB events); ``gzip`` sends the huge body gzip-compressed
+(a few MB that inflate to ``huge``), whatever the client asked for. ``bytes_sent`` counts what
+the hostile answers wrote before the client stopped reading.
 """
 
 from __future__ import annotations
@@ -54,6 +60,10 @@ class FakeChatServer(FakeServer):
         self.malformed: str | None = None
         self.break_after: int | None = None
         self.finish_reason = "stop"
+        self.forever = False
+        self.huge: int | None = None
+        self.gzip = False
+        self.bytes_sent = 0
 
     def bodies(self) -> list[dict[str, Any]]:
         """The bodies of the chat requests received."""
@@ -71,8 +81,11 @@ class FakeChatServer(FakeServer):
         gemini = ":generateContent" in path or ":streamGenerateContent" in path
         if not gemini and not path.endswith("/chat/completions"):
             return False
+        stream = bool(body.get("stream")) or ":streamGenerateContent" in path
         if self.malformed == "html":
             _raw(handler, 200, b"<html><body>It works!</body></html>", "text/html")
+        elif self.forever or self.huge is not None:
+            self._hostile(handler, gemini, stream)
         elif gemini:
             self._gemini(handler, body, stream=":streamGenerateContent" in path)
         else:
@@ -151,6 +164,93 @@ class FakeChatServer(FakeServer):
                 handler.wfile.flush()
             except OSError:
                 return
+
+    # --- hostile answers ----------------------------------------------------------------
+
+    def _hostile(self, handler: Any, gemini: bool, stream: bool) -> None:
+        if stream:
+            self._endless_or_huge_stream(handler, gemini)
+        else:
+            self._huge_body(handler, gemini)
+
+    def _envelope(self, gemini: bool, delta: bool) -> tuple[bytes, bytes]:
+        """The JSON before and after an answer's text (which goes in between, escaped)."""
+        marker = "\u0000MARK\u0000"
+        if gemini:
+            data: dict[str, Any] = {
+                "candidates": [{"content": {"role": "model", "parts": [{"text": marker}]}}],
+                "modelVersion": self.model_name,
+            }
+        elif delta:
+            data = self._chunk({"content": marker}, None)
+        else:
+            data = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": self.model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": marker},
+                        "finish_reason": "stop",
+                    }
+                ],
+            }
+        head, tail = json.dumps(data).split(json.dumps(marker)[1:-1])
+        return head.encode(), tail.encode()
+
+    def _write(self, handler: Any, data: bytes) -> bool:
+        try:
+            handler.wfile.write(data)
+            handler.wfile.flush()
+        except OSError:
+            return False
+        self.bytes_sent += len(data)
+        return not self._stopped.is_set()
+
+    def _huge_body(self, handler: Any, gemini: bool) -> None:
+        import zlib
+
+        head, tail = self._envelope(gemini, delta=False)
+        size = self.huge or 0
+        block = (b"All work and no play makes Jack a dull boy. " * 1500)[: 1 << 16]
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if self.gzip:
+            handler.send_header("Content-Encoding", "gzip")
+        else:
+            handler.send_header("Content-Length", str(len(head) + size + len(tail)))
+        handler.end_headers()
+        packer = zlib.compressobj(9, zlib.DEFLATED, 31) if self.gzip else None
+
+        def out(data: bytes) -> bool:
+            return self._write(handler, packer.compress(data) if packer else data)
+
+        if not out(head):
+            return
+        for start in range(0, size, len(block)):
+            if not out(block[: min(len(block), size - start)]):
+                return
+        if out(tail) and packer is not None:
+            self._write(handler, packer.flush())
+
+    def _endless_or_huge_stream(self, handler: Any, gemini: bool) -> None:
+        head, tail = self._envelope(gemini, delta=True)
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        piece = b"more words " if self.forever else b"x" * (1 << 16)
+        sent = 0
+        while self.forever or sent < (self.huge or 0):
+            if self.stream_gap and self._stopped.wait(self.stream_gap):
+                return
+            if not self._write(handler, b"data: " + head + piece + tail + b"\n\n"):
+                return
+            sent += len(piece)
+        finish = {"finish_reason": "stop"} if not gemini else {"finishReason": "STOP"}
+        end = self._chunk({}, "stop") if not gemini else {"candidates": [{**finish}]}
+        self._write(handler, f"data: {json.dumps(end)}\n\n".encode())
 
 
 def _raw(handler: Any, status: int, data: bytes, kind: str) -> None:

@@ -482,6 +482,114 @@ def test_gemini_malformed_answers(tmp_path, server, files, monkeypatch, malforme
     assert "answer model gemini-2.5-flash" in str(caught.value) and SECRET not in str(caught.value)
 
 
+# --- the whole answer's deadline and size (issue 37) ----------------------------------------
+
+QUESTION = "How often does the VPN password rotate?"
+
+
+def ask_with(tmp_path, server, files, monkeypatch, provider: str, **settings):
+    """``kb.ask`` through ``provider``'s real SDK against the fake server, with ``settings``."""
+    if provider == "gemini":
+        monkeypatch.setenv("GEMINI_API_KEY", SECRET)
+        settings = {"provider": "gemini", "base_url": server.url, **settings}
+    return open_kb(tmp_path, answer_config(server, **settings), files)
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini"])
+def test_a_stream_that_never_ends_is_cut_at_the_answers_deadline(
+    tmp_path, server, files, monkeypatch, provider
+):
+    server.forever, server.stream_gap = True, 0.01
+    kb = ask_with(tmp_path, server, files, monkeypatch, provider, deadline=1.5)
+    shown: list[str] = []
+    try:
+        with pytest.raises(AnswerError) as caught:
+            kb.ask(QUESTION, on_text=shown.append)
+    finally:
+        kb.close()
+    assert str(caught.value).endswith(
+        "gave no complete answer within rag.answer.deadline (1.5 s; it was still streaming): "
+        "stopped; try again later, or raise rag.answer.deadline"
+    )
+    assert "".join(shown).startswith("more words more words")  # shown as it came, then cut
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_the_deadline_bounds_every_attempt_and_wait_together(tmp_path, server, files, streamed):
+    server.hang = True  # each attempt alone could wait 30 s, and three are allowed
+    config = answer_config(server, timeout=30, max_retries=2, deadline=1)
+    kb = open_kb(tmp_path, config, files)
+    try:
+        with pytest.raises(AnswerError) as caught:
+            kb.ask(QUESTION, on_text=print if streamed else None)
+    finally:
+        kb.close()
+    assert "gave no complete answer within rag.answer.deadline (1 s)" in str(caught.value)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini"])
+@pytest.mark.parametrize("gzip", [False, True])
+def test_a_huge_answer_is_refused_while_it_is_read(
+    tmp_path, server, files, monkeypatch, provider, gzip
+):
+    # max_answer_mb 0.01: a reply body is read up to 4 x 10 KB + 1 MB, then dropped
+    server.huge, server.gzip = 64 << 20, gzip
+    kb = ask_with(tmp_path, server, files, monkeypatch, provider, max_answer_mb=0.01)
+    try:
+        with pytest.raises(AnswerError) as caught:
+            kb.ask(QUESTION)
+    finally:
+        kb.close()
+    message = str(caught.value)
+    assert "sent a reply of more than 1.04 MB, over what rag.answer.max_answer_mb (0.01 MB)" in (
+        message
+    )
+    assert len(server.requests) == 1  # not retried
+    assert server.bytes_sent < (16 << 20)  # the client stopped reading long before the end
+
+
+def test_an_answer_over_max_answer_mb_in_a_small_reply_is_refused(tmp_path, server, files):
+    server.reply = "The password rotates monthly [1]. " * 400  # 13.6 KB of text, a 14 KB body
+    kb = open_kb(tmp_path, answer_config(server, max_answer_mb=0.01), files)
+    try:
+        with pytest.raises(AnswerError) as caught:
+            kb.ask(QUESTION)
+    finally:
+        kb.close()
+    assert str(caught.value).endswith(
+        "sent more than rag.answer.max_answer_mb (0.01 MB) of answer: stopped reading it; "
+        "lower rag.answer.max_tokens, or raise rag.answer.max_answer_mb for answers that long"
+    )
+
+
+@pytest.mark.parametrize("provider", ["openai", "gemini"])
+def test_a_streamed_answer_is_counted_as_it_arrives(tmp_path, server, files, monkeypatch, provider):
+    server.huge = 64 << 20  # 64 KB events, without end as far as the client can tell
+    kb = ask_with(tmp_path, server, files, monkeypatch, provider, max_answer_mb=0.5)
+    shown: list[str] = []
+    try:
+        with pytest.raises(AnswerError) as caught:
+            kb.ask(QUESTION, on_text=shown.append)
+    finally:
+        kb.close()
+    assert "sent more than rag.answer.max_answer_mb (0.5 MB) of answer" in str(caught.value)
+    assert 0 < len("".join(shown)) <= 512 * 1024  # what was shown stayed within the cap
+    assert server.bytes_sent < (8 << 20)
+
+
+def test_a_think_block_that_never_closes_is_counted_too(tmp_path, server, files):
+    server.reply = "<think> " + "pondering " * 3000  # 30 KB of thinking, never an answer
+    kb = open_kb(tmp_path, answer_config(server, max_answer_mb=0.01), files)
+    shown: list[str] = []
+    try:
+        with pytest.raises(AnswerError, match=r"sent more than rag.answer.max_answer_mb"):
+            kb.ask(QUESTION, on_text=shown.append)
+    finally:
+        kb.close()
+    assert shown == [] and len(server.requests) == 1
+
+
 # --- scopes ----------------------------------------------------------------------------------
 
 
@@ -751,6 +859,10 @@ def test_rag_answer_is_read_and_checked():
         ({"max_tokens": 0}, "rag.answer.max_tokens: must be at least 1"),
         ({"modle": "x"}, "did you mean model?"),
         ({"api_key_env": SECRET}, "must name an environment variable in capitals"),
+        ({"deadline": 0}, "rag.answer.deadline: must be between 0.001 and 86400.0"),
+        ({"deadline": "soon"}, "rag.answer.deadline: must be a number"),
+        ({"max_answer_mb": 0}, "rag.answer.max_answer_mb: must be between 0.001 and 100.0"),
+        ({"max_answer_mb": 4096}, "rag.answer.max_answer_mb: must be between 0.001 and 100.0"),
     ],
 )
 def test_bad_rag_answer_values(section, message):

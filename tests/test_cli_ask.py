@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -299,3 +301,97 @@ def test_a_pipe_gets_the_whole_answer_and_a_refusal_its_exit_code(docs, server):
     assert refused.returncode == 5 and out == b""
     assert err.decode() == "No relevant knowledge found: no indexed passage matches the question.\n"
     assert len(server.requests) == 1 and "stream" not in server.bodies()[0]
+
+
+# --- a server that streams forever or answers 400 MB (issue 37) ------------------------------
+
+
+def _measured_kb(args: list[str], config: str, tmp_path: Path, **env: str) -> tuple:
+    """``kb ARGS`` as a real process with ``config`` as its configuration file: its exit code,
+    stdout, stderr and peak resident memory in MB (``VmHWM`` of its own address space, read
+    from /proc while it runs: ``ru_maxrss`` would include this test process, which the child
+    shares until it executes Python)."""
+    path = tmp_path / "limits.yaml"
+    path.write_text(config, encoding="utf-8")
+    environ = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "KB_CONFIG": str(path), **env}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", *args],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    started = time.monotonic()
+    output: dict[str, bytes] = {}
+    readers = [
+        threading.Thread(target=lambda n=name, f=stream: output.__setitem__(n, f.read()))
+        for name, stream in (("out", process.stdout), ("err", process.stderr))
+    ]
+    for reader in readers:
+        reader.start()
+    peak_kb = 0
+    proc = Path(f"/proc/{process.pid}")
+    while process.poll() is None:
+        try:
+            if b"kbcli" in (proc / "cmdline").read_bytes():  # past the exec
+                status = (proc / "status").read_text()
+                peak_kb = max(peak_kb, int(status.split("VmHWM:")[1].split()[0]))
+        except (OSError, IndexError, ValueError):
+            pass  # between fork and exec, or gone
+        try:
+            process.wait(timeout=0.02)
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() - started > 240:  # a kb that never ends fails below, not hangs
+            process.kill()
+    for reader in readers:
+        reader.join()
+    return process.returncode, output["out"].decode(), output["err"].decode(), peak_kb / 1024
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_kb_ask_stream_against_a_server_that_streams_forever_ends_at_the_deadline(
+    docs, server, tmp_path
+):
+    server.forever, server.stream_gap = True, 0.005
+    code, out, err, _ = _measured_kb(
+        ["ask", QUESTION, "--in", "docs/ops", "--stream"],
+        "rag:\n  answer:\n    deadline: 2\n",
+        tmp_path,
+    )
+    assert code == 1
+    line = _one_error_line(err)
+    assert line.endswith(
+        "gave no complete answer within rag.answer.deadline (2 s; it was still streaming): "
+        "stopped; try again later, or raise rag.answer.deadline"
+    )
+    assert out.startswith("more words more words") and out.endswith("\n")
+    assert "Sources:" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["openai", "openai-gzip", "gemini", "openai-stream"])
+def test_kb_ask_against_a_400_mb_answer_stays_small_and_says_so(docs, server, tmp_path, kind):
+    server.huge, server.gzip = 400 << 20, kind.endswith("gzip")
+    config, env, args = "", {}, ["ask", QUESTION, "--in", "docs/ops"]
+    if kind == "gemini":
+        config = f"rag:\n  answer:\n    provider: gemini\n    base_url: {server.url}\n"
+        env["GEMINI_API_KEY"] = SECRET
+    if kind.endswith("stream"):
+        args.append("--stream")
+    code, out, err, maxrss_mb = _measured_kb(args, config, tmp_path, **env)
+    assert code == 1
+    line = _one_error_line(err)
+    if kind.endswith("stream"):  # the text is counted as it arrives
+        assert "sent more than rag.answer.max_answer_mb (1 MB) of answer: stopped" in line
+        assert 0 < len(out) <= (1 << 20) + 1
+    else:  # the body is dropped at 4 x 1 MB + 1 MB, never held whole
+        assert "sent a reply of more than 5 MB, over what rag.answer.max_answer_mb (1 MB)" in line
+        assert out == ""
+    assert SECRET not in err
+    assert 0 < maxrss_mb < 400, maxrss_mb  # reading the 400 MB whole peaked at 1.3-1.7 GB
+    assert server.bytes_sent < (64 << 20)

@@ -396,3 +396,207 @@ def test_a_readonly_database_or_folder_is_named_not_a_full_disk(tmp_path, part):
         Path(f"{db}-shm").unlink()
     done = kb_child(db, "ingest", str(docs), "--json")
     assert done.returncode == 0 and json.loads(done.stdout)["updated"] == 1, done.stderr
+
+
+# --- an index that can only be read here (issue 37, item 6) -----------------------------------
+#
+# A read-only bind mount is made in a mount namespace of the kb child alone (`unshare -m`, then
+# `mount --bind -o ro`): it goes when the child exits, and nothing outside sees it. Where the
+# machine does not allow that (no root, no user namespaces), those tests are skipped. The
+# permission cases run the child without its file powers, as above.
+
+MUTATIONS = (
+    ["ingest", "DOCS"],
+    ["add", "one more note about zebras"],
+    ["delete", "--source", "DOCS/d0.md"],
+)
+
+
+def _can_mount() -> str | None:
+    """Why a read-only bind mount cannot be made here (None: it can)."""
+    if sys.platform != "linux":
+        return "bind mounts as on Linux"
+    try:
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", "mount --bind -o ro / /mnt"],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare cannot run here ({exc})"
+    if done.returncode != 0:
+        return f"no mount namespace here: {done.stderr.decode().strip()[:120]}"
+    return None
+
+
+needs_mount = pytest.mark.skipif(
+    _can_mount() is not None, reason=f"a read-only bind mount: {_can_mount()}"
+)
+
+
+def kb_on_readonly_mount(folder: Path, mount: Path, *args: str) -> subprocess.CompletedProcess:
+    """``kb ARGS`` with ``folder`` mounted read-only at ``mount`` (KB_DB: ``mount/kb.db``)."""
+    script = 'mount --bind -o ro "$1" "$2" && shift 2 && exec "$@"'
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "KB_DB": str(mount / "kb.db")}
+    command = [sys.executable, "-m", "kbcli", *args]
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, "sh", str(folder), str(mount), *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file of ``folder``: size, modification time and bytes."""
+    return {
+        p.name: (p.stat().st_size, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.iterdir())
+        if p.is_file()
+    }
+
+
+def readonly_index(tmp_path: Path, store: str = "sqlite", wal: str = "none") -> tuple[Path, Path]:
+    """An index of docs_folder in ``tmp_path/index`` (its derived files removed, so a search
+    would write them), and ``wal``: ``none`` (closed cleanly), ``pending`` (a writer killed
+    right after committing a note: its -wal and -shm stay) or ``pending-no-shm``."""
+    docs, folder = docs_folder(tmp_path), tmp_path / "index"
+    folder.mkdir()
+    db = folder / "kb.db"
+    assert kb_child(db, "--store", store, "ingest", str(docs)).returncode == 0
+    for derived in folder.iterdir():
+        if derived.name not in ("kb.db", "kb.db.ingest-lock", "kb.db.chroma"):
+            derived.unlink()  # the keyword pack, the matrix cache, the FAISS file
+    if wal != "none":
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "KB_DB": str(db)}
+        env["KB_TEST_CRASH_AT"] = "after-commit"
+        note = ["--store", store, "add", "pending zebra note"]
+        done = subprocess.run([sys.executable, "-m", "kbcli", *note], env=env, timeout=120)
+        assert done.returncode == 137 and Path(f"{db}-wal").stat().st_size > 0
+        if wal == "pending-no-shm":
+            Path(f"{db}-shm").unlink()
+    return docs, folder
+
+
+def hits(done: subprocess.CompletedProcess) -> list[str]:
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [Path(h["metadata"].get("source") or h["id"]).name for h in json.loads(done.stdout)]
+
+
+@needs_mount
+@pytest.mark.parametrize("wal", ["none", "pending"])
+def test_an_index_on_a_readonly_mount_is_searched_and_writes_say_read_only(tmp_path, wal):
+    docs, folder = readonly_index(tmp_path, wal=wal)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    before = snapshot(folder)
+
+    def kb(*args: str) -> subprocess.CompletedProcess:
+        return kb_on_readonly_mount(folder, mount, *args)
+
+    for mode in ("keyword", "semantic", "hybrid"):
+        found = hits(kb("search", "alpha text number 1", "--mode", mode, "--json"))
+        assert "d1.md" in found, (mode, found)
+    if wal == "pending":  # the commit still in the -wal is read through its -shm
+        assert hits(kb("search", "zebra", "--mode", "keyword", "--json"))
+    listed = kb("list", "--json")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 3 + (wal == "pending")
+    got = kb("get", str(docs / "d1.md"), "--json")
+    assert got.returncode == 0 and "alpha text number 1" in got.stdout, got.stderr
+    stats = kb("stats", "--json")
+    assert stats.returncode == 0 and json.loads(stats.stdout)["read_only"] is True
+    shown = kb("stats").stdout
+    assert "Read-only     yes: searches work here, writes are refused" in shown
+    for command in MUTATIONS:
+        done = kb(*[part.replace("DOCS", str(docs)) for part in command])
+        assert done.returncode == 1 and done.stdout == "", (command, done.stdout)
+        assert child_error(done) == (
+            f"Error: {mount / 'kb.db'} is on a read-only file system: copy it elsewhere, or "
+            "mount it writable"
+        )
+    new = kb("--db", str(mount / "new.db"), "ingest", str(docs))
+    assert new.returncode == 1 and child_error(new) == (
+        f"Error: Cannot create {mount / 'new.db'}: its folder is read-only (a read-only file "
+        "system): choose another --db path"
+    )
+    assert snapshot(folder) == before  # nothing written: no pack, no cache, no lock file
+
+
+@needs_mount
+def test_a_pending_wal_without_its_shm_on_a_readonly_mount_names_the_fix(tmp_path):
+    _, folder = readonly_index(tmp_path, wal="pending-no-shm")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    done = kb_on_readonly_mount(folder, mount, "search", "alpha", "--json")
+    assert done.returncode == 1 and done.stdout == ""
+    line = child_error(done)
+    assert "kb.db-wal beside it holds writes not yet in the database" in line
+    assert "open the index once where it can be written" in line
+    assert "not a kb database" not in line
+    assert kb_child(folder / "kb.db", "search", "zebra", "--json").returncode == 0  # writable
+
+
+@needs_mount
+@pytest.mark.parametrize("store", ["faiss", "chroma"])
+def test_faiss_and_chroma_indexes_on_a_readonly_mount_are_searched(tmp_path, store):
+    from extras import need
+
+    need("faiss" if store == "faiss" else "chromadb")
+    docs, folder = readonly_index(tmp_path, store=store)
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    before = snapshot(folder)
+    chroma = folder / "kb.db.chroma"
+    chroma_before = snapshot(chroma) if chroma.exists() else {}
+    for mode in ("semantic", "hybrid"):
+        done = kb_on_readonly_mount(
+            folder, mount, "--store", store, "search", "alpha text number 2", "--mode", mode,
+            "--json",
+        )  # fmt: skip
+        assert "d2.md" in hits(done)
+    done = kb_on_readonly_mount(folder, mount, "--store", store, "add", "a note")
+    assert done.returncode == 1 and "read-only file system" in child_error(done)
+    assert snapshot(folder) == before
+    assert (snapshot(chroma) if chroma.exists() else {}) == chroma_before
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
+@pytest.mark.parametrize("part", ["folder", "database"])
+def test_an_index_in_a_readonly_folder_or_file_is_searched_and_writes_say_read_only(tmp_path, part):
+    docs, folder = readonly_index(tmp_path)
+    db = folder / "kb.db"
+    target = folder if part == "folder" else db
+    mode = target.stat().st_mode & 0o777
+    target.chmod(0o555 if part == "folder" else 0o444)
+    try:
+        assert "d1.md" in hits(kb_child(db, "search", "alpha text number 1", "--json"))
+        stats = kb_child(db, "stats", "--json")
+        assert json.loads(stats.stdout)["read_only"] is True
+        for command in MUTATIONS:
+            done = kb_child(db, *[p.replace("DOCS", str(docs)) for p in command])
+            assert done.returncode == 1 and "read-only" in child_error(done), done.stderr
+    finally:
+        target.chmod(mode)
+    for leftover in (Path(f"{db}-shm"), Path(f"{db}-wal")):  # a reader of a 0444 file's
+        leftover.unlink(missing_ok=True)  # (SQLite gives them the file's mode; see above)
+    assert kb_child(db, "add", "writable again").returncode == 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="capabilities as on Linux")
+def test_a_readonly_folder_someone_may_still_write_is_not_read_without_locks(tmp_path):
+    """A folder only its owner may write (0755, another owner): a writer may appear, so the
+    index is not opened immutable; without a -shm to lock through, the line says what to do."""
+    if os.geteuid() != 0:
+        pytest.skip("giving the folder to another user needs root")
+    _, folder = readonly_index(tmp_path)
+    db = folder / "kb.db"
+    os.chown(folder, 65534, 65534)  # nobody's folder, 0755: the child cannot create a -shm
+    try:
+        done = kb_child(db, "search", "alpha", "--json")
+    finally:
+        os.chown(folder, 0, 0)
+    assert done.returncode == 1
+    line = child_error(done)
+    assert "SQLite cannot create kb.db-shm beside it" in line
+    assert f"chmod a-w {folder}" in line and "not a kb database" not in line

@@ -171,6 +171,7 @@ FLOAT_SETTINGS = [
     ("rag.embedding.retry_budget", "rag: {embedding: {retry_budget: %s}}"),
     ("rag.rerank.timeout", "rag: {rerank: {timeout: %s}}"),
     ("rag.rerank.min_relevance", "rag: {rerank: {min_relevance: %s}}"),
+    ("rag.rerank.deadline", "rag: {rerank: {deadline: %s}}"),
     ("limits.rerank_alpha", "limits: {rerank_alpha: %s}"),
     ("limits.source_weight", "limits: {source_weight: %s}"),
     ("limits.max_file_mb", "limits: {max_file_mb: %s}"),

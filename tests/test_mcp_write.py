@@ -664,3 +664,47 @@ def test_kb_ask_cites_a_note_as_a_note(tmp_path):
         assert evidence.to_dict()["note_by"] == "agent"
     finally:
         kb_.close()
+
+
+def test_kb_mcp_on_a_readonly_mount_searches_and_says_writes_are_read_only(index, tmp_path):
+    """The index's folder mounted read-only in the server's own mount namespace (issue 37):
+    the read tools answer; the write tools answer one line naming the read-only file system."""
+    import shutil
+
+    from mcp import Client, StdioServerParameters
+
+    from test_cli_reliability import _can_mount
+
+    why = _can_mount()
+    if why is not None:
+        pytest.skip(f"a read-only bind mount: {why}")
+    folder, mount = tmp_path / "index", tmp_path / "mnt"
+    folder.mkdir()
+    mount.mkdir()
+    shutil.copy(index["db"], folder / "kb.db")
+    before = sorted(p.name for p in folder.iterdir())
+    script = 'mount --bind -o ro "$1" "$2" && shift 2 && exec "$@"'
+    params = StdioServerParameters(
+        command="unshare",
+        args=["-m", "sh", "-c", script, "sh", str(folder), str(mount), sys.executable, "-m"]
+        + ["kbcli", "--db", str(mount / "kb.db"), "mcp", "--allow-write"],
+        env=_env(index["home"]),
+        cwd=str(index["home"]),
+    )
+    client = ClientThread(lambda: Client(params, read_timeout_seconds=60))
+    try:
+        assert "vpn.acme.example" in search(client, "gateway")
+        stats, is_error = client.call("knowledge_stats", {})
+        assert not is_error and "chunks" in stats.lower()
+        for tool, arguments in (
+            ("knowledge_add", {"text": "a note on a read-only index"}),
+            ("knowledge_delete", {"id": index["globex"]}),
+        ):
+            text, is_error = client.call(tool, arguments)
+            assert is_error and text == (
+                f"Error: {mount / 'kb.db'} is on a read-only file system: copy it elsewhere, "
+                "or mount it writable"
+            ), text
+    finally:
+        client.close()
+    assert sorted(p.name for p in folder.iterdir()) == before

@@ -349,6 +349,154 @@ def test_a_page_past_its_time_limit_is_a_warning_not_a_failure(tmp_path):
     assert search(tmp_path, "quartermaster")[0]["metadata"]["page"] == 1
 
 
+# --- a file's whole OCR within limits.file_timeout, at most ocr.max_pages pages (issue 37) -----
+
+
+def frame(text: str):
+    """A small page (5 x 2.2 in at 100 dpi) showing one line of ``text``."""
+    return render_page([text], dpi=100, width_in=5, height_in=2.2)
+
+
+@pytest.mark.slow
+def test_a_file_whose_ocr_runs_past_file_timeout_fails_named_and_the_rest_is_indexed(tmp_path):
+    # 300 frames cannot be recognised in 1 s (loading the models alone takes about that); each
+    # page alone is well within ocr.page_timeout, so only the file's limit can stop them
+    (tmp_path / "jianmu.yaml").write_text("limits:\n  file_timeout: 1\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    tiff = docs / "log.tif"
+    pages = [frame(f"Pump log line {n}, valve RV-{5000 + n}.") for n in range(300)]
+    pages[0].save(tiff, save_all=True, append_images=pages[1:], compression="tiff_deflate")
+    scan = docs / "scan.pdf"
+    scan.write_bytes(image_pdf(pages[:150], 100))
+    (docs / "notes.md").write_text("# Notes\n\nThe quartermaster keeps the keys.\n")
+    report, done = ingest(tmp_path, docs, "--ext", ".pdf,.tif,.md")
+    assert done.returncode == 1, done.stderr
+    failed = {f["path"]: f["error"] for f in report["failed"]}
+    assert sorted(failed) == sorted([str(scan), str(tiff)])
+    for path, error in failed.items():
+        # stopped while its frames were counted, or (as here, mostly) while they were read
+        prefix = f"{path}: reading took longer than limits.file_timeout (1 s) and was stopped"
+        assert error.startswith(prefix) and "\n" not in error, error
+    assert report["added"] == 1  # the rest of the folder is indexed
+    assert search(tmp_path, "quartermaster")[0]["metadata"]["source"] == str(docs / "notes.md")
+    for path in (tiff, scan):  # nothing of a failed file is in the index
+        assert kb(tmp_path, "list", "--source", str(path), "--json").stdout.strip() == "[]"
+    assert f"Failed: {tiff}: reading took longer than limits.file_timeout" in done.stderr
+
+
+@pytest.mark.slow
+def test_pages_past_max_pages_are_skipped_with_a_warning_and_the_rest_indexed(tmp_path):
+    (tmp_path / "jianmu.yaml").write_text("ocr:\n  max_pages: 2\n")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    tiff = docs / "crane.tif"
+    pages = [frame(f"Crane inspection {word}.") for word in ("ALPHA", "BRAVO", "CHARLIE")]
+    pages[0].save(tiff, save_all=True, append_images=pages[1:], compression="tiff_deflate")
+    scan = docs / "boiler.pdf"
+    text_page = make_pdf(["The boiler manual starts with a page of real text on it."])
+    scan.write_bytes(merge_pdfs([text_page, image_pdf(pages, 100)]))
+    report, done = ingest(tmp_path, docs)
+    assert done.returncode == 0, done.stderr
+    assert report["failed"] == [] and report["added"] == 2
+    assert report["warnings"] == [
+        f"{scan}: only the first 2 of its 3 scanned pages were read by OCR (ocr.max_pages): "
+        "raise ocr.max_pages to read them all",
+        f"{tiff}: only the first 2 of its 3 frames (pages) were read by OCR (ocr.max_pages): "
+        "raise ocr.max_pages to read them all",
+    ]
+    for warning in report["warnings"]:
+        assert f"Warning: {warning}" in done.stderr
+    assert sorted(chunks_by_page(tmp_path, tiff)) == [1, 2]
+    assert sorted(chunks_by_page(tmp_path, scan)) == [1, 2, 3]  # the text page and 2 scans
+    assert "BRAVO" in indexed_text(tmp_path, tiff).upper()
+    assert "CHARLIE" not in indexed_text(tmp_path, tiff).upper()
+
+    # raising the cap reads those files again, whole
+    (tmp_path / "jianmu.yaml").write_text("ocr:\n  max_pages: 5\n")
+    report, done = ingest(tmp_path, docs)
+    assert done.returncode == 0 and report["updated"] == 2 and report["warnings"] == []
+    assert sorted(chunks_by_page(tmp_path, tiff)) == [1, 2, 3]
+    assert "CHARLIE" in indexed_text(tmp_path, tiff).upper()
+
+
+@pytest.mark.slow
+def test_while_a_file_is_recognised_searches_run_and_sqlites_write_lock_is_free(tmp_path):
+    """OCR runs while the file is prepared, before its rows are written: under the ingest's
+    one-writer lock file (another kb ingest waits), never inside SQLite's write transaction, so
+    searches, and any SQLite writer, go on meanwhile."""
+    import sqlite3
+    import time
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "notes.md").write_text("# Notes\n\nThe quartermaster keeps the keys.\n")
+    assert ingest(tmp_path, docs, "--ext", ".md")[1].returncode == 0
+    tiff = docs / "log.tif"
+    pages = [frame(f"Pump log line {n}.") for n in range(60)]
+    pages[0].save(tiff, save_all=True, append_images=pages[1:], compression="tiff_deflate")
+    ingesting = subprocess.Popen(
+        [sys.executable, "-m", "kbcli", "ingest", str(docs), "--ext", ".md,.tif"],
+        env=kb_env(tmp_path),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        parser = None
+        for _ in range(600):  # the parser process that recognises the frames
+            children = Path(f"/proc/{ingesting.pid}/task/{ingesting.pid}/children")
+            pids = children.read_text().split() if children.exists() else []
+            if pids:
+                parser = pids[0]
+                break
+            assert ingesting.poll() is None, ingesting.stderr.read()
+            time.sleep(0.1)
+        assert parser is not None
+        time.sleep(1.0)  # into the frames
+        assert ingesting.poll() is None  # still recognising
+        db = sqlite3.connect(tmp_path / "kb.db", timeout=0, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # SQLite's write lock is free: no SQLITE_BUSY
+        db.execute("ROLLBACK")
+        db.close()
+        assert search(tmp_path, "quartermaster")[0]["metadata"]["source"] == str(docs / "notes.md")
+        assert ingesting.poll() is None
+    finally:
+        ingesting.kill()
+        ingesting.wait()
+
+
+def test_ocr_stops_at_the_files_deadline_and_says_how_far_it_got(tmp_path):
+    import time
+
+    from kbcli.config import OcrConfig
+    from kbcli.errors import LoaderError
+    from kbcli.ingest.ocr import run_pages, scan_image_frame
+
+    png = tmp_path / "one.png"
+    frame("Deadline check.").save(png)
+    for deadline in (time.monotonic() - 1, time.monotonic() + 0.001):
+        with pytest.raises(LoaderError) as caught:
+            run_pages(
+                scan_image_frame, str(png), None, [1, 2, 3], OcrConfig(), bounded=True,
+                deadline=deadline, file_timeout=4, kind="frames (pages)",
+            )  # fmt: skip
+        assert str(caught.value) == (
+            f"{png}: reading took longer than limits.file_timeout (4 s) and was stopped after "
+            "recognising 0 of 3 frames (pages): not indexed; raise limits.file_timeout, or "
+            "lower ocr.max_pages to index its first pages"
+        )
+
+
+def test_the_default_page_cap_leaves_the_ocr_signature_of_older_records_alone():
+    from kbcli.config import OcrConfig
+    from kbcli.ingest.ocr import signature
+
+    older = "rapidocr1;dpi=200;mpx=40;min=20;conf=0.5;lang=zh,en"  # before ocr.max_pages
+    assert signature(OcrConfig()) == older
+    assert signature(OcrConfig(max_pages=500)) == older + ";pages=500"
+
+
 def test_a_text_only_ingest_imports_no_ocr_package(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -452,6 +600,8 @@ def test_chinese_lines_join_without_spaces():
         ("ocr:\n  min_confidence: 2\n", "between 0.0 and 1.0"),
         ("ocr:\n  enabled: maybe\n", "true or false"),
         ("ocr:\n  page_timout: 5\n", "did you mean page_timeout?"),
+        ("ocr:\n  max_pages: 0\n", "at least 1"),
+        ("ocr:\n  max_pages: 2.5\n", "whole number"),
     ],
 )
 def test_bad_ocr_settings_are_one_line_errors(tmp_path, yaml, message):
@@ -467,6 +617,9 @@ def test_ocr_settings_are_read(tmp_path):
     path.write_text("ocr:\n  languages: [EN]\n  dpi: 300\n  min_text_per_page: 0\n")
     ocr = load_config(path).ocr
     assert (ocr.languages, ocr.dpi, ocr.min_text_per_page, ocr.enabled) == (("en",), 300, 0, True)
+    assert ocr.max_pages == 100
+    path.write_text("ocr:\n  max_pages: 7\n")
+    assert load_config(path).ocr.max_pages == 7
 
 
 def test_english_only_drops_misread_han_and_full_width_forms():

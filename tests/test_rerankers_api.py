@@ -111,7 +111,9 @@ def test_server_message_is_quoted_redacted(server):
 
 def test_a_wrong_answer_is_an_error_not_a_crash(server, monkeypatch):
     reranker = APIReranker(server.url)
-    monkeypatch.setattr(reranker._endpoint, "post", lambda payload: {"results": [{"index": 9}]})
+    monkeypatch.setattr(
+        reranker._endpoint, "post", lambda payload, **_: {"results": [{"index": 9}]}
+    )
     with pytest.raises(RerankerError, match="invalid answer"):
         reranker.rerank("q", hits())
 
@@ -120,7 +122,9 @@ def test_tei_style_requests_and_answers(server, monkeypatch):
     reranker = APIReranker(server.url, documents_field="texts")
     sent = []
     answer = [{"index": 2, "score": 0.9}, {"index": 0, "score": 0.1}]
-    monkeypatch.setattr(reranker._endpoint, "post", lambda payload: sent.append(payload) or answer)
+    monkeypatch.setattr(
+        reranker._endpoint, "post", lambda payload, **_: sent.append(payload) or answer
+    )
     out = reranker.rerank("q", hits(DOCS[:3]))
     assert [h.document.id for h in out] == ["d2", "d0"]
     assert sent[0]["texts"] == DOCS[:3] and "documents" not in sent[0]

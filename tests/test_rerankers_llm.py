@@ -170,3 +170,149 @@ def test_rewriting_with_rerank_judges_the_original_query(server):
     kb.pipeline.rewriter = QueryRewriter("hyde", "w", server.url)
     kb.search("forgot login", k=2, mode="keyword")
     assert seen == ["forgot login"]
+
+
+# --- every rerank and rewrite within a deadline, every reply within a size (issue 37) ---------
+
+
+@pytest.fixture
+def chat():
+    from fake_chat import FakeChatServer
+
+    with FakeChatServer() as srv:
+        yield srv
+
+
+@pytest.mark.parametrize("method", ["pointwise", "listwise"])
+def test_a_rerank_ends_at_its_deadline_whatever_the_server_does(chat, method):
+    chat.hang = True  # each request alone may take timeout x 4 attempts = 2 minutes
+    reranker = LLMReranker(
+        "m", chat.url + "/v1", SECRET, method=method, workers=2, timeout=30, deadline=1
+    )
+    with pytest.raises(RerankerError) as err:
+        reranker.rerank("reset password", hits())
+    assert str(err.value) == (
+        f"LLM reranker m at {chat.url.removeprefix('http://')} gave no complete answer within "
+        "rag.rerank.deadline (1 s): stopped; try again later, or raise rag.rerank.deadline"
+    )
+
+
+def test_a_rewrite_ends_at_its_deadline(chat):
+    chat.hang = True
+    rewriter = QueryRewriter("both", "w", chat.url + "/v1", SECRET, timeout=30, deadline=1)
+    with pytest.raises(RerankerError, match=r"within rag.rewrite.deadline \(1 s\): stopped"):
+        rewriter.routes("reset password", "hybrid")
+    assert len(chat.requests) == 1  # the second route was never asked for
+
+
+@pytest.mark.parametrize("who", ["reranker", "rewriter"])
+def test_a_huge_reply_is_dropped_while_read(chat, who):
+    chat.huge = 400 << 20
+    with pytest.raises(RerankerError) as err:
+        if who == "reranker":
+            LLMReranker("m", chat.url + "/v1", SECRET, workers=1).rerank("q", hits())
+        else:
+            QueryRewriter("hyde", "w", chat.url + "/v1", SECRET).routes("q", "hybrid")
+    setting = "rag.rerank" if who == "reranker" else "rag.rewrite"
+    assert str(err.value).endswith(
+        "sent a reply of more than 16 MB, more than kb reads: stopped reading it; check that "
+        f"{setting}.base_url is the right server"
+    )
+    assert len(chat.requests) == 1 and chat.bytes_sent < (64 << 20)  # not retried, not read
+
+
+def test_kb_search_with_a_rewriter_that_never_answers_ends_in_one_line(chat, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    chat.hang = True
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Password\n\nTo reset your password open settings.\n")
+    config = tmp_path / "limits.yaml"
+    config.write_text(
+        f"rag:\n  rewrite:\n    mode: hyde\n    base_url: {chat.url}/v1\n    deadline: 1\n"
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "KB_CONFIG": str(config), "LLM_API_KEY": SECRET}
+
+    def kb(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "kbcli", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+    assert kb("ingest", str(docs), "-q").returncode == 0
+    done = kb("search", "reset password", "--json")
+    assert done.returncode == 1 and done.stdout == ""
+    lines = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "query rewriter gpt-4o-mini at " in lines[0]
+    assert lines[0].endswith(
+        "gave no complete answer within rag.rewrite.deadline (1 s): stopped; try again later, "
+        "or raise rag.rewrite.deadline"
+    )
+    plain = kb("search", "reset password", "--rewrite", "none", "--json")
+    assert plain.returncode == 0 and json.loads(plain.stdout)
+
+
+def test_the_api_reranker_shares_the_deadline(server):
+    from kbcli.rerankers.api import APIReranker
+
+    server.stalls = [5.0, 5.0, 5.0]
+    reranker = APIReranker(server.url, "r", SECRET, max_documents=2, timeout=30, deadline=1)
+    with pytest.raises(RerankerError, match=r"within rag.rerank.deadline \(1 s\): stopped"):
+        reranker.rerank("reset password", hits())
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("key", ["rerank", "rewrite"])
+def test_deadlines_come_from_the_config_and_are_checked(tmp_path, key):
+    from kbcli.config_parse import build_config
+    from kbcli.errors import ConfigError
+
+    config = build_config({"rag": {key: {"deadline": 7}}}, None)
+    assert getattr(config.rag, key).deadline == 7
+    assert build_config({}, None).rag.rerank.deadline == 120
+    assert build_config({}, None).rag.rewrite.deadline == 60
+    with pytest.raises(ConfigError, match=rf"rag.{key}.deadline: must be between"):
+        build_config({"rag": {key: {"deadline": 0}}}, None)
+
+
+def test_a_huge_error_body_is_read_only_as_far_as_its_message():
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sent = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(400 << 20))
+            self.end_headers()
+            block = (b'{"error": {"message": "' + b"x" * (1 << 16))[: 1 << 16]
+            try:
+                for _ in range(400 << 4):  # 400 MB in 64 KB blocks, until the client goes
+                    self.wfile.write(block)
+                    sent[0] += 1 << 16
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        reranker = LLMReranker("m", url, SECRET, workers=1, max_retries=0)
+        with pytest.raises(RerankerError) as err:
+            reranker.rerank("q", hits()[:1])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "(status 500)" in str(err.value) and len(str(err.value)) < 600
+    assert sent[0] < (64 << 20)  # the 64 KB kb reads, plus what the sockets buffer

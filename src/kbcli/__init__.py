@@ -41,6 +41,7 @@ _EXPORTS = {
     "MissingDependencyError": "errors",
     "NotAKnowledgeBaseError": "errors",
     "NotFoundError": "errors",
+    "ReadOnlyIndexError": "errors",
     "RerankerError": "errors",
     "StoreError": "errors",
     "UnsafePruneError": "errors",

@@ -15,6 +15,12 @@ lookup and redaction (:mod:`kbcli.embedders._settings`) and the one-line message
   ``timeout`` seconds, retried like any request). After that nothing is retried (the text is
   already shown): a failure, or a pause of more than ``timeout`` seconds between two pieces,
   ends the answer with an error.
+* **The whole answer** ends within ``deadline`` seconds (``rag.answer.deadline``: every
+  attempt, wait and streamed piece; a server that streams forever is cut there) and holds at
+  most ``max_answer_mb`` of text (``rag.answer.max_answer_mb``, a ``<think>`` block included),
+  counted while the reply is read: a body (or one line of a stream) is read up to four times
+  that plus 1 MB (:func:`kbcli.remote.reply_cap_hook`), so memory stays bounded whatever the
+  server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
 * A ``<think>…</think>`` block at the start of the answer (reasoning models served by Ollama,
   vLLM or llama.cpp) is left out.
 * An answer without text (a provider's safety filter, ``max_tokens`` spent before any text)
@@ -23,14 +29,30 @@ lookup and redaction (:mod:`kbcli.embedders._settings`) and the one-line message
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .embedders._settings import find_api_key, first_env, host_of, redact, short
-from .embedders.retry import EmbedderRequestError, Failure, RetryPolicy, call_with_retries
+from .embedders.retry import (
+    AttemptTimeout,
+    EmbedderRequestError,
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    relay,
+)
 from .errors import AnswerError, require
-from .remote import describe_failure
+from .remote import (
+    TOO_LARGE,
+    UnreadableReply,
+    describe_failure,
+    last_attempt,
+    megabytes,
+    reply_cap_hook,
+    too_large_in,
+)
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 KEYLESS = "no-key"  # what the SDKs are given for a local server that needs no key
@@ -48,6 +70,15 @@ class Completion:
 
 class _Malformed(Exception):
     """The server answered 2xx with something that is not a chat completion."""
+
+
+class _TooLong(Exception):
+    """The answer's text passed ``max_answer_mb`` (raised while it is read)."""
+
+
+TOO_LONG = "answer too long"  # a Failure's reason
+REPLY_FACTOR = 4  # a reply's body (a stream's line) is read up to this x the answer's cap ...
+REPLY_SLACK = 1 << 20  # ... plus this: JSON escapes and the envelope around the text
 
 
 class ThinkFilter:
@@ -103,7 +134,9 @@ class ChatModel:
     :class:`~kbcli.embedders.retry.Failure`).
     ``api_key`` is the key itself; else the variable ``api_key_env`` names; else the
     provider's variables. ``label`` and ``setting`` name the model and its configuration
-    section in messages.
+    section in messages. ``deadline`` (seconds) and ``max_answer_mb`` bound each answer (see
+    the module docstring); a client made by ``_make_client`` reads its replies through
+    ``self._reply_hook`` and asks for uncompressed replies.
     """
 
     provider = ""
@@ -123,6 +156,8 @@ class ChatModel:
         max_retries: int = 2,
         label: str = "answer model",
         setting: str = "rag.answer",
+        deadline: float = 300.0,
+        max_answer_mb: float = 1.0,
     ) -> None:
         self.model = model or self.default_model
         self.label = label
@@ -137,9 +172,19 @@ class ChatModel:
         self._api_key = key
         self.key_source = source
         self.timeout = float(timeout)
-        if self.timeout <= 0:
-            raise AnswerError(f"{setting}.timeout must be a positive number of seconds")
-        self.retry_policy = RetryPolicy(max_retries=max(0, int(max_retries)), timeout=self.timeout)
+        self.deadline = float(deadline)
+        for name, value in (("timeout", self.timeout), ("deadline", self.deadline)):
+            if not value > 0:
+                raise AnswerError(f"{setting}.{name} must be a positive number of seconds")
+        if not max_answer_mb > 0:
+            raise AnswerError(f"{setting}.max_answer_mb must be a positive number")
+        self.max_answer_mb = float(max_answer_mb)
+        self.max_answer_bytes = max(1, int(max_answer_mb * (1 << 20)))
+        self.reply_limit = REPLY_FACTOR * self.max_answer_bytes + REPLY_SLACK
+        self._reply_hook = reply_cap_hook(self.reply_limit)
+        self.retry_policy = RetryPolicy(
+            max_retries=max(0, int(max_retries)), timeout=self.timeout, budget=self.deadline
+        )
         self._client = self._make_client()
 
     @classmethod
@@ -151,6 +196,8 @@ class ChatModel:
             api_key_env=settings.api_key_env,
             timeout=settings.timeout,
             max_retries=settings.max_retries,
+            deadline=settings.deadline,
+            max_answer_mb=settings.max_answer_mb,
         )
 
     @property
@@ -215,6 +262,8 @@ class ChatModel:
             text, finish, served = self._retried(
                 lambda: self._create(messages, max_tokens, temperature)
             )
+            if len((text or "").encode("utf-8")) > self.max_answer_bytes:
+                raise AnswerError(self._too_long())
             text = strip_thinking(text or "")
         else:
             text, finish, served = self._streamed(messages, max_tokens, temperature, on_text)
@@ -228,6 +277,33 @@ class ChatModel:
 
     def _where(self) -> str:
         return f"{self.label} {self.model} at {self.host}"
+
+    def _too_long(self) -> str:
+        cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
+        return (
+            f"{self._where()} sent more than {cap} of answer: stopped reading it; lower "
+            f"{self.setting}.max_tokens, or raise {self.setting}.max_answer_mb for answers "
+            "that long"
+        )
+
+    def _past_deadline(self, what: str = "") -> str:
+        return (
+            f"{self._where()} gave no complete answer within {self.setting}.deadline "
+            f"({self.deadline:g} s{what}): stopped; try again later, or raise "
+            f"{self.setting}.deadline"
+        )
+
+    def _metered(
+        self, pieces: Iterator[tuple[str, str | None, str | None]]
+    ) -> Iterator[tuple[str, str | None, str | None]]:
+        """``pieces`` of a stream, counting their text (thinking included): ``_TooLong``
+        once it passes ``max_answer_bytes``."""
+        seen = 0
+        for text, finish, model in pieces:
+            seen += len((text or "").encode("utf-8"))
+            if seen > self.max_answer_bytes:
+                raise _TooLong
+            yield text, finish, model
 
     def _retried(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -254,9 +330,11 @@ class ChatModel:
             state["finish"] = finish or state["finish"]
             state["model"] = model or state["model"]
 
+        started = time.monotonic()
+
         def first_text() -> tuple[str, Iterator[Any], ThinkFilter]:
             think = ThinkFilter()  # per attempt: a failed one may have stopped mid-thought
-            pieces = self._stream(messages, max_tokens, temperature)
+            pieces = self._metered(self._stream(messages, max_tokens, temperature))
             for text, finish, model in pieces:
                 note(finish, model)
                 shown = think.feed(text or "")
@@ -268,15 +346,23 @@ class ChatModel:
         parts = [shown]
         if shown:
             on_text(shown)
+        # the rest is read in a worker thread, so the deadline holds even while a read waits
+        left = self.deadline - (time.monotonic() - started)
         try:
-            for text, finish, model in rest:
+            for text, finish, model in relay(rest, left, self._abandon):
                 note(finish, model)
                 piece = think.feed(text or "")
                 if piece:
                     parts.append(piece)
                     on_text(piece)
+        except AttemptTimeout:
+            raise AnswerError(self._past_deadline("; it was still streaming")) from None
+        except _TooLong:
+            raise AnswerError(self._too_long()) from None
         except Exception as exc:  # noqa: BLE001 - classify decides what is ours
             failure = self._classify_any(exc)
+            if failure is not None and failure.reason in (TOO_LARGE, TOO_LONG):
+                raise AnswerError(self._describe(failure, 1)) from None
             if failure is None:
                 raise
             detail = f": {failure.detail}" if failure.detail else ""
@@ -296,13 +382,29 @@ class ChatModel:
         return "".join(parts), state["finish"], state["model"]
 
     def _classify_any(self, exc: BaseException) -> Failure | None:
-        if isinstance(exc, _Malformed):
+        if isinstance(exc, _TooLong):
+            return Failure(False, None, TOO_LONG)
+        too_large = too_large_in(exc)  # raised while the SDK read the reply
+        if too_large is not None:
+            return Failure(False, None, TOO_LARGE, None, megabytes(too_large.limit))
+        if isinstance(exc, (_Malformed, UnreadableReply)):
             return Failure(
                 False, None, "invalid response", None, short(redact(str(exc), self._api_key))
             )
         return self._classify(exc)
 
     def _describe(self, failure: Failure, attempts: int) -> str:
+        if failure.reason == TOO_LONG:
+            return self._too_long()
+        if failure.reason == TOO_LARGE:
+            cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
+            return (
+                f"{self._where()} sent a reply of more than {failure.detail}, over what {cap} "
+                f"lets kb read: stopped reading it; lower {self.setting}.max_tokens, or check "
+                f"{self.setting}.base_url"
+            )
+        if failure.exhausted == "budget":
+            return self._past_deadline(last_attempt(failure, attempts))
         if failure.reason == "invalid response" and failure.status is None:
             return (
                 f"{self._where()} did not answer with a chat completion ({failure.detail}): is "
@@ -352,11 +454,17 @@ class OpenAIChat(ChatModel):
         openai = require("openai", feature="The openai answer model")
         self._openai = openai
         # max_retries=0: retries are ours (kbcli.embedders.retry), bounded and testable.
+        # Replies are read within bounds (the hook) and asked for uncompressed.
+        http_client = openai.DefaultHttpxClient(
+            event_hooks={"response": [self._reply_hook]},
+            headers={"Accept-Encoding": "identity"},
+        )
         return openai.OpenAI(
             api_key=self._api_key or KEYLESS,
             base_url=self.base_url or self.default_host,
             max_retries=0,
             timeout=self.timeout,
+            http_client=http_client,
         )
 
     def _create(
@@ -431,6 +539,11 @@ class GeminiChat(ChatModel):
             timeout=max(1, int(self.timeout * 1000)),  # milliseconds
             # attempts=1: the SDK never retries; kbcli.embedders.retry does.
             retry_options=self._types.HttpRetryOptions(attempts=1),
+            # replies are read within bounds (the hook) and asked for uncompressed
+            client_args={
+                "event_hooks": {"response": [self._reply_hook]},
+                "headers": {"Accept-Encoding": "identity"},
+            },
         )
         return genai.Client(api_key=self._api_key or KEYLESS, vertexai=False, http_options=options)
 

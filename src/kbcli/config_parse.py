@@ -280,6 +280,7 @@ def _ocr_section(r: _Reader, sec: dict[str, Any]) -> OcrConfig:
         dpi=dpi,
         max_megapixels=r.number(sec, prefix, "max_megapixels", d.max_megapixels, 1.0, 1000.0),
         page_timeout=r.number(sec, prefix, "page_timeout", d.page_timeout, 0.001, MAX_SECONDS),
+        max_pages=r.integer(sec, prefix, "max_pages", d.max_pages, 1),
         min_confidence=r.number(sec, prefix, "min_confidence", d.min_confidence, 0.0, 1.0),
     )
 
@@ -408,6 +409,7 @@ def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig
         method=r.choice(sec, prefix, "method", d.method, LLM_RERANK_METHODS),
         timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, None),
         max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),
+        deadline=r.number(sec, prefix, "deadline", d.deadline, 0.001, MAX_SECONDS),
     )
 
 
@@ -419,13 +421,15 @@ def _rewrite_section(r: _Reader, sec: dict[str, Any]) -> RewriteConfig:
         mode=r.choice(sec, prefix, "mode", d.mode, REWRITE_MODES),
         model=r.string(sec, prefix, "model", None),
         base_url=r.string(sec, prefix, "base_url", None),
+        deadline=r.number(sec, prefix, "deadline", d.deadline, 0.001, MAX_SECONDS),
     )
 
 
 ANSWER_KEYS = (
     "provider", "model", "base_url", "api_key_env", "max_evidence", "max_tokens",
-    "temperature", "timeout", "max_retries", "min_coverage",
+    "temperature", "timeout", "max_retries", "min_coverage", "deadline", "max_answer_mb",
 )  # fmt: skip
+MAX_ANSWER_MB = 100.0  # a bigger cap is a typo: the reply is held in memory up to it
 EVIDENCE_UNITS = {"chars": "chars", "characters": "chars", "tokens": "tokens"}
 
 
@@ -487,4 +491,6 @@ def _answer_section(r: _Reader, sec: dict[str, Any]) -> AnswerConfig:
         timeout=r.number(sec, prefix, "timeout", d.timeout, 0.001, MAX_SECONDS),
         max_retries=r.integer(sec, prefix, "max_retries", d.max_retries, 0),
         min_coverage=r.number(sec, prefix, "min_coverage", d.min_coverage, 0.0, 1.0),
+        deadline=r.number(sec, prefix, "deadline", d.deadline, 0.001, MAX_SECONDS),
+        max_answer_mb=r.number(sec, prefix, "max_answer_mb", d.max_answer_mb, 0.001, MAX_ANSWER_MB),
     )

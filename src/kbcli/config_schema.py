@@ -94,17 +94,20 @@ class RerankConfig:
     method: str = "pointwise"
     timeout: float = 30.0
     max_retries: int = 3
+    deadline: float = 120.0  # seconds for one search's rerank: every request, retry and wait
 
 
 @dataclass(frozen=True)
 class RewriteConfig:
     """``rag.rewrite``: optional query rewriting before recall over an OpenAI-compatible chat
     endpoint (see :mod:`kbcli.rewrite`). ``mode``: ``none``, ``hyde`` (a hypothetical answer
-    searched alongside the query), ``expand`` (alternative phrasings) or ``both``."""
+    searched alongside the query), ``expand`` (alternative phrasings) or ``both``;
+    ``deadline``: seconds for one query's rewriting, every request, retry and wait included."""
 
     mode: str = "none"
     model: str | None = None
     base_url: str | None = None
+    deadline: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,8 @@ class AnswerConfig:
     ``GEMINI_API_KEY``). ``max_evidence`` caps the evidence in the prompt, in
     ``evidence_unit`` (``chars``, or ``tokens`` when the file says ``"1500 tokens"``).
     ``min_coverage`` is the evidence floor used without a reranker's ``min_relevance``.
+    ``deadline`` bounds the whole answer in seconds (every attempt, wait and streamed piece),
+    ``max_answer_mb`` its size, enforced while the reply is read.
     """
 
     provider: str = "openai"
@@ -131,6 +136,8 @@ class AnswerConfig:
     timeout: float = 60.0  # seconds per attempt; streamed: to the first token and between tokens
     max_retries: int = 2
     min_coverage: float = 0.3
+    deadline: float = 300.0  # seconds for the whole answer, retries and streaming included
+    max_answer_mb: float = 1.0  # the most answer text read (MB, 2**20 bytes of UTF-8)
 
 
 @dataclass(frozen=True)
@@ -182,8 +189,10 @@ class OcrConfig:
     kept (of :data:`OCR_LANGUAGES`); without ``zh``, full-width forms become ASCII and CJK
     characters are dropped as misreadings. A page is rendered at most ``max_megapixels`` big
     (a larger page at a lower resolution) and an image declaring more is refused;
-    ``page_timeout`` bounds one page's rendering and recognition in seconds; recognised lines
-    scoring under ``min_confidence`` (0..1) are dropped.
+    ``page_timeout`` bounds one page's rendering and recognition in seconds (the whole file's
+    reading, every page included, stays within ``limits.file_timeout``); at most ``max_pages``
+    pages (or image frames) of one file are recognised, the rest skipped with a warning;
+    recognised lines scoring under ``min_confidence`` (0..1) are dropped.
     """
 
     enabled: bool = True
@@ -192,6 +201,7 @@ class OcrConfig:
     dpi: int = 200
     max_megapixels: float = 40.0
     page_timeout: float = 60.0
+    max_pages: int = 100
     min_confidence: float = 0.5
 
 

@@ -17,6 +17,7 @@ bug and keeps its traceback.
     ├── StoreError             the knowledge database cannot be used
     │   ├── NotAKnowledgeBaseError  the file is not a kb database (or is corrupt)
     │   ├── DatabaseLockedError     another process holds the write lock too long
+    │   ├── ReadOnlyIndexError      a write to an index opened read-only (a read-only mount ...)
     │   └── IndexMismatchError      index built with another embedder or analyzer
     ├── UnsafePruneError       an ingest would remove most of the index (an unmounted folder?)
     ├── NotFoundError          an id or source that is not in the index
@@ -93,6 +94,11 @@ class DatabaseLockedError(StoreError):
     """Another process kept the database locked for longer than we may wait."""
 
     exit_code = 3
+
+
+class ReadOnlyIndexError(StoreError):
+    """A write to an index that can only be read here (a read-only file, folder or mount):
+    searching it works; the message names the cause and the fix."""
 
 
 class IndexMismatchError(StoreError):

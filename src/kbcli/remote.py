@@ -6,6 +6,12 @@ with the embedders is imported, not copied: the retry policy, backoff and ``Retr
 handling of :mod:`kbcli.embedders.retry`, and the key lookup, redaction and host helpers of
 :mod:`kbcli.embedders._settings`. Keys are sent only in the ``Authorization`` header and never
 appear in messages (server messages are redacted before they are quoted).
+
+Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
+(:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`read_capped`), the first
+:data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and wait of a
+rerank or a rewrite) within its ``deadline``. The SDK chat clients of :mod:`kbcli.chat` bound
+their replies with :func:`reply_cap_hook`.
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import sys
+import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .embedders._settings import find_api_key, first_env, host_of, redact, short
@@ -34,10 +44,146 @@ DEFAULT_CHAT_MODEL = "gpt-4o-mini"
 CHAT_KEY_ENV = ("LLM_API_KEY", "OPENAI_API_KEY", "API_KEY")
 CHAT_BASE_URL_ENV = ("LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
 CHAT_MODEL_ENV = ("LLM_MODEL",)
+MAX_REPLY_BYTES = 16 << 20  # a rerank or chat reply (a rerank of 1000 documents is < 2 MB)
+MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
+TOO_LARGE = "reply too large"  # a Failure's reason: the reply passed its bound
+READ_BLOCK = 64 << 10
 
 
 class _BadResponse(Exception):
     """The server answered 2xx with something that is not the JSON we expect."""
+
+
+class UnreadableReply(Exception):
+    """A reply kb cannot read within its bounds (an encoding it did not ask for)."""
+
+
+class ReplyTooLarge(Exception):
+    """A server's reply passed the bytes kb reads of it (raised while it is read, so the rest
+    is never held in memory). ``limit`` is that bound in bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the reply passed {megabytes(limit)}")
+        self.limit = limit
+
+
+def megabytes(size: int) -> str:
+    """``16 MB``, ``1.5 MB``, ``0.06 MB``: a byte count as messages show it."""
+    return f"{size / (1 << 20):.3g} MB"
+
+
+def read_capped(response: Any, limit: int) -> bytes:
+    """The body of the urllib ``response``, read in blocks; :class:`ReplyTooLarge` as soon as
+    it passes ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        block = response.read(min(READ_BLOCK, limit + 1 - size))
+        if not block:
+            return b"".join(parts)
+        size += len(block)
+        if size > limit:
+            raise ReplyTooLarge(limit)
+        parts.append(block)
+
+
+def too_large_in(exc: BaseException | None) -> ReplyTooLarge | None:
+    """The :class:`ReplyTooLarge` that caused ``exc`` (an SDK may wrap it), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ReplyTooLarge):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def reply_cap_hook(limit: int) -> Callable[[Any], None]:
+    """An httpx (or httpx2) ``response`` event hook bounding what is read of each reply,
+    decoded: a body at ``limit`` bytes, an event stream (``text/event-stream``) at ``limit``
+    bytes per line, its total left to the caller (which counts the text it gets). A gzip or
+    deflate body is inflated here, within the same bounds (a small compressed reply can
+    inflate to gigabytes); any other encoding is refused. Give the client
+    ``Accept-Encoding: identity`` too, so a server has no reason to compress.
+
+    Raises :class:`ReplyTooLarge` from the reading of the body (the SDK's call, or its
+    stream's iteration)."""
+
+    def hook(response: Any) -> None:
+        module = sys.modules[type(response).__module__.split(".")[0]]
+        kind = response.headers.get("content-type", "").lower()
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        inflate: Callable[[bytes], Iterator[bytes]] | None = None
+        if encoding not in ("", "identity"):
+            inflate = _inflater(encoding)
+            del response.headers["content-encoding"]  # inflated here, not again by httpx
+        stream = _capped_class(module.SyncByteStream)()
+        stream.inner, stream.limit, stream.inflate = response.stream, limit, inflate
+        stream.per_line = kind.startswith("text/event-stream")
+        response.stream = stream
+
+    return hook
+
+
+_CAPPED: dict[type, type] = {}
+
+
+def _capped_class(base: type) -> type:
+    """A subclass of the client's own ``SyncByteStream`` (httpx checks the type) that reads
+    its inner stream within bounds."""
+    if base not in _CAPPED:
+        body = {"__iter__": _capped_iter, "close": _close}
+        _CAPPED[base] = type("CappedStream", (base,), body)
+    return _CAPPED[base]
+
+
+def _capped_iter(self: Any) -> Iterator[bytes]:
+    seen = 0  # bytes of the body, or of the line being read (an event stream)
+    for raw in self.inner:
+        for chunk in self.inflate(raw) if self.inflate is not None else (raw,):
+            if self.per_line:
+                cut = chunk.rfind(b"\n")
+                seen = len(chunk) - cut - 1 if cut >= 0 else seen + len(chunk)
+            else:
+                seen += len(chunk)
+            if seen > self.limit:
+                raise ReplyTooLarge(self.limit)
+            yield chunk
+
+
+def _close(self: Any) -> None:
+    self.inner.close()
+
+
+def _inflater(encoding: str) -> Callable[[bytes], Iterator[bytes]]:
+    if encoding in ("gzip", "x-gzip"):
+        return _Inflater(16 + zlib.MAX_WBITS).feed
+    if encoding == "deflate":  # a zlib stream, or (some servers) a raw deflate one
+        return _Inflater(zlib.MAX_WBITS, raw_fallback=True).feed
+    raise UnreadableReply(f"a reply compressed as {encoding!r}, which kb did not ask for")
+
+
+class _Inflater:
+    """Inflates a compressed body piece by piece, never more than :data:`READ_BLOCK` at once."""
+
+    def __init__(self, wbits: int, *, raw_fallback: bool = False) -> None:
+        self.inflater = zlib.decompressobj(wbits)
+        self.raw_fallback = raw_fallback
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            try:
+                out = self.inflater.decompress(data, READ_BLOCK)
+            except zlib.error as exc:
+                if not self.raw_fallback:
+                    reason = f"a compressed reply that cannot be inflated ({exc})"
+                    raise UnreadableReply(reason) from None
+                self.inflater, self.raw_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
+                continue
+            self.raw_fallback = False
+            if out:
+                yield out
+            data = self.inflater.unconsumed_tail
 
 
 def endpoint(base_url: str, path: str) -> str:
@@ -66,6 +212,8 @@ class JSONEndpoint:
 
     ``label`` names the service in messages ("rerank API"), ``setting`` the configuration
     section a user would change ("rag.rerank"), ``key_env`` the variables a key may come from.
+    A reply is read up to ``max_bytes``; ``deadline`` seconds bound one :meth:`post`, every
+    attempt and wait included, unless the caller gives the end of a longer call (``until``).
     Failures raise :class:`~kbcli.errors.RerankerError` with a one-line message.
     """
 
@@ -80,10 +228,14 @@ class JSONEndpoint:
         setting: str,
         timeout: float = 30.0,
         max_retries: int = 3,
+        deadline: float | None = None,
+        max_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         self.url = url
         self.label = label
         self.setting = setting
+        self.deadline = deadline
+        self.max_bytes = max_bytes
         self.timeout = float(timeout)
         # timeout is a total deadline per attempt (urllib's own applies to each read, so a
         # server trickling bytes would never trip it); see kbcli.embedders.retry
@@ -101,12 +253,19 @@ class JSONEndpoint:
     def __repr__(self) -> str:
         return f"JSONEndpoint({self.label!r}, host={self.host!r})"
 
-    def post(self, payload: dict[str, Any]) -> Any:
-        """Send ``payload`` and return the decoded JSON answer."""
+    def post(self, payload: dict[str, Any], *, until: float | None = None) -> Any:
+        """Send ``payload`` and return the decoded JSON answer. ``until`` (a
+        :func:`time.monotonic` time) ends every attempt and wait, for a call made of several
+        posts (a rerank); else ``deadline`` from now."""
+        policy = self.retry_policy
+        if until is None and self.deadline is not None:
+            until = time.monotonic() + self.deadline
+        if until is not None:
+            policy = replace(policy, budget=until - time.monotonic())
         try:
             return call_with_retries(
                 lambda: self._request(payload),
-                policy=self.retry_policy,
+                policy=policy,
                 classify=self._classify,
                 describe=self._describe,
                 on_abandon=self._abandon,
@@ -128,7 +287,7 @@ class JSONEndpoint:
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             self._responses.append(response)
             try:
-                body = response.read()
+                body = read_capped(response, self.max_bytes)
             finally:
                 if response in self._responses:
                     self._responses.remove(response)
@@ -143,7 +302,7 @@ class JSONEndpoint:
         if isinstance(exc, urllib.error.HTTPError):
             status = exc.code
             try:
-                body = exc.read()
+                body = exc.read(MAX_ERROR_BYTES)
             except OSError:
                 body = b""
             detail = short(redact(_server_message(body), self._api_key))
@@ -162,7 +321,9 @@ class JSONEndpoint:
             return Failure(True, None, f"connection error ({type(exc).__name__})")
         if isinstance(exc, transport_errors()):
             return Failure(True, None, "connection error")
-        if isinstance(exc, _BadResponse):
+        if isinstance(exc, ReplyTooLarge):
+            return Failure(False, None, TOO_LARGE, None, megabytes(exc.limit))
+        if isinstance(exc, (_BadResponse, UnreadableReply)):
             return Failure(
                 False, None, "invalid response", None, short(redact(str(exc), self._api_key))
             )
@@ -177,6 +338,7 @@ class JSONEndpoint:
             key_env=self.key_env,
             has_key=bool(self._api_key),
             key_source=self.key_source,
+            deadline=self.deadline,
         )
 
 
@@ -189,13 +351,26 @@ def describe_failure(
     key_env: tuple[str, ...] = (),
     has_key: bool = True,
     key_source: str = "",
+    deadline: float | None = None,
 ) -> str:
     """The one-line message of a request that failed for good: ``where`` names the service
     ("answer model gpt-4o-mini at localhost:8080"), ``setting`` the configuration section to
-    change, ``key_env`` the variables a key may come from. Holds no secret (the server's
-    message in ``failure.detail`` is already redacted)."""
+    change, ``key_env`` the variables a key may come from, ``deadline`` the seconds
+    ``{setting}.deadline`` allows (a failure that exhausted the budget ran into it). Holds no
+    secret (the server's message in ``failure.detail`` is already redacted)."""
     detail = f": {failure.detail}" if failure.detail else ""
     status = failure.status
+    if failure.reason == TOO_LARGE:
+        return (
+            f"{where} sent a reply of more than {failure.detail}, more than kb reads: stopped "
+            f"reading it; check that {setting}.base_url is the right server"
+        )
+    if failure.exhausted == "budget" and deadline is not None:
+        return (
+            f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s"
+            f"{last_attempt(failure, attempts)}): stopped; try again later, or raise "
+            f"{setting}.deadline"
+        )
     if failure.retryable:
         what = f"status {status}" if status is not None else failure.reason
         return (
@@ -216,6 +391,17 @@ def describe_failure(
         )
     shown = f"status {status}" if status is not None else failure.reason
     return f"{where} failed ({shown}){detail}"
+
+
+def last_attempt(failure: Failure, attempts: int) -> str:
+    """``"; 3 attempts, the last: status 503"`` for a deadline's message (empty when the
+    deadline itself cut the only attempt)."""
+    what = f"status {failure.status}" if failure.status is not None else failure.reason
+    if "budget ran out" in what:  # the deadline cut that attempt: said already
+        what = ""
+    if attempts == 1:
+        return f"; {what}" if what else ""
+    return f"; {attempts} attempts" + (f", the last: {what}" if what else "")
 
 
 @dataclass(frozen=True)
@@ -247,6 +433,7 @@ class ChatClient:
         setting: str = "rag.rerank",
         timeout: float = 60.0,
         max_retries: int = 3,
+        deadline: float | None = None,
     ) -> None:
         key, source = find_api_key(api_key, CHAT_KEY_ENV)
         self.base_url = base_url or first_env(*CHAT_BASE_URL_ENV)[0] or DEFAULT_CHAT_BASE_URL
@@ -265,6 +452,7 @@ class ChatClient:
             setting=setting,
             timeout=timeout,
             max_retries=max_retries,
+            deadline=deadline,
         )
 
     def __repr__(self) -> str:
@@ -277,8 +465,10 @@ class ChatClient:
         max_tokens: int = 256,
         temperature: float = 0.0,
         logprobs: bool = False,
+        until: float | None = None,
     ) -> ChatReply:
-        """The model's answer to ``messages`` (``[{role, content}]``)."""
+        """The model's answer to ``messages`` (``[{role, content}]``); ``until`` as for
+        :meth:`JSONEndpoint.post`."""
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -288,7 +478,7 @@ class ChatClient:
         if logprobs:
             payload["logprobs"] = True
             payload["top_logprobs"] = 5
-        data = self._endpoint.post(payload)
+        data = self._endpoint.post(payload, until=until)
         try:
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""

@@ -30,6 +30,7 @@ rank fusion before any reranking (which still judges against the original query)
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidOptionError
@@ -69,6 +70,7 @@ class QueryRewriter:
         expansions: int = 3,
         timeout: float = 60.0,
         max_retries: int = 3,
+        deadline: float = 60.0,
     ) -> None:
         if mode not in REWRITE_MODES or mode == "none":
             raise InvalidOptionError(
@@ -84,7 +86,9 @@ class QueryRewriter:
             setting="rag.rewrite",
             timeout=timeout,
             max_retries=max_retries,
+            deadline=deadline,
         )
+        self.deadline = deadline
 
     def __repr__(self) -> str:
         return f"QueryRewriter(mode={self.mode!r}, model={self.client.model!r})"
@@ -103,21 +107,22 @@ class QueryRewriter:
         other.mode = mode
         return other
 
-    def hyde(self, query: str) -> str:
-        """A hypothetical passage answering ``query``."""
+    def hyde(self, query: str, until: float | None = None) -> str:
+        """A hypothetical passage answering ``query`` (``until``: the call's end, else
+        ``deadline`` from now)."""
         messages = [
             {"role": "system", "content": HYDE_SYSTEM},
             {"role": "user", "content": HYDE_USER.format(query=query)},
         ]
-        return self.client.complete(messages, max_tokens=200).text.strip()
+        return self.client.complete(messages, max_tokens=200, until=until).text.strip()
 
-    def expand(self, query: str) -> list[str]:
+    def expand(self, query: str, until: float | None = None) -> list[str]:
         """Up to ``expansions`` other phrasings of ``query`` (never the query itself)."""
         messages = [
             {"role": "system", "content": EXPAND_SYSTEM},
             {"role": "user", "content": EXPAND_USER.format(n=self.expansions, query=query)},
         ]
-        text = self.client.complete(messages, max_tokens=60 * self.expansions).text
+        text = self.client.complete(messages, max_tokens=60 * self.expansions, until=until).text
         seen = {query.strip().lower()}
         out = []
         for line in text.splitlines():
@@ -128,15 +133,17 @@ class QueryRewriter:
         return out[: self.expansions]
 
     def routes(self, query: str, search_mode: str) -> list[tuple[str, str, str]]:
-        """Extra ``(label, text, mode)`` routes for ``query`` searched in ``search_mode``."""
+        """Extra ``(label, text, mode)`` routes for ``query`` searched in ``search_mode``; the
+        requests together end within ``deadline`` seconds."""
+        until = time.monotonic() + self.deadline
         routes: list[tuple[str, str, str]] = []
         if self.mode in ("hyde", "both"):
-            passage = self.hyde(query)
+            passage = self.hyde(query, until)
             if passage:
                 dense = "keyword" if search_mode == "keyword" else "semantic"
                 routes.append(("hyde", passage, dense))
         if self.mode in ("expand", "both"):
-            for n, text in enumerate(self.expand(query), start=1):
+            for n, text in enumerate(self.expand(query, until), start=1):
                 routes.append((f"expand{n}", text, search_mode))
         return routes
 
@@ -150,4 +157,4 @@ def build_rewriter(config: Config | None = None, mode: str | None = None) -> Any
     chosen = mode or settings.mode
     if chosen == "none":
         return None
-    return QueryRewriter(chosen, settings.model, settings.base_url)
+    return QueryRewriter(chosen, settings.model, settings.base_url, deadline=settings.deadline)

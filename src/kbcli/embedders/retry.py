@@ -29,12 +29,13 @@ from __future__ import annotations
 import contextvars
 import email.utils
 import logging
+import queue
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import EmbedderError
 
@@ -101,12 +102,12 @@ class EmbedderRequestError(EmbedderError):
         self.retryable = retryable
 
 
-
 class Headers(Protocol):
     """Response headers looked up by name (a mapping, or the ``email.message.Message`` that
     urllib gives)."""
 
     def get(self, name: str, default: None = None, /) -> str | None: ...
+
 
 def parse_retry_after(headers: Headers | None) -> float | None:
     """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
@@ -173,6 +174,72 @@ def run_with_deadline(
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]
+
+
+def relay(
+    items: Iterator[T],
+    seconds: float,
+    on_abandon: Callable[[], None] | None = None,
+    *,
+    capacity: int = 64,
+) -> Iterator[T]:
+    """The items of ``items``, read in a daemon thread, for at most ``seconds``: then
+    :class:`AttemptTimeout`, even while the thread waits in a read, and ``on_abandon`` is
+    called to release what it holds (close its client; the thread then ends). An exception
+    the thread meets is raised here. At most ``capacity`` items wait for the reader, so the
+    thread never runs far ahead of a slow one (a terminal).
+    """
+    ends = time.monotonic() + seconds
+    waiting: queue.Queue[tuple[str, Any]] = queue.Queue(capacity)
+    stop = threading.Event()
+    context = contextvars.copy_context()
+
+    def put(entry: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                waiting.put(entry, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pump() -> None:
+        try:
+            for item in items:
+                if not put(("item", item)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader
+            put(("error", exc))
+
+    thread = threading.Thread(
+        target=context.run, args=(pump,), name="kbcli-provider-stream", daemon=True
+    )
+    thread.start()
+    finished = False
+    try:
+        while True:
+            left = ends - time.monotonic()
+            if left <= 0:  # checked first: a stream that never pauses still ends on time
+                raise AttemptTimeout(seconds)
+            try:
+                kind, value = waiting.get(timeout=left)
+            except queue.Empty:
+                raise AttemptTimeout(seconds) from None
+            if kind == "item":
+                yield value
+                continue
+            finished = True
+            if kind == "error":
+                raise value
+            return
+    finally:
+        stop.set()
+        if not finished and on_abandon is not None:
+            try:
+                on_abandon()
+            except Exception:  # noqa: BLE001 - best effort, as in run_with_deadline
+                logger.debug("closing an abandoned provider stream failed", exc_info=True)
 
 
 def call_with_retries(

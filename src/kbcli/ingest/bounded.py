@@ -37,6 +37,11 @@ from .reading import FileChanged
 
 T = TypeVar("T")
 
+
+class ParseTimeout(LoaderError):
+    """A bounded call ran past its deadline and was stopped (its message names the limit)."""
+
+
 # Address-space budget for the child on top of what it already maps: generous for real files,
 # fatal for decompression bombs.
 MEMORY_BUDGET_BYTES = 2 << 30
@@ -295,9 +300,9 @@ def run_bounded(
 
     ``func`` must be importable by name from a module (one defined in ``__main__`` runs in this
     process, unbounded) and return picklable data. Raises LoaderError naming ``label`` on
-    timeout, memory exhaustion or a child that died; LoaderErrors raised by ``func`` come back
-    with their message; any other exception becomes a RuntimeError carrying the child's
-    traceback (a bug, not a bad file).
+    timeout (:class:`ParseTimeout`), memory exhaustion or a child that died; LoaderErrors
+    raised by ``func`` come back with their message; any other exception becomes a
+    RuntimeError carrying the child's traceback (a bug, not a bad file).
     """
     if timeout is None or not _runs_in_child(func):
         return func(*args)
@@ -309,7 +314,7 @@ def run_bounded(
             status, payload, mapped = child.call(func, args, budget, timeout)
             done = True
         except TimeoutError:
-            raise LoaderError(
+            raise ParseTimeout(
                 f"{label}: parsing took longer than {timeout:g} s and was stopped: "
                 "raise limits.file_timeout if the file is just large"
             ) from None

@@ -20,11 +20,11 @@ from ..errors import InvalidOptionError, LoaderError, UnsupportedFormatError, re
 from ..types import Section
 from . import layout
 from . import ocr as ocr_pages
-from .bounded import run_bounded
+from .bounded import ParseTimeout, run_bounded
 from .html import extract_html
 from .normalizers import StructurePreservingNormalizer
 from .office import check_docx_zip, extract_docx, extract_pdf
-from .reading import FileContent, limit_bytes, not_regular
+from .reading import FileContent, limit_bytes, not_regular, timed_out
 from .text_encoding import decode_text, read_text
 
 SECTION_SEPARATOR = "\n\n"
@@ -40,6 +40,7 @@ class BuiltinLoader:
     must be those a caller hashed (a parser in the worker hashes what it reads: ``FileChanged``
     when they differ; ``checked`` is then True after a call whose every read was compared).
     ``last_ocr`` is ``{"pages", "seconds"}`` when the latest call recognised pages, else None.
+    ``timeout`` bounds one file's whole reading: its parsing and every page OCR recognises.
     """
 
     def __init__(self, encoding: str = "utf-8", timeout: float | None = None):
@@ -53,6 +54,7 @@ class BuiltinLoader:
         self.checked = False
         self.last_warnings: list[str] = []
         self.last_ocr: dict[str, Any] | None = None
+        self._deadline: float | None = None  # when this file's ``timeout`` runs out
 
     def configured(self, encoding: str, timeout: float | None) -> BuiltinLoader:
         """A fresh copy of this loader using ``encoding`` and ``timeout``."""
@@ -69,21 +71,42 @@ class BuiltinLoader:
     def _extract_bounded(self, extract: Any, path: str | Path) -> list[Section]:
         """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
         self.last_warnings = []
+        self._start_clock()
         sections, self.last_warnings = self._bounded(extract, path, self.sha256)
         self.checked = self.sha256 is not None
         return [Section(text, meta) for text, meta in sections]
 
+    def _start_clock(self) -> None:
+        """The file's ``timeout`` starts now (every bounded call of it counts against it)."""
+        self._deadline = None if self.timeout is None else time.monotonic() + self.timeout
+
+    def _left(self) -> float | None:
+        """Seconds left of the file's ``timeout`` (None: no limit)."""
+        if self.timeout is None:
+            return None
+        if self._deadline is None:
+            self._start_clock()
+        assert self._deadline is not None
+        return self._deadline - time.monotonic()
+
     def _bounded(self, func: Any, path: str | Path, *args: Any) -> Any:
-        """``func(path, max_bytes, *args)`` in the bounded worker, within ``timeout``."""
+        """``func(path, max_bytes, *args)`` in the bounded worker, within what is left of the
+        file's ``timeout``."""
         self.last_ocr = None
         self.checked = False
-        return run_bounded(
-            func,
-            (str(path), self.max_bytes, *args),
-            timeout=self.timeout,
-            label=str(path),
-            file_size=_size(path),
-        )
+        left = self._left()
+        if left is not None and left <= 0:
+            raise timed_out(path, self.timeout)
+        try:
+            return run_bounded(
+                func,
+                (str(path), self.max_bytes, *args),
+                timeout=left,
+                label=str(path),
+                file_size=_size(path),
+            )
+        except ParseTimeout:
+            raise timed_out(path, self.timeout) from None
 
     def _ocr_off(self) -> str | None:
         """Why pages cannot be recognised here (OCR off or not installed), or None."""
@@ -91,11 +114,31 @@ class BuiltinLoader:
             return "OCR is off (ocr.enabled: false in jianmu.yaml)"
         return ocr_pages.missing()
 
-    def _recognise(self, scan: Any, path: str | Path, numbers: list[int]) -> dict[int, str]:
-        """Recognise pages ``numbers`` of ``path`` with ``scan``, one bounded call each:
+    def _recognise(
+        self, scan: Any, path: str | Path, numbers: list[int], kind: str = "scanned pages"
+    ) -> dict[int, str]:
+        """Recognise pages ``numbers`` of ``path`` with ``scan``, one bounded call each, at
+        most ``ocr.max_pages`` of them (a warning names the file and how many were read) and
+        all within the file's ``timeout`` (past it: LoaderError, the file is not indexed):
         page number -> text; failures become warnings, the time goes to ``last_ocr``."""
+        cap = self.ocr.max_pages
+        if len(numbers) > cap:
+            self.last_warnings.append(
+                f"{path}: only the first {cap:,} of its {len(numbers):,} {kind} were read by "
+                f"OCR (ocr.max_pages): raise ocr.max_pages to read them all"
+            )
+            numbers = numbers[:cap]
+        left = self._left()
         run = ocr_pages.run_pages(
-            scan, str(path), self.max_bytes, numbers, self.ocr, bounded=self.timeout is not None
+            scan,
+            str(path),
+            self.max_bytes,
+            numbers,
+            self.ocr,
+            bounded=self.timeout is not None,
+            deadline=None if left is None else time.monotonic() + left,
+            file_timeout=self.timeout,
+            kind=kind,
         )
         self.last_warnings.extend(run.warnings)
         self.last_ocr = run.figures()
@@ -126,6 +169,7 @@ class PdfLoader(BuiltinLoader):
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
+        self._start_clock()
         found, self.last_warnings, scanned, total = self._bounded(
             extract_pdf, path, self.ocr.min_text_per_page, self.sha256
         )
@@ -201,11 +245,14 @@ class ImageLoader(BuiltinLoader):
 
     def load_sections(self, path: str | Path) -> list[Section]:
         self.last_warnings = []
+        self._start_clock()
         off = self._ocr_off()
         if off is not None:
             raise LoaderError(f"{path}: images are read by OCR: {off}")
         frames = self._bounded(ocr_pages.image_frames, path, self.ocr)
-        recognised = self._recognise(ocr_pages.scan_image_frame, path, list(range(1, frames + 1)))
+        recognised = self._recognise(
+            ocr_pages.scan_image_frame, path, list(range(1, frames + 1)), "frames (pages)"
+        )
         if not recognised and not self.last_warnings:
             self.last_warnings.append(f"{path}: OCR recognised no text in the image")
         return [Section(recognised[n], {"page": n, "ocr": True}) for n in sorted(recognised)]

@@ -5,7 +5,9 @@ wheel (Chinese and English, on onnxruntime, no network), pypdfium2 renders PDF p
 opens images. None of them is imported until a page needs OCR, and then only in the bounded
 parser process (:mod:`kbcli.ingest.bounded`): each page is one bounded call (``ocr.page_timeout``
 seconds, the parser's memory ceiling), so a page that hangs, crashes the process or runs out of
-memory costs that page (a warning), never the file.
+memory costs that page (a warning). The file's pages together stay within
+``limits.file_timeout`` (a file past it fails, named), and at most ``ocr.max_pages`` pages of a
+file are recognised (the others are skipped with a warning saying how many were read).
 
 One page, in the child (:func:`scan_pdf_page`, :func:`scan_image_frame`):
 
@@ -38,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config_schema import OcrConfig
 from ..errors import LoaderError, missing_message
 from .reading import open_regular, too_large
 
@@ -101,10 +104,13 @@ def missing() -> str | None:
 
 def signature(options: Any) -> str:
     """What decides recognised text, for a file record's settings (a change re-reads scans)."""
+    pages = options.max_pages
     return (
         f"rapidocr1;dpi={options.dpi};mpx={options.max_megapixels:g};"
         f"min={options.min_text_per_page};conf={options.min_confidence:g};"
         f"lang={','.join(options.languages)}"
+        # only when changed: records written before the setting existed keep their signature
+        + (f";pages={pages}" if pages != OcrConfig.max_pages else "")
     )
 
 
@@ -372,7 +378,7 @@ def image_frames(path: str, max_bytes: int | None, options: Any) -> int:
     """How many frames (pages) the image at ``path`` has; refuses an oversized one (child)."""
     with _open_image(path, max_bytes, options) as image, _our_pixel_limit():
         count = max(1, int(getattr(image, "n_frames", 1) or 1))
-        for frame in range(1, count):
+        for frame in range(1, min(count, options.max_pages)):  # the frames to be read
             try:
                 image.seek(frame)
             except (OSError, ValueError, EOFError):
@@ -433,35 +439,72 @@ def run_pages(
     options: Any,
     *,
     bounded: bool,
+    deadline: float | None = None,
+    file_timeout: float | None = None,
+    kind: str = "scanned pages",
 ) -> OcrRun:
     """``scan(path, max_bytes, n, options)`` for each page ``n``, each in its own bounded call
-    (``ocr.page_timeout``); a page that fails becomes a warning."""
-    from .bounded import run_bounded
+    (``ocr.page_timeout``); a page that fails becomes a warning.
+
+    ``deadline`` (a :func:`time.monotonic` time) is when the file's ``limits.file_timeout``
+    (``file_timeout`` seconds) runs out: no page call runs past it, and a file that reaches it
+    raises :class:`~kbcli.errors.LoaderError` saying how many of the ``kind`` (``"scanned
+    pages"``, ``"frames (pages)"``) were recognised (the file is failed, not indexed in
+    part)."""
+    from .bounded import ParseTimeout, run_bounded
 
     run = OcrRun()
     size = _size(path)
-    for number in numbers:
+    for done, number in enumerate(numbers):
+        limit = options.page_timeout if bounded else None
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise out_of_time(path, file_timeout, done, len(numbers), kind)
+        by_file = left is not None and (limit is None or left < limit)
+        if by_file:
+            limit = left
         began = time.monotonic()
         try:
             page = run_bounded(
                 scan,
                 (path, max_bytes, number, options),
-                timeout=options.page_timeout if bounded else None,
+                timeout=limit,
                 label=f"{path}: page {number}",
                 file_size=size,
             )
+        except ParseTimeout as exc:
+            if by_file:
+                raise out_of_time(path, file_timeout, done, len(numbers), kind) from None
+            run.warnings.append(_page_failure(path, number, str(exc)))
+            continue
         except LoaderError as exc:
-            reason = " ".join(str(exc).split())
-            reason = reason.replace(f"{path}: page {number}: ", "").replace(f"{path}: ", "")
-            for parser_words, page_words in _PAGE_WORDS:  # the bounded call speaks of files
-                reason = reason.replace(parser_words, page_words)
-            run.warnings.append(f"{path}: page {number} could not be recognised: {reason}")
+            run.warnings.append(_page_failure(path, number, str(exc)))
             continue
         finally:
             run.seconds += time.monotonic() - began
         run.scans.append(page)
         run.warnings.extend(f"{path}: {note}" for note in page.notes)
     return run
+
+
+def _page_failure(path: str, number: int, message: str) -> str:
+    reason = " ".join(message.split())
+    reason = reason.replace(f"{path}: page {number}: ", "").replace(f"{path}: ", "")
+    for parser_words, page_words in _PAGE_WORDS:  # the bounded call speaks of files
+        reason = reason.replace(parser_words, page_words)
+    return f"{path}: page {number} could not be recognised: {reason}"
+
+
+def out_of_time(
+    path: str, file_timeout: float | None, done: int, total: int, kind: str = "scanned pages"
+) -> LoaderError:
+    """The failure of a file whose OCR ran out of ``limits.file_timeout``."""
+    limit = f" ({file_timeout:g} s)" if file_timeout is not None else ""
+    return LoaderError(
+        f"{path}: reading took longer than limits.file_timeout{limit} and was stopped after "
+        f"recognising {done:,} of {total:,} {kind}: not indexed; raise "
+        "limits.file_timeout, or lower ocr.max_pages to index its first pages"
+    )
 
 
 def _size(path: str) -> int:

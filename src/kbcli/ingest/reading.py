@@ -168,10 +168,10 @@ def read_blocks(
 
 def timed_out(path: str | Path, timeout: float | None) -> LoaderError:
     """The error for a file that took longer than ``timeout`` seconds."""
-    took = f"longer than {timeout:g} s" if timeout is not None else "too long"
+    took = f" ({timeout:g} s)" if timeout is not None else ""
     return LoaderError(
-        f"{path}: reading took {took} and was stopped: raise limits.file_timeout if the file "
-        "is just large"
+        f"{path}: reading took longer than limits.file_timeout{took} and was stopped: raise "
+        "limits.file_timeout if the file is just large"
     )
 
 

@@ -37,6 +37,11 @@ def stats_table(stats: dict[str, Any]) -> None:
         ("Last ingest", stats.get("last_ingest") or "never"),
         ("Database", str(stats["path"])),
         *_read_server_row(stats.get("read_server")),
+        *(
+            [("Read-only", "yes: searches work here, writes are refused")]
+            if stats.get("read_only")
+            else []
+        ),
     ]
     console = rich_console()
     for key, value in rows:

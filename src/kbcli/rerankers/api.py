@@ -18,6 +18,7 @@ of a request.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 from ..embedders._settings import find_api_key, first_env
@@ -55,6 +56,7 @@ class APIReranker:
         max_retries: int = 3,
         documents_field: str = "documents",
         max_documents: int | None = None,
+        deadline: float = 120.0,
     ) -> None:
         url = base_url or first_env(*BASE_URL_ENV)[0]
         if not url:
@@ -80,33 +82,38 @@ class APIReranker:
             setting="rag.rerank",
             timeout=timeout,
             max_retries=max_retries,
+            deadline=deadline,
         )
 
     @classmethod
     def from_config(cls, settings: Any) -> APIReranker:
         """Build from ``rag.rerank`` (``base_url``, ``model``, ``max_documents``, timeout,
-        retries)."""
+        retries, deadline)."""
         return cls(
             settings.base_url,
             settings.model,
             max_documents=settings.max_documents,
             timeout=settings.timeout,
             max_retries=settings.max_retries,
+            deadline=settings.deadline,
         )
 
     def __repr__(self) -> str:
         return f"APIReranker(model={self.model!r}, host={self._endpoint.host!r})"
 
     def score(self, query: str, texts: list[str]) -> dict[int, float]:
-        """Scores by position in ``texts``; with ``top_n`` only the positions returned."""
+        """Scores by position in ``texts``; with ``top_n`` only the positions returned. Every
+        request of the call ends within ``deadline`` seconds of its start."""
         scores: dict[int, float] = {}
+        until = time.monotonic() + self._endpoint.deadline if self._endpoint.deadline else None
         for start in range(0, len(texts), self.max_documents):
             batch = [t[: self.max_chars] for t in texts[start : start + self.max_documents]]
             top_n = len(batch) if self.top_n is None else min(self.top_n, len(batch))
             payload: dict[str, Any] = {"query": query, self.documents_field: batch, "top_n": top_n}
             if self.model:
                 payload["model"] = self.model
-            for index, value in self._parse(self._endpoint.post(payload), len(batch)):
+            answer = self._endpoint.post(payload, until=until)
+            for index, value in self._parse(answer, len(batch)):
                 scores[start + index] = value
         return scores
 

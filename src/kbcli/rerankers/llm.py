@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -114,6 +115,7 @@ class LLMReranker:
         logprobs: bool = True,
         timeout: float = 60.0,
         max_retries: int = 3,
+        deadline: float = 120.0,
     ) -> None:
         if method not in METHODS:
             raise InvalidOptionError(
@@ -131,32 +133,38 @@ class LLMReranker:
             setting="rag.rerank",
             timeout=timeout,
             max_retries=max_retries,
+            deadline=deadline,
         )
+        self.deadline = deadline
 
     @classmethod
     def from_config(cls, settings: Any) -> LLMReranker:
-        """Build from ``rag.rerank`` (``model``, ``base_url``, ``method``, timeout, retries)."""
+        """Build from ``rag.rerank`` (``model``, ``base_url``, ``method``, timeout, retries,
+        deadline)."""
         return cls(
             settings.model,
             settings.base_url,
             method=settings.method,
             timeout=settings.timeout,
             max_retries=settings.max_retries,
+            deadline=settings.deadline,
         )
 
     def __repr__(self) -> str:
         return f"LLMReranker(model={self.client.model!r}, method={self.method!r})"
 
     def score(self, query: str, texts: list[str]) -> list[float]:
-        """Relevance of each text to ``query`` in [0, 1], in the order given."""
+        """Relevance of each text to ``query`` in [0, 1], in the order given; every request
+        of the call (all candidates, retries and waits) ends within ``deadline`` seconds."""
         if not texts:
             return []
+        until = time.monotonic() + self.deadline
         if self.method == "listwise":
-            return self._listwise(query, texts)
+            return self._listwise(query, texts, until)
         if self.workers == 1 or len(texts) == 1:
-            return [self._pointwise(query, t) for t in texts]
+            return [self._pointwise(query, t, until) for t in texts]
         with ThreadPoolExecutor(max_workers=min(self.workers, len(texts))) as pool:
-            return list(pool.map(lambda t: self._pointwise(query, t), texts))
+            return list(pool.map(lambda t: self._pointwise(query, t, until), texts))
 
     def rerank(self, query: str, results: list[SearchResult]) -> list[SearchResult]:
         """``results`` rescored by the chat model, best first."""
@@ -164,7 +172,7 @@ class LLMReranker:
             return []
         return rescored(results, self.score(query, [r.document.text for r in results]))
 
-    def _pointwise(self, query: str, text: str) -> float:
+    def _pointwise(self, query: str, text: str, until: float | None = None) -> float:
         messages = [
             {"role": "system", "content": POINTWISE_SYSTEM},
             {
@@ -172,10 +180,10 @@ class LLMReranker:
                 "content": POINTWISE_USER.format(query=query, passage=text[: self.max_chars]),
             },
         ]
-        reply = self.client.complete(messages, max_tokens=1, logprobs=self.logprobs)
+        reply = self.client.complete(messages, max_tokens=1, logprobs=self.logprobs, until=until)
         return yes_probability(reply.text, reply.top_logprobs)
 
-    def _listwise(self, query: str, texts: list[str]) -> list[float]:
+    def _listwise(self, query: str, texts: list[str], until: float | None = None) -> list[float]:
         passages = "\n".join(
             f"[{i}] {' '.join(t[: self.max_chars].split())}" for i, t in enumerate(texts, 1)
         )
@@ -183,5 +191,5 @@ class LLMReranker:
             {"role": "system", "content": LISTWISE_SYSTEM},
             {"role": "user", "content": LISTWISE_USER.format(query=query, passages=passages)},
         ]
-        reply = self.client.complete(messages, max_tokens=8 * len(texts) + 16)
+        reply = self.client.complete(messages, max_tokens=8 * len(texts) + 16, until=until)
         return listwise_scores(reply.text, len(texts))

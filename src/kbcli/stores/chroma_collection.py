@@ -42,7 +42,6 @@ def _chromadb() -> Any:
     return require("chromadb", extra="chroma", feature="The chroma store")
 
 
-
 class ChromaVectorIndex:
     """A :class:`~kbcli.protocols.VectorIndex` on a Chroma collection in cosine space.
 
@@ -148,6 +147,10 @@ class ChromaCollection:
     own database is damaged) the error names ``kb doctor --repair``, which deletes Chroma's
     files in the folder (:func:`~kbcli.stores.chroma_folder.wipe_chroma_files`) first.
     """
+
+    #: set by the store when its database is opened read-only: searches scan the catalog's
+    #: vectors exactly and Chroma's files (which it cannot open without writing) are not used
+    read_only = False
 
     def __init__(self, path: Path, name: str, catalog: Path | None = None):
         self.path = path

@@ -66,7 +66,11 @@ class ChromaVectors(TableVectors):
         passing ``filter``: compiled to ``where``, else an exact scan of the allowed chunks.
         A collection Chroma cannot read is rebuilt; an answer shorter than the catalog's
         (a damaged collection, or HNSW coming back short) is replaced by an exact scan of the
-        stored vectors, and a damaged collection rebuilt."""
+        stored vectors, and a damaged collection rebuilt. A read-only index is scanned
+        exactly (Chroma cannot open its folder without writing to it)."""
+        if self.derived.read_only:
+            allowed = None if filter is None else self.allowed.get(conn, filter)
+            return _exact_scan(conn, query, k, allowed)
         hits, from_chroma = self._chroma_search(conn, query, k, filter)
         if len(hits) < k and from_chroma:
             allowed = None if filter is None else self.allowed.get(conn, filter)

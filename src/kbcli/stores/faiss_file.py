@@ -89,7 +89,12 @@ class FaissFile:
         index.build(ids, matrix, reuse=True)
         return index
 
+    #: set by the store when its database is opened read-only: the index stays in memory
+    read_only = False
+
     def _save(self) -> None:
+        if self.read_only:
+            return
         assert self._current is not None
         tag, index, held, embedder = self._current
         body = index.serialize()

@@ -4,20 +4,37 @@ The connection runs in autocommit mode; writes take ``BEGIN IMMEDIATE`` themselv
 deferred transaction that reads and then writes can fail with SQLITE_BUSY under WAL even with a
 busy timeout), reads run in a deferred transaction so several SELECTs see one snapshot while a
 writer works (nesting: :class:`~kbcli.stores.nesting.Nesting`).
+
+**Read-only indexes.** A database this process cannot write (a read-only file, folder or
+mount) is opened read-only (``mode=ro``), so it can be searched; every write then raises
+:class:`~kbcli.errors.ReadOnlyIndexError` naming the cause, before any work. A WAL database
+needs its ``-shm`` beside it to be read; where none exists and none can be created, it is
+opened ``immutable=1`` (no locks, no ``-shm``) but only where no writer can exist: on a
+read-only mount, or in a folder without any write permission (no ``-wal``, ``-shm`` or journal
+can be made there, so only an administrator could write it). A ``-wal``
+still holding commits is never skipped: without a ``-shm`` to read it through, the open fails
+with the fix (open it once where it can be written, which folds the log in).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ...crashpoints import crash_point
-from ...errors import DatabaseLockedError, NotAKnowledgeBaseError, StoreError
+from ...errors import (
+    DatabaseLockedError,
+    NotAKnowledgeBaseError,
+    ReadOnlyIndexError,
+    StoreError,
+)
 from ..common import lock_file
 from ..nesting import Nesting
 from . import schema
@@ -28,6 +45,19 @@ DEFAULT_BUSY_TIMEOUT = 60.0
 def _is_busy(exc: sqlite3.Error) -> bool:
     text = str(exc)
     return "locked" in text or "busy" in text
+
+
+def _cannot_open(exc: sqlite3.Error) -> bool:
+    """SQLite could not open a file it needs (``-shm`` where it cannot be created ...)."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return "unable to open" in str(exc) or name.startswith(
+        (
+            "SQLITE_CANTOPEN",
+            "SQLITE_READONLY_DIRECTORY",
+            "SQLITE_READONLY_CANTINIT",
+            "SQLITE_READONLY_RECOVERY",
+        )
+    )
 
 
 def _is_readonly(exc: sqlite3.Error) -> bool:
@@ -62,12 +92,66 @@ def readonly_cause(path: Path) -> str:
         )
     if not os.access(path.parent, os.W_OK | os.X_OK):
         return (
-            f"The folder {path.parent} is not writable: SQLite keeps {path.name}-wal and "
-            f"{path.name}-shm beside the database; fix its permissions"
+            f"The folder {path.parent} is not writable (read-only for this user): SQLite keeps "
+            f"{path.name}-wal and {path.name}-shm beside the database; fix its permissions"
         )
     return (
-        f"{path} cannot be written: check the permissions of the file, of {path.name}-wal and "
-        f"{path.name}-shm beside it and of its folder"
+        f"{path} cannot be written (read-only): check the permissions of the file, of "
+        f"{path.name}-wal and {path.name}-shm beside it and of its folder"
+    )
+
+
+def on_readonly_mount(path: Path) -> bool:
+    """True when ``path`` is on a file system mounted read-only (nothing there can change it)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows)
+        return False
+
+
+def writable_here(path: Path) -> bool:
+    """Whether this process can write the database at ``path``: the file, and its ``-wal`` and
+    ``-shm`` (existing, or creatable in the folder)."""
+    if on_readonly_mount(path) or not os.access(path, os.W_OK):
+        return False
+    beside = [Path(f"{path}-wal"), Path(f"{path}-shm")]
+    if all(p.exists() for p in beside):
+        return all(os.access(p, os.W_OK) for p in beside)
+    return os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def no_writer_can_exist(path: Path) -> bool:
+    """True where SQLite may skip its locks (``immutable=1``): a read-only mount, or a folder
+    without any write permission, where no ``-wal``, ``-shm`` or journal can be created, so
+    nobody but an administrator could write the database."""
+    if on_readonly_mount(path):
+        return True
+    writable = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+    try:
+        return not path.parent.stat().st_mode & writable
+    except OSError:
+        return False
+
+
+def unreadable_cause(path: Path) -> str:
+    """Why a database this process cannot write cannot be read either, with the fix."""
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    if wal.exists() and wal.stat().st_size > 0:
+        how = (
+            f"which SQLite reads only through {shm.name} (it cannot be created here)"
+            if not shm.exists()
+            else f"which SQLite must first recover by writing ({shm.name} is stale)"
+        )
+        return (
+            f"{path} is read-only here and {wal.name} beside it holds writes not yet in the "
+            f"database, {how}: open the index once where it can be written (any kb command "
+            "folds the log in), then use it read-only"
+        )
+    return (
+        f"{path} is read-only here and SQLite cannot create {shm.name} beside it, which it "
+        "needs to read the index safely while someone may write it: make the folder writable "
+        f"for this user, mount it read-only, or, if the index no longer changes, remove the "
+        f"folder's write permission (chmod a-w {path.parent})"
     )
 
 
@@ -78,6 +162,8 @@ class Database(Nesting):
     identity: dict[str, Any] = {}
     schema_version = schema.SCHEMA_VERSION
     errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+    readonly = False  # opened read-only: every write raises ReadOnlyIndexError
+    readonly_reason = ""
 
     def __init__(self, path: Path, *, busy_timeout: float, create: bool):
         self.path = path
@@ -95,10 +181,18 @@ class Database(Nesting):
             )
         if self.path.is_dir():
             raise NotAKnowledgeBaseError(f"{self.path} is a folder, not a kb database file")
+        if exists and not writable_here(self.path):
+            return self._open_read_only()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"Cannot create the folder for {self.path}: {exc.strerror}") from None
+        if not exists and not os.access(self.path.parent, os.W_OK | os.X_OK):
+            where = " (a read-only file system)" if on_readonly_mount(self.path.parent) else ""
+            raise ReadOnlyIndexError(
+                f"Cannot create {self.path}: its folder is read-only{where}: choose another "
+                "--db path"
+            )
         try:
             conn = sqlite3.connect(
                 str(self.path),
@@ -115,11 +209,8 @@ class Database(Nesting):
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.DatabaseError as exc:
             conn.close()
-            if _is_readonly(exc):
-                raise StoreError(
-                    f"kb needs write access to open this database (a one-time upgrade of its "
-                    f"format, or its write-ahead log): {readonly_cause(self.path)}"
-                ) from None
+            if exists and (_is_readonly(exc) or _cannot_open(exc)):
+                return self._open_read_only()  # the checks above could not tell (ACLs ...)
             if _is_busy(exc):
                 raise DatabaseLockedError(
                     f"{self.path} stayed locked by another kb process for "
@@ -132,6 +223,58 @@ class Database(Nesting):
             conn.close()
             raise
         return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open the database for reading only (see the module docstring)."""
+        path = self.path
+        wal = Path(f"{path}-wal")
+        pending = wal.exists() and wal.stat().st_size > 0
+        immutable = no_writer_can_exist(path) and not pending
+        self.readonly = True
+        self.readonly_reason = readonly_cause(path)
+        uri = f"file:{urllib.parse.quote(str(path))}?mode=ro"
+        try:
+            conn = sqlite3.connect(
+                uri + ("&immutable=1" if immutable else ""),
+                uri=True,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"Cannot open {path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            schema.ensure(conn, path)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if _is_readonly(exc) and not _cannot_open(exc):  # a write: an older format
+                raise ReadOnlyIndexError(
+                    f"kb needs write access once to open this database (a one-time upgrade of "
+                    f"its format): {self.readonly_reason}"
+                ) from None
+            if _cannot_open(exc) or _is_readonly(exc):
+                raise ReadOnlyIndexError(unreadable_cause(path)) from None
+            if _is_busy(exc):
+                raise DatabaseLockedError(
+                    f"{path} stayed locked by another kb process for "
+                    f"{self.busy_timeout:g} s: try again when it finishes"
+                ) from None
+            raise NotAKnowledgeBaseError(
+                f"{path} is not a kb database ({exc}): choose another --db path"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _refuse_write(self) -> None:
+        if self.readonly:
+            raise ReadOnlyIndexError(self.readonly_reason)
+
+    def figures(self) -> dict[str, Any]:
+        """``read_only: True`` for an index opened read-only (:meth:`Store.stats`)."""
+        return {"read_only": True} if self.readonly else {}
 
     def _use_wal(self, conn: sqlite3.Connection) -> None:
         """Switch to WAL when needed. The switch takes an exclusive lock without calling the
@@ -151,6 +294,7 @@ class Database(Nesting):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT``; every commit bumps ``stats.generation``."""
+        self._refuse_write()
         try:  # BEGIN inside: an interrupt right after it must not leave the lock held
             self._begin()
             self.depth = 1
@@ -193,6 +337,7 @@ class Database(Nesting):
         """Raise :class:`StoreError` naming the cause when nothing can be written (a read-only
         file, ``-shm`` or folder), before a writer does any slow work: one write, rolled back
         (a database SQLite opened read-only still begins a write transaction)."""
+        self._refuse_write()
         with self.lock:
             if self.depth:
                 return
@@ -220,6 +365,7 @@ class Database(Nesting):
     def writer_lock(self, wait: float) -> Iterator[None]:
         """The one-ingest-at-a-time lock (a lock file beside the database); checks first that
         the database can be written, so an ingest fails before it reads or embeds anything."""
+        self._refuse_write()  # before the lock file, which a read-only folder cannot hold
         with lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path)):
             self.check_writable()
             yield
@@ -236,7 +382,7 @@ class Database(Nesting):
     def checkpoint(self) -> None:
         """Fold the WAL back into the database file (PASSIVE: never waits for readers)."""
         with self.lock:
-            if not self.depth:
+            if not self.depth and not self.readonly:
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def size_on_disk(self) -> int:

@@ -76,6 +76,9 @@ class KeywordTables(SignedKeywords):
     """Reads and writes the keyword index of one database for one analyzer: the keyword part
     (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
 
+    #: set by the store when its database is opened read-only: packs are kept in memory
+    read_only = False
+
     def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
         super().__init__(analyzer)
         self.path = path
@@ -495,6 +498,8 @@ class KeywordTables(SignedKeywords):
         from . import packed
 
         self._due = False
+        if self.read_only:
+            return pack
         if packed.write_pack(self.packed_path, pack.arrays, pack.tag, pack.seq):
             mapped = packed.map_pack(self.packed_path, pack.tag)
             if mapped is not None and mapped.seq == pack.seq:

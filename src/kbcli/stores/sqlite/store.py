@@ -85,6 +85,9 @@ class SQLiteStore(Store):
         self._db = Database(self.path, busy_timeout=busy_timeout, create=create)
         part = vectors(self.path, self._allowed)
         self._matrix = part.derived  # the index dense search runs on (matrix, FAISS, Chroma)
+        if self._db.readonly:  # searched as it is: nothing derived is written beside it
+            keywords.read_only = True
+            self._matrix.read_only = True
         upkeep = Upkeep(
             self._db,
             keywords,
@@ -137,4 +140,3 @@ def _doctor(store: Any, repair: bool) -> list[Finding]:
     from . import doctor
 
     return doctor.run(store, repair)
-

@@ -100,9 +100,12 @@ def generation_tag(conn: sqlite3.Connection) -> str:
 class DerivedVectors(Protocol):
     """What :class:`~kbcli.stores.sqlite.SQLiteStore` runs dense search on: a vector index
     derived from the ``vectors`` table, current as of a connection's snapshot (keyed by
-    :func:`generation_tag`). ``path`` is its file (safe to delete); ``close`` releases it."""
+    :func:`generation_tag`). ``path`` is its file (safe to delete); ``close`` releases it.
+    ``read_only`` is set by the store when its database is opened read-only: the index is then
+    built in memory (or searched without it) and nothing is written."""
 
     path: Path
+    read_only: bool
 
     def index(self, conn: sqlite3.Connection) -> VectorIndex:
         """The index of the vectors as of ``conn``'s snapshot (loaded, updated or rebuilt)."""
@@ -208,6 +211,9 @@ def write_atomic(path: Path, chunks: Sequence[Any]) -> bool:
 class MatrixCache:
     """The unit-row matrix of one database's vectors, mapped from its cache file."""
 
+    #: set by the store when its database is opened read-only: the matrix is kept in memory
+    read_only = False
+
     def __init__(self, db_path: Path):
         self.path = Path(f"{db_path}.vectors-cache")
         self._index: tuple[str, NumpyVectorIndex] | None = None
@@ -299,6 +305,8 @@ class MatrixCache:
         ids = np.fromiter(
             (r[0] for r in conn.execute("SELECT doc FROM vectors ORDER BY doc")), np.int64, n
         )
+        if self.read_only:
+            return self._build_in_memory(conn, ids, dim)
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             fh = open(tmp, "wb")
