@@ -294,3 +294,66 @@ def test_bind_errors_name_the_address_and_the_fix():
         bind("192.0.2.1", port)  # TEST-NET-1: never assigned to a machine
     with pytest.raises(InvalidOptionError, match="cannot resolve 'no-such-host.invalid'"):
         bind("no-such-host.invalid", port)
+
+
+NO_DESCRIPTORS_SERVER = """
+import logging, os, resource, signal, sys, threading
+sys.modules["uvloop"] = None  # asyncio's own loop: the one that logged tracebacks
+from kbcli.http_limits import Limits, bind, make_server
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+started = threading.Event()
+server = make_server(app, Limits(max_connections=50), on_start=started.set, http="h11")
+sockets = bind("127.0.0.1", 0)
+threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True).start()
+started.wait(30)
+taken = []  # every descriptor but two: accept() soon finds none free
+while True:
+    try:
+        taken.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+for fd in taken[-2:]:
+    os.close(fd)
+print(sockets[0].getsockname()[1], flush=True)
+sys.stdin.readline()  # until the test has connected
+server.should_exit = True
+"""
+
+
+def test_an_accept_with_no_descriptor_free_is_counted_not_a_traceback(tmp_path):
+    """asyncio's loop, no descriptor left: accept() fails with EMFILE. That is one report line
+    naming the limit and the fix (ulimit -n), not a traceback per failure."""
+    need("h11")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    process = subprocess.Popen(
+        [sys.executable, "-c", NO_DESCRIPTORS_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    try:
+        port = int(process.stdout.readline())
+        clients = [_connect(port) for _ in range(10)]
+        time.sleep(1.5)  # accept() failed, asyncio waits 1 s and fails again
+        for sock in clients:
+            sock.close()
+        _, err = process.communicate("\n", timeout=WAIT)
+    finally:
+        process.kill()
+    assert "Traceback" not in err and "out of system resource" not in err, err
+    assert "kb mcp: the open-file limit (" in err and "(raise it: ulimit -n)" in err, err
