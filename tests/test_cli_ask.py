@@ -103,6 +103,16 @@ def test_no_relevant_knowledge_exits_4_without_a_request(docs, server):
     assert server.requests == []
 
 
+@pytest.mark.parametrize("question", ["", "  "])
+def test_an_empty_question_is_a_usage_error_without_a_request(docs, server, question):
+    done = run("ask", question)
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr == (
+        "Error: The question is empty: ask it in words, as in kb ask 'how do I reset it?'\n"
+    )
+    assert server.requests == []
+
+
 def test_json_is_one_object_and_nothing_else(docs, server):
     done = run("ask", QUESTION, "--in", "docs/ops", "--json")
     assert done.exit_code == 0, done.stderr

@@ -286,6 +286,7 @@ def test_stdio_errors_are_texts(stdio):
         ("knowledge_search", {"query": "x", "k": 999}, "Error: k must be a whole number"),
         ("knowledge_search", {"query": "x", "mode": "all"}, "Error: Unknown search mode"),
         ("knowledge_search", {}, "Error: No query provided"),
+        ("knowledge_search", {"query": " \n"}, "Error: No query provided"),
         ("knowledge_search", {"query": "x", "scope": {}}, "Error: Unknown argument 'scope'"),
         ("knowledge_get", {}, "Error: give either id"),
         ("knowledge_wipe", {}, "Error: Unknown tool 'knowledge_wipe'"),
