@@ -24,7 +24,9 @@ from .embedders.retry import (
     Failure,
     RetryPolicy,
     call_with_retries,
+    connection_refused,
     is_retryable_status,
+    nothing_listening,
     parse_retry_after,
 )
 from .errors import RerankerError
@@ -151,17 +153,20 @@ class JSONEndpoint:
             return Failure(
                 is_retryable_status(status), status, f"status {status}", retry_after, detail
             )
+        refused = connection_refused(exc)
         if isinstance(exc, urllib.error.URLError):
             reason = exc.reason
             if isinstance(reason, (TimeoutError, socket.timeout)):
                 return Failure(True, None, f"timed out after {self.timeout:g} s")
+            if refused:
+                return Failure(True, None, "connection error", refused=True)
             return Failure(True, None, f"connection error ({short(reason, 80)})")
         if isinstance(exc, (TimeoutError, socket.timeout)):
             return Failure(True, None, f"timed out after {self.timeout:g} s")
         if isinstance(exc, (ConnectionError, http.client.HTTPException)):
-            return Failure(True, None, f"connection error ({type(exc).__name__})")
+            return Failure(True, None, f"connection error ({type(exc).__name__})", refused=refused)
         if isinstance(exc, transport_errors()):
-            return Failure(True, None, "connection error")
+            return Failure(True, None, "connection error", refused=refused)
         if isinstance(exc, _BadResponse):
             return Failure(
                 False, None, "invalid response", None, short(redact(str(exc), self._api_key))
@@ -177,6 +182,7 @@ class JSONEndpoint:
             key_env=self.key_env,
             has_key=bool(self._api_key),
             key_source=self.key_source,
+            host=self.host,
         )
 
 
@@ -189,15 +195,19 @@ def describe_failure(
     key_env: tuple[str, ...] = (),
     has_key: bool = True,
     key_source: str = "",
+    host: str = "",
 ) -> str:
     """The one-line message of a request that failed for good: ``where`` names the service
     ("answer model gpt-4o-mini at localhost:8080"), ``setting`` the configuration section to
-    change, ``key_env`` the variables a key may come from. Holds no secret (the server's
-    message in ``failure.detail`` is already redacted)."""
+    change, ``key_env`` the variables a key may come from, ``host`` the address connected to.
+    Holds no secret (the server's message in ``failure.detail`` is already redacted)."""
     detail = f": {failure.detail}" if failure.detail else ""
     status = failure.status
     if failure.retryable:
         what = f"status {status}" if status is not None else failure.reason
+        if failure.refused:
+            listening = nothing_listening(host or "that address", setting)
+            return f"{where} failed after {attempts} attempts ({what}): {listening}"
         return (
             f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
             f"or raise {setting}.max_retries"
