@@ -32,7 +32,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .discovery import DEFAULT_EXTENSIONS, IGNORE_FILE, IGNORED_DIRS, discover, parse_extensions
+from .discovery import (
+    DEFAULT_EXTENSIONS,
+    IGNORE_FILE,
+    IGNORED_DIRS,
+    discover,
+    hidden,
+    parse_extensions,
+)
 from .errors import InvalidOptionError, KBError, UnsafePruneError
 from .pathnames import source_path
 from .sync import sync
@@ -112,7 +119,7 @@ class _Roots:
             if not s.recursive and len(parts) > 1:
                 return None
             if not s.include_hidden and any(
-                p.startswith(".") and p != IGNORE_FILE or p in IGNORED_DIRS for p in parts
+                hidden(p) and p != IGNORE_FILE or p in IGNORED_DIRS for p in parts
             ):
                 return None
             if parts[-1] == IGNORE_FILE:
