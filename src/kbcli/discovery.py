@@ -277,10 +277,10 @@ def _walk(
             if hidden(entry.name) and not include_hidden:
                 if picked:  # counted, as every entry passed over is
                     try:
-                        folder = entry.is_dir(follow_symlinks=False)
+                        a_folder = entry.is_dir(follow_symlinks=False)
                     except OSError:
-                        folder = False
-                    if folder:
+                        a_folder = False
+                    if a_folder:
                         d.folders += 1
                     else:
                         d.skipped += 1
