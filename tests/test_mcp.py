@@ -281,6 +281,38 @@ def test_stdio_get_and_stats(stdio, setup):
     assert "embedder: simple/" in text
 
 
+def test_knowledge_get_takes_the_unique_end_of_a_path_within_its_scope(tmp_path, home):
+    """``knowledge_get {"path": "lsof.md"}`` through the real client, as kb get and kb eval
+    take it; an end several files of the scope share is refused naming those files only."""
+    from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
+
+    db = tmp_path / "paths.db"
+    kb = KnowledgeBase(store=SQLiteStore(db), embedder=SimpleEmbedder())
+    for source, tenant in [
+        ("/acme/common/lsof.md", "acme"),
+        ("/acme/linux/lsof.md", "acme"),
+        ("/acme/common/tar.md", "acme"),
+        ("/globex/tar.md", "globex"),
+        ("/globex/common/lsof.md", "globex"),
+    ]:
+        kb.add(f"about {source}", {"source": source, "tenant": tenant})
+    kb.close()
+    client = _stdio_client(db, home, "--filter", "tenant=acme")
+    try:
+        text, is_error = client.call("knowledge_get", {"path": "tar.md"})
+        assert not is_error and "about /acme/common/tar.md" in text
+        text, is_error = client.call("knowledge_get", {"path": "common/lsof.md"})
+        assert not is_error and "about /acme/common/lsof.md" in text  # not globex's
+        text, is_error = client.call("knowledge_get", {"path": "lsof.md"})
+        assert is_error and text == (
+            "Error: 'lsof.md' matches 2 indexed files (/acme/common/lsof.md, "
+            "/acme/linux/lsof.md): give more of the path"
+        )
+        assert client.call("knowledge_get", {"path": "sof.md"}) == (NO_FILE, True)
+    finally:
+        client.close()
+
+
 def test_stdio_errors_are_texts(stdio):
     for name, arguments, expected in [
         ("knowledge_search", {"query": "x", "k": 999}, "Error: k must be a whole number"),

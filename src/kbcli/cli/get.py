@@ -15,6 +15,7 @@ from .root import app
     epilog=example(
         "kb get docs/guide.md",
         "kb get docs/guide.md:40:10",
+        "kb get guide.md",
         "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
     ),
 )
@@ -24,7 +25,8 @@ def get(
         str,
         typer.Argument(
             metavar="PATH[:LINE[:COUNT]]|ID",
-            help="An indexed file (optionally from LINE, COUNT lines) or a chunk id.",
+            help="An indexed file, or the end of its path that only it has (lsof.md), "
+            "optionally from LINE, COUNT lines; or a chunk id.",
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
