@@ -289,6 +289,5 @@ def test_an_empty_query_is_a_usage_error(ids, query):
     result = run("search", query, "--json")
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == (
-        "Error: The query is empty: give the words to look for, as in kb search "
-        "'reset password'\n"
+        "Error: The query is empty: give the words to look for, as in kb search 'reset password'\n"
     )
