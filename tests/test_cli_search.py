@@ -286,3 +286,14 @@ def test_null_with_another_format_is_one_line(odd_names):
         assert result.exit_code == 2, (args, result.stderr)
         assert result.stdout == ""
         assert result.stderr.count("\n") == 1 and "-0" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\t\n"])
+def test_an_empty_query_is_a_usage_error(ids, query):
+    """Was 'No relevant knowledge found.', exit 0: a script with an unset variable searched
+    for nothing and carried on."""
+    result = run("search", query, "--json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr == (
+        "Error: The query is empty: give the words to look for, as in kb search 'reset password'\n"
+    )

@@ -171,3 +171,16 @@ def test_missing_sdk_gives_the_pip_command(monkeypatch):
 
     with pytest.raises(MissingDependencyError, match="pip install google-genai"):
         GeminiEmbedder(api_key=KEY, config=Config())
+
+
+def test_a_refused_connection_says_nothing_is_listening_there(sleeps):
+    with FakeServer() as srv:
+        url = srv.url
+    host = url.split("//")[1]
+    embedder = GeminiEmbedder(api_key=KEY, base_url=url, max_retries=0, config=Config())
+    with pytest.raises(EmbedderError) as caught:
+        embedder.embed_query("x")
+    assert str(caught.value).endswith(
+        f"at {host}: nothing is listening at {host} (connection refused): start the server, "
+        "or check rag.embedding.base_url"
+    )

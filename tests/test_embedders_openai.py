@@ -112,6 +112,22 @@ def test_connection_error_is_retried_then_explained(sleeps):
     assert len(sleeps) == 2
 
 
+def test_a_refused_connection_says_nothing_is_listening_there(sleeps):
+    """Was 'try again later or raise rag.embedding.max_retries': no retry count helps when
+    nothing listens at the address."""
+    with FakeServer() as srv:
+        url = srv.url + "/v1"
+    host = url.split("//")[1].split("/")[0]
+    embedder = OpenAIEmbedder(api_key=KEY, base_url=url, max_retries=1, config=Config())
+    with pytest.raises(EmbedderError) as caught:
+        embedder.embed_query("x")
+    assert str(caught.value) == (
+        f"openai embedding request failed after 2 attempts (connection error) for model "
+        f"text-embedding-3-small at {host}: nothing is listening at {host} (connection "
+        "refused): start the server, or check rag.embedding.base_url"
+    )
+
+
 def test_401_is_not_retried_names_the_env_var_and_hides_the_key(server, sleeps, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     server.always = 401

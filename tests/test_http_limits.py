@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -37,6 +38,7 @@ class App:
     def __init__(self) -> None:
         self.hold: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.gap = 0.0  # seconds between the response's head and its body
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -53,6 +55,8 @@ class App:
         if self.hold is not None:
             await self.hold.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
+        if self.gap:
+            await asyncio.sleep(self.gap)
         await send({"type": "http.response.body", "body": b"ok"})
 
 
@@ -93,17 +97,48 @@ def _closed_by_server(sock: socket.socket) -> bytes:
     return received
 
 
+def _response(sock: socket.socket) -> bytes:
+    """One whole response: its head, then its body by Content-Length or chunk by chunk (a
+    response may come in several segments: the chunked body after its head)."""
+    sock.settimeout(WAIT)
+    received = b""
+
+    def more() -> bool:
+        nonlocal received
+        chunk = sock.recv(65536)
+        received += chunk
+        return bool(chunk)
+
+    while b"\r\n\r\n" not in received:
+        if not more():
+            return received
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+    if length is not None or not re.search(rb"(?im)^transfer-encoding:\s*chunked\s*$", head):
+        while len(received) - len(head) - 4 < int(length[1] if length else 0):
+            if not more():
+                break
+        return received
+    at = len(head) + 4  # the next chunk's size line
+    while True:
+        while b"\r\n" not in received[at:]:
+            if not more():
+                return received
+        line, _, _ = received[at:].partition(b"\r\n")
+        size = int(line.split(b";")[0], 16)
+        end = at + len(line) + 2 + size + 2  # the size line, the data and its CRLF
+        while len(received) < end:
+            if not more():
+                return received
+        if size == 0:
+            return received
+        at = end
+
+
 def _request(port: int, raw: bytes = AUTHORIZED) -> bytes:
     with _connect(port) as sock:
         sock.sendall(raw)
-        sock.settimeout(WAIT)
-        received = b""
-        while b"\r\n\r\n" not in received or not received.endswith(b"ok"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            received += chunk
-        return received
+        return _response(sock)
 
 
 def test_a_socket_that_sends_nothing_is_closed(server):
@@ -130,10 +165,11 @@ def test_a_header_trickled_byte_by_byte_is_closed_before_it_ends(server):
 
 
 def test_after_a_response_the_next_request_has_the_same_deadline(server):
-    port, _, _ = server
+    port, app, _ = server
+    app.gap = 0.1  # the body in a later segment than the head, as under load
     with _connect(port) as sock:
         sock.sendall(AUTHORIZED)
-        first = sock.recv(65536)
+        first = _response(sock)
         assert first.startswith(b"HTTP/1.1 200 ")
         sock.sendall(b"GET /x HTT")  # then nothing more: closed, keep-alive reset or not
         assert _closed_by_server(sock) == b""
@@ -258,3 +294,66 @@ def test_bind_errors_name_the_address_and_the_fix():
         bind("192.0.2.1", port)  # TEST-NET-1: never assigned to a machine
     with pytest.raises(InvalidOptionError, match="cannot resolve 'no-such-host.invalid'"):
         bind("no-such-host.invalid", port)
+
+
+NO_DESCRIPTORS_SERVER = """
+import logging, os, resource, signal, sys, threading
+sys.modules["uvloop"] = None  # asyncio's own loop: the one that logged tracebacks
+from kbcli.http_limits import Limits, bind, make_server
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+started = threading.Event()
+server = make_server(app, Limits(max_connections=50), on_start=started.set, http="h11")
+sockets = bind("127.0.0.1", 0)
+threading.Thread(target=server.run, kwargs={"sockets": sockets}, daemon=True).start()
+started.wait(30)
+taken = []  # every descriptor but two: accept() soon finds none free
+while True:
+    try:
+        taken.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        break
+for fd in taken[-2:]:
+    os.close(fd)
+print(sockets[0].getsockname()[1], flush=True)
+sys.stdin.readline()  # until the test has connected
+server.should_exit = True
+"""
+
+
+def test_an_accept_with_no_descriptor_free_is_counted_not_a_traceback(tmp_path):
+    """asyncio's loop, no descriptor left: accept() fails with EMFILE. That is one report line
+    naming the limit and the fix (ulimit -n), not a traceback per failure."""
+    need("h11")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    process = subprocess.Popen(
+        [sys.executable, "-c", NO_DESCRIPTORS_SERVER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src},
+    )
+    try:
+        port = int(process.stdout.readline())
+        clients = [_connect(port) for _ in range(10)]
+        time.sleep(1.5)  # accept() failed, asyncio waits 1 s and fails again
+        for sock in clients:
+            sock.close()
+        _, err = process.communicate("\n", timeout=WAIT)
+    finally:
+        process.kill()
+    assert "Traceback" not in err and "out of system resource" not in err, err
+    assert "kb mcp: the open-file limit (" in err and "(raise it: ulimit -n)" in err, err

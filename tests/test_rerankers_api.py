@@ -136,6 +136,18 @@ def test_unreachable_server_is_retried_then_one_line(no_waiting):
     assert "connection error" in str(err.value) and len(no_waiting) == 1
 
 
+def test_a_refused_connection_says_nothing_is_listening_there(no_waiting):
+    with FakeRerankServer() as srv:
+        url = srv.url
+    host = url.split("//")[1]
+    with pytest.raises(RerankerError) as err:
+        APIReranker(url, max_retries=1).rerank("q", hits())
+    assert str(err.value).endswith(
+        f"failed after 2 attempts (connection error): nothing is listening at {host} "
+        "(connection refused): start the server, or check rag.rerank.base_url"
+    )
+
+
 def test_needs_a_base_url(monkeypatch):
     with pytest.raises(RerankerError, match="rag.rerank.base_url"):
         APIReranker()

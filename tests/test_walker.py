@@ -119,6 +119,32 @@ def test_cli_summary_counts_special_files(tmp_path):
     assert "Skipped 1 special file" in result.stdout
 
 
+def test_a_page_named_dot_is_indexed_and_every_hidden_entry_is_counted(tmp_path):
+    """``..md`` (a page named ".") was passed over as hidden while the summary said nothing
+    was skipped. It is a real name; what is hidden (one dot, then a name) is counted."""
+    docs = tmp_path / "docs"
+    note(docs / "..md", "the page named dot")
+    note(docs / "...md", "three dots")
+    note(docs / "a.md")
+    note(docs / ".draft.md")  # hidden file
+    note(docs / ".obsidian" / "workspace.md")  # hidden folder
+    note(docs / "node_modules" / "x.md")  # a folder never entered
+    (docs / "data.csv").write_text("a,b\n")  # another extension
+    found = discover([docs], EXT)
+    assert [p.name for p in found.files] == ["...md", "..md", "a.md"]
+    assert (found.skipped, found.folders) == (2, 2)
+    result = run("ingest", str(docs))
+    assert result.exit_code == 0, result.stderr
+    assert "Indexed 3 files" in result.stdout
+    assert "Skipped 2 files (other extensions or hidden)." in result.stdout
+    assert (
+        "Skipped 2 folders (hidden, or .git, node_modules, __pycache__; --include-hidden "
+        "enters them)." in result.stdout
+    )
+    every = discover([docs], EXT, include_hidden=True)
+    assert len(every.files) == 6 and (every.skipped, every.folders) == (1, 0)
+
+
 # --- symlinks -------------------------------------------------------------------------------
 
 

@@ -418,6 +418,7 @@ class ChatModel:
             key_env=self.key_env,
             has_key=bool(self._api_key),
             key_source=self.key_source,
+            host=self.host,
         )
 
     def _abandon(self) -> None:

@@ -26,6 +26,12 @@ IGNORE_FILE = ".kbignore"
 IGNORE_FILE_LIMIT = 1 << 20  # bytes of a .kbignore file read at most
 
 
+def hidden(name: str) -> bool:
+    """Whether a file or folder ``name`` is hidden: one dot, then something else (``.git``,
+    ``.draft.md``). ``..md`` is a page named ``.``, not hidden (nor ``.`` or ``..``)."""
+    return name.startswith(".") and not name.startswith("..")
+
+
 def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """``".md,PDF, txt"`` -> ``(".md", ".pdf", ".txt")``; an empty list is an error."""
     parts = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -50,8 +56,11 @@ def parse_extensions(spec: str | list[str] | tuple[str, ...]) -> tuple[str, ...]
 class Discovery:
     """Files to index, the roots they were found under, and how many were passed over.
 
-    ``special`` counts FIFOs, sockets and devices (never opened); ``links`` counts symbolic
-    links not followed (``follow_symlinks`` off, broken, or leading outside their root);
+    ``skipped`` counts files not picked (another extension, a ``.kbignore`` rule, hidden);
+    ``folders`` the folders not entered (hidden, or :data:`IGNORED_DIRS`, without
+    ``include_hidden``); ``special`` counts FIFOs, sockets and devices (never opened);
+    ``links`` counts symbolic links not followed (``follow_symlinks`` off, broken, or leading
+    outside their root);
     ``unreadable`` lists folders (and entries) that could not be read: files recorded below
     them are never counted as vanished. ``found_per_root`` counts the files to index found
     under each folder root. ``only`` (see :func:`discover`) narrows where it looked.
@@ -62,6 +71,7 @@ class Discovery:
     file_roots: list[Path]
     skipped: int = 0
     warnings: list[str] = field(default_factory=list)
+    folders: int = 0
     special: int = 0
     links: int = 0
     unreadable: list[Path] = field(default_factory=list)
@@ -259,11 +269,21 @@ def _walk(
             continue
         for entry in entries:
             path = Path(entry.path)
-            hidden = entry.name.startswith(".")
-            if entry.name == IGNORE_FILE or (hidden and not include_hidden):
+            if entry.name == IGNORE_FILE:
                 continue
             picked = whole or path in (d.only or ())
             if not picked and path not in leads:
+                continue
+            if hidden(entry.name) and not include_hidden:
+                if picked:  # counted, as every entry passed over is
+                    try:
+                        a_folder = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        a_folder = False
+                    if a_folder:
+                        d.folders += 1
+                    else:
+                        d.skipped += 1
                 continue
             try:
                 if entry.is_symlink():
@@ -283,7 +303,10 @@ def _walk(
                 d.warnings.append(f"{path}: cannot read ({exc.strerror}); kept as it was")
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if not recursive or entry.name in IGNORED_DIRS and not include_hidden:
+                if not recursive:
+                    continue
+                if entry.name in IGNORED_DIRS and not include_hidden:
+                    d.folders += int(picked)
                     continue
                 if rules.ignored(path, True):
                     continue

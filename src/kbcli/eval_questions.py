@@ -112,11 +112,11 @@ def _expected_of(value: Any, where: str) -> dict[str, int]:
 
 
 def indexed_sources(store: Any) -> list[str]:
-    """Every source the index holds: its file records, else its chunks' ``source``."""
+    """Every source the index holds, sorted: its file records, else its chunks' ``source``."""
     from .protocols import FileLedger, supports
 
     if supports(store, FileLedger):
-        sources = list(store.file_records())
+        sources = sorted(store.file_records())
         if sources:
             return sources
     found = {d.metadata.get("source") for d in store.iter_documents()}
@@ -128,15 +128,16 @@ def resolve_expected(
 ) -> dict[str, list[Expectation]]:
     """Each question's expectations against the indexed ``sources``: a path as recorded, or
     relative to the working folder or to ``base`` (the queries file's folder), or the one
-    source ending with it (``common/tar.md``); ``path:line`` names a line. Raises
-    :class:`DatasetError` for a path that matches nothing or more than one source."""
+    source ending with it (``common/tar.md``, :func:`kbcli.reading.path_suffix_match`, as
+    ``kb get`` takes it); ``path:line`` names a line. Raises :class:`DatasetError` for a path
+    that matches nothing or more than one source."""
     import os
     import re
 
     from .pathnames import source_name
+    from .reading import AmbiguousPathError, path_suffix_match
 
     known = set(sources)
-    by_tail: dict[str, list[str]] = {}
 
     def candidates(path: str) -> list[str]:
         out = [path]
@@ -147,37 +148,30 @@ def resolve_expected(
             out += [source_name(os.path.abspath(joined)), source_name(joined.resolve())]
         return out
 
-    def find(path: str) -> list[str]:
+    def find(path: str) -> str | None:
         exact = [c for c in candidates(path) if c in known]
-        if exact:
-            return exact[:1]
-        tail = "/" + path.lstrip("./")
-        if tail not in by_tail:
-            by_tail[tail] = [s for s in sources if s.endswith(tail)]
-        return by_tail[tail]
+        return exact[0] if exact else path_suffix_match(path, sources)
 
     out: dict[str, list[Expectation]] = {}
     for q in questions:
         items = []
         for raw, grade in q.expected.items():
-            path, line = raw, None
-            found = find(raw)
-            m = re.fullmatch(r"(.+):(\d+)", raw)
-            if not found and m:
-                path, line = m[1], int(m[2])
-                found = find(path)
-            if not found:
+            line = None
+            try:
+                found = find(raw)
+                m = re.fullmatch(r"(.+):(\d+)", raw)
+                if found is None and m:
+                    line = int(m[2])
+                    found = find(m[1])
+            except AmbiguousPathError as exc:
+                raise DatasetError(f"Question {q.id}: {exc}") from None
+            if found is None:
                 sample = sources[0] if sources else "(the index is empty)"
                 raise DatasetError(
                     f"Question {q.id}: {raw} is not in the index (indexed paths look like "
                     f"{sample}): fix the path or run kb ingest first"
                 )
-            if len(found) > 1:
-                raise DatasetError(
-                    f"Question {q.id}: {path} matches {len(found)} indexed files ({found[0]}, "
-                    f"{found[1]}...): give more of the path"
-                )
-            items.append(Expectation(raw, found[0], line, grade))
+            items.append(Expectation(raw, found, line, grade))
         out[q.id] = items
     return out
 

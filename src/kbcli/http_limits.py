@@ -12,13 +12,18 @@ holds a connection and a file descriptor for as long as it likes. At the open-fi
   seconds of its connection opening or of the previous response on it, else the connection is
   closed; so is one that has sent ``max_header_bytes`` without finishing its headers;
 * an idle keep-alive connection is closed after ``keep_alive`` seconds (uvicorn's timer);
-* at most ``max_connections`` are open, and at most a third of the open-file limit (an accept
-  burst takes as many descriptors again before the server sees its connections, and a closed
-  one is freed a loop turn later), which is raised toward the hard limit at start. A connection
-  beyond the bound closes the one that has waited longest for its request: a flood of slow
-  sockets pushes out its own oldest members, while a client that sends its request at once is
+* at most ``max_connections`` are open, and at most a third of the open-file limit, which is
+  raised toward the hard limit at start; asyncio accepts a quarter of that bound in one go
+  (:func:`accept_burst`): accepted sockets take descriptors for two or three loop turns
+  before the server sees them, and a closed one is freed a turn later. A connection beyond
+  the bound closes the one that has waited longest for its request: a flood of slow sockets
+  pushes out its own oldest members, while a client that sends its request at once is
   answered. A connection whose request is being answered is never closed for room; when every
-  one is, a new connection gets ``503`` and ``Retry-After``.
+  one is, a new connection gets ``503`` and ``Retry-After``;
+* should ``accept()`` still find no descriptor free (other files the process holds, a low
+  hard limit), asyncio waits a second before accepting again, the connections wait in the
+  kernel's queue, and that is counted in the report line (:class:`AcceptFailures`) rather
+  than logged as a traceback each time (uvloop sheds such connections itself).
 
 uvicorn's ``limit_concurrency`` is not used: it answers ``503`` to every request once the bound
 is reached, which is what a flood wants. The deadline is kept by a subclass of the HTTP protocol
@@ -45,6 +50,8 @@ RESERVED_FILES = 256  # descriptors kept for the database, its threads and the p
 OPEN_FILES_TARGET = 65536  # the soft open-file limit asked for at start (at most the hard one)
 LISTEN_BACKLOG = 2048  # the kernel's queue of connections not yet accepted (uvicorn's default)
 REPORT_EVERY = 30.0  # seconds between log lines about connections closed by these limits
+ACCEPT_FAILED = "socket.accept() out of system resource"  # asyncio's context message
+OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
 BUSY += b"Content-Length: 0\r\n\r\n"
 REASONS = {
@@ -93,17 +100,24 @@ def connection_cap(limits: Limits, open_files: int) -> int:
     return max(1, min(limits.max_connections, (open_files - RESERVED_FILES) // 3))
 
 
+def accept_burst(cap: int) -> int:
+    """How many connections asyncio accepts in one loop turn under a bound of ``cap``."""
+    return max(1, cap // 4)
+
+
 class Guard:
     """What every connection of one server shares: the bound, the open connections, those
     waiting for their request (oldest first) and the count of connections closed, by reason,
     logged at most every :data:`REPORT_EVERY` seconds."""
 
-    def __init__(self, cap: int, limits: Limits):
+    def __init__(self, cap: int, limits: Limits, open_files: int | None = None):
         self.cap = cap
         self.limits = limits
+        self.open_files = open_files
         self.open: set[Any] = set()
         self.waiting: OrderedDict[Any, None] = OrderedDict()
         self.closed: Counter[str] = Counter()
+        self.pauses = 0  # times accept() found no descriptor free since the last report
         self._report: asyncio.TimerHandle | None = None
 
     def admit(self, connection: Any) -> bool:
@@ -140,6 +154,13 @@ class Guard:
         if self._report is None:
             self._log()
 
+    def pause(self) -> None:
+        """Count an ``accept()`` that found no descriptor free (asyncio waits 1 s before
+        accepting again); reported as :meth:`note` reports closed connections."""
+        self.pauses += 1
+        if self._report is None:
+            self._log()
+
     def flush(self) -> None:
         """Log what is counted now (at shutdown)."""
         if self._report is not None:
@@ -150,19 +171,52 @@ class Guard:
             self._report = None
 
     def _log(self) -> None:
-        if not self.closed:
+        if not self.closed and not self.pauses:
             self._report = None
             return
-        parts = [f"{n:,} {REASONS[reason]}" for reason, n in sorted(self.closed.items())]
-        self.closed.clear()
-        logger.warning(
-            "kb mcp: closed HTTP connections: %s (a request must arrive within %g s; at most "
-            "%d connections)",
-            "; ".join(parts),
-            self.limits.request_timeout,
-            self.cap,
-        )
+        if self.closed:
+            parts = [f"{n:,} {REASONS[reason]}" for reason, n in sorted(self.closed.items())]
+            self.closed.clear()
+            logger.warning(
+                "kb mcp: closed HTTP connections: %s (a request must arrive within %g s; at "
+                "most %d connections)",
+                "; ".join(parts),
+                self.limits.request_timeout,
+                self.cap,
+            )
+        if self.pauses:
+            limit = f"{self.open_files:,} " if self.open_files else ""
+            logger.warning(
+                "kb mcp: the open-file limit (%sdescriptors) was reached %s: new connections "
+                "waited 1 s in the kernel's queue each time (raise it: ulimit -n)",
+                limit,
+                "once" if self.pauses == 1 else f"{self.pauses:,} times",
+            )
+            self.pauses = 0
         self._report = asyncio.get_running_loop().call_later(REPORT_EVERY, self._log)
+
+
+class AcceptFailures:
+    """The event loop's exception handler while serving: asyncio's report of an ``accept()``
+    that found no descriptor free (with a traceback, each time) becomes a count in the
+    guard's report line; anything else goes to the handler there was before."""
+
+    def __init__(self, guard: Guard, previous: Callable[..., Any] | None = None):
+        self.guard = guard
+        self.previous = previous
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if (
+            context.get("message") == ACCEPT_FAILED
+            and isinstance(exc, OSError)
+            and exc.errno in OUT_OF_RESOURCES
+        ):
+            self.guard.pause()
+        elif self.previous is not None:
+            self.previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
 
 
 class CountInvalid(logging.Filter):
@@ -336,8 +390,9 @@ def make_server(
     from uvicorn.config import HTTP_PROTOCOLS
     from uvicorn.importer import import_from_string
 
-    cap = connection_cap(limits, raise_open_files())
-    guard = Guard(cap, limits)
+    open_files = raise_open_files()
+    cap = connection_cap(limits, open_files)
+    guard = Guard(cap, limits, open_files)
     protocol = guarded(import_from_string(HTTP_PROTOCOLS[http]), guard)
     config = uvicorn.Config(
         app,
@@ -345,7 +400,7 @@ def make_server(
         ws="none",  # streamable HTTP has no websockets
         lifespan="on",
         log_level="warning",
-        backlog=cap,  # how many connections asyncio accepts in one go
+        backlog=accept_burst(cap),  # how many connections asyncio accepts in one go
         timeout_keep_alive=limits.keep_alive,
         timeout_graceful_shutdown=limits.shutdown_timeout,
         h11_max_incomplete_event_size=limits.max_header_bytes,
@@ -356,6 +411,8 @@ def make_server(
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
             logging.getLogger("uvicorn.error").addFilter(count_invalid)  # configured by now
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(AcceptFailures(guard, loop.get_exception_handler()))
             await super().startup(sockets=sockets)
             for sock in sockets or ():
                 # asyncio listened with the accept burst (``backlog``); the kernel's queue of

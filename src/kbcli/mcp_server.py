@@ -46,6 +46,7 @@ line a minute with the counts per peer address.
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
 import os
@@ -309,7 +310,14 @@ class KnowledgeMCP:
             async with stdio_server() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
 
-        anyio.run(main)
+        try:
+            anyio.run(main)
+        except Exception as exc:
+            if not _broken_pipes_only(exc):
+                raise
+            # the client stopped reading our stdout: the one BrokenPipeError the CLI ends
+            # quietly on, rather than the task group's traceback
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)) from None
 
     def http_app(self, tokens: dict[str, Identity], host: str = "127.0.0.1") -> Any:
         """The streamable HTTP ASGI app at ``/mcp``, behind the bearer-token check."""
@@ -412,3 +420,11 @@ def parse_host_port(value: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidOptionError(f"--http needs HOST:PORT, e.g. 127.0.0.1:8765, got {value!r}")
     return host, int(port)
+
+
+def _broken_pipes_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``BrokenPipeError``, or an exception group holding only those."""
+    inner = getattr(exc, "exceptions", None)
+    if isinstance(inner, tuple) and inner:
+        return all(_broken_pipes_only(e) for e in inner)
+    return isinstance(exc, BrokenPipeError)

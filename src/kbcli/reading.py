@@ -16,14 +16,22 @@ shown, each at the line it starts on.
 Every read goes through a :class:`~kbcli.views.KnowledgeView` (a scope, or all of it): a file or
 chunk the scope hides is not found, exactly like an unknown one, and a file is read again from
 disk only when every indexed chunk of it is in the scope (else the chunks in scope are shown).
+
+A file is named by its path (as given, then absolute), or by the end of it when that end is
+unique: ``lsof.md`` or ``common/lsof.md`` for ``/notes/common/lsof.md``, on whole path
+components (``sof.md`` is not its end). An end that several files in the scope share is
+refused, naming at most :data:`MAX_CANDIDATES` of them, all in the scope
+(:func:`path_suffix_match`, the rule of ``kb get``, ``knowledge_get`` and ``kb eval``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +40,26 @@ from .errors import InvalidOptionError, KBError, NotFoundError
 from .ingest import DefaultDocumentLoader
 from .ingest.lines import file_lines, is_text_file
 from .pathnames import source_forms, source_name, source_path
-from .protocols import FileLedger, supports
+from .protocols import DocumentCatalog, FileLedger, supports
 from .types import Document, note_author
 from .views import KnowledgeView, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
+MAX_CANDIDATES = 10  # files named when the end of a path matches several
+SCOPE_BATCH = 500  # sources checked against a scope in one query
+
+
+class AmbiguousPathError(InvalidOptionError):
+    """The end of a path matches several indexed files (``candidates``: the first few)."""
+
+    def __init__(self, path: str, candidates: list[str], more: bool):
+        count = f"more than {len(candidates)}" if more else str(len(candidates))
+        shown = ", ".join(candidates) + (", ..." if more else "")
+        super().__init__(f"{path!r} matches {count} indexed files ({shown}): give more of the path")
+        self.path = path
+        self.candidates = candidates
+
+
 _TARGET = re.compile(r"^(?P<path>.*?)(?::(?P<line>\d+)(?::(?P<count>\d+))?)?$", re.DOTALL)
 _PAGE = re.compile(r"^(?P<path>.+)#page=(?P<page>\d+)$", re.DOTALL)
 
@@ -131,14 +154,81 @@ def _sha256(path: Path) -> str:
 
 def find_source(view: KnowledgeView, path: str) -> tuple[str, list[Document]] | None:
     """``(source, chunks in scope)`` of the indexed file at ``path`` (as given, then as an
-    absolute path; a name that is not UTF-8 as kb records it), or None when nothing in the
-    scope has that source. Notes that name the source are not the file's chunks."""
+    absolute path; a name that is not UTF-8 as kb records it; then the one source in the
+    scope that ends with it), or None when nothing in the scope has that source. Notes that
+    name the source are not the file's chunks. Raises :class:`AmbiguousPathError` when the end
+    matches several."""
     candidates = dict.fromkeys([source_name(path), *source_forms(path)])
     for source in candidates:
         docs = [d for d in view.iter_documents(source=source) if note_author(d.metadata) is None]
         if docs:
             return source, docs
-    return None
+    found = path_suffix_match(path, _sources_ending(view, path))
+    if found is None:
+        return None
+    docs = [d for d in view.iter_documents(source=found) if note_author(d.metadata) is None]
+    return (found, docs) if docs else None
+
+
+def path_suffix(path: str) -> str | None:
+    """``path`` as the end of a source (``./common/lsof.md`` -> ``common/lsof.md``), or None
+    when it cannot be one: empty, absolute, from the home folder, or holding ``..``."""
+    text = source_name(path)
+    if os.sep != "/":
+        text = text.replace(os.sep, "/")
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if not parts or text.startswith(("/", "~")) or ".." in parts:
+        return None
+    return "/".join(parts)
+
+
+def _ends_with(source: str, suffix: str) -> bool:
+    if os.sep != "/":
+        source = source.replace(os.sep, "/")
+    return source == suffix or source.endswith("/" + suffix)
+
+
+def path_suffix_match(path: str, sources: Iterable[str]) -> str | None:
+    """The one source among ``sources`` whose path ends with ``path`` on whole components
+    (``lsof.md`` and ``common/lsof.md`` end ``/notes/common/lsof.md``; ``sof.md`` does not), or
+    None when none does. Several: :class:`AmbiguousPathError` naming the first
+    :data:`MAX_CANDIDATES` (``sources`` is read no further than that)."""
+    suffix = path_suffix(path)
+    if suffix is None:
+        return None
+    found: list[str] = []
+    for source in sources:
+        if not _ends_with(source, suffix) or source in found:
+            continue
+        if len(found) == MAX_CANDIDATES:
+            raise AmbiguousPathError(path, sorted(found), more=True)
+        found.append(source)
+    if len(found) > 1:
+        raise AmbiguousPathError(path, sorted(found), more=False)
+    return found[0] if found else None
+
+
+def _sources_ending(view: KnowledgeView, path: str) -> Iterator[str]:
+    """The indexed sources in ``view``'s scope that end with ``path``, sorted within each
+    batch checked against the scope (a scope never yields a source it hides)."""
+    suffix = path_suffix(path)
+    if suffix is None:
+        return
+    store = view.kb.store
+    if supports(store, DocumentCatalog):
+        named = (name for name, _ in store.sources())
+    else:  # a reference store: its documents, in the scope already
+        named = (name for name, _ in view.sources())
+    matching = [name for name in named if _ends_with(name, suffix)]
+    if view.filter is None or not supports(store, DocumentCatalog):
+        yield from matching
+        return
+    for start in range(0, len(matching), SCOPE_BATCH):
+        batch = matching[start : start + SCOPE_BATCH]
+        seen = {
+            doc.metadata.get("source") for doc in view.iter_documents({"source": {"$in": batch}})
+        }
+        yield from sorted(s for s in seen if isinstance(s, str))
 
 
 def _order(doc: Document) -> tuple[int, int]:

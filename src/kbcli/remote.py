@@ -34,7 +34,9 @@ from .embedders.retry import (
     Failure,
     RetryPolicy,
     call_with_retries,
+    connection_refused,
     is_retryable_status,
+    nothing_listening,
     parse_retry_after,
 )
 from .errors import RerankerError
@@ -310,17 +312,20 @@ class JSONEndpoint:
             return Failure(
                 is_retryable_status(status), status, f"status {status}", retry_after, detail
             )
+        refused = connection_refused(exc)
         if isinstance(exc, urllib.error.URLError):
             reason = exc.reason
             if isinstance(reason, (TimeoutError, socket.timeout)):
                 return Failure(True, None, f"timed out after {self.timeout:g} s")
+            if refused:
+                return Failure(True, None, "connection error", refused=True)
             return Failure(True, None, f"connection error ({short(reason, 80)})")
         if isinstance(exc, (TimeoutError, socket.timeout)):
             return Failure(True, None, f"timed out after {self.timeout:g} s")
         if isinstance(exc, (ConnectionError, http.client.HTTPException)):
-            return Failure(True, None, f"connection error ({type(exc).__name__})")
+            return Failure(True, None, f"connection error ({type(exc).__name__})", refused=refused)
         if isinstance(exc, transport_errors()):
-            return Failure(True, None, "connection error")
+            return Failure(True, None, "connection error", refused=refused)
         if isinstance(exc, ReplyTooLarge):
             return Failure(False, None, TOO_LARGE, None, megabytes(exc.limit))
         if isinstance(exc, (_BadResponse, UnreadableReply)):
@@ -339,6 +344,7 @@ class JSONEndpoint:
             has_key=bool(self._api_key),
             key_source=self.key_source,
             deadline=self.deadline,
+            host=self.host,
         )
 
 
@@ -352,12 +358,14 @@ def describe_failure(
     has_key: bool = True,
     key_source: str = "",
     deadline: float | None = None,
+    host: str = "",
 ) -> str:
     """The one-line message of a request that failed for good: ``where`` names the service
     ("answer model gpt-4o-mini at localhost:8080"), ``setting`` the configuration section to
     change, ``key_env`` the variables a key may come from, ``deadline`` the seconds
-    ``{setting}.deadline`` allows (a failure that exhausted the budget ran into it). Holds no
-    secret (the server's message in ``failure.detail`` is already redacted)."""
+    ``{setting}.deadline`` allows (a failure that exhausted the budget ran into it), ``host``
+    the address connected to. Holds no secret (the server's message in ``failure.detail`` is
+    already redacted)."""
     detail = f": {failure.detail}" if failure.detail else ""
     status = failure.status
     if failure.reason == TOO_LARGE:
@@ -373,6 +381,9 @@ def describe_failure(
         )
     if failure.retryable:
         what = f"status {status}" if status is not None else failure.reason
+        if failure.refused:
+            listening = nothing_listening(host or "that address", setting)
+            return f"{where} failed after {attempts} attempts ({what}): {listening}"
         return (
             f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
             f"or raise {setting}.max_retries"

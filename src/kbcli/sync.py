@@ -201,6 +201,7 @@ def sync(
         report.skipped = found.skipped
         report.warnings = [source_name(w) for w in found.warnings]
         report.special, report.links = found.special, found.links
+        report.skipped_folders = found.folders
         report.unreadable = len(found.unreadable)
         with store.writer_lock(wait), _write_errors():
             records = store.file_records()

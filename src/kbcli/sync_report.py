@@ -33,6 +33,7 @@ class SyncReport:
     warnings: list[str] = field(default_factory=list)
     rebuilt: int = 0
     special: int = 0  # FIFOs, sockets, devices: skipped, never opened
+    skipped_folders: int = 0  # hidden folders, and .git, node_modules ...: not entered
     links: int = 0  # symbolic links not followed (or leading outside their root)
     unreadable: int = 0  # folders that could not be listed (their indexed files are kept)
     metadata_updated: int = 0

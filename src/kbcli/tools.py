@@ -307,7 +307,8 @@ class KnowledgeGetTool(KnowledgeTool):
                 "path": {
                     "type": "string",
                     "description": "A file's source path, as knowledge_search cites it "
-                    "(PATH#page=N: that page of a PDF).",
+                    "(PATH#page=N: that page of a PDF), or the end of it that only one file "
+                    "has (lsof.md, common/lsof.md).",
                     "maxLength": MAX_PATH_CHARS,
                 },
                 "start_line": {
@@ -354,7 +355,7 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
         from .errors import NotFoundError
-        from .reading import find_page, page_lines, read_file
+        from .reading import AmbiguousPathError, find_page, page_lines, read_file
 
         start = arguments.get("start_line")
         end = arguments.get("end_line")
@@ -377,6 +378,8 @@ class KnowledgeGetTool(KnowledgeTool):
             shown = read_file(self.view, path, start, last, cache=self.cache)
         except NotFoundError:
             return error_result(NO_FILE)
+        except AmbiguousPathError as exc:  # names files of the scope only
+            raise ToolArgumentError(str(exc)) from None
         except InvalidOptionError as exc:  # a range past the end, said in the tool's terms
             raise ToolArgumentError(str(exc).replace("Line ", "start_line ", 1)) from None
         if shown.origin == "file":

@@ -48,6 +48,7 @@ from .discovery import (
     IGNORED_DIRS,
     MASS_DELETE_MIN_INDEXED,
     discover,
+    hidden,
     parse_extensions,
 )
 from .errors import InvalidOptionError, KBError, UnsafePruneError
@@ -157,7 +158,7 @@ class _Roots:
             if not s.recursive and len(parts) > 1:
                 return None
             if not s.include_hidden and any(
-                p.startswith(".") and p != IGNORE_FILE or p in IGNORED_DIRS for p in parts
+                hidden(p) and p != IGNORE_FILE or p in IGNORED_DIRS for p in parts
             ):
                 return None
             if parts[-1] == IGNORE_FILE:

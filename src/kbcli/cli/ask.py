@@ -8,7 +8,15 @@ import typer
 
 from .context import open_kb, search_filter
 from .group import KBCommand
-from .options import MAX_K, FilterOption, FusionOption, RerankOption, example, output_format
+from .options import (
+    MAX_K,
+    FilterOption,
+    FusionOption,
+    RerankOption,
+    example,
+    output_format,
+    words,
+)
 from .root import app
 
 EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
@@ -134,6 +142,7 @@ def ask(
     from .. import render
     from ..filter_syntax import parse_filter_expressions
 
+    question = words(question, "question", "ask it in words, as in kb ask 'how do I reset it?'")
     if json_out and fmt.strip().lower() not in ("text", "json"):
         raise typer.BadParameter("--json is --format json: give one of them", param_hint="'--json'")
     fmt = output_format("json" if json_out else fmt, False, ASK_FORMATS)

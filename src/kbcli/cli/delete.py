@@ -95,10 +95,29 @@ def _sources_under(kb: Any, folder: str) -> list[tuple[str, int]]:
 
 
 def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
+    """Ask on stderr, read the answer from stdin (``echo y | kb delete ...`` answers too);
+    stdin at its end (cron, a script, /dev/null) is a usage error naming ``--yes``."""
+    import sys
+
+    from ..errors import InvalidOptionError
+    from ..render.messages import diagnostics
+
     chunks = sum(count for _, count in under)
-    return typer.confirm(
-        f"Delete {len(under)} file{'' if len(under) == 1 else 's'} ({chunks} chunk"
-        f"{'' if chunks == 1 else 's'}) under {folder}?",
-        default=False,
-        err=True,
-    )
+    files = f"{len(under)} file{'' if len(under) == 1 else 's'}"
+    question = f"Delete {files} ({chunks} chunk{'' if chunks == 1 else 's'}) under {folder}?"
+    while True:
+        with diagnostics():
+            typer.echo(f"{question} [y/N]: ", err=True, nl=False)
+        line = sys.stdin.readline()
+        if not line:
+            with diagnostics():
+                typer.echo(err=True)
+            raise InvalidOptionError(
+                "no answer (stdin is not a terminal, or it ended): nothing deleted; add --yes "
+                f"to delete the {files} under {folder} without asking"
+            )
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("", "n", "no"):
+            return False

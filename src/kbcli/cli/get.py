@@ -16,6 +16,7 @@ from .root import app
         "kb get docs/guide.md",
         "kb get docs/guide.md:40:10",
         "kb get docs/manual.pdf#page=1",
+        "kb get guide.md",
         "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
     ),
 )
@@ -25,8 +26,9 @@ def get(
         str,
         typer.Argument(
             metavar="PATH[:LINE[:COUNT]]|PATH#page=N|ID",
-            help="An indexed file (optionally from LINE, COUNT lines; or its page N, as "
-            "kb search shows a PDF's hits) or a chunk id.",
+            help="An indexed file, or the end of its path that only it has (lsof.md), "
+            "optionally from LINE, COUNT lines, or its page N (as kb search shows a PDF's "
+            "hits); or a chunk id.",
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,

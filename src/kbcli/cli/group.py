@@ -3,7 +3,8 @@ that turns errors into a message and an exit code."""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -11,6 +12,7 @@ from typer.core import TyperCommand, TyperGroup
 from .coercion import PlainCoercion, plain_arguments
 
 EXIT_INTERRUPTED = 130
+EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
 
 # Global options accepted after the command too: flags, and options taking a value.
 GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
@@ -69,7 +71,10 @@ class KBGroup(TyperGroup):
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         PlainCoercion.install(self.get_params(ctx))
-        return super().parse_args(ctx, hoist_global_options(list(args), self.commands))
+        try:  # kb --version and kb --help print here
+            return super().parse_args(ctx, hoist_global_options(list(args), self.commands))
+        except BrokenPipeError as exc:
+            _reader_gone(exc)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """Each command with its whole one-line description (Click cuts them at 45 chars)."""
@@ -85,10 +90,20 @@ class KBGroup(TyperGroup):
                 formatter.write_dl(rows)
 
     def invoke(self, ctx: Any) -> Any:
+        from ..render.messages import settle_stdout
+
+        try:
+            return self._invoke(ctx)
+        finally:
+            settle_stdout()  # what is still buffered, now: not at the interpreter's exit
+
+    def _invoke(self, ctx: Any) -> Any:
         from ..errors import KBError
 
         try:
             return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            _reader_gone(exc, debug=bool(ctx.params.get("debug")))
         except KBError as exc:
             if ctx.params.get("debug"):
                 raise
@@ -108,6 +123,23 @@ class KBGroup(TyperGroup):
 
             render.error(message)
             raise typer.Exit(1) from None
+
+
+def _reader_gone(exc: BrokenPipeError, debug: bool = False) -> NoReturn:
+    """Stop quietly with :data:`EXIT_READER_GONE` when the reader of stdout has gone (``kb
+    search x | head -1``), as ``rg`` does; any other broken pipe is an error of the machine."""
+    from .. import render
+    from ..render.messages import reader_gone, silence
+
+    if not reader_gone():
+        if debug:
+            raise exc
+        render.error(_environment_error(exc) or str(exc))
+        raise typer.Exit(1) from None
+    silence(sys.stdout)
+    if reader_gone(sys.stderr):  # 2>&1 into the same pipe
+        silence(sys.stderr)
+    raise typer.Exit(EXIT_READER_GONE) from None
 
 
 def _environment_error(exc: BaseException) -> str | None:

@@ -120,9 +120,10 @@ def print_root_help(argv: list[str]) -> int | None:
         stream.write(text)  # click.echo(ctx.get_help()): the text and a newline, flushed
         stream.flush()
     except BrokenPipeError:
-        # as click's main: a reader that went away (kb --help | head) is exit code 1, quietly;
-        # the stream goes to /dev/null so that the interpreter's last flush does not complain
+        # a reader that went away (kb --help | head) ends kb quietly, with the code it would
+        # have had, as every command (render.messages.silence: no typer imported here); the
+        # stream goes to /dev/null so that the interpreter's last flush does not complain
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
-        return 1
+        os.close(devnull)
     return code

@@ -76,3 +76,13 @@ def files_format(fmt: str, null: bool) -> str:
     from ..errors import InvalidOptionError
 
     raise InvalidOptionError(f"-0 prints file names (--format files), not {fmt}: drop one")
+
+
+def words(text: str, what: str, fix: str) -> str:
+    """``text`` when it holds more than white space; else a usage error (exit 2): ``The
+    {what} is empty: {fix}``."""
+    if text.strip():
+        return text
+    from ..errors import InvalidOptionError
+
+    raise InvalidOptionError(f"The {what} is empty: {fix}")

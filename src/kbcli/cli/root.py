@@ -110,3 +110,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         # Interrupted outside a command (while parsing or importing).
         sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError as exc:
+        # click's usage error or "Aborted!" written to a stderr whose reader has gone (kb
+        # search 2>&1 | true): the exit code that message was to come with, quietly
+        from ..render.messages import reader_gone, silence
+
+        for stream in (sys.stdout, sys.stderr):
+            if reader_gone(stream):
+                silence(stream)
+        sys.exit(getattr(exc.__context__, "exit_code", 1))

@@ -16,6 +16,7 @@ from .options import (
     example,
     files_format,
     output_format,
+    words,
 )
 from .root import app
 
@@ -152,6 +153,7 @@ def search(
     from ..query import search as run_search
     from ..types import SearchOptions
 
+    query = words(query, "query", "give the words to look for, as in kb search 'reset password'")
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
     unit = _unit(by)
     options = SearchOptions(

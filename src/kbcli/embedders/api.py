@@ -135,9 +135,11 @@ class APIEmbedder(BaseEmbedder):
         status = failure.status
         if failure.retryable:
             what = f"status {status}" if status is not None else failure.reason
+            hint = give_up_hint(failure, self.host)
+            end = f": {hint}" if failure.refused else f"{detail}; {hint}"
             return (
                 f"{self.provider} embedding request failed after {attempts} attempts ({what}) "
-                f"for {where}{detail}; {give_up_hint(failure)}"
+                f"for {where}{end}"
             )
         refused = self._refusal(failure, where, detail)
         if refused is not None:

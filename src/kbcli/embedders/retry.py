@@ -90,6 +90,29 @@ class Failure:
     detail: str = ""  # the server's own message, already redacted and shortened
     exhausted: str = ""  # why retrying stopped: "retries" or "budget" (empty: not retryable)
     elapsed: float = 0.0  # seconds spent on the request when it was given up
+    refused: bool = False  # the connection was refused: nothing listens at the address
+
+
+def connection_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` comes of a refused connection (nothing listens at that address),
+    however deep an SDK wrapped it: its causes and contexts, and a ``URLError``'s reason."""
+    for _ in range(20):  # an exception chain is short; a cycle must not hold us
+        if exc is None:
+            return False
+        if isinstance(exc, ConnectionRefusedError) or isinstance(
+            getattr(exc, "reason", None), ConnectionRefusedError
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def nothing_listening(host: str, setting: str) -> str:
+    """The end of the message of a request whose connections were refused."""
+    return (
+        f"nothing is listening at {host} (connection refused): start the server, or check "
+        f"{setting}.base_url"
+    )
 
 
 class EmbedderRequestError(EmbedderError):
@@ -309,8 +332,11 @@ def call_with_retries(
         sleep(wait)
 
 
-def give_up_hint(failure: Failure) -> str:
-    """The end of a "failed after N attempts" message: which limit stopped the retries."""
+def give_up_hint(failure: Failure, host: str = "that address") -> str:
+    """The end of a "failed after N attempts" message: nothing listening at ``host``, or which
+    limit stopped the retries."""
+    if failure.refused:
+        return nothing_listening(host, "rag.embedding")
     if failure.exhausted == "budget" and failure.retry_after:
         return (
             f"the server asked to wait {failure.retry_after:.0f} s, past what is left of "

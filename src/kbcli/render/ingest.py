@@ -40,6 +40,12 @@ def ingest_summary(report: Any) -> list[str]:
         lines.append(
             f"Skipped {report.skipped} file{plural(report.skipped)} (other extensions or hidden)."
         )
+    folders = getattr(report, "skipped_folders", 0)
+    if folders:
+        lines.append(
+            f"Skipped {folders} folder{plural(folders)} (hidden, or .git, node_modules, "
+            "__pycache__; --include-hidden enters them)."
+        )
     special = getattr(report, "special", 0)
     if special:
         lines.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .messages import rich_console
+from .messages import diagnostics, rich_console
 from .names import shorten_source
 
 
@@ -19,7 +19,13 @@ def progress(enabled: bool, lines: bool = False) -> Iterator[Callable[..., None]
         if lines:
             from ..progress import ProgressLines
 
-            yield ProgressLines()
+            every = ProgressLines()
+
+            def line(path: str, done: int, total: int, unit: str = "files") -> None:
+                with diagnostics():  # a closed stderr stops the lines, not the ingest
+                    every(path, done, total, unit)
+
+            yield line
         else:
             yield None
         return
