@@ -23,11 +23,12 @@ META_KEYS = ("last_ingest",)
 def _meta_keys(info: Any) -> list[str]:
     """The index metadata a copy carries: :data:`META_KEYS`, the embedder an ingest chose and
     the relevance floors calibrated for the index's embedder (a copy without them would
-    return the junk hits the floors hold back)."""
-    from .calibration import meta_key
+    return the junk hits the floors hold back) and the probes' vectors they came from."""
+    from .calibration import meta_key, probes_key
     from .embedders.resolve import CHOICE_KEY
 
-    return [*META_KEYS, CHOICE_KEY, *([meta_key(info)] if info is not None else [])]
+    own = [meta_key(info), probes_key(info)] if info is not None else []
+    return [*META_KEYS, CHOICE_KEY, *own]
 
 
 @dataclass

@@ -61,7 +61,7 @@ MAX_BATCH_TOKENS = 512
 # average is a 1-minute mean, so a shorter interval would mostly read its own last change.
 REFIT_SECONDS = 60.0
 
-_CACHE: dict[tuple[str, str, str, int | None], Any] = {}
+_CACHE: dict[tuple[str, str, str, int | None, int | None], Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -418,14 +418,24 @@ def load_model(
     backend: str = "auto",
     device: str = "cpu",
     threads: int | None = None,
+    max_tokens: int | None = None,
 ) -> Any:
     """The runtime for ``model`` (loaded once per process): ``OnnxModel`` or similar.
 
-    ``threads`` sets the ONNX session's thread count (default: :func:`default_threads`).
+    ``threads`` sets the ONNX session's thread count (default: :func:`default_threads`);
+    ``max_tokens`` the tokens a text is truncated to (default: the model's own limit).
     """
     name, chosen, args = _plan(model, backend)
     threads = threads if chosen == "onnx" else None
-    key = (str(args.get("onnx_path") or args.get("name_or_path")), chosen, device, threads)
+    if max_tokens is not None and chosen == "onnx":
+        args["max_length"] = max_tokens
+    key = (
+        str(args.get("onnx_path") or args.get("name_or_path")),
+        chosen,
+        device,
+        threads,
+        args.get("max_length"),
+    )
     with _LOCK:
         runtime = _CACHE.get(key)
         if runtime is None:
@@ -457,12 +467,15 @@ class LocalEmbedder(BaseEmbedder):
         *,
         backend: str = "auto",
         threads: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_tokens is not None and max_tokens < 8:
+            raise ValueError(f"max_tokens must be at least 8, got {max_tokens}")
         self.batch_size = batch_size
         self.device = device or "cpu"
-        self._runtime = load_model(model, backend, self.device, threads)
+        self._runtime = load_model(model, backend, self.device, threads, max_tokens)
         self.backend = self._runtime.backend
         self.model = self._runtime.name
         self.dimension = self._runtime.dimension
