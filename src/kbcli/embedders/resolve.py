@@ -22,6 +22,7 @@ from ..config import Config, get_config
 from ..errors import InvalidOptionError
 from ..registry import EMBEDDERS, load_embedder_class
 from ._settings import first_env
+from .local import offline_offer
 
 AUTO_ORDER = ("gemini", "openai", "simple")
 KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
@@ -86,8 +87,9 @@ def choose_embedder(
     for candidate in AUTO_ORDER:
         if candidate == "simple":
             note = (
-                "Using the built-in simple embedder (no OPENAI_API_KEY or GOOGLE_API_KEY set; "
-                "configure rag.embedding.provider)"
+                "Using the built-in simple embedder, which matches spelling, not meaning (no "
+                "OPENAI_API_KEY or GOOGLE_API_KEY set; configure rag.embedding.provider). One "
+                f"flag away: {offline_offer()}"
             )
             return _build("simple", cfg, None, None), note
         _value, env_name = first_env(*KEY_ENV[candidate])
