@@ -15,7 +15,6 @@ import pytest
 
 from conftest import API_KEY_VARS
 from fake_providers import FakeServer
-
 from kbcli.calibration import PROBES, probe_vectors, probes_key, stored_probe_vectors
 from kbcli.embedders.base import BaseEmbedder, EmbedderInfo, embed_queries
 from kbcli.stores import SQLiteStore

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StoreError
-from .protocols import DocumentCatalog, EmbeddingCache, FileLedger, KeywordIndex, supports
+from .protocols import DocumentCatalog, FileLedger, KeywordIndex, supports
 from .types import Document
 
 BATCH = 1000
@@ -96,9 +96,8 @@ def _write(target: Any, docs: list[Document], info: Any, report: CopyReport) -> 
     vectors = [d.embedding for d in docs]
     with_vectors = sum(v is not None for v in vectors)
     # doc.embedding carries each vector; the embedder is recorded with the first ones
+    # (the target's embedding cache finds them as its own: nothing to cache besides)
     target.add(docs, None, embedder=info if with_vectors else None)
-    if info is not None and with_vectors and supports(target, EmbeddingCache):
-        target.cache_embeddings(info, {d.text: list(d.embedding) for d in docs if d.embedding})
     report.documents += len(docs)
     report.vectors += with_vectors
 

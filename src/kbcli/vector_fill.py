@@ -45,7 +45,8 @@ def fill_vectors(
 
     Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
     chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
-    chunks' own ids, texts and metadata; and into the embedding cache.
+    chunks' own ids, texts and metadata (the embedding cache finds them there as the index's
+    own).
     """
     store = kb.store
     missing = missing_vectors(store)
@@ -92,8 +93,7 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
     """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
     counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
-    # float32 once: the chunk's row and the embedding cache are written from the same array
-    # (every store keeps float32; a list would be converted again for each)
+    # float32 once, as every store keeps them (a list would be converted again)
     embedded = kb.ingestor.embed(texts, remember=False)
     vectors = {t: array("f", v) for t, v in zip(texts, embedded)}
     crash_point("after-embed")
@@ -105,5 +105,4 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
                 store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
             else:
                 store.add(docs, [vectors[d.text] for d in docs], embedder=info)
-            store.cache_embeddings(info, vectors)
         report.vectors_added += len(docs)

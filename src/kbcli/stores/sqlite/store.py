@@ -25,6 +25,7 @@ from ..upkeep import Upkeep
 from . import catalog, integrity, ledger
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .keyword import KeywordTables
+from .packlog import pack_path
 from .vectors import DerivedVectors, MatrixCache, TableVectors
 
 
@@ -85,6 +86,7 @@ class SQLiteStore(Store):
         self._db = Database(self.path, busy_timeout=busy_timeout, create=create)
         part = vectors(self.path, self._allowed)
         self._matrix = part.derived  # the index dense search runs on (matrix, FAISS, Chroma)
+        self._db.companions = [pack_path(self.path), Path(part.derived.path)]
         upkeep = Upkeep(
             self._db,
             keywords,
