@@ -124,9 +124,9 @@ def test_runs_stay_within_the_token_budget(embedder, monkeypatch):
     widths: list[tuple[int, int]] = []
     real = runtime._run
 
-    def spy(encodings, width):
+    def spy(encodings, width, session=None):
         widths.append((len(encodings), width))
-        return real(encodings, width)
+        return real(encodings, width, session)
 
     monkeypatch.setattr(runtime, "_run", spy)
     texts = [f"short text {i}" for i in range(40)] + MIXED
