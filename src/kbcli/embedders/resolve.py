@@ -50,10 +50,14 @@ def _build(name: str, config: Config, model: str | None, base_url: str | None) -
     if name == "local":
         default_batch = type(emb)().batch_size
         batch = emb.batch_size if emb.batch_size != default_batch else LOCAL_DEFAULT_BATCH
-        return cls(model=model or emb.model, batch_size=batch, device=emb.device)
+        return cls(
+            model=model or emb.model, batch_size=batch, device=emb.device, threads=emb.threads
+        )
     if name == "simple":
         return cls()
-    if name in ("static", "e5"):
+    if name == "e5":
+        return cls(model=model or emb.model, threads=emb.threads)
+    if name == "static":
         return cls(model=model or emb.model)
     kwargs = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
     return cls(**kwargs)
