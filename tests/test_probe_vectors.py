@@ -15,8 +15,8 @@ import pytest
 
 from conftest import API_KEY_VARS
 from fake_providers import FakeServer
-from kbcli.calibration import PROBES, probe_vectors, probes_key, stored_probe_vectors
-from kbcli.embedders.base import BaseEmbedder, EmbedderInfo, embed_queries
+from kbcli.calibration import PROBES
+from kbcli.embedders.base import BaseEmbedder, EmbedderInfo
 from kbcli.stores import SQLiteStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -105,6 +105,8 @@ class OwnQueries(Counting):
 
 
 def test_embed_queries_batches_where_queries_are_passages():
+    from kbcli.embedders.base import embed_queries
+
     model = Counting()
     assert embed_queries(model, ["a", "bb", "ccc"]) == model.embed_documents(["a", "bb", "ccc"])
     assert model.calls == [3, 3]
@@ -114,6 +116,8 @@ def test_embed_queries_batches_where_queries_are_passages():
 
 
 def test_probe_vectors_are_kept_per_embedder_and_probe_list(tmp_path):
+    from kbcli.calibration import probe_vectors, probes_key, stored_probe_vectors
+
     store = SQLiteStore(tmp_path / "kb.db")
     try:
         model = Counting()
@@ -137,6 +141,8 @@ def test_probe_vectors_are_kept_per_embedder_and_probe_list(tmp_path):
 
 @pytest.mark.parametrize("raw", ["not json", '{"probes": "x"}', '{"vectors": 3}'])
 def test_damaged_probe_records_are_embedded_again(tmp_path, raw):
+    from kbcli.calibration import probe_vectors, probes_key
+
     store = SQLiteStore(tmp_path / "kb.db")
     try:
         model = Counting()
