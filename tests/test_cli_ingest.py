@@ -28,7 +28,7 @@ def test_the_first_ingest_without_a_key_names_the_offline_model_and_its_cost(cor
     assert first.exit_code == 0, first.stderr
     (note,) = [line for line in first.stderr.splitlines() if "simple embedder" in line]
     assert "One flag away: --embedder local searches by meaning, offline" in note
-    assert "chunks a second on this machine's" in note
+    assert "chunks per CPU-second, " in note and " here; keyword search works" in note
     again = run("ingest", str(corpus))
     assert "--embedder local" not in again.stderr  # once, on the first ingest
 

@@ -42,8 +42,8 @@ def test_the_simple_note_names_the_offline_model_one_flag_away_and_its_cost(monk
     monkeypatch.setattr(local, "default_model_ready", lambda: True)
     _, note = choose_embedder(config())
     assert "--embedder local" in note and "all-MiniLM-L6-v2" in note and "installed" in note
-    per_second = local.CHUNKS_PER_CPU_SECOND * 4
-    assert f"about {per_second} chunks a second on this machine's 4 CPUs" in note
+    rate = local.CHUNKS_PER_CPU_SECOND
+    assert f"about {rate} chunks per CPU-second, 4 CPUs here" in note
     assert "keyword search works while it embeds" in note and "\n" not in note
     monkeypatch.setattr(local, "default_model_ready", lambda: False)
     _, note = choose_embedder(config())

