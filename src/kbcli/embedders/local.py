@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import mmap
 import os
 import threading
 import time
@@ -277,7 +278,13 @@ class OnnxModel:
 
     def _load(self, options: Any) -> Any:
         """A session over the model, its word-embedding lookup rewritten where it can be."""
-        rewritten = gather_first(self._onnx_path.read_bytes())
+        rewritten = None
+        try:
+            with open(self._onnx_path, "rb") as fh:  # mapped, not read: one copy fewer
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    rewritten = gather_first(mapped)
+        except (OSError, ValueError):  # unreadable or empty: onnxruntime says what is wrong
+            pass
         model: str | bytes = rewritten if rewritten is not None else str(self._onnx_path)
         session = self._ort.InferenceSession(model, options, providers=self._providers)
         if self._inputs is None:

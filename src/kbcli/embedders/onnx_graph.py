@@ -21,6 +21,7 @@ numbers per onnx/onnx.proto (stable by ONNX's compatibility rules).
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -36,13 +37,14 @@ VALUE_NAME = 1  # ValueInfoProto.name
 FLOAT, UINT8, INT8 = 1, 2, 3  # TensorProto.DataType
 
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
+Data = bytes | mmap.mmap  # what is read: indexing gives an int, slicing bytes
 
 
 class Malformed(ValueError):
     """The bytes are not a protocol buffer this module can read."""
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def _varint(data: Data, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if at >= len(data) or shift > 63:
@@ -79,7 +81,7 @@ class Field(NamedTuple):
     payload: tuple[int, int] = (0, 0)
 
 
-def fields(data: bytes, start: int = 0, end: int | None = None) -> list[Field]:
+def fields(data: Data, start: int = 0, end: int | None = None) -> list[Field]:
     """The fields of the message in ``data[start:end]``, in order."""
     end = len(data) if end is None else end
     out: list[Field] = []
@@ -116,7 +118,7 @@ def fields(data: bytes, start: int = 0, end: int | None = None) -> list[Field]:
     return out
 
 
-def _text(data: bytes, f: Field) -> str:
+def _text(data: Data, f: Field) -> str:
     return data[f.payload[0] : f.payload[1]].decode("utf-8")
 
 
@@ -137,7 +139,7 @@ class Tensor:
     external: bool = False
 
 
-def _node(data: bytes, f: Field) -> Node:
+def _node(data: Data, f: Field) -> Node:
     node = Node(f)
     for g in fields(data, *f.payload):
         if g.number == NODE_INPUT and g.wire == LEN:
@@ -158,7 +160,7 @@ def _node(data: bytes, f: Field) -> Node:
     return node
 
 
-def _tensor(data: bytes, f: Field) -> Tensor:
+def _tensor(data: Data, f: Field) -> Tensor:
     name, kind, dims, external = "", 0, [], False
     for g in fields(data, *f.payload):
         if g.number == TENSOR_LOCATION and g.wire == VARINT:
@@ -201,16 +203,17 @@ def _encode_node(op: str, inputs: list[str], outputs: list[str], name: str, **in
     return _len_field(GRAPH_NODE, out)
 
 
-def gather_first(model: bytes) -> bytes | None:
-    """``model`` with its dequantised word-embedding lookup done on the rows looked up (see the
-    module docstring), or None when its graph has not that pattern (or cannot be read)."""
+def gather_first(model: bytes | mmap.mmap) -> bytes | None:
+    """``model`` (the file's bytes, or the file mapped) with its dequantised word-embedding
+    lookup done on the rows looked up (see the module docstring), or None when its graph has
+    not that pattern (or cannot be read)."""
     try:
         return _gather_first(model)
     except (Malformed, UnicodeDecodeError):
         return None
 
 
-def _gather_first(data: bytes) -> bytes | None:
+def _gather_first(data: Data) -> bytes | None:
     top = fields(data)
     graphs = [f for f in top if f.number == MODEL_GRAPH and f.wire == LEN]
     if len(graphs) != 1:
@@ -273,7 +276,7 @@ def _gather_first(data: bytes) -> bytes | None:
 
 
 def _rewrite(
-    data: bytes,
+    data: Data,
     top: list[Field],
     graph: Field,
     items: list[Field],
