@@ -73,14 +73,14 @@ class ProgressLines:
     at most every ``every`` seconds (the first after ``every`` seconds of a stage), with the
     rate and the time left of the current stage (a new ``unit`` starts a new stage); see the
     module docstring for the lines a stage begins and ends with. ``embedder`` names the
-    embedder in the line that opens an embedding stage."""
+    embedder in the line that opens an embedding stage (a callable: asked only then)."""
 
     def __init__(
         self,
         stream: IO[str] | None = None,
         every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        embedder: str | None = None,
+        embedder: str | Callable[[], str] | None = None,
     ):
         self.stream = stream
         self.every = EVERY if every is None else every
@@ -98,7 +98,8 @@ class ProgressLines:
             self.unit, self.started, self.last, self.first_done = unit, now, now, done
             self.ended = self.estimated = False
             if unit == "chunks" and total >= ANNOUNCE_CHUNKS and done < total:
-                self._print(embedding_start(total, self.embedder))
+                named = self.embedder() if callable(self.embedder) else self.embedder
+                self._print(embedding_start(total, named))
             return
         if not total or self.ended:
             return

@@ -64,6 +64,7 @@ def ingest(
     metadata = parse_meta(meta) or None
     from ..embedders.base import embedder_info
     from ..errors import KBError
+    from ..pipeline import LazyEmbedder
     from ..sync import SyncInterrupted
 
     try:
@@ -74,11 +75,12 @@ def ingest(
                 terminal = render.stderr_is_terminal()
                 show_bar = terminal and not state.quiet
                 lines = not terminal and not state.quiet
-                described = None
-                if show_bar or lines:
-                    # resolved now: its note (if any) goes out before the bar starts, and the
-                    # line that opens a long embedding names it
-                    described = embedder_info(kb.embedder).describe()
+                if show_bar and isinstance(kb.embedder, LazyEmbedder):
+                    _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
+
+                def described() -> str:  # for the line that opens a long embedding
+                    return embedder_info(kb.embedder).describe()
+
                 with render.progress(show_bar, lines=lines, embedder=described) as on_progress:
                     on_vectors = None
                     if on_progress is not None:

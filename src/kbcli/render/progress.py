@@ -13,14 +13,14 @@ from .names import shorten_source
 
 @contextmanager
 def progress(
-    enabled: bool, lines: bool = False, embedder: str | None = None
+    enabled: bool, lines: bool = False, embedder: Callable[[], str] | None = None
 ) -> Iterator[Callable[..., None] | None]:
     """A ``progress(path, done, total, unit="files")`` callback drawing a bar on stderr (done
     of total, rate, time left, current file; ``unit="chunks"`` for vectors embedded after
     their files, with a line above the bar after the first batch of a long embedding: how
     long it takes, and that keyword search works meanwhile), or with ``lines`` (stderr not a
-    terminal) plain lines every ~10 s (:class:`kbcli.progress.ProgressLines`; ``embedder``
-    named when an embedding stage starts), else None (``--quiet``)."""
+    terminal) plain lines every ~10 s (:class:`kbcli.progress.ProgressLines`; ``embedder()``
+    names the embedder when an embedding stage starts), else None (``--quiet``)."""
     if not enabled:
         yield ProgressLines(embedder=embedder) if lines else None
         return
