@@ -328,7 +328,7 @@ def test_a_long_job_refits_its_threads_to_the_load(monkeypatch):
 
 def test_the_default_model_reads_the_128_tokens_it_was_trained_on(embedder):
     # all-MiniLM-L6-v2 was trained on 128-token inputs; its folder says 256 (issue 41:
-    # tldr pages rank no worse at 128 and embed 22 % more chunks per CPU-second)
+    # tldr pages rank no worse at 128 and embed 18-22 % more chunks per CPU-second)
     runtime = embedder._runtime
     long_text = " ".join(f"word{i}" for i in range(400))
     assert len(runtime.tokenizer.encode(long_text).ids) == local.DEFAULT_MAX_TOKENS == 128

@@ -74,7 +74,7 @@ QUERY_RUNS = 8
 DEFAULT_DIMENSION = 384  # all-MiniLM-L6-v2: known without building a session
 # Tokens a text is cut to for the default model: the length all-MiniLM-L6-v2 was trained on.
 # Its sentence-transformers folder says 256; at 128 the tldr pages (55 % of their chunks are
-# longer) embed 22 % more chunks per CPU-second and rank no worse (docs/quality.md, "128 or
+# longer) embed 18-22 % more chunks per CPU-second and rank no worse (docs/quality.md, "128 or
 # 256 tokens"); other models keep their folder's max_seq_length.
 DEFAULT_MAX_TOKENS = 128
 
