@@ -95,11 +95,20 @@ def test_an_embedder_not_declared_cheap_keeps_the_cache_and_the_fill(tmp_path):
     kb = KnowledgeBase.open(db, embedder=embedder)
     report = sync(kb, [docs])
     assert report.vectors_added == kb.store.count() == 5  # filled in after the writes
-    assert cache_rows(db) == 5
+    assert cache_rows(db) == 0  # the index's own vectors are the cache: none copied
     # the same text moved to a new file: from the cache, nothing embedded again
     (docs / "n1.md").rename(docs / "moved.md")
     sync(kb, [docs])
     assert embedder.embedded == 5 and kb.store.stats()["vectors"] == 5
+    assert cache_rows(db) == 0  # its text is still in the index: nothing kept
+    # a file deleted keeps its vectors; restored, it embeds nothing
+    gone = (docs / "n3.md").read_text()
+    (docs / "n3.md").unlink()
+    sync(kb, [docs])
+    assert cache_rows(db) == 1
+    (docs / "n3.md").write_text(gone)
+    sync(kb, [docs])
+    assert embedder.embedded == 5 and cache_rows(db) == 0
 
 
 def test_a_cheap_embedder_fills_chunks_an_earlier_run_left_without_vectors(tmp_path):

@@ -23,6 +23,16 @@ def test_ingest_all_formats_prints_a_summary(corpus):
     assert sources == {"password.md", "garden.txt", "invoice.pdf", "travel.docx"}
 
 
+def test_the_first_ingest_without_a_key_names_the_offline_model_and_its_cost(corpus):
+    first = run("ingest", str(corpus))
+    assert first.exit_code == 0, first.stderr
+    (note,) = [line for line in first.stderr.splitlines() if "simple embedder" in line]
+    assert "One flag away: --embedder local searches by meaning, offline" in note
+    assert "chunks per CPU-second, " in note and " here; keyword search works" in note
+    again = run("ingest", str(corpus))
+    assert "--embedder local" not in again.stderr  # once, on the first ingest
+
+
 def test_second_run_reports_unchanged(corpus):
     run("ingest", str(corpus))
     result = run("ingest", str(corpus))

@@ -229,3 +229,14 @@ def test_nan_alpha_in_the_config_is_one_line_from_kb(tmp_path):
     assert result.exit_code == 2, result.stderr
     assert result.stderr.count("\n") == 1
     assert "limits.rerank_alpha" in result.stderr and "finite" in result.stderr
+
+
+def test_embedding_threads_is_a_bounded_whole_number_or_null(tmp_path):
+    assert load_config(write(tmp_path / "a.yaml", "rag: {embedding: {threads: 3}}")) \
+        .rag.embedding.threads == 3  # fmt: skip
+    assert load_config(write(tmp_path / "b.yaml", "rag: {embedding: {threads: null}}")) \
+        .rag.embedding.threads is None  # fmt: skip
+    for bad, says in (("0", "at least 1"), ("two", "whole number"), ("5000", "at most 1024")):
+        path = write(tmp_path / f"{bad}.yaml", f"rag: {{embedding: {{threads: {bad}}}}}")
+        with pytest.raises(ConfigError, match=f"rag.embedding.threads.*{says}"):
+            load_config(path)

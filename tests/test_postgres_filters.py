@@ -116,7 +116,7 @@ def test_a_version_1_index_is_upgraded_in_place(pg_dsn, pg_table):
         assert f"{pg_table}_source" not in plan, plan  # the old index does not serve the range
     store = PostgresStore(pg_dsn, pg_table)
     try:
-        assert store.get_meta("schema_version") == "2"
+        assert store.get_meta("schema_version") == "3"
         with store._db.read() as conn:
             assert _collations(conn, pg_table) == ("C", ["C"])
             again = conn.execute("SELECT pg_relation_filenode(%s)", (f'"{pg_table}"',)).fetchone()

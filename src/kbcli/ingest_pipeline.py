@@ -215,12 +215,13 @@ class IngestPipeline:
             return {}
         return self.store.cached_embeddings(embedder_info(self.embedder), texts)
 
-    def embed(self, texts: list[str], *, remember: bool = True) -> list[list[float]]:
+    def embed(self, texts: list[str], *, remember: bool = False) -> list[list[float]]:
         """Vectors for ``texts``, reusing the store's embedding cache where it has one (not
         for a cheap embedder: it is faster to run again).
 
-        ``remember=False`` leaves writing new vectors to the cache to the caller (the store's
-        ``replace_file`` does it in the same transaction as the chunks).
+        New vectors are not cached: every caller stores them with their chunks, and the cache
+        finds a stored chunk's vector as its own (``remember=True`` caches them besides, for
+        vectors that will not be stored).
         """
         if not texts:
             return []

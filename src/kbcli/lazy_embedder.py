@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .embedders.base import EmbedderInfo, embedder_info, is_cheap
+from .embedders.base import EmbedderInfo, embed_queries, embedder_info, is_cheap
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config_schema import Config
@@ -70,6 +70,10 @@ class LazyEmbedder:
     def embed_query(self, text: str) -> list[float]:
         """Embed a query with the resolved embedder."""
         return self.resolved.embed_query(text)
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed several queries with the resolved embedder, batched where it can."""
+        return [list(v) for v in embed_queries(self.resolved, texts)]
 
     @property
     def info(self) -> EmbedderInfo:

@@ -423,15 +423,16 @@ class HybridRetriever:
         the scope, once per scope and index generation (the probes' vectors once)."""
         import json
 
-        from .calibration import calibrate, probes_for
+        from .calibration import calibrate, probe_vectors, probes_for
 
         key = (json.dumps(scope, sort_keys=True, default=str), self.store.version)
         if key not in self._scope_floors:
             probes = probes_for(getattr(self.embedder, "languages", None))
             vectors = self._probe_vectors
             missing = [p for p in probes if p not in vectors]
-            if missing:
-                vectors.update(zip(missing, (self.embedder.embed_query(p) for p in missing)))
+            if missing:  # those the ingest kept, else one batch (a search writes nothing)
+                found_vectors = probe_vectors(self.store, self.embedder, probes, keep=False)
+                vectors.update(zip(probes, found_vectors))
             found: list[bool] = []
 
             def search(vector: Any, k: int) -> list[SearchResult]:

@@ -60,7 +60,6 @@ from .pathnames import canonical_source, source_name, source_path
 from .protocols import (
     DocumentCatalog,
     EmbedderProtocol,
-    EmbeddingCache,
     FileLedger,
     KeywordIndex,
     VectorStoreProtocol,
@@ -510,8 +509,6 @@ class _PendingWrites:
             part = docs[start : start + WRITE_BATCH_CHUNKS]
             vectors = self._known(part)
             store.add(part, vectors, embedder=info if complete else None)
-            if complete and supports(store, EmbeddingCache):
-                store.cache_embeddings(info, dict(zip([d.text for d in part], vectors)))
         return removed
 
 

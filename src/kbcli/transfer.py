@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import StoreError
-from .protocols import DocumentCatalog, EmbeddingCache, FileLedger, KeywordIndex, supports
+from .protocols import DocumentCatalog, FileLedger, KeywordIndex, supports
 from .types import Document
 
 BATCH = 1000
@@ -23,11 +23,12 @@ META_KEYS = ("last_ingest",)
 def _meta_keys(info: Any) -> list[str]:
     """The index metadata a copy carries: :data:`META_KEYS`, the embedder an ingest chose and
     the relevance floors calibrated for the index's embedder (a copy without them would
-    return the junk hits the floors hold back)."""
-    from .calibration import meta_key
+    return the junk hits the floors hold back) and the probes' vectors they came from."""
+    from .calibration import meta_key, probes_key
     from .embedders.resolve import CHOICE_KEY
 
-    return [*META_KEYS, CHOICE_KEY, *([meta_key(info)] if info is not None else [])]
+    own = [meta_key(info), probes_key(info)] if info is not None else []
+    return [*META_KEYS, CHOICE_KEY, *own]
 
 
 @dataclass
@@ -95,9 +96,8 @@ def _write(target: Any, docs: list[Document], info: Any, report: CopyReport) -> 
     vectors = [d.embedding for d in docs]
     with_vectors = sum(v is not None for v in vectors)
     # doc.embedding carries each vector; the embedder is recorded with the first ones
+    # (the target's embedding cache finds them as its own: nothing to cache besides)
     target.add(docs, None, embedder=info if with_vectors else None)
-    if info is not None and with_vectors and supports(target, EmbeddingCache):
-        target.cache_embeddings(info, {d.text: list(d.embedding) for d in docs if d.embedding})
     report.documents += len(docs)
     report.vectors += with_vectors
 

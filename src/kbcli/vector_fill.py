@@ -39,13 +39,15 @@ def fill_vectors(
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Embed the chunks that have no vector yet and store them, :data:`FILL_BATCH` at a
-    time, each batch committed (an interrupted fill keeps what it stored; the next sync
+    time (the first batch: one request of the embedder's, so its rate is known soon), each
+    batch committed (an interrupted fill keeps what it stored; the next sync
     resumes). The sources in ``first`` (written by this run) are looked at first, then, while
     chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
 
     Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
     chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
-    chunks' own ids, texts and metadata; and into the embedding cache.
+    chunks' own ids, texts and metadata (the embedding cache finds them there as the index's
+    own).
     """
     store = kb.store
     missing = missing_vectors(store)
@@ -74,10 +76,12 @@ def fill_vectors(
             for d in store.iter_documents(source=source, with_embeddings=True)
             if d.embedding is None or not len(d.embedding)
         ]
-        while len(waiting) >= size:
-            _fill(kb, waiting[:size], report)
-            done += size
-            del waiting[:size]
+        # The first batch is one request of the embedder: its rate is known in seconds, and
+        # a long embedding says so early (kbcli.progress.long_embed).
+        while len(waiting) >= (step := size if done else batch):
+            _fill(kb, waiting[:step], report)
+            done += step
+            del waiting[:step]
             if progress is not None and total:
                 progress(min(done, total), total)
     if waiting:
@@ -92,8 +96,7 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
     """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
     counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
-    # float32 once: the chunk's row and the embedding cache are written from the same array
-    # (every store keeps float32; a list would be converted again for each)
+    # float32 once, as every store keeps them (a list would be converted again)
     embedded = kb.ingestor.embed(texts, remember=False)
     vectors = {t: array("f", v) for t, v in zip(texts, embedded)}
     crash_point("after-embed")
@@ -105,5 +108,4 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
                 store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
             else:
                 store.add(docs, [vectors[d.text] for d in docs], embedder=info)
-            store.cache_embeddings(info, vectors)
         report.vectors_added += len(docs)

@@ -12,7 +12,8 @@ The writer lock is taken per batch (``sync`` takes it) and never while idle, so 
 ``kb ingest`` of the same folder waits at most one batch; a batch that finds the lock taken
 longer than ``wait`` is tried again :data:`RETRY_SECONDS` later, nothing lost.
 
-Where events are unavailable (``watchfiles`` not installed, the inotify watch limit reached,
+Where events are unavailable (``watchfiles``, a dependency, cannot be imported on this
+platform, the inotify watch limit reached,
 ``--scan-every`` for network shares, where events do not arrive) the folders are scanned
 instead: each scan lists the files to index with their size and mtime, and a path that changed
 is applied once a later scan sees it unchanged (so a file still being written waits).
@@ -292,7 +293,10 @@ class Watch:
         try:
             return _Events(watched, self.settings.recursive)
         except ImportError:
-            reason = "watchfiles is not installed (pip install 'kbcli[watch]')"
+            reason = (
+                "watchfiles, which kbcli installs for file-system events, cannot be imported "
+                "here (no wheel for this platform, or a broken install: pip install watchfiles)"
+            )
         except OSError as exc:
             reason = _events_failure(exc)
         self.note(f"Note: {reason}; scanning every {SCAN_SECONDS:g} s instead.")

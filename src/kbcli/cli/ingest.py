@@ -62,6 +62,7 @@ def ingest(
     state = get_state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
+    from ..embedders.base import embedder_info
     from ..errors import KBError
     from ..pipeline import LazyEmbedder
     from ..sync import SyncInterrupted
@@ -73,10 +74,14 @@ def ingest(
             try:
                 terminal = render.stderr_is_terminal()
                 show_bar = terminal and not state.quiet
+                lines = not terminal and not state.quiet
                 if show_bar and isinstance(kb.embedder, LazyEmbedder):
                     _ = kb.embedder.resolved  # its note (if any) goes out before the bar starts
-                lines = not terminal and not state.quiet
-                with render.progress(show_bar, lines=lines) as on_progress:
+
+                def described() -> str:  # for the line that opens a long embedding
+                    return embedder_info(kb.embedder).describe()
+
+                with render.progress(show_bar, lines=lines, embedder=described) as on_progress:
                     on_vectors = None
                     if on_progress is not None:
                         bar = on_progress

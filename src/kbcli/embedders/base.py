@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,14 @@ class BaseEmbedder:
         """Embed one query."""
         return self.embed_documents([text])[0]
 
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed several queries in as few calls as the model allows: in batches, as
+        passages are, when the subclass embeds a query as a passage (no ``embed_query`` of its
+        own); else one ``embed_query`` per text (a subclass may batch them itself)."""
+        if type(self).embed_query is BaseEmbedder.embed_query:
+            return self.embed_documents(list(texts))
+        return [self.embed_query(t) for t in texts]
+
     @property
     def info(self) -> EmbedderInfo:
         """Provider, model and (once known) dimension of this embedder."""
@@ -80,6 +90,15 @@ def embedder_info(embedder: object) -> EmbedderInfo:
         dimension=getattr(embedder, "dimension", None),
         cache=not is_cheap(embedder),
     )
+
+
+def embed_queries(embedder: Any, texts: Sequence[str]) -> list[Sequence[float]]:
+    """Query vectors for ``texts`` in as few calls as ``embedder`` allows: its
+    ``embed_queries`` (batched) where it has one, else its ``embed_query`` per text."""
+    many = getattr(embedder, "embed_queries", None)
+    if callable(many):
+        return list(many(list(texts)))
+    return [embedder.embed_query(t) for t in texts]
 
 
 def is_cheap(embedder: object) -> bool:

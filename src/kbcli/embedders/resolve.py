@@ -22,6 +22,7 @@ from ..config import Config, get_config
 from ..errors import InvalidOptionError
 from ..registry import EMBEDDERS, load_embedder_class
 from ._settings import first_env
+from .local import offline_offer
 
 AUTO_ORDER = ("gemini", "openai", "simple")
 KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
@@ -49,10 +50,14 @@ def _build(name: str, config: Config, model: str | None, base_url: str | None) -
     if name == "local":
         default_batch = type(emb)().batch_size
         batch = emb.batch_size if emb.batch_size != default_batch else LOCAL_DEFAULT_BATCH
-        return cls(model=model or emb.model, batch_size=batch, device=emb.device)
+        return cls(
+            model=model or emb.model, batch_size=batch, device=emb.device, threads=emb.threads
+        )
     if name == "simple":
         return cls()
-    if name in ("static", "e5"):
+    if name == "e5":
+        return cls(model=model or emb.model, threads=emb.threads)
+    if name == "static":
         return cls(model=model or emb.model)
     kwargs = {k: v for k, v in (("model", model), ("base_url", base_url)) if v is not None}
     return cls(**kwargs)
@@ -86,8 +91,9 @@ def choose_embedder(
     for candidate in AUTO_ORDER:
         if candidate == "simple":
             note = (
-                "Using the built-in simple embedder (no OPENAI_API_KEY or GOOGLE_API_KEY set; "
-                "configure rag.embedding.provider)"
+                "Using the built-in simple embedder, which matches spelling, not meaning (no "
+                "OPENAI_API_KEY or GOOGLE_API_KEY set; configure rag.embedding.provider). One "
+                f"flag away: {offline_offer()}"
             )
             return _build("simple", cfg, None, None), note
         _value, env_name = first_env(*KEY_ENV[candidate])

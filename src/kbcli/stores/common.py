@@ -65,6 +65,12 @@ def file_record(row: Sequence[Any]) -> FileRecord:
     return FileRecord(row[0], row[1], row[2], row[3], row[4], chunk_ids, row[6])
 
 
+# The embedding cache keeps the vectors of chunks that left the index (and those given to
+# cache_embeddings) up to as many as the index holds vectors, and at least this many: a small
+# index still gets a file back after a delete and a restore without embedding it again.
+KEEP_AT_LEAST = 1024
+
+
 def cache_key(info: EmbedderInfo) -> str:
     """What the embedding cache files an embedder's vectors under."""
     return f"{info.provider}/{info.model}"

@@ -215,6 +215,7 @@ class Store:
                 if embedder is not None:
                     self._vectors.record_embedder(conn, embedder, dim)
             self._vectors.upsert(conn, [(doc, vectors[i]) for i, doc in rowids.items()])
+            self._cache.drop(conn, list(rowids.values()))
             self._vectors.finish(conn)
         return len(rowids)
 
@@ -230,14 +231,15 @@ class Store:
         ]
         chunks, new_sources = self._catalog.insert(conn, rows)
         self._keywords.add(conn, chunks, new_sources)
-        self._vectors.upsert(
-            conn, [(c.doc, vec) for c, (_, vec, _) in zip(chunks, rows) if vec is not None]
-        )
+        with_vectors = [(c.doc, vec) for c, (_, vec, _) in zip(chunks, rows) if vec is not None]
+        self._vectors.upsert(conn, with_vectors)
+        self._cache.drop(conn, [doc for doc, _ in with_vectors])
 
     def _remove_rows(self, conn: Any, rows: list[Any]) -> int:
         if not rows:
             return 0
         docs = [r.doc for r in rows]
+        self._cache.keep(conn, docs)  # before their vectors go: an edit undone embeds nothing
         self._keywords.remove(conn, rows)
         self._vectors.remove(conn, docs)
         self._catalog.delete_rows(conn, docs)
@@ -337,7 +339,8 @@ class Store:
     ) -> int:
         """Swap a file's chunks and record in one transaction; returns the chunks removed.
 
-        With ``embedder``, the vectors also go to the embedding cache, in the same transaction.
+        The vectors of the chunks removed are kept in the embedding cache (the new ones are
+        found there as the index's own: :meth:`cached_embeddings`).
         """
         return self.replace_files([(record, docs, embeddings, embedder)])[0]
 
@@ -369,10 +372,7 @@ class Store:
                     # transaction either way
                     info = next((e for _, d, _, e in part if e is not None and d), None)
                     self.add(docs, vectors, embedder=info)
-                for record, file_docs, embeddings, info in part:
-                    if file_docs and info is not None and info.cache and embeddings is not None:
-                        pairs = {d.text: v for d, v in zip(file_docs, embeddings)}
-                        self._cache.remember(conn, info, pairs)
+                for record, _, _, _ in part:
                     self._ledger.put(conn, record)
         return removed
 
@@ -402,13 +402,16 @@ class Store:
         return self._upkeep.upgrade_keyword_index(wait)
 
     def cached_embeddings(self, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
-        """Vectors already computed by this embedder for any of ``texts``, by text."""
+        """Vectors already computed by this embedder for any of ``texts``, by text: a stored
+        chunk's of the same text, else one the cache kept (a chunk that left the index,
+        or given to :meth:`cache_embeddings`)."""
         with self._engine.read(latest=True) as conn:
             return self._cache.cached(conn, info, texts)
 
     def cache_embeddings(self, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
-        """Remember vectors by (embedder, text) so unchanged text is never re-embedded
-        (nothing for an embedder cheaper to run again: ``info.cache`` False)."""
+        """Keep vectors by (embedder, text) so that text is never embedded again, within the
+        cache's bound (nothing for an embedder cheaper to run again: ``info.cache`` False).
+        Vectors stored with chunks need not be given: the index's own are found first."""
         if not info.cache:
             return
         with self._engine.transaction() as conn:

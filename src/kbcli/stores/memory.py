@@ -10,6 +10,7 @@ catalog keeps documents in insertion order; the keyword index is :mod:`kbcli.bm2
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Iterator, Sequence
@@ -24,7 +25,7 @@ from ..embedders.base import EmbedderInfo
 from ..errors import DatabaseLockedError, IndexMismatchError
 from ..filters import matches
 from ..types import Document, FileRecord
-from .common import cache_key, check_embedder, dense_search
+from .common import KEEP_AT_LEAST, cache_key, check_embedder, dense_search
 from .composite import Store
 from .keyword_memory import MemoryKeywordIndex
 from .nesting import Nesting
@@ -373,9 +374,12 @@ class MemoryVectors:
 
     def record_embedder(self, conn: Any, info: EmbedderInfo, dim: int) -> None:
         """Record ``info`` with the first vectors; refuse another model later."""
-        info = EmbedderInfo(info.provider, info.model, dim)
+        info = EmbedderInfo(info.provider, info.model, dim, cache=info.cache)
         check_embedder(self.state.embedder, info, WHERE)
-        self.state.embedder = self.state.embedder or info
+        recorded = self.state.embedder
+        if recorded is None or recorded.cache != info.cache:
+            dim = recorded.dimension if recorded is not None and recorded.dimension else dim
+            self.state.embedder = EmbedderInfo(info.provider, info.model, dim, cache=info.cache)
 
     def recorded_embedder(self, conn: Any) -> EmbedderInfo | None:
         """The embedder recorded with the first vectors (None before)."""
@@ -488,16 +492,67 @@ class MemoryLedger:
         self.state.records.pop(path, None)
 
     def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
-        """Vectors ``info``'s embedder already made for any of ``texts``."""
+        """Vectors ``info``'s embedder already made for any of ``texts``: a stored document's
+        of the same text, else a kept one."""
         key = cache_key(info)
-        cache = self.state.cache
-        return {t: cache[(key, t)] for t in texts if (key, t) in cache}
+        s = self.state
+        wanted = set(texts)
+        found: dict[str, list[float]] = {}
+        if s.embedder is not None and cache_key(s.embedder) == key:
+            for doc in s.docs.values():
+                if doc.embedding is not None and doc.text in wanted:
+                    found.setdefault(doc.text, list(doc.embedding))
+        cache = s.cache
+        found.update((t, cache[(key, t)]) for t in wanted - found.keys() if (key, t) in cache)
+        return found
 
     def remember(self, conn: Any, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
-        """Remember vectors by (embedder, text)."""
+        """Keep vectors by (embedder, text), the oldest dropped beyond the bound."""
         key = cache_key(info)
         for text, vec in vectors.items():
-            self.state.cache[(key, text)] = list(vec)
+            self._put((key, text), list(vec))
+        self._trim()
+
+    def keep(self, conn: Any, docs: list[int]) -> None:
+        """Keep the vectors of the documents ``docs`` (row ids) about to leave the store."""
+        s = self.state
+        if s.embedder is None or not s.embedder.cache:
+            return
+        key = cache_key(s.embedder)
+        going = set(docs)
+        leaving = [s.by_rowid[r] for r in docs if r in s.by_rowid]
+        texts = {d.text for d in leaving if d.embedding is not None}
+        # (not a text another document still holds with a vector: the store serves that one)
+        staying = {
+            d.text
+            for r, d in s.by_rowid.items()
+            if r not in going and d.embedding is not None and d.text in texts
+        }
+        for doc in leaving:
+            if doc.embedding is not None and doc.text not in staying:
+                self._put((key, doc.text), list(doc.embedding))
+        self._trim()
+
+    def drop(self, conn: Any, docs: list[int]) -> None:
+        """Forget kept vectors of the texts of ``docs``, stored with a vector again."""
+        s = self.state
+        if s.embedder is None or not s.cache:
+            return
+        key = cache_key(s.embedder)
+        for rowid in docs:
+            doc = s.by_rowid.get(rowid)
+            if doc is not None:
+                s.cache.pop((key, doc.text), None)
+
+    def _put(self, key: tuple[str, str], vec: list[float]) -> None:
+        self.state.cache.pop(key, None)  # the newest goes last
+        self.state.cache[key] = vec
+
+    def _trim(self) -> None:
+        cache = self.state.cache
+        extra = len(cache) - max(KEEP_AT_LEAST, len(self.state.docs))
+        for key in list(itertools.islice(cache, max(0, extra))):
+            del cache[key]
 
 
 class InMemoryStore(Store):

@@ -370,14 +370,30 @@ class Ledger(Protocol):
 
 
 class Cache(Protocol):
-    """Vectors by (embedder, text)."""
+    """Vectors by (embedder, text), so that unchanged text is never embedded twice. The index's
+    own vectors are the first cache (:meth:`cached` looks there first); what the part keeps
+    itself is only what the index no longer holds: the vectors of chunks as they leave it
+    (:meth:`keep`) and those :meth:`remember` is given, bounded (the oldest go first beyond as
+    many as the index holds chunks, or a small floor), and nothing for an index whose
+    embedder is not worth caching (``EmbedderInfo.cache`` False, as recorded)."""
 
     def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
-        """The vectors ``info``'s embedder made for any of ``texts``."""
+        """The vectors ``info``'s embedder made for any of ``texts``: a stored chunk's of the
+        same text when the index's vectors are ``info``'s, else one kept."""
         ...
 
     def remember(self, conn: Any, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
-        """Store vectors by (embedder, text)."""
+        """Keep vectors by (embedder, text), within the bound."""
+        ...
+
+    def keep(self, conn: Any, docs: list[int]) -> None:
+        """Keep the vectors of the chunks ``docs`` (row ids), which are about to leave the
+        index, within the bound."""
+        ...
+
+    def drop(self, conn: Any, docs: list[int]) -> None:
+        """Forget kept vectors of the texts of the chunks ``docs``, which the index holds
+        with a vector again."""
         ...
 
 

@@ -1,5 +1,8 @@
 """EmbeddingCache: vectors by (embedder, text), so unchanged text is never embedded twice.
 
+The index's own vectors are cache hits; a chunk's vector is kept when the chunk leaves the
+index (not for an embedder that is not worth caching); what is kept is bounded.
+
 Needs a ``store`` fixture (an empty store); see :mod:`kbcli.testing`.
 """
 
@@ -7,11 +10,13 @@ from __future__ import annotations
 
 from ..embedders.base import EmbedderInfo
 from ..protocols import EmbeddingCache, supports
+from ..stores.common import KEEP_AT_LEAST
+from ..types import Document
 from ._common import INFO, OTHER
 
 
 class EmbeddingCacheContract:
-    """Round trip, per-embedder keys, overwrite."""
+    """Round trip, per-embedder keys, overwrite; the index's own vectors, kept ones, bound."""
 
     def test_is_an_embedding_cache(self, store):
         assert supports(store, EmbeddingCache)
@@ -43,3 +48,41 @@ class EmbeddingCacheContract:
         store.cache_embeddings(INFO, {"alpha": [0.5, 0.25, 0.0]})
         store.cache_embeddings(INFO, {"alpha": [1.0, 0.0, 0.0]})
         assert store.cached_embeddings(INFO, ["alpha"]) == {"alpha": [1.0, 0.0, 0.0]}
+
+    def test_a_stored_chunks_vector_is_a_hit_for_its_embedder_only(self, store):
+        store.add([Document("a1", "alpha text", {"source": "a.md"})], [[0.5, 0.25, 1.0]],
+                  embedder=INFO)  # fmt: skip
+        assert store.cached_embeddings(INFO, ["alpha text", "beta"]) == {
+            "alpha text": [0.5, 0.25, 1.0]
+        }
+        assert store.cached_embeddings(OTHER, ["alpha text"]) == {}
+
+    def test_the_vectors_of_chunks_that_leave_are_kept(self, store):
+        store.add(
+            [Document("a1", "alpha text", {"source": "a.md"}),
+             Document("b1", "beta text", {"source": "b.md"})],
+            [[0.5, 0.25, 1.0], [1.0, 0.0, 0.5]],
+            embedder=INFO,
+        )  # fmt: skip
+        store.delete_source("a.md")
+        store.remove(["b1"])
+        assert store.count() == 0
+        assert store.cached_embeddings(INFO, ["alpha text", "beta text"]) == {
+            "alpha text": [0.5, 0.25, 1.0],
+            "beta text": [1.0, 0.0, 0.5],
+        }
+
+    def test_nothing_is_kept_for_an_embedder_cheaper_to_run_again(self, store):
+        cheap = EmbedderInfo(INFO.provider, INFO.model, INFO.dimension, cache=False)
+        store.add([Document("a1", "alpha text", {"source": "a.md"})], [[0.5, 0.25, 1.0]],
+                  embedder=cheap)  # fmt: skip
+        store.delete_source("a.md")
+        assert store.cached_embeddings(INFO, ["alpha text"]) == {}
+
+    def test_the_oldest_kept_vectors_go_first_beyond_the_bound(self, store):
+        n = KEEP_AT_LEAST + 5
+        store.cache_embeddings(INFO, {f"text {i}": [float(i), 0.0, 1.0] for i in range(n)})
+        got = store.cached_embeddings(INFO, [f"text {i}" for i in range(n)])
+        assert len(got) == KEEP_AT_LEAST
+        assert "text 4" not in got and got["text 5"] == [5.0, 0.0, 1.0]
+        assert got[f"text {n - 1}"] == [float(n - 1), 0.0, 1.0]

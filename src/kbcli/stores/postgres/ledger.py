@@ -1,5 +1,8 @@
 """The file ledger (what ``kb ingest`` indexed from which file) and the embedding cache
-(vectors by embedder and text hash) in PostgreSQL."""
+(vectors by embedder and text hash) in PostgreSQL: the chunks' own vectors first (an index on
+``text_hash``), then ``{table}_cache``, which keeps only the vectors of chunks that left the
+index (and those ``cache_embeddings`` is given), oldest (``kept``) first out beyond as many as
+the index holds chunks."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ from typing import Any
 from ...embedders.base import EmbedderInfo
 from ...types import FileRecord
 from .. import common
-from ..common import cache_key, pack_vector, text_hash, unpack_vector
+from ..common import KEEP_AT_LEAST, cache_key, pack_vector, text_hash, unpack_vector
+from .catalog import floats
 from .schema import Tables
+from .vectors import recorded_embedder
 
 
 def records(conn: Any, t: Tables) -> dict[str, FileRecord]:
@@ -40,25 +45,96 @@ def forget(conn: Any, t: Tables, path: str) -> None:
 
 
 def cached(conn: Any, t: Tables, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
-    """Vectors ``info``'s embedder already made for any of ``texts``, by text."""
+    """Vectors ``info``'s embedder already made for any of ``texts``, by text: a stored
+    chunk's of the same text (when the index's vectors are ``info``'s), else a kept one."""
     by_hash = {text_hash(text): text for text in texts}
     if not by_hash:
         return {}
-    rows = conn.execute(
-        f"SELECT text_hash, vec FROM {t.cache} WHERE embedder = %s AND text_hash = ANY(%s)",
-        (cache_key(info), list(by_hash)),
-    )
-    return {by_hash[h]: unpack_vector(bytes(blob)) for h, blob in rows}
+    key = cache_key(info)
+    found: dict[str, list[float]] = {}
+    recorded = recorded_embedder(conn, t)
+    if recorded is not None and cache_key(recorded) == key:
+        rows = conn.execute(
+            f"SELECT text_hash, embedding FROM {t.chunks}"
+            " WHERE text_hash = ANY(%s) AND embedding IS NOT NULL",
+            (list(by_hash),),
+        )
+        for h, vec in rows:
+            found.setdefault(by_hash[h], floats(vec))
+    rest = [h for h, text in by_hash.items() if text not in found]
+    if rest:
+        rows = conn.execute(
+            f"SELECT text_hash, vec FROM {t.cache} WHERE embedder = %s AND text_hash = ANY(%s)",
+            (key, rest),
+        )
+        found.update((by_hash[h], unpack_vector(bytes(blob))) for h, blob in rows)
+    return found
 
 
 def remember(conn: Any, t: Tables, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
-    """Store vectors by (embedder, text hash)."""
+    """Keep vectors by (embedder, text hash), the oldest dropped beyond :func:`trim`'s bound."""
     if not vectors:
         return
-    by_hash = {text_hash(text): pack_vector(vec) for text, vec in vectors.items()}
+    _put(conn, t, cache_key(info), {text_hash(text): v for text, v in vectors.items()})
+    trim(conn, t)
+
+
+def _put(conn: Any, t: Tables, key: str, vectors: dict[str, Any]) -> None:
+    by_hash = {h: pack_vector(vec) for h, vec in vectors.items()}
     conn.execute(
         f"INSERT INTO {t.cache} (embedder, text_hash, vec)"
         " SELECT %s, h, v FROM unnest(%s::text[], %s::bytea[]) AS x(h, v)"
-        " ON CONFLICT (embedder, text_hash) DO UPDATE SET vec = EXCLUDED.vec",
-        (cache_key(info), list(by_hash), list(by_hash.values())),
+        " ON CONFLICT (embedder, text_hash) DO UPDATE SET vec = EXCLUDED.vec,"
+        " kept = EXCLUDED.kept",
+        (key, list(by_hash), list(by_hash.values())),
     )
+
+
+def keep(conn: Any, t: Tables, docs: list[int]) -> None:
+    """Keep the vectors of the chunks ``docs``, which are about to leave the index (nothing
+    when the index's embedder is not worth caching)."""
+    recorded = recorded_embedder(conn, t)
+    if recorded is None or not recorded.cache or not docs:
+        return
+    # (not a text another chunk still holds with a vector: the index serves that one)
+    rows = conn.execute(
+        f"SELECT c.text_hash, c.embedding FROM {t.chunks} c"
+        " WHERE c.doc = ANY(%s) AND c.embedding IS NOT NULL AND NOT EXISTS"
+        f" (SELECT 1 FROM {t.chunks} o WHERE o.text_hash = c.text_hash"
+        "  AND o.embedding IS NOT NULL AND NOT (o.doc = ANY(%s)))",
+        (list(docs), list(docs)),
+    ).fetchall()
+    if rows:
+        _put(conn, t, cache_key(recorded), {h: floats(vec) for h, vec in rows})
+        trim(conn, t)
+
+
+def drop(conn: Any, t: Tables, docs: list[int]) -> None:
+    """Forget the kept vectors of the texts of ``docs``, chunks stored with a vector again."""
+    recorded = recorded_embedder(conn, t)
+    if recorded is None or not docs:
+        return
+    conn.execute(
+        f"DELETE FROM {t.cache} WHERE embedder = %s AND text_hash IN"
+        f" (SELECT text_hash FROM {t.chunks} WHERE doc = ANY(%s))",
+        (cache_key(recorded), list(docs)),
+    )
+
+
+def trim(conn: Any, t: Tables) -> None:
+    """Drop the oldest kept vectors beyond as many as the index holds chunks (at least
+    :data:`~kbcli.stores.common.KEEP_AT_LEAST`)."""
+    low, high = conn.execute(f"SELECT min(kept), max(kept) FROM {t.cache}").fetchone()
+    if low is None:
+        return
+    n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
+    limit = max(KEEP_AT_LEAST, int(n))
+    if high - low + 1 <= limit:  # kept only grows: the span bounds the count, cheaply
+        return
+    extra = conn.execute(f"SELECT count(*) FROM {t.cache}").fetchone()[0] - limit
+    if extra > 0:
+        conn.execute(
+            f"DELETE FROM {t.cache} WHERE kept IN"
+            f" (SELECT kept FROM {t.cache} ORDER BY kept LIMIT %s)",
+            (extra,),
+        )

@@ -13,7 +13,8 @@ database or schema:
   ``{table}_postings`` (term, src, doc, tf, dl; its key covers every column, so a query's
   postings are read by index-only scans): the inverted index of :mod:`kbcli.bm25`;
   ``{table}_stats`` holds N, the total length, the number of sources and the generation.
-- ``{table}_files``: the file ledger; ``{table}_cache``: vectors by (embedder, text hash);
+- ``{table}_files``: the file ledger; ``{table}_cache``: vectors by (embedder, text hash) of
+  chunks that left the index (its own are found by ``text_hash``), oldest ``kept`` first out;
   ``{table}_meta``: embedder, analyzer, schema version, last ingest.
 
 Creation and each migration (one function from version N to N+1 in :data:`MIGRATIONS`) run in
@@ -30,7 +31,7 @@ from typing import Any
 
 from ...errors import ConfigError, NotAKnowledgeBaseError, StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
 
 
@@ -129,7 +130,9 @@ def _create(conn: Any, t: Tables) -> None:
         indexed_at text NOT NULL);
     CREATE TABLE {t.cache} (
         embedder text NOT NULL, text_hash text NOT NULL, vec bytea NOT NULL,
-        PRIMARY KEY (embedder, text_hash));
+        kept bigserial NOT NULL, PRIMARY KEY (embedder, text_hash));
+    CREATE INDEX "{t.base}_cache_kept" ON {t.cache} (kept);
+    CREATE INDEX "{t.base}_text_hash" ON {t.chunks} (text_hash);
     """
     for statement in statements.split(";"):
         if statement.strip():
@@ -147,8 +150,30 @@ def _source_in_code_point_order(conn: Any, t: Tables) -> None:
     conn.execute(f'ALTER TABLE {t.chunks} ALTER COLUMN source TYPE text COLLATE "C"')
 
 
+def _cache_keeps_what_left(conn: Any, t: Tables) -> None:
+    """2 -> 3: the chunks' own vectors are the embedding cache (an index on ``text_hash``);
+    ``_cache`` keeps only what left the index, in order (``kept``), bounded: the rows of
+    texts a chunk holds with a vector of the index's embedder are dropped."""
+    import json
+
+    conn.execute(f"ALTER TABLE {t.cache} ADD COLUMN IF NOT EXISTS kept bigserial NOT NULL")
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{t.base}_cache_kept" ON {t.cache} (kept)')
+    conn.execute(f'CREATE INDEX IF NOT EXISTS "{t.base}_text_hash" ON {t.chunks} (text_hash)')
+    row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'embedder'").fetchone()
+    if row is not None:
+        data = json.loads(row[0])
+        conn.execute(
+            f"DELETE FROM {t.cache} c USING {t.chunks} k WHERE c.embedder = %s"
+            " AND k.text_hash = c.text_hash AND k.embedding IS NOT NULL",
+            (f"{data['provider']}/{data['model']}",),
+        )
+
+
 # Migration from version N to N+1, by N.
-MIGRATIONS: dict[int, Callable[[Any, Tables], None]] = {1: _source_in_code_point_order}
+MIGRATIONS: dict[int, Callable[[Any, Tables], None]] = {
+    1: _source_in_code_point_order,
+    2: _cache_keeps_what_left,
+}
 
 
 def exists(conn: Any, t: Tables) -> bool:

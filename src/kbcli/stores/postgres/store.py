@@ -249,8 +249,16 @@ class PgLedger:
         return ledger.cached(conn, self.t, info, texts)
 
     def remember(self, conn: Any, info: EmbedderInfo, vecs: dict[str, list[float]]) -> None:
-        """Store vectors by (embedder, text hash)."""
+        """Keep vectors by (embedder, text hash), within the bound."""
         ledger.remember(conn, self.t, info, vecs)
+
+    def keep(self, conn: Any, docs: list[int]) -> None:
+        """Keep the vectors of the chunks ``docs``, about to leave the index."""
+        ledger.keep(conn, self.t, docs)
+
+    def drop(self, conn: Any, docs: list[int]) -> None:
+        """Forget kept vectors of the texts of ``docs``, stored with a vector again."""
+        ledger.drop(conn, self.t, docs)
 
 
 class PostgresStore(Store):

@@ -35,18 +35,31 @@ def recorded_embedder(conn: Any, t: Tables) -> EmbedderInfo | None:
     if row is None:
         return None
     data = json.loads(row[0])
-    return EmbedderInfo(data["provider"], data["model"], data.get("dimension"))
+    return EmbedderInfo(
+        data["provider"], data["model"], data.get("dimension"), cache=data.get("cache", True)
+    )
 
 
 def record_embedder(conn: Any, t: Tables, info: EmbedderInfo, dim: int, where: str) -> None:
-    """Record ``info`` with the first vectors; later vectors must come from the same model."""
+    """Record ``info`` with the first vectors; later vectors must come from the same model.
+    Whether its vectors are worth caching (``info.cache``) is recorded too, and kept current."""
     recorded = recorded_embedder(conn, t)
-    if recorded is None:
-        value = {"provider": info.provider, "model": info.model, "dimension": dim}
-        conn.execute(f"INSERT INTO {t.meta} VALUES ('embedder', %s)", (json.dumps(value),))
-        return
-    if (recorded.provider, recorded.model) != (info.provider, info.model):
+    if recorded is not None and (recorded.provider, recorded.model) != (
+        info.provider,
+        info.model,
+    ):
         check_embedder(recorded, EmbedderInfo(info.provider, info.model, dim), where)
+    if recorded is None or recorded.cache != info.cache:
+        value: dict[str, Any] = {"provider": info.provider, "model": info.model, "dimension": dim}
+        if recorded is not None and recorded.dimension:
+            value["dimension"] = recorded.dimension
+        if not info.cache:
+            value["cache"] = False
+        conn.execute(
+            f"INSERT INTO {t.meta} VALUES ('embedder', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (json.dumps(value),),
+        )
 
 
 def column_dimension(conn: Any, t: Tables) -> int | None:

@@ -169,6 +169,9 @@ class Database(Nesting):
         self.path = path
         self.label = self.location = str(path)
         self.busy_timeout = busy_timeout
+        # the files and folders the store's parts write beside the database (keyword pack,
+        # vector cache, FAISS file, Chroma folder), counted by size_on_disk
+        self.companions: list[Path] = []
         super().__init__()
         self.conn = self._open(create)
 
@@ -376,7 +379,7 @@ class Database(Nesting):
         return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
 
     def size(self, conn: Any = None) -> int:
-        """Bytes of the database file and its write-ahead log."""
+        """Bytes of every file the index is kept in (:meth:`size_on_disk`)."""
         return self.size_on_disk()
 
     def checkpoint(self) -> None:
@@ -386,9 +389,25 @@ class Database(Nesting):
                 self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def size_on_disk(self) -> int:
-        """Bytes of the database file and its write-ahead log."""
-        files = (self.path, Path(f"{self.path}-wal"))
-        return sum(p.stat().st_size for p in files if p.exists())
+        """Bytes of every file kb writes for this index: the database, its ``-wal`` and
+        ``-shm``, the ingest lock and the :attr:`companions` (a folder with all its files),
+        each file counted once."""
+        paths = [
+            self.path,
+            *(Path(f"{self.path}{suffix}") for suffix in ("-wal", "-shm", ".ingest-lock")),
+            *self.companions,
+        ]
+        sizes: dict[tuple[int, int], int] = {}
+        for path in paths:
+            found = path.rglob("*") if path.is_dir() else (path,)
+            for item in found:
+                try:
+                    st = item.stat()
+                except OSError:  # gone meanwhile, or never written
+                    continue
+                if not item.is_dir():
+                    sizes[(st.st_dev, st.st_ino)] = st.st_size
+        return sum(sizes.values())
 
     def close(self) -> None:
         """Close the connection."""

@@ -18,7 +18,8 @@ version. Tables:
   keyword index (:mod:`.packed`, a file beside the database) reads the entries after its own
   position as its delta. Writers prune entries a pack on disk holds (``meta.keyword_log_floor``).
 - ``files``: what ``kb ingest`` indexed from which file (incremental sync).
-- ``embedding_cache``: vectors by (embedder, text hash).
+- ``embedding_cache``: vectors by (embedder, text hash) that the index no longer holds (its own
+  vectors are found through ``chunks.text_hash``), oldest first by ``id``, bounded.
 - ``meta``: the embedder and analyzer the index was built with, last ingest, a random
   ``index_id``.
 
@@ -36,8 +37,9 @@ from pathlib import Path
 
 from ...crashpoints import crash_point
 from ...errors import NotAKnowledgeBaseError
+from ..common import KEEP_AT_LEAST
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 APP_ID = 0x4B42_4C49  # "KBLI"
 
 TABLES = """
@@ -56,6 +58,7 @@ CREATE TABLE chunks (
 );
 CREATE INDEX chunks_source ON chunks (source);
 CREATE INDEX chunks_src ON chunks (src);
+CREATE INDEX chunks_text_hash ON chunks (text_hash);
 CREATE TABLE sources (
     id INTEGER PRIMARY KEY,
     source TEXT UNIQUE,
@@ -89,11 +92,12 @@ CREATE TABLE files (
     indexed_at TEXT NOT NULL
 );
 CREATE TABLE embedding_cache (
+    id INTEGER PRIMARY KEY,
     embedder TEXT NOT NULL,
     text_hash TEXT NOT NULL,
-    vec BLOB NOT NULL,
-    PRIMARY KEY (embedder, text_hash)
-) WITHOUT ROWID;
+    vec BLOB NOT NULL
+);
+CREATE UNIQUE INDEX embedding_cache_key ON embedding_cache (embedder, text_hash);
 """
 
 
@@ -164,13 +168,60 @@ def migrate_4_to_5(conn: sqlite3.Connection) -> None:
     kbcli")."""
 
 
+def migrate_5_to_6(conn: sqlite3.Connection) -> None:
+    """Schema 6 stops caching every vector twice: the index's own vectors are the cache (found
+    through an index on ``chunks.text_hash``), and ``embedding_cache`` keeps only those of
+    chunks that left the index, in rowid rows (schema 5's ``WITHOUT ROWID`` rows of a 1.5 KB
+    vector took about 4.7 KB each: 58.5 MB for 12,480 vectors). The rows kept are those no
+    chunk holds any more, newest last, at most as many as the index has chunks (at least
+    ``KEEP_AT_LEAST``); the space freed is given back once the upgrade commits
+    (:func:`reclaim`)."""
+    import json
+
+    conn.execute("CREATE INDEX chunks_text_hash ON chunks (text_hash)")
+    conn.execute(
+        "CREATE TABLE embedding_cache_6 (id INTEGER PRIMARY KEY, embedder TEXT NOT NULL,"
+        " text_hash TEXT NOT NULL, vec BLOB NOT NULL)"
+    )
+    row = conn.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()
+    recorded = json.loads(row[0]) if row else {}
+    live = f"{recorded.get('provider')}/{recorded.get('model')}" if recorded else None
+    chunks = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+    # Schema 5 wrote no order: the rows go in by rowid of the old table's key order.
+    conn.execute(
+        "INSERT INTO embedding_cache_6 (embedder, text_hash, vec) SELECT embedder, text_hash,"
+        " vec FROM embedding_cache e WHERE e.embedder IS NOT ? OR NOT EXISTS"
+        " (SELECT 1 FROM chunks c JOIN vectors v ON v.doc = c.doc"
+        "  WHERE c.text_hash = e.text_hash)",
+        (live,),
+    )
+    extra = conn.execute("SELECT count(*) FROM embedding_cache_6").fetchone()[0] - max(
+        KEEP_AT_LEAST, chunks
+    )
+    if extra > 0:
+        conn.execute(
+            "DELETE FROM embedding_cache_6 WHERE id IN"
+            " (SELECT id FROM embedding_cache_6 ORDER BY id LIMIT ?)",
+            (extra,),
+        )
+    conn.execute("DROP TABLE embedding_cache")
+    conn.execute("ALTER TABLE embedding_cache_6 RENAME TO embedding_cache")
+    conn.execute(
+        "CREATE UNIQUE INDEX embedding_cache_key ON embedding_cache (embedder, text_hash)"
+    )
+
+
 # Migration from version N to N+1, by N.
 MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
     1: migrate_1_to_2,
     2: migrate_2_to_3,
     3: migrate_3_to_4,
     4: migrate_4_to_5,
+    5: migrate_5_to_6,
 }
+
+# An upgrade that freed at least this share of the file gives the space back (VACUUM).
+RECLAIM_SHARE = 0.25
 
 
 def _read_header(conn: sqlite3.Connection) -> tuple[int, int, int]:
@@ -225,6 +276,7 @@ def ensure(conn: sqlite3.Connection, path: Path) -> None:
             conn.execute(f"PRAGMA application_id = {APP_ID}")
             conn.execute("INSERT INTO meta VALUES ('index_id', ?)", (os.urandom(16).hex(),))
             version = SCHEMA_VERSION
+        upgraded = version < SCHEMA_VERSION
         while version < SCHEMA_VERSION:
             MIGRATIONS[version](conn)
             version += 1
@@ -234,3 +286,26 @@ def ensure(conn: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    if upgraded:
+        reclaim(conn)
+
+
+def reclaim(conn: sqlite3.Connection) -> bool:
+    """Give the space an upgrade freed back to the file system (``VACUUM``) when it is at least
+    :data:`RECLAIM_SHARE` of the file; skipped (False) while another connection reads it:
+    the free pages are then reused by later writes."""
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    if not pages or free < RECLAIM_SHARE * pages:
+        return False
+    waits = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    conn.execute("PRAGMA busy_timeout = 0")  # a reader elsewhere: skip, never wait for it
+    try:
+        conn.execute("VACUUM")
+        # in WAL mode the smaller file is written at the checkpoint: now, not at close
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(waits)}")
+    return True

@@ -25,6 +25,7 @@ from ..upkeep import Upkeep
 from . import catalog, integrity, ledger
 from .connection import DEFAULT_BUSY_TIMEOUT, Database
 from .keyword import KeywordTables
+from .packlog import pack_path
 from .vectors import DerivedVectors, MatrixCache, TableVectors
 
 
@@ -88,6 +89,7 @@ class SQLiteStore(Store):
         if self._db.readonly:  # searched as it is: nothing derived is written beside it
             keywords.read_only = True
             self._matrix.read_only = True
+        self._db.companions = [pack_path(self.path), Path(part.derived.path)]
         upkeep = Upkeep(
             self._db,
             keywords,

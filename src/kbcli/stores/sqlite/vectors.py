@@ -38,18 +38,28 @@ def recorded_embedder(conn: sqlite3.Connection) -> EmbedderInfo | None:
     if row is None:
         return None
     data = json.loads(row[0])
-    return EmbedderInfo(data["provider"], data["model"], data.get("dimension"))
+    return EmbedderInfo(
+        data["provider"], data["model"], data.get("dimension"), cache=data.get("cache", True)
+    )
 
 
 def record_embedder(conn: sqlite3.Connection, info: EmbedderInfo, dim: int, where: Path) -> None:
-    """Record ``info`` with the first vectors; later vectors must come from the same model."""
+    """Record ``info`` with the first vectors; later vectors must come from the same model.
+    Whether its vectors are worth caching (``info.cache``) is recorded too, and kept current
+    (an index of an older kbcli records none)."""
     recorded = recorded_embedder(conn)
-    if recorded is None:
-        value = {"provider": info.provider, "model": info.model, "dimension": dim}
-        conn.execute("INSERT INTO meta VALUES ('embedder', ?)", (json.dumps(value),))
-        return
-    if (recorded.provider, recorded.model) != (info.provider, info.model):
+    if recorded is not None and (recorded.provider, recorded.model) != (
+        info.provider,
+        info.model,
+    ):
         check_embedder(recorded, EmbedderInfo(info.provider, info.model, dim), str(where))
+    if recorded is None or recorded.cache != info.cache:
+        value = {"provider": info.provider, "model": info.model, "dimension": dim}
+        if recorded is not None and recorded.dimension:
+            value["dimension"] = recorded.dimension
+        if not info.cache:
+            value["cache"] = False
+        conn.execute("INSERT OR REPLACE INTO meta VALUES ('embedder', ?)", (json.dumps(value),))
 
 
 def dimension(conn: sqlite3.Connection) -> int | None:
