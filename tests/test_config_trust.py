@@ -409,6 +409,7 @@ EXPECTED_KINDS: dict[str, set[str]] = {
     "rag.embedding.timeout": set(),
     "rag.embedding.retry_budget": set(),
     "rag.embedding.device": set(),
+    "rag.embedding.threads": set(),  # bounded by validation
     "rag.chunker": {RUNS},
     # rag.rerank: the query and the candidate passages
     "rag.rerank.provider": {SENDS, RUNS},  # api/llm; a class path
@@ -421,10 +422,12 @@ EXPECTED_KINDS: dict[str, set[str]] = {
     "rag.rerank.method": set(),
     "rag.rerank.timeout": set(),
     "rag.rerank.max_retries": set(),
+    "rag.rerank.deadline": set(),
     # rag.rewrite: the query
     "rag.rewrite.mode": {SENDS},
     "rag.rewrite.model": {SENDS},  # kb search --rewrite uses it
     "rag.rewrite.base_url": {SENDS},
+    "rag.rewrite.deadline": set(),
     # rag.answer: kb ask's question and passages
     "rag.answer.provider": {SENDS, RUNS},
     "rag.answer.model": {SENDS},
@@ -436,6 +439,8 @@ EXPECTED_KINDS: dict[str, set[str]] = {
     "rag.answer.timeout": set(),
     "rag.answer.max_retries": set(),
     "rag.answer.min_coverage": set(),
+    "rag.answer.deadline": set(),
+    "rag.answer.max_answer_mb": set(),
     "limits.chunk_size": set(),
     "limits.chunk_overlap": set(),
     "limits.rerank_alpha": set(),
@@ -453,6 +458,7 @@ EXPECTED_KINDS: dict[str, set[str]] = {
     "ocr.max_megapixels": set(),
     "ocr.page_timeout": set(),
     "ocr.min_confidence": set(),
+    "ocr.max_pages": set(),
     "store.backend": {SENDS, RUNS},  # postgres: a server; a class path
     "store.dsn": {SENDS},
     "store.read_dsn": {SENDS},

@@ -199,6 +199,7 @@ RULES: tuple[Rule, ...] = (
     *_harmless(
         "rag.embedding.dimensions", "rag.embedding.batch_size", "rag.embedding.max_retries",
         "rag.embedding.timeout", "rag.embedding.retry_budget", "rag.embedding.device",
+        "rag.embedding.threads",
     ),
     Rule("rag.chunker", _R, _class_path),
     Rule("rag.rerank.provider", _SR, _provider),
@@ -207,12 +208,13 @@ RULES: tuple[Rule, ...] = (
     *_harmless(
         "rag.rerank.candidates", "rag.rerank.min_relevance", "rag.rerank.batch_size",
         "rag.rerank.max_documents", "rag.rerank.method", "rag.rerank.timeout",
-        "rag.rerank.max_retries",
+        "rag.rerank.max_retries", "rag.rerank.deadline",
     ),
     Rule("rag.rewrite.mode", _S, _provider),
     # kb search --rewrite sends the query to this model even when the file leaves mode at none
     Rule("rag.rewrite.model", _S, _always(RECEIVER)),
     Rule("rag.rewrite.base_url", _S, _always(ENDPOINT)),
+    *_harmless("rag.rewrite.deadline"),
     Rule("rag.answer.provider", _SR, _provider),
     Rule("rag.answer.model", _S, _always(RECEIVER)),
     Rule("rag.answer.base_url", _S, _always(ENDPOINT)),
@@ -220,6 +222,7 @@ RULES: tuple[Rule, ...] = (
     *_harmless(
         "rag.answer.max_evidence", "rag.answer.max_tokens", "rag.answer.temperature",
         "rag.answer.timeout", "rag.answer.max_retries", "rag.answer.min_coverage",
+        "rag.answer.deadline", "rag.answer.max_answer_mb",
     ),
     *_harmless(
         "limits.chunk_size", "limits.chunk_overlap", "limits.rerank_alpha",
@@ -229,7 +232,7 @@ RULES: tuple[Rule, ...] = (
     *_harmless("analysis.language", "analysis.stem", "analysis.stopwords"),
     *_harmless(
         "ocr.enabled", "ocr.languages", "ocr.min_text_per_page", "ocr.dpi",
-        "ocr.max_megapixels", "ocr.page_timeout", "ocr.min_confidence",
+        "ocr.max_megapixels", "ocr.page_timeout", "ocr.min_confidence", "ocr.max_pages",
     ),
     Rule("store.backend", _SR, _provider),
     Rule("store.dsn", _S, _postgres),
