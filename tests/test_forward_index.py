@@ -124,8 +124,14 @@ def same(a: dict[str, list[list]], b: dict[str, list[list]]) -> None:
 
 def as_schema_4(db: Path) -> None:
     """``db`` as a schema-4 kbcli left it: every forward index in int64 pairs, version 4, no
-    pack (the only differences from schema 5; tests/data/schema-v4.db is a real one)."""
+    pack (the differences from schema 5; tests/data/schema-v4.db is a real one), and schema
+    6's embedding cache undone (its ``WITHOUT ROWID`` table, no index on ``text_hash``)."""
     with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "DROP INDEX chunks_text_hash; DROP TABLE embedding_cache;"
+            "CREATE TABLE embedding_cache (embedder TEXT NOT NULL, text_hash TEXT NOT NULL,"
+            " vec BLOB NOT NULL, PRIMARY KEY (embedder, text_hash)) WITHOUT ROWID;"
+        )
         rows = conn.execute("SELECT doc, terms FROM chunks").fetchall()
         for doc, blob in rows:
             conn.execute(

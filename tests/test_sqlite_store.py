@@ -197,7 +197,7 @@ def test_not_a_kb_database(tmp_path):
 def test_schema_version_and_wal(tmp_path):
     store = SQLiteStore(tmp_path / "kb.db")
     conn = sqlite3.connect(tmp_path / "kb.db")
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "postings" not in tables  # a chunk's postings are its forward index
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
