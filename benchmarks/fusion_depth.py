@@ -6,6 +6,8 @@ the judged tldr task questions over the unpacked tldr pages (``evaluate_question
     python benchmarks/fusion_depth.py run --src /tmp/kb-base/src --out before.json --db-dir DIR
     python benchmarks/fusion_depth.py run --src src --out after.json --db-dir DIR
     python benchmarks/fusion_depth.py compare before.json after.json
+    python benchmarks/fusion_depth.py latency --db DIR/cranfield-minilm.db \\
+        --queries SHARED/eval/cranfield/queries.jsonl --windows 50,100,200
 
 ``run`` evaluates one source tree (``--src``: this tree, or an older kbcli's ``src`` unpacked
 with ``git archive``) in hybrid mode and keeps each query's nDCG@10, hit@1, hit@3, MRR@10 and
@@ -14,6 +16,9 @@ path: the embedding is paid once). ``--window N`` (this tree only) is the study 
 window: every hybrid search reads each route's best N. ``compare`` prints each set's
 figures and the paired difference after − before with its 95% bootstrap interval over
 queries (``kbcli.eval_questions.bootstrap_interval``, 2,000 resamples), in markdown.
+``run --search-k 10`` ranks the BEIR sets through kb search's own path (files by their best
+chunk, ``-k 10``) instead of kb eval's 200-chunk pool. ``latency`` times this tree's hybrid
+search per fusion window, interleaved.
 """
 
 from __future__ import annotations
@@ -68,7 +73,6 @@ def set_window(window: int) -> None:
     if not hasattr(scoring, "FUSION_WINDOW"):
         raise SystemExit("--window needs a tree with a fusion window")
     retrievers.FUSION_WINDOW = window
-    retrievers.FUSION_POOL_MIN = max(50, window)
     assert retrievers.fuse.__kwdefaults__ is not None
     retrievers.fuse.__kwdefaults__["window"] = window
     scoring.FUSION_WINDOW = window
@@ -130,6 +134,36 @@ def run_beir(name: str, embedder: str, data: Path, db_dir: Path) -> dict[str, An
     return {"per_query": captured["per_query"], "latency_ms": result["latency_ms"]}
 
 
+def run_beir_search(name: str, embedder: str, data: Path, db_dir: Path, k: int) -> dict[str, Any]:
+    """The judged queries of one split through ``kbcli.query.search`` by file at ``-k k`` (what
+    ``kb search -k K`` shows; each document is its chunks' source) on the index ``run_beir``
+    built: nDCG@10, hit@1, hit@3 and MRR@10 of the files shown."""
+    import time as clock
+
+    from kbcli.evaluation import load_beir
+    from kbcli.knowledge_base import KnowledgeBase
+    from kbcli.query import search
+    from kbcli.types import SearchOptions
+
+    ds = load_beir(data / name, SPLITS[name])
+    kb = KnowledgeBase.open(str(db_dir / f"{name}-{embedder}.db"), create=False)
+    per, latencies = {}, []
+    try:
+        for q, rels in ds.qrels.items():
+            if q not in ds.queries or not any(g > 0 for g in rels.values()):
+                continue
+            started = clock.perf_counter()
+            found = search(kb, ds.queries[q], SearchOptions(k=k, mode="hybrid"), locate=False)
+            latencies.append((clock.perf_counter() - started) * 1000)
+            ranking = [h.source or "" for h in found]
+            per[q] = [ndcg(ranking, rels), hit(ranking, rels, 1), hit(ranking, rels, 3),
+                      mrr(ranking, rels)]  # fmt: skip
+    finally:
+        kb.close()
+    mean = sum(latencies) / max(1, len(latencies))
+    return {"per_query": per, "latency_ms": {"mean": round(mean, 2)}}
+
+
 def tldr_pages(db_dir: Path) -> Path:
     """The tldr pages (common, linux, osx, windows) unpacked from the shared tarball."""
     pages = db_dir / "tldr" / "pages"
@@ -181,13 +215,15 @@ def run(args: argparse.Namespace) -> None:
     out = json.loads(args.out.read_text()) if args.out.exists() else {}
     for name in args.sets:
         for embedder in args.embedders:
-            key = f"{name}|{embedder}"
+            key = f"{name}|{embedder}" + (f"|search -k {args.search_k}" if args.search_k else "")
             if key in out and not args.again:
                 continue
             started = time.perf_counter()
             load_before = os.getloadavg()[0]
             if name == TLDR:
                 row = run_tldr(src, embedder, args.db_dir)
+            elif args.search_k:
+                row = run_beir_search(name, embedder, args.data, args.db_dir, args.search_k)
             else:
                 row = run_beir(name, embedder, args.data, args.db_dir)
             row.update(
@@ -221,7 +257,7 @@ def compare(args: argparse.Namespace) -> None:
     for key in after:
         if key not in before:
             continue
-        name, embedder = key.split("|")
+        name, embedder = key.split("|", 1)
         b, a = before[key]["per_query"], after[key]["per_query"]
         ids = [q for q in a if q in b]
         cells = []
@@ -240,6 +276,44 @@ def compare(args: argparse.Namespace) -> None:
         print(f"| {name} | {embedder} | {len(ids)} | " + " | ".join(cells) + " |")
 
 
+def latency(args: argparse.Namespace) -> None:
+    """This tree's hybrid search timed per fusion window, the windows interleaved query by
+    query (each query once per window, in a rotating order): the library's ``search(k=5)`` and
+    ``kb search``'s path by file at -k 10 (``kbcli.query.search``, lines not located). Prints
+    mean / p50 / p95 ms per window and the load average before and after."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from kbcli.evaluation import percentile
+    from kbcli.knowledge_base import KnowledgeBase
+    from kbcli.query import search
+    from kbcli.types import SearchOptions
+
+    windows = [int(w) for w in args.windows.split(",")]
+    with args.queries.open(encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for line in fh if line.strip()][: args.limit]
+    load = os.getloadavg()
+    kb = KnowledgeBase.open(str(args.db), create=False)
+    times: dict[tuple[str, int], list[float]] = {}
+    try:
+        kb.search(texts[0], k=5)  # the model, the vectors and the keyword pack, loaded once
+        for n, text in enumerate(texts):
+            for w in windows[n % len(windows) :] + windows[: n % len(windows)]:
+                set_window(w)
+                started = time.perf_counter()
+                kb.search(text, k=5)
+                middle = time.perf_counter()
+                search(kb, text, SearchOptions(k=10), locate=False)
+                done = time.perf_counter()
+                times.setdefault(("library k=5", w), []).append((middle - started) * 1000)
+                times.setdefault(("kb search -k 10", w), []).append((done - middle) * 1000)
+    finally:
+        kb.close()
+    print(f"{args.db.name}: {len(texts)} queries, windows interleaved; load average "
+          f"{load[0]:.2f} before, {os.getloadavg()[0]:.2f} after")  # fmt: skip
+    for (what, w), ms in sorted(times.items()):
+        print(f"  {what:<16} window {w:>4}: mean {sum(ms) / len(ms):6.1f} ms, "
+              f"p50 {percentile(ms, 50):6.1f}, p95 {percentile(ms, 95):6.1f}")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="stage", required=True)
@@ -252,6 +326,13 @@ def main() -> None:
     r.add_argument("--embedders", nargs="*", default=["simple", "minilm"])
     r.add_argument("--window", type=int, default=0, help="study: the fusion window")
     r.add_argument("--again", action="store_true", help="run sets already in --out again")
+    r.add_argument("--search-k", type=int, default=0, help="BEIR: kb search's path at this -k")
+    t = sub.add_parser("latency")
+    t.add_argument("--db", type=Path, required=True)
+    t.add_argument("--queries", type=Path, required=True, help="queries.jsonl (_id, text)")
+    t.add_argument("--embedder", default="minilm")
+    t.add_argument("--windows", default="50,100,200")
+    t.add_argument("--limit", type=int, default=200, help="queries timed at most")
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
@@ -259,6 +340,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.stage == "run":
         run(args)
+    elif args.stage == "latency":
+        latency(args)
     else:
         compare(args)
 

@@ -37,25 +37,9 @@ def questions() -> list[dict]:
 
 def kb_files(db: str, k: int, query: str) -> list[str]:
     """The files ``kb search -k K --json`` prints, run as a real process."""
+    args = ["--db", db, "search", "--json", "-k", str(k), "--mode", "hybrid", "--", query]
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kbcli",
-            "--db",
-            db,
-            "search",
-            "--json",
-            "-k",
-            str(k),
-            "--mode",
-            "hybrid",
-            "--",
-            query,
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-m", "kbcli", *args], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     return [hit["metadata"]["source"] for hit in json.loads(done.stdout)]
@@ -66,16 +50,20 @@ def check_depths(tmp_path: Path, embedder: str) -> None:
     done = run("--db", db, "ingest", str(SAMPLE / "pages"), "--embedder", embedder)
     assert done.exit_code == 0, done.stderr
     asked = questions()
+    deeper = 0  # questions where -k 50 shows more than -k 5: the comparison means something
     for q in asked:
         shallow, deep = kb_files(db, SHALLOW, q["query"]), kb_files(db, DEEP, q["query"])
-        assert len(shallow) == SHALLOW and len(deep) > SHALLOW, q["query"]
+        assert len(shallow) == min(SHALLOW, len(deep)), (embedder, q["query"])
         assert shallow == deep[:SHALLOW], (embedder, q["query"])
+        deeper += len(deep) > SHALLOW
+    assert deeper >= len(asked) // 2, deeper
     kb = KnowledgeBase.open(db, create=False)
     try:
         for q in asked:
             few = [r.document.id for r in kb.search(q["query"], k=SHALLOW)]
             many = [r.document.id for r in kb.search(q["query"], k=DEEP)]
-            assert len(few) == SHALLOW and few == many[:SHALLOW], (embedder, q["query"])
+            assert len(few) == min(SHALLOW, len(many)), (embedder, q["query"])
+            assert few == many[:SHALLOW], (embedder, q["query"])
     finally:
         kb.close()
 
@@ -105,7 +93,7 @@ def random_routes(rng: random.Random) -> tuple[list[SearchResult], list[SearchRe
     """A keyword route matching some of 400 documents (scores rounded: ties happen) and a
     dense route over all of them."""
     docs = [f"d{i:03d}" for i in range(400)]
-    matched = rng.sample(docs, rng.choice([12, 60, 150, 400]))
+    matched = rng.sample(docs, rng.choice([12, 60, 120, 250, 400]))
     keyword = {d: round(rng.uniform(0.5, 30.0), 1) for d in matched}
     dense = {d: round(rng.uniform(-0.05, 0.85), 3) for d in docs}
     return hits(keyword), hits(dense)
@@ -124,15 +112,16 @@ CASES = [
 
 @pytest.mark.parametrize(("fusion", "keyword_first", "floor"), CASES)
 def test_a_deeper_recall_only_adds_hits_after_the_shallower_ones(fusion, keyword_first, floor):
-    """Both routes cut at 50, 80, 200 and 400 (as -k grows), asked for up to half of it: each
-    answer is the start of the next, with the same scores."""
+    """Both routes cut at 100, 150, 300 and 400 (as -k grows; a route is recalled at least as
+    deep as the fusion window), asked for some or nearly all: each answer is the start of the
+    next, with the same scores."""
     rng = random.Random(f"{fusion}{keyword_first}{floor}")
     options = SearchOptions(fusion=fusion)
     for _ in range(25):
         keyword, dense = random_routes(rng)
         named = rng.choice([None, keyword[rng.randrange(min(len(keyword), 30))].document.id])
         before: list[tuple[str, float]] = []
-        for depth, wanted in ((50, 10), (80, 40), (200, 100), (400, 200)):
+        for depth, wanted in ((100, 10), (150, 149), (300, 150), (400, 399)):
             found = fuse(
                 keyword[:depth], dense[:depth], wanted, options, 0.6,
                 keyword_first=keyword_first, floor=floor, named=named,

@@ -25,10 +25,11 @@ from .scoring import (
 )
 from .types import Document, SearchOptions, SearchResult
 
-# Candidates recalled per route before fusion: enough that fusion can promote a document that
-# one route ranks modestly, small enough to stay fast; never fewer than the window fusion
-# reads (scoring.FUSION_WINDOW), so every fused score is the same at any k.
-FUSION_POOL_MIN = FUSION_WINDOW
+# Candidates recalled per route before fusion (and MMR's pool): enough that fusion can promote
+# a document that one route ranks modestly, small enough to stay fast. Hybrid search recalls
+# at least the window fusion reads as well (scoring.FUSION_WINDOW), so every fused score is
+# the same at any k.
+FUSION_POOL_MIN = 50
 FUSION_POOL_FACTOR = 2
 # Dense weight used when the embedder is weak (spelling, not meaning) and the search does not
 # set alpha: keyword ranking decides, the dense route only breaks (near-)ties and ranks what the
@@ -348,7 +349,7 @@ class HybridRetriever:
                     hit.explain["floor"] = floor  # type: ignore[index]
         else:
             # one past fetch: whether the last hit wanted ties with the next (see below)
-            pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch + 1)
+            pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, FUSION_WINDOW, fetch + 1)
             if not self.keyword.available:
                 self._note_semantic_only()
                 return self._finish(
@@ -364,11 +365,12 @@ class HybridRetriever:
                 weak
                 and options.fusion != "rrf"
                 and len(keyword_hits) > fetch
-                and not _tied(keyword_hits[: fetch + 1])
+                and not _tied(keyword_hits[: min(fetch + 1, FUSION_WINDOW)])
             ):
-                # A weak dense route could only break exact keyword ties here, and the hits
-                # wanted (and the next) have none: skip it (no vector load, no numpy). It is
-                # needed to fill up a short keyword list or to order tied hits, at every k.
+                # A weak dense route could only break exact keyword ties in the keyword
+                # window here (fuse), and the hits wanted (and the next) have none there: skip
+                # it (no vector load, no numpy). It is needed to fill up a short keyword list
+                # or to order tied hits, at every k.
                 dense_hits = []
             else:
                 dense_hits = self.dense.search(query, pool, options)
@@ -638,7 +640,8 @@ def fuse(
     keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
     dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
     alpha = _alpha(options) if options.alpha_chosen else default_alpha
-    muted = below_floor(dense_scores, [h.document.id for h in keyword_hits[:window]], floor)
+    keyword_window = {h.document.id for h in keyword_hits[:window]}
+    muted = below_floor(dense_scores, keyword_window, floor)
     if options.fusion == "rrf":
         fused = rrf_fusion([h.document.id for h in keyword_hits], window=window)
         dense_part = rrf_fusion([h.document.id for h in dense_hits], window=window)
@@ -664,9 +667,12 @@ def fuse(
             del fused[doc_id]
     if named is not None and named in fused:
         fused[named] = max(fused.values())
-    tie_break = (
-        window_scale(dense_scores, window) if keyword_first and options.fusion != "rrf" else {}
-    )
+    tie_break: dict[str, float] = {}
+    if keyword_first and options.fusion != "rrf":
+        # exact keyword ties inside the keyword window go to the dense route; past it, to the
+        # keyword rank (a tied hit a deeper recall finds must not pass the ones shown)
+        scaled = window_scale(dense_scores, window)
+        tie_break = {d: v for d, v in scaled.items() if d in keyword_window}
     best = sorted(
         fused.items(),
         key=lambda item: (
