@@ -231,6 +231,8 @@ def run(args: argparse.Namespace) -> None:
                 load=[round(load_before, 2), round(os.getloadavg()[0], 2)],
                 window=args.window or None,
             )
+            per = row["per_query"]
+            row["per_query"] = {q: [round(v, 6) for v in vals] for q, vals in per.items()}
             out[key] = row
             means = summary(row["per_query"])
             print(key, json.dumps(means), f"load {row['load']}", file=sys.stderr, flush=True)
@@ -257,7 +259,8 @@ def compare(args: argparse.Namespace) -> None:
     for key in after:
         if key not in before:
             continue
-        name, embedder = key.split("|", 1)
+        name, rest = key.split("|", 1)
+        embedder = rest.replace("|", ", ")  # "minilm, search -k 10"
         b, a = before[key]["per_query"], after[key]["per_query"]
         ids = [q for q in a if q in b]
         cells = []
