@@ -201,8 +201,10 @@ class HybridRetriever:
     """Keyword, semantic or hybrid search over one store, chosen per query by ``options.mode``.
 
     Hybrid recalls a candidate pool from both routes and fuses them: ``weighted`` min-max
-    normalises each route and combines ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums
-    ``1 / (60 + rank)``. A document found by one route only still counts.
+    scales each route over its best :data:`~kbcli.scoring.FUSION_WINDOW` hits and combines
+    ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums ``1 / (60 + rank)`` over the same
+    window. A document found by one route only still counts. Each route is recalled at least
+    that deep, so the ranking is the same at any ``k`` (:func:`fuse`).
 
     Alpha: ``options.alpha`` when the search chose it (``alpha_chosen``); otherwise, with a
     *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
@@ -622,8 +624,10 @@ def fuse(
     window, :func:`~kbcli.scoring.window_scale`; rrf: their ranks), so a document's score
     never depends on how many were recalled below it; documents past both windows score 0
     and follow in the order of their better route rank, which is past the window of a
-    shallower recall too: a deeper recall only adds hits after those it had. Ties go to the
-    better route rank, then the document id.
+    shallower recall too: a deeper recall only adds hits after those it had. That holds when
+    both lists are their route's ranking cut at one depth of at least ``window`` (or all it
+    found), best first, ties in a fixed order (every store: by id). Ties go to the better route
+    rank, then the document id.
 
     ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
     dense route) uses :func:`~kbcli.scoring.keyword_first_fusion` instead of min-max for the
@@ -632,7 +636,7 @@ def fuse(
     found it (:func:`~kbcli.scoring.below_floor`). ``named``: the id of a keyword hit whose
     title is the query; it comes first (scored as the best fused score).
     With ``options.explain`` each hit records each route's rank and raw score (None when that
-    route missed it), the fused score, the fusion and (weighted) the alpha.
+    route missed it), the fused score, the fusion, the window and (weighted) the alpha.
     """
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
