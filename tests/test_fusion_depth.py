@@ -202,3 +202,16 @@ def test_rewritten_routes_are_fused_the_same_way_at_any_k():
     many = pipeline.search("q", SearchOptions(k=100))
     assert [h.document.id for h in few] == [h.document.id for h in many[:5]]
     assert len(many) == 100
+
+
+def test_explain_names_the_window():
+    """--explain says how many of each route's hits earn fused score, once above the hits."""
+    from kbcli.render.explain import explain_text, shared_facts
+    from kbcli.scoring import FUSION_WINDOW
+
+    keyword, dense = random_routes(random.Random(3))
+    found = fuse(keyword[:150], dense[:150], 3, SearchOptions(explain=True), 0.6)
+    assert all(h.explain["window"] == FUSION_WINDOW for h in found)
+    fact = f"window {FUSION_WINDOW} (only each route's best {FUSION_WINDOW} earn fused score)"
+    assert fact in explain_text(found[0].explain).splitlines()
+    assert fact in shared_facts([h.explain for h in found])
