@@ -1,4 +1,4 @@
-"""Does ``kb eval --queries`` rank as ``kb search`` does, and what do its latency figures say?
+"""kb eval --queries against kb search, -k 5 against -k 100, and eval's latency figures.
 
 For each ``--k`` and mode, every question of ``--queries`` is evaluated with
 ``kbcli.eval_questions.evaluate_questions`` (what ``kb eval --queries`` runs) and searched with
@@ -9,10 +9,18 @@ disagree, and hit@1 as eval reports it and as kb search's lists give it. Then th
 figures of the first evaluation of this process (cold: it pays the model load unless eval
 keeps it apart): mean, p50, p95 per question, the model load and first search when reported.
 
+With ``--depth SHALLOW,DEEP`` (e.g. ``5,100``), per mode: the questions whose files at
+``kb search -k SHALLOW`` are not the first SHALLOW files at ``-k DEEP`` (a user asking for more
+results must see the same top, followed by more), and the questions whose chunks from the
+library's ``KnowledgeBase.search(k=SHALLOW)`` are not the first of ``search(k=DEEP)``.
+``--k ''`` skips the eval comparison.
+
 Run it with ``PYTHONPATH`` naming the source tree to measure (before/after a change)::
 
     PYTHONPATH=src python benchmarks/eval_agreement.py --db tldr.db \\
         --queries benchmarks/corpora/tldr/live.jsonl --k 5,10,20
+    PYTHONPATH=src python benchmarks/eval_agreement.py --db tldr.db \\
+        --queries benchmarks/corpora/tldr/live.jsonl --k '' --modes hybrid --depth 5,100
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ def main() -> None:
     ap.add_argument("--queries", required=True)
     ap.add_argument("--modes", default="keyword,semantic,hybrid")
     ap.add_argument("--k", default="5,10,20", help="cut-offs, comma-separated")
+    ap.add_argument("--depth", default="", help="SHALLOW,DEEP: is -k SHALLOW the top of -k DEEP")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
 
@@ -52,11 +61,16 @@ def main() -> None:
         "load": os.getloadavg(),
         "questions": len(questions),
         "agreement": [],
+        "depth": [],
         "latency": None,
     }
     kb = KnowledgeBase.open(args.db, create=False)
     try:
-        for k in [int(x) for x in args.k.split(",")]:
+        if args.depth:
+            shallow, deep = (int(x) for x in args.depth.split(","))
+            for mode in modes:
+                out["depth"].append(depth_row(kb, questions, mode, shallow, deep))
+        for k in [int(x) for x in args.k.split(",") if x]:
             started = time.perf_counter()
             result = evaluate_questions(kb, questions, modes=modes, k=k, base=base)
             took = time.perf_counter() - started
@@ -92,6 +106,14 @@ def main() -> None:
         return
     print(f"kbcli from {out['source']}; {out['questions']} questions; "
           f"load average {', '.join(f'{x:.2f}' for x in out['load'])}")  # fmt: skip
+    for row in out["depth"]:
+        ids = f" ({', '.join(row['ids'])})" if row["ids"] else ""
+        print(f"{row['mode']:<9} kb search -k {row['shallow']} is not the top of -k "
+              f"{row['deep']} for {row['files differ']:>3} of {out['questions']} questions{ids}; "
+              f"library search(k={row['shallow']}) not the top of k={row['deep']}: "
+              f"{row['chunks differ']}")  # fmt: skip
+    if not out["agreement"]:
+        return
     for row in out["agreement"]:
         ids = f" ({', '.join(row['ids'])})" if row["ids"] else ""
         print(f"{row['mode']:<9} k={row['k']:<3} disagree {row['disagree']:>3}{ids}; hit@1 "
@@ -103,6 +125,30 @@ def main() -> None:
         print(f"  {mode:<9} mean {figures['mean']} ms, p50 {figures['p50']} ms, "
               f"p95 {figures['p95']} ms, max {figures['max']} ms{first}")  # fmt: skip
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def depth_row(kb: Any, questions: list[Any], mode: str, shallow: int, deep: int) -> dict[str, Any]:
+    """How many questions rank differently at ``-k shallow`` and ``-k deep`` (see the module
+    docstring): files of ``kb search`` (``kbcli.query.search`` by file) and chunks of the
+    library's ``search``."""
+    from kbcli.query import search
+    from kbcli.types import SearchOptions
+
+    files_differ, chunks_differ = [], []
+    for q in questions:
+        lists = []
+        for k in (shallow, deep):
+            hits = search(kb, q.text, SearchOptions(k=k, mode=mode), by="file", locate=False)
+            lists.append([h.source or "" for h in hits])
+        if lists[0] != lists[1][:shallow]:
+            files_differ.append(q.id)
+        if "\"" in q.text or any(w.startswith("-") for w in q.text.split()):
+            continue  # the library's search takes no query syntax
+        ids = [[r.document.id for r in kb.search(q.text, k=k, mode=mode)] for k in (shallow, deep)]
+        if ids[0] != ids[1][:shallow]:
+            chunks_differ.append(q.id)
+    return {"mode": mode, "shallow": shallow, "deep": deep, "files differ": len(files_differ),
+            "ids": files_differ[:12], "chunks differ": len(chunks_differ)}  # fmt: skip
 
 
 if __name__ == "__main__":

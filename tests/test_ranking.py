@@ -215,7 +215,8 @@ def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path,
 
     store = SQLiteStore(tmp_path / "kb.db")
     emb = SimpleEmbedder()
-    texts = [f"password note {i}" for i in range(30)] + ["unrelated weather"]
+    texts = [f"password note {i} " + "filler " * i for i in range(30)] + ["unrelated weather"]
+    texts += ["tied word one", "tied word two"]  # equal keyword scores
     store.add([Document(f"d{i}", t) for i, t in enumerate(texts)], emb.embed_documents(texts))
     calls = []
     real = DenseRetriever.search
@@ -226,6 +227,10 @@ def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path,
     assert len(r.search("password", 5, SearchOptions(k=5))) == 5 and calls == []
     few = r.search("weather", 5, SearchOptions(k=5))  # one keyword hit: dense fills the page
     assert len(calls) == 1 and few[0].document.id == "d30" and len(few) == 5
+    # the page (or the hit after it) holds a keyword tie: the dense route orders it, as at
+    # any other k
+    tied = r.search("tied", 1, SearchOptions(k=1, dedupe=False))
+    assert len(calls) == 2 and len(tied) == 1
 
 
 # --- source context: a chunk's file counts in its keyword score ------------------------------

@@ -11,6 +11,7 @@ from kbcli.errors import InvalidOptionError, RerankerError
 from kbcli.rerankers import LLMReranker
 from kbcli.rerankers.llm import listwise_scores, yes_probability
 from kbcli.rewrite import QueryRewriter, build_rewriter
+from kbcli.scoring import FUSION_WINDOW
 
 SECRET = "sk-chat-0123456789abcdef"
 DOCS = [
@@ -127,8 +128,10 @@ def test_hyde_passage_is_searched_beside_the_original_query(server):
     retriever = RecordingRetriever(docs)
     pipeline = RAGPipeline(retriever, rewriter=QueryRewriter("hyde", "w", server.url))
     out = pipeline.search("forgot login", SearchOptions(k=2, explain=True))
-    assert retriever.calls[0] == ("forgot login", "hybrid", 2)  # the original query, first
-    assert retriever.calls[1] == (server.hyde_answer, "semantic", 2)
+    # the original query first; each route recalled as deep as RRF's window, whatever k
+    assert retriever.calls[0] == ("forgot login", "hybrid", FUSION_WINDOW)
+    assert retriever.calls[1] == (server.hyde_answer, "semantic", FUSION_WINDOW)
+    assert len(out) == 2
     assert out[0].document.id == "d1"  # found only through the hypothetical answer
     assert out[0].explain["query"] is None and out[0].explain["hyde"]["rank"] == 1
     assert out[0].explain["fusion"] == "rrf"

@@ -6,12 +6,12 @@ A collection folder holds ``corpus.jsonl`` (``_id``, ``title``, ``text``; or ``c
 line). Each document (title + blank line + text) goes through the normal ingest path (chunked
 like any file) with metadata ``doc_id`` and the document as the chunks' ``source`` (as a file
 is); each judged query is searched for a pool of chunks and documents are ranked by their best
-chunk.
+chunk, in the order the search returned them (equal scores as the search ordered them).
 
-Metrics follow trec_eval: ties broken by document id (ascending), a query with no results
-scores 0, nDCG@k uses the graded judgment itself as the gain (``gain = rel``, as trec_eval's
-``ndcg_cut``; BEIR's pytrec_eval does the same) with a ``log2(rank + 1)`` discount; judgments of
-0 or less are not relevant. Only queries with at least one relevant document are evaluated.
+Metrics follow trec_eval: a query with no results scores 0, nDCG@k uses the graded judgment
+itself as the gain (``gain = rel``, as trec_eval's ``ndcg_cut``; BEIR's pytrec_eval does the
+same) with a ``log2(rank + 1)`` discount; judgments of 0 or less are not relevant. Only
+queries with at least one relevant document are evaluated.
 """
 
 from __future__ import annotations
@@ -434,7 +434,10 @@ def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> Non
 
 
 def _documents_of(hits: Sequence[Any]) -> list[str]:
-    return rank_documents((str(h.document.metadata.get("doc_id")), h.score) for h in hits)
+    """Document ids in the order of their best chunk among ``hits``, as the search ranked
+    them (its own tie-break: hybrid hits past both fusion windows score 0 and are ordered by
+    route rank, which sorting by score and id would undo)."""
+    return list(dict.fromkeys(str(h.document.metadata.get("doc_id")) for h in hits))
 
 
 def _run_queries(
@@ -454,8 +457,8 @@ def _run_queries(
         ranking = _documents_of(hits)
         pool = options.k
         while len(ranking) < RANKING_DEPTH and len(hits) >= pool:
-            # Deeper only extends the ranking: the timed search's order stays on top (fusion
-            # over a larger pool could reorder it slightly).
+            # Deeper only extends the ranking: a deeper search ranks the timed search's hits
+            # first, in the same order (hybrid fusion reads a fixed window of each route).
             pool *= 2
             hits = kb.search_with(data.queries[qid], replace(options, k=pool))
             seen = set(ranking)

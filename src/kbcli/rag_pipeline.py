@@ -208,23 +208,29 @@ class RAGPipeline:
     def _recall(
         self, query: str, pool: int, options: SearchOptions, rewriter: Rewriter | None
     ) -> list[SearchResult]:
-        first = self.retriever.search(query, pool, options)
         routes = rewriter.routes(query, options.mode) if rewriter is not None else []
         if not routes:
-            return first
+            return self.retriever.search(query, pool, options)
         from dataclasses import replace
 
-        from .scoring import rrf_fusion
+        from .scoring import FUSION_WINDOW, rrf_fusion
 
-        ranked = [("query", first)]
+        # every route recalls at least the window RRF reads, so its fused scores (and the
+        # order) are the same at any k
+        depth = max(pool, FUSION_WINDOW)
+        ranked = [("query", self.retriever.search(query, depth, options))]
         for label, text, mode in routes:
-            ranked.append((label, self.retriever.search(text, pool, replace(options, mode=mode))))
+            ranked.append((label, self.retriever.search(text, depth, replace(options, mode=mode))))
+        # each route's first FUSION_WINDOW ranks count (kbcli.scoring): the same at any depth;
+        # past every window, by the better route rank
         fused = rrf_fusion(*[[h.document.id for h in hits] for _, hits in ranked])
         docs: dict[str, Document] = {}
+        first: dict[str, int] = {}
         for _, hits in ranked:
-            for hit in hits:
+            for place, hit in enumerate(hits, start=1):
                 docs.setdefault(hit.document.id, hit.document)
-        order = sorted(fused, key=lambda doc_id: (-fused[doc_id], doc_id))
+                first[hit.document.id] = min(place, first.get(hit.document.id, place))
+        order = sorted(fused, key=lambda doc_id: (-fused[doc_id], first[doc_id], doc_id))
         out = []
         for doc_id in order:
             explain: dict[str, Any] | None = None

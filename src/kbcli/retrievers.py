@@ -12,20 +12,23 @@ from .errors import InvalidOptionError
 from .filters import and_filters, matches, validate_filter
 from .protocols import DocumentCatalog, KeywordIndex, supports
 from .scoring import (
+    FUSION_WINDOW,
     KEYWORD_SURE_MARGIN,
     MIN_DENSE_ALPHA,
     below_floor,
     confident_alpha,
     keyword_first_fusion,
     keyword_margin,
-    min_max,
     rrf_fusion,
     weighted_fusion,
+    window_scale,
 )
 from .types import Document, SearchOptions, SearchResult
 
-# Candidates recalled per route before fusion: enough that fusion can promote a document that
-# one route ranks modestly, small enough to stay fast.
+# Candidates recalled per route before fusion (and MMR's pool): enough that fusion can promote
+# a document that one route ranks modestly, small enough to stay fast. Hybrid search recalls
+# at least the window fusion reads as well (scoring.FUSION_WINDOW), so every fused score is
+# the same at any k.
 FUSION_POOL_MIN = 50
 FUSION_POOL_FACTOR = 2
 # Dense weight used when the embedder is weak (spelling, not meaning) and the search does not
@@ -198,8 +201,10 @@ class HybridRetriever:
     """Keyword, semantic or hybrid search over one store, chosen per query by ``options.mode``.
 
     Hybrid recalls a candidate pool from both routes and fuses them: ``weighted`` min-max
-    normalises each route and combines ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums
-    ``1 / (60 + rank)``. A document found by one route only still counts.
+    scales each route over its best :data:`~kbcli.scoring.FUSION_WINDOW` hits and combines
+    ``alpha * dense + (1 - alpha) * keyword``; ``rrf`` sums ``1 / (60 + rank)`` over the same
+    window. A document found by one route only still counts. Each route is recalled at least
+    that deep, so the ranking is the same at any ``k`` (:func:`fuse`).
 
     Alpha: ``options.alpha`` when the search chose it (``alpha_chosen``); otherwise, with a
     *weak* embedder (one with ``weak = True``, such as the built-in simple embedder, or one
@@ -345,7 +350,8 @@ class HybridRetriever:
                 for hit in hits:
                     hit.explain["floor"] = floor  # type: ignore[index]
         else:
-            pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, fetch)
+            # one past fetch: whether the last hit wanted ties with the next (see below)
+            pool = max(k * FUSION_POOL_FACTOR, FUSION_POOL_MIN, FUSION_WINDOW, fetch + 1)
             if not self.keyword.available:
                 self._note_semantic_only()
                 return self._finish(
@@ -357,13 +363,23 @@ class HybridRetriever:
             if not keyword_hits and self.weak_embedder:
                 return []  # a weak embedder's vectors alone are noise, not hits
             weak = not options.alpha_chosen and self.weak_for(query)
-            if weak and options.fusion != "rrf" and len(keyword_hits) >= fetch:
-                # A weak dense route could only break exact keyword ties here: skip it (no
-                # vector load, no numpy), it is needed only to fill up a short keyword list.
+            if (
+                weak
+                and options.fusion != "rrf"
+                and len(keyword_hits) > fetch
+                and not _tied(keyword_hits[: min(fetch + 1, FUSION_WINDOW)])
+            ):
+                # A weak dense route could only break exact keyword ties in the keyword
+                # window here (fuse), and the hits wanted (and the next) have none there: skip
+                # it (no vector load, no numpy). It is needed to fill up a short keyword list
+                # or to order tied hits, at every k.
                 dense_hits = []
             else:
                 dense_hits = self.dense.search(query, pool, options)
-            alpha = self.effective_alpha(options, query, keyword_hits)
+            # What the keyword route is sure of, and the page named by the query, come from
+            # its window only (scoring.FUSION_WINDOW): the same at any recall depth.
+            window = keyword_hits[:FUSION_WINDOW]
+            alpha = self.effective_alpha(options, query, window)
             hits = fuse(
                 keyword_hits,
                 dense_hits,
@@ -377,7 +393,7 @@ class HybridRetriever:
                     bool(keyword_hits),
                     weak,
                 ),
-                named=self.named_hit(query, keyword_hits),
+                named=self.named_hit(query, window),
             )
             if options.explain:
                 notes: dict[str, Any] = {}
@@ -388,7 +404,7 @@ class HybridRetriever:
                     and not options.alpha_chosen
                     and self.sure_margin is not None
                 ):
-                    margin = keyword_margin(_by_source(keyword_hits))
+                    margin = keyword_margin(_by_source(window))
                     notes["keyword_margin"] = round(margin, 4)
                     notes["alpha_note"] = confidence_reason(
                         self.base_alpha(options), margin, self.sure_margin
@@ -552,6 +568,11 @@ class HybridRetriever:
         return hits
 
 
+def _tied(hits: list[SearchResult]) -> bool:
+    """True when two neighbours of ``hits`` (one route's ranking) have the same score."""
+    return any(a.score == b.score for a, b in zip(hits, hits[1:]))
+
+
 def _by_source(hits: list[SearchResult]) -> list[tuple[str, float]]:
     """``(file, score)`` of each hit: a file's chunks are one document to the margin."""
     return [(str(h.document.metadata.get("source") or h.document.id), h.score) for h in hits]
@@ -596,48 +617,80 @@ def fuse(
     keyword_first: bool = False,
     floor: float | None = None,
     named: str | None = None,
+    window: int = FUSION_WINDOW,
 ) -> list[SearchResult]:
-    """Combine two ranked lists as ``options.fusion`` says; ties broken by document id.
+    """Combine two ranked lists as ``options.fusion`` says, the same way at any recall depth.
+
+    Only each route's first ``window`` hits earn fused score (weighted: scaled over that
+    window, :func:`~kbcli.scoring.window_scale`; rrf: their ranks), so a document's score
+    never depends on how many were recalled below it; documents past both windows score 0
+    and follow in the order of their better route rank, which is past the window of a
+    shallower recall too: a deeper recall only adds hits after those it had. That holds when
+    both lists are their route's ranking cut at one depth of at least ``window`` (or all it
+    found), best first, ties in a fixed order (every store: by id). Ties go to the better route
+    rank, then the document id.
 
     ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
     dense route) uses :func:`~kbcli.scoring.keyword_first_fusion` instead of min-max for the
-    keyword side. ``floor``: documents only the dense route found with a score under it are
-    dropped after fusion (:func:`~kbcli.scoring.below_floor`). ``named``: the id of a keyword
-    hit whose title is the query; it comes first (scored as the best fused score).
+    keyword side. ``floor``: a document outside the keyword route's window whose dense score
+    is under it gets nothing from the dense route, and is dropped unless the keyword route
+    found it (:func:`~kbcli.scoring.below_floor`). ``named``: the id of a keyword hit whose
+    title is the query; it comes first (scored as the best fused score).
     With ``options.explain`` each hit records each route's rank and raw score (None when that
-    route missed it), the fused score, the fusion and (weighted) the alpha.
+    route missed it), the fused score, the fusion, the window and (weighted) the alpha.
     """
     docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
     keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
     dense_scores = {hit.document.id: hit.score for hit in dense_hits}
+    keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
+    dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
     alpha = _alpha(options) if options.alpha_chosen else default_alpha
+    keyword_window = {h.document.id for h in keyword_hits[:window]}
+    muted = below_floor(dense_scores, keyword_window, floor)
     if options.fusion == "rrf":
-        fused = rrf_fusion(
-            [h.document.id for h in dense_hits], [h.document.id for h in keyword_hits]
-        )
+        fused = rrf_fusion([h.document.id for h in keyword_hits], window=window)
+        dense_part = rrf_fusion([h.document.id for h in dense_hits], window=window)
+        for doc_id, part in dense_part.items():
+            fused[doc_id] = fused.get(doc_id, 0.0) + (0.0 if doc_id in muted else part)
     elif keyword_first:
-        fused = keyword_first_fusion(dense_scores, keyword_scores, alpha)
+        fused = keyword_first_fusion(
+            dense_scores, keyword_scores, alpha, window=window, muted=muted
+        )
     else:
-        fused = weighted_fusion(dense_scores, keyword_scores, alpha)
-    for doc_id in below_floor(dense_scores, keyword_scores, floor):
-        del fused[doc_id]
+        fused = weighted_fusion(dense_scores, keyword_scores, alpha, window=window, muted=muted)
+    # A document's better route rank, the dense one only where its dense score counts: the
+    # order past the windows, and the depth from which a recall finds (and keeps) it.
+    first_rank = {
+        doc_id: min(
+            keyword_rank.get(doc_id, math.inf),
+            math.inf if doc_id in muted else dense_rank.get(doc_id, math.inf),
+        )
+        for doc_id in fused
+    }
+    for doc_id in muted:
+        if doc_id not in keyword_rank:
+            del fused[doc_id]
     if named is not None and named in fused:
         fused[named] = max(fused.values())
-    tie_break = min_max(dense_scores) if keyword_first and options.fusion != "rrf" else {}
+    tie_break: dict[str, float] = {}
+    if keyword_first and options.fusion != "rrf":
+        # exact keyword ties inside the keyword window go to the dense route; past it, to the
+        # keyword rank (a tied hit a deeper recall finds must not pass the ones shown)
+        scaled = window_scale(dense_scores, window)
+        tie_break = {d: v for d, v in scaled.items() if d in keyword_window}
     best = sorted(
         fused.items(),
         key=lambda item: (
             item[0] != named,
             -item[1],
             -tie_break.get(item[0], 0.0),
+            first_rank[item[0]],
             item[0],
         ),
     )
     best = best[:k]
     results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
     if options.explain:
-        keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
-        dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
         keyword_parts = {h.document.id: h.explain or {} for h in keyword_hits}
         for hit in results:
             doc_id = hit.document.id
@@ -649,6 +702,7 @@ def fuse(
                 "dense": _route(dense_rank, dense_scores, doc_id),
                 "fused": hit.score,
                 "fusion": options.fusion,
+                "window": window,
             }
             if options.fusion == "weighted":
                 hit.explain["alpha"] = alpha

@@ -102,7 +102,8 @@ def eval_(
     its order); latency is per question with the model loaded, the model load apart.
 
     BEIR: each document's title and text go through the normal ingest path (chunked like any
-    file); documents are ranked by their best chunk; trec_eval conventions.
+    file); documents are ranked by their best chunk, in the search's order; trec_eval
+    conventions otherwise.
     """
     from .. import render
     from ..errors import InvalidOptionError

@@ -38,6 +38,9 @@ def explain_facts(explain: Any) -> list[tuple[str, str]]:
             lines.append((key, f"{key} not found"))
         elif key == "alpha" and note:
             lines.append((key, f"alpha {_fmt(value)} ({note})"))
+        elif key == "window":
+            n = _fmt(value)
+            lines.append((key, f"window {n} (only each route's best {n} earn fused score)"))
         elif key == "duplicates" and isinstance(value, list):
             lines.append((key, f"duplicates {len(value)} collapsed ({_fmt(value)})"))
         else:
