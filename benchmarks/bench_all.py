@@ -215,7 +215,7 @@ def phase_kb(d: Path, n_queries: int, repeat: int) -> dict[str, Any]:
     import numpy as np
 
     from kbcli import KnowledgeBase, load_config
-    from kbcli.filter_syntax import under_folders
+    from kbcli.filters.syntax import under_folders
 
     sets = query_sets(read_texts(d / "corpus"), n_queries)
     content = sets["content"]

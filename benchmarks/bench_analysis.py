@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 
 CHILD = r"""
 import json, sys, time, zlib
-from kbcli.analysis import Analyzer, keyword_counts
+from kbcli.text.analysis import Analyzer, keyword_counts
 from kbcli.stores.sqlite.catalog import pack_terms
 chunks = json.load(open(sys.argv[1]))
 rounds = int(sys.argv[2])

@@ -70,9 +70,9 @@ def real_vectors(
     dataset: Path, docs: int, db: Path, queries: int, threads: int | None = None
 ) -> tuple[Any, Any, float]:
     """(chunk matrix, query matrix, seconds spent embedding) from the cached index or a new one."""
-    from kbcli.config import get_config
+    from kbcli.config.lookup import get_config
     from kbcli.embedders.local import LocalEmbedder
-    from kbcli.evaluation import _open_index, load_beir
+    from kbcli.eval.beir import _open_index, load_beir
     from kbcli.stores.sqlite import vectors as sqlite_vectors
 
     folder = subset(dataset, docs, db.parent)
@@ -148,7 +148,7 @@ def timed(fn: Any, queries: Any) -> tuple[list[Any], float]:
 def measure(
     matrix: Any, queries: Any, label: str, filter_share: float, efs: tuple[int, ...]
 ) -> dict:
-    from kbcli.stores.faiss_store import FaissVectorIndex
+    from kbcli.stores.faiss.store import FaissVectorIndex
     from kbcli.stores.numpy_index import NumpyVectorIndex
 
     n = len(matrix)
@@ -203,7 +203,7 @@ def peak_rss_mb() -> int:
 def store_child(db: Path, factory: str, prefix: str | None) -> None:
     """(A child process.) Open ``FaissStore`` on ``db``, bring its index up to date (build or
     load ``<db>.faiss``), run every cached query; print one JSON line."""
-    from kbcli.stores.faiss_store import FaissStore
+    from kbcli.stores.faiss.store import FaissStore
 
     queries = unit(np.load(f"{db}.queries.npy"))
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 knowledge base, and on questions it has no answer to.
 
 No answer model is needed, and none is called: ``kb ask`` refuses *before* any request, on
-the evidence alone, so :func:`kbcli.answer.select_evidence` (the code ``kb ask`` runs) decides
+the evidence alone, so :func:`kbcli.agent.answer.select_evidence` (the code ``kb ask`` runs) decides
 exactly what ``kb ask`` would. Each question is searched once (``-k`` 8, as ``kb ask``); each
 hit's coverage is kept, and every threshold is then applied to the same hits.
 
@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import machine_info  # noqa: E402
 
-from kbcli.answer import budget_evidence, select_evidence  # noqa: E402
-from kbcli.config import AnswerConfig, load_config  # noqa: E402
-from kbcli.evaluation import _open_index, load_beir  # noqa: E402
+from kbcli.agent.answer import budget_evidence, select_evidence  # noqa: E402
+from kbcli.config.lookup import AnswerConfig, load_config  # noqa: E402
+from kbcli.eval.beir import _open_index, load_beir  # noqa: E402
 from kbcli.types import SearchOptions  # noqa: E402
 
 PAIRS = {
@@ -157,7 +157,7 @@ def main() -> None:
 
 def flatten_weights() -> None:
     """Make every question term weigh 1 in kb ask's floor (this process only)."""
-    import kbcli.answer as answer
+    from kbcli.agent import answer
 
     class Flat(answer.TermWeights):
         def __init__(self, *args, **kwargs):

@@ -34,8 +34,8 @@ def page_chunks(folder: str) -> list[str]:
     """Every chunk of the tldr pages under ``folder`` (``pages`` or ``pages.zh``)."""
     from build_tldr import default_tarball, read_pages
 
-    from kbcli.config import Config
-    from kbcli.ingest_pipeline import IngestPipeline
+    from kbcli.config.lookup import Config
+    from kbcli.ingest.pipeline import IngestPipeline
     from kbcli.types import Section
 
     pipe = IngestPipeline(config=Config())

@@ -38,7 +38,7 @@ QUERIES = 30
 CHILD = r"""
 import json, statistics, sys, time
 from kbcli import SQLiteStore
-from kbcli.filter_syntax import under_folders
+from kbcli.filters.syntax import under_folders
 from kbcli.stores.sqlite import vectors
 
 db, corpus, queries = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])

@@ -2,7 +2,7 @@
 pages (English, ``linux`` and ``common``) as ``kb search`` shows them.
 
 For each judged query text of ``benchmarks/corpora/tldr/queries.jsonl`` the search runs twice,
-interleaved (the order alternates query by query), timed once each: ``kbcli.query.search``
+interleaved (the order alternates query by query), timed once each: ``kbcli.search.query.search``
 with ``locate=False`` (ranking only) and with ``locate=True`` (what ``kb search`` does: the
 shown hits' files read again, the idf of the terms their lines hold, the best line). It prints
 the milliseconds of both (p50, p95, mean) and their difference, and of the hits shown: how many
@@ -53,7 +53,7 @@ def unpack(tarball: Path, into: Path) -> Path:
 
 def holds_term(kb, hit, terms: set[str]) -> bool | None:
     """Whether the line ``hit`` shows holds a query term (None: its file's lines unknown)."""
-    from kbcli.pathnames import source_path
+    from kbcli.system.paths import source_path
 
     try:
         lines = Path(source_path(hit.source)).read_text(encoding="utf-8").splitlines()
@@ -73,8 +73,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.query import search
-    from kbcli.sync import sync
+    from kbcli.ingest.sync import sync
+    from kbcli.search.query import search
     from kbcli.types import SearchOptions
 
     queries = [

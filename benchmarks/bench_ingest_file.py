@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from kbcli import KnowledgeBase
-from kbcli.sync import sync
+from kbcli.ingest.sync import sync
 
 
 def write_folder(folder: Path, files: int) -> list[Path]:

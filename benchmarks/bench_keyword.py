@@ -40,7 +40,7 @@ from common import latency as timed  # noqa: E402  (each query once, after a war
 from common import once_in_turns as timed_in_turns  # noqa: E402
 
 from kbcli import Analyzer, Document, SQLiteStore  # noqa: E402
-from kbcli.bm25 import BM25Params  # noqa: E402
+from kbcli.text.bm25 import BM25Params  # noqa: E402
 
 K = 10
 

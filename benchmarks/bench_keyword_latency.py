@@ -97,7 +97,7 @@ def new_filters(db: Path, n: int, start: int = 0, folder: bool = True) -> list[d
     (SQLite reads only the folder's rows for them). Without: two positions in every file
     (``chunk_index`` ``$in``) and a bound on ``line`` that every chunk passes (it makes each
     filter new), 10-20 % of the chunks, a filter no index narrows."""
-    from kbcli.filter_syntax import under_folders
+    from kbcli.filters.syntax import under_folders
 
     root = corpus_root(db)
     out = []
@@ -119,7 +119,7 @@ def new_filters(db: Path, n: int, start: int = 0, folder: bool = True) -> list[d
 
 def folder_filter(db: Path) -> dict:
     """bench_all's filter (folder g3) for the paths this database was ingested from."""
-    from kbcli.filter_syntax import under_folders
+    from kbcli.filters.syntax import under_folders
 
     return under_folders([str(corpus_root(db) / f"g{GROUP}")])
 
@@ -130,7 +130,7 @@ KB_VARIANTS = ("kb", "kb chunk-only", "kb index only")
 def kb_search(store, variant: str, flt: dict | None, new: bool = False):
     """One of kb's :data:`KB_VARIANTS`: the default search, chunk-only BM25, the index alone;
     with ``new``, called on ``(query, filter)`` pairs instead (``flt`` unused)."""
-    from kbcli.bm25 import BM25Params
+    from kbcli.text.bm25 import BM25Params
 
     if variant == "kb":
         run = lambda q, f: store.keyword_search(q, K, f)  # noqa: E731

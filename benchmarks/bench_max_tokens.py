@@ -10,7 +10,7 @@ another vector, so each set is embedded once at 256 through ``kb eval``'s ingest
 floors calibrated again. Both indexes then answer every judged query through ``kb eval``'s
 runner (200-chunk pools, the index's own floors) in the semantic and hybrid modes, and the
 difference 128 - 256 of nDCG@10 and hit@1 per query gets its paired 95% bootstrap interval
-(2,000 resamples, ``kbcli.eval_questions.bootstrap_interval``): "holds" means the interval's
+(2,000 resamples, ``kbcli.eval.questions.bootstrap_interval``): "holds" means the interval's
 lower end is above -0.01 (no loss beyond noise of a hundredth); the decision reads nDCG@10's
 (hit@1 moves in steps of 1 / queries: 0.01 on a set of 100). Speed: the long chunks of the
 set (at most ``--speed-chunks``) embedded at 256 and at 128, alternating, in one process, chunks
@@ -77,9 +77,9 @@ def long_chunks(store: Any, limit: int) -> dict[str, str]:
 
 def build_short(db: Path, short_db: Path, data: Any) -> dict[str, Any]:
     """Copy ``db`` to ``short_db`` and embed its long chunks again at :data:`SHORT` tokens."""
-    from kbcli.calibration import calibrate_index, meta_key
-    from kbcli.config import Config
-    from kbcli.evaluation import _open_index
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import _open_index
+    from kbcli.search.calibration import calibrate_index, meta_key
 
     if not short_db.exists():
         tmp = short_db.with_suffix(".tmp")
@@ -111,15 +111,13 @@ def build_short(db: Path, short_db: Path, data: Any) -> dict[str, Any]:
         for derived in (".vectors-cache", ".keyword-pack"):
             Path(f"{tmp}{derived}").unlink(missing_ok=True)
     with sqlite3.connect(short_db) as conn:
-        row = conn.execute(
-            "SELECT value FROM meta WHERE key = 'max_tokens_reembedded'"
-        ).fetchone()
+        row = conn.execute("SELECT value FROM meta WHERE key = 'max_tokens_reembedded'").fetchone()
     return json.loads(row[0])
 
 
 def evaluate(db: Path, data: Any, max_tokens: int, mode: str) -> dict[str, tuple]:
-    from kbcli.config import Config
-    from kbcli.evaluation import CHUNK_POOL, _open_index, _run_queries
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import CHUNK_POOL, _open_index, _run_queries
     from kbcli.types import SearchOptions
 
     kb = _open_index(db, data, Config(), Primed(embedder(max_tokens)), mode, None)
@@ -131,7 +129,7 @@ def evaluate(db: Path, data: Any, max_tokens: int, mode: str) -> dict[str, tuple
 
 
 def paired(base: dict[str, tuple], other: dict[str, tuple]) -> dict[str, Any]:
-    from kbcli.eval_questions import bootstrap_interval
+    from kbcli.eval.questions import bootstrap_interval
 
     ids = [q for q in base if q in other]
     out: dict[str, Any] = {}
@@ -145,8 +143,8 @@ def paired(base: dict[str, tuple], other: dict[str, tuple]) -> dict[str, Any]:
 
 def speed(store_db: Path, data: Any, chunks: int, rounds: int) -> dict[str, Any]:
     """Chunks per CPU-second for the set's long chunks at 256 and at 128, alternating."""
-    from kbcli.config import Config
-    from kbcli.evaluation import _open_index
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import _open_index
 
     kb = _open_index(store_db, data, Config(), Primed(embedder(LONG)), "keyword", None)
     try:
@@ -181,8 +179,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
-    from kbcli.config import Config
-    from kbcli.evaluation import _open_index, load_beir
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import _open_index, load_beir
 
     args.db_dir.mkdir(parents=True, exist_ok=True)
     results = json.loads(args.out.read_text()) if args.out.exists() else {}

@@ -3,7 +3,7 @@
 MMR re-orders a pool of 2 x k candidates. It used to build the pool x pool similarity matrix
 (float32): ``-k 20000`` on 50,000 chunks asked for 6.4 GB, ``-k 1000000`` died with SIGSEGV at
 7.3 GB. It now keeps one vector of the pool's length and reads one row of similarities per pick
-(``kbcli.diversity.mmr_order``), so memory is the pool's vectors.
+(``kbcli.search.diversity.mmr_order``), so memory is the pool's vectors.
 
 The script builds an index of ``--chunks`` chunks (built-in embedder, 64 dimensions) once, then
 runs ``kb search "password reset" -k K --mode semantic --mmr 0.5 --json`` in a child process

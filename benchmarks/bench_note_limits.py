@@ -88,7 +88,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.note_tools import KnowledgeAddTool, NoteWriter, WriteLimits
+    from kbcli.agent.tools.write import KnowledgeAddTool, NoteWriter, WriteLimits
     from kbcli.views import as_view
 
     args.workdir.mkdir(parents=True, exist_ok=True)

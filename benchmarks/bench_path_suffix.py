@@ -1,5 +1,5 @@
 """What naming a file by the end of its path costs ``kb get`` and ``knowledge_get``
-(:func:`kbcli.reading.find_source`): the path as recorded against its unique end, over the
+(:func:`kbcli.agent.get.find_source`): the path as recorded against its unique end, over the
 whole index and inside a scope that hides half the files, and an end that 1,000 files share
 (refused, naming 10).
 
@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.reading import AmbiguousPathError, find_source
+    from kbcli.agent.get import AmbiguousPathError, find_source
     from kbcli.views import KnowledgeView
 
     folder = Path(tempfile.mkdtemp(prefix="kb-bench-suffix-"))

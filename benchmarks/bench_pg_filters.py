@@ -35,7 +35,7 @@ from bench_postgres import server_dsn  # noqa: E402
 from bench_store import make_vocab  # noqa: E402
 
 from kbcli import Analyzer, Document  # noqa: E402
-from kbcli.filter_syntax import under_folders  # noqa: E402
+from kbcli.filters.syntax import under_folders  # noqa: E402
 from kbcli.stores.postgres import catalog, filters, keyword, vectors  # noqa: E402
 
 USERS = (catalog, keyword, vectors)  # the modules that compile a filter for a scan

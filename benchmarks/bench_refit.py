@@ -44,9 +44,7 @@ def main() -> None:
     args = ap.parse_args()
     from kbcli.embedders import local
 
-    hogs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)
-    ]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     try:
         time.sleep(args.warm)
         embedder = local.LocalEmbedder(threads=args.fixed)

@@ -140,8 +140,13 @@ def main() -> None:
     args = parser.parse_args()
 
     from fake_rerank import FakeRerankServer
-    from kbcli.rerankers import APIReranker, CrossEncoderReranker, LLMReranker, PassthroughReranker
-    from kbcli.rerankers.cross_encoder import export_onnx
+    from kbcli.search.rerank import (
+        APIReranker,
+        CrossEncoderReranker,
+        LLMReranker,
+        PassthroughReranker,
+    )
+    from kbcli.search.rerank.cross_encoder import export_onnx
     from tiny_cross_encoder import build_tiny_cross_encoder
 
     hits = candidates(passages(args.candidates, args.chars))
@@ -172,13 +177,13 @@ def main() -> None:
     for label, folder in models.items():
         onnx_dir = find_or_export(folder, export_onnx)
         construct = (
-            "from kbcli.rerankers import CrossEncoderReranker\n"
+            "from kbcli.search.rerank import CrossEncoderReranker\n"
             f"r = CrossEncoderReranker({str(onnx_dir)!r})"
         )
         add(f"cross-encoder {label} onnxruntime", CrossEncoderReranker(onnx_dir), construct)
         if not args.skip_st:
             construct = (
-                "from kbcli.rerankers import CrossEncoderReranker\n"
+                "from kbcli.search.rerank import CrossEncoderReranker\n"
                 f"r = CrossEncoderReranker({str(folder)!r}, backend='sentence-transformers')"
             )
             st = CrossEncoderReranker(folder, backend="sentence-transformers")
@@ -211,7 +216,7 @@ def main() -> None:
 
 
 def find_or_export(folder: Path, export_onnx) -> Path:
-    from kbcli.rerankers.cross_encoder import find_onnx
+    from kbcli.search.rerank.cross_encoder import find_onnx
 
     found = find_onnx(folder)
     return found.parent if found is not None else export_onnx(folder)

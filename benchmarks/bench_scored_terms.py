@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import kbcli.stores.sqlite.keyword as sqlite_keyword  # noqa: E402
 from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore  # noqa: E402
-from kbcli.bm25 import MAX_SCORED_TERMS, select_terms  # noqa: E402
-from kbcli.evaluation import _ingest_corpus, load_beir  # noqa: E402
+from kbcli.eval.beir import _ingest_corpus, load_beir  # noqa: E402
+from kbcli.text.bm25 import MAX_SCORED_TERMS, select_terms  # noqa: E402
 
 
 def stats(ms: list[float]) -> str:

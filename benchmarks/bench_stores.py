@@ -39,12 +39,12 @@ def make_store(name: str, folder: Path):
     if name == "sqlite":
         return SQLiteStore(folder / "kb.db")
     if name.startswith("faiss"):
-        from kbcli.stores.faiss_store import FaissStore
+        from kbcli.stores.faiss.store import FaissStore
 
         factory = {"faiss": "Flat", "faiss-hnsw": "HNSW32", "faiss-ivf": "IVF256,Flat"}[name]
         return FaissStore(DIM, factory, path=folder / "kb.db")
     if name == "chroma":
-        from kbcli.stores.chroma_store import ChromaStore
+        from kbcli.stores.chroma.store import ChromaStore
 
         return ChromaStore(folder / "chroma")
     raise SystemExit(f"unknown store {name}")

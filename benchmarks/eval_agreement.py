@@ -1,8 +1,8 @@
 """kb eval --queries against kb search, -k 5 against -k 100, and eval's latency figures.
 
 For each ``--k`` and mode, every question of ``--queries`` is evaluated with
-``kbcli.eval_questions.evaluate_questions`` (what ``kb eval --queries`` runs) and searched with
-``kbcli.query.search(..., by="file")`` at ``-k K`` (what ``kb search -k K`` runs); a question
+``kbcli.eval.questions.evaluate_questions`` (what ``kb eval --queries`` runs) and searched with
+``kbcli.search.query.search(..., by="file")`` at ``-k K`` (what ``kb search -k K`` runs); a question
 disagrees when one of its expected pages has another rank among the first K files in the two
 (eval's rank beyond K counts as not shown). Printed per mode and k: the questions that
 disagree, and hit@1 as eval reports it and as kb search's lists give it. Then the latency
@@ -48,9 +48,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import kbcli
-    from kbcli.eval_questions import evaluate_questions, load_questions
+    from kbcli.eval.questions import evaluate_questions, load_questions
     from kbcli.knowledge_base import KnowledgeBase
-    from kbcli.query import search
+    from kbcli.search.query import search
     from kbcli.types import SearchOptions
 
     questions = load_questions(args.queries)
@@ -129,9 +129,9 @@ def main() -> None:
 
 def depth_row(kb: Any, questions: list[Any], mode: str, shallow: int, deep: int) -> dict[str, Any]:
     """How many questions rank differently at ``-k shallow`` and ``-k deep`` (see the module
-    docstring): files of ``kb search`` (``kbcli.query.search`` by file) and chunks of the
+    docstring): files of ``kb search`` (``kbcli.search.query.search`` by file) and chunks of the
     library's ``search``."""
-    from kbcli.query import search
+    from kbcli.search.query import search
     from kbcli.types import SearchOptions
 
     files_differ, chunks_differ = [], []
@@ -142,7 +142,7 @@ def depth_row(kb: Any, questions: list[Any], mode: str, shallow: int, deep: int)
             lists.append([h.source or "" for h in hits])
         if lists[0] != lists[1][:shallow]:
             files_differ.append(q.id)
-        if "\"" in q.text or any(w.startswith("-") for w in q.text.split()):
+        if '"' in q.text or any(w.startswith("-") for w in q.text.split()):
             continue  # the library's search takes no query syntax
         ids = [[r.document.id for r in kb.search(q.text, k=k, mode=mode)] for k in (shallow, deep)]
         if ids[0] != ids[1][:shallow]:

@@ -1,4 +1,4 @@
-"""Before/after figures for field-aware keyword ranking: ``kbcli.evaluation.evaluate`` of one
+"""Before/after figures for field-aware keyword ranking: ``kbcli.eval.beir.evaluate`` of one
 source tree (``--src``: this tree, or an older kbcli's ``src`` unpacked with ``git archive``)
 in keyword and default (hybrid, built-in embedder) modes over the usable splits and the
 man-page collection, with per-query nDCG@10 and hit@1/hit@3 kept for a paired bootstrap.
@@ -55,8 +55,8 @@ def main() -> None:
     p.add_argument("--only", nargs="*")
     args = p.parse_args()
     sys.path.insert(0, str(args.src.resolve()))
-    import kbcli.evaluation as ev
-    from kbcli.config import Config
+    import kbcli.eval.beir as ev
+    from kbcli.config.lookup import Config
     from kbcli.embedders import SimpleEmbedder
 
     captured: dict = {}

@@ -1,6 +1,6 @@
 """Field-weight study for keyword ranking: chunk each collection once with the real ingest path,
 then score variants (title / heading / body weights, title once or per chunk at the source
-level, how many query terms are scored) with the formula of :mod:`kbcli.bm25`.
+level, how many query terms are scored) with the formula of :mod:`kbcli.text.bm25`.
 
     python benchmarks/fields_study.py --data /work/shared/eval [--max-queries 1000]
 
@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kbcli.analysis import Analyzer, FieldWeights, chunk_fields, document_title  # noqa: E402
-from kbcli.bm25 import K1, SOURCE_WEIGHT, B, bm25_idf  # noqa: E402
-from kbcli.config import Config  # noqa: E402
-from kbcli.evaluation import load_beir, ndcg_at_k  # noqa: E402
+from kbcli.config.lookup import Config  # noqa: E402
+from kbcli.eval.beir import load_beir, ndcg_at_k  # noqa: E402
 from kbcli.pipeline import IngestPipeline  # noqa: E402
+from kbcli.text.analysis import Analyzer, FieldWeights, chunk_fields, document_title  # noqa: E402
+from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, bm25_idf  # noqa: E402
 from kbcli.types import Section  # noqa: E402
 
 COLLECTIONS = {

@@ -1,5 +1,5 @@
 """Hybrid quality before and after fusion became independent of recall depth: per query, on
-the usable BEIR splits (``kbcli.evaluation.evaluate``, what ``kb eval DATASET`` runs) and on
+the usable BEIR splits (``kbcli.eval.beir.evaluate``, what ``kb eval DATASET`` runs) and on
 the judged tldr task questions over the unpacked tldr pages (``evaluate_questions``, what
 ``kb eval --queries`` runs: kb search's own path), with the built-in embedder and MiniLM.
 
@@ -15,7 +15,7 @@ with ``git archive``) in hybrid mode and keeps each query's nDCG@10, hit@1, hit@
 path: the embedding is paid once). ``--window N`` (this tree only) is the study of the fusion
 window: every hybrid search reads each route's best N. ``compare`` prints each set's
 figures and the paired difference after − before with its 95% bootstrap interval over
-queries (``kbcli.eval_questions.bootstrap_interval``, 2,000 resamples), in markdown.
+queries (``kbcli.eval.questions.bootstrap_interval``, 2,000 resamples), in markdown.
 ``run --search-k 10`` ranks the BEIR sets through kb search's own path (files by their best
 chunk, ``-k 10``) instead of kb eval's 200-chunk pool. ``latency`` times this tree's hybrid
 search per fusion window, interleaved.
@@ -66,9 +66,9 @@ def make_embedder(name: str) -> Any:
 
 def set_window(window: int) -> None:
     """Every hybrid search of this process reads each route's best ``window`` (study only)."""
-    import kbcli.rag_pipeline  # noqa: F401
-    import kbcli.retrievers as retrievers
-    import kbcli.scoring as scoring
+    import kbcli.search.fusion as scoring
+    import kbcli.search.pipeline  # noqa: F401
+    from kbcli.search import retrievers
 
     if not hasattr(scoring, "FUSION_WINDOW"):
         raise SystemExit("--window needs a tree with a fusion window")
@@ -102,8 +102,8 @@ def recall(ranking: list[str], rels: dict[str, int], k: int = 100) -> float:
 def run_beir(name: str, embedder: str, data: Path, db_dir: Path) -> dict[str, Any]:
     """``evaluate`` of one split in hybrid mode, each query's metrics captured from the run it
     scores (the tree's own ranking of documents)."""
-    import kbcli.evaluation as ev
-    from kbcli.config import Config
+    import kbcli.eval.beir as ev
+    from kbcli.config.lookup import Config
 
     captured: dict[str, Any] = {}
     original = ev.score_run
@@ -135,14 +135,14 @@ def run_beir(name: str, embedder: str, data: Path, db_dir: Path) -> dict[str, An
 
 
 def run_beir_search(name: str, embedder: str, data: Path, db_dir: Path, k: int) -> dict[str, Any]:
-    """The judged queries of one split through ``kbcli.query.search`` by file at ``-k k`` (what
+    """The judged queries of one split through ``kbcli.search.query.search`` by file at ``-k k`` (what
     ``kb search -k K`` shows; each document is its chunks' source) on the index ``run_beir``
     built: nDCG@10, hit@1, hit@3 and MRR@10 of the files shown."""
     import time as clock
 
-    from kbcli.evaluation import load_beir
+    from kbcli.eval.beir import load_beir
     from kbcli.knowledge_base import KnowledgeBase
-    from kbcli.query import search
+    from kbcli.search.query import search
     from kbcli.types import SearchOptions
 
     ds = load_beir(data / name, SPLITS[name])
@@ -180,7 +180,7 @@ def tldr_pages(db_dir: Path) -> Path:
 def run_tldr(src: Path, embedder: str, db_dir: Path) -> dict[str, Any]:
     """``evaluate_questions`` (kb eval --queries: kb search's path, -k 10) of the 100 judged
     task questions on an index of the tldr pages (built once with ``kb ingest``)."""
-    from kbcli.eval_questions import evaluate_questions, load_questions
+    from kbcli.eval.questions import evaluate_questions, load_questions
     from kbcli.knowledge_base import KnowledgeBase
 
     db = db_dir / f"tldr-pages-{embedder}.db"
@@ -248,7 +248,7 @@ def summary(per: dict[str, list[float]]) -> dict[str, float]:
 
 def compare(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT / "src"))
-    from kbcli.eval_questions import bootstrap_interval
+    from kbcli.eval.questions import bootstrap_interval
 
     before = json.loads(args.before.read_text())
     after = json.loads(args.after.read_text())
@@ -282,12 +282,12 @@ def compare(args: argparse.Namespace) -> None:
 def latency(args: argparse.Namespace) -> None:
     """This tree's hybrid search timed per fusion window, the windows interleaved query by
     query (each query once per window, in a rotating order): the library's ``search(k=5)`` and
-    ``kb search``'s path by file at -k 10 (``kbcli.query.search``, lines not located). Prints
+    ``kb search``'s path by file at -k 10 (``kbcli.search.query.search``, lines not located). Prints
     mean / p50 / p95 ms per window and the load average before and after."""
     sys.path.insert(0, str(ROOT / "src"))
-    from kbcli.evaluation import percentile
+    from kbcli.eval.beir import percentile
     from kbcli.knowledge_base import KnowledgeBase
-    from kbcli.query import search
+    from kbcli.search.query import search
     from kbcli.types import SearchOptions
 
     windows = [int(w) for w in args.windows.split(",")]

@@ -1,4 +1,4 @@
-"""Search-quality benchmark: ``kbcli.evaluation.evaluate`` over the usable splits, written to
+"""Search-quality benchmark: ``kbcli.eval.beir.evaluate`` over the usable splits, written to
 docs/quality.md.
 
     python benchmarks/quality.py --data /work/shared/eval            # all rows, cached
@@ -33,12 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from kbcli.analysis import CJK_SCHEMES, Analyzer  # noqa: E402
-from kbcli.config import Config, LimitsConfig  # noqa: E402
+from kbcli.config.lookup import Config, LimitsConfig  # noqa: E402
 from kbcli.embedders import SimpleEmbedder  # noqa: E402
-from kbcli.evaluation import evaluate, load_beir, score_run  # noqa: E402
-from kbcli.retrievers import WEAK_DENSE_ALPHA  # noqa: E402
-from kbcli.scoring import bm25_idf  # noqa: E402
+from kbcli.eval.beir import evaluate, load_beir, score_run  # noqa: E402
+from kbcli.search.fusion import bm25_idf  # noqa: E402
+from kbcli.search.retrievers import WEAK_DENSE_ALPHA  # noqa: E402
+from kbcli.text.analysis import CJK_SCHEMES, Analyzer  # noqa: E402
 
 COLLECTIONS = [
     ("scifact", "train"),
@@ -233,7 +233,7 @@ def write_page(results: dict, out: Path) -> None:
         "overlap, analyzer v2, keyword scores with source context: chunk BM25 + 2 × BM25 of",
         "the whole document) and documents are ranked by their best chunk among the top 200",
         "chunks (searched again deeper, untimed, until 100 documents are named, for R@100).",
-        "Metrics follow trec_eval (`kbcli.evaluation`); latency is per query for the 200-chunk",
+        "Metrics follow trec_eval (`kbcli.eval.beir`); latency is per query for the 200-chunk",
         "search on a 2-core machine shared with other runs (a `k=10` search is faster, see",
         "below).",
         "",

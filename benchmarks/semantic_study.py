@@ -12,9 +12,9 @@ collection and embedder, then fusion rules, relevance floors and embedders compa
 for each judged query records the keyword route's and the dense route's top
 :data:`POOL` chunks (chunk id, document id, raw score) in
 ``--cache/<set>-<embedder>.json.gz``, plus the dense route's top scores for nonsense probes
-(:data:`kbcli.calibration.PROBES`) and for the queries of another collection (unrelated real
-questions). ``fusion`` replays :func:`kbcli.retrievers.fuse` and the older rules over
-those lists and scores the documents ranked by their best chunk with ``kbcli.evaluation``'s
+(:data:`kbcli.search.calibration.PROBES`) and for the queries of another collection (unrelated real
+questions). ``fusion`` replays :func:`kbcli.search.retrievers.fuse` and the older rules over
+those lists and scores the documents ranked by their best chunk with ``kbcli.eval.beir``'s
 metrics, per query category where the set has them (tldr: name / tool+task / paraphrase;
 man pages: task / named). Tuning reads only the usable splits (scifact train, cranfield test,
 cmrc2018 test, drcd dev) and our own judged sets.
@@ -102,7 +102,7 @@ def manpage_category(folder: Path, qid: str) -> str:
     (the query contains the name of its grade-2 page)."""
     global _MAN_QRELS
     if _MAN_QRELS is None:
-        from kbcli.evaluation import load_qrels
+        from kbcli.eval.beir import load_qrels
 
         _MAN_QRELS = load_qrels(folder / "qrels" / "test.tsv")
     text = load_queries(folder)[qid].lower().split()
@@ -183,9 +183,9 @@ class Primed:
 def routes(data: Path, name: str, embedder: str, db_dir: Path, cache: Path) -> Path:
     """Record both routes' top chunks for every judged query of ``name`` (see the module
     docstring); returns the cache file."""
-    from kbcli.calibration import PROBES
-    from kbcli.config import Config
-    from kbcli.evaluation import _open_index, load_beir
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import _open_index, load_beir
+    from kbcli.search.calibration import PROBES
     from kbcli.types import SearchOptions
 
     out = cache / f"{name}-{embedder}.json.gz"
@@ -260,15 +260,15 @@ METRICS = ("ndcg@10", "hit@1", "hit@3", "mrr@10")
 
 
 def check(args: Any) -> None:
-    """The real path: ``kbcli.evaluation``'s runner (200-chunk pools, the index's own floors)
+    """The real path: ``kbcli.eval.beir``'s runner (200-chunk pools, the index's own floors)
     on the indexes ``routes`` built, in each of ``--modes``, into :data:`CHECK`. Each mode
     after keyword also gets the paired 95% bootstrap interval of its difference to keyword
     per metric, over queries (:func:`vs_keyword`): "below keyword" means the whole interval
     is under 0."""
     from dataclasses import replace
 
-    from kbcli.config import Config
-    from kbcli.evaluation import CHUNK_POOL, _open_index, _run_queries, load_beir, percentile
+    from kbcli.config.lookup import Config
+    from kbcli.eval.beir import CHUNK_POOL, _open_index, _run_queries, load_beir, percentile
     from kbcli.types import SearchOptions
 
     out = json.loads(CHECK.read_text()) if CHECK.exists() else {}
@@ -319,7 +319,7 @@ def check(args: Any) -> None:
 
 def per_query(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, tuple]:
     """Query id -> (nDCG@10, hit@1, hit@3, MRR@10) for every judged query (no results: 0)."""
-    from kbcli.evaluation import hit_at_k, mrr_at_k, ndcg_at_k
+    from kbcli.eval.beir import hit_at_k, mrr_at_k, ndcg_at_k
 
     out = {}
     for qid, rels in qrels.items():
@@ -337,9 +337,9 @@ def summary(rows: Any) -> dict[str, float]:
 
 def vs_keyword(keyword: dict[str, tuple], other: dict[str, tuple]) -> dict[str, Any]:
     """Per metric: mean of ``other - keyword`` over the same queries and its paired 95%
-    bootstrap interval (``kbcli.eval_questions.bootstrap_interval``, 2,000 resamples),
+    bootstrap interval (``kbcli.eval.questions.bootstrap_interval``, 2,000 resamples),
     with the verdict the interval gives: below / above keyword beyond noise, or within it."""
-    from kbcli.eval_questions import bootstrap_interval
+    from kbcli.eval.questions import bootstrap_interval
 
     ids = [q for q in keyword if q in other]
     out: dict[str, Any] = {}

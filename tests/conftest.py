@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from kbcli.config import reset_config_cache
+from kbcli.config.lookup import reset_config_cache
 
 # A shell without job control starts a background command (`pytest &`, a detached CI step)
 # with SIGINT ignored, and every process the tests start inherits that: the tests of Ctrl-C

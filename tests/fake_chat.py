@@ -282,7 +282,7 @@ class EchoChat:
         return cls(model or settings.model or "echo")
 
     def complete(self, messages, *, max_tokens=800, temperature=0.0, on_text=None):
-        from kbcli.chat import Completion
+        from kbcli.providers.chat import Completion
 
         text = default_reply({"messages": messages})
         if on_text is not None:

@@ -253,7 +253,7 @@ PROVIDER_ENV = (
 
 def clean_env(monkeypatch: Any, tmp_path: Any) -> None:
     """No provider variables and no config file from the developer's machine."""
-    from kbcli.config import reset_config_cache
+    from kbcli.config.lookup import reset_config_cache
 
     for name in PROVIDER_ENV:
         monkeypatch.delenv(name, raising=False)

@@ -8,7 +8,7 @@ import os
 
 from hypothesis import strategies as st
 
-from kbcli.filters import KEY_OPERATORS, LOGICAL_OPERATORS
+from kbcli.filters.model import KEY_OPERATORS, LOGICAL_OPERATORS
 
 STRESS = os.environ.get("KB_STRESS") == "1"
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from fake_providers import FakeServer, clean_env
-from kbcli.config import Config
-from kbcli.embedders import retry
+from kbcli.config.lookup import Config
+from kbcli.providers import retry
 
 
 @pytest.fixture(autouse=True, name="clean_environment")

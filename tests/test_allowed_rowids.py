@@ -31,7 +31,7 @@ def sqlite_store(path):
 
 
 def faiss_store(path):
-    from kbcli.stores.faiss_store import FaissStore
+    from kbcli.stores.faiss.store import FaissStore
 
     need("faiss")
     return FaissStore(path=path / "kb.db", index_factory="HNSW32")
@@ -39,7 +39,7 @@ def faiss_store(path):
 
 def chroma_store(path):
     need("chromadb")
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
 
     return ChromaStore(path / "chroma")
 

@@ -1,8 +1,8 @@
 import pytest
 
 from kbcli import Analyzer, Document, SQLiteStore
-from kbcli.analysis import MAX_QUERY_TERMS, cjk_terms
 from kbcli.errors import InvalidOptionError
+from kbcli.text.analysis import MAX_QUERY_TERMS, cjk_terms
 
 
 def test_stemming_and_lowercase():
@@ -126,7 +126,7 @@ def test_text_without_cjk_gives_the_terms_of_the_mixed_path(stem, stopwords):
     )
     mixed = analyzer.terms(latin + " 中文")
     tail = analyzer.terms("中文")
-    assert mixed[-len(tail):] == tail
+    assert mixed[-len(tail) :] == tail
     assert analyzer.terms(latin) == mixed[: -len(tail)]
     assert "my_var" in analyzer.terms(latin)  # compounds still go through their own path
 
@@ -134,7 +134,7 @@ def test_text_without_cjk_gives_the_terms_of_the_mixed_path(stem, stopwords):
 def test_keyword_counts_weights_fields():
     """Title twice, heading and body once, in first-seen order (the packed forward index
     keeps this order)."""
-    from kbcli.analysis import keyword_counts
+    from kbcli.text.analysis import keyword_counts
 
     counts = keyword_counts(
         Analyzer(), "reset the password, reset it", {"title": "Password", "heading": "Account"}

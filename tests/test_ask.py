@@ -2,7 +2,7 @@
 
 The knowledge bases are real SQLite files; the chat server (tests/fake_chat.py) speaks the
 OpenAI chat-completions protocol (plain and SSE) and Gemini's generateContent. Only
-``kbcli.embedders.retry.sleep`` is replaced, so retries do not wait.
+``kbcli.providers.retry.sleep`` is replaced, so retries do not wait.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import tenants
 from cli_helpers import minimal_pdf
 from fake_chat import FakeChatServer, prompt_text
 from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-from kbcli.analysis import keyword_counts
-from kbcli.answer import (
+from kbcli.agent.answer import (
     Answer,
     TermWeights,
     budget_evidence,
@@ -35,13 +34,14 @@ from kbcli.answer import (
     content_text,
     question_language,
 )
-from kbcli.bm25 import bm25_idf
-from kbcli.chat import ThinkFilter, strip_thinking
-from kbcli.config import AnswerConfig, Config, RAGConfig
-from kbcli.config_parse import build_config
-from kbcli.embedders import retry
+from kbcli.config.lookup import AnswerConfig, Config, RAGConfig
+from kbcli.config.parse import build_config
 from kbcli.errors import AnswerError, ConfigError, InvalidOptionError
-from kbcli.rerankers import rescored
+from kbcli.providers import retry
+from kbcli.providers.chat import ThinkFilter, strip_thinking
+from kbcli.search.rerank import rescored
+from kbcli.text.analysis import keyword_counts
+from kbcli.text.bm25 import bm25_idf
 
 SECRET = "sk-answer-secret-0123456789abcdef"
 VPN = (
@@ -783,7 +783,7 @@ def test_dry_run_builds_the_prompt_and_sends_nothing(kb, server):
 
 
 def test_build_messages_without_page_or_heading_names_the_id():
-    from kbcli.answer import Evidence
+    from kbcli.agent.answer import Evidence
     from kbcli.types import Document, SearchResult
 
     result = SearchResult(Document("abc123", "plain text", {}), 1.0)
@@ -944,7 +944,7 @@ def test_an_answer_provider_must_be_a_chat_model_class(tmp_path, files, provider
     ],
 )
 def test_a_working_directory_config_needs_trust_for_the_answer_model(section, key):
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     file = Path.cwd() / "jianmu.yaml"
     file.write_text(f"rag:\n  answer:\n    {section}\n")
@@ -954,7 +954,7 @@ def test_a_working_directory_config_needs_trust_for_the_answer_model(section, ke
 
 
 def test_answer_settings_that_choose_no_receiver_apply_without_trust():
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     (Path.cwd() / "jianmu.yaml").write_text(
         "rag:\n  answer:\n    provider: openai\n    max_tokens: 300\n"

@@ -196,7 +196,7 @@ def test_new_filters_are_new_and_valid(run):
     import importlib.util
     import json
 
-    from kbcli.filters import validate_filter
+    from kbcli.filters.model import validate_filter
 
     _, work, _ = run
     spec = importlib.util.spec_from_file_location(

@@ -16,8 +16,8 @@ import pytest
 
 from bm25_plain import plain_bm25_with_sources
 from kbcli import Document, InMemoryStore, SQLiteStore
-from kbcli.analysis import keyword_counts
-from kbcli.filters import matches
+from kbcli.filters.model import matches
+from kbcli.text.analysis import keyword_counts
 
 WORDS = [f"w{i}" for i in range(40)]
 SOURCES = ["/a.md", "/b.md", "/c.md", None]

@@ -20,7 +20,7 @@ from kbcli.ingest import (
 )
 from kbcli.pipeline import KnowledgeBase
 from kbcli.protocols import DocumentCatalog, protocol_members, supports
-from kbcli.retrievers import DenseRetriever
+from kbcli.search.retrievers import DenseRetriever
 from kbcli.stores import InMemoryStore, SQLiteStore
 from kbcli.types import Document
 

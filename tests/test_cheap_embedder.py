@@ -11,8 +11,8 @@ from pathlib import Path
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
 from kbcli.embedders.base import embedder_info, is_cheap
-from kbcli.lazy_embedder import LazyEmbedder
-from kbcli.sync import sync
+from kbcli.embedders.lazy import LazyEmbedder
+from kbcli.ingest.sync import sync
 from test_sync import CountingEmbedder
 
 

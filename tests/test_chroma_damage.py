@@ -180,7 +180,7 @@ def test_a_short_answer_from_a_collection_in_use_is_completed_and_the_collection
     """Vectors lost while a store has the collection open (another Chroma client): the next
     search's answer is short of what the catalog holds, so it comes from the catalog's vectors
     (exact), filtered or not, and the collection is rebuilt for the searches after it."""
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
     from kbcli.types import Document
 
     store = ChromaStore(tmp_path / "chroma")
@@ -205,7 +205,7 @@ def test_a_short_answer_from_a_collection_in_use_is_completed_and_the_collection
 
 
 def test_doctor_on_a_collection_never_synced_creates_nothing(tmp_path):
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
     from kbcli.types import Document
 
     store = ChromaStore(tmp_path / "chroma")

@@ -31,9 +31,9 @@ need("chromadb")
 
 import kbcli  # noqa: E402
 from kbcli import IndexMismatchError, InvalidOptionError, KnowledgeBase  # noqa: E402
-from kbcli.config import load_config  # noqa: E402
+from kbcli.config.lookup import load_config  # noqa: E402
 from kbcli.stores import build_store  # noqa: E402
-from kbcli.stores.chroma_store import ChromaStore  # noqa: E402
+from kbcli.stores.chroma.store import ChromaStore  # noqa: E402
 from kbcli.types import Document  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "data" / "chroma-folders-21d2d9a.tar.gz"

@@ -121,9 +121,7 @@ def test_nested_markdown_heading_paths_and_resets() -> None:
 def test_a_heading_with_nothing_under_it_opens_the_next_block() -> None:
     # A lone title chunk ("# Account help") matched questions by meaning and showed no answer.
     text = "# Account help\n\n## Reset password\n\nOpen Settings.\n\n## Email\n\nConfirm it."
-    chunks = StructureAwareChunker(chunk_size=200, chunk_overlap=20).chunk_sections(
-        [Section(text)]
-    )
+    chunks = StructureAwareChunker(chunk_size=200, chunk_overlap=20).chunk_sections([Section(text)])
     assert [(c.text, c.metadata.get("heading")) for c in chunks] == [
         ("# Account help\n\n## Reset password\n\nOpen Settings.", "Account help > Reset password"),
         ("## Email\n\nConfirm it.", "Account help > Email"),
@@ -134,9 +132,7 @@ def test_a_heading_with_nothing_under_it_opens_the_next_block() -> None:
 
 def test_bare_headings_in_a_row_setext_and_a_last_one_alone() -> None:
     text = "Intro line.\n\nGuide\n=====\n\n# Part\n## Step\nDo it.\n\n# Appendix\n"
-    chunks = StructureAwareChunker(chunk_size=200, chunk_overlap=0).chunk_sections(
-        [Section(text)]
-    )
+    chunks = StructureAwareChunker(chunk_size=200, chunk_overlap=0).chunk_sections([Section(text)])
     assert [(c.text, c.metadata.get("heading")) for c in chunks] == [
         ("Intro line.", None),
         ("Guide\n=====\n\n# Part\n## Step\nDo it.", "Part > Step"),

@@ -19,7 +19,7 @@ import pytest
 
 from cli_helpers import minimal_pdf, run
 from fake_chat import FakeChatServer, prompt_text
-from kbcli.embedders import retry
+from kbcli.providers import retry
 
 SECRET = "sk-cli-answer-secret-0123456789"
 ROOT = Path(__file__).resolve().parents[1]

@@ -179,9 +179,7 @@ def test_a_filter_key_no_chunk_has_is_named(docs):
 
 def test_relative_source_filter_matches_like_list_source(docs):
     found = hits("password", "--mode", "keyword", "--filter", "source=docs/password.md")
-    assert found and {h["metadata"]["source"] for h in found} == {
-        str(docs / "password.md")
-    }
+    assert found and {h["metadata"]["source"] for h in found} == {str(docs / "password.md")}
     listed, _ = run_json("list", "--source", "docs/password.md", "--json")
     assert {d["metadata"]["source"] for d in listed} == {str(docs / "password.md")}
 
@@ -324,7 +322,7 @@ def test_init_then_config(tmp_path, monkeypatch):
 
 
 def test_packaged_template_is_the_repository_jianmu_yaml():
-    from kbcli.config_report import template
+    from kbcli.config.report import template
 
     repo = Path(__file__).resolve().parents[1] / "jianmu.yaml"
     assert template() == repo.read_text(encoding="utf-8")
@@ -352,7 +350,7 @@ def test_lines_are_the_files_own_with_blank_runs_and_crlf(tmp_path, monkeypatch)
 
 
 def test_ctrl_c_keeps_what_was_prepared_and_says_so(tmp_path, monkeypatch):
-    import kbcli.sync as sync_module
+    import kbcli.ingest.sync as sync_module
 
     folder = tmp_path / "many"
     folder.mkdir()

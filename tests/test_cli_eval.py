@@ -72,7 +72,7 @@ def test_eval_errors_are_one_line(tmp_path):
 def test_eval_alpha_and_fusion_reach_the_searches(tmp_path, monkeypatch):
     # --alpha was set on the options after they were built: never counted as chosen, so
     # every kb eval --alpha ran with the default weight
-    import kbcli.evaluation as evaluation
+    import kbcli.eval.beir as evaluation
 
     seen = []
     real = evaluation._run_queries

@@ -172,7 +172,7 @@ def test_locked_database_exits_3_after_wait(corpus, tmp_path):
     import os
     from pathlib import Path
 
-    from kbcli.sync import ingest_lock
+    from kbcli.ingest.sync import ingest_lock
 
     with ingest_lock(Path(os.environ["KB_DB"]), 0):
         result = run("ingest", str(corpus), "--wait", "0.3")

@@ -16,8 +16,8 @@ import pytest
 from cli_helpers import run, run_json
 from kbcli import KnowledgeBase, StoreError
 from kbcli.embedders import SimpleEmbedder
+from kbcli.ingest.sync import sync
 from kbcli.stores.sqlite import SQLiteStore
-from kbcli.sync import sync
 
 
 def one_line(result) -> str:
@@ -74,7 +74,7 @@ def test_disk_full_during_ingest_is_one_line_and_the_index_is_unchanged(
 def test_a_run_stopped_by_an_error_still_prints_its_json_summary(tmp_path):
     """kb ingest --json: the summary line comes even when an error ends the run (here the
     lock of another ingest), with the error that stderr shows."""
-    from kbcli.sync import ingest_lock
+    from kbcli.ingest.sync import ingest_lock
 
     docs = docs_folder(tmp_path)
     with ingest_lock(Path(os.environ["KB_DB"]), 0.0):
@@ -173,7 +173,7 @@ def test_largest_limit_and_k_work():
 
 def test_library_filter_refuses_unbindable_numbers(tmp_path):
     from kbcli import FilterError
-    from kbcli.filters import validate_filter
+    from kbcli.filters.model import validate_filter
 
     for bad in ({"n": 2**64}, {"n": {"$gt": -(2**70)}}, {"n": {"$in": [1, 2**63]}}):
         with pytest.raises(FilterError, match="64-bit"):

@@ -204,7 +204,7 @@ def test_explain_with_a_chosen_alpha_has_no_note(ids):
 
 
 def test_explain_text_spells_every_value():
-    from kbcli.render import explain_text
+    from kbcli.cli.render import explain_text
 
     text = explain_text(
         {

@@ -26,7 +26,7 @@ def configure(text: str) -> None:
     """Write ./jianmu.yaml (the tests run in tmp_path/cwd) and trust it, as its author would:
     it names servers and models, which a file found in the working directory may not use
     untrusted (tests/test_config_trust.py)."""
-    from kbcli.trust import trust
+    from kbcli.config.trust import trust
 
     file = Path("jianmu.yaml").resolve()
     file.write_text(text)

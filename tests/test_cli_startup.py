@@ -80,7 +80,7 @@ def test_kb_help_imports_no_typer_yaml_rich_or_store(tmp_path, argv):
     assert "Usage: kb [OPTIONS] COMMAND" in (done.stdout if argv else done.stderr)
     names = _imported(done.stderr)
     assert "kbcli.cli.help_cache" in names  # the measurement saw our imports at all
-    unwanted = ("typer", "click", "yaml", "rich", "kbcli.stores", "kbcli.config", "pathlib")
+    unwanted = ("typer", "click", "yaml", "rich", "kbcli.stores", "kbcli.config.lookup", "pathlib")
     assert sorted(n for n in names if n.split(".")[0] in unwanted or n in unwanted) == []
 
 
@@ -168,15 +168,22 @@ def test_keyword_search_imports_only_its_command(indexed):
     assert "kbcli.stores.sqlite.packread" in names  # the light, numpy-free keyword path
     assert "kbcli.cli.search" in names
     others = {f"kbcli.cli.{m}" for m in ("ingest", "add", "ask", "mcp", "eval_", "watch")}
-    drawn = {f"kbcli.render.{m}" for m in ("answers", "documents", "ingest", "reports")}
-    unwanted = ("numpy", "pydantic", "kbcli.cli.help_cache", "kbcli.mcp_server", *others, *drawn)
+    drawn = {f"kbcli.cli.render.{m}" for m in ("answers", "documents", "ingest", "reports")}
+    unwanted = (
+        "numpy",
+        "pydantic",
+        "kbcli.cli.help_cache",
+        "kbcli.agent.mcp.server",
+        *others,
+        *drawn,
+    )
     assert sorted(n for n in names if n.split(".")[0] in unwanted or n in unwanted) == []
 
 
 def test_a_command_reads_the_configuration_file_once(indexed, monkeypatch):
     from typer.testing import CliRunner
 
-    import kbcli.config as config_module
+    import kbcli.config.lookup as config_module
 
     calls = []
     read_file = config_module.read_file
@@ -202,7 +209,7 @@ def test_a_command_reads_the_configuration_file_once(indexed, monkeypatch):
 def test_yaml_errors_name_the_pure_python_loaders_line(tmp_path, text, line):
     """libyaml parses the file when PyYAML has it; an error's line is still the one the
     pure-Python loader names (libyaml says the next line at an unclosed bracket at the end)."""
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
     from kbcli.errors import ConfigError
 
     file = tmp_path / "jianmu.yaml"
@@ -216,7 +223,7 @@ def test_yaml_errors_name_the_pure_python_loaders_line(tmp_path, text, line):
 def test_yaml_values_are_the_same_with_libyaml(tmp_path):
     import yaml
 
-    from kbcli.config_parse import parse_yaml
+    from kbcli.config.parse import parse_yaml
 
     text = (
         "# a comment\nrag:\n  rerank: {enabled: yes}\nlimits:\n  chunk_size: 0x200\n"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from kbcli.config import ConfigError, default_db_path, load_config
+from kbcli.config.lookup import ConfigError, default_db_path, load_config
 
 
 def write(path: Path, text: str) -> Path:
@@ -130,7 +130,7 @@ def test_shipped_jianmu_yaml_is_valid():
 
 
 def test_store_section_is_validated_against_the_registry(tmp_path):
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
     from kbcli.errors import ConfigError
 
     cfg = tmp_path / "c.yaml"
@@ -151,7 +151,7 @@ def test_store_section_is_validated_against_the_registry(tmp_path):
 
 def test_store_backend_builds_the_store(tmp_path):
     from kbcli import InMemoryStore, KnowledgeBase
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("store: {backend: memory}\n")
@@ -187,7 +187,7 @@ def test_every_float_setting_is_listed():
     """FLOAT_SETTINGS names every float the file can set (a new one must be added here)."""
     from dataclasses import fields
 
-    from kbcli.config import STORE_SETTINGS, EmbeddingConfig, LimitsConfig, RerankConfig
+    from kbcli.config.lookup import STORE_SETTINGS, EmbeddingConfig, LimitsConfig, RerankConfig
 
     found = {
         f"{prefix}.{f.name}"

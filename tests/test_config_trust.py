@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import run
-from kbcli.config import load_config, read_file, user_config_dir
+from kbcli.config.lookup import load_config, read_file, user_config_dir
+from kbcli.config.trust import risky_settings, trust
 from kbcli.errors import ConfigError, InvalidOptionError
-from kbcli.trust import risky_settings, trust
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -145,8 +145,10 @@ def test_every_command_that_reads_the_config_refuses_it(repo):
         ("rag:\n  rerank:\n    provider: api\n    base_url: http://x", "rag.rerank.base_url"),
         ("rag:\n  rewrite:\n    mode: hyde\n    base_url: http://x", "rag.rewrite.base_url"),
         ("store:\n  backend: postgres\n  dsn: 'postgresql://kb@attacker.example/kb'", "store.dsn"),
-        ("store:\n  backend: postgres\n  read_dsn: 'postgresql://attacker.example/kb'",
-         "store.read_dsn"),
+        (
+            "store:\n  backend: postgres\n  read_dsn: 'postgresql://attacker.example/kb'",
+            "store.read_dsn",
+        ),
         ("rag:\n  embedding:\n    provider: local\n    model: ./pickled", "rag.embedding.model"),
         ("rag:\n  rerank:\n    provider: cross-encoder\n    model: org/model", "rag.rerank.model"),
         ("paths:\n  knowledge_db: ~/.bash_profile", "paths.knowledge_db"),
@@ -370,7 +372,7 @@ def test_a_class_path_that_is_not_a_store_class_is_refused_even_when_named(repo,
     ],
 )
 def test_each_family_checks_its_protocol_on_the_class(repo, kind, path, words):
-    from kbcli.registry import load_class
+    from kbcli.config.registry import load_class
 
     with pytest.raises(InvalidOptionError, match=re.escape(words)):
         load_class(path, {}, kind=kind)
@@ -378,8 +380,8 @@ def test_each_family_checks_its_protocol_on_the_class(repo, kind, path, words):
 
 
 def test_classes_of_each_family_pass(repo):
+    from kbcli.config.registry import load_class
     from kbcli.ingest.chunkers import SimpleTextChunker, StructureAwareChunker
-    from kbcli.registry import load_class
 
     assert load_class("teamkb:Reverse", {}, kind="reranker").__name__ == "Reverse"
     assert load_class("teamkb:TeamStore", {}, kind="store").__name__ == "TeamStore"
@@ -393,7 +395,7 @@ def test_classes_of_each_family_pass(repo):
 # --- settings that send data out: every key decided, each one refused until kb trust --------
 #
 # The expectations below are this test's own, written from what each setting does (not read
-# from kbcli.trust): a new key in the schema, or a new provider name, fails here until someone
+# from kbcli.config.trust): a new key in the schema, or a new provider name, fails here until someone
 # decides what it can make kb do.
 
 SENDS, RUNS, PATHS = "sends data", "runs code", "reads paths"
@@ -483,7 +485,7 @@ def schema_keys() -> set[str]:
     every registered store takes under ``store:``)."""
     import dataclasses
 
-    from kbcli.config import STORE_SETTINGS, Config
+    from kbcli.config.lookup import STORE_SETTINGS, Config
 
     keys: set[str] = set()
 
@@ -502,7 +504,7 @@ def schema_keys() -> set[str]:
 
 
 def test_every_setting_of_the_schema_is_classified():
-    from kbcli import trust as trust_module
+    from kbcli.config import trust as trust_module
 
     keys = schema_keys()
     assert keys - NOT_KEYS - set(EXPECTED_KINDS) == set(), "decide what these can do"
@@ -544,8 +546,8 @@ def yaml_for(key: str, value: str) -> str:
 
 @pytest.mark.parametrize("key,registry", sorted(PROVIDER_NAMES))
 def test_every_provider_name_is_decided(repo, key, registry):
-    from kbcli import registry as registries
-    from kbcli.vocabulary import REWRITE_MODES
+    from kbcli.config import registry as registries
+    from kbcli.config.vocabulary import REWRITE_MODES
 
     decided = PROVIDER_NAMES[(key, registry)]
     assert set(getattr(registries, registry)) | ({"none"} & set(decided)) | (
@@ -566,7 +568,7 @@ def test_provider_defaults_count_as_the_file_left_them(repo):
     """``rag.embedding.provider: openai`` is the dataclass default but not kb's: without it the
     keys present choose (Gemini first, or the built-in embedder). Naming it switches the
     provider, so it needs trust; naming kb ask's own default changes nothing."""
-    from kbcli.config import Config
+    from kbcli.config.lookup import Config
 
     assert Config().rag.embedding.provider == "openai"  # the dataclass's placeholder
     file = repo / "jianmu.yaml"
@@ -628,7 +630,7 @@ def recorder(monkeypatch):
     """The user's environment: API keys set, and every provider's address (embeddings, rerank
     API, chat) pointing at one recording server on loopback."""
     from fake_chat import FakeChatServer
-    from kbcli.embedders import retry
+    from kbcli.providers import retry
 
     monkeypatch.setattr(retry, "sleep", lambda s: None)
     with FakeChatServer() as server:

@@ -1,5 +1,5 @@
 """Named crash points (issue 17, matrix item 2): ``kb`` is run in a subprocess with
-``KB_TEST_CRASH_AT`` set (see :mod:`kbcli.crashpoints`, test-only), so it dies with exit 137
+``KB_TEST_CRASH_AT`` set (see :mod:`kbcli.system.crashpoints`, test-only), so it dies with exit 137
 exactly there. After each crash: ``PRAGMA integrity_check`` is ok, every file is wholly at
 its old version, its new one, or absent; a normal run then converges to exactly the chunk set
 of an uninterrupted run, and ``kb doctor`` reports zero drift."""
@@ -365,7 +365,7 @@ def test_stress_every_point_moved_forward_step_by_step(tmp_path):
 
 
 def test_the_hook_is_inert_when_unset_and_names_real_points():
-    from kbcli import crashpoints
+    from kbcli.system import crashpoints
 
     assert crashpoints._SPEC is None
     crashpoints.crash_point("before-commit")  # returns: nothing set

@@ -37,11 +37,11 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.sync as sync_module
+import kbcli.ingest.sync as sync_module
 from hostile import make_docx, make_pdf
 from kbcli import KnowledgeBase, SQLiteStore, StoreError
 from kbcli.embedders import SimpleEmbedder
-from kbcli.sync import sync
+from kbcli.ingest.sync import sync
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 STRESS = os.environ.get("KB_STRESS") == "1"

@@ -1,7 +1,7 @@
 import pytest
 
 from kbcli import Document, InvalidOptionError, SearchOptions, SearchResult
-from kbcli.diversity import collapse_duplicates, jaccard, mmr_order, mmr_rerank
+from kbcli.search.diversity import collapse_duplicates, jaccard, mmr_order, mmr_rerank
 
 
 def hit(doc_id, text, score):
@@ -66,7 +66,7 @@ def reference_mmr_order(relevance, similarity, lam, k):
 
 
 def reference_vector_similarity(vectors):
-    from kbcli.vectors import as_unit_matrix
+    from kbcli.text.vectors import as_unit_matrix
 
     unit = as_unit_matrix(vectors)
     sims = unit @ unit.T
@@ -82,7 +82,7 @@ def reference_term_similarity(texts, analyzer):
 def test_mmr_equals_the_pairwise_reference_on_random_vectors(seed):
     import numpy as np
 
-    from kbcli.diversity import VectorSimilarity
+    from kbcli.search.diversity import VectorSimilarity
 
     rng = np.random.default_rng(seed)
     n, dim = int(rng.integers(1, 160)), int(rng.integers(2, 48))
@@ -100,8 +100,8 @@ def test_mmr_equals_the_pairwise_reference_on_random_vectors(seed):
 def test_mmr_equals_the_pairwise_reference_on_random_texts(seed):
     import random
 
-    from kbcli.analysis import Analyzer
-    from kbcli.diversity import TermSimilarity
+    from kbcli.search.diversity import TermSimilarity
+    from kbcli.text.analysis import Analyzer
 
     rnd = random.Random(seed)
     words = [f"w{i}" for i in range(rnd.randint(3, 40))]

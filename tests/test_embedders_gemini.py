@@ -1,6 +1,6 @@
 """GeminiEmbedder against a fake Gemini server on loopback, through the real google-genai SDK.
 
-Only ``kbcli.embedders.retry.sleep`` is replaced (by a recorder), so retries don't wait.
+Only ``kbcli.providers.retry.sleep`` is replaced (by a recorder), so retries don't wait.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from fake_providers import FakeServer, fake_vector
-from kbcli.config import Config, EmbeddingConfig, RAGConfig
+from kbcli.config.lookup import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders.gemini import GeminiEmbedder
 from kbcli.errors import EmbedderError
 from provider_embedders import build, clean_env_fixture, server_fixture, sleeps_fixture  # noqa: F401

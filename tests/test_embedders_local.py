@@ -254,7 +254,7 @@ def test_sentence_transformers_route_agrees_with_onnx(embedder):
 
 
 def test_lazy_embedder_reports_the_local_models_languages():
-    from kbcli.config import Config, EmbeddingConfig, RAGConfig
+    from kbcli.config.lookup import Config, EmbeddingConfig, RAGConfig
     from kbcli.pipeline import LazyEmbedder
 
     embedding = EmbeddingConfig(provider="local", provider_set=True)

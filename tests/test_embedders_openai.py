@@ -1,6 +1,6 @@
 """OpenAIEmbedder against a fake OpenAI server on loopback, through the real openai SDK.
 
-Only ``kbcli.embedders.retry.sleep`` is replaced (by a recorder), so retries don't wait.
+Only ``kbcli.providers.retry.sleep`` is replaced (by a recorder), so retries don't wait.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import time
 import pytest
 
 from fake_providers import FakeServer, fake_vector
-from kbcli.config import Config, EmbeddingConfig, RAGConfig
-from kbcli.embedders import retry
+from kbcli.config.lookup import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders.openai import OpenAIEmbedder
 from kbcli.errors import EmbedderError
+from kbcli.providers import retry
 from provider_embedders import build, clean_env_fixture, server_fixture, sleeps_fixture  # noqa: F401
 
 KEY = "sk-test-very-secret-0123456789"

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from kbcli.calibration import probes_for
 from kbcli.embedders.base import BaseEmbedder
+from kbcli.ingest.sync import sync
 from kbcli.pipeline import KnowledgeBase
-from kbcli.sync import sync
+from kbcli.search.calibration import probes_for
 
 DIM = 384  # MiniLM's: a 1,536-byte vector
 

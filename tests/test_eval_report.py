@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from cli_helpers import run
 from kbcli.embedders.simple import SimpleEmbedder
-from kbcli.eval_questions import evaluate_questions, load_questions
-from kbcli.eval_report import (
+from kbcli.eval.questions import evaluate_questions, load_questions
+from kbcli.eval.report import (
     facts,
     hit_at_k_plot,
     html_report,
@@ -139,8 +139,12 @@ def test_the_report_and_the_summary_name_index_embedder_questions_date_and_versi
     assert "ms (embedder, before timing)" in head["Model load"]
     assert "first search" in done.stdout  # each mode's first search, apart
     page = report.read_text(encoding="utf-8")
-    for label, text in (("index", str(tmp_path / "kb.db")), ("embedder", "simple/"),
-                        ("questions", str(questions)), ("run", f"kb {__version__}")):
+    for label, text in (
+        ("index", str(tmp_path / "kb.db")),
+        ("embedder", "simple/"),
+        ("questions", str(questions)),
+        ("run", f"kb {__version__}"),
+    ):
         assert f'data-fact="{label}">' in page and text in page  # fmt: skip
 
 

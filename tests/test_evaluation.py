@@ -4,8 +4,8 @@ import math
 import pytest
 
 from kbcli import KBError
-from kbcli.config import Config
-from kbcli.evaluation import (
+from kbcli.config.lookup import Config
+from kbcli.eval.beir import (
     DatasetError,
     choose_split,
     evaluate,
@@ -195,7 +195,7 @@ def test_bad_qrels_line(tmp_path, beir):
 
 
 def test_ranking_goes_deep_enough_for_recall_when_documents_have_many_chunks(tmp_path, monkeypatch):
-    import kbcli.evaluation as ev
+    import kbcli.eval.beir as ev
 
     # 12 documents of 3 chunks each that all match; a pool of 4 chunks names at most 4 documents
     corpus = {

@@ -14,10 +14,10 @@ faiss = need("faiss")
 np = need("numpy")
 
 from kbcli import Document  # noqa: E402
-from kbcli.stores import faiss_index  # noqa: E402  (the index's settings live there)
-from kbcli.stores.faiss_store import FILE_MAGIC, FaissStore, FaissVectorIndex  # noqa: E402
+from kbcli.stores.faiss import index as faiss_index
+from kbcli.stores.faiss.store import FILE_MAGIC, FaissStore, FaissVectorIndex  # noqa: E402
+from kbcli.text.vectors import distinct_rows, row_fingerprints  # noqa: E402
 from kbcli.types import FileRecord  # noqa: E402
-from kbcli.vectors import distinct_rows, row_fingerprints  # noqa: E402
 
 DIM = 8
 FACTORIES = ["Flat", "HNSW16", "IVF2,Flat"]

@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.analysis as analysis
 from extras import need
 from kbcli import KnowledgeBase, SearchOptions, SimpleEmbedder, SQLiteStore
-from kbcli.analysis import (
+from kbcli.errors import IndexMismatchError
+from kbcli.text import analysis
+from kbcli.text.analysis import (
     FIELD_WEIGHTS,
     Analyzer,
     chunk_fields,
     document_title,
     keyword_counts,
 )
-from kbcli.errors import IndexMismatchError
 from test_cli_entrypoint import kb, kb_exe  # noqa: F401  (the real console script)
 
 PAGES = {
@@ -304,7 +304,7 @@ def test_chroma_copies_the_titles_an_upgrade_adds(tmp_path, pages, monkeypatch):
     keyword upgrade of an old index adds titles in place, the copy is rebuilt, so a dense
     search filtered by title finds the page (it found nothing while the copy lacked titles)."""
     need("chromadb")
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
     from kbcli.stores.sqlite import keyword
 
     with monkeypatch.context() as m:

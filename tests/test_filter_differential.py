@@ -1,9 +1,9 @@
 """The filter compilers against the pure-Python evaluator (issue 17, matrix item 6).
 
 Hypothesis draws a corpus of metadata (ints, floats, strings, bools, null, lists, nested
-dicts, missing keys) and a valid filter; the SQLite SQL (:func:`kbcli.filter_sql.compile_sql`)
+dicts, missing keys) and a valid filter; the SQLite SQL (:func:`kbcli.filters.sql.compile_sql`)
 over a real table and the PostgreSQL SQL (:func:`kbcli.stores.postgres.filters.compile_filter`)
-on the session server must pass exactly the rows :func:`kbcli.filters.matches` passes, and a
+on the session server must pass exactly the rows :func:`kbcli.filters.model.matches` passes, and a
 Chroma ``where`` (when Chroma can express the filter) must mean the same on a real collection.
 Failures shrink to a small corpus and filter. Every store's own reads (count, listing, keyword
 and dense search) are checked against the evaluator by the contract suite
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, example, given, settings
 from extras import need
 from filter_strategies import corpus_and_filter, examples, sqlite_corpora
 from kbcli.errors import FilterError
-from kbcli.filter_sql import compile_sql, dumps_metadata
-from kbcli.filters import matches, validate_filter
+from kbcli.filters.model import matches, validate_filter
+from kbcli.filters.sql import compile_sql, dumps_metadata
 
 DIFF = settings(
     max_examples=examples(200),
@@ -114,7 +114,7 @@ def chroma():
 @example(([{"n": 1}, {"n": "a"}, {}, {"n": True}], {"n": {"$nin": [1, "a"]}}))
 def test_chroma_where_passes_what_the_evaluator_passes(chroma, case):
     docs, flt = case
-    from kbcli.stores.chroma_store import chroma_metadata, compile_where
+    from kbcli.stores.chroma.store import chroma_metadata, compile_where
 
     flt = validate_filter(flt)
     try:
@@ -138,7 +138,7 @@ def test_postgres_store_filters_by_folder(pg_dsn, pg_table):
     """``kb search --in DIR`` is a ``$prefix`` filter on ``source``; the PostgreSQL store
     refused it ("Unsupported filter operator") before it compiled ``$prefix``."""
     from kbcli import Document
-    from kbcli.filter_syntax import under_folders
+    from kbcli.filters.syntax import under_folders
     from kbcli.stores.postgres import PostgresStore
 
     store = PostgresStore(pg_dsn, pg_table)
@@ -222,7 +222,7 @@ def test_source_ranges_pass_what_the_evaluator_passes(chunks_table, case):
 def test_a_folder_filter_reads_only_that_folders_rows(chunks_table):
     """The point of the narrowing: ``--in DIR`` (and a scope, and either ANDed with another
     filter) is answered through the ``chunks_source`` index, not a scan of every row."""
-    from kbcli.filter_syntax import under_folders
+    from kbcli.filters.syntax import under_folders
     from kbcli.stores.sqlite import catalog
 
     folder = under_folders(["/docs/a"])

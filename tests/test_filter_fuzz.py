@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 
 from filter_strategies import examples, expressions, raw_filters, valid_filters
 from kbcli.errors import FilterError
-from kbcli.filter_sql import compile_sql
-from kbcli.filter_syntax import parse_filter_expressions
-from kbcli.filters import LOGICAL_OPERATORS, matches, validate_filter
-from kbcli.stores.chroma_store import compile_where
+from kbcli.filters.model import LOGICAL_OPERATORS, matches, validate_filter
+from kbcli.filters.sql import compile_sql
+from kbcli.filters.syntax import parse_filter_expressions
+from kbcli.stores.chroma.store import compile_where
 from kbcli.stores.postgres.filters import compile_filter
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -172,7 +172,7 @@ def test_the_check_catches_user_text_in_the_sql(monkeypatch):
         params.append(operand)
         return f"(json_extract({column}, ?) IS NOT NULL AND {key})"
 
-    monkeypatch.setattr("kbcli.filter_sql._compile_op", splicing)
+    monkeypatch.setattr("kbcli.filters.sql._compile_op", splicing)
     for flt in ({"a": 1}, {"' OR 1=1 --": 1}, {"AND": 1}):
         with pytest.raises(AssertionError):
             check_sqlite(flt)

@@ -3,7 +3,7 @@
 The SQLite keyword index checks a new filter in SQL on the best unfiltered candidates (and on
 every candidate of their sources, which make the source part) until the k-th passing chunk
 beats every unchecked one (``KeywordTables._checked_in_order``). Every result here is compared
-with :func:`kbcli.bm25.rank` over the database's tables with the filter applied first
+with :func:`kbcli.text.bm25.rank` over the database's tables with the filter applied first
 (``reference_rank``): ids in order, ties included, and scores.
 """
 

@@ -3,11 +3,11 @@
 SQLite refuses an expression deeper than 1,000, and a flat chain of N ORs is N deep: ``kb
 search --in`` given 1,000 times said "database error: Expression tree is too large" (exit 1),
 and so did a library or agent filter with 1,000 ``$in`` values. Now the SQL groups long
-chains (:func:`kbcli.filter_sql.balanced`), ``$in`` values go in one ``IN`` list, folders inside
+chains (:func:`kbcli.filters.sql.balanced`), ``$in`` values go in one ``IN`` list, folders inside
 another ``--in`` folder are merged, and a filter holds at most
-:data:`~kbcli.filters.MAX_FILTER_CONDITIONS` conditions (PostgreSQL binds at most 65,535
+:data:`~kbcli.filters.model.MAX_FILTER_CONDITIONS` conditions (PostgreSQL binds at most 65,535
 parameters per statement): past that, one line naming the option, exit 2. Every store answers
-exactly what :func:`kbcli.filters.matches` passes.
+exactly what :func:`kbcli.filters.model.matches` passes.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from cli_helpers import run, run_json, seed
 from extras import need
 from kbcli import Document, KnowledgeBase, SimpleEmbedder
 from kbcli.errors import FilterError
-from kbcli.filter_sql import balanced, compile_sql, minimal_prefixes
-from kbcli.filter_syntax import under_folders
-from kbcli.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, matches, validate_filter
+from kbcli.filters.model import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH, matches, validate_filter
+from kbcli.filters.sql import balanced, compile_sql, minimal_prefixes
+from kbcli.filters.syntax import under_folders
 
 LIMIT = MAX_FILTER_CONDITIONS
 FOLDERS = 40  # indexed folders /proj/g0 ... /proj/g39, three files each
@@ -107,7 +107,7 @@ def test_postgres_store_answers_big_filters(pg_dsn, pg_table):
 
 def test_chroma_store_answers_big_filters(tmp_path):
     need("chromadb")
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
 
     store = ChromaStore(tmp_path / "chroma")
     try:
@@ -118,7 +118,7 @@ def test_chroma_store_answers_big_filters(tmp_path):
 
 def test_chroma_store_answers_an_or_of_a_thousand_values(tmp_path):
     need("chromadb")
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
 
     store = ChromaStore(tmp_path / "chroma")
     try:
@@ -224,7 +224,7 @@ def test_filter_past_the_limit_is_one_line(folders):
 def test_agent_tool_with_a_deeply_nested_filter(folders):
     """A hundred nested $and levels fit the tool's 4,000 characters and made SQLite's parser
     overflow: the model got "knowledge_search failed unexpectedly (OperationalError)"."""
-    from kbcli.tools import KnowledgeSearchTool
+    from kbcli.agent.tools.read import KnowledgeSearchTool
 
     kb = KnowledgeBase.open(create=False, embedder=SimpleEmbedder())
     try:

@@ -1,4 +1,4 @@
-"""The --filter and --meta syntax of the CLI (kbcli.filter_syntax: parse_filter_expressions,
+"""The --filter and --meta syntax of the CLI (kbcli.filters.syntax: parse_filter_expressions,
 parse_meta)."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kbcli.errors import FilterError, InvalidOptionError
-from kbcli.filter_syntax import parse_filter_expressions, parse_meta
-from kbcli.filters import matches
+from kbcli.filters.model import matches
+from kbcli.filters.syntax import parse_filter_expressions, parse_meta
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ import sqlite3
 import pytest
 
 from kbcli.errors import FilterError
-from kbcli.filter_sql import compile_sql
-from kbcli.filters import matches, validate_filter
+from kbcli.filters.model import matches, validate_filter
+from kbcli.filters.sql import compile_sql
 
 DOCS = [
     {"lang": "en", "year": 2020, "draft": True, "tags": "a"},
@@ -146,7 +146,7 @@ def test_random_filters_agree():
 
 
 def test_text_prefixes_name_what_a_filter_pins_a_key_to():
-    from kbcli.filter_sql import text_prefixes
+    from kbcli.filters.sql import text_prefixes
 
     assert text_prefixes({"source": "/a.md"}, "source") == ["/a.md"]
     assert text_prefixes({"source": {"$prefix": "/d/"}, "lang": "en"}, "source") == ["/d/"]
@@ -169,7 +169,7 @@ def test_text_prefixes_name_what_a_filter_pins_a_key_to():
 
 
 def test_after_prefix_is_the_least_string_past_every_extension():
-    from kbcli.filter_sql import after_prefix
+    from kbcli.filters.sql import after_prefix
 
     assert after_prefix("/docs/") == "/docs0"
     assert after_prefix("a\U0010ffff") == "b"
@@ -181,7 +181,7 @@ def test_after_prefix_is_the_least_string_past_every_extension():
 
 
 def test_filter_keys_lists_each_tested_key_once():
-    from kbcli.filters import filter_keys
+    from kbcli.filters.model import filter_keys
 
     assert filter_keys(None) == [] and filter_keys({}) == []
     flt = {"a": 1, "$or": [{"b": {"$gt": 2}}, {"$and": [{"a": 3}, {"c": {"$exists": False}}]}]}
@@ -189,7 +189,7 @@ def test_filter_keys_lists_each_tested_key_once():
 
 
 def test_text_prefixes_gives_the_narrowest_of_anded_pins():
-    from kbcli.filter_sql import text_prefixes
+    from kbcli.filters.sql import text_prefixes
 
     scope = {"source": {"$prefix": "/team/"}}
     mine = {"source": {"$prefix": "/team/docs/"}}
@@ -208,7 +208,7 @@ def test_text_prefixes_gives_the_narrowest_of_anded_pins():
 def test_a_checked_filter_is_a_frozen_copy_passed_down_unchecked():
     import pickle
 
-    from kbcli.filters import CheckedFilter
+    from kbcli.filters.model import CheckedFilter
 
     mine = {"team": "ops", "year": {"$gte": 2020}}
     checked = validate_filter(mine)
@@ -226,7 +226,7 @@ def test_a_checked_filter_is_a_frozen_copy_passed_down_unchecked():
 
 
 def test_a_filtered_search_checks_its_filter_once(tmp_path, monkeypatch):
-    import kbcli.filters as filters
+    import kbcli.filters.model as filters
     from kbcli import KnowledgeBase
 
     kb = KnowledgeBase.open(tmp_path / "kb.db")

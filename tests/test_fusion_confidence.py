@@ -3,8 +3,8 @@
 import pytest
 
 from kbcli import Document, HybridRetriever, SearchOptions, SQLiteStore
-from kbcli.render.explain import explain_text
-from kbcli.scoring import (
+from kbcli.cli.render.explain import explain_text
+from kbcli.search.fusion import (
     KEYWORD_SURE_MARGIN,
     MIN_DENSE_ALPHA,
     confident_alpha,

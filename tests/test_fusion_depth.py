@@ -21,8 +21,8 @@ import pytest
 from cli_helpers import run
 from extras import need
 from kbcli import Document, KnowledgeBase
-from kbcli.rag_pipeline import RAGPipeline
-from kbcli.retrievers import HybridRetriever, fuse
+from kbcli.search.pipeline import RAGPipeline
+from kbcli.search.retrievers import HybridRetriever, fuse
 from kbcli.types import SearchOptions, SearchResult
 from table_embedder import TableEmbedder, table_store
 
@@ -206,8 +206,8 @@ def test_rewritten_routes_are_fused_the_same_way_at_any_k():
 
 def test_explain_names_the_window():
     """--explain says how many of each route's hits earn fused score, once above the hits."""
-    from kbcli.render.explain import explain_text, shared_facts
-    from kbcli.scoring import FUSION_WINDOW
+    from kbcli.cli.render.explain import explain_text, shared_facts
+    from kbcli.search.fusion import FUSION_WINDOW
 
     keyword, dense = random_routes(random.Random(3))
     found = fuse(keyword[:150], dense[:150], 3, SearchOptions(explain=True), 0.6)

@@ -21,8 +21,8 @@ import pytest
 
 from cli_helpers import run
 from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-from kbcli.analysis import Analyzer
-from kbcli.sync import sync
+from kbcli.ingest.sync import sync
+from kbcli.text.analysis import Analyzer
 from kbcli.types import SearchOptions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -170,7 +170,7 @@ def synced(tmp_path: Path, files: dict[str, str]) -> tuple[KnowledgeBase, Path]:
 
 
 def search(kb, query, mode="keyword", k=5):
-    from kbcli.query import search as run_search
+    from kbcli.search.query import search as run_search
 
     return run_search(kb, query, SearchOptions(k=k, mode=mode), by="file")
 
@@ -178,7 +178,7 @@ def search(kb, query, mode="keyword", k=5):
 def test_rare_terms_outweigh_common_ones(tmp_path):
     """Each term weighs its idf: the line holding the rare ``8080`` beats the line holding two
     words every page has."""
-    from kbcli.query import best_line
+    from kbcli.search.query import best_line
 
     files = {f"server{n}.md": f"# Server {n}\n\nThe server port of unit {n}.\n" for n in range(12)}
     files["ports.md"] = (
@@ -196,7 +196,7 @@ def test_rare_terms_outweigh_common_ones(tmp_path):
 
 
 def test_phrases_count_and_ties_go_to_the_earliest_line():
-    from kbcli.query import best_line
+    from kbcli.search.query import best_line
 
     analyzer = Analyzer()
     weights = {"reset": 1.0, "link": 1.0, "password": 1.0}
@@ -208,7 +208,7 @@ def test_phrases_count_and_ties_go_to_the_earliest_line():
 
 
 def test_a_semantic_hit_with_no_term_in_common_keeps_its_first_line(tmp_path):
-    from kbcli.query import locate_lines
+    from kbcli.search.query import locate_lines
 
     kb, _ = synced(tmp_path, {"garden.md": "# Garden\n\nWater the tomatoes.\n\nKeep basil.\n"})
     try:
@@ -240,7 +240,7 @@ def test_a_file_changed_since_it_was_indexed_keeps_the_chunks_first_line(tmp_pat
 
 
 def test_what_is_read_to_place_hits_is_bounded(tmp_path, monkeypatch):
-    import kbcli.query as query
+    from kbcli.search import query
 
     kb, _ = synced(
         tmp_path,
@@ -351,7 +351,7 @@ def test_a_note_is_never_placed_in_the_file_it_names(tmp_path):
     the file (its lines would answer whether the file holds the note's text), whatever lines
     the note claims."""
     from kbcli import knowledge_tools
-    from kbcli.query import search as run_search
+    from kbcli.search.query import search as run_search
 
     kb, folder = synced(tmp_path, {"a.md": "# A\n\nintro\n\nzeppelin here\n"})
     secret = tmp_path / "secret.txt"

@@ -276,7 +276,7 @@ def test_big_input_is_indexed_or_failed_within_limits(tmp_path, kind):
 # --- file names that are not UTF-8 (issue 25, item 1) ----------------------------------------
 #
 # Real files whose names hold the bytes 0xff 0xfe, made with bytes paths on this (Linux) file
-# system. kb records such a name with \xHH escapes (kbcli.pathnames); every command takes the
+# system. kb records such a name with \xHH escapes (kbcli.system.paths); every command takes the
 # raw bytes or the escaped form.
 
 BAD = b"bad\xff\xfe.md"

@@ -1,7 +1,7 @@
 """Injection (issue 17, matrix item 7): hostile strings as filter keys, values and ``--in``
 paths, through the CLI and the Python API on SQLite and InMemory. Each is rejected with one
 clear line (exit 2 / FilterError) or matched literally (exactly what the pure-Python evaluator
-``kbcli.filters.matches`` says); tables and row counts never change."""
+``kbcli.filters.model.matches`` says); tables and row counts never change."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from cli_helpers import run
 from extras import need
 from kbcli import Document, InMemoryStore, SQLiteStore
 from kbcli.errors import FilterError
-from kbcli.filter_syntax import parse_filter_expressions
-from kbcli.filters import matches, validate_filter
+from kbcli.filters.model import matches, validate_filter
+from kbcli.filters.syntax import parse_filter_expressions
 
 PAYLOADS = [
     # quotes
@@ -206,12 +206,12 @@ def test_payloads_through_the_cli_are_rejected_or_literal_and_change_nothing(sql
 def _open_other(kind: str, tmp_path: Path, request) -> object:
     if kind == "faiss":
         need("faiss")
-        from kbcli.stores.faiss_store import FaissStore
+        from kbcli.stores.faiss.store import FaissStore
 
         return FaissStore(dim=3, path=tmp_path / "f.db")
     if kind == "chroma":
         need("chromadb")
-        from kbcli.stores.chroma_store import ChromaStore
+        from kbcli.stores.chroma.store import ChromaStore
 
         return ChromaStore(tmp_path / "c.chroma", db=tmp_path / "c.db")
     need("psycopg")
@@ -238,8 +238,8 @@ def test_payloads_through_the_agent_tool_never_escape_its_scope(sqlite_db, scope
     """The MCP server's knowledge_search tool: a caller's hostile filter is refused with one
     ``Error:`` line or ANDed literally with the tool's scope, never widening it."""
     from kbcli import KnowledgeBase
+    from kbcli.agent.tools.read import knowledge_tools
     from kbcli.embedders import SimpleEmbedder
-    from kbcli.tools import knowledge_tools
 
     before = snapshot(sqlite_db)
     kb = KnowledgeBase.open(sqlite_db, embedder=SimpleEmbedder())

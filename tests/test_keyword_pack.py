@@ -1,6 +1,6 @@
 """The packed keyword index: a derived file plus the log's delta, always exact.
 
-Every search here is compared with :func:`kbcli.bm25.rank` over the same database's tables and
+Every search here is compared with :func:`kbcli.text.bm25.rank` over the same database's tables and
 forward indexes (:class:`Definition`); the parity test checks the pack against an independent
 plain formula.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kbcli import Document, SQLiteStore
-from kbcli.scoring import SOURCE_WEIGHT
+from kbcli.search.fusion import SOURCE_WEIGHT
 from kbcli.stores.sqlite import packed, packfile, packlog, packview
 from kbcli.stores.sqlite.catalog import unpack_terms
 
@@ -382,10 +382,10 @@ def test_a_pack_of_another_layout_is_rebuilt(stores, change):
 
 
 def reference_rank(path, analyzer, query: str, k: int, filter, weight: float) -> list:
-    """(id, score) of :func:`kbcli.bm25.rank` over the database's tables and the chunks'
+    """(id, score) of :func:`kbcli.text.bm25.rank` over the database's tables and the chunks'
     forward indexes: the definition."""
-    from kbcli.bm25 import CorpusStats, QueryTerm, rank, select_terms
-    from kbcli.filters import matches
+    from kbcli.filters.model import matches
+    from kbcli.text.bm25 import CorpusStats, QueryTerm, rank, select_terms
 
     conn = sqlite3.connect(path)
     counts = analyzer.query_counts(query)
@@ -446,7 +446,7 @@ def test_runs_and_the_ranking_floor_match_the_definition(
     tmp_path, monkeypatch, tf_runs, sparse_ratio, seed
 ):
     """Random corpora, a pack then a delta with tombstones, many k, filters and weights:
-    every top k is :func:`kbcli.bm25.rank`'s, ids in order and scores to 1e-9; the sparse
+    every top k is :func:`kbcli.text.bm25.rank`'s, ids in order and scores to 1e-9; the sparse
     scorer's scratch arrays are zero again after every search (a query of more terms than
     packed.SCRATCH_TERMS takes several passes)."""
     monkeypatch.setattr(packed, "SPARSE_RATIO", sparse_ratio)

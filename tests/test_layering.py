@@ -203,10 +203,16 @@ def test_the_facade_does_not_import_the_layers_built_on_it():
     tool, even lazily; the KnowledgeBase users hold is assembled above them."""
     graph = import_graph()
     above = {
-        "kbcli.views", "kbcli.scope", "kbcli.answer", "kbcli.tools", "kbcli.hints",
-        "kbcli.reading", "kbcli.mcp_server", "kbcli.knowledge_base", "kbcli.pipeline",
+        "kbcli.views", "kbcli.scope", "kbcli.agent.answer", "kbcli.agent.tools.read", "kbcli.search.hints",
+        "kbcli.agent.get", "kbcli.agent.mcp.server", "kbcli.knowledge_base", "kbcli.pipeline",
     }  # fmt: skip
     assert reach(graph, "kbcli.facade") & above == set()
     assert {"kbcli.facade", "kbcli.scope"} <= graph["kbcli.knowledge_base"]
-    for layer in ("kbcli.views", "kbcli.answer", "kbcli.tools", "kbcli.hints", "kbcli.reading"):
+    for layer in (
+        "kbcli.views",
+        "kbcli.agent.answer",
+        "kbcli.agent.tools.read",
+        "kbcli.search.hints",
+        "kbcli.agent.get",
+    ):
         assert "kbcli.knowledge_base" not in reach(graph, layer), layer

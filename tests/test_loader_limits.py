@@ -18,9 +18,9 @@ import pytest
 from hostile import docx_external_entity, docx_with, flat_page
 from kbcli.errors import LoaderError
 from kbcli.ingest import DefaultDocumentLoader, register_loader
-from kbcli.ingest.html import html_to_sections
-from kbcli.ingest.loaders import TextLoader
-from kbcli.ingest.reading import read_blocks, read_bounded
+from kbcli.ingest.files import read_blocks, read_bounded
+from kbcli.ingest.loaders.html import html_to_sections
+from kbcli.ingest.loaders.registry import TextLoader
 
 STRESS = os.environ.get("KB_STRESS") == "1"
 
@@ -176,7 +176,7 @@ class RewritingLoader:
 
 
 def test_loader_rereads_a_file_that_changed_while_read(tmp_path, monkeypatch):
-    from kbcli.ingest import loaders
+    from kbcli.ingest.loaders import registry as loaders
 
     monkeypatch.setattr(loaders, "_LOADERS", dict(loaders._LOADERS))
     path = tmp_path / "note.csvx"
@@ -201,7 +201,7 @@ def test_docx_with_a_doctype_is_refused(tmp_path):
 
 
 def test_docx_with_too_many_members_is_refused(tmp_path, monkeypatch):
-    from kbcli.ingest import office
+    from kbcli.ingest.loaders import office
 
     monkeypatch.setattr(office, "DOCX_MAX_MEMBERS", 50)
     path = docx_with(tmp_path, "many.docx", {f"word/media/{i}.bin": b"x" for i in range(60)})
@@ -210,7 +210,7 @@ def test_docx_with_too_many_members_is_refused(tmp_path, monkeypatch):
 
 
 def test_docx_whose_xml_unpacks_too_big_is_refused(tmp_path, monkeypatch):
-    from kbcli.ingest import office
+    from kbcli.ingest.loaders import office
 
     monkeypatch.setattr(office, "DOCX_MAX_XML_MB", 1)
     # just under the ratio rule (it starts at 20 MB): only the XML limit can catch it

@@ -20,7 +20,7 @@ from hostile import (
     guide_docx,
     make_pdf,
 )
-from kbcli.config import OcrConfig
+from kbcli.config.lookup import OcrConfig
 from kbcli.errors import LoaderError, MissingDependencyError, UnsupportedFormatError
 from kbcli.ingest import (
     DefaultDocumentLoader,
@@ -30,9 +30,9 @@ from kbcli.ingest import (
     register_loader,
     supported_extensions,
 )
-from kbcli.ingest import loaders as loaders_module
-from kbcli.ingest.bounded import run_bounded
-from kbcli.ingest.text_encoding import SAMPLE_SIZE, read_text, utf16_without_bom
+from kbcli.ingest.loaders import registry as loaders_module
+from kbcli.ingest.loaders.bounded import run_bounded
+from kbcli.ingest.loaders.text_encoding import SAMPLE_SIZE, read_text, utf16_without_bom
 from kbcli.protocols import DocumentLoaderProtocol
 from kbcli.types import Section
 
@@ -181,7 +181,7 @@ def test_a_blank_scan_gives_no_sections_and_one_warning(tmp_path: Path) -> None:
 
 
 def test_pdf_parse_past_the_timeout_is_stopped(pdf_path: Path) -> None:
-    from kbcli.ingest.bounded import shutdown
+    from kbcli.ingest.loaders.bounded import shutdown
 
     # a fresh child: a warm one can parse this small file and answer before the parent even
     # waits for it (seen after an OCR test, on a loaded machine)
@@ -245,7 +245,7 @@ def test_the_parser_process_exits_when_its_parent_is_killed(tmp_path: Path) -> N
 
     script = (
         "import os, time\n"
-        "from kbcli.ingest.bounded import run_bounded\n"
+        "from kbcli.ingest.loaders.bounded import run_bounded\n"
         "print(run_bounded(os.getpid, (), timeout=60, label='a'), flush=True)\n"
         "run_bounded(time.sleep, (120,), timeout=300, label='slow')\n"
     )

@@ -26,7 +26,7 @@ import pytest
 import tenants as shared
 from cli_helpers import run
 from extras import need
-from kbcli.tools import NO_CHUNK, NO_FILE, NO_KEY, NO_RESULTS, NO_SOURCE
+from kbcli.agent.tools.read import NO_CHUNK, NO_FILE, NO_KEY, NO_RESULTS, NO_SOURCE
 
 need("mcp")
 
@@ -244,7 +244,7 @@ def _raw_post(url: str, headers: dict[str, str]) -> tuple[int, bytes, dict[str, 
 
 
 def test_stdio_lists_the_three_tools_with_their_schemas(stdio):
-    from kbcli.tools import KnowledgeSearchTool
+    from kbcli.agent.tools.read import KnowledgeSearchTool
 
     listed = stdio.run(stdio.client.list_tools()).tools
     assert [t.name for t in listed] == ["knowledge_search", "knowledge_get", "knowledge_stats"]
@@ -375,7 +375,7 @@ def lined_stdio(tmp_path_factory, home):
     and a file of another team, which the scope hides."""
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
     from kbcli.ingest import StructureAwareChunker
-    from kbcli.sync import sync
+    from kbcli.ingest.sync import sync
     from test_tools import lined_file
 
     folder = tmp_path_factory.mktemp("mcp-lined")
@@ -737,7 +737,7 @@ def test_token_file_errors(tmp_path, content, message):
 
 def test_the_start_up_filter_and_a_token_scope_combine(tmp_path):
     from kbcli import KnowledgeBase
-    from kbcli.mcp_server import Identity, KnowledgeMCP
+    from kbcli.agent.mcp.server import Identity, KnowledgeMCP
 
     kb = KnowledgeBase()
     kb.add("ops password guide", {"team": "ops", "lang": "en"})

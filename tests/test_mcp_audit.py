@@ -13,7 +13,7 @@ import pytest
 import tenants as shared
 from cli_helpers import run
 from extras import need
-from kbcli.audit import argument_sizes, filter_keys
+from kbcli.agent.mcp.audit import argument_sizes, filter_keys
 
 need("mcp")
 
@@ -130,9 +130,9 @@ def test_filter_keys_and_sizes():
 def test_a_line_that_cannot_be_written_fails_the_call():
     """On a full disk (``/dev/full``) recording fails with one StoreError, and over MCP the
     call is answered with that error instead of its unaudited result."""
-    from kbcli.audit import AuditLog
+    from kbcli.agent.mcp.audit import AuditLog
+    from kbcli.agent.tools.read import ToolResult
     from kbcli.errors import StoreError
-    from kbcli.tools import ToolResult
 
     log = AuditLog("/dev/full")
     try:
@@ -237,7 +237,7 @@ def test_a_huge_filter_key_or_many_arguments_make_a_short_line(setup, tmp_path):
 def test_refusals_are_summarised_with_the_busiest_peers(tmp_path):
     """A summary names the ten busiest peers; the others are counted, and peers beyond 1,000
     in an interval are counted without being told apart."""
-    from kbcli.audit import MAX_PEERS, TOP_PEERS, AuditLog
+    from kbcli.agent.mcp.audit import MAX_PEERS, TOP_PEERS, AuditLog
 
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, summary_every=3600)
@@ -268,7 +268,7 @@ def test_a_summary_is_written_each_interval_with_refusals(tmp_path):
     intervals."""
     import time
 
-    from kbcli.audit import AuditLog
+    from kbcli.agent.mcp.audit import AuditLog
 
     path = tmp_path / "audit.jsonl"
     log = AuditLog(path, summary_every=0.2)
@@ -288,9 +288,9 @@ def test_a_summary_is_written_each_interval_with_refusals(tmp_path):
 def test_a_summary_that_cannot_be_written_refuses_nothing(caplog):
     """On a full disk (``/dev/full``) a call's line fails the call (fail-closed), but counting
     and summarising refusals never raises: the summary is logged as lost."""
-    from kbcli.audit import AuditLog
+    from kbcli.agent.mcp.audit import AuditLog
+    from kbcli.agent.tools.read import ToolResult
     from kbcli.errors import StoreError
-    from kbcli.tools import ToolResult
 
     log = AuditLog("/dev/full")
     try:

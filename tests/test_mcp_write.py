@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from extras import need
-from kbcli.tools import NO_FILE
+from kbcli.agent.tools.read import NO_FILE
 from test_mcp import ClientThread, _env, _http_client, _start_http, _stdio_client, _stop
 
 need("mcp")
@@ -201,8 +201,8 @@ def test_write_true_without_the_flag_lists_no_write_tool_and_says_so(index, tmp_
 
 
 def test_write_must_be_true_or_false(tmp_path):
+    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
-    from kbcli.mcp_server import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - {{token: {ACME_TOKEN}, filter: {{}}, write: 'yes'}}\n")
@@ -212,7 +212,7 @@ def test_write_must_be_true_or_false(tmp_path):
 
 def test_python_tools_write_only_when_asked(tmp_path):
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.tools import knowledge_tools
+    from kbcli.agent.tools.read import knowledge_tools
 
     kb_ = KnowledgeBase(store=SQLiteStore(tmp_path / "py.db"), embedder=SimpleEmbedder())
     try:
@@ -534,7 +534,7 @@ def test_stdio_writes_under_the_defaults_or_the_write_limit_option(index):
 
 def test_the_per_minute_limit_is_a_sliding_window(tmp_path):
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.note_tools import NoteWriter, WriteLimitError, WriteLimits
+    from kbcli.agent.tools.write import NoteWriter, WriteLimitError, WriteLimits
     from kbcli.views import as_view
 
     now = [1000.0]
@@ -554,8 +554,8 @@ def test_the_per_minute_limit_is_a_sliding_window(tmp_path):
             writer.add(view, "too soon again", {})
         assert kb_.store.count() == 4
         assert writer.held(view) == sum(
-            len(t) + len('{"note_by":"w"}') for t in ("note at 0", "note at 10", "note at 20",
-                                                        "in time")  # fmt: skip
+            len(t) + len('{"note_by":"w"}')
+            for t in ("note at 0", "note at 10", "note at 20", "in time")  # fmt: skip
         )
     finally:
         kb_.close()
@@ -572,8 +572,8 @@ def test_the_per_minute_limit_is_a_sliding_window(tmp_path):
     ],
 )
 def test_token_file_write_limit_errors(tmp_path, entry, message):
+    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
-    from kbcli.mcp_server import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - token: {ACME_TOKEN}\n    filter: {{}}\n    {entry}\n")
@@ -582,8 +582,8 @@ def test_token_file_write_limit_errors(tmp_path, entry, message):
 
 
 def test_entries_of_one_name_share_their_write_limits(tmp_path):
+    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
-    from kbcli.mcp_server import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(
@@ -620,7 +620,7 @@ def test_the_total_is_counted_in_the_index_at_least_once_a_minute(tmp_path):
     elsewhere (``kb delete``, another server) frees its bytes at the next count, within a
     minute."""
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.note_tools import RECOUNT_EVERY, NoteWriter, WriteLimitError, WriteLimits
+    from kbcli.agent.tools.write import RECOUNT_EVERY, NoteWriter, WriteLimitError, WriteLimits
     from kbcli.views import as_view
 
     now = [0.0]
@@ -645,8 +645,8 @@ def test_the_total_is_counted_in_the_index_at_least_once_a_minute(tmp_path):
 def test_kb_ask_cites_a_note_as_a_note(tmp_path):
     """The passages ``kb ask`` gives the model, and the citations it prints, mark a note."""
     from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-    from kbcli.render.answers import cited_location
-    from kbcli.tools import knowledge_tools
+    from kbcli.agent.tools.read import knowledge_tools
+    from kbcli.cli.render.answers import cited_location
 
     kb_ = KnowledgeBase(store=SQLiteStore(tmp_path / "ask.db"), embedder=SimpleEmbedder())
     try:

@@ -22,10 +22,10 @@ import pytest
 
 from extras import need
 from hostile import make_pdf
-from kbcli.config import load_config
+from kbcli.config.lookup import load_config
 from kbcli.errors import ConfigError
-from kbcli.ingest.layout import compose
-from kbcli.ingest.ocr import PageScan, TextBox
+from kbcli.ingest.loaders.layout import compose
+from kbcli.ingest.loaders.ocr import PageScan, TextBox
 
 need("rapidocr_onnxruntime")
 need("pypdfium2")
@@ -469,9 +469,9 @@ def test_while_a_file_is_recognised_searches_run_and_sqlites_write_lock_is_free(
 def test_ocr_stops_at_the_files_deadline_and_says_how_far_it_got(tmp_path):
     import time
 
-    from kbcli.config import OcrConfig
+    from kbcli.config.lookup import OcrConfig
     from kbcli.errors import LoaderError
-    from kbcli.ingest.ocr import run_pages, scan_image_frame
+    from kbcli.ingest.loaders.ocr import run_pages, scan_image_frame
 
     png = tmp_path / "one.png"
     frame("Deadline check.").save(png)
@@ -489,8 +489,8 @@ def test_ocr_stops_at_the_files_deadline_and_says_how_far_it_got(tmp_path):
 
 
 def test_the_default_page_cap_leaves_the_ocr_signature_of_older_records_alone():
-    from kbcli.config import OcrConfig
-    from kbcli.ingest.ocr import signature
+    from kbcli.config.lookup import OcrConfig
+    from kbcli.ingest.loaders.ocr import signature
 
     older = "rapidocr1;dpi=200;mpx=40;min=20;conf=0.5;lang=zh,en"  # before ocr.max_pages
     assert signature(OcrConfig()) == older
@@ -521,8 +521,8 @@ def test_a_text_only_ingest_imports_no_ocr_package(tmp_path):
 
 
 def test_a_huge_page_is_rendered_within_max_megapixels(tmp_path):
-    from kbcli.config import OcrConfig
-    from kbcli.ingest.ocr import render_scale, scan_pdf_page
+    from kbcli.config.lookup import OcrConfig
+    from kbcli.ingest.loaders.ocr import render_scale, scan_pdf_page
 
     options = OcrConfig()
     assert render_scale(612, 792, options) == 200 / 72  # a letter page: ocr.dpi
@@ -623,7 +623,7 @@ def test_ocr_settings_are_read(tmp_path):
 
 
 def test_english_only_drops_misread_han_and_full_width_forms():
-    from kbcli.ingest.ocr import _clean
+    from kbcli.ingest.loaders.ocr import _clean
 
     assert _clean("Serial：KX－4471 号", ("en",)) == "Serial:KX-4471"
     assert _clean("Serial：KX－4471 号", ("zh", "en")) == "Serial：KX－4471 号"

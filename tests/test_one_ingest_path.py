@@ -16,8 +16,8 @@ import pytest
 
 from hostile import make_docx, make_pdf
 from kbcli import KnowledgeBase, LoaderError
+from kbcli.ingest.sync import sync
 from kbcli.stores import InMemoryStore
-from kbcli.sync import sync
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -75,8 +75,16 @@ def test_ingest_file_writes_what_kb_ingest_writes_and_the_next_ingest_finds_it_u
     lines = {m.get("line") for s, _, m in contents(lib_db)[0] if s.endswith("windows.txt")}
     assert max(lines) > 30  # lines as the file on disk has them (CRLF, blank-line runs)
     again = subprocess.run(
-        [sys.executable, "-m", "kbcli", "--db", str(lib_db), "ingest", str(tmp_path / "docs"),
-         "--json"],
+        [
+            sys.executable,
+            "-m",
+            "kbcli",
+            "--db",
+            str(lib_db),
+            "ingest",
+            str(tmp_path / "docs"),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},

@@ -160,8 +160,8 @@ def test_a_kb_search_with_the_local_model_stays_under_200_mb(tmp_path):
     # dequantised into float32 at session build, the 47 MB word table among them); and a
     # successful search writes nothing to stderr.
     from kbcli.embedders.local import LocalEmbedder
+    from kbcli.ingest.sync import sync
     from kbcli.pipeline import KnowledgeBase
-    from kbcli.sync import sync
 
     db = tmp_path / "kb.db"
     kb = KnowledgeBase.open(db, embedder=LocalEmbedder())

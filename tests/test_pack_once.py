@@ -12,9 +12,9 @@ from pathlib import Path
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
+from kbcli.ingest.sync import sync
 from kbcli.stores import common
 from kbcli.stores.sqlite import ledger, vectors
-from kbcli.sync import sync
 
 
 def watch_packing(monkeypatch) -> list[bool]:

@@ -1,5 +1,5 @@
 """The end of a path names an indexed file when only one file has it: the one rule of ``kb
-get``, ``knowledge_get`` and ``kb eval`` (:func:`kbcli.reading.path_suffix_match`), on whole
+get``, ``knowledge_get`` and ``kb eval`` (:func:`kbcli.agent.get.path_suffix_match`), on whole
 path components, within the reader's scope, with a bounded list of candidates."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from kbcli import KnowledgeBase, SimpleEmbedder, SQLiteStore
-from kbcli.reading import (
+from kbcli.agent.get import (
     MAX_CANDIDATES,
     AmbiguousPathError,
     path_suffix,
     path_suffix_match,
     read_file,
 )
-from kbcli.tools import NO_FILE, KnowledgeGetTool
+from kbcli.agent.tools.read import NO_FILE, KnowledgeGetTool
 from kbcli.views import KnowledgeView
 
 SOURCES = ["/n/common/lsof.md", "/n/linux/lsof.md", "/n/common/tar.md", "/n/other/..md"]
@@ -110,7 +110,7 @@ def test_a_scope_never_names_what_it_hides(tenants):
 
 def test_a_scope_is_checked_in_bounded_batches(tenants, monkeypatch):
     """Many files share the end outside the scope: each batch of names is one query."""
-    import kbcli.reading as reading
+    import kbcli.agent.get as reading
 
     for n in range(30):
         tenants.add("other", {"source": f"/globex/{n}/tar.md", "tenant": "globex"})

@@ -1,4 +1,4 @@
-"""kbcli.pathnames: every byte name has one recorded form, valid UTF-8, that maps back."""
+"""kbcli.system.paths: every byte name has one recorded form, valid UTF-8, that maps back."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kbcli.pathnames import source_name, source_path
+from kbcli.system.paths import source_name, source_path
 
 NAME_BYTES = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\0" not in b)
 

@@ -98,7 +98,7 @@ def test_knowledge_base_open_is_persistent_and_keyword_needs_no_embedder(tmp_pat
     kb = KnowledgeBase.open(db, embedder=SimpleEmbedder())
     kb.add("password reset instructions")
     kb.close()
-    import kbcli.pipeline as pipeline
+    from kbcli import pipeline
 
     def no_embedder(*a, **k):
         raise AssertionError("keyword search must not resolve an embedder")
@@ -208,7 +208,7 @@ def test_open_takes_ranking_weights_from_the_given_config(tmp_path):
     from dataclasses import replace
 
     from kbcli import KnowledgeBase
-    from kbcli.config import Config, LimitsConfig
+    from kbcli.config.lookup import Config, LimitsConfig
 
     config = replace(Config(), limits=LimitsConfig(rerank_alpha=0.3, source_weight=0.0))
     kb = KnowledgeBase.open(tmp_path / "kb.db", config=config)

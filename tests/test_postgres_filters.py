@@ -2,7 +2,7 @@
 value or ``$in`` of values) as a range of the ``COLLATE "C"`` index on the chunks' ``source``
 column, ANDed with the whole filter: the plans use that index, and every filtered path (count,
 listing, keyword and dense search, delete) still passes exactly what
-:func:`kbcli.filters.matches` passes, on the session's real server.
+:func:`kbcli.filters.model.matches` passes, on the session's real server.
 
 The suite's server cannot show the locale hazard itself (its database is ``C.UTF-8``, it has no
 ICU, the machine no other locale), so the collation is asserted in the catalog instead.
@@ -22,9 +22,9 @@ from hypothesis import strategies as st  # noqa: E402
 
 from filter_strategies import examples  # noqa: E402
 from kbcli import Document  # noqa: E402
-from kbcli.filter_sql import MAX_SOURCE_RANGES  # noqa: E402
-from kbcli.filter_syntax import under_folders  # noqa: E402
-from kbcli.filters import matches, validate_filter  # noqa: E402
+from kbcli.filters.model import matches, validate_filter  # noqa: E402
+from kbcli.filters.sql import MAX_SOURCE_RANGES  # noqa: E402
+from kbcli.filters.syntax import under_folders  # noqa: E402
 from kbcli.stores.postgres import PostgresStore  # noqa: E402
 from kbcli.stores.postgres.filters import compile_filter, scan_filter  # noqa: E402
 

@@ -1,6 +1,6 @@
 """PostgresStore beyond the contract suites, on the session's real PostgreSQL server: keyword
 scores equal SQLite's, filtered dense search keeps k, filters are injection-proof and agree with
-kbcli.filters.matches, the DSN's password never shows, and the store works as `kb`'s backend."""
+kbcli.filters.model.matches, the DSN's password never shows, and the store works as `kb`'s backend."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cli_helpers import run
 from extras import need
 from kbcli import Document, SQLiteStore
 from kbcli.errors import FilterError, StoreError
-from kbcli.filters import matches
+from kbcli.filters.model import matches
 
 need("psycopg")
 
@@ -343,7 +343,7 @@ def test_kb_ingest_stores_every_vector(pg_dsn, pg_table, tmp_path, monkeypatch):
 
 
 def test_store_settings_from_config(tmp_path, monkeypatch):
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
     from kbcli.errors import ConfigError
 
     file = tmp_path / "jianmu.yaml"

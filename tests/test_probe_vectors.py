@@ -15,8 +15,8 @@ import pytest
 
 from conftest import API_KEY_VARS
 from fake_providers import FakeServer
-from kbcli.calibration import PROBES
 from kbcli.embedders.base import BaseEmbedder, EmbedderInfo
+from kbcli.search.calibration import PROBES
 from kbcli.stores import SQLiteStore
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -116,7 +116,7 @@ def test_embed_queries_batches_where_queries_are_passages():
 
 
 def test_probe_vectors_are_kept_per_embedder_and_probe_list(tmp_path):
-    from kbcli.calibration import probe_vectors, probes_key, stored_probe_vectors
+    from kbcli.search.calibration import probe_vectors, probes_key, stored_probe_vectors
 
     store = SQLiteStore(tmp_path / "kb.db")
     try:
@@ -141,7 +141,7 @@ def test_probe_vectors_are_kept_per_embedder_and_probe_list(tmp_path):
 
 @pytest.mark.parametrize("raw", ["not json", '{"probes": "x"}', '{"vectors": 3}'])
 def test_damaged_probe_records_are_embedded_again(tmp_path, raw):
-    from kbcli.calibration import probe_vectors, probes_key
+    from kbcli.search.calibration import probe_vectors, probes_key
 
     store = SQLiteStore(tmp_path / "kb.db")
     try:

@@ -143,9 +143,9 @@ def test_hanging_server_does_not_hold_the_process(tmp_path, monkeypatch, server)
 
 def test_rerank_and_chat_endpoint_deadline_cuts_a_trickling_server(server, monkeypatch):
     """The rerank/LLM endpoints (urllib) get the same total deadline per attempt."""
-    from kbcli.embedders import retry
     from kbcli.errors import RerankerError
-    from kbcli.remote import JSONEndpoint
+    from kbcli.providers import retry
+    from kbcli.providers.http import JSONEndpoint
 
     monkeypatch.setattr(retry, "sleep", lambda s: None)
     server.trickle = 0.1

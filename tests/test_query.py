@@ -1,11 +1,11 @@
-"""kbcli.query.search: phrases, exclusions and results by file keep k hits when the first pool
+"""kbcli.search.query.search: phrases, exclusions and results by file keep k hits when the first pool
 is used up by one long file or by chunks the query syntax drops."""
 
 from __future__ import annotations
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
-from kbcli.query import POOL_MIN, parse_query, search
+from kbcli.search.query import POOL_MIN, parse_query, search
 from kbcli.types import SearchOptions
 
 

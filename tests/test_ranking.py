@@ -10,8 +10,8 @@ from kbcli import (
     SimpleEmbedder,
     SQLiteStore,
 )
-from kbcli.evaluation import ndcg_at_k
-from kbcli.retrievers import WEAK_DENSE_ALPHA
+from kbcli.eval.beir import ndcg_at_k
+from kbcli.search.retrievers import WEAK_DENSE_ALPHA
 from table_embedder import TableEmbedder, table_store
 
 
@@ -192,7 +192,7 @@ def test_mmr_spreads_near_identical_chunks(tmp_path, mode):
 
 def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
     from kbcli import SimpleEmbedder, SQLiteStore
-    from kbcli.retrievers import HybridRetriever
+    from kbcli.search.retrievers import HybridRetriever
 
     store = SQLiteStore(tmp_path / "kb.db")
     emb = SimpleEmbedder()
@@ -211,7 +211,7 @@ def test_weak_embedder_hybrid_keeps_keyword_order_exactly(tmp_path):
 
 def test_weak_hybrid_skips_the_dense_route_when_keywords_fill_the_page(tmp_path, monkeypatch):
     from kbcli import SimpleEmbedder, SQLiteStore
-    from kbcli.retrievers import DenseRetriever, HybridRetriever
+    from kbcli.search.retrievers import DenseRetriever, HybridRetriever
 
     store = SQLiteStore(tmp_path / "kb.db")
     emb = SimpleEmbedder()
@@ -331,7 +331,7 @@ def test_chinese_query_keeps_keyword_order_with_an_english_only_embedder(kind, t
 
 def test_configured_source_weight_is_the_default(files_store, tmp_path, monkeypatch):
     from kbcli import BM25Retriever
-    from kbcli.config import reset_config_cache
+    from kbcli.config.lookup import reset_config_cache
 
     (tmp_path / "jianmu.yaml").write_text("limits: {source_weight: 0}\n", encoding="utf-8")
     monkeypatch.setenv("KB_CONFIG", str(tmp_path / "jianmu.yaml"))

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.ingest.reading as reading
-import kbcli.sync as sync_module
+import kbcli.ingest.files as reading
+import kbcli.ingest.sync as sync_module
 from hostile import make_docx, make_pdf
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
 from kbcli.ingest import read_text
-from kbcli.sync import sync
+from kbcli.ingest.sync import sync
 
 _opened: list[str] | None = None
 

@@ -20,9 +20,9 @@ from kbcli import (
     SQLiteStore,
     resolve_embedder,
 )
-from kbcli.config import reset_config_cache
+from kbcli.config.lookup import reset_config_cache
+from kbcli.config.trust import trust
 from kbcli.errors import InvalidOptionError, LoaderError
-from kbcli.trust import trust
 
 
 def test_search_options_alpha_is_the_configured_rerank_alpha(tmp_path):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from fake_providers import EchoEmbedder
-from kbcli import registry
+from kbcli.config import registry
 from kbcli.embedders.simple import SimpleEmbedder
 from kbcli.errors import InvalidOptionError
 
@@ -68,7 +68,7 @@ def test_other_families_can_use_load_class():
 
 def test_importing_embedders_and_registry_is_light():
     code = (
-        "import sys, kbcli.embedders, kbcli.registry; kbcli.embedders.resolve_embedder;"
+        "import sys, kbcli.embedders, kbcli.config.registry; kbcli.embedders.resolve_embedder;"
         "heavy = ('openai', 'google.genai', 'numpy', 'onnxruntime', 'torch', 'tokenizers');"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
@@ -79,7 +79,7 @@ def test_importing_embedders_and_registry_is_light():
 
 
 def test_provider_classes_are_lazy_attributes():
-    import kbcli.embedders as embedders
+    from kbcli import embedders
 
     assert embedders.OpenAIEmbedder.provider == "openai"
     assert embedders.GeminiEmbedder.provider == "gemini"
@@ -90,11 +90,11 @@ def test_provider_classes_are_lazy_attributes():
 
 TOY_BACKEND = """
 import sys
-from kbcli import registry
+from kbcli.config import registry
 
 registry.STORE_ENTRIES["toy"] = registry.StoreEntry("toy_store:ToyStore", {"max_size": int})
 
-from kbcli.config import ConfigError, load_config, with_store
+from kbcli.config.lookup import ConfigError, load_config, with_store
 from kbcli.stores import build_store
 
 store = build_store(load_config(sys.argv[1]))

@@ -1,4 +1,4 @@
-"""Pure helpers of kbcli.render: snippets, highlighting, source shortening, sizes, summaries."""
+"""Pure helpers of kbcli.cli.render: snippets, highlighting, source shortening, sizes, summaries."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kbcli.render import human_size, ingest_summary, shorten_source, snippet, term_pattern
-from kbcli.sync import SyncReport
+from kbcli.cli.render import human_size, ingest_summary, shorten_source, snippet, term_pattern
+from kbcli.ingest.sync import SyncReport
 
 
 def test_snippet_centres_on_the_first_match_and_marks_cuts():
@@ -77,7 +77,7 @@ LONG = "/srv/" + "/".join(["a-rather-long-folder-name"] * 4) + "/the-file-with-a
 
 def table_hits(sources):
     from kbcli import Document, SearchResult
-    from kbcli.query import Hit
+    from kbcli.search.query import Hit
 
     text = "reset the password " * 30
     return [
@@ -101,7 +101,7 @@ def screen(width, draw):
 def test_search_table_never_cuts_or_wraps_a_location(width, explain):
     """The Location column was capped near 40 characters and folded path:line inside the
     file name, even at 250 columns."""
-    from kbcli.render import search_table
+    from kbcli.cli.render import search_table
 
     sources = [LONG, "/docs/short.md", LONG.replace("the-file", "another-file")]
     hits = table_hits(sources)
@@ -122,7 +122,7 @@ def test_search_table_never_cuts_or_wraps_a_location(width, explain):
 
 
 def test_a_short_location_and_short_lines_keep_the_table_at_60_columns():
-    from kbcli.render import search_table
+    from kbcli.cli.render import search_table
     from kbcli.types import LineMatch
 
     hits = table_hits(["/d/a.md"])
@@ -137,7 +137,7 @@ def test_a_short_location_and_short_lines_keep_the_table_at_60_columns():
 @pytest.mark.parametrize("width", [60, 250])
 def test_list_table_never_cuts_a_source(width):
     from kbcli import Document
-    from kbcli.render import documents_table
+    from kbcli.cli.render import documents_table
 
     docs = [Document("a" * 32, "some text " * 20, {"source": LONG, "chunk_index": 3})]
     out = screen(width, lambda c: documents_table(docs, c))
@@ -165,7 +165,7 @@ def test_quoted_names_read_back_through_bash(name):
     import os
     import subprocess
 
-    from kbcli.render import needs_quoting, quote_name
+    from kbcli.cli.render import needs_quoting, quote_name
 
     quoted = quote_name(name)
     assert "\n" not in quoted and quoted.isprintable()
@@ -183,7 +183,7 @@ def test_quoted_names_read_back_through_bash(name):
 
 
 def test_a_long_line_is_cut_around_its_match_with_an_ellipsis():
-    from kbcli.render.snippets import cut_line
+    from kbcli.cli.render.snippets import cut_line
 
     line = "word " * 60 + "the zeppelin command here " + "tail " * 60
     out, spans = cut_line(line, term_pattern(["zeppelin"]), width=60)
@@ -197,7 +197,7 @@ def test_a_long_line_is_cut_around_its_match_with_an_ellipsis():
 def test_a_cut_never_splits_a_wide_character_or_a_combining_mark():
     from rich.cells import cell_len
 
-    from kbcli.render.snippets import cells, cut_line
+    from kbcli.cli.render.snippets import cells, cut_line
 
     wide = "密码" * 50  # two cells each
     out, _ = cut_line(wide, term_pattern(["重置"]), width=21)
@@ -214,7 +214,7 @@ def test_a_cut_never_splits_a_wide_character_or_a_combining_mark():
 
 def test_a_located_hit_shows_its_lines_and_an_unlocated_one_its_text():
     from kbcli import Document, SearchResult
-    from kbcli.render.snippets import snippet_lines
+    from kbcli.cli.render.snippets import snippet_lines
     from kbcli.types import LineMatch
 
     result = SearchResult(Document("a", "flat text of the chunk about a password", {}), 1.0)

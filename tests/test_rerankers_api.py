@@ -6,9 +6,9 @@ import pytest
 
 from fake_rerank import FakeRerankServer
 from kbcli import Document, SearchResult
-from kbcli.embedders import retry
 from kbcli.errors import RerankerError
-from kbcli.rerankers import APIReranker
+from kbcli.providers import retry
+from kbcli.search.rerank import APIReranker
 
 SECRET = "sk-rerank-0123456789abcdef"
 DOCS = [
@@ -189,7 +189,7 @@ def test_the_library_sends_the_candidates_in_one_request(
     server, tmp_path, settings, options, expected
 ):
     from kbcli import KnowledgeBase, SimpleEmbedder
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     config_file = tmp_path / "jianmu.yaml"
     config_file.write_text(

@@ -10,8 +10,8 @@ import pytest
 from extras import need
 from kbcli import Document, KnowledgeBase, SearchResult
 from kbcli.errors import MissingDependencyError, RerankerError
-from kbcli.rerankers import CrossEncoderReranker, build_reranker
-from kbcli.rerankers.cross_encoder import export_onnx, find_onnx
+from kbcli.search.rerank import CrossEncoderReranker, build_reranker
+from kbcli.search.rerank.cross_encoder import export_onnx, find_onnx
 
 need("torch")
 need("transformers")
@@ -93,7 +93,7 @@ def test_auto_route_and_onnx_lookup(tiny_model, tiny_onnx, tmp_path):
 def test_constructing_loads_nothing(tiny_onnx):
     code = (
         "import sys\n"
-        "from kbcli.rerankers import CrossEncoderReranker\n"
+        "from kbcli.search.rerank import CrossEncoderReranker\n"
         f"r = CrossEncoderReranker({str(tiny_onnx)!r})\n"
         "assert r.backend == 'onnx'\n"
         "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'torch', 'sentence_transformers')"
@@ -127,8 +127,8 @@ def test_configured_cross_encoder_reranks_a_knowledge_base(tiny_onnx, tmp_path):
     config_file.write_text(
         f"rag:\n  rerank:\n    provider: cross-encoder\n    model: {tiny_onnx}\n    batch_size: 4\n"
     )
-    from kbcli.config import load_config
-    from kbcli.trust import trust
+    from kbcli.config.lookup import load_config
+    from kbcli.config.trust import trust
 
     trust(config_file, config_file.read_bytes())  # it is in the cwd and names a model to run
 
@@ -148,7 +148,7 @@ def test_configured_cross_encoder_reranks_a_knowledge_base(tiny_onnx, tmp_path):
 
 
 def test_relative_model_folder_in_config_is_relative_to_the_file(tmp_path):
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     (tmp_path / "conf" / "models" / "ce").mkdir(parents=True)
     file = tmp_path / "conf" / "jianmu.yaml"

@@ -6,12 +6,12 @@ import pytest
 
 from fake_rerank import FakeRerankServer
 from kbcli import Document, KnowledgeBase, RAGPipeline, SearchOptions, SearchResult
-from kbcli.embedders import retry
 from kbcli.errors import InvalidOptionError, RerankerError
-from kbcli.rerankers import LLMReranker
-from kbcli.rerankers.llm import listwise_scores, yes_probability
-from kbcli.rewrite import QueryRewriter, build_rewriter
-from kbcli.scoring import FUSION_WINDOW
+from kbcli.providers import retry
+from kbcli.search.fusion import FUSION_WINDOW
+from kbcli.search.rerank import LLMReranker
+from kbcli.search.rerank.llm import listwise_scores, yes_probability
+from kbcli.search.rewrite import QueryRewriter, build_rewriter
 
 SECRET = "sk-chat-0123456789abcdef"
 DOCS = [
@@ -138,11 +138,11 @@ def test_hyde_passage_is_searched_beside_the_original_query(server):
 
 
 def test_rewrite_option_overrides_and_none_switches_it_off(server, tmp_path):
-    from kbcli.config import load_config
+    from kbcli.config.lookup import load_config
 
     file = tmp_path / "cwd" / "jianmu.yaml"
     file.write_text(f"rag: {{rewrite: {{mode: none, model: w, base_url: '{server.url}'}}}}\n")
-    from kbcli.trust import trust
+    from kbcli.config.trust import trust
 
     trust(file, file.read_bytes())  # it is in the cwd and names a server
     config = load_config(file)
@@ -261,7 +261,7 @@ def test_kb_search_with_a_rewriter_that_never_answers_ends_in_one_line(chat, tmp
 
 
 def test_the_api_reranker_shares_the_deadline(server):
-    from kbcli.rerankers.api import APIReranker
+    from kbcli.search.rerank.api import APIReranker
 
     server.stalls = [5.0, 5.0, 5.0]
     reranker = APIReranker(server.url, "r", SECRET, max_documents=2, timeout=30, deadline=1)
@@ -272,7 +272,7 @@ def test_the_api_reranker_shares_the_deadline(server):
 
 @pytest.mark.parametrize("key", ["rerank", "rewrite"])
 def test_deadlines_come_from_the_config_and_are_checked(tmp_path, key):
-    from kbcli.config_parse import build_config
+    from kbcli.config.parse import build_config
     from kbcli.errors import ConfigError
 
     config = build_config({"rag": {key: {"deadline": 7}}}, None)

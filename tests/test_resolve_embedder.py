@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import run
 from extras import need
 from fake_providers import EchoEmbedder, clean_env
-from kbcli.config import Config, EmbeddingConfig, RAGConfig
+from kbcli.config.lookup import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders import SimpleEmbedder, choose_embedder, resolve_embedder
 from kbcli.embedders.gemini import GeminiEmbedder
 from kbcli.embedders.openai import OpenAIEmbedder

@@ -6,7 +6,7 @@ from kbcli import (
     InMemoryStore,
     SearchOptions,
 )
-from kbcli.scoring import min_max, rrf_fusion, weighted_fusion
+from kbcli.search.fusion import min_max, rrf_fusion, weighted_fusion
 from table_embedder import TableEmbedder, table_store
 
 TEXTS = {

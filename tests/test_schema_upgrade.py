@@ -19,7 +19,7 @@ import pytest
 
 from bm25_plain import plain_bm25_with_sources
 from kbcli import SQLiteStore, StoreError
-from kbcli.scoring import SOURCE_WEIGHT
+from kbcli.search.fusion import SOURCE_WEIGHT
 from kbcli.stores.sqlite import SCHEMA_VERSION
 from kbcli.types import Document
 
@@ -146,7 +146,7 @@ def _scores_are_plain_bm25(
 ) -> None:
     """Every chunk's keyword score for ``queries`` equals an independent plain BM25 (with
     source context) over ``docs``, to 1e-6."""
-    from kbcli.analysis import keyword_counts
+    from kbcli.text.analysis import keyword_counts
 
     analyzer = store.analyzer
     terms = {

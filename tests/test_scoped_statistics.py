@@ -21,8 +21,8 @@ import pytest
 
 from extras import need
 from kbcli import KnowledgeBase, SearchOptions
-from kbcli.filters import matches
-from kbcli.query import search as query_search
+from kbcli.filters.model import matches
+from kbcli.search.query import search as query_search
 
 STORES = ("memory", "sqlite", "faiss", "chroma", "postgres")
 WORDS = [f"w{i}" for i in range(24)]
@@ -41,12 +41,12 @@ def make_store(kind: str, folder: Path, name: str, request: Any) -> Any:
         return SQLiteStore(folder / f"{name}.db")
     if kind == "faiss":
         need("faiss")
-        from kbcli.stores.faiss_store import FaissStore
+        from kbcli.stores.faiss.store import FaissStore
 
         return FaissStore(path=folder / f"{name}.db")
     if kind == "chroma":
         need("chromadb")
-        from kbcli.stores.chroma_store import ChromaStore
+        from kbcli.stores.chroma.store import ChromaStore
 
         return ChromaStore(folder / f"{name}-chroma")
     from kbcli.stores.postgres import PostgresStore
@@ -242,7 +242,7 @@ def test_a_store_without_a_scope_parameter_is_filtered_and_warned_about():
     """A user's own keyword index that predates ``scope`` still never returns a hidden
     document: the scope is ANDed into its filter, with one KBWarning."""
     from kbcli import InMemoryStore
-    from kbcli.retrievers import KBWarning
+    from kbcli.search.retrievers import KBWarning
 
     class OldStore(InMemoryStore):
         def keyword_search(self, query, k=5, filter=None, *, k1=1.5, b=0.75, source_weight=2.0):
@@ -276,8 +276,8 @@ def test_relevance_floors_inside_a_scope_are_the_scopes_own(kind, tmp_path, requ
     """A calibrated index's relevance floors gate dense-only hits; under a scope they are the
     floors an index of the scope alone records. A hidden chunk that looks like nonsense (its
     vector is the probes') would otherwise raise the floor over every visible hit."""
-    from kbcli.calibration import calibrate_index, stored_floors
     from kbcli.embedders.base import embedder_info
+    from kbcli.search.calibration import calibrate_index, stored_floors
     from table_embedder import TableEmbedder
 
     table = {  # the probes (not in the table) all embed as [0, 0, 1]

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from kbcli import InMemoryStore, KnowledgeBase, KnowledgeSearchTool, SimpleEmbedder, SQLiteStore
-from kbcli.tools import MAX_HINT_CHECKS, NO_KEY, NO_RESULTS, NO_SOURCE
+from kbcli.agent.tools.read import MAX_HINT_CHECKS, NO_KEY, NO_RESULTS, NO_SOURCE
 
 SCOPE = {"tenant": "acme"}
 INSIDE = [
@@ -138,7 +138,7 @@ def test_many_or_long_names_stay_one_short_line(indexes):
 
 
 def test_the_checks_run_only_when_nothing_was_found(indexes, monkeypatch):
-    from kbcli import hints
+    from kbcli.search import hints
 
     def refuse(*args, **kwargs):
         raise AssertionError("a hint check ran")

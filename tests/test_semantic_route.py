@@ -11,12 +11,18 @@ import pytest
 
 from cli_helpers import run, run_json
 from extras import need
-from kbcli.calibration import Floors, dense_cutoff, floor_from_scores, probes_for, stored_floors
+from kbcli.cli.render.lines import ProgressLines
 from kbcli.embedders import SimpleEmbedder
+from kbcli.ingest.sync import SyncInterrupted, sync
 from kbcli.pipeline import KnowledgeBase
-from kbcli.progress import ProgressLines
-from kbcli.retrievers import fuse, named_hit
-from kbcli.sync import SyncInterrupted, sync
+from kbcli.search.calibration import (
+    Floors,
+    dense_cutoff,
+    floor_from_scores,
+    probes_for,
+    stored_floors,
+)
+from kbcli.search.retrievers import fuse, named_hit
 from kbcli.types import Document, SearchOptions, SearchResult
 
 NONSENSE = "qwertyuiopzxcv"
@@ -212,7 +218,7 @@ def hit(doc_id: str, score: float, title: str = "") -> SearchResult:
 def test_a_keyword_hit_titled_as_the_query_comes_first():
     """tldr "tar": BM25 put git-get-tar-commit-id first (the title has "tar" too) and MiniLM
     put gtar first; the page titled tar wins (tldr name queries: hit@1 0.64 -> 0.96)."""
-    from kbcli.analysis import Analyzer
+    from kbcli.text.analysis import Analyzer
 
     keyword = [hit("git-get-tar-commit-id", 30.8, "git-get-tar-commit-id"), hit("tar", 28.9, "tar")]
     dense = [hit("gtar", 0.52, "gtar"), hit("tar", 0.51, "tar")]
@@ -285,7 +291,9 @@ def test_a_long_embedding_is_announced_and_says_how_long_it_takes():
 def test_the_terminal_bar_says_before_a_long_embedding_how_long_it_takes(capsys, monkeypatch):
     import importlib
 
-    bar_module = importlib.import_module("kbcli.render.progress")  # the module, not the function
+    bar_module = importlib.import_module(
+        "kbcli.cli.render.progress"
+    )  # the module, not the function
     clock = [100.0]
     monkeypatch.setattr(bar_module.time, "monotonic", lambda: clock[0])
     with bar_module.progress(True) as update:
@@ -300,9 +308,9 @@ def test_the_terminal_bar_says_before_a_long_embedding_how_long_it_takes(capsys,
 
 
 def test_kb_ingest_writes_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
-    import kbcli.progress
+    import kbcli.cli.render.lines
 
-    monkeypatch.setattr(kbcli.progress, "EVERY", 0.0)  # a line at every step, for the test
+    monkeypatch.setattr(kbcli.cli.render.lines, "EVERY", 0.0)  # a line at every step, for the test
     docs = write_docs(tmp_path / "docs")
     # the built-in embedder is cheap: embedded as files are read, no phase of its own
     built_in = run("--db", str(tmp_path / "cheap.db"), "ingest", str(docs))

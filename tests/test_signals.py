@@ -253,7 +253,7 @@ def test_nohup_keeps_sighup_ignored(tmp_path):
 
 def test_a_signal_before_the_first_file_still_writes_the_summary(tmp_path):
     """Stopped while it waits for another ingest's lock: nothing written, the --json line."""
-    from kbcli.sync import ingest_lock
+    from kbcli.ingest.sync import ingest_lock
 
     folder, db = tmp_path / "docs", tmp_path / "kb.db"
     write_tree(folder, 1, 3)
@@ -348,7 +348,7 @@ def test_an_interrupt_anywhere_in_opening_a_file_stays_an_interrupt(tmp_path):
     """Wherever in open_regular Ctrl-C or SIGTERM lands, the interrupt is what comes out (never
     EBADF from a second close of the descriptor, which made an interrupted kb ingest report a
     file as failed and run on: fails on main at 3 points) and no descriptor is closed twice."""
-    from kbcli.ingest.reading import open_regular
+    from kbcli.ingest.files import open_regular
 
     path = tmp_path / "a.md"
     path.write_text("text\n")
@@ -387,10 +387,10 @@ def test_a_termination_lost_inside_a_file_still_stops_the_sync_before_the_next(
 ):
     """Python drops an exception raised while a file object closes itself in a finalizer: the
     signal is remembered, and the sync stops (SyncInterrupted, SIGTERM) before its next file."""
-    import kbcli.sync as sync_module
+    import kbcli.ingest.sync as sync_module
     from kbcli import KnowledgeBase
     from kbcli.embedders import SimpleEmbedder
-    from kbcli.signals import interrupt_on_termination
+    from kbcli.system.signals import interrupt_on_termination
 
     folder = tmp_path / "docs"
     write_tree(folder, 1, 5)
@@ -422,10 +422,10 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
     """An interrupt that lands between a group's commit and its count had the interrupted sync
     write the group again and count it twice ("kept 90 files" for 64 in the index): inside
     deferred() it waits, and the report equals the index."""
-    import kbcli.sync as sync_module
+    import kbcli.ingest.sync as sync_module
     from kbcli import KnowledgeBase
     from kbcli.embedders import SimpleEmbedder
-    from kbcli.signals import interrupt_on_termination
+    from kbcli.system.signals import interrupt_on_termination
 
     folder = tmp_path / "docs"
     write_tree(folder, 1, 30)
@@ -456,7 +456,7 @@ def test_a_deferred_block_in_another_thread_does_not_hold_the_main_threads_inter
     """deferred() counted blocks of every thread: while an MCP worker thread committed a note,
     Ctrl-C to the process was held, then raised in that worker, and the main thread never
     stopped."""
-    from kbcli.signals import deferred, interrupt_on_termination
+    from kbcli.system.signals import deferred, interrupt_on_termination
 
     inside, leave = threading.Event(), threading.Event()
     raised_in_worker: list[BaseException] = []

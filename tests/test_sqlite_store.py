@@ -15,7 +15,7 @@ from kbcli import (
     SQLiteStore,
 )
 from kbcli.embedders.base import EmbedderInfo
-from kbcli.scoring import SOURCE_WEIGHT
+from kbcli.search.fusion import SOURCE_WEIGHT
 from kbcli.stores.sqlite import SCHEMA_VERSION
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron".split()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.sync as sync_module
+import kbcli.ingest.sync as sync_module
 from kbcli import DatabaseLockedError, IndexMismatchError, InvalidOptionError, KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
-from kbcli.sync import discover, ingest_lock, parse_extensions, sync
+from kbcli.ingest.sync import discover, ingest_lock, parse_extensions, sync
 
 
 class CountingEmbedder(SimpleEmbedder):
@@ -393,8 +393,8 @@ def test_meta_title_relabels_both_ways_without_reembedding(tmp_path):
 def test_sigterm_in_a_sync_is_an_interrupt_that_keeps_what_was_prepared(tmp_path, monkeypatch):
     import signal
 
-    from kbcli.signals import Terminated
-    from kbcli.sync import SyncInterrupted
+    from kbcli.ingest.sync import SyncInterrupted
+    from kbcli.system.signals import Terminated
 
     docs = tmp_path / "docs"
     make_tree(docs, 5)

@@ -10,7 +10,7 @@ import pytest
 
 from extras import need
 from kbcli import KnowledgeBase, KnowledgeSearchTool, SimpleEmbedder, SQLiteStore
-from kbcli.tools import (
+from kbcli.agent.tools.read import (
     MAX_K,
     NO_CHUNK,
     NO_FILE,
@@ -130,7 +130,7 @@ def test_the_tool_never_raises(caplog):
             raise RuntimeError("database exploded at /secret/path")
 
     tool = KnowledgeSearchTool(Broken())
-    with caplog.at_level(logging.ERROR, logger="kbcli.tools"):
+    with caplog.at_level(logging.ERROR, logger="kbcli.agent.tools.read"):
         text = asyncio.run(tool.run("anything"))
     assert text == "Error: knowledge_search failed unexpectedly (RuntimeError); see the server log"
     assert "exploded" in caplog.text  # the details go to the log, not to the model
@@ -187,7 +187,7 @@ def lined_file(folder):
 def lined(tmp_path):
     """``lined.md`` indexed by a sync (which records it in the file ledger), small chunks."""
     from kbcli.ingest import StructureAwareChunker
-    from kbcli.sync import sync
+    from kbcli.ingest.sync import sync
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -240,7 +240,7 @@ def test_a_hits_line_as_start_line_gives_that_lines_text(lined):
     text as ``kb get PATH:LINE``. The hit cites the line holding its word (the file's own
     number, past folded runs of blank lines and CRLF endings), and the lines its passage
     covers."""
-    from kbcli.reading import read_target
+    from kbcli.agent.get import read_target
 
     kb, path, lines = lined
     search, get, _ = knowledge_tools(kb)
@@ -277,7 +277,7 @@ def test_chunk_ids_keep_working(lined):
 
 
 def test_long_lines_are_cut_never_wrapped(tmp_path):
-    from kbcli.sync import sync
+    from kbcli.ingest.sync import sync
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -306,8 +306,8 @@ def test_paging_through_a_pdf_parses_it_once(tmp_path):
     """A PDF's lines are those its parse gives (as ``kb get`` shows them); reading it page by
     page reuses that parse while the file's bytes stay the same."""
     from cli_helpers import minimal_pdf
-    from kbcli.reading import LinesCache
-    from kbcli.sync import sync
+    from kbcli.agent.get import LinesCache
+    from kbcli.ingest.sync import sync
 
     folder = tmp_path / "docs"
     folder.mkdir()

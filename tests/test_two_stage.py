@@ -18,11 +18,11 @@ from kbcli import (
     SearchOptions,
     SearchResult,
 )
-from kbcli.config import RerankConfig, load_config
+from kbcli.config.lookup import RerankConfig, load_config
+from kbcli.config.registry import RERANKERS
+from kbcli.config.trust import trust
 from kbcli.errors import RerankerError
-from kbcli.registry import RERANKERS
-from kbcli.rerankers import APIReranker, build_reranker
-from kbcli.trust import trust
+from kbcli.search.rerank import APIReranker, build_reranker
 
 
 class PoolRetriever:
@@ -222,7 +222,7 @@ def test_open_builds_the_configured_reranker_only_when_a_search_reranks(tmp_path
 
 def test_every_built_in_reranker_meets_the_protocol(tmp_path):
     from kbcli import RerankerProtocol
-    from kbcli.rerankers import CrossEncoderReranker, LLMReranker
+    from kbcli.search.rerank import CrossEncoderReranker, LLMReranker
 
     built = [
         PassthroughReranker(),

@@ -11,15 +11,15 @@ import pytest
 
 from extras import need
 from kbcli import Document, InMemoryStore, SQLiteStore
-from kbcli.config import load_config
+from kbcli.config.lookup import load_config
 from kbcli.errors import ConfigError, FilterError, MissingDependencyError
-from kbcli.filters import matches
+from kbcli.filters.model import matches
 
 faiss = need("faiss")
 chromadb = need("chromadb")
 
-from kbcli.stores.chroma_store import ChromaStore, compile_where  # noqa: E402
-from kbcli.stores.faiss_store import FILE_MAGIC, FaissStore  # noqa: E402
+from kbcli.stores.chroma.store import ChromaStore, compile_where  # noqa: E402
+from kbcli.stores.faiss.store import FILE_MAGIC, FaissStore  # noqa: E402
 
 DIM = 8
 
@@ -289,7 +289,7 @@ def test_an_ingest_leaves_the_derived_index_current(tmp_path, backend):
 WRITER_SCRIPT = """
 import random, sys
 from kbcli import Document
-from kbcli.stores.faiss_store import FaissStore
+from kbcli.stores.faiss.store import FaissStore
 
 store = FaissStore(path=sys.argv[1])
 rng = random.Random(int(sys.argv[2]))
@@ -337,7 +337,7 @@ def test_kill_minus_nine_never_leaves_a_faiss_file_in_use_half_written(tmp_path)
 
 def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
     from kbcli.errors import InvalidOptionError
-    from kbcli.stores.faiss_store import FaissVectorIndex
+    from kbcli.stores.faiss.store import FaissVectorIndex
 
     np = need("numpy")
     rng = np.random.default_rng(5)
@@ -377,8 +377,8 @@ def test_ef_search_is_used_by_every_hnsw_search_and_checked(tmp_path):
 def test_an_unset_ef_search_grows_with_the_graph(monkeypatch):
     """Recall at a fixed ef_search falls as an HNSW graph grows (measured on real embeddings,
     copies held once: 0.979 at 266k vectors with 128, 0.968 at 1M), so unset it grows."""
-    from kbcli.stores import faiss_store
-    from kbcli.stores.faiss_store import FaissVectorIndex, default_ef_search
+    from kbcli.stores.faiss import store as faiss_store
+    from kbcli.stores.faiss.store import FaissVectorIndex, default_ef_search
 
     np = need("numpy")
     sizes = [size for size, _ in faiss_store.EF_SEARCH_BY_SIZE]
@@ -393,7 +393,7 @@ def test_an_unset_ef_search_grows_with_the_graph(monkeypatch):
     assert unset._params(None, 10).efSearch == default_ef_search(500)
     assert unset._params(None, 300).efSearch == 300  # never fewer than k
     # the same index counted as large: the larger setting reaches the search
-    from kbcli.stores import faiss_index  # the index reads its settings from its own module
+    from kbcli.stores.faiss import index as faiss_index
 
     monkeypatch.setattr(faiss_index, "EF_SEARCH_BY_SIZE", ((100, 128),))
     assert unset._params(None, 10).efSearch == faiss_store.LARGE_EF_SEARCH
@@ -410,7 +410,7 @@ def test_opening_a_faiss_store_for_keyword_search_imports_neither_faiss_nor_nump
     store.close()
     code = (
         "import sys\n"
-        "from kbcli.stores.faiss_store import FaissStore\n"
+        "from kbcli.stores.faiss.store import FaissStore\n"
         f"s = FaissStore(path={str(tmp_path / 'kb.db')!r}, create=False)\n"
         "assert [h.document.id for h in s.keyword_search('password', 3)] == ['a']\n"
         "print(sorted(m for m in ('faiss', 'numpy') if m in sys.modules))\n"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.sync as sync_module
+import kbcli.ingest.sync as sync_module
 from cli_helpers import run
 from kbcli import KnowledgeBase, UnsafePruneError
-from kbcli.discovery import MASS_DELETE_MIN_INDEXED
 from kbcli.embedders import SimpleEmbedder
-from kbcli.sync import discover, sync
+from kbcli.ingest.discovery import MASS_DELETE_MIN_INDEXED
+from kbcli.ingest.sync import discover, sync
 
 EXT = (".md", ".txt")
 
@@ -86,7 +86,7 @@ def test_fifo_and_socket_are_counted_never_opened(tmp_path):
         assert sources(kb) == {str(docs.resolve() / "good.md")}
         assert any("FIFO" in w for w in report.warnings)
         assert "special" in " ".join(
-            __import__("kbcli.render", fromlist=["x"]).ingest_summary(report)
+            __import__("kbcli.cli.render", fromlist=["x"]).ingest_summary(report)
         )
     finally:
         sock.close()
@@ -245,7 +245,7 @@ def test_device_inside_the_root_through_a_link_is_special(tmp_path):
 
 def test_hash_stops_at_the_limit_whatever_stat_says(tmp_path, monkeypatch):
     big = note(tmp_path / "big.md", "x" * 5000)
-    from kbcli.ingest.reading import read_content
+    from kbcli.ingest.files import read_content
 
     with pytest.raises(sync_module.LoaderError, match="limit"):
         read_content(big, 1000)
@@ -253,7 +253,7 @@ def test_hash_stops_at_the_limit_whatever_stat_says(tmp_path, monkeypatch):
 
 
 def test_file_over_the_limit_fails_without_being_read(tmp_path, monkeypatch):
-    from kbcli.config import Config, LimitsConfig
+    from kbcli.config.lookup import Config, LimitsConfig
 
     docs = tmp_path / "docs"
     note(docs / "big.md", "y" * 3_000_000)

@@ -396,7 +396,7 @@ def test_watchfiles_comes_with_kbcli_and_the_watch_extra_still_installs():
 def test_inotify_limit_is_named_once_with_the_sysctl(tmp_path, notes, monkeypatch, capsys):
     # The kernel's watch limit cannot be reached here without root (it is a sysctl): the
     # notifier is replaced by one raising what watchfiles raises then (ENOSPC).
-    from kbcli import watch as watch_module
+    from kbcli.ingest import watch as watch_module
     from kbcli.pipeline import KnowledgeBase
 
     class Full:
@@ -479,8 +479,8 @@ def test_the_watched_folder_removed_ends_the_watch_and_keeps_the_index(watch, no
 
 def test_sync_only_touches_the_paths_it_is_given(tmp_path):
     # the library call each batch makes: sync(..., only=paths)
+    from kbcli.ingest.sync import sync
     from kbcli.pipeline import KnowledgeBase
-    from kbcli.sync import sync
 
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)

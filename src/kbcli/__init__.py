@@ -14,11 +14,11 @@ if TYPE_CHECKING:
 # name -> submodule. Importing kbcli stays near-free (the `kb` command starts fast); each name
 # loads its module on first access (PEP 562).
 _EXPORTS = {
-    "Analyzer": "analysis",
-    "Answer": "answer",
-    "Evidence": "answer",
-    "Config": "config",
-    "load_config": "config",
+    "Analyzer": "text.analysis",
+    "Answer": "agent.answer",
+    "Evidence": "agent.answer",
+    "Config": "config.lookup",
+    "load_config": "config.lookup",
     "BaseEmbedder": "embedders",
     "EmbedderInfo": "embedders",
     "SimpleEmbedder": "embedders",
@@ -62,27 +62,27 @@ _EXPORTS = {
     "TextChunkerProtocol": "protocols",
     "TextNormalizerProtocol": "protocols",
     "VectorStoreProtocol": "protocols",
-    "PassthroughReranker": "rerankers",
-    "APIReranker": "rerankers",
-    "CrossEncoderReranker": "rerankers",
-    "LLMReranker": "rerankers",
-    "build_reranker": "rerankers",
-    "QueryRewriter": "rewrite",
-    "build_rewriter": "rewrite",
-    "BM25Retriever": "retrievers",
-    "DenseRetriever": "retrievers",
-    "HybridRetriever": "retrievers",
+    "PassthroughReranker": "search.rerank",
+    "APIReranker": "search.rerank",
+    "CrossEncoderReranker": "search.rerank",
+    "LLMReranker": "search.rerank",
+    "build_reranker": "search.rerank",
+    "QueryRewriter": "search.rewrite",
+    "build_rewriter": "search.rewrite",
+    "BM25Retriever": "search.retrievers",
+    "DenseRetriever": "search.retrievers",
+    "HybridRetriever": "search.retrievers",
     "InMemoryStore": "stores",
     "SQLiteStore": "stores",
     "ScopedKnowledgeBase": "scope",
-    "Citation": "tools",
-    "KnowledgeGetTool": "tools",
-    "KnowledgeSearchTool": "tools",
-    "KnowledgeAddTool": "note_tools",
-    "KnowledgeDeleteTool": "note_tools",
-    "KnowledgeStatsTool": "tools",
-    "ToolResult": "tools",
-    "knowledge_tools": "tools",
+    "Citation": "agent.tools.read",
+    "KnowledgeGetTool": "agent.tools.read",
+    "KnowledgeSearchTool": "agent.tools.read",
+    "KnowledgeAddTool": "agent.tools.write",
+    "KnowledgeDeleteTool": "agent.tools.write",
+    "KnowledgeStatsTool": "agent.tools.read",
+    "ToolResult": "agent.tools.read",
+    "knowledge_tools": "agent.tools.read",
     "Document": "types",
     "SearchOptions": "types",
     "SearchResult": "types",
@@ -117,19 +117,19 @@ __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .analysis import Analyzer  # noqa: F401
-    from .pipeline import IngestPipeline, KnowledgeBase, RAGPipeline  # noqa: F401
-    from .rerankers import (  # noqa: F401
+    from kbcli.pipeline import IngestPipeline, KnowledgeBase, RAGPipeline  # noqa: F401
+    from kbcli.search.rerank import (  # noqa: F401
         APIReranker,
         CrossEncoderReranker,
         LLMReranker,
         PassthroughReranker,
         build_reranker,
     )
-    from .retrievers import BM25Retriever, DenseRetriever, HybridRetriever  # noqa: F401
-    from .rewrite import QueryRewriter, build_rewriter  # noqa: F401
-    from .stores import InMemoryStore, SQLiteStore  # noqa: F401
-    from .types import Document, SearchOptions, SearchResult, SearchResults, Section  # noqa: F401
+    from kbcli.search.retrievers import BM25Retriever, DenseRetriever, HybridRetriever  # noqa: F401
+    from kbcli.search.rewrite import QueryRewriter, build_rewriter  # noqa: F401
+    from kbcli.stores import InMemoryStore, SQLiteStore  # noqa: F401
+    from kbcli.text.analysis import Analyzer  # noqa: F401
+    from kbcli.types import Document, SearchOptions, SearchResult, SearchResults, Section  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -13,9 +13,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .ingest_pipeline import Chunker, IngestPipeline, Loader, new_id
-from .lazy_embedder import LazyEmbedder, remembered
-from .protocols import (
+from kbcli.embedders.lazy import LazyEmbedder, remembered
+from kbcli.ingest.pipeline import Chunker, IngestPipeline, Loader, new_id
+from kbcli.protocols import (
     DocumentCatalog,
     EmbedderProtocol,
     KeywordIndex,
@@ -25,14 +25,14 @@ from .protocols import (
     VectorStoreProtocol,
     supports,
 )
-from .rag_pipeline import Pool, RAGPipeline
-from .types import Document, SearchOptions, SearchResult
+from kbcli.search.pipeline import Pool, RAGPipeline
+from kbcli.types import Document, SearchOptions, SearchResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
-    from .analysis import Analyzer
-    from .config_schema import Config
+    from kbcli.config.schema import Config
+    from kbcli.text.analysis import Analyzer
 
 KB = TypeVar("KB", bound="BaseKnowledgeBase")
 
@@ -55,9 +55,9 @@ class BaseKnowledgeBase:
         *,
         config: Config | None = None,
     ):
-        from .embedders import SimpleEmbedder
-        from .retrievers import HybridRetriever
-        from .stores import InMemoryStore
+        from kbcli.embedders import SimpleEmbedder
+        from kbcli.search.retrievers import HybridRetriever
+        from kbcli.stores import InMemoryStore
 
         self.store: VectorStoreProtocol = store if store is not None else InMemoryStore()
         self.embedder: EmbedderProtocol = embedder if embedder is not None else SimpleEmbedder()
@@ -81,9 +81,9 @@ class BaseKnowledgeBase:
         ``reranker``, ``loader``, ``normalizer`` and ``chunker`` (else ``rag.chunker`` with the
         ``limits`` sizes).
         """
-        from .config import get_config
-        from .retrievers import HybridRetriever
-        from .stores import build_store
+        from kbcli.config.lookup import get_config
+        from kbcli.search.retrievers import HybridRetriever
+        from kbcli.stores import build_store
 
         allowed = {
             "store", "embedder", "retriever", "reranker", "loader", "normalizer", "chunker",
@@ -158,7 +158,7 @@ class BaseKnowledgeBase:
         """The analyzer of the store's keyword index (the default one for a plain store)."""
         if supports(self.store, KeywordIndex):
             return self.store.analyzer
-        from .analysis import Analyzer
+        from kbcli.text.analysis import Analyzer
 
         return Analyzer()
 

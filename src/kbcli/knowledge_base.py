@@ -6,23 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facade import BaseKnowledgeBase
-from .scope import ScopedKnowledgeBase, ViewEntryPoints
+from kbcli.facade import BaseKnowledgeBase
+from kbcli.scope import ScopedKnowledgeBase, ViewEntryPoints
 
 
 class KnowledgeBase(BaseKnowledgeBase, ViewEntryPoints):
     """One object to add, ingest and search knowledge.
 
     Defaults: an :class:`~kbcli.stores.InMemoryStore`, the :class:`~kbcli.embedders.SimpleEmbedder`
-    and a :class:`~kbcli.retrievers.HybridRetriever` over them. Use :meth:`open` for the
+    and a :class:`~kbcli.search.retrievers.HybridRetriever` over them. Use :meth:`open` for the
     persistent SQLite knowledge base configured in ``jianmu.yaml``.
     """
 
     def scoped(self, filter: dict[str, Any]) -> ScopedKnowledgeBase:
         """A read-only :class:`~kbcli.scope.ScopedKnowledgeBase` that only sees documents
         passing ``filter``, on every search route, listing, count and lookup."""
-        from .errors import FilterError
-        from .filters import validate_filter
+        from kbcli.errors import FilterError
+        from kbcli.filters.model import validate_filter
 
         if not validate_filter(filter):
             raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_check
 if TYPE_CHECKING:  # annotations only: the contracts import nothing at run time
     from typing_extensions import TypeIs
 
-    from .analysis import Analyzer
-    from .embedders.base import EmbedderInfo
-    from .types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
+    from kbcli.embedders.base import EmbedderInfo
+    from kbcli.text.analysis import Analyzer
+    from kbcli.types import Document, FileRecord, Finding, SearchOptions, SearchResult, Section
 
 
 @runtime_checkable
@@ -139,7 +139,7 @@ class SectionChunkerProtocol(Protocol):
 
 @runtime_checkable
 class ChatModelProtocol(Protocol):
-    """Writes ``kb ask``'s answers (``rag.answer.provider``; :mod:`kbcli.chat`)."""
+    """Writes ``kb ask``'s answers (``rag.answer.provider``; :mod:`kbcli.providers.chat`)."""
 
     def complete(
         self,
@@ -149,7 +149,7 @@ class ChatModelProtocol(Protocol):
         temperature: float = 0.0,
         on_text: Callable[[str], None] | None = None,
     ) -> Any:
-        """The answer to ``messages`` (``[{role, content}]``) as a :class:`kbcli.chat.Completion`
+        """The answer to ``messages`` (``[{role, content}]``) as a :class:`kbcli.providers.chat.Completion`
         (``text``, ``model``, ``finish_reason``); with ``on_text``, each piece of the text is
         passed to it as it arrives. Raises :class:`~kbcli.errors.AnswerError` when it fails."""
         ...
@@ -307,7 +307,7 @@ class DocumentCatalog(DocumentReader, DocumentWriter, IndexMetadata, EmbedderRec
 
     The catalog is the source of truth: keyword and vector indexes are derived from it and
     change in the same transaction as the documents they index. Filters follow
-    :mod:`kbcli.filters` and are applied before anything is counted, listed or deleted.
+    :mod:`kbcli.filters.model` and are applied before anything is counted, listed or deleted.
     Documents keep insertion order ("oldest first"); adding an existing id replaces that
     document everywhere and makes it the newest.
     """
@@ -321,10 +321,10 @@ class DocumentCatalog(DocumentReader, DocumentWriter, IndexMetadata, EmbedderRec
 class KeywordIndex(Protocol):
     """BM25 keyword search over a catalog's documents, kept exact on every change.
 
-    Scores follow :mod:`kbcli.bm25` (Lucene idf, chunk BM25 plus ``source_weight`` times the
+    Scores follow :mod:`kbcli.text.bm25` (Lucene idf, chunk BM25 plus ``source_weight`` times the
     BM25 of the chunk's whole source); a store either computes them with that module or is
     checked against it by the parity test. The postings change of a write (computed with
-    :func:`kbcli.bm25.plan_addition` / :func:`kbcli.bm25.plan_removal`) is applied inside the
+    :func:`kbcli.text.bm25.plan_addition` / :func:`kbcli.text.bm25.plan_removal`) is applied inside the
     catalog's transaction. ``filter`` is a pre-filter: chunks it hides are neither scored nor
     counted in their source's score.
     """
@@ -355,9 +355,9 @@ class KeywordIndex(Protocol):
 
         ``scope`` (an access scope) restricts the documents like a filter and also every corpus
         statistic: hits and scores are those of an index holding only the scope's documents
-        (:mod:`kbcli.bm25`, "Scopes"). A store whose method takes no ``scope`` is searched with
+        (:mod:`kbcli.text.bm25`, "Scopes"). A store whose method takes no ``scope`` is searched with
         the scope ANDed into ``filter`` (nothing outside it is returned; its statistics stay
-        index-wide) and a :class:`~kbcli.retrievers.KBWarning` says so."""
+        index-wide) and a :class:`~kbcli.search.retrievers.KBWarning` says so."""
         ...
 
     def rebuild_keyword_index(self) -> int:

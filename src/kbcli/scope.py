@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .types import SearchOptions
-from .views import KnowledgeView, and_filters, as_view, file_text, join_chunks
+from kbcli.types import SearchOptions
+from kbcli.views import KnowledgeView, and_filters, as_view, file_text, join_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .answer import Answer
-    from .tools import KnowledgeSearchTool
+    from kbcli.agent.answer import Answer
+    from kbcli.agent.tools.read import KnowledgeSearchTool
 
 __all__ = [
     "KnowledgeView", "ScopedKnowledgeBase", "ViewEntryPoints", "and_filters", "as_view",
@@ -52,11 +52,11 @@ class ViewEntryPoints:
     ) -> Answer:
         """Answer ``question`` from the best ``k`` passages, citing them as ``[n]``, or refuse
         without calling the model when none is good enough (``rag.answer``; see
-        :func:`kbcli.answer.ask`). In a scope only passages inside it count (the search, the
+        :func:`kbcli.agent.answer.ask`). In a scope only passages inside it count (the search, the
         term weights and a refusal's hints read nothing outside it; ``filter`` only narrows).
         Extra keyword arguments are :class:`~kbcli.types.SearchOptions` fields. Returns a
-        :class:`~kbcli.answer.Answer`."""
-        from .answer import ask
+        :class:`~kbcli.agent.answer.Answer`."""
+        from kbcli.agent.answer import ask
 
         return ask(
             self,
@@ -72,10 +72,10 @@ class ViewEntryPoints:
         )
 
     def as_tool(self, filter: dict[str, Any] | None = None, **options: Any) -> KnowledgeSearchTool:
-        """This knowledge base or view as a :class:`~kbcli.tools.KnowledgeSearchTool` for
+        """This knowledge base or view as a :class:`~kbcli.agent.tools.read.KnowledgeSearchTool` for
         agents; with ``filter`` the tool reads through :meth:`scoped` and no argument can widen
         it."""
-        from .tools import KnowledgeSearchTool
+        from kbcli.agent.tools.read import KnowledgeSearchTool
 
         return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
 

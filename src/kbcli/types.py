@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from .errors import InvalidOptionError
-from .filters import validate_filter
-from .vocabulary import FUSIONS, MODE_ALIASES, MODES, REWRITE_MODES
+from kbcli.config.vocabulary import FUSIONS, MODE_ALIASES, MODES, REWRITE_MODES
+from kbcli.errors import InvalidOptionError
+from kbcli.filters.model import validate_filter
 
 
 def _now() -> datetime:
@@ -27,7 +27,7 @@ class Document:
     embedding: list[float] | None = None
 
 
-# Notes: chunks an agent stored with knowledge_add (kbcli.note_tools), not parts of a file.
+# Notes: chunks an agent stored with knowledge_add (kbcli.agent.tools.write), not parts of a file.
 NOTE_BY = "note_by"  # the metadata key naming a note's writer (a token's name, or "stdio")
 # What presents a chunk as a place in a file (ingest sets these; every surface shows them as
 # a file location or ranks by them): a note may not set them, nor NOTE_BY itself.
@@ -73,7 +73,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class LineMatch:
-    """Where a hit is inside its file (set by :func:`kbcli.query.locate_lines`): ``line``, the
+    """Where a hit is inside its file (set by :func:`kbcli.search.query.locate_lines`): ``line``, the
     line of its chunk holding the most query-term weight (1-based, numbered as the file's
     editor and ``kb get`` number it), or the chunk's first line when none holds a query term
     (``matched`` False); ``context``, that line with a few neighbours as ``(number, text)``,
@@ -118,13 +118,13 @@ class SearchOptions:
     ``alpha`` weights the dense route in weighted hybrid fusion; left out it is
     ``limits.rerank_alpha`` from the configuration (0.6 by default) and ``alpha_chosen`` is
     False, so a retriever may still protect a weak dense route (see
-    :class:`~kbcli.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max normalised,
+    :class:`~kbcli.search.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
     ``filter`` is a metadata filter applied before scoring (BM25's statistics stay those of the
     whole index); ``scope`` is an access scope (what :meth:`KnowledgeBase.scoped` sets): a filter
     applied before scoring that also confines every corpus statistic to its documents, so a
     search scores as if the index held only them (``filter`` then narrows within it; see
-    :mod:`kbcli.bm25`). ``min_score`` drops weaker hits.
+    :mod:`kbcli.text.bm25`). ``min_score`` drops weaker hits.
     ``mmr`` (lambda in [0, 1]) re-orders the candidate pool by maximal marginal relevance:
     1 is pure relevance, lower values favour results unlike those already chosen. ``dedupe``
     collapses chunks with identical text (copied files) to their best hit. ``source_weight``
@@ -158,13 +158,13 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
-        # checked once here, then passed down as they are (kbcli.filters.CheckedFilter)
+        # checked once here, then passed down as they are (kbcli.filters.model.CheckedFilter)
         self.filter = validate_filter(self.filter)
         self.scope = validate_filter(self.scope)
         if self.alpha_chosen is None:
             self.alpha_chosen = self.alpha is not None
         if self.alpha is None:
-            from .config import get_config
+            from kbcli.config.lookup import get_config
 
             self.alpha = get_config().limits.rerank_alpha
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:

@@ -11,12 +11,12 @@ chunks alone, so nothing outside the scope can change a score or an order. ``get
 id the view hides exactly like an unknown id; lists, counts, stats and a file's indexed text
 only cover the view. A caller's filter can only narrow the view: it is
 validated and ANDed, never merged. The ``source`` paths of both are read in their canonical
-form (:func:`~kbcli.pathnames.normal_source`), so ``/docs/beta/./b.md`` or
+form (:func:`~kbcli.system.paths.normal_source`), so ``/docs/beta/./b.md`` or
 ``/docs/alpha/../beta/`` means the path it names.
 
 The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalog` reads
 (``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
-only has ``list_all`` is filtered in Python with :func:`kbcli.filters.matches`. It knows the
+only has ``list_all`` is filtered in Python with :func:`kbcli.filters.model.matches`. It knows the
 knowledge base under it only as a :class:`Source` (a store and ``search_with``), so the layers
 built on views never import the :class:`~kbcli.pipeline.KnowledgeBase` facade; the public
 :class:`~kbcli.scope.ScopedKnowledgeBase` is a view with ``ask`` and ``as_tool`` added.
@@ -30,10 +30,10 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import FilterError, NotFoundError
-from .filters import and_filters, canonical_paths, matches, validate_filter
-from .protocols import DocumentCatalog, KeywordIndex, supports
-from .types import Document, SearchOptions, SearchResult, note_author
+from kbcli.errors import FilterError, NotFoundError
+from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
+from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
+from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -59,7 +59,7 @@ class Source(Protocol):
 
 def checked(filter: Any) -> dict[str, Any] | None:
     """``filter`` validated (raises FilterError), its paths in canonical form
-    (:func:`~kbcli.filters.canonical_paths`): what every filter a view takes goes through."""
+    (:func:`~kbcli.filters.model.canonical_paths`): what every filter a view takes goes through."""
     return canonical_paths(validate_filter(filter))
 
 
@@ -124,7 +124,7 @@ class KnowledgeView:
     ) -> list[SearchResult]:
         """Search inside the scope with ready options (``options.filter`` only narrows it;
         ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`). The scope travels as
-        ``options.scope``, so keyword statistics are the scope's alone (:mod:`kbcli.bm25`)."""
+        ``options.scope``, so keyword statistics are the scope's alone (:mod:`kbcli.text.bm25`)."""
         scoped = dataclasses.replace(
             options,
             filter=checked(options.filter),
@@ -257,7 +257,7 @@ def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
 
     See :meth:`KnowledgeView.file_text`.
     """
-    from .pathnames import source_forms, source_name
+    from kbcli.system.paths import source_forms, source_name
 
     given = os.fspath(path)
     candidates = dict.fromkeys([source_name(given), *source_forms(given)])

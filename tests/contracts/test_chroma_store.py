@@ -11,7 +11,7 @@ from extras import need
 
 need("chromadb")
 
-from kbcli.stores.chroma_store import ChromaStore, ChromaVectorIndex  # noqa: E402
+from kbcli.stores.chroma.store import ChromaStore, ChromaVectorIndex  # noqa: E402
 from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,

@@ -9,7 +9,7 @@ from extras import need
 
 need("faiss")
 
-from kbcli.stores.faiss_store import FaissStore, FaissVectorIndex  # noqa: E402
+from kbcli.stores.faiss.store import FaissStore, FaissVectorIndex  # noqa: E402
 from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,

@@ -72,7 +72,7 @@ def snapshot(a) -> dict:
 
 
 def _chroma(folder, collection):
-    from kbcli.stores.chroma_store import ChromaStore
+    from kbcli.stores.chroma.store import ChromaStore
 
     return ChromaStore(folder, collection=collection, busy_timeout=0.05)
 

@@ -22,8 +22,8 @@ def test_a_widening_filtered_search_scores_the_matrix_once(monkeypatch):
     matrix once for them (and again for the next search: nothing is cached across searches)."""
     import random
 
-    import kbcli.vectors as vectors
     from kbcli.stores.common import prefiltered_search
+    from kbcli.text import vectors
 
     rng = random.Random(3)
     index = NumpyVectorIndex()

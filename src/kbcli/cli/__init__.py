@@ -4,7 +4,7 @@ One module per command (its options, its run and its output), over what they sha
 application and its global options (:mod:`.root`), the group that turns errors into exit codes
 (:mod:`.group`), option conversion without Pydantic (:mod:`.coercion`), option types and output
 formats (:mod:`.options`), and opening the knowledge base (:mod:`.context`); the drawing itself
-is :mod:`kbcli.render`.
+is :mod:`kbcli.cli.render`.
 
 Errors: every :class:`~kbcli.errors.KBError` is turned into one ``Error: ...`` line on stderr
 and the exit code the error carries (1 failure, 2 usage, 3 database locked) in one place,
@@ -39,7 +39,7 @@ def _load(only: str | None = None) -> Any:
     """:mod:`.root` with every command registered on its application, or with command
     ``only`` at least (typer builds each registered command at every run: a command alone
     skips the others' imports and builds)."""
-    from . import root
+    from kbcli.cli import root
 
     for name, module in COMMANDS.items():
         if only is None or name == only:
@@ -56,7 +56,7 @@ def _command_only(argv: list[str]) -> str | None:
     other commands (a help, a misspelt command's suggestions, shell completion), else None."""
     import os
 
-    from .group import GLOBAL_FLAGS, GLOBAL_VALUES
+    from kbcli.cli.group import GLOBAL_FLAGS, GLOBAL_VALUES
 
     if "_KB_COMPLETE" in os.environ:
         return None
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     importing typer."""
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or (len(args) == 1 and args[0] in ("--help", "-h")):  # help_cache.HELP_ARGS
-        from .help_cache import print_root_help
+        from kbcli.cli.help_cache import print_root_help
 
         code = print_root_help(args)
         if code is not None:

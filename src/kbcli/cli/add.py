@@ -5,10 +5,10 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb
-from .group import KBCommand
-from .options import MetaOption, example
-from .root import app
+from kbcli.cli.context import open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import MetaOption, example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -34,12 +34,12 @@ def add(
     The text is yours: --meta may set any key (source, line, page too), except note_by (it
     marks an agent's note) and a source that is an indexed file's (the text would join that
     file's chunks and outlive its next ingest). A source is kept without ./ and ../ steps."""
-    from .. import render
-    from ..errors import InvalidOptionError
-    from ..filter_syntax import parse_meta
-    from ..pathnames import normal_source, source_forms
-    from ..protocols import FileLedger, supports
-    from ..types import NOTE_BY
+    from kbcli.cli import render
+    from kbcli.errors import InvalidOptionError
+    from kbcli.filters.syntax import parse_meta
+    from kbcli.protocols import FileLedger, supports
+    from kbcli.system.paths import normal_source, source_forms
+    from kbcli.types import NOTE_BY
 
     metadata = parse_meta(meta)
     if NOTE_BY in metadata:

@@ -6,9 +6,9 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb, search_filter
-from .group import KBCommand
-from .options import (
+from kbcli.cli.context import open_kb, search_filter
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import (
     MAX_K,
     FilterOption,
     FusionOption,
@@ -17,7 +17,7 @@ from .options import (
     output_format,
     words,
 )
-from .root import app
+from kbcli.cli.root import app
 
 EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
 ASK_FORMATS = ("text", "md", "json")
@@ -139,8 +139,8 @@ def ask(
     from them and cite them as [n]; the sources it cited follow as [n] path:line. A citation
     naming no source is flagged. When no passage is good enough, kb says "No relevant
     knowledge found" and exits 5 without calling the model."""
-    from .. import render
-    from ..filter_syntax import parse_filter_expressions
+    from kbcli.cli import render
+    from kbcli.filters.syntax import parse_filter_expressions
 
     question = words(question, "question", "ask it in words, as in kb ask 'how do I reset it?'")
     if json_out and fmt.strip().lower() not in ("text", "json"):
@@ -201,7 +201,7 @@ def ask(
 
 
 def _read_prompt(path: Path) -> str:
-    from ..errors import InvalidOptionError
+    from kbcli.errors import InvalidOptionError
 
     try:
         return path.expanduser().read_text(encoding="utf-8")

@@ -75,7 +75,7 @@ class PlainCoercion:
             ) from None
         if self.kind is float and not math.isfinite(number):
             # nan passes every range check (its comparisons are false) and inf overflows timers
-            from ..errors import InvalidOptionError
+            from kbcli.errors import InvalidOptionError
 
             name = max(param.opts, key=len) if param.opts else param.name
             raise InvalidOptionError(f"{name} must be a finite number, got {value!r}")

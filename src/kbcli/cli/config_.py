@@ -4,10 +4,10 @@ from typing import Annotated
 
 import typer
 
-from .context import get_state
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import get_state
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -20,8 +20,8 @@ def config_(
     ] = False,
 ) -> None:
     """Show the effective configuration and where each value came from."""
-    from .. import render
-    from ..config_report import effective
+    from kbcli.cli import render
+    from kbcli.config.report import effective
 
     state = get_state(ctx)
     rows = effective(state.config, state.db)

@@ -29,7 +29,7 @@ def get_state(ctx: typer.Context) -> State:
 def configuration(state: State) -> Any:
     """The configuration, with ``--store`` overriding ``store.backend`` (settings are kept
     when it names the configured backend)."""
-    from ..config import configured_file, get_config, load_config, with_store
+    from kbcli.config.lookup import configured_file, get_config, load_config, with_store
 
     # kb's root callback named state.config to get_config (use_config_file): the library's
     # defaults and the command then share one read of the file
@@ -46,27 +46,27 @@ def open_kb(
 ) -> Any:
     """The knowledge base named by --db / config. Read-only commands do not create one.
     ``embedder``: ``kb ingest --embedder``, over ``$KB_EMBEDDER`` and the file."""
-    from ..errors import ConfigError
-    from ..pipeline import KnowledgeBase
+    from kbcli.errors import ConfigError
+    from kbcli.pipeline import KnowledgeBase
 
     state = get_state(ctx)
     config = configuration(state)
     if embedder is not None:
-        from ..config import with_embedder
+        from kbcli.config.lookup import with_embedder
 
         config = with_embedder(config, embedder)
     db = Path(state.db or config.paths.knowledge_db).expanduser()
 
     def note(text: str) -> None:
         if not state.quiet:
-            from .. import render
+            from kbcli.cli import render
 
             render.message(text)
 
     kb = KnowledgeBase.from_config(
         config, db=db, on_note=note, busy_timeout=busy_timeout, create=create
     )
-    from ..protocols import DocumentCatalog, supports
+    from kbcli.protocols import DocumentCatalog, supports
 
     if not supports(kb.store, DocumentCatalog):
         kb.close()
@@ -78,11 +78,11 @@ def open_kb(
 
 
 def resolve_source(path: Path) -> str:
-    """A source path as ingest records it (:func:`kbcli.pathnames.canonical_source`)."""
-    from ..pathnames import canonical_source
+    """A source path as ingest records it (:func:`kbcli.system.paths.canonical_source`)."""
+    from kbcli.system.paths import canonical_source
 
     if "\0" in str(path):
-        from ..errors import InvalidOptionError
+        from kbcli.errors import InvalidOptionError
 
         raise InvalidOptionError(f"The path {str(path)[:80]!r} contains a NUL character")
     return canonical_source(path)
@@ -92,7 +92,7 @@ def source_candidates(path: Path) -> list[str]:
     """The paths ingest may have recorded ``path`` under, most likely first: fully resolved
     (a file named on the command line), its folder resolved but not the file itself (a file
     reached through a link with --follow-symlinks), and as written."""
-    from ..pathnames import source_forms
+    from kbcli.system.paths import source_forms
 
     resolve_source(path)  # a NUL in the path is one line
     return source_forms(path)
@@ -101,9 +101,9 @@ def source_candidates(path: Path) -> list[str]:
 def search_filter(where: dict[str, Any] | None, folders: list[Path] | None) -> Any:
     """The ``--filter`` expressions (``source`` values resolved as paths too) ANDed with the
     ``--in`` folders."""
-    from ..errors import InvalidOptionError
-    from ..filter_syntax import under_folders, with_source_paths
-    from ..filters import MAX_FILTER_CONDITIONS, validate_filter
+    from kbcli.errors import InvalidOptionError
+    from kbcli.filters.model import MAX_FILTER_CONDITIONS, validate_filter
+    from kbcli.filters.syntax import under_folders, with_source_paths
 
     where = with_source_paths(where, lambda value: resolve_source(Path(value)))
     scope = under_folders([resolve_source(folder) for folder in folders or []])

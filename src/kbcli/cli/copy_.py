@@ -5,10 +5,10 @@ from typing import Annotated
 
 import typer
 
-from .context import configuration, get_state, open_kb
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import configuration, get_state, open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -61,12 +61,12 @@ def copy(
     re-embedding, then check it: counts, and a sample of searches give the same results.
     With --replace the checked copy takes the place of the existing sqlite index at --to-db,
     in one transaction: processes reading it (kb mcp, kb watch) go on, now on the copy."""
-    from .. import render
-    from ..config import load_config, target_store_config
-    from ..errors import InvalidOptionError, StoreError
-    from ..stores import build_store
-    from ..stores.sqlite.replace import remove_database, replace_database
-    from ..transfer import copy_index
+    from kbcli.cli import render
+    from kbcli.config.lookup import load_config, target_store_config
+    from kbcli.errors import InvalidOptionError, StoreError
+    from kbcli.stores import build_store
+    from kbcli.stores.sqlite.replace import remove_database, replace_database
+    from kbcli.stores.transfer import copy_index
 
     state = get_state(ctx)
     kb = open_kb(ctx, create=False)
@@ -117,7 +117,7 @@ def copy(
 
 def _replaceable(backend: str, to_db: Path | None) -> Path:
     """The existing SQLite database --replace writes into (a one-line error otherwise)."""
-    from ..errors import InvalidOptionError
+    from kbcli.errors import InvalidOptionError
 
     if backend != "sqlite":
         raise InvalidOptionError(f"--replace writes into a sqlite database, not {backend}")

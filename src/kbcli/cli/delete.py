@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import open_kb, source_candidates
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import open_kb, source_candidates
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -39,8 +39,8 @@ def delete(
     ] = False,
 ) -> None:
     """Delete chunks by id, a file's chunks, or every file under a folder."""
-    from .. import render
-    from ..errors import NotFoundError
+    from kbcli.cli import render
+    from kbcli.errors import NotFoundError
 
     if not ids and source is None:
         render.error("Give chunk ids or --source PATH (see 'kb list' for ids)")
@@ -99,8 +99,8 @@ def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
     stdin at its end (cron, a script, /dev/null) is a usage error naming ``--yes``."""
     import sys
 
-    from ..errors import InvalidOptionError
-    from ..render.messages import diagnostics
+    from kbcli.cli.render.messages import diagnostics
+    from kbcli.errors import InvalidOptionError
 
     chunks = sum(count for _, count in under)
     files = f"{len(under)} file{'' if len(under) == 1 else 's'}"

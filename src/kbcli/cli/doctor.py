@@ -4,10 +4,10 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -32,9 +32,9 @@ def doctor(
     """
     from contextlib import nullcontext
 
-    from .. import render
-    from ..errors import ConfigError
-    from ..protocols import Doctor, FileLedger, supports
+    from kbcli.cli import render
+    from kbcli.errors import ConfigError
+    from kbcli.protocols import Doctor, FileLedger, supports
 
     kb = open_kb(ctx, create=False)
     try:

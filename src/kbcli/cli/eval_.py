@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import configuration, get_state, open_kb
-from .group import KBCommand
-from .options import MAX_K, example
-from .root import app
+from kbcli.cli.context import configuration, get_state, open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import MAX_K, example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -105,8 +105,8 @@ def eval_(
     file); documents are ranked by their best chunk, in the search's order; trec_eval
     conventions otherwise.
     """
-    from .. import render
-    from ..errors import InvalidOptionError
+    from kbcli.cli import render
+    from kbcli.errors import InvalidOptionError
 
     state = get_state(ctx)
     extra = {key: v for key, v in (("alpha", alpha), ("fusion", fusion)) if v is not None}
@@ -118,7 +118,7 @@ def eval_(
             )
         if compare or report:
             raise InvalidOptionError("--compare and --report go with --queries FILE")
-        from ..evaluation import evaluate
+        from kbcli.eval.beir import evaluate
 
         with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
             result = evaluate(
@@ -138,8 +138,7 @@ def eval_(
         return
     if dataset is not None:
         raise InvalidOptionError(
-            "Give either a BEIR folder or --queries FILE, not both (--queries searches your "
-            "index)"
+            "Give either a BEIR folder or --queries FILE, not both (--queries searches your index)"
         )
     _eval_questions(ctx, queries, compare or mode, k, db, report, extra, json_out)
 
@@ -155,10 +154,10 @@ def _eval_questions(
     json_out: bool,
 ) -> None:
     """``kb eval --queries``: the questions of ``queries`` on the live index, in ``modes``."""
-    from .. import render
-    from ..eval_questions import evaluate_questions, load_questions
-    from ..eval_report import summary_lines, write_html
-    from ..types import normalize_mode
+    from kbcli.cli import render
+    from kbcli.eval.questions import evaluate_questions, load_questions
+    from kbcli.eval.report import summary_lines, write_html
+    from kbcli.types import normalize_mode
 
     state = get_state(ctx)
     chosen = [m.strip() for m in modes.split(",") if m.strip()]

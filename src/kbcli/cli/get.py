@@ -4,10 +4,10 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -34,8 +34,8 @@ def get(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show a file's indexed text with line numbers, or one chunk by id."""
-    from .. import render
-    from ..reading import read_target
+    from kbcli.agent.get import read_target
+    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:

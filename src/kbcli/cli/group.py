@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from .coercion import PlainCoercion, plain_arguments
+from kbcli.cli.coercion import PlainCoercion, plain_arguments
 
 EXIT_INTERRUPTED = 130
 EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
@@ -90,7 +90,7 @@ class KBGroup(TyperGroup):
                 formatter.write_dl(rows)
 
     def invoke(self, ctx: Any) -> Any:
-        from ..render.messages import settle_stdout
+        from kbcli.cli.render.messages import settle_stdout
 
         try:
             return self._invoke(ctx)
@@ -98,7 +98,7 @@ class KBGroup(TyperGroup):
             settle_stdout()  # what is still buffered, now: not at the interpreter's exit
 
     def _invoke(self, ctx: Any) -> Any:
-        from ..errors import KBError
+        from kbcli.errors import KBError
 
         try:
             return super().invoke(ctx)
@@ -107,7 +107,7 @@ class KBGroup(TyperGroup):
         except KBError as exc:
             if ctx.params.get("debug"):
                 raise
-            from .. import render
+            from kbcli.cli import render
 
             render.error(str(exc))
             raise typer.Exit(exc.exit_code) from None
@@ -119,7 +119,7 @@ class KBGroup(TyperGroup):
             message = _environment_error(exc)
             if message is None or ctx.params.get("debug"):
                 raise
-            from .. import render
+            from kbcli.cli import render
 
             render.error(message)
             raise typer.Exit(1) from None
@@ -128,8 +128,8 @@ class KBGroup(TyperGroup):
 def _reader_gone(exc: BrokenPipeError, debug: bool = False) -> NoReturn:
     """Stop quietly with :data:`EXIT_READER_GONE` when the reader of stdout has gone (``kb
     search x | head -1``), as ``rg`` does; any other broken pipe is an error of the machine."""
-    from .. import render
-    from ..render.messages import reader_gone, silence
+    from kbcli.cli import render
+    from kbcli.cli.render.messages import reader_gone, silence
 
     if not reader_gone():
         if debug:

@@ -6,7 +6,7 @@ the rest of ``kb --help`` (docs/benchmarks.md, "Whole commands as CPU time"). So
 is rendered ahead, for every content width click can choose (its formatter takes the terminal's
 columns minus 2, between :data:`MIN_WIDTH` and :data:`MAX_WIDTH`), into :data:`STORE` with a
 fingerprint of what it was rendered from: the sources of :mod:`kbcli.cli` and
-:mod:`kbcli.registry`, typer's version file and Python's version. The stored text is printed
+:mod:`kbcli.config.registry`, typer's version file and Python's version. The stored text is printed
 only while that fingerprint matches; otherwise (an edited source, another typer, missing
 sources) ``kb --help`` goes through typer as before. ``python -m kbcli.cli.help_store`` writes
 the store again; ``tests/test_cli_startup.py`` fails while it is out of date.
@@ -30,9 +30,9 @@ COMPLETE_VAR = "_KB_COMPLETE"  # typer's shell completion: never answered from t
 
 
 def sources() -> list[str]:
-    """kb's files the root help is rendered from: :mod:`kbcli.cli` and :mod:`kbcli.registry`."""
+    """kb's files the root help is rendered from: :mod:`kbcli.cli` and :mod:`kbcli.config.registry`."""
     files = sorted(os.path.join(HERE, n) for n in os.listdir(HERE) if n.endswith(".py"))
-    files.append(os.path.join(os.path.dirname(HERE), "registry.py"))
+    files.append(os.path.join(os.path.dirname(HERE), "config", "registry.py"))
     return files
 
 

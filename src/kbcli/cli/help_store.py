@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zlib
 
-from .help_cache import MAX_WIDTH, MIN_WIDTH, STORE, fingerprint
+from kbcli.cli.help_cache import MAX_WIDTH, MIN_WIDTH, STORE, fingerprint
 
 
 def render(width: int) -> str:
@@ -18,7 +18,7 @@ def render(width: int) -> str:
 
     import typer.main
 
-    from . import app
+    from kbcli.cli import app
 
     out = io.StringIO()
     command = typer.main.get_command(app)

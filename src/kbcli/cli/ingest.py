@@ -5,11 +5,11 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import get_state, open_kb
-from .group import KBCommand
-from .options import MetaOption, example
-from .root import app
-from .sync_options import (
+from kbcli.cli.context import get_state, open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import MetaOption, example
+from kbcli.cli.root import app
+from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
     FollowSymlinksOption,
@@ -52,20 +52,20 @@ def ingest(
     """Index files and folders (only new and changed files are read again; files deleted
     from PATH leave the index). Files are searchable by keyword as soon as they are written;
     their vectors follow in the same run (or the next one, if it was stopped)."""
-    from .. import render
-    from ..discovery import DEFAULT_EXTENSIONS, parse_extensions
-    from ..filter_syntax import parse_meta
-    from ..signals import exit_code, interrupt_on_termination, signal_name
-    from ..sync import sync
-    from ..sync_report import SyncReport
+    from kbcli.cli import render
+    from kbcli.filters.syntax import parse_meta
+    from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
+    from kbcli.ingest.report import SyncReport
+    from kbcli.ingest.sync import sync
+    from kbcli.system.signals import exit_code, interrupt_on_termination, signal_name
 
     state = get_state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
-    from ..embedders.base import embedder_info
-    from ..errors import KBError
-    from ..pipeline import LazyEmbedder
-    from ..sync import SyncInterrupted
+    from kbcli.embedders.base import embedder_info
+    from kbcli.errors import KBError
+    from kbcli.ingest.sync import SyncInterrupted
+    from kbcli.pipeline import LazyEmbedder
 
     try:
         # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
@@ -128,7 +128,7 @@ def report_output(
 ) -> None:
     """A sync's failures and warnings on stderr, then its summary (or its JSON line, with
     ``extra`` keys first) on stdout; ``kb watch`` shows its first index the same way."""
-    from .. import render
+    from kbcli.cli import render
 
     for failure in report.failed:
         reason = (

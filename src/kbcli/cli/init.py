@@ -5,9 +5,9 @@ from typing import Annotated
 
 import typer
 
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(cls=KBCommand, epilog=example("kb init", "kb init ~/.config/kbcli --force"))
@@ -19,8 +19,8 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """Write a commented jianmu.yaml listing every setting with its default."""
-    from .. import render
-    from ..config_report import write_template
+    from kbcli.cli import render
+    from kbcli.config.report import write_template
 
     target = write_template(path, force=force)
     render.result(f"Wrote {target}; edit it, then run: kb config")

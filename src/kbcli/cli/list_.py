@@ -5,10 +5,17 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import open_kb, search_filter, source_candidates
-from .group import KBCommand
-from .options import MAX_INT64, FilterOption, NullOption, example, files_format, output_format
-from .root import app
+from kbcli.cli.context import open_kb, search_filter, source_candidates
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import (
+    MAX_INT64,
+    FilterOption,
+    NullOption,
+    example,
+    files_format,
+    output_format,
+)
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -49,8 +56,8 @@ def list_(
     null: NullOption = False,
 ) -> None:
     """List stored chunks, oldest first."""
-    from .. import render
-    from ..filter_syntax import parse_filter_expressions
+    from kbcli.cli import render
+    from kbcli.filters.syntax import parse_filter_expressions
 
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = search_filter(parse_filter_expressions(filter), None)

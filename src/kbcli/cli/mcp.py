@@ -5,10 +5,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import get_state, open_kb, search_filter
-from .group import KBCommand
-from .options import FilterOption, example
-from .root import app
+from kbcli.cli.context import get_state, open_kb, search_filter
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import FilterOption, example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -83,11 +83,11 @@ def mcp(
     call, no text or query unless --audit-queries). Over HTTP a request
     must arrive whole within 10 s and at most 1,000 connections are open (the longest-waiting
     makes room); an address that cannot be listened on (a port in use) exits 4."""
-    from ..errors import InvalidOptionError, require
-    from ..filter_syntax import parse_filter_expressions
+    from kbcli.errors import InvalidOptionError, require
+    from kbcli.filters.syntax import parse_filter_expressions
 
     require("mcp", extra="mcp", feature="kb mcp")
-    from ..mcp_server import KnowledgeMCP, load_tokens, parse_host_port
+    from kbcli.agent.mcp.server import KnowledgeMCP, load_tokens, parse_host_port
 
     scope = search_filter(parse_filter_expressions(filter), None)
     if http is None and tokens is not None:
@@ -105,13 +105,13 @@ def mcp(
     identities = load_tokens(tokens) if tokens is not None else {}
     writers = sum(1 for identity in identities.values() if identity.write)
     if writers and not allow_write and not get_state(ctx).quiet:
-        from .. import render
+        from kbcli.cli import render
 
         render.warning(
             f"{writers} token{'' if writers == 1 else 's'} in {tokens} say write: true, but "
             "writing is off: run kb mcp with --allow-write to offer the write tools"
         )
-    from ..audit import AuditLog
+    from kbcli.agent.mcp.audit import AuditLog
 
     log = AuditLog(audit, queries=audit_queries) if audit is not None else None
     try:
@@ -132,9 +132,9 @@ def mcp(
 
 
 def _write_limits(values: list[str]) -> Any:
-    """``--write-limit KEY=VALUE`` options as :class:`~kbcli.note_tools.WriteLimits`."""
-    from ..errors import InvalidOptionError
-    from ..note_tools import WriteLimits
+    """``--write-limit KEY=VALUE`` options as :class:`~kbcli.agent.tools.write.WriteLimits`."""
+    from kbcli.agent.tools.write import WriteLimits
+    from kbcli.errors import InvalidOptionError
 
     given: dict[str, str] = {}
     for value in values:

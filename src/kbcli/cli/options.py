@@ -73,7 +73,7 @@ def files_format(fmt: str, null: bool) -> str:
         return fmt
     if fmt == "table":
         return "files"
-    from ..errors import InvalidOptionError
+    from kbcli.errors import InvalidOptionError
 
     raise InvalidOptionError(f"-0 prints file names (--format files), not {fmt}: drop one")
 
@@ -83,6 +83,6 @@ def words(text: str, what: str, fix: str) -> str:
     {what} is empty: {fix}``."""
     if text.strip():
         return text
-    from ..errors import InvalidOptionError
+    from kbcli.errors import InvalidOptionError
 
     raise InvalidOptionError(f"The {what} is empty: {fix}")

@@ -9,16 +9,16 @@ from typing import Annotated
 
 import typer
 
-from ..registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
-from .context import State
-from .group import EXIT_INTERRUPTED, KBGroup
+from kbcli.cli.context import State
+from kbcli.cli.group import EXIT_INTERRUPTED, KBGroup
+from kbcli.config.registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
 
 app = typer.Typer(
     name="kb",
     cls=KBGroup,
     help="kb: a knowledge base on SQLite with keyword, semantic and hybrid search.",
     epilog=(
-        '\b\nExample:\n  kb --db notes.db ingest ~/notes --embedder local\n'
+        "\b\nExample:\n  kb --db notes.db ingest ~/notes --embedder local\n"
         '  kb --db notes.db search "reset password"\n'
         "\b\nEmbedders (kb ingest --embedder NAME or $KB_EMBEDDER; an index keeps its own):\n"
         + "\n".join(f"  {name:<7} {note}" for name, note in EMBEDDER_NOTES.items())
@@ -33,7 +33,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from .. import __version__
+        from kbcli import __version__
 
         typer.echo(f"kb {__version__}")
         raise typer.Exit()
@@ -82,7 +82,7 @@ def _root(
     ] = None,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
-    from ..config import use_config_file
+    from kbcli.config.lookup import use_config_file
 
     use_config_file(config)  # defaults read deep in the library come from this file too
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError as exc:
         # click's usage error or "Aborted!" written to a stderr whose reader has gone (kb
         # search 2>&1 | true): the exit code that message was to come with, quietly
-        from ..render.messages import reader_gone, silence
+        from kbcli.cli.render.messages import reader_gone, silence
 
         for stream in (sys.stdout, sys.stderr):
             if reader_gone(stream):

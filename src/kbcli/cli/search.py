@@ -5,9 +5,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .context import open_kb, resolve_source, search_filter
-from .group import KBCommand
-from .options import (
+from kbcli.cli.context import open_kb, resolve_source, search_filter
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import (
     MAX_K,
     FilterOption,
     FusionOption,
@@ -18,7 +18,7 @@ from .options import (
     output_format,
     words,
 )
-from .root import app
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -147,11 +147,11 @@ def search(
 
     Hits are files by default (each with its best chunk and how many chunks matched); --by
     chunk lists every matching chunk."""
-    from .. import render
-    from ..filter_syntax import parse_filter_expressions
-    from ..hints import unknown_keys
-    from ..query import search as run_search
-    from ..types import SearchOptions
+    from kbcli.cli import render
+    from kbcli.filters.syntax import parse_filter_expressions
+    from kbcli.search.hints import unknown_keys
+    from kbcli.search.query import search as run_search
+    from kbcli.types import SearchOptions
 
     query = words(query, "query", "give the words to look for, as in kb search 'reset password'")
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
@@ -209,7 +209,7 @@ def _unit(by: str) -> str:
 
 def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
-    from ..filter_syntax import under_folders
-    from ..hints import unindexed
+    from kbcli.filters.syntax import under_folders
+    from kbcli.search.hints import unindexed
 
     return unindexed(kb.store, [(f, under_folders([resolve_source(f)])) for f in folders])

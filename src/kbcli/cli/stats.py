@@ -4,10 +4,10 @@ from typing import Annotated
 
 import typer
 
-from .context import open_kb
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.context import open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(cls=KBCommand, epilog=example("kb stats", "kb --db team.db stats --json"))
@@ -16,7 +16,7 @@ def stats(
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Show what the index holds: files, chunks, embedder, last ingest."""
-    from .. import render
+    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:

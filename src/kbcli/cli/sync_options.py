@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ..registry import EMBEDDER_NOTES
+from kbcli.config.registry import EMBEDDER_NOTES
 
 ExtOption = Annotated[
     str | None,

@@ -5,9 +5,9 @@ from typing import Annotated
 
 import typer
 
-from .group import KBCommand
-from .options import example
-from .root import app
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import example
+from kbcli.cli.root import app
 
 
 @app.command(
@@ -37,8 +37,8 @@ def trust(
     folder is refused until you trust it; an edited file needs trusting again. Files named
     with --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
     """
-    from .. import render
-    from .. import trust as records
+    import kbcli.config.trust as records
+    from kbcli.cli import render
 
     if list_:
         rows = records.listing()

@@ -5,11 +5,11 @@ from typing import Annotated
 
 import typer
 
-from .context import configuration, get_state, open_kb
-from .group import KBCommand
-from .options import MetaOption, example
-from .root import app
-from .sync_options import (
+from kbcli.cli.context import configuration, get_state, open_kb
+from kbcli.cli.group import KBCommand
+from kbcli.cli.options import MetaOption, example
+from kbcli.cli.root import app
+from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
     FollowSymlinksOption,
@@ -71,15 +71,15 @@ def watch(
     import signal
     import threading
 
-    from .. import render
-    from ..discovery import DEFAULT_EXTENSIONS, parse_extensions
-    from ..filter_syntax import parse_meta
-    from ..render.messages import plural
-    from ..signals import interrupt_on_termination, signal_name, stop_between, stopped_by
-    from ..sync import SyncInterrupted
-    from ..sync_report import SyncReport
-    from ..watch import Batch, Watch, WatchSettings, batch_line
-    from .ingest import report_output
+    from kbcli.cli import render
+    from kbcli.cli.ingest import report_output
+    from kbcli.cli.render.messages import plural
+    from kbcli.filters.syntax import parse_meta
+    from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
+    from kbcli.ingest.report import SyncReport
+    from kbcli.ingest.sync import SyncInterrupted
+    from kbcli.ingest.watch import Batch, Watch, WatchSettings, batch_line
+    from kbcli.system.signals import interrupt_on_termination, signal_name, stop_between, stopped_by
 
     state = get_state(ctx)
     settings = WatchSettings(

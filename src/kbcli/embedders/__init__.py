@@ -9,14 +9,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import BaseEmbedder, EmbedderInfo, embedder_info
-from .simple import SimpleEmbedder, cosine_similarity, simple_embedding
+from kbcli.embedders.base import BaseEmbedder, EmbedderInfo, embedder_info
+from kbcli.embedders.simple import SimpleEmbedder, cosine_similarity, simple_embedding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .gemini import GeminiEmbedder
-    from .local import LocalEmbedder
-    from .openai import OpenAIEmbedder
-    from .resolve import choose_embedder, resolve_embedder
+    from kbcli.embedders.gemini import GeminiEmbedder
+    from kbcli.embedders.local import LocalEmbedder
+    from kbcli.embedders.openai import OpenAIEmbedder
+    from kbcli.embedders.resolve import choose_embedder, resolve_embedder
 
 _LAZY = {
     "OpenAIEmbedder": ".openai",

@@ -13,11 +13,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..config import Config
-from ..errors import EmbedderError
-from ._settings import apply_request_settings, embedding_settings, find_api_key, first_env, host_of
-from .base import BaseEmbedder
-from .retry import Failure, RetryPolicy, call_with_retries, give_up_hint
+from kbcli.config.lookup import Config
+from kbcli.embedders.base import BaseEmbedder
+from kbcli.embedders.settings import (
+    apply_request_settings,
+    embedding_settings,
+    find_api_key,
+    first_env,
+    host_of,
+)
+from kbcli.errors import EmbedderError
+from kbcli.providers.retry import Failure, RetryPolicy, call_with_retries, give_up_hint
 
 
 class APIEmbedder(BaseEmbedder):
@@ -92,7 +98,7 @@ class APIEmbedder(BaseEmbedder):
         return given
 
     def _make_client(self) -> Any:
-        """A new SDK client with its own retries off (ours are :mod:`kbcli.embedders.retry`)."""
+        """A new SDK client with its own retries off (ours are :mod:`kbcli.providers.retry`)."""
         raise NotImplementedError
 
     def _classify(self, exc: BaseException) -> Failure | None:

@@ -14,9 +14,9 @@ import os
 import threading
 from typing import Any
 
-from ..errors import EmbedderError, require
-from .base import BaseEmbedder
-from .local import default_threads
+from kbcli.embedders.base import BaseEmbedder
+from kbcli.embedders.local import default_threads
+from kbcli.errors import EmbedderError, require
 
 MODEL_NAME = "multilingual-e5-small"
 INSTALL_EXTRA = "multilingual"

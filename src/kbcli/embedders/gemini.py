@@ -2,7 +2,7 @@
 
 Documents are embedded with task type ``RETRIEVAL_DOCUMENT`` and queries with
 ``RETRIEVAL_QUERY``, in requests of at most 100 texts (the ``batchEmbedContents`` limit) and at
-most ``batch_size``. Retries follow :mod:`kbcli.embedders.retry`; the SDK's own are off. The
+most ``batch_size``. Retries follow :mod:`kbcli.providers.retry`; the SDK's own are off. The
 API answers in input order (no index), so vectors are returned in that order. Empty or blank
 texts are sent as a single space, as for OpenAI.
 """
@@ -12,10 +12,15 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from ..errors import EmbedderError, require
-from ._settings import plan_batches, redact, short, transport_errors
-from .api import APIEmbedder
-from .retry import Failure, connection_refused, is_retryable_status, parse_retry_after
+from kbcli.embedders.api import APIEmbedder
+from kbcli.embedders.settings import plan_batches, redact, short, transport_errors
+from kbcli.errors import EmbedderError, require
+from kbcli.providers.retry import (
+    Failure,
+    connection_refused,
+    is_retryable_status,
+    parse_retry_after,
+)
 
 
 def classify_error(
@@ -74,7 +79,7 @@ class GeminiEmbedder(APIEmbedder):
         options = types.HttpOptions(
             base_url=self.base_url,
             timeout=max(1, int(self.timeout * 1000)),  # milliseconds
-            # attempts=1: the SDK never retries; kbcli.embedders.retry does.
+            # attempts=1: the SDK never retries; kbcli.providers.retry does.
             retry_options=types.HttpRetryOptions(attempts=1),
         )
         return genai.Client(api_key=self._api_key, vertexai=False, http_options=options)

@@ -44,9 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import EmbedderError, MissingDependencyError, require
-from .base import BaseEmbedder
-from .onnx_graph import gather_first
+from kbcli.embedders.base import BaseEmbedder
+from kbcli.embedders.onnx_graph import gather_first
+from kbcli.errors import EmbedderError, MissingDependencyError, require
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_ALIASES = {None, "", DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}

@@ -1,6 +1,6 @@
 """OpenAI embeddings, and any OpenAI-compatible server (Ollama, vLLM, LM Studio, SiliconFlow).
 
-Requests are batched within the API's limits, retried by :mod:`kbcli.embedders.retry` (the
+Requests are batched within the API's limits, retried by :mod:`kbcli.providers.retry` (the
 SDK's own retries are off), and the vectors are put back in input order by their ``index``.
 
 Limits, chosen conservatively (class attributes, so a subclass may change them):
@@ -20,10 +20,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import EmbedderError, require
-from ._settings import plan_batches, redact, short
-from .api import APIEmbedder
-from .retry import Failure, connection_refused, is_retryable_status, parse_retry_after
+from kbcli.embedders.api import APIEmbedder
+from kbcli.embedders.settings import plan_batches, redact, short
+from kbcli.errors import EmbedderError, require
+from kbcli.providers.retry import (
+    Failure,
+    connection_refused,
+    is_retryable_status,
+    parse_retry_after,
+)
 
 logger = logging.getLogger("kbcli.embedders")
 
@@ -96,7 +101,7 @@ class OpenAIEmbedder(APIEmbedder):
     def _make_client(self) -> Any:
         openai = require("openai", feature="The openai embedder")
         self._openai = openai
-        # max_retries=0: retries are ours (kbcli.embedders.retry), bounded and testable.
+        # max_retries=0: retries are ours (kbcli.providers.retry), bounded and testable.
         return openai.OpenAI(
             api_key=self._api_key,
             base_url=self.base_url,

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import Config, get_config
-from ..errors import InvalidOptionError
-from ..registry import EMBEDDERS, load_embedder_class
-from ._settings import first_env
-from .local import offline_offer
+from kbcli.config.lookup import Config, get_config
+from kbcli.config.registry import EMBEDDERS, load_embedder_class
+from kbcli.embedders.local import offline_offer
+from kbcli.embedders.settings import first_env
+from kbcli.errors import InvalidOptionError
 
 AUTO_ORDER = ("gemini", "openai", "simple")
 KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
@@ -129,7 +129,7 @@ def resolve_embedder(
 def _first_buildable(
     names: list[str], model: str | None, base_url: str | None, config: Config | None
 ) -> Any:
-    from ..errors import EmbedderError, MissingDependencyError
+    from kbcli.errors import EmbedderError, MissingDependencyError
 
     for name in names:
         if str(name).strip().lower() == "auto":
@@ -159,7 +159,7 @@ def remembered_choice(store: Any) -> Any:
     """The embedder recorded by :func:`remember_choice` (an ``EmbedderInfo``), or None."""
     import json
 
-    from .base import EmbedderInfo
+    from kbcli.embedders.base import EmbedderInfo
 
     raw = store.get_meta(CHOICE_KEY)
     try:

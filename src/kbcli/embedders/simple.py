@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .base import BaseEmbedder
+from kbcli.embedders.base import BaseEmbedder
 
 
 def simple_embedding(text: str, dim: int = 64) -> list[float]:

@@ -23,8 +23,8 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..errors import EmbedderError, require
-from .base import BaseEmbedder
+from kbcli.embedders.base import BaseEmbedder
+from kbcli.errors import EmbedderError, require
 
 DIMENSIONS = 256
 SIF_COEFFICIENT = 1e-4
@@ -120,12 +120,12 @@ def load_table(dims: int = DIMENSIONS, *, announce: bool = True) -> tuple[Any, P
     or distilled now and cached (``announce``: one line on stderr first)."""
     import numpy as np
 
-    from .local import default_model_files, load_model
+    from kbcli.embedders.local import default_model_files, load_model
 
     files = default_model_files()
     onnx, tokenizer_path = files["onnx"], files["tokenizer"]
     if onnx is None or tokenizer_path is None:
-        from ..errors import MissingDependencyError
+        from kbcli.errors import MissingDependencyError
 
         raise MissingDependencyError(
             "The static embedder is distilled from the local model's ONNX file: "

@@ -9,25 +9,30 @@ only reads a file's lines (``kb search`` placing a hit, through :mod:`.lines` an
 
 from __future__ import annotations
 
-from .. import lazy_exports
+from kbcli import lazy_exports
 
 _EXPORTS = {
     "SimpleTextChunker": "chunkers", "StructureAwareChunker": "chunkers",
     "make_chunker": "chunkers", "make_normalizer": "chunkers",
-    "BuiltinLoader": "loaders", "DefaultDocumentLoader": "loaders", "DocxLoader": "loaders",
-    "HtmlLoader": "loaders", "ImageLoader": "loaders", "PdfLoader": "loaders",
-    "TextLoader": "loaders", "loader_for": "loaders", "register_loader": "loaders",
-    "supported_extensions": "loaders",
+    "BuiltinLoader": "loaders.registry", "DefaultDocumentLoader": "loaders.registry", "DocxLoader": "loaders.registry",
+    "HtmlLoader": "loaders.registry", "ImageLoader": "loaders.registry", "PdfLoader": "loaders.registry",
+    "TextLoader": "loaders.registry", "loader_for": "loaders.registry", "register_loader": "loaders.registry",
+    "supported_extensions": "loaders.registry",
     "StructurePreservingNormalizer": "normalizers", "WhitespaceNormalizer": "normalizers",
-    "read_text": "text_encoding",
+    "read_text": "loaders.text_encoding",
 }  # fmt: skip
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .chunkers import SimpleTextChunker, StructureAwareChunker, make_chunker, make_normalizer
-    from .loaders import (
+    from kbcli.ingest.chunkers import (
+        SimpleTextChunker,
+        StructureAwareChunker,
+        make_chunker,
+        make_normalizer,
+    )
+    from kbcli.ingest.loaders.registry import (
         BuiltinLoader,
         DefaultDocumentLoader,
         DocxLoader,
@@ -39,8 +44,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         register_loader,
         supported_extensions,
     )
-    from .normalizers import StructurePreservingNormalizer, WhitespaceNormalizer
-    from .text_encoding import read_text
+    from kbcli.ingest.loaders.text_encoding import read_text
+    from kbcli.ingest.normalizers import StructurePreservingNormalizer, WhitespaceNormalizer
 
 __all__ = [
     "BuiltinLoader",

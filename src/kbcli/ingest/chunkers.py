@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidOptionError
-from ..types import Section
-from .markdown import Heading, find_headings
-from .normalizers import StructurePreservingNormalizer
+from kbcli.errors import InvalidOptionError
+from kbcli.ingest.markdown import Heading, find_headings
+from kbcli.ingest.normalizers import StructurePreservingNormalizer
+from kbcli.types import Section
 
 SECTION_SEPARATOR = "\n\n"
 
@@ -276,7 +276,7 @@ class StructureAwareChunker(_BaseChunker):
 
 
 def _chunker_name(chunker: str) -> str:
-    from ..registry import CHUNKERS, is_class_path
+    from kbcli.config.registry import CHUNKERS, is_class_path
 
     name = str(chunker).strip()
     if is_class_path(name):
@@ -293,7 +293,7 @@ def _chunker_name(chunker: str) -> str:
 def make_chunker(chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50) -> Any:
     """Build the chunker named in ``rag.chunker`` (a registered name or a
     ``package.module:Class`` path) with ``limits.chunk_size``/``chunk_overlap``."""
-    from ..registry import CHUNKERS, load_class
+    from kbcli.config.registry import CHUNKERS, load_class
 
     name = _chunker_name(chunker)
     if name == "simple":

@@ -70,8 +70,8 @@ def _lines(text: str) -> Iterator[str]:
 
 def is_text_file(path: str | Path) -> bool:
     """True when the built-in loader reads ``path`` as plain text (one section, no parser)."""
-    from ..errors import UnsupportedFormatError
-    from .loaders import TextLoader, loader_for
+    from kbcli.errors import UnsupportedFormatError
+    from kbcli.ingest.loaders.registry import TextLoader, loader_for
 
     try:
         return isinstance(loader_for(path), TextLoader)
@@ -89,7 +89,7 @@ def to_file_lines(
 ) -> None:
     """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
     the file at ``path`` (read with the loader's decoding, at most ``max_bytes``)."""
-    from .text_encoding import read_text
+    from kbcli.ingest.loaders.text_encoding import read_text
 
     map_file_lines(read_text(path, encoding, max_bytes=max_bytes), loaded, chunks)
 
@@ -110,7 +110,7 @@ def map_file_lines(raw: str, loaded: str, chunks: list[Any]) -> None:
 
 def file_lines(path: Path, encoding: str = "utf-8", max_bytes: int | None = None) -> list[str]:
     """The lines of a text file as an editor numbers them (LoaderError past ``max_bytes``)."""
-    from .text_encoding import read_text
+    from kbcli.ingest.loaders.text_encoding import read_text
 
     lines = _LINE_BREAK.split(read_text(path, encoding, max_bytes=max_bytes))
     if len(lines) > 1 and lines[-1] == "":

@@ -1,5 +1,5 @@
 """Stores: in memory and SQLite here; other backends are loaded by name when used
-(:data:`kbcli.registry.STORE_ENTRIES`). Every built-in store is :class:`Store`
+(:data:`kbcli.config.registry.STORE_ENTRIES`). Every built-in store is :class:`Store`
 (:mod:`.composite`) over its backend's parts (:mod:`.parts`)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .composite import Store
-from .memory import InMemoryStore
-from .sqlite import SQLiteStore
+from kbcli.stores.composite import Store
+from kbcli.stores.memory.store import InMemoryStore
+from kbcli.stores.sqlite import SQLiteStore
 
 __all__ = ["ChromaStore", "FaissStore", "InMemoryStore", "SQLiteStore", "Store", "build_store"]
 
-_OPTIONAL = {"FaissStore": ".faiss_store", "ChromaStore": ".chroma_store"}
+_OPTIONAL = {"FaissStore": ".faiss.store", "ChromaStore": ".chroma.store"}
 
 
 def __getattr__(name: str) -> Any:
@@ -34,7 +34,7 @@ def build_store(
 ) -> Any:
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
-    A registered backend (:data:`kbcli.registry.STORE_ENTRIES`) builds itself with its class's
+    A registered backend (:data:`kbcli.config.registry.STORE_ENTRIES`) builds itself with its class's
     ``from_config`` (:meth:`~kbcli.stores.composite.Store.from_config`): the SQLite store (and
     FAISS and Chroma, which keep their catalog in SQLite beside the vector index:
     ``<db>.faiss``; the collection ``store.collection`` in ``store.path`` or ``<db>.chroma/``)
@@ -44,7 +44,7 @@ def build_store(
     (``db`` does not apply). A user's class (``package.module:Class``) is called with the
     ``store`` settings as keyword arguments.
     """
-    from ..registry import STORE_ENTRIES, STORES, load_class
+    from kbcli.config.registry import STORE_ENTRIES, STORES, load_class
 
     backend = config.store.backend
     settings = dict(config.store.settings)

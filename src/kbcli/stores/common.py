@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..bm25 import Scored
-from ..embedders.base import EmbedderInfo
-from ..errors import IndexMismatchError
-from ..locking import lock_file  # noqa: F401  (the stores take it from here)
-from ..protocols import VectorIndex
-from ..types import Document, FileRecord, SearchResult
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import IndexMismatchError
+from kbcli.protocols import VectorIndex
+from kbcli.system.locking import lock_file  # noqa: F401  (the stores take it from here)
+from kbcli.text.bm25 import Scored
+from kbcli.types import Document, FileRecord, SearchResult
 
 # Candidates checked against a filter per step of a filtered dense search before falling back to
 # computing the allowed set (see prefiltered_search).

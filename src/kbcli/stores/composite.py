@@ -17,14 +17,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..analysis import Analyzer
-from ..bm25 import K1, SOURCE_WEIGHT, B, BM25Params
-from ..embedders.base import EmbedderInfo
-from ..errors import IndexMismatchError
-from ..filters import validate_filter
-from ..types import Document, FileRecord, Finding, SearchResult
-from .common import check_embedder, keyword_hit, vector_dimensions
-from .parts import (
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import IndexMismatchError
+from kbcli.filters.model import validate_filter
+from kbcli.stores.common import check_embedder, keyword_hit, vector_dimensions
+from kbcli.stores.parts import (
     Built,
     Cache,
     Catalog,
@@ -37,7 +34,10 @@ from .parts import (
     NewRow,
     Vectors,
 )
-from .upkeep import Upkeep
+from kbcli.stores.upkeep import Upkeep
+from kbcli.text.analysis import Analyzer
+from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
+from kbcli.types import Document, FileRecord, Finding, SearchResult
 
 
 class Store:
@@ -85,11 +85,11 @@ class Store:
         create: bool = True,
         busy_timeout: float | None = None,
     ) -> Store:
-        """The store of ``config`` (a :class:`~kbcli.config.Config`; ``settings``: its
+        """The store of ``config`` (a :class:`~kbcli.config.lookup.Config`; ``settings``: its
         validated ``store:`` keys) with the configured analyzer. A store kept in a file opens
         ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to create a missing
         index and ``busy_timeout`` overrides ``store.busy_timeout``."""
-        from ..analysis import analyzer_from_config
+        from kbcli.text.analysis import analyzer_from_config
 
         options = {**settings, "analyzer": analyzer_from_config(config)}
         if cls._persistent:
@@ -498,7 +498,7 @@ class Store:
         source_weight: float = SOURCE_WEIGHT,
         scope: dict[str, Any] | None = None,
     ) -> list[SearchResult]:
-        """BM25 with source context (see :mod:`kbcli.bm25`); ``filter`` applies before ranking.
+        """BM25 with source context (see :mod:`kbcli.text.bm25`); ``filter`` applies before ranking.
         With ``scope`` (an access scope) only chunks passing it are ranked and every corpus
         statistic is the scope's alone: the hits and scores of an index holding only the
         scope's chunks (``filter`` then narrows within it).

@@ -2,7 +2,7 @@
 record, the check that takes over or re-tokenises an index, and what a re-analysis computes.
 
 Each executor keeps its own tables and scoring (:mod:`.sqlite.keyword`,
-:mod:`.postgres.keyword`); both plan their changes with :mod:`kbcli.bm25`.
+:mod:`.postgres.keyword`); both plan their changes with :mod:`kbcli.text.bm25`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..analysis import TITLE_KEY, Analyzer, keyword_counts, keyword_signature, titles_to_add
-from ..bm25 import (
+from kbcli.stores.common import outdated
+from kbcli.text.analysis import (
+    TITLE_KEY,
+    Analyzer,
+    keyword_counts,
+    keyword_signature,
+    titles_to_add,
+)
+from kbcli.text.bm25 import (
     ChunkTerms,
     PostingsChange,
     QueryTerm,
@@ -20,8 +27,7 @@ from ..bm25 import (
     plan_removal,
     select_terms,
 )
-from ..types import Document
-from .common import outdated
+from kbcli.types import Document
 
 #: a stored chunk as a re-analysis reads it: (row id, text, metadata, source row, source)
 StoredChunk = tuple[int, str, Mapping[str, Any], int, Any]
@@ -93,19 +99,17 @@ class SignedKeywords:
 
     def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
         """Index new chunks (their rows exist; ``new_sources`` were created for them): the
-        change is planned by :func:`kbcli.bm25.plan_addition` and applied in this transaction."""
+        change is planned by :func:`kbcli.text.bm25.plan_addition` and applied in this transaction."""
         before = self._before_addition(conn, chunks, new_sources)
         self.apply(conn, plan_addition(chunks, source_postings=before, new_sources=new_sources))
 
     def remove(self, conn: Any, rows: Sequence[Any]) -> None:
-        """Unindex chunks, before their rows go (:func:`kbcli.bm25.plan_removal`)."""
+        """Unindex chunks, before their rows go (:func:`kbcli.text.bm25.plan_removal`)."""
         if not rows:
             return
         chunks = [self._terms_of_row(r) for r in rows]
         sizes, postings = self._before_removal(conn, chunks)
-        self.apply(
-            conn, plan_removal(chunks, source_chunk_count=sizes, source_postings=postings)
-        )
+        self.apply(conn, plan_removal(chunks, source_chunk_count=sizes, source_postings=postings))
 
     def apply_fresh(self, conn: Any, chunks: list[ChunkTerms]) -> None:
         """Index ``chunks`` into statistics a rebuild just emptied (no lookup needed)."""
@@ -115,7 +119,7 @@ class SignedKeywords:
     def query_terms(
         counts: Mapping[str, int], found: Iterable[tuple[Any, str, int, int]]
     ) -> list[QueryTerm]:
-        """The terms a search scores (:func:`kbcli.bm25.select_terms`) from the query's term
+        """The terms a search scores (:func:`kbcli.text.bm25.select_terms`) from the query's term
         counts and the index's ``(id, term, df, sdf)`` rows of its terms."""
         return select_terms(QueryTerm(i, counts[term], df, sdf) for i, term, df, sdf in found)
 

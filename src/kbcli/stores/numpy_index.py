@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import IndexMismatchError
+from kbcli.errors import IndexMismatchError
 
 
 class NumpyVectorIndex:
@@ -35,7 +35,7 @@ class NumpyVectorIndex:
 
     def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
         """Insert or replace the vectors of ``ids``."""
-        from ..vectors import as_unit_matrix
+        from kbcli.text.vectors import as_unit_matrix
 
         if not len(ids):
             return
@@ -56,7 +56,7 @@ class NumpyVectorIndex:
         self, query: Sequence[float], k: int, allowed: Sequence[int] | None = None
     ) -> list[tuple[int, float]]:
         """``(id, cosine)`` of the ``k`` nearest rows among ``allowed``, best first."""
-        from ..vectors import cosine_scores, top_k_scores
+        from kbcli.text.vectors import cosine_scores, top_k_scores
 
         self._fold()
         if self._ids.shape[0] == 0 or k <= 0:
@@ -71,7 +71,7 @@ class NumpyVectorIndex:
     def ranking(self, query: Sequence[float]) -> Callable[[int], list[tuple[int, float]]]:
         """``top(n)``: the ``n`` nearest ``(id, cosine)`` for ``query``, best first, from one
         scoring of the matrix (the snapshot of this call) however often it is asked."""
-        from ..vectors import cosine_scores, top_k_scores
+        from kbcli.text.vectors import cosine_scores, top_k_scores
 
         self._fold()
         ids = self._ids

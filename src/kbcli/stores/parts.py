@@ -4,7 +4,7 @@
 object per part below (one object may play several parts, a module may play one). Methods that
 take ``conn`` run inside the engine's :meth:`Engine.transaction` (writes) or :meth:`Engine.read`
 (reads) and get what those yield: a connection, or None for the in-memory store. Filters are
-valid already (:func:`kbcli.filters.validate_filter`); a part never opens a transaction of its
+valid already (:func:`kbcli.filters.model.validate_filter`); a part never opens a transaction of its
 own unless it says so.
 
 ==========  ========================  ===========================  ===========================
@@ -29,15 +29,15 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..bm25 import BM25Params, ChunkTerms, Scored
-from ..types import Document, FileRecord
+from kbcli.text.bm25 import BM25Params, ChunkTerms, Scored
+from kbcli.types import Document, FileRecord
 
 if TYPE_CHECKING:
-    from ..analysis import Analyzer
-    from ..embedders.base import EmbedderInfo
+    from kbcli.embedders.base import EmbedderInfo
+    from kbcli.text.analysis import Analyzer
 
 Vector = Sequence[float]
-#: a valid metadata filter (:mod:`kbcli.filters`), None for none
+#: a valid metadata filter (:mod:`kbcli.filters.model`), None for none
 Filter = dict[str, Any] | None
 #: a dense hit: (row id, score)
 Hit = tuple[int, float]
@@ -145,7 +145,7 @@ class Catalog(Protocol):
 
     def insert(self, conn: Any, rows: list[NewRow]) -> tuple[list[ChunkTerms], set[int]]:
         """Insert chunk rows (and their vectors where the catalog holds them); returns each
-        row's :class:`~kbcli.bm25.ChunkTerms` in order and the sources created for them."""
+        row's :class:`~kbcli.text.bm25.ChunkTerms` in order and the sources created for them."""
         ...
 
     def delete_rows(self, conn: Any, docs: list[int]) -> None:
@@ -210,7 +210,7 @@ class Catalog(Protocol):
 
 
 class Keywords(Protocol):
-    """The BM25 index over the catalog's chunks (:mod:`kbcli.bm25`), kept in the catalog's
+    """The BM25 index over the catalog's chunks (:mod:`kbcli.text.bm25`), kept in the catalog's
     transaction."""
 
     analyzer: Analyzer
@@ -270,7 +270,7 @@ class Keywords(Protocol):
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``; with ``scope``,
         only chunks passing it too, every statistic (N, lengths, sources, df, sdf) counted over
-        the scope's chunks alone (:mod:`kbcli.bm25`, "Scopes")."""
+        the scope's chunks alone (:mod:`kbcli.text.bm25`, "Scopes")."""
         ...
 
     def refresh(self, conn: Any) -> None:

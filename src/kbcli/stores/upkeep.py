@@ -33,8 +33,8 @@ serves, or not used.
 
 from __future__ import annotations
 
-from ..errors import StoreError
-from .parts import Engine, Keywords, Vectors
+from kbcli.errors import StoreError
+from kbcli.stores.parts import Engine, Keywords, Vectors
 
 
 class Upkeep:

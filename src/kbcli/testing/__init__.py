@@ -28,16 +28,16 @@ tests: ``import kbcli`` never imports it).
 
 from __future__ import annotations
 
-from ._common import TableEmbedder, reopener
-from .cache import EmbeddingCacheContract
-from .catalog import DocumentCatalogContract
-from .filters import FilterDifferentialContract
-from .keyword import KeywordIndexContract
-from .ledger import FileLedgerContract
-from .persistence import PersistenceContract
-from .routes import RoutesContract
-from .vector_store import VectorStoreContract
-from .vectors import VectorIndexContract
+from kbcli.testing._common import TableEmbedder, reopener
+from kbcli.testing.cache import EmbeddingCacheContract
+from kbcli.testing.catalog import DocumentCatalogContract
+from kbcli.testing.filters import FilterDifferentialContract
+from kbcli.testing.keyword import KeywordIndexContract
+from kbcli.testing.ledger import FileLedgerContract
+from kbcli.testing.persistence import PersistenceContract
+from kbcli.testing.routes import RoutesContract
+from kbcli.testing.vector_store import VectorStoreContract
+from kbcli.testing.vectors import VectorIndexContract
 
 __all__ = [
     "DocumentCatalogContract",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..embedders.base import EmbedderInfo
-from ..types import Document
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.types import Document
 
 # Vectors use values exact in float32, so a stored vector compares equal to the one given.
 INFO = EmbedderInfo("contract", "fixed-3", 3)

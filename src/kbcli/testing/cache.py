@@ -8,11 +8,11 @@ Needs a ``store`` fixture (an empty store); see :mod:`kbcli.testing`.
 
 from __future__ import annotations
 
-from ..embedders.base import EmbedderInfo
-from ..protocols import EmbeddingCache, supports
-from ..stores.common import KEEP_AT_LEAST
-from ..types import Document
-from ._common import INFO, OTHER
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.protocols import EmbeddingCache, supports
+from kbcli.stores.common import KEEP_AT_LEAST
+from kbcli.testing._common import INFO, OTHER
+from kbcli.types import Document
 
 
 class EmbeddingCacheContract:

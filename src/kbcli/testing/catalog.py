@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..embedders.base import EmbedderInfo
-from ..errors import FilterError, IndexMismatchError, KBError
-from ..protocols import (
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import FilterError, IndexMismatchError, KBError
+from kbcli.protocols import (
     DocumentCatalog,
     DocumentReader,
     DocumentWriter,
@@ -17,8 +17,8 @@ from ..protocols import (
     IndexMetadata,
     supports,
 )
-from ..types import Document
-from ._common import CATALOG, IDS, INFO, OTHER, VECTORS, Boom, fill, ids, make_docs
+from kbcli.testing._common import CATALOG, IDS, INFO, OTHER, VECTORS, Boom, fill, ids, make_docs
+from kbcli.types import Document
 
 
 class DocumentCatalogContract:

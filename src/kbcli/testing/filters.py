@@ -1,4 +1,4 @@
-"""Filters: a differential test of a store's filtered reads against :func:`kbcli.filters.matches`.
+"""Filters: a differential test of a store's filtered reads against :func:`kbcli.filters.model.matches`.
 
 Needs a ``store`` fixture (an empty store that is a DocumentCatalog and a VectorStore; keyword
 search is checked when it is also a KeywordIndex); see :mod:`kbcli.testing`. Each test fills
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from ..filters import KEY_OPERATORS, matches, validate_filter
-from ..protocols import KeywordIndex, supports
-from ..types import Document
+from kbcli.filters.model import KEY_OPERATORS, matches, validate_filter
+from kbcli.protocols import KeywordIndex, supports
+from kbcli.types import Document
 
 STRESS = os.environ.get("KB_STRESS") == "1"
 SEEDS = list(range(20 if STRESS else 3))
@@ -177,7 +177,7 @@ def _numbers(value: Any) -> Any:
 
 
 def _report(where: str, wrong: dict[str, Any], docs: list[Document], want: set[str]) -> str:
-    lines = [f"{where}: results differ from kbcli.filters.matches"]
+    lines = [f"{where}: results differ from kbcli.filters.model.matches"]
     for name, (got, expected) in wrong.items():
         got_ids = set(got) if isinstance(got, list) else set()
         odd = sorted(got_ids ^ set(expected if isinstance(expected, list) else []))

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from ..errors import FilterError
-from ..protocols import KeywordIndex, supports
-from ..types import Document
-from ._common import Boom, ids
+from kbcli.errors import FilterError
+from kbcli.protocols import KeywordIndex, supports
+from kbcli.testing._common import Boom, ids
+from kbcli.types import Document
 
 FRUIT = [
     Document("f1", "apple apple banana", {"source": "fruit.md", "lang": "en"}),

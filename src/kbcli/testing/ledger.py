@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from ..errors import DatabaseLockedError, KBError
-from ..protocols import FileLedger, supports
-from ..types import Document, FileRecord
-from ._common import INFO, Boom, ids
+from kbcli.errors import DatabaseLockedError, KBError
+from kbcli.protocols import FileLedger, supports
+from kbcli.testing._common import INFO, Boom, ids
+from kbcli.types import Document, FileRecord
 
 WAIT = 0.05  # seconds: lock waits stay tiny
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..types import Document
-from ._common import CATALOG, IDS, INFO, VECTORS, Boom, fill, ids
-from .ledger import chunks, record, vectors
+from kbcli.testing._common import CATALOG, IDS, INFO, VECTORS, Boom, fill, ids
+from kbcli.testing.ledger import chunks, record, vectors
+from kbcli.types import Document
 
 
 class PersistenceContract:

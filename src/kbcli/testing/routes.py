@@ -1,6 +1,6 @@
 """Every search and read route of a store through the retrievers: filters hold everywhere,
 deletes vanish everywhere, MMR works in every mode, and filters agree with
-:func:`kbcli.filters.matches` on random corpora.
+:func:`kbcli.filters.model.matches` on random corpora.
 
 Needs a ``store`` fixture (an empty store: a DocumentCatalog, a KeywordIndex or not, and a
 vector store); see :mod:`kbcli.testing`.
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ..filters import matches
-from ..retrievers import HybridRetriever
-from ..types import Document, SearchOptions
-from ._common import TableEmbedder, ids
+from kbcli.filters.model import matches
+from kbcli.search.retrievers import HybridRetriever
+from kbcli.testing._common import TableEmbedder, ids
+from kbcli.types import Document, SearchOptions
 
 MODES = ("keyword", "semantic", "hybrid")
 
@@ -133,7 +133,7 @@ class RoutesContract:
         if mode != "keyword":  # the dense modes diversify by the stored vectors
             assert all((h.explain or {})["mmr"]["similarity"] == "cosine" for h in diverse)
 
-    # --- differential: the store's filters against kbcli.filters.matches ----------------------
+    # --- differential: the store's filters against kbcli.filters.model.matches ----------------------
 
     @pytest.mark.parametrize("seed", range(3))
     def test_filters_agree_with_matches_on_reads(self, store, seed):

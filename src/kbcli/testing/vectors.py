@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from ..protocols import VectorIndex, supports
+from kbcli.protocols import VectorIndex, supports
 
 POINTS = {
     1: [0.0, 1.0, 0.0],  # north
@@ -144,4 +144,3 @@ class VectorIndexContract:
                     assert [s for _, s in hits] == pytest.approx(
                         [_cosine(query, pool[i]) for i in want], abs=1e-5
                     )
-

@@ -17,7 +17,7 @@ Importing this package imports psycopg; ``import kbcli`` never does.
 
 from __future__ import annotations
 
-from .schema import SCHEMA_VERSION
-from .store import PostgresStore
+from kbcli.stores.postgres.schema import SCHEMA_VERSION
+from kbcli.stores.postgres.store import PostgresStore
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]

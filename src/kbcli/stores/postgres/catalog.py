@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...filter_sql import dumps_metadata
-from ...types import Document
-from ..common import text_hash
-from ..parts import EVERY, Listing
-from .filters import scan_filter
-from .schema import Tables
+from kbcli.filters.sql import dumps_metadata
+from kbcli.stores.common import text_hash
+from kbcli.stores.parts import EVERY, Listing
+from kbcli.stores.postgres.filters import scan_filter
+from kbcli.stores.postgres.schema import Tables
+from kbcli.types import Document
 
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
 CHUNK_ROW = "c.doc, c.src, c.term_ids, c.tfs"

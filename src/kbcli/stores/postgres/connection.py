@@ -25,12 +25,12 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from ...crashpoints import crash_point
-from ...errors import DatabaseLockedError, StoreError, require
-from ..nesting import Nesting
-from . import schema
-from .dsn import describe, first_line
-from .replica import ReadServer, system_id
+from kbcli.errors import DatabaseLockedError, StoreError, require
+from kbcli.stores.nesting import Nesting
+from kbcli.stores.postgres import schema
+from kbcli.stores.postgres.dsn import describe, first_line
+from kbcli.stores.postgres.replica import ReadServer, system_id
+from kbcli.system.crashpoints import crash_point
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...types import Finding
-from .schema import Tables
+from kbcli.stores.postgres.schema import Tables
+from kbcli.types import Finding
 
 if TYPE_CHECKING:
-    from .store import PostgresStore
+    from kbcli.stores.postgres.store import PostgresStore
 
 
 def problems(conn: Any, t: Tables) -> list[str]:

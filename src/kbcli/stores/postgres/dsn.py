@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from ...errors import ConfigError
-from ...redaction import passwords, redact
+from kbcli.errors import ConfigError
+from kbcli.system.redaction import passwords, redact
 
 ENV_DSN = "KB_PG_DSN"
 __all__ = ["ENV_DSN", "describe", "first_line", "passwords", "redact", "resolve_dsn"]

@@ -1,5 +1,5 @@
 """Metadata filters compiled to PostgreSQL over a JSONB column, equivalent to
-:func:`kbcli.filters.matches`.
+:func:`kbcli.filters.model.matches`.
 
 Every key and value is a bound parameter (``%s``); only the trusted column name is written into
 the SQL. Equality is jsonb equality, which is typed (``1`` is not ``"1"``, ``true`` is not
@@ -24,9 +24,9 @@ import json
 import math
 from typing import Any
 
-from ...errors import FilterError
-from ...filter_sql import compile_tree, source_ranges
-from ...filters import validate_filter
+from kbcli.errors import FilterError
+from kbcli.filters.model import validate_filter
+from kbcli.filters.sql import compile_tree, source_ranges
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 

@@ -1,8 +1,8 @@
 """The BM25 inverted index in PostgreSQL: terms, postings and source statistics.
 
-Changes are planned by :mod:`kbcli.bm25` (:func:`~kbcli.bm25.plan_addition`,
-:func:`~kbcli.bm25.plan_removal`) from one batched lookup and applied here inside the catalog's
-transaction. Search runs :func:`kbcli.bm25.rank`'s arithmetic as one SQL query over the
+Changes are planned by :mod:`kbcli.text.bm25` (:func:`~kbcli.text.bm25.plan_addition`,
+:func:`~kbcli.text.bm25.plan_removal`) from one batched lookup and applied here inside the catalog's
+transaction. Search runs :func:`kbcli.text.bm25.rank`'s arithmetic as one SQL query over the
 postings of the query's terms; the parity test checks its scores against SQLite's.
 """
 
@@ -12,15 +12,15 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ...analysis import Analyzer, has_title_field
-from ...bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
-from ...filter_sql import dumps_metadata
-from ...filters import and_filters
-from ..keywords import SignedKeywords
-from ..parts import Filter
-from .catalog import ChunkRow, allocate, get_meta, set_meta
-from .filters import scan_filter
-from .schema import Tables
+from kbcli.filters.model import and_filters
+from kbcli.filters.sql import dumps_metadata
+from kbcli.stores.keywords import SignedKeywords
+from kbcli.stores.parts import Filter
+from kbcli.stores.postgres.catalog import ChunkRow, allocate, get_meta, set_meta
+from kbcli.stores.postgres.filters import scan_filter
+from kbcli.stores.postgres.schema import Tables
+from kbcli.text.analysis import Analyzer, has_title_field
+from kbcli.text.bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
 
 SCOPE_CACHE = 16  # scopes whose totals are kept per generation
 
@@ -229,7 +229,7 @@ class KeywordTables(SignedKeywords):
         scope: Filter = None,
     ) -> list[Scored]:
         """The ``k`` best chunks for ``query`` among those passing ``filter``; with ``scope``,
-        among its chunks, every statistic counted over them alone (:mod:`kbcli.bm25`)."""
+        among its chunks, every statistic counted over them alone (:mod:`kbcli.text.bm25`)."""
         counts = self.analyzer.query_counts(query)
         if not counts or k <= 0:
             return []
@@ -255,8 +255,7 @@ class KeywordTables(SignedKeywords):
             found = conn.execute(sql, (list(counts), *wparams))
         else:
             sql = (
-                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[])"
-                " ORDER BY id"
+                f"SELECT id, term, df, sdf FROM {t.terms} WHERE term = ANY(%s::text[]) ORDER BY id"
             )
             found = conn.execute(sql, (list(counts),))
         terms = self.query_terms(counts, found)
@@ -294,7 +293,7 @@ class KeywordTables(SignedKeywords):
         bm25: BM25Params,
         scope: Filter = None,
     ) -> list[tuple[int, float, float, float]]:
-        """:func:`kbcli.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``;
+        """:func:`kbcli.text.bm25.rank` as one SQL query: ``(doc, score, chunk part, source part)``;
         with ``scope`` only its chunks are ranked and a source's length is its chunks' in it."""
         t = self.t
         k1, b, source_weight = bm25.k1, bm25.b, bm25.source_weight

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...embedders.base import EmbedderInfo
-from ...types import FileRecord
-from .. import common
-from ..common import KEEP_AT_LEAST, cache_key, pack_vector, text_hash, unpack_vector
-from .catalog import floats
-from .schema import Tables
-from .vectors import recorded_embedder
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.stores import common
+from kbcli.stores.common import KEEP_AT_LEAST, cache_key, pack_vector, text_hash, unpack_vector
+from kbcli.stores.postgres.catalog import floats
+from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.vectors import recorded_embedder
+from kbcli.types import FileRecord
 
 
 def records(conn: Any, t: Tables) -> dict[str, FileRecord]:

@@ -20,9 +20,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import StoreError
-from . import schema
-from .dsn import describe, first_line
+from kbcli.errors import StoreError
+from kbcli.stores.postgres import schema
+from kbcli.stores.postgres.dsn import describe, first_line
 
 ENV_READ_DSN = "KB_PG_READ_DSN"
 

@@ -11,7 +11,7 @@ database or schema:
   ``vector_cosine_ops``.
 - ``{table}_sources`` (source, length, chunks), ``{table}_terms`` (term, df, sdf),
   ``{table}_postings`` (term, src, doc, tf, dl; its key covers every column, so a query's
-  postings are read by index-only scans): the inverted index of :mod:`kbcli.bm25`;
+  postings are read by index-only scans): the inverted index of :mod:`kbcli.text.bm25`;
   ``{table}_stats`` holds N, the total length, the number of sources and the generation.
 - ``{table}_files``: the file ledger; ``{table}_cache``: vectors by (embedder, text hash) of
   chunks that left the index (its own are found by ``text_hash``), oldest ``kept`` first out;
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ConfigError, NotAKnowledgeBaseError, StoreError
+from kbcli.errors import ConfigError, NotAKnowledgeBaseError, StoreError
 
 SCHEMA_VERSION = 3
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")

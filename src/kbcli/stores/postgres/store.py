@@ -15,22 +15,22 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ...analysis import Analyzer
-from ...bm25 import ChunkTerms
-from ...embedders.base import EmbedderInfo
-from ...errors import StoreError
-from ...filter_sql import dumps_metadata
-from ...types import Document, FileRecord, Finding
-from ..composite import Store
-from ..parts import EVERY, Built, Filter, Hit, Listing, Location, NewRow, Vector
-from . import catalog, ledger, vectors
-from .catalog import ChunkRow
-from .connection import DEFAULT_BUSY_TIMEOUT, Database
-from .dsn import ENV_DSN, resolve_dsn
-from .keyword import KeywordTables
-from .replica import ENV_READ_DSN, resolve_read_dsn
-from .schema import Tables
-from .vectors import EF_SEARCH
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import StoreError
+from kbcli.filters.sql import dumps_metadata
+from kbcli.stores.composite import Store
+from kbcli.stores.parts import EVERY, Built, Filter, Hit, Listing, Location, NewRow, Vector
+from kbcli.stores.postgres import catalog, ledger, vectors
+from kbcli.stores.postgres.catalog import ChunkRow
+from kbcli.stores.postgres.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.postgres.dsn import ENV_DSN, resolve_dsn
+from kbcli.stores.postgres.keyword import KeywordTables
+from kbcli.stores.postgres.replica import ENV_READ_DSN, resolve_read_dsn
+from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.vectors import EF_SEARCH
+from kbcli.text.analysis import Analyzer
+from kbcli.text.bm25 import ChunkTerms
+from kbcli.types import Document, FileRecord, Finding
 
 # The first vectors of an index arriving in a batch this large get their HNSW index built after
 # the rows are in (``kb copy``, a bulk add): once, not row by row.
@@ -349,7 +349,7 @@ class PostgresStore(Store):
 
 def _doctor(store: Any, repair: bool) -> list[Finding]:
     """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
-    from . import doctor
+    from kbcli.stores.postgres import doctor
 
     with store._db.primary():
         return doctor.run(store, repair)

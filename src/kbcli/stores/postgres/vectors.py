@@ -15,11 +15,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ...embedders.base import EmbedderInfo
-from ...errors import IndexMismatchError
-from ..common import check_embedder
-from .filters import scan_filter
-from .schema import Tables
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import IndexMismatchError
+from kbcli.stores.common import check_embedder
+from kbcli.stores.postgres.filters import scan_filter
+from kbcli.stores.postgres.schema import Tables
 
 HNSW_MAX_DIM = 2000
 EF_SEARCH_MAX = 1000
@@ -212,7 +212,7 @@ def unstaged(conn: Any, t: Tables) -> tuple[list[tuple[int, str]], int]:
 def put(conn: Any, t: Tables, rows: list[tuple[int, Any]]) -> None:
     """Store the vectors of chunks already written (by ``doc``); a chunk that holds that
     vector already (the catalog wrote it with its row) is not rewritten."""
-    from .catalog import vector_text
+    from kbcli.stores.postgres.catalog import vector_text
 
     conn.execute(
         f"UPDATE {t.chunks} AS c SET embedding = x.vec::vector"
@@ -224,7 +224,7 @@ def put(conn: Any, t: Tables, rows: list[tuple[int, Any]]) -> None:
 
 def put_staged(conn: Any, t: Tables, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
     """Stage vectors of ``rows``."""
-    from .catalog import vector_text
+    from kbcli.stores.postgres.catalog import vector_text
 
     conn.execute(
         f"INSERT INTO {t.staging} SELECT doc, vec::vector"

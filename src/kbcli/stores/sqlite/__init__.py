@@ -18,8 +18,8 @@
 
 from __future__ import annotations
 
-from .connection import DEFAULT_BUSY_TIMEOUT
-from .schema import APP_ID, SCHEMA_VERSION
-from .store import SQLiteStore
+from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT
+from kbcli.stores.sqlite.schema import APP_ID, SCHEMA_VERSION
+from kbcli.stores.sqlite.store import SQLiteStore
 
 __all__ = ["APP_ID", "DEFAULT_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteStore"]

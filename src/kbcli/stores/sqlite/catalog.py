@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ...bm25 import ChunkTerms
-from ...filter_sql import compile_sql, dumps_metadata, source_ranges
-from ...filters import validate_filter
-from ...types import Document
-from ..common import text_hash, unpack_vector
-from ..parts import EVERY, Listing
+from kbcli.filters.model import validate_filter
+from kbcli.filters.sql import compile_sql, dumps_metadata, source_ranges
+from kbcli.stores.common import text_hash, unpack_vector
+from kbcli.stores.parts import EVERY, Listing
+from kbcli.text.bm25 import ChunkTerms
+from kbcli.types import Document
 
 BATCH = 500  # ids per IN (...) list
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"

@@ -28,16 +28,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ...crashpoints import crash_point
-from ...errors import (
+from kbcli.errors import (
     DatabaseLockedError,
     NotAKnowledgeBaseError,
     ReadOnlyIndexError,
     StoreError,
 )
-from ..common import lock_file
-from ..nesting import Nesting
-from . import schema
+from kbcli.stores.common import lock_file
+from kbcli.stores.nesting import Nesting
+from kbcli.stores.sqlite import schema
+from kbcli.system.crashpoints import crash_point
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ...types import Finding
-from . import integrity
-from .packlog import current_tag, pack_path, read_header
-from .vectors import bump, remove_dead_temp_files
+from kbcli.stores.sqlite import integrity
+from kbcli.stores.sqlite.packlog import current_tag, pack_path, read_header
+from kbcli.stores.sqlite.vectors import bump, remove_dead_temp_files
+from kbcli.types import Finding
 
 if TYPE_CHECKING:
-    from .store import SQLiteStore
+    from kbcli.stores.sqlite.store import SQLiteStore
 
 
 def run(store: SQLiteStore, repair: bool) -> list[Finding]:
@@ -99,7 +99,7 @@ def _pack(store: SQLiteStore) -> list[str]:
     with store._db.read() as conn:
         if header.get("tag") != current_tag(conn):
             return []  # stale: replaced by the next search
-        from . import packed
+        from kbcli.stores.sqlite import packed
 
         if packed.map_pack(path, header["tag"]) is None:
             return [f"{path.name} is damaged or cut short (ignored by search)"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from .packlog import current_seq, current_tag, log_floor, pack_path, read_header
+from kbcli.stores.sqlite.packlog import current_seq, current_tag, log_floor, pack_path, read_header
 
 
 def problems(conn: sqlite3.Connection) -> list[str]:
@@ -40,7 +40,7 @@ def _frequencies(conn: sqlite3.Connection) -> list[str]:
     length against the sum of its tfs."""
     import numpy as np
 
-    from . import packed
+    from kbcli.stores.sqlite import packed
 
     arrays = packed.build_arrays(conn)
     df = np.diff(arrays["offsets"])  # postings are ordered by term: chunks holding each
@@ -120,7 +120,7 @@ def _pack(conn: sqlite3.Connection) -> list[str]:
     header = read_header(path)
     if header is None or header.get("tag") != current_tag(conn):
         return []
-    from . import packed
+    from kbcli.stores.sqlite import packed
 
     pack = packed.map_pack(path, header["tag"])
     if pack is None:

@@ -1,6 +1,6 @@
 """The BM25 index in SQLite: ``terms`` (df, sdf), source statistics, the chunks' forward indexes.
 
-Changes are planned by :mod:`kbcli.bm25` and applied here inside the catalog's transaction.
+Changes are planned by :mod:`kbcli.text.bm25` and applied here inside the catalog's transaction.
 Every change also appends its chunks to ``keyword_log`` (same transaction), which keeps the
 packed postings of :mod:`.packed` exact between merges. There is no postings table: a chunk's
 postings are its forward index (``chunks.terms``). Search runs the formula with numpy over the
@@ -20,8 +20,15 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ...analysis import Analyzer, has_title_field
-from ...bm25 import (
+from kbcli.filters.sql import dumps_metadata
+from kbcli.stores.keywords import SignedKeywords
+from kbcli.stores.parts import Filter
+from kbcli.stores.sqlite import catalog, packread
+from kbcli.stores.sqlite.catalog import BATCH, ChunkRow, pack_terms, unpack_terms
+from kbcli.stores.sqlite.packlog import current_seq, current_tag, pack_path, prune_log
+from kbcli.stores.sqlite.packread import SMALL_MAX_POSTINGS
+from kbcli.text.analysis import Analyzer, has_title_field
+from kbcli.text.bm25 import (
     BM25Params,
     ChunkTerms,
     CorpusStats,
@@ -30,13 +37,6 @@ from ...bm25 import (
     Scored,
     select_terms,
 )
-from ...filter_sql import dumps_metadata
-from ..keywords import SignedKeywords
-from ..parts import Filter
-from . import catalog, packread
-from .catalog import BATCH, ChunkRow, pack_terms, unpack_terms
-from .packlog import current_seq, current_tag, pack_path, prune_log
-from .packread import SMALL_MAX_POSTINGS
 
 FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
 IN_ORDER_FIRST = 25  # unfiltered candidates per k a new filter is checked on first (x4 each round)
@@ -305,11 +305,11 @@ class KeywordTables(SignedKeywords):
         params: BM25Params,
         state: tuple[str, int, int] | None = None,
     ) -> list[tuple[int, float, float, float]]:
-        """:func:`kbcli.bm25.rank` with numpy over the packed postings."""
+        """:func:`kbcli.text.bm25.rank` with numpy over the packed postings."""
         view = self.view(conn, state)
         if not filter:
             return self._score(view, terms, stats, k, params, None)
-        from .packed import FILTER_PROBE
+        from kbcli.stores.sqlite.packed import FILTER_PROBE
 
         # a new filter is checked on every candidate at once only when they are fewer than
         # the first round in rank order would check
@@ -404,7 +404,7 @@ class KeywordTables(SignedKeywords):
         scope: Any = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`packed.score` of ``terms`` weighted with ``stats``."""
-        from . import packed
+        from kbcli.stores.sqlite import packed
 
         weighted = [
             packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
@@ -457,7 +457,7 @@ class KeywordTables(SignedKeywords):
     def _scope(self, conn: sqlite3.Connection, view: Any, scope: dict[str, Any]) -> Any:
         """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
         bitmaps while the generation holds)."""
-        from .packed import Scope
+        from kbcli.stores.sqlite.packed import Scope
 
         key = "scope:" + json.dumps(scope, sort_keys=True, default=str)
         if key not in self._filters:
@@ -495,7 +495,7 @@ class KeywordTables(SignedKeywords):
     def _write(self, pack: Any) -> Any:
         """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
         the folder cannot be written (that costs only speed) or another writer replaced it."""
-        from . import packed
+        from kbcli.stores.sqlite import packed
 
         self._due = False
         if self.read_only:
@@ -517,7 +517,7 @@ class KeywordTables(SignedKeywords):
         generation holds, else the mapped pack plus the log's delta. When there is no pack, it
         is void, or the delta has grown too large, a new pack is built from the snapshot:
         written at once with ``write`` (a writer), else kept in memory and marked :attr:`due`."""
-        from . import packed
+        from kbcli.stores.sqlite import packed
 
         if state is None:
             state = (current_tag(conn), self._generation(conn), current_seq(conn))
@@ -561,7 +561,7 @@ class KeywordTables(SignedKeywords):
     def _probe(view: Any) -> int:
         """How many chunks a new filter is checked on in SQL before the whole index's bitmap
         is read instead (a full scan reads every chunk's row)."""
-        from .packed import FILTER_PROBE
+        from kbcli.stores.sqlite.packed import FILTER_PROBE
 
         return max(FILTER_PROBE, view.slots // 16)
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from ...embedders.base import EmbedderInfo
-from ...types import FileRecord
-from ..common import (
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.stores.common import (
     FILE_COLUMNS,
     KEEP_AT_LEAST,
     cache_key,
@@ -26,8 +25,9 @@ from ..common import (
     text_hash,
     unpack_vector,
 )
-from .catalog import BATCH
-from .vectors import recorded_embedder
+from kbcli.stores.sqlite.catalog import BATCH
+from kbcli.stores.sqlite.vectors import recorded_embedder
+from kbcli.types import FileRecord
 
 
 def records(conn: sqlite3.Connection) -> dict[str, FileRecord]:
@@ -43,9 +43,7 @@ def count(conn: sqlite3.Connection) -> int:
 
 def put(conn: sqlite3.Connection, record: FileRecord) -> None:
     """Insert or replace a file record."""
-    conn.execute(
-        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)", file_row(record)
-    )
+    conn.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?)", file_row(record))
 
 
 def forget(conn: sqlite3.Connection, path: str) -> None:

@@ -14,7 +14,7 @@ a crash leaves the old pack or none, and both are valid. The file is tagged with
 and the keyword epoch (a re-analysis starts a new one); writers prune log rows a pack on disk
 already holds and record that floor, so a pack older than the floor is rebuilt, never trusted.
 
-Scores are :func:`kbcli.bm25.rank`'s arithmetic in float64 (checked by the parity test). The
+Scores are :func:`kbcli.text.bm25.rank`'s arithmetic in float64 (checked by the parity test). The
 file's layout has a version (``packlog.FORMAT`` and ``TF_RUNS``, in the header): a
 pack of another layout is stale, replaced by the next search like a missing one.
 """
@@ -26,8 +26,8 @@ from typing import NamedTuple
 import numpy as np
 
 # The pack file and its view, re-exported: callers use ``packed.<name>`` for all three.
-from .packfile import ARRAYS, FETCH, Pack, build_arrays, map_pack, write_pack
-from .packview import (
+from kbcli.stores.sqlite.packfile import ARRAYS, FETCH, Pack, build_arrays, map_pack, write_pack
+from kbcli.stores.sqlite.packview import (
     FILTER_PROBE,
     MERGE_FRACTION,
     MERGE_MIN,
@@ -96,7 +96,7 @@ def score(
     allowed: Visible | np.ndarray | None,
     scope: Scope | None = None,
 ) -> list[tuple[int, float, float, float]]:
-    """:func:`kbcli.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
+    """:func:`kbcli.text.bm25.rank` over the view: ``(doc, score, chunk part, source part)``, best
     first, ties by lower doc id. ``allowed`` is the pre-filter: a :class:`Visible` of the
     view, or a mask per slot (within ``scope``, whose source lengths count then)."""
     if k <= 0:

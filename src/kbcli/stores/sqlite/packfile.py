@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ...crashpoints import crash_point
-from .catalog import NARROW_TAG
-from .packlog import FORMAT, HEADER_SIZE, MAGIC, TF_RUNS, read_header
-from .vectors import fsync_dir
+from kbcli.stores.sqlite.catalog import NARROW_TAG
+from kbcli.stores.sqlite.packlog import FORMAT, HEADER_SIZE, MAGIC, TF_RUNS, read_header
+from kbcli.stores.sqlite.vectors import fsync_dir
+from kbcli.system.crashpoints import crash_point
 
 FETCH = 20_000  # chunk rows per step when packing
 ARRAYS = ("doc", "dl", "src", "offsets", "slot", "tf", "srclen")

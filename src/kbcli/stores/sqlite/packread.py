@@ -4,7 +4,7 @@ A whole ``kb search --mode keyword`` does not import numpy (about 55 ms here, mo
 search costs). When the query's postings are few, they are read from the pack on disk through
 ``mmap`` and ``memoryview.cast``, with the log's delta applied as :mod:`.packed` does (the
 pack's slots of changed chunks are tombstones, their current postings come from their forward
-indexes, touched sources' lengths from the table), and ranked by :func:`kbcli.bm25.rank`
+indexes, touched sources' lengths from the table), and ranked by :func:`kbcli.text.bm25.rank`
 itself, the reference executor. A large delta, many postings or a pack of another layout are
 left to the numpy executor of :mod:`.packed`.
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...bm25 import BM25Params, CorpusStats, QueryTerm, rank
-from . import catalog
-from .catalog import BATCH, unpack_terms
-from .packlog import current_seq, log_floor, read_header
+from kbcli.stores.sqlite import catalog
+from kbcli.stores.sqlite.catalog import BATCH, unpack_terms
+from kbcli.stores.sqlite.packlog import current_seq, log_floor, read_header
+from kbcli.text.bm25 import BM25Params, CorpusStats, QueryTerm, rank
 
 # Up to this many postings the ranking in Python (~1 us a posting) costs less than importing
 # numpy; beyond it the numpy executor runs. So does a delta of more chunks than SMALL_MAX_DELTA.

@@ -9,9 +9,9 @@ from functools import cached_property
 
 import numpy as np
 
-from ...bm25 import CorpusStats
-from .packfile import Pack, term_pairs
-from .packlog import TF_RUNS, current_seq, log_floor
+from kbcli.stores.sqlite.packfile import Pack, term_pairs
+from kbcli.stores.sqlite.packlog import TF_RUNS, current_seq, log_floor
+from kbcli.text.bm25 import CorpusStats
 
 MERGE_MIN = 2_000  # delta chunks tolerated before a new pack, at least ...
 MERGE_FRACTION = 0.05  # ... or this fraction of the corpus
@@ -146,7 +146,7 @@ def source_norm(srclen: np.ndarray, avgsl: float, k1: float, b: float) -> np.nda
 
 
 class Scope:
-    """An access scope over a view (:mod:`kbcli.bm25`, "Scopes"): its live slots (``mask``),
+    """An access scope over a view (:mod:`kbcli.text.bm25`, "Scopes"): its live slots (``mask``),
     the statistics of those chunks alone and each source's length over them. Made once per
     (scope, generation) from the allowed-slot bitmap: a few passes of numpy over the slots,
     no read of the database."""

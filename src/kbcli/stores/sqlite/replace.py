@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ...errors import DatabaseLockedError, StoreError
-from ..common import lock_file
+from kbcli.errors import DatabaseLockedError, StoreError
+from kbcli.stores.common import lock_file
 
 
 def replace_database(new: Path, live: Path, wait: float) -> None:

@@ -35,9 +35,9 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from ...crashpoints import crash_point
-from ...errors import NotAKnowledgeBaseError
-from ..common import KEEP_AT_LEAST
+from kbcli.errors import NotAKnowledgeBaseError
+from kbcli.stores.common import KEEP_AT_LEAST
+from kbcli.system.crashpoints import crash_point
 
 SCHEMA_VERSION = 6
 APP_ID = 0x4B42_4C49  # "KBLI"
@@ -206,9 +206,7 @@ def migrate_5_to_6(conn: sqlite3.Connection) -> None:
         )
     conn.execute("DROP TABLE embedding_cache")
     conn.execute("ALTER TABLE embedding_cache_6 RENAME TO embedding_cache")
-    conn.execute(
-        "CREATE UNIQUE INDEX embedding_cache_key ON embedding_cache (embedder, text_hash)"
-    )
+    conn.execute("CREATE UNIQUE INDEX embedding_cache_key ON embedding_cache (embedder, text_hash)")
 
 
 # Migration from version N to N+1, by N.

@@ -16,17 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...analysis import Analyzer
-from ...types import Finding
-from ..common import scratch_folder
-from ..composite import Store
-from ..parts import Built, Location
-from ..upkeep import Upkeep
-from . import catalog, integrity, ledger
-from .connection import DEFAULT_BUSY_TIMEOUT, Database
-from .keyword import KeywordTables
-from .packlog import pack_path
-from .vectors import DerivedVectors, MatrixCache, TableVectors
+from kbcli.stores.common import scratch_folder
+from kbcli.stores.composite import Store
+from kbcli.stores.parts import Built, Location
+from kbcli.stores.sqlite import catalog, integrity, ledger
+from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.sqlite.keyword import KeywordTables
+from kbcli.stores.sqlite.packlog import pack_path
+from kbcli.stores.sqlite.vectors import DerivedVectors, MatrixCache, TableVectors
+from kbcli.stores.upkeep import Upkeep
+from kbcli.text.analysis import Analyzer
+from kbcli.types import Finding
 
 
 class SQLiteStore(Store):
@@ -139,6 +139,6 @@ def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:
 def _doctor(store: Any, repair: bool) -> list[Finding]:
     """Check the keyword tables, the packed keyword file and the derived vector index against
     the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
-    from . import doctor
+    from kbcli.stores.sqlite import doctor
 
     return doctor.run(store, repair)

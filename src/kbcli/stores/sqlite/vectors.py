@@ -18,14 +18,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ...crashpoints import crash_point
-from ...embedders.base import EmbedderInfo
-from ...errors import IndexMismatchError
-from ...protocols import VectorIndex
-from ..common import check_embedder, dense_search, pack_vector
-from ..numpy_index import NumpyVectorIndex
-from ..parts import Filter, Hit, Vector
-from . import catalog
+from kbcli.embedders.base import EmbedderInfo
+from kbcli.errors import IndexMismatchError
+from kbcli.protocols import VectorIndex
+from kbcli.stores.common import check_embedder, dense_search, pack_vector
+from kbcli.stores.numpy_index import NumpyVectorIndex
+from kbcli.stores.parts import Filter, Hit, Vector
+from kbcli.stores.sqlite import catalog
+from kbcli.system.crashpoints import crash_point
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -247,7 +247,7 @@ class MatrixCache:
         (ids or unit rows), or None (agrees, missing, or stale: rebuilt by the next search)."""
         import numpy as np
 
-        from ...vectors import as_unit_matrix
+        from kbcli.text.vectors import as_unit_matrix
 
         if not self.path.exists():
             return None
@@ -308,7 +308,7 @@ class MatrixCache:
         written (a read-only folder costs only speed)."""
         import numpy as np
 
-        from ...vectors import as_unit_matrix
+        from kbcli.text.vectors import as_unit_matrix
 
         n = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
         dim = dimension(conn) or 0
@@ -363,7 +363,7 @@ class MatrixCache:
     def _build_in_memory(conn: sqlite3.Connection, ids: Any, dim: int) -> tuple[Any, Any]:
         import numpy as np
 
-        from ...vectors import as_unit_matrix
+        from kbcli.text.vectors import as_unit_matrix
 
         matrix = np.empty((ids.shape[0], dim), np.float32)
         done = 0

@@ -1,0 +1,1 @@
+"""kbcli.agent.tools."""

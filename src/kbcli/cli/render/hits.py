@@ -1,0 +1,240 @@
+"""Search hits: JSON, CSV, Markdown, ``--format files`` and the table (or blocks on a narrow
+terminal)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from kbcli.cli.render.explain import explain_facts, shared_facts
+from kbcli.cli.render.messages import print_json, print_jsonl, result, rich_console
+from kbcli.cli.render.names import chunk_location, file_names
+from kbcli.cli.render.snippets import rich_lines, snippet_lines, term_pattern
+from kbcli.types import note_author
+
+
+def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str, Any]]:
+    """The JSON shape of search results: ``{id, score, text, metadata}`` (+ ``explain``)."""
+    out = []
+    for r in results:
+        item = {
+            "id": r.document.id,
+            "score": r.score,
+            "text": r.document.text,
+            "metadata": r.document.metadata,
+        }
+        if explain:
+            item["explain"] = r.explain
+        out.append(item)
+    return out
+
+
+def no_results_text(results: Any) -> str:
+    """What an empty search says; a reranker's refusal also says why."""
+    if getattr(results, "refused", False):
+        best = results.best_relevance
+        return (
+            f"No relevant knowledge found: none of the {results.candidates} candidates reached "
+            f"min_relevance {results.min_relevance:g}"
+            + (f" (best {best:.3f})." if best is not None else ".")
+        )
+    return "No relevant knowledge found."
+
+
+SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
+
+
+def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
+    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by}``
+    (``note_by``: the writer of an agent's note, else null), with ``matched_chunks`` for file
+    hits and ``explain`` when asked. ``line`` and ``location`` are the line the hit is for (its
+    best-matching line; ``path#page=N`` for a page); the chunk's own first line stays in
+    ``metadata``."""
+    r = hit.result
+    item: dict[str, Any] = {
+        "id": r.document.id,
+        "score": r.score,
+        "text": r.document.text,
+        "metadata": r.document.metadata,
+        "unit": unit,
+        "location": hit.location,
+        "line": hit.line,
+        "note_by": note_author(r.document.metadata),
+    }
+    if unit == "file":
+        item["matched_chunks"] = hit.matched
+    if explain:
+        item["explain"] = r.explain
+    return item
+
+
+def search_output(
+    hits: Sequence[Any], fmt: str, unit: str, explain: bool, null: bool = False
+) -> None:
+    """Search hits on stdout as ``fmt`` (every format but ``table``); ``null``: ``files``
+    separated by NUL bytes."""
+    if fmt == "json":
+        print_json([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "jsonl":
+        print_jsonl([hit_json(h, unit, explain) for h in hits])
+    elif fmt == "files":
+        file_names([h.source for h in hits if h.source is not None and not h.note], null)
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["rank", "score", "location", "source", "line", "chunk", "matched", "id"]
+                        + ["text"])  # fmt: skip
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            writer.writerow(
+                [rank, f"{h.result.score:.4f}", h.location, h.source or "", h.line or "",
+                 meta.get("chunk_index", ""), h.matched, h.result.document.id,
+                 " ".join(h.result.document.text.split())]
+            )  # fmt: skip
+    elif fmt == "md":
+        result(f"| # | Score | Location | {'Chunks' if unit == 'file' else 'Chunk'} | Text |")
+        result("|---:|---:|---|---:|---|")
+        for rank, h in enumerate(hits, 1):
+            meta = h.result.document.metadata
+            lines = [_md_code(text) for _, text, _ in snippet_lines(h.result, None)]
+            count = str(h.matched) if unit == "file" else chunk_label(meta, h.page is None)
+            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count]
+            row = [c.replace("|", "\\|") for c in cells]
+            result("| " + " | ".join([*row, "<br>".join(lines)]) + " |")
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
+MIN_SNIPPET = 20  # narrower than this, the snippet goes under the location instead
+# The snippet column must also hold this many cells (or the snippet's longest line, when
+# shorter): narrower, its lines (commands) would wrap, and blocks give them the whole width.
+SNIPPET_ROOM = 60
+
+
+def search_table(
+    hits: Sequence[Any],
+    terms: Sequence[str],
+    explain: bool = False,
+    unit: str = "chunk",
+    console: Any = None,
+) -> None:
+    """Rank, score, location, chunk (or matched chunks) and a snippet for each hit: the line
+    the hit is for with its neighbours, line breaks kept, terms highlighted. The location
+    (``path:line``, ``path#page=N``) is never cut or wrapped (``$EDITOR +LINE path`` must copy
+    whole) and the snippet column is as wide as its longest line when the terminal has room
+    (a command stays on one line); when less than :data:`MIN_SNIPPET` columns would be left,
+    each hit is a block instead, its location on a line of its own. ``explain`` follows the
+    hits, a few lines per hit (:func:`explain_blocks`)."""
+    console = console or rich_console()
+    pattern = term_pattern(terms)
+    rows = []
+    for rank, hit in enumerate(hits, 1):
+        r = hit.result
+        meta = r.document.metadata
+        location = chunk_location(meta, hit.line, page=hit.page)
+        count = str(hit.matched) if unit == "file" else chunk_label(meta, hit.page is None)
+        rows.append((str(rank), f"{r.score:.3f}", location, count, rich_lines(r, pattern)))
+    header = ("#", "Score", "Location", "Chunks" if unit == "file" else "Chunk")
+    longest = max((line.cell_len for row in rows for line in row[4].split("\n")), default=0)
+    room = max(MIN_SNIPPET, min(longest, SNIPPET_ROOM))
+    if table_fits(console.width, header, [row[:4] for row in rows], room):
+        _hits_table(console, header, rows)
+    else:
+        _hits_blocks(console, unit, rows)
+    if explain:
+        explain_blocks(
+            console, [(row[0], row[2], hit.result.explain) for row, hit in zip(rows, hits)]
+        )
+
+
+def table_fits(
+    width: int, header: Sequence[str], rows: Sequence[Sequence[str]], room: int = MIN_SNIPPET
+) -> bool:
+    """True when columns as wide as their longest cell leave ``room`` cells for a last
+    column (a Rich table: one space of padding each side, a rule between columns)."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(str(cell)) for cell in column) for column in zip(header, *rows)]
+    borders = len(widths) + 2
+    return sum(widths) + 2 * (len(widths) + 1) + borders + room <= width
+
+
+def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """The table: every column but the snippet as wide as its cells, never wrapped; the
+    snippet as wide as its longest line, up to what is left of the terminal (then its lines
+    wrap at spaces)."""
+    from rich.cells import cell_len
+    from rich.table import Table
+
+    table = Table(show_lines=True, expand=False)
+    table.add_column(header[0], justify="right", no_wrap=True)
+    table.add_column(header[1], justify="right", no_wrap=True)
+    longest = max(cell_len(row[2]) for row in rows)
+    table.add_column(header[2], no_wrap=True, min_width=longest)
+    table.add_column(header[3], justify="right", no_wrap=True)
+    table.add_column("Snippet", overflow="fold", min_width=MIN_SNIPPET)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+
+
+def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None:
+    """A narrow terminal: ``#1  0.873  2 chunks``, the location alone on the next line (the
+    terminal may fold it, the text stays one line), the snippet indented under it."""
+    from rich.text import Text
+
+    for number, (rank, score, location, count, body) in enumerate(rows):
+        if number:
+            console.print()
+        what = f"chunks {count}" if unit == "file" else f"chunk {count}"
+        console.print(Text(f"#{rank}  {score}  {what}", style="bold"), soft_wrap=True)
+        console.print(Text(location), soft_wrap=True)
+        indented(console, body)
+
+
+def indented(console: Any, text: Any, indent: int = 3) -> None:
+    """``text`` (Rich text) under an ``indent``, each line wrapped at spaces to the width left
+    (a word longer than it folded), no spaces added after a line."""
+    from rich.text import Text
+
+    width = max(1, console.width - indent)
+    for line in text.wrap(console, width, overflow="fold"):
+        line.rstrip()
+        console.print(Text(" " * indent) + line, soft_wrap=True)
+
+
+def explain_blocks(console: Any, hits: Sequence[tuple[str, str, Any]]) -> None:
+    """``--explain`` under the hits: the facts every hit shares once (the fusion, alpha and
+    why), then each hit's ``#rank location`` and its own facts, indented, one a line (a long
+    one wraps under its indent)."""
+    from rich.text import Text
+
+    explains = [explain for _, _, explain in hits]
+    shared = shared_facts(explains)
+    console.print()
+    console.print(Text("How each score was made", style="bold"))
+    if shared:
+        indented(console, Text("every hit: " + "; ".join(shared), style="dim"))
+    for rank, location, explain in hits:
+        own = [fact for _, fact in explain_facts(explain) if fact not in shared]
+        console.print(Text(f"#{rank} {location}"), soft_wrap=True)
+        indented(console, Text("\n".join(own) if own else "as above" if shared else "-"))
+
+
+def _md_code(text: str) -> str:
+    """A snippet line for a Markdown table cell: ``|`` escaped, ``<``, ``>`` and ``&`` as
+    entities (a line of HTML or a ``<br>`` in the text stays text)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|")
+
+
+def chunk_label(meta: dict[str, Any], page: bool = True) -> str:
+    """A chunk's number, with ``(p. N)`` when it has a page (``page`` False: the location
+    already says it)."""
+    index = meta.get("chunk_index")
+    label = "-" if index is None else str(index)
+    if page and meta.get("page") is not None:
+        label += f" (p. {meta['page']})"
+    return label

@@ -1,0 +1,1 @@
+"""kbcli.ingest.loaders.registry."""

@@ -1,0 +1,510 @@
+"""JSON over HTTP for the rerank and chat endpoints, with the embedders' request policy.
+
+The API reranker, the LLM reranker and query rewriting talk to plain REST endpoints, so they
+use the standard library (``urllib``: no SDK to import, nothing to install). What is shared
+with the embedders is imported, not copied: the retry policy, backoff and ``Retry-After``
+handling of :mod:`kbcli.providers.retry`, and the key lookup, redaction and host helpers of
+:mod:`kbcli.embedders.settings`. Keys are sent only in the ``Authorization`` header and never
+appear in messages (server messages are redacted before they are quoted).
+
+Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
+(:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`read_capped`), the first
+:data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and wait of a
+rerank or a rewrite) within its ``deadline``. The SDK chat clients of :mod:`kbcli.providers.chat` bound
+their replies with :func:`reply_cap_hook`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
+from kbcli.errors import RerankerError
+from kbcli.providers.retry import (
+    EmbedderRequestError,
+    Failure,
+    RetryPolicy,
+    call_with_retries,
+    connection_refused,
+    is_retryable_status,
+    nothing_listening,
+    parse_retry_after,
+)
+
+DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CHAT_MODEL = "gpt-4o-mini"
+CHAT_KEY_ENV = ("LLM_API_KEY", "OPENAI_API_KEY", "API_KEY")
+CHAT_BASE_URL_ENV = ("LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+CHAT_MODEL_ENV = ("LLM_MODEL",)
+MAX_REPLY_BYTES = 16 << 20  # a rerank or chat reply (a rerank of 1000 documents is < 2 MB)
+MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
+TOO_LARGE = "reply too large"  # a Failure's reason: the reply passed its bound
+READ_BLOCK = 64 << 10
+
+
+class _BadResponse(Exception):
+    """The server answered 2xx with something that is not the JSON we expect."""
+
+
+class UnreadableReply(Exception):
+    """A reply kb cannot read within its bounds (an encoding it did not ask for)."""
+
+
+class ReplyTooLarge(Exception):
+    """A server's reply passed the bytes kb reads of it (raised while it is read, so the rest
+    is never held in memory). ``limit`` is that bound in bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the reply passed {megabytes(limit)}")
+        self.limit = limit
+
+
+def megabytes(size: int) -> str:
+    """``16 MB``, ``1.5 MB``, ``0.06 MB``: a byte count as messages show it."""
+    return f"{size / (1 << 20):.3g} MB"
+
+
+def read_capped(response: Any, limit: int) -> bytes:
+    """The body of the urllib ``response``, read in blocks; :class:`ReplyTooLarge` as soon as
+    it passes ``limit`` bytes."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        block = response.read(min(READ_BLOCK, limit + 1 - size))
+        if not block:
+            return b"".join(parts)
+        size += len(block)
+        if size > limit:
+            raise ReplyTooLarge(limit)
+        parts.append(block)
+
+
+def too_large_in(exc: BaseException | None) -> ReplyTooLarge | None:
+    """The :class:`ReplyTooLarge` that caused ``exc`` (an SDK may wrap it), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ReplyTooLarge):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def reply_cap_hook(limit: int) -> Callable[[Any], None]:
+    """An httpx (or httpx2) ``response`` event hook bounding what is read of each reply,
+    decoded: a body at ``limit`` bytes, an event stream (``text/event-stream``) at ``limit``
+    bytes per line, its total left to the caller (which counts the text it gets). A gzip or
+    deflate body is inflated here, within the same bounds (a small compressed reply can
+    inflate to gigabytes); any other encoding is refused. Give the client
+    ``Accept-Encoding: identity`` too, so a server has no reason to compress.
+
+    Raises :class:`ReplyTooLarge` from the reading of the body (the SDK's call, or its
+    stream's iteration)."""
+
+    def hook(response: Any) -> None:
+        module = sys.modules[type(response).__module__.split(".")[0]]
+        kind = response.headers.get("content-type", "").lower()
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        inflate: Callable[[bytes], Iterator[bytes]] | None = None
+        if encoding not in ("", "identity"):
+            inflate = _inflater(encoding)
+            del response.headers["content-encoding"]  # inflated here, not again by httpx
+        stream = _capped_class(module.SyncByteStream)()
+        stream.inner, stream.limit, stream.inflate = response.stream, limit, inflate
+        stream.per_line = kind.startswith("text/event-stream")
+        response.stream = stream
+
+    return hook
+
+
+_CAPPED: dict[type, type] = {}
+
+
+def _capped_class(base: type) -> type:
+    """A subclass of the client's own ``SyncByteStream`` (httpx checks the type) that reads
+    its inner stream within bounds."""
+    if base not in _CAPPED:
+        body = {"__iter__": _capped_iter, "close": _close}
+        _CAPPED[base] = type("CappedStream", (base,), body)
+    return _CAPPED[base]
+
+
+def _capped_iter(self: Any) -> Iterator[bytes]:
+    seen = 0  # bytes of the body, or of the line being read (an event stream)
+    for raw in self.inner:
+        for chunk in self.inflate(raw) if self.inflate is not None else (raw,):
+            if self.per_line:
+                cut = chunk.rfind(b"\n")
+                seen = len(chunk) - cut - 1 if cut >= 0 else seen + len(chunk)
+            else:
+                seen += len(chunk)
+            if seen > self.limit:
+                raise ReplyTooLarge(self.limit)
+            yield chunk
+
+
+def _close(self: Any) -> None:
+    self.inner.close()
+
+
+def _inflater(encoding: str) -> Callable[[bytes], Iterator[bytes]]:
+    if encoding in ("gzip", "x-gzip"):
+        return _Inflater(16 + zlib.MAX_WBITS).feed
+    if encoding == "deflate":  # a zlib stream, or (some servers) a raw deflate one
+        return _Inflater(zlib.MAX_WBITS, raw_fallback=True).feed
+    raise UnreadableReply(f"a reply compressed as {encoding!r}, which kb did not ask for")
+
+
+class _Inflater:
+    """Inflates a compressed body piece by piece, never more than :data:`READ_BLOCK` at once."""
+
+    def __init__(self, wbits: int, *, raw_fallback: bool = False) -> None:
+        self.inflater = zlib.decompressobj(wbits)
+        self.raw_fallback = raw_fallback
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            try:
+                out = self.inflater.decompress(data, READ_BLOCK)
+            except zlib.error as exc:
+                if not self.raw_fallback:
+                    reason = f"a compressed reply that cannot be inflated ({exc})"
+                    raise UnreadableReply(reason) from None
+                self.inflater, self.raw_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
+                continue
+            self.raw_fallback = False
+            if out:
+                yield out
+            data = self.inflater.unconsumed_tail
+
+
+def endpoint(base_url: str, path: str) -> str:
+    """``base_url`` joined with ``path`` unless it already ends with it (``…/v1`` or
+    ``…/v1/rerank`` both work)."""
+    base = base_url.rstrip("/")
+    return base if base.endswith(path) else f"{base}/{path.lstrip('/')}"
+
+
+def _server_message(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("detail") or data.get("detail") or "")
+        return str(error)
+    return text
+
+
+class JSONEndpoint:
+    """POSTs JSON to one URL and returns the decoded answer, retrying as the embedders do.
+
+    ``label`` names the service in messages ("rerank API"), ``setting`` the configuration
+    section a user would change ("rag.rerank"), ``key_env`` the variables a key may come from.
+    A reply is read up to ``max_bytes``; ``deadline`` seconds bound one :meth:`post`, every
+    attempt and wait included, unless the caller gives the end of a longer call (``until``).
+    Failures raise :class:`~kbcli.errors.RerankerError` with a one-line message.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        api_key: str | None,
+        key_source: str = "",
+        key_env: tuple[str, ...] = (),
+        label: str,
+        setting: str,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        deadline: float | None = None,
+        max_bytes: int = MAX_REPLY_BYTES,
+    ) -> None:
+        self.url = url
+        self.label = label
+        self.setting = setting
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.timeout = float(timeout)
+        # timeout is a total deadline per attempt (urllib's own applies to each read, so a
+        # server trickling bytes would never trip it); see kbcli.providers.retry
+        self.retry_policy = RetryPolicy(max_retries=max(0, int(max_retries)), timeout=self.timeout)
+        self._responses: list[Any] = []
+        self.key_source = key_source
+        self.key_env = key_env
+        self._api_key = api_key
+
+    @property
+    def host(self) -> str:
+        """Host (and port) of the server, for messages."""
+        return host_of(self.url)
+
+    def __repr__(self) -> str:
+        return f"JSONEndpoint({self.label!r}, host={self.host!r})"
+
+    def post(self, payload: dict[str, Any], *, until: float | None = None) -> Any:
+        """Send ``payload`` and return the decoded JSON answer. ``until`` (a
+        :func:`time.monotonic` time) ends every attempt and wait, for a call made of several
+        posts (a rerank); else ``deadline`` from now."""
+        policy = self.retry_policy
+        if until is None and self.deadline is not None:
+            until = time.monotonic() + self.deadline
+        if until is not None:
+            policy = replace(policy, budget=until - time.monotonic())
+        try:
+            return call_with_retries(
+                lambda: self._request(payload),
+                policy=policy,
+                classify=self._classify,
+                describe=self._describe,
+                on_abandon=self._abandon,
+            )
+        except EmbedderRequestError as exc:
+            raise RerankerError(str(exc)) from None
+
+    def _abandon(self) -> None:
+        """Close the answer an abandoned attempt is still reading (its thread then ends)."""
+        while self._responses:
+            self._responses.pop().close()
+
+    def _request(self, payload: dict[str, Any]) -> Any:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        data = json.dumps(payload).encode("utf-8")
+        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            self._responses.append(response)
+            try:
+                body = read_capped(response, self.max_bytes)
+            finally:
+                if response in self._responses:
+                    self._responses.remove(response)
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise _BadResponse(f"not JSON: {short(body[:200])}") from None
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        from kbcli.embedders.settings import transport_errors
+
+        if isinstance(exc, urllib.error.HTTPError):
+            status = exc.code
+            try:
+                body = exc.read(MAX_ERROR_BYTES)
+            except OSError:
+                body = b""
+            detail = short(redact(_server_message(body), self._api_key))
+            retry_after = parse_retry_after(exc.headers)
+            return Failure(
+                is_retryable_status(status), status, f"status {status}", retry_after, detail
+            )
+        refused = connection_refused(exc)
+        if isinstance(exc, urllib.error.URLError):
+            reason = exc.reason
+            if isinstance(reason, (TimeoutError, socket.timeout)):
+                return Failure(True, None, f"timed out after {self.timeout:g} s")
+            if refused:
+                return Failure(True, None, "connection error", refused=True)
+            return Failure(True, None, f"connection error ({short(reason, 80)})")
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return Failure(True, None, f"timed out after {self.timeout:g} s")
+        if isinstance(exc, (ConnectionError, http.client.HTTPException)):
+            return Failure(True, None, f"connection error ({type(exc).__name__})", refused=refused)
+        if isinstance(exc, transport_errors()):
+            return Failure(True, None, "connection error", refused=refused)
+        if isinstance(exc, ReplyTooLarge):
+            return Failure(False, None, TOO_LARGE, None, megabytes(exc.limit))
+        if isinstance(exc, (_BadResponse, UnreadableReply)):
+            return Failure(
+                False, None, "invalid response", None, short(redact(str(exc), self._api_key))
+            )
+        return None
+
+    def _describe(self, failure: Failure, attempts: int) -> str:
+        return describe_failure(
+            failure,
+            attempts,
+            where=f"{self.label} at {self.host}",
+            setting=self.setting,
+            key_env=self.key_env,
+            has_key=bool(self._api_key),
+            key_source=self.key_source,
+            deadline=self.deadline,
+            host=self.host,
+        )
+
+
+def describe_failure(
+    failure: Failure,
+    attempts: int,
+    *,
+    where: str,
+    setting: str,
+    key_env: tuple[str, ...] = (),
+    has_key: bool = True,
+    key_source: str = "",
+    deadline: float | None = None,
+    host: str = "",
+) -> str:
+    """The one-line message of a request that failed for good: ``where`` names the service
+    ("answer model gpt-4o-mini at localhost:8080"), ``setting`` the configuration section to
+    change, ``key_env`` the variables a key may come from, ``deadline`` the seconds
+    ``{setting}.deadline`` allows (a failure that exhausted the budget ran into it), ``host``
+    the address connected to. Holds no secret (the server's message in ``failure.detail`` is
+    already redacted)."""
+    detail = f": {failure.detail}" if failure.detail else ""
+    status = failure.status
+    if failure.reason == TOO_LARGE:
+        return (
+            f"{where} sent a reply of more than {failure.detail}, more than kb reads: stopped "
+            f"reading it; check that {setting}.base_url is the right server"
+        )
+    if failure.exhausted == "budget" and deadline is not None:
+        return (
+            f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s"
+            f"{last_attempt(failure, attempts)}): stopped; try again later, or raise "
+            f"{setting}.deadline"
+        )
+    if failure.retryable:
+        what = f"status {status}" if status is not None else failure.reason
+        if failure.refused:
+            listening = nothing_listening(host or "that address", setting)
+            return f"{where} failed after {attempts} attempts ({what}): {listening}"
+        return (
+            f"{where} failed after {attempts} attempts ({what}){detail}; try again later "
+            f"or raise {setting}.max_retries"
+        )
+    keys = "/".join(key_env) or "the api_key argument"
+    if status == 401:
+        if not has_key:
+            return f"{where} needs an API key (status 401): set {keys}"
+        return f"{where} rejected the API key (status 401): check {key_source or keys}"
+    if status == 403:
+        return f"{where} refused access (status 403){detail}: check the key and the model"
+    if status == 404:
+        return (
+            f"{where} answered 404 (not found){detail}: check {setting}.base_url and "
+            f"{setting}.model"
+        )
+    shown = f"status {status}" if status is not None else failure.reason
+    return f"{where} failed ({shown}){detail}"
+
+
+def last_attempt(failure: Failure, attempts: int) -> str:
+    """``"; 3 attempts, the last: status 503"`` for a deadline's message (empty when the
+    deadline itself cut the only attempt)."""
+    what = f"status {failure.status}" if failure.status is not None else failure.reason
+    if "budget ran out" in what:  # the deadline cut that attempt: said already
+        what = ""
+    if attempts == 1:
+        return f"; {what}" if what else ""
+    return f"; {attempts} attempts" + (f", the last: {what}" if what else "")
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    """One chat completion: its text and, when asked for and served, the first token's
+    alternatives as ``{token: logprob}``."""
+
+    text: str
+    top_logprobs: dict[str, float] | None = None
+
+
+class ChatClient:
+    """An OpenAI-compatible ``POST …/chat/completions`` client (OpenAI, Ollama, vLLM, LM
+    Studio, llama.cpp, SiliconFlow, DeepSeek ...).
+
+    Settings come from the argument, else the environment: key ``LLM_API_KEY`` /
+    ``OPENAI_API_KEY`` / ``API_KEY``; base URL ``LLM_BASE_URL`` / ``OPENAI_BASE_URL`` /
+    ``OPENAI_API_BASE`` / ``https://api.openai.com/v1``; model ``LLM_MODEL`` / ``gpt-4o-mini``.
+    A server at another ``base_url`` may need no key (a local Ollama); OpenAI itself does.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        label: str = "chat model",
+        setting: str = "rag.rerank",
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        deadline: float | None = None,
+    ) -> None:
+        key, source = find_api_key(api_key, CHAT_KEY_ENV)
+        self.base_url = base_url or first_env(*CHAT_BASE_URL_ENV)[0] or DEFAULT_CHAT_BASE_URL
+        self.model = model or first_env(*CHAT_MODEL_ENV)[0] or DEFAULT_CHAT_MODEL
+        if not key and host_of(self.base_url) == host_of(DEFAULT_CHAT_BASE_URL):
+            raise RerankerError(
+                f"No API key for the {label} ({'/'.join(CHAT_KEY_ENV)}): set one, or set "
+                f"{setting}.base_url to a local OpenAI-compatible server"
+            )
+        self._endpoint = JSONEndpoint(
+            endpoint(self.base_url, "chat/completions"),
+            api_key=key,
+            key_source=source,
+            key_env=CHAT_KEY_ENV,
+            label=f"{label} {self.model}",
+            setting=setting,
+            timeout=timeout,
+            max_retries=max_retries,
+            deadline=deadline,
+        )
+
+    def __repr__(self) -> str:
+        return f"ChatClient(model={self.model!r}, host={host_of(self.base_url)!r})"
+
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        logprobs: bool = False,
+        until: float | None = None,
+    ) -> ChatReply:
+        """The model's answer to ``messages`` (``[{role, content}]``); ``until`` as for
+        :meth:`JSONEndpoint.post`."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        if logprobs:
+            payload["logprobs"] = True
+            payload["top_logprobs"] = 5
+        data = self._endpoint.post(payload, until=until)
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise RerankerError(
+                f"{self._endpoint.label} at {self._endpoint.host} answered without "
+                "choices[0].message.content: is base_url an OpenAI-compatible chat endpoint?"
+            ) from None
+        return ChatReply(str(text), _top_logprobs(choice) if logprobs else None)
+
+
+def _top_logprobs(choice: dict[str, Any]) -> dict[str, float] | None:
+    try:
+        first = choice["logprobs"]["content"][0]
+        alternatives = first.get("top_logprobs") or [first]
+        return {str(a["token"]): float(a["logprob"]) for a in alternatives}
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None

@@ -1,0 +1,76 @@
+"""Rerankers: the second search stage, rescoring a recalled candidate pool for one query.
+
+A reranker is any object with ``rerank(query, results) -> results`` (see
+:class:`~kbcli.protocols.RerankerProtocol`). The built-in ones return the same documents,
+best first, with ``score`` set to the reranker's relevance in [0, 1]:
+
+* :class:`PassthroughReranker` keeps the recall order and scores (the reference default);
+* :class:`~kbcli.search.rerank.cross_encoder.CrossEncoderReranker`, a local cross-encoder on
+  onnxruntime (``kbcli[local]``) or sentence-transformers (``kbcli[local-st]``);
+* :class:`~kbcli.search.rerank.api.APIReranker`, the common ``POST …/rerank`` REST protocol
+  (Cohere, Jina, SiliconFlow, Infinity, vLLM, TEI);
+* :class:`~kbcli.search.rerank.llm.LLMReranker`, an OpenAI-compatible chat model judging passages.
+
+Only this module is imported with kbcli's search; the others (and their model runtimes) load
+when a search first reranks. :func:`build_reranker` turns ``rag.rerank`` into one of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from kbcli.search.rerank.base import PassthroughReranker, rescored, sigmoid
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbcli.config.lookup import Config
+    from kbcli.search.rerank.api import APIReranker
+    from kbcli.search.rerank.cross_encoder import CrossEncoderReranker
+    from kbcli.search.rerank.llm import LLMReranker
+
+_LAZY = {
+    "APIReranker": ".api",
+    "CrossEncoderReranker": ".cross_encoder",
+    "LLMReranker": ".llm",
+}
+
+__all__ = [
+    "APIReranker",
+    "CrossEncoderReranker",
+    "LLMReranker",
+    "PassthroughReranker",
+    "build_reranker",
+    "rescored",
+    "sigmoid",
+]
+
+
+def build_reranker(config: Config | None = None) -> Any | None:
+    """The reranker ``rag.rerank`` describes (None when ``provider`` is ``none``).
+
+    Building is cheap: no model is loaded and nothing heavy is imported until the first
+    ``rerank`` call. A registered class is built with its ``from_config(settings)``; a user's
+    ``"package.module:Class"`` likewise when it has one, else with no arguments.
+    """
+    from kbcli.config.lookup import get_config
+    from kbcli.config.registry import load_reranker_class
+
+    settings = (config if config is not None else get_config()).rag.rerank
+    if settings.provider == "none":
+        return None
+    cls = load_reranker_class(settings.provider)
+    from_config = getattr(cls, "from_config", None)
+    return from_config(settings) if callable(from_config) else cls()
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

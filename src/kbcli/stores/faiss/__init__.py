@@ -1,0 +1,1 @@
+"""kbcli.stores.faiss."""
