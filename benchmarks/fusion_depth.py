@@ -135,7 +135,8 @@ def run_beir(name: str, embedder: str, data: Path, db_dir: Path) -> dict[str, An
 
 
 def run_beir_search(name: str, embedder: str, data: Path, db_dir: Path, k: int) -> dict[str, Any]:
-    """The judged queries of one split through ``kbcli.search.query.search`` by file at ``-k k`` (what
+    """The judged queries of one split through ``kbcli.search.query.search`` by file at ``-k k``
+    (what
     ``kb search -k K`` shows; each document is its chunks' source) on the index ``run_beir``
     built: nDCG@10, hit@1, hit@3 and MRR@10 of the files shown."""
     import time as clock

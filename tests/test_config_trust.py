@@ -395,7 +395,8 @@ def test_classes_of_each_family_pass(repo):
 # --- settings that send data out: every key decided, each one refused until kb trust --------
 #
 # The expectations below are this test's own, written from what each setting does (not read
-# from kbcli.config.trust): a new key in the schema, or a new provider name, fails here until someone
+# from kbcli.config.trust): a new key in the schema, or a new provider name, fails here until
+# someone
 # decides what it can make kb do.
 
 SENDS, RUNS, PATHS = "sends data", "runs code", "reads paths"

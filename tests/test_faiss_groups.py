@@ -14,7 +14,7 @@ faiss = need("faiss")
 np = need("numpy")
 
 from kbcli import Document  # noqa: E402
-from kbcli.stores.faiss import index as faiss_index
+from kbcli.stores.faiss import index as faiss_index  # noqa: E402
 from kbcli.stores.faiss.store import FILE_MAGIC, FaissStore, FaissVectorIndex  # noqa: E402
 from kbcli.text.vectors import distinct_rows, row_fingerprints  # noqa: E402
 from kbcli.types import FileRecord  # noqa: E402

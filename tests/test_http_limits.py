@@ -1,4 +1,5 @@
-"""The limits of ``kb mcp --http`` (kbcli.agent.mcp.http_limits) on a real uvicorn server in a thread,
+"""The limits of ``kb mcp --http`` (kbcli.agent.mcp.http_limits) on a real uvicorn server in a
+thread,
 over real loopback sockets, with both of uvicorn's HTTP parsers (httptools and h11) and short
 timeouts. The 2,000-socket run against the real ``kb mcp --http`` is in test_mcp.py."""
 

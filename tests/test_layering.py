@@ -203,7 +203,8 @@ def test_the_facade_does_not_import_the_layers_built_on_it():
     tool, even lazily; the KnowledgeBase users hold is assembled above them."""
     graph = import_graph()
     above = {
-        "kbcli.views", "kbcli.scope", "kbcli.agent.answer", "kbcli.agent.tools.read", "kbcli.search.hints",
+        "kbcli.views", "kbcli.scope", "kbcli.agent.answer", "kbcli.agent.tools.read",
+        "kbcli.search.hints",
         "kbcli.agent.get", "kbcli.agent.mcp.server", "kbcli.knowledge_base", "kbcli.pipeline",
     }  # fmt: skip
     assert reach(graph, "kbcli.facade") & above == set()

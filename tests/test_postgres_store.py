@@ -1,6 +1,7 @@
 """PostgresStore beyond the contract suites, on the session's real PostgreSQL server: keyword
 scores equal SQLite's, filtered dense search keeps k, filters are injection-proof and agree with
-kbcli.filters.model.matches, the DSN's password never shows, and the store works as `kb`'s backend."""
+kbcli.filters.model.matches, the DSN's password never shows, and the store works as `kb`'s
+backend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""kbcli.search.query.search: phrases, exclusions and results by file keep k hits when the first pool
+"""kbcli.search.query.search: phrases, exclusions and results by file keep k hits when the first
+pool
 is used up by one long file or by chunks the query syntax drops."""
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_the_parser_process_goes_when_the_script_ends(workspace):
     env = fresh_env(workspace.parent / "home")
     script = GUARDLESS + textwrap.dedent(
         """
-        from kbcli.ingest import bounded
+        from kbcli.ingest.loaders import bounded
         print("child", bounded._child.proc.pid)
         """
     )

@@ -149,7 +149,8 @@ class ChatModelProtocol(Protocol):
         temperature: float = 0.0,
         on_text: Callable[[str], None] | None = None,
     ) -> Any:
-        """The answer to ``messages`` (``[{role, content}]``) as a :class:`kbcli.providers.chat.Completion`
+        """The answer to ``messages`` (``[{role, content}]``) as a
+        :class:`kbcli.providers.chat.Completion`
         (``text``, ``model``, ``finish_reason``); with ``on_text``, each piece of the text is
         passed to it as it arrives. Raises :class:`~kbcli.errors.AnswerError` when it fails."""
         ...
@@ -324,7 +325,8 @@ class KeywordIndex(Protocol):
     Scores follow :mod:`kbcli.text.bm25` (Lucene idf, chunk BM25 plus ``source_weight`` times the
     BM25 of the chunk's whole source); a store either computes them with that module or is
     checked against it by the parity test. The postings change of a write (computed with
-    :func:`kbcli.text.bm25.plan_addition` / :func:`kbcli.text.bm25.plan_removal`) is applied inside the
+    :func:`kbcli.text.bm25.plan_addition` / :func:`kbcli.text.bm25.plan_removal`) is applied inside
+    the
     catalog's transaction. ``filter`` is a pre-filter: chunks it hides are neither scored nor
     counted in their source's score.
     """

@@ -73,7 +73,8 @@ class Finding:
 
 @dataclass(frozen=True)
 class LineMatch:
-    """Where a hit is inside its file (set by :func:`kbcli.search.query.locate_lines`): ``line``, the
+    """Where a hit is inside its file (set by :func:`kbcli.search.query.locate_lines`): ``line``,
+    the
     line of its chunk holding the most query-term weight (1-based, numbered as the file's
     editor and ``kb get`` number it), or the chunk's first line when none holds a query term
     (``matched`` False); ``context``, that line with a few neighbours as ``(number, text)``,
@@ -118,7 +119,8 @@ class SearchOptions:
     ``alpha`` weights the dense route in weighted hybrid fusion; left out it is
     ``limits.rerank_alpha`` from the configuration (0.6 by default) and ``alpha_chosen`` is
     False, so a retriever may still protect a weak dense route (see
-    :class:`~kbcli.search.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max normalised,
+    :class:`~kbcli.search.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max
+    normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
     ``filter`` is a metadata filter applied before scoring (BM25's statistics stay those of the
     whole index); ``scope`` is an access scope (what :meth:`KnowledgeBase.scoped` sets): a filter

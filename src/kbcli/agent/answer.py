@@ -142,7 +142,8 @@ class Evidence:
     @property
     def location(self) -> str:
         """``path:line``, ``path#page=N`` for a page of a PDF or an image, the path, or the
-        chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note by
+        chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note
+        by
         NAME`` (``note by NAME: source``)."""
         from kbcli.search.query import hit_page, location
 
@@ -307,7 +308,8 @@ def content_text(question: str) -> str:
 
 class TermWeights:
     """How much each question term counts: its BM25 idf in the store's keyword index inside
-    ``filter`` (:class:`~kbcli.search.query.TermIdf`: one single-term keyword lookup per term). A term
+    ``filter`` (:class:`~kbcli.search.query.TermIdf`: one single-term keyword lookup per term). A
+    term
     no passage in the filter holds weighs the most any term can (``idf`` of a term in no
     chunk): the knowledge base does not know that word. Without a keyword index every term
     weighs 1.
@@ -526,7 +528,8 @@ def ask(
     ``options``: the search (default ``SearchOptions(k=8)``). ``settings``: ``rag.answer``
     (default: the knowledge base's configuration). ``model`` overrides its model; ``chat`` is
     a ready chat model (anything with ``complete(messages, max_tokens=, temperature=,
-    on_text=)`` returning a :class:`~kbcli.providers.chat.Completion`). ``on_text`` streams the answer
+    on_text=)`` returning a :class:`~kbcli.providers.chat.Completion`). ``on_text`` streams the
+    answer
     (with ``strict``, a refused answer has then been shown already). ``dry_run`` stops before
     the request: the answer holds the evidence and ``messages``, ``text`` None.
     Raises :class:`~kbcli.errors.AnswerError` when the model fails.

@@ -30,7 +30,8 @@ COMPLETE_VAR = "_KB_COMPLETE"  # typer's shell completion: never answered from t
 
 
 def sources() -> list[str]:
-    """kb's files the root help is rendered from: :mod:`kbcli.cli` and :mod:`kbcli.config.registry`."""
+    """kb's files the root help is rendered from: :mod:`kbcli.cli` and
+    :mod:`kbcli.config.registry`."""
     files = sorted(os.path.join(HERE, n) for n in os.listdir(HERE) if n.endswith(".py"))
     files.append(os.path.join(os.path.dirname(HERE), "config", "registry.py"))
     return files

@@ -8,7 +8,8 @@ No file at all means the defaults. ``$KB_DB`` overrides ``paths.knowledge_db`` a
 A ``./jianmu.yaml`` found by the lookup (not named by ``--config`` or ``$KB_CONFIG``) may come
 with a folder the user did not write: when it sets anything that sends data to a model or server
 (a provider, a model name, a base URL, a key variable), runs code (a class path, a locally run
-model) or writes outside its folder, it is refused until the user trusts it (:mod:`kbcli.config.trust`,
+model) or writes outside its folder, it is refused until the user trusts it
+(:mod:`kbcli.config.trust`,
 ``kb trust``).
 
 The sections and their defaults are :mod:`kbcli.config.schema`; reading and validating a file

@@ -42,7 +42,8 @@ def write_template(path: Path, *, force: bool = False) -> Path:
 
 def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
     """The ``config trust`` row of ``kb config``: whether kb uses the file's settings that
-    send data to a model or server, run code or write outside its folder (:mod:`kbcli.config.trust`),
+    send data to a model or server, run code or write outside its folder
+    (:mod:`kbcli.config.trust`),
     and why."""
     from kbcli.config import trust
 

@@ -116,7 +116,8 @@ class RewriteConfig:
 
 @dataclass(frozen=True)
 class AnswerConfig:
-    """``rag.answer``: the chat model that writes ``kb ask`` answers (see :mod:`kbcli.agent.answer`).
+    """``rag.answer``: the chat model that writes ``kb ask`` answers (see
+    :mod:`kbcli.agent.answer`).
 
     ``provider`` is ``openai`` (any OpenAI-compatible chat endpoint), ``gemini`` or a
     ``"package.module:Class"`` path; ``model`` / ``base_url`` default to the provider's (for

@@ -286,7 +286,8 @@ def evaluate_questions(
     search_options: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Any]:
-    """Search each question on the live index in every mode through :func:`kbcli.search.query.search`
+    """Search each question on the live index in every mode through
+    :func:`kbcli.search.query.search`
     (what ``kb search -k K`` runs: the same files in the same order) and score where its
     expected pages ranked among the first ``k`` files: nDCG@k, hit@1, hit@3 and MRR@k with 95%
     bootstrap intervals, by category, each question's ranked files, ranks and scores, where a

@@ -14,10 +14,10 @@ from kbcli import lazy_exports
 _EXPORTS = {
     "SimpleTextChunker": "chunkers", "StructureAwareChunker": "chunkers",
     "make_chunker": "chunkers", "make_normalizer": "chunkers",
-    "BuiltinLoader": "loaders.registry", "DefaultDocumentLoader": "loaders.registry", "DocxLoader": "loaders.registry",
-    "HtmlLoader": "loaders.registry", "ImageLoader": "loaders.registry", "PdfLoader": "loaders.registry",
-    "TextLoader": "loaders.registry", "loader_for": "loaders.registry", "register_loader": "loaders.registry",
-    "supported_extensions": "loaders.registry",
+    **{name: "loaders.registry" for name in (
+        "BuiltinLoader", "DefaultDocumentLoader", "DocxLoader", "HtmlLoader", "ImageLoader",
+        "PdfLoader", "TextLoader", "loader_for", "register_loader", "supported_extensions",
+    )},
     "StructurePreservingNormalizer": "normalizers", "WhitespaceNormalizer": "normalizers",
     "read_text": "loaders.text_encoding",
 }  # fmt: skip

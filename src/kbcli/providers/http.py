@@ -10,7 +10,8 @@ appear in messages (server messages are redacted before they are quoted).
 Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
 (:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`read_capped`), the first
 :data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and wait of a
-rerank or a rewrite) within its ``deadline``. The SDK chat clients of :mod:`kbcli.providers.chat` bound
+rerank or a rewrite) within its ``deadline``. The SDK chat clients of :mod:`kbcli.providers.chat`
+bound
 their replies with :func:`reply_cap_hook`.
 """
 

@@ -34,7 +34,8 @@ def build_store(
 ) -> Any:
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
-    A registered backend (:data:`kbcli.config.registry.STORE_ENTRIES`) builds itself with its class's
+    A registered backend (:data:`kbcli.config.registry.STORE_ENTRIES`) builds itself with its
+    class's
     ``from_config`` (:meth:`~kbcli.stores.composite.Store.from_config`): the SQLite store (and
     FAISS and Chroma, which keep their catalog in SQLite beside the vector index:
     ``<db>.faiss``; the collection ``store.collection`` in ``store.path`` or ``<db>.chroma/``)

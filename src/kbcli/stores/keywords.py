@@ -99,7 +99,8 @@ class SignedKeywords:
 
     def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
         """Index new chunks (their rows exist; ``new_sources`` were created for them): the
-        change is planned by :func:`kbcli.text.bm25.plan_addition` and applied in this transaction."""
+        change is planned by :func:`kbcli.text.bm25.plan_addition` and applied in this
+        transaction."""
         before = self._before_addition(conn, chunks, new_sources)
         self.apply(conn, plan_addition(chunks, source_postings=before, new_sources=new_sources))
 

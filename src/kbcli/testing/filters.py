@@ -1,4 +1,5 @@
-"""Filters: a differential test of a store's filtered reads against :func:`kbcli.filters.model.matches`.
+"""Filters: a differential test of a store's filtered reads against
+:func:`kbcli.filters.model.matches`.
 
 Needs a ``store`` fixture (an empty store that is a DocumentCatalog and a VectorStore; keyword
 search is checked when it is also a KeywordIndex); see :mod:`kbcli.testing`. Each test fills

@@ -133,7 +133,8 @@ class RoutesContract:
         if mode != "keyword":  # the dense modes diversify by the stored vectors
             assert all((h.explain or {})["mmr"]["similarity"] == "cosine" for h in diverse)
 
-    # --- differential: the store's filters against kbcli.filters.model.matches ----------------------
+    # --- differential: the store's filters against kbcli.filters.model.matches
+    # ----------------------
 
     @pytest.mark.parametrize("seed", range(3))
     def test_filters_agree_with_matches_on_reads(self, store, seed):

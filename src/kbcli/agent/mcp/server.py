@@ -12,7 +12,8 @@ Transports: stdio (default), with the scope fixed at start (``--filter``); or st
 where every request must carry ``Authorization: Bearer <token>``. A token file maps each token
 to the scope it may read; the scope comes from the server's side, never from the request.
 A missing or unknown token gets ``401`` with an empty body, on every path, and the connection
-is closed. The HTTP server runs under :mod:`kbcli.agent.mcp.http_limits` (a request deadline, a bound on
+is closed. The HTTP server runs under :mod:`kbcli.agent.mcp.http_limits` (a request deadline, a
+bound on
 connections, the address bound before it says it serves).
 
 Token file (YAML)::
@@ -331,7 +332,8 @@ class KnowledgeMCP:
         self, host: str, port: int, tokens: dict[str, Identity], limits: Limits | None = None
     ) -> None:
         """Serve streamable HTTP on ``host:port`` until interrupted, under ``limits``
-        (:mod:`kbcli.agent.mcp.http_limits`). Raises :class:`~kbcli.errors.ListenError` before anything
+        (:mod:`kbcli.agent.mcp.http_limits`). Raises :class:`~kbcli.errors.ListenError` before
+        anything
         is served when the address cannot be listened on."""
         from kbcli.agent.mcp.http_limits import address, serve
 

@@ -7,7 +7,8 @@ Each tool has a ``name``, a ``description`` and an ``input_schema`` (JSON Schema
 (:meth:`~KnowledgeTool.to_openai_tool`), validates its arguments against that schema and
 answers with text meant for a model's context. A tool never raises into the agent loop: bad
 arguments and failures come back as one ``Error: ...`` line (:meth:`~KnowledgeTool.call` also
-says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.agent.tools.read`` logger.
+says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.agent.tools.read``
+logger.
 
 Scopes: a tool built over a :class:`~kbcli.scope.ScopedKnowledgeBase` (``kb.as_tool(filter=...)``,
 ``knowledge_tools(kb, filter=...)``) reads only through it. The ``filter`` argument a caller

@@ -52,7 +52,8 @@ def chunk_location(
 ) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
     ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see
-    :func:`kbcli.search.query.location`), ``-`` without a source; an agent's note is ``note by acme``
+    :func:`kbcli.search.query.location`), ``-`` without a source; an agent's note is ``note by
+    acme``
     (``note by acme: docs/topic.md``), never a file's line."""
     from kbcli.search.query import location_suffix
 

@@ -3,7 +3,8 @@
 rapidocr-onnxruntime reads text lines with the PP-OCRv4 detection and recognition models in its
 wheel (Chinese and English, on onnxruntime, no network), pypdfium2 renders PDF pages and Pillow
 opens images. None of them is imported until a page needs OCR, and then only in the bounded
-parser process (:mod:`kbcli.ingest.loaders.bounded`): each page is one bounded call (``ocr.page_timeout``
+parser process (:mod:`kbcli.ingest.loaders.bounded`): each page is one bounded call
+(``ocr.page_timeout``
 seconds, the parser's memory ceiling), so a page that hangs, crashes the process or runs out of
 memory costs that page (a warning). The file's pages together stay within
 ``limits.file_timeout`` (a file past it fails, named), and at most ``ocr.max_pages`` pages of a

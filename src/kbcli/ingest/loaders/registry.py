@@ -163,7 +163,8 @@ class PdfLoader(BuiltinLoader):
     """One section per page that has text, with ``page`` (1-based) metadata, read by pypdf.
 
     A page with less text than ``ocr.min_text_per_page`` characters that shows an image is
-    rendered and recognised (:mod:`kbcli.ingest.loaders.ocr`; its section also has ``ocr: True``) when
+    rendered and recognised (:mod:`kbcli.ingest.loaders.ocr`; its section also has ``ocr: True``)
+    when
     OCR is on and installed; otherwise its text, if any, is kept and a warning says how to
     recognise it."""
 
@@ -370,7 +371,8 @@ class DefaultDocumentLoader:
     ``encoding`` is the first guess for text files; ``max_file_mb`` rejects bigger files
     (config ``limits.max_file_mb``); ``timeout`` bounds PDF and DOCX parsing in seconds
     (``limits.file_timeout``; each recognised page has ``ocr.page_timeout``). ``None`` means no
-    limit. ``ocr`` (an :class:`~kbcli.config.lookup.OcrConfig`, default the defaults) says how scanned
+    limit. ``ocr`` (an :class:`~kbcli.config.lookup.OcrConfig`, default the defaults) says how
+    scanned
     pages and images are recognised.
 
     Section texts are normalised with :class:`StructurePreservingNormalizer` and empty ones

@@ -7,7 +7,8 @@ as ``texts`` (``documents_field="texts"``) and answers a bare list of ``{index, 
 which is read too. ``base_url`` may end with ``/rerank`` already (Cohere's is
 ``https://api.cohere.com/v2/rerank``).
 
-Requests follow the embedders' policy (:mod:`kbcli.providers.http`): timeout, retries with backoff on
+Requests follow the embedders' policy (:mod:`kbcli.providers.http`): timeout, retries with backoff
+on
 408/429/5xx and connection errors, ``Retry-After`` honoured, other 4xx fail at once with one
 line, the key never shown. The candidates go in one request (providers price per request),
 and only beyond ``max_documents`` (``rag.rerank.max_documents``, 1000: Cohere's and Voyage's

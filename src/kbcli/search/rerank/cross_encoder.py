@@ -183,7 +183,8 @@ class _OnnxRunner:
         if onnx_file is None:
             raise RerankerError(
                 f"No ONNX model in {model}: expected model.onnx or onnx/model.onnx (see "
-                "kbcli.search.rerank.cross_encoder.export_onnx), or use backend sentence-transformers"
+                "kbcli.search.rerank.cross_encoder.export_onnx), "
+                "or use backend sentence-transformers"
             )
         tokenizer_file = _beside(onnx_file, "tokenizer.json")
         if tokenizer_file is None:

@@ -98,7 +98,8 @@ def listwise_scores(reply_text: str, count: int) -> list[float]:
 class LLMReranker:
     """Rescores candidates with a chat model (see the module docstring for the prompts).
 
-    ``model``, ``base_url`` and ``api_key`` are resolved as :class:`~kbcli.providers.http.ChatClient`
+    ``model``, ``base_url`` and ``api_key`` are resolved as
+    :class:`~kbcli.providers.http.ChatClient`
     does (``LLM_*`` / ``OPENAI_*`` variables). ``logprobs=False`` for servers that reject the
     ``logprobs`` field (pointwise then scores 1.0 or 0.0).
     """

@@ -460,7 +460,8 @@ class FaissVectorIndex:
 
     def disagreements(self, ids: Any, vectors: Any) -> int:
         """How many of ``ids`` (with their ``vectors``, as stored) this index does not hold, or
-        holds in a group of another vector (compared by :func:`~kbcli.text.vectors.row_fingerprints`)."""
+        holds in a group of another vector (compared by
+        :func:`~kbcli.text.vectors.row_fingerprints`)."""
         from kbcli.text.vectors import row_fingerprints
 
         np = self._np
