@@ -30,7 +30,7 @@ The analyzer is configured to ``language: none, stem: false, stopwords: false`` 
 words are no English; FTS5 and bm25s do not stem either) and ``chunk_overlap: 0``; see the
 ``jianmu.yaml`` written beside each index. The goals of issue 16 are evaluated from the same
 run, each beside its peer, with the load average. ``--write-docs`` rewrites the section "All
-engines, one run" of docs/benchmarks.md from the JSON (``--from-json`` does it without a run).
+engines, one run" of benchmarks/LOG.md from the JSON (``--from-json`` does it without a run).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ from common import (  # noqa: E402
 
 K = 10
 GROUP = 3  # the filtered folder: g3, 10 % of the chunks
-DOCS = HERE.parent / "docs" / "benchmarks.md"
+DOCS = HERE / "LOG.md"
 START, END = "<!-- bench_all:start -->", "<!-- bench_all:end -->"
 CONFIG = """\
 # Written by benchmarks/bench_all.py.
@@ -525,7 +525,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="10k,100k", help="e.g. 10k,100k,1M (multiples of 100)")
     ap.add_argument("--out", type=Path, default=None, help="write the results JSON here")
     ap.add_argument(
-        "--write-docs", action="store_true", help="rewrite docs/benchmarks.md's section"
+        "--write-docs", action="store_true", help="rewrite benchmarks/LOG.md's section"
     )
     ap.add_argument(
         "--from-json", type=Path, nargs="+", help="only render these results into the docs"
@@ -585,7 +585,7 @@ def main() -> None:
         write_docs(results, [args.out] if args.out else [])
 
 
-# --- docs/benchmarks.md ---------------------------------------------------------------------
+# --- benchmarks/LOG.md ---------------------------------------------------------------------
 
 
 def fmt(value: Any) -> str:
@@ -772,7 +772,7 @@ def render(results: dict[str, Any], sources: list[Path]) -> str:
 
 
 def write_docs(results: dict[str, Any], sources: list[Path]) -> None:
-    """Replace (or append) the bench_all section of docs/benchmarks.md."""
+    """Replace (or append) the bench_all section of benchmarks/LOG.md."""
     text = DOCS.read_text()
     root = HERE.parent
     sources = [s.resolve().relative_to(root) if s.resolve().is_relative_to(root) else s
