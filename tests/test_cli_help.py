@@ -9,7 +9,8 @@ from cli_helpers import run
 from kbcli import __version__
 from kbcli.cli import app
 
-COMMANDS = sorted(typer.main.get_command(app).commands)
+GROUP = typer.main.get_command(app)
+COMMANDS = sorted(GROUP.list_commands(typer.Context(GROUP)))
 
 
 def test_the_expected_commands_are_registered():
@@ -21,7 +22,8 @@ def test_the_expected_commands_are_registered():
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_has_help_with_an_example(name):
-    command = typer.main.get_command(app).commands[name]
+    command = GROUP.get_command(typer.Context(GROUP), name)
+    assert command is not None
     assert (command.help or "").strip(), f"{name} has no help text"
     result = run(name, "--help")
     assert result.exit_code == 0

@@ -5,10 +5,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
@@ -18,6 +19,7 @@ from kbcli.cli.root import app
         "cat note.txt | kb add - --id note-1",
     ),
 )
+@global_options()
 def add(
     ctx: typer.Context,
     text: Annotated[

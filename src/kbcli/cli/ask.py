@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options, open_kb, search_filter
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_K,
     FilterOption,
@@ -17,10 +17,12 @@ from kbcli.cli.options import (
     output_format,
     words,
 )
-from kbcli.cli.root import app
 
 EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
 ASK_FORMATS = ("text", "md", "json")
+
+
+app = command_app()
 
 
 @app.command(
@@ -32,6 +34,7 @@ ASK_FORMATS = ("text", "md", "json")
         'kb ask "How do I reset the password?" --mode keyword -k 4 --show-prompt',
     ),
 )
+@global_options()
 def ask(
     ctx: typer.Context,
     question: Annotated[

@@ -4,15 +4,17 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import get_state
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import get_state, global_options
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
     "config", cls=KBCommand, epilog=example("kb config", "kb --config team.yaml config --json")
 )
+@global_options()
 def config_(
     ctx: typer.Context,
     json_out: Annotated[

@@ -5,10 +5,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import configuration, get_state, global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +21,7 @@ from kbcli.cli.root import app
         "kb copy --to sqlite --to-db ~/kb/back.db --replace",
     ),
 )
+@global_options()
 def copy(
     ctx: typer.Context,
     to: Annotated[

@@ -4,16 +4,18 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
     cls=KBCommand,
     epilog=example("kb doctor", "kb doctor --repair", "kb --db team.db doctor --json"),
 )
+@global_options()
 def doctor(
     ctx: typer.Context,
     repair: Annotated[

@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import configuration, get_state, global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MAX_K, example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
@@ -21,6 +22,7 @@ from kbcli.cli.root import app
         "kb eval --queries questions.jsonl --compare keyword,hybrid --report eval.html",
     ),
 )
+@global_options("--db")
 def eval_(
     ctx: typer.Context,
     dataset: Annotated[

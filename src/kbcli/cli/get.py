@@ -4,10 +4,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +21,7 @@ from kbcli.cli.root import app
         "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
     ),
 )
+@global_options()
 def get(
     ctx: typer.Context,
     target: Annotated[

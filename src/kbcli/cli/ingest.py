@@ -1,14 +1,13 @@
 """``kb ingest``: index files and folders (an incremental sync)."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from kbcli.cli.context import get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import get_state, global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
 from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
@@ -20,6 +19,11 @@ from kbcli.cli.sync_options import (
     WaitOption,
 )
 
+if TYPE_CHECKING:
+    from kbcli.ingest.report import SyncReport
+
+app = command_app()
+
 
 @app.command(
     cls=KBCommand,
@@ -29,6 +33,7 @@ from kbcli.cli.sync_options import (
         "kb ingest ~/notes --no-prune",
     ),
 )
+@global_options()
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],
@@ -124,7 +129,7 @@ def ingest(
 
 
 def report_output(
-    report: Any, *, quiet: bool, json_out: bool, extra: dict[str, Any] | None = None
+    report: "SyncReport", *, quiet: bool, json_out: bool, extra: dict[str, Any] | None = None
 ) -> None:
     """A sync's failures and warnings on stderr, then its summary (or its JSON line, with
     ``extra`` keys first) on stdout; ``kb watch`` shows its first index the same way."""

@@ -5,12 +5,15 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(cls=KBCommand, epilog=example("kb init", "kb init ~/.config/kbcli --force"))
+@global_options()
 def init(
     path: Annotated[
         Path,

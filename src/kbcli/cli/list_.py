@@ -5,8 +5,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import open_kb, search_filter, source_candidates
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import catalog, global_options, open_kb, search_filter, source_candidates
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_INT64,
     FilterOption,
@@ -15,7 +15,8 @@ from kbcli.cli.options import (
     files_format,
     output_format,
 )
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
@@ -27,6 +28,7 @@ from kbcli.cli.root import app
         "kb list --limit 0 --format files",
     ),
 )
+@global_options()
 def list_(
     ctx: typer.Context,
     source: Annotated[
@@ -65,7 +67,7 @@ def list_(
     try:
         docs: list[Any] = []
         for candidate in source_candidates(source) if source is not None else [None]:
-            docs = list(kb.store.iter_documents(where, source=candidate, limit=limit or None))
+            docs = list(catalog(kb).iter_documents(where, source=candidate, limit=limit or None))
             if docs:
                 break
     finally:

@@ -1,14 +1,18 @@
 """``kb mcp``: the knowledge base served to agents over MCP."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbcli.cli.context import get_state, open_kb, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import get_state, global_options, open_kb, search_filter
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import FilterOption, example
-from kbcli.cli.root import app
+
+if TYPE_CHECKING:
+    from kbcli.agent.tools.write import WriteLimits
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +24,7 @@ from kbcli.cli.root import app
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
+@global_options()
 def mcp(
     ctx: typer.Context,
     filter: FilterOption = None,
@@ -131,7 +136,7 @@ def mcp(
             log.close()
 
 
-def _write_limits(values: list[str]) -> Any:
+def _write_limits(values: list[str]) -> "WriteLimits":
     """``--write-limit KEY=VALUE`` options as :class:`~kbcli.agent.tools.write.WriteLimits`."""
     from kbcli.agent.tools.write import WriteLimits
     from kbcli.errors import InvalidOptionError

@@ -1,12 +1,12 @@
 """``kb search``: search the knowledge base, hits by file or by chunk."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb, resolve_source, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options, open_kb, resolve_source, search_filter
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_K,
     FilterOption,
@@ -18,7 +18,11 @@ from kbcli.cli.options import (
     output_format,
     words,
 )
-from kbcli.cli.root import app
+
+if TYPE_CHECKING:
+    from kbcli.pipeline import KnowledgeBase
+
+app = command_app()
 
 
 @app.command(
@@ -32,6 +36,7 @@ from kbcli.cli.root import app
         'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
+@global_options()
 def search(
     ctx: typer.Context,
     query: Annotated[
@@ -207,7 +212,7 @@ def _unit(by: str) -> str:
     raise typer.BadParameter(f"{by!r} is not file or chunk.", param_hint="'--by'")
 
 
-def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
+def _unindexed_folders(kb: "KnowledgeBase", folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
     from kbcli.filters.syntax import under_folders
     from kbcli.search.hints import unindexed

@@ -5,15 +5,18 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import global_options
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+
+app = command_app()
 
 
 @app.command(
     cls=KBCommand,
     epilog=example("kb trust", "kb trust ~/src/team-wiki", "kb trust --list", "kb trust --revoke"),
 )
+@global_options()
 def trust(
     path: Annotated[
         Path | None,

@@ -5,10 +5,9 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.context import configuration, get_state, global_options, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
 from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
@@ -20,6 +19,8 @@ from kbcli.cli.sync_options import (
     WaitOption,
 )
 
+app = command_app()
+
 
 @app.command(
     cls=KBCommand,
@@ -29,6 +30,7 @@ from kbcli.cli.sync_options import (
         "kb watch /mnt/share/docs --scan-every 30",
     ),
 )
+@global_options()
 def watch(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,10 @@ def display_path(source: Any) -> str:
 
 
 def chunk_location(
-    meta: dict[str, Any], line: Any = None, path: Any = display_path, page: Any = None
+    meta: dict[str, Any],
+    line: Any = None,
+    path: Callable[[Any], str] = display_path,
+    page: Any = None,
 ) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
     ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see
