@@ -4,9 +4,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import get_state, global_options
+from kbcli.cli import render
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
+from kbcli.cli.state import get_state, global_options
+from kbcli.config.report import effective
 
 app = command_app()
 
@@ -22,8 +24,6 @@ def config_(
     ] = False,
 ) -> None:
     """Show the effective configuration and where each value came from."""
-    from kbcli.cli import render
-    from kbcli.config.report import effective
 
     state = get_state(ctx)
     rows = effective(state.config, state.db)

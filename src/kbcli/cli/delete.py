@@ -2,16 +2,18 @@
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import catalog, global_options, open_kb, source_candidates
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb, source_candidates
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-
-if TYPE_CHECKING:
-    from kbcli.pipeline import KnowledgeBase
+from kbcli.cli.render.messages import diagnostics
+from kbcli.cli.state import global_options
+from kbcli.errors import InvalidOptionError, NotFoundError
+from kbcli.pipeline import KnowledgeBase
 
 app = command_app()
 
@@ -44,8 +46,6 @@ def delete(
     ] = False,
 ) -> None:
     """Delete chunks by id, a file's chunks, or every file under a folder."""
-    from kbcli.cli import render
-    from kbcli.errors import NotFoundError
 
     if not ids and source is None:
         render.error("Give chunk ids or --source PATH (see 'kb list' for ids)")
@@ -93,7 +93,7 @@ def delete(
         )
 
 
-def _sources_under(kb: "KnowledgeBase", folder: str) -> list[tuple[str, int]]:
+def _sources_under(kb: KnowledgeBase, folder: str) -> list[tuple[str, int]]:
     """Indexed sources below ``folder`` (an absolute path), with their chunk counts."""
     prefix = folder if folder.endswith(os.sep) else folder + os.sep
     return [(name, count) for name, count in catalog(kb).sources() if name.startswith(prefix)]
@@ -103,9 +103,6 @@ def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
     """Ask on stderr, read the answer from stdin (``echo y | kb delete ...`` answers too);
     stdin at its end (cron, a script, /dev/null) is a usage error naming ``--yes``."""
     import sys
-
-    from kbcli.cli.render.messages import diagnostics
-    from kbcli.errors import InvalidOptionError
 
     chunks = sum(count for _, count in under)
     files = f"{len(under)} file{'' if len(under) == 1 else 's'}"

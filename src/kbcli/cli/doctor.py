@@ -4,9 +4,13 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import global_options, open_kb
+from kbcli.cli import render
+from kbcli.cli.context import open_kb
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
+from kbcli.cli.state import global_options
+from kbcli.errors import ConfigError
+from kbcli.protocols import Doctor, FileLedger, supports
 
 app = command_app()
 
@@ -33,10 +37,6 @@ def doctor(
     derived files (keyword pack, vector cache, FAISS file, Chroma collection).
     """
     from contextlib import nullcontext
-
-    from kbcli.cli import render
-    from kbcli.errors import ConfigError
-    from kbcli.protocols import Doctor, FileLedger, supports
 
     kb = open_kb(ctx, create=False)
     try:

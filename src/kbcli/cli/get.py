@@ -4,9 +4,12 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import global_options, open_kb
+from kbcli.agent.get import read_target
+from kbcli.cli import render
+from kbcli.cli.context import open_kb
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
+from kbcli.cli.state import global_options
 
 app = command_app()
 
@@ -36,8 +39,6 @@ def get(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show a file's indexed text with line numbers, or one chunk by id."""
-    from kbcli.agent.get import read_target
-    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:

@@ -12,9 +12,9 @@ import typer.main
 from typer.core import TyperCommand, TyperGroup
 
 from kbcli.cli import render
-from kbcli.cli.context import get_state
 from kbcli.cli.params import plain
 from kbcli.cli.render.messages import reader_gone, settle_stdout, silence
+from kbcli.cli.state import get_state
 from kbcli.errors import KBError
 
 if TYPE_CHECKING:
@@ -24,13 +24,63 @@ if TYPE_CHECKING:
 EXIT_INTERRUPTED = 130
 EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
 
-#: Each command and the module that defines it, in ``kb --help``'s order.
-COMMANDS = {
-    "ingest": "ingest", "add": "add", "search": "search", "ask": "ask", "delete": "delete",
-    "get": "get", "list": "list_", "stats": "stats", "doctor": "doctor", "init": "init",
-    "config": "config_", "trust": "trust", "eval": "eval_", "mcp": "mcp", "copy": "copy_",
-    "watch": "watch",
-}  # fmt: skip
+#: Each command: the module that defines it, and its line in ``kb --help`` (the first paragraph
+#: of its help, tests/test_cli_help.py checks), so that kb --help imports no command's module.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ingest": (
+        "ingest",
+        "Index files and folders (only new and changed files are read again; files deleted "
+        "from PATH leave the index). Files are searchable by keyword as soon as they are "
+        "written; their vectors follow in the same run (or the next one, if it was stopped).",
+    ),
+    "add": ("add", "Store one piece of text as a single chunk and print its id."),
+    "search": ("search", "Search the knowledge base; hits show path:line ($EDITOR +LINE path)."),
+    "ask": ("ask", "Answer a question from the knowledge base, citing its sources, or refuse."),
+    "delete": (
+        "delete",
+        "Delete chunks by id, a file's chunks, or every file under a folder.",
+    ),
+    "get": (
+        "get",
+        "Show a file's indexed text with line numbers, or one chunk by id.",
+    ),
+    "list": ("list_", "List stored chunks, oldest first."),
+    "stats": ("stats", "Show what the index holds: files, chunks, embedder, last ingest."),
+    "doctor": ("doctor", "Check the keyword index and the vector caches against the catalog."),
+    "init": ("init", "Write a commented jianmu.yaml listing every setting with its default."),
+    "config": ("config_", "Show the effective configuration and where each value came from."),
+    "trust": (
+        "trust",
+        "Let kb use the code, servers and models a folder's jianmu.yaml names (as it is now).",
+    ),
+    "eval": (
+        "eval_",
+        "Measure retrieval quality: on a BEIR collection (nDCG, recall, MRR), or with "
+        "--queries on your own index with your own questions (nDCG, hit@1/@3, MRR with 95% "
+        "intervals, the misses, a suggested --min-score; --compare, --report).",
+    ),
+    "mcp": ("mcp", "Serve the knowledge base to agents over MCP (stdio or HTTP)."),
+    "copy": (
+        "copy_",
+        "Copy the whole index (chunks, vectors, file records) into another, empty store "
+        "without re-embedding, then check it: counts, and a sample of searches give the same "
+        "results. With --replace the checked copy takes the place of the existing sqlite "
+        "index at --to-db, in one transaction: processes reading it (kb mcp, kb watch) go on,"
+        " now on the copy.",
+    ),
+    "watch": (
+        "watch",
+        "Index files and folders as kb ingest does, then follow their changes until stopped: "
+        "new, edited, deleted and renamed files and folders are applied in batches, each once"
+        " its events have been quiet for half a second (one line per batch on stderr). The "
+        "database's writer lock is taken per batch, so kb ingest, kb mcp and kb search run "
+        "alongside. Ctrl-C or SIGTERM finishes the batch in flight and exits 0. A watched "
+        "folder gone, or replaced by a link (renamed away, a link in its place), stops the "
+        "watch with one line and exit 2, the index as it was; with --follow-symlinks the "
+        "folder the link leads to is indexed and followed instead. Another folder made in its"
+        " place is indexed again.",
+    ),
+}
 
 
 def command_app() -> typer.Typer:
@@ -51,7 +101,7 @@ class KBGroup(TyperGroup):
     def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             # __import__, not importlib: python -X importtime (the tests, the benchmark) sees it
-            module = __import__(f"{__package__}.{COMMANDS[cmd_name]}", fromlist=["app"])
+            module = __import__(f"{__package__}.{COMMANDS[cmd_name][0]}", fromlist=["app"])
             self.commands[cmd_name] = typer.main.get_command(module.app)
         return self.commands.get(cmd_name)
 
@@ -75,17 +125,10 @@ class KBGroup(TyperGroup):
             _reader_gone(exc)
 
     def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
-        """Each command with its whole one-line description (Click cuts them at 45 chars)."""
-        rows = []
-        for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is None or command.hidden:
-                continue
-            text = command.short_help or (command.help or "").strip().split("\n\n")[0]
-            rows.append((name, " ".join(text.split())))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        """Each command with its whole one-line description (Click cuts them at 45 chars),
+        from :data:`COMMANDS`."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
 
     def invoke(self, ctx: Context) -> Any:
         try:

@@ -5,9 +5,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import global_options
+from kbcli.cli import render
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
+from kbcli.cli.state import global_options
+from kbcli.config.report import write_template
 
 app = command_app()
 
@@ -22,8 +24,6 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """Write a commented jianmu.yaml listing every setting with its default."""
-    from kbcli.cli import render
-    from kbcli.config.report import write_template
 
     target = write_template(path, force=force)
     render.result(f"Wrote {target}; edit it, then run: kb config")

@@ -5,7 +5,8 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import catalog, global_options, open_kb, search_filter, source_candidates
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb, search_filter, source_candidates
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_INT64,
@@ -15,6 +16,8 @@ from kbcli.cli.options import (
     files_format,
     output_format,
 )
+from kbcli.cli.state import global_options
+from kbcli.filters.syntax import parse_filter_expressions
 
 app = command_app()
 
@@ -58,8 +61,6 @@ def list_(
     null: NullOption = False,
 ) -> None:
     """List stored chunks, oldest first."""
-    from kbcli.cli import render
-    from kbcli.filters.syntax import parse_filter_expressions
 
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = search_filter(parse_filter_expressions(filter), None)

@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from kbcli import __version__
-from kbcli.cli.context import State
 from kbcli.cli.group import EXIT_INTERRUPTED, KBGroup
 from kbcli.cli.render.messages import reader_gone, silence
+from kbcli.cli.state import State
 from kbcli.config.lookup import use_config_file
 from kbcli.config.registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
 

@@ -4,9 +4,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import catalog, global_options, open_kb
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
+from kbcli.cli.state import global_options
 
 app = command_app()
 
@@ -18,7 +20,6 @@ def stats(
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Show what the index holds: files, chunks, embedder, last ingest."""
-    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kbcli.cli.render.messages import plural, result, warning
+from kbcli.search.query import location_suffix
 from kbcli.types import note_label
 
 
@@ -58,7 +59,6 @@ def chunk_location(
     :func:`kbcli.search.query.location`), ``-`` without a source; an agent's note is ``note by
     acme``
     (``note by acme: docs/topic.md``), never a file's line."""
-    from kbcli.search.query import location_suffix
 
     note = note_label(meta)
     source = meta.get("source")
