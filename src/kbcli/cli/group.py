@@ -11,9 +11,8 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from kbcli.cli import render
 from kbcli.cli.params import plain
-from kbcli.cli.render.messages import reader_gone, settle_stdout, silence
+from kbcli.cli.render.messages import error, reader_gone, settle_stdout, silence
 from kbcli.cli.state import get_state
 from kbcli.errors import KBError
 
@@ -145,7 +144,7 @@ class KBGroup(TyperGroup):
         except KBError as exc:
             if get_state(ctx).debug:
                 raise
-            render.error(str(exc))
+            error(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             if get_state(ctx).debug:
@@ -155,7 +154,7 @@ class KBGroup(TyperGroup):
             message = _environment_error(exc)
             if message is None or get_state(ctx).debug:
                 raise
-            render.error(message)
+            error(message)
             raise typer.Exit(1) from None
 
 
@@ -165,7 +164,7 @@ def _reader_gone(exc: BrokenPipeError, debug: bool = False) -> NoReturn:
     if not reader_gone():
         if debug:
             raise exc
-        render.error(_environment_error(exc) or str(exc))
+        error(_environment_error(exc) or str(exc))
         raise typer.Exit(1) from None
     silence(sys.stdout)
     if reader_gone(sys.stderr):  # 2>&1 into the same pipe
