@@ -12,8 +12,11 @@ and, for the two ``kb`` commands, runs ``python -X importtime`` once to list whi
 Usage::
 
     python benchmarks/bench_startup.py [--runs 20] [--kb PATH] [--json]
+    python benchmarks/bench_startup.py --chunks 100000 --base OTHER/src --runs 15
     python benchmarks/bench_startup.py --db /tmp/bench_ann/scifact-2400.db --query "..." --runs 7
 
+``--chunks N`` searches an index of N chunks instead (``bench_keyword.py``'s synthetic corpus,
+keyword only, written once into the temporary folder; issue 38 measures at 100000).
 ``--db`` searches an existing index instead (e.g. one ``bench_ann.py`` built with the local
 model) and adds ``kb search`` in the default hybrid mode, which loads the index's embedder.
 ``--query`` may be given several times (a keyword search row each; the hybrid row takes the
@@ -52,6 +55,27 @@ TEXTS = (
     "Water the tomatoes every morning and keep the basil out of the afternoon sun.",
     "Invoices are due within thirty days of the delivery date.",
 )
+
+
+def build_index(db: Path, chunks: int, env: dict[str, str], cwd: str, python: str) -> None:
+    """``chunks`` chunks of :func:`bench_keyword.corpus` (the first one about resetting a
+    password) into ``db``, through this checkout's library, without embeddings."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+from bench_keyword import corpus
+from kbcli.config.lookup import load_config
+from kbcli.pipeline import KnowledgeBase
+from kbcli.types import Document
+texts = corpus({chunks})[0]
+texts[0] = {TEXTS[0]!r} + " " + texts[0]
+kb = KnowledgeBase.from_config(load_config(), db={str(db)!r}, create=True)
+for start in range(0, len(texts), 5000):
+    kb.store.add([Document(f"c{{i}}", texts[i], {{"source": f"/docs/f{{i // 10}}.md"}})
+                  for i in range(start, min(start + 5000, len(texts)))])
+kb.close()
+"""
+    subprocess.run([python, "-c", code], env=env, cwd=cwd, check=True)
 
 
 def interpreter_of(kb: Path) -> str:
@@ -112,6 +136,7 @@ def main() -> None:
     parser.add_argument("--kb", help="path of the kb command")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--db", help="an existing index to search (adds a hybrid kb search)")
+    parser.add_argument("--chunks", type=int, help="search a synthetic index of this many chunks")
     parser.add_argument("--query", action="append", help="repeatable [default: reset password]")
     parser.add_argument("--base", help="another checkout's src to run alternately (before)")
     parser.add_argument(
@@ -126,7 +151,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         env = tree_env()
         env["KB_DB"] = str(Path(args.db).resolve()) if args.db else str(Path(tmp) / "kb.db")
-        for text in TEXTS if not args.db else ():
+        if args.chunks and not args.db:
+            build_index(Path(env["KB_DB"]), args.chunks, env, tmp, python)
+        for text in TEXTS if not (args.db or args.chunks) else ():
             subprocess.run(
                 [str(kb), "-q", "add", text], env=env, cwd=tmp, check=True, capture_output=True
             )
@@ -162,10 +189,12 @@ def main() -> None:
         "load_end": [round(x, 2) for x in os.getloadavg()],
     }
     if args.json:
-        out = {"runs": args.runs, "kb": str(kb), "results": results, **load}
+        out = {"runs": args.runs, "chunks": args.chunks, "kb": str(kb), "results": results, **load}
         print(json.dumps(out, indent=2))
         return
-    print(f"kb: {kb}   runs: {args.runs}   load average {load['load_start']} -> {load['load_end']}")
+    chunks = f"   chunks: {args.chunks}" if args.chunks else ""
+    loads = f"{load['load_start']} -> {load['load_end']}"
+    print(f"kb: {kb}   runs: {args.runs}{chunks}   load average {loads}")
     for label, figures in results.items():
         print(
             f"{label:44} min {figures['min_ms']:7.1f} ms   median {figures['median_ms']:7.1f} ms"

@@ -115,3 +115,31 @@ def test_config_option_reaches_chunking(tmp_path):
     assert result.exit_code == 0, result.stderr
     rows, _ = run_json("list", "--json", "--limit", "100")
     assert len(rows) > 5 and all(len(r["text"]) <= 60 for r in rows)
+
+
+def test_global_options_after_the_command_are_the_groups(tmp_path):
+    """``--debug``, ``--config``, ``--store`` and ``--db`` after the command mean what they
+    mean before it; the command's help does not list them; ``kb eval --db`` stays its own."""
+    bogus = tmp_path / "bogus.db"
+    bogus.write_text("nope" * 500)
+    assert isinstance(run("stats", "--db", str(bogus), "--debug").exception, NotAKnowledgeBaseError)
+    config = tmp_path / "jianmu.yaml"
+    config.write_text("limits:\n  chunk_sise: 100\n")
+    result = run("stats", "--config", str(config))
+    assert result.exit_code == 2 and "limits.chunk_sise" in _one_error_line(result)
+    result = run("stats", "--store", "nosuchstore")
+    assert result.exit_code == 2 and "nosuchstore" in _one_error_line(result)
+    last = run("--db", str(bogus), "stats", "--db", str(tmp_path / "none.db"))
+    assert last.exit_code == 1 and "none.db" in last.stderr  # the last one given wins
+    help_text = run("search", "--help").stdout
+    assert "--debug" not in help_text and "--quiet" not in help_text and "--store" not in help_text
+    assert "BEIR: index into this file" in run("eval", "--help").stdout
+
+
+def test_json_before_the_command_is_the_commands(tmp_path):
+    seed(SAMPLE)
+    hits, _ = run_json("--json", "search", "password", "--mode", "keyword")
+    assert hits and isinstance(hits, list)
+    literal = run("--json", "search", "--mode", "keyword", "--", "--json")
+    assert literal.exit_code == 0 and literal.stdout.strip() == "[]"  # after --: the query
+    assert run("--json", "init", str(tmp_path)).exit_code == 2  # kb init has no --json

@@ -5,10 +5,18 @@ from typing import Annotated
 
 import typer
 
+from kbcli.cli import render
 from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.errors import InvalidOptionError
+from kbcli.filters.syntax import parse_meta
+from kbcli.protocols import FileLedger, supports
+from kbcli.system.paths import normal_source, source_forms
+from kbcli.types import NOTE_BY
+
+app = command_app()
 
 
 @app.command(
@@ -18,6 +26,7 @@ from kbcli.cli.root import app
         "cat note.txt | kb add - --id note-1",
     ),
 )
+@global_options()
 def add(
     ctx: typer.Context,
     text: Annotated[
@@ -34,12 +43,6 @@ def add(
     The text is yours: --meta may set any key (source, line, page too), except note_by (it
     marks an agent's note) and a source that is an indexed file's (the text would join that
     file's chunks and outlive its next ingest). A source is kept without ./ and ../ steps."""
-    from kbcli.cli import render
-    from kbcli.errors import InvalidOptionError
-    from kbcli.filters.syntax import parse_meta
-    from kbcli.protocols import FileLedger, supports
-    from kbcli.system.paths import normal_source, source_forms
-    from kbcli.types import NOTE_BY
 
     metadata = parse_meta(meta)
     if NOTE_BY in metadata:

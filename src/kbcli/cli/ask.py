@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
+from kbcli.cli import render
 from kbcli.cli.context import open_kb, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_K,
     FilterOption,
@@ -17,10 +18,15 @@ from kbcli.cli.options import (
     output_format,
     words,
 )
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.errors import InvalidOptionError
+from kbcli.filters.syntax import parse_filter_expressions
 
 EXIT_NO_KNOWLEDGE = 5  # kb ask refused: no evidence good enough (no request was made)
 ASK_FORMATS = ("text", "md", "json")
+
+
+app = command_app()
 
 
 @app.command(
@@ -32,6 +38,7 @@ ASK_FORMATS = ("text", "md", "json")
         'kb ask "How do I reset the password?" --mode keyword -k 4 --show-prompt',
     ),
 )
+@global_options()
 def ask(
     ctx: typer.Context,
     question: Annotated[
@@ -139,8 +146,6 @@ def ask(
     from them and cite them as [n]; the sources it cited follow as [n] path:line. A citation
     naming no source is flagged. When no passage is good enough, kb says "No relevant
     knowledge found" and exits 5 without calling the model."""
-    from kbcli.cli import render
-    from kbcli.filters.syntax import parse_filter_expressions
 
     question = words(question, "question", "ask it in words, as in kb ask 'how do I reset it?'")
     if json_out and fmt.strip().lower() not in ("text", "json"):
@@ -201,8 +206,6 @@ def ask(
 
 
 def _read_prompt(path: Path) -> str:
-    from kbcli.errors import InvalidOptionError
-
     try:
         return path.expanduser().read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -4,15 +4,19 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import get_state
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import get_state, global_options
+from kbcli.config.report import effective
+
+app = command_app()
 
 
 @app.command(
     "config", cls=KBCommand, epilog=example("kb config", "kb --config team.yaml config --json")
 )
+@global_options()
 def config_(
     ctx: typer.Context,
     json_out: Annotated[
@@ -20,8 +24,6 @@ def config_(
     ] = False,
 ) -> None:
     """Show the effective configuration and where each value came from."""
-    from kbcli.cli import render
-    from kbcli.config.report import effective
 
     state = get_state(ctx)
     rows = effective(state.config, state.db)

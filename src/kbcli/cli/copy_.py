@@ -5,10 +5,18 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import configuration, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import get_state, global_options
+from kbcli.config.lookup import load_config, target_store_config
+from kbcli.errors import InvalidOptionError, StoreError
+from kbcli.stores import build_store
+from kbcli.stores.sqlite.replace import remove_database, replace_database
+from kbcli.stores.transfer import copy_index
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +28,7 @@ from kbcli.cli.root import app
         "kb copy --to sqlite --to-db ~/kb/back.db --replace",
     ),
 )
+@global_options()
 def copy(
     ctx: typer.Context,
     to: Annotated[
@@ -61,12 +70,6 @@ def copy(
     re-embedding, then check it: counts, and a sample of searches give the same results.
     With --replace the checked copy takes the place of the existing sqlite index at --to-db,
     in one transaction: processes reading it (kb mcp, kb watch) go on, now on the copy."""
-    from kbcli.cli import render
-    from kbcli.config.lookup import load_config, target_store_config
-    from kbcli.errors import InvalidOptionError, StoreError
-    from kbcli.stores import build_store
-    from kbcli.stores.sqlite.replace import remove_database, replace_database
-    from kbcli.stores.transfer import copy_index
 
     state = get_state(ctx)
     kb = open_kb(ctx, create=False)
@@ -117,7 +120,6 @@ def copy(
 
 def _replaceable(backend: str, to_db: Path | None) -> Path:
     """The existing SQLite database --replace writes into (a one-line error otherwise)."""
-    from kbcli.errors import InvalidOptionError
 
     if backend != "sqlite":
         raise InvalidOptionError(f"--replace writes into a sqlite database, not {backend}")

@@ -2,14 +2,20 @@
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb, source_candidates
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb, source_candidates
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.render.messages import diagnostics
+from kbcli.cli.state import global_options
+from kbcli.errors import InvalidOptionError, NotFoundError
+from kbcli.pipeline import KnowledgeBase
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +26,7 @@ from kbcli.cli.root import app
         "kb delete --source notes/archive --yes",
     ),
 )
+@global_options()
 def delete(
     ctx: typer.Context,
     ids: Annotated[
@@ -39,8 +46,6 @@ def delete(
     ] = False,
 ) -> None:
     """Delete chunks by id, a file's chunks, or every file under a folder."""
-    from kbcli.cli import render
-    from kbcli.errors import NotFoundError
 
     if not ids and source is None:
         render.error("Give chunk ids or --source PATH (see 'kb list' for ids)")
@@ -52,14 +57,14 @@ def delete(
     try:
         if ids:
             wanted = list(dict.fromkeys(ids))
-            known = {doc.id for doc in kb.store.get(wanted)}
+            known = {doc.id for doc in catalog(kb).get(wanted)}
             missing = [i for i in wanted if i not in known]
-            deleted += kb.store.remove([i for i in wanted if i in known])
+            deleted += catalog(kb).remove([i for i in wanted if i in known])
         if source is not None:
             candidates = source_candidates(source)
             removed = 0
             for path in candidates:
-                removed = kb.store.delete_source(path)
+                removed = catalog(kb).delete_source(path)
                 if removed:
                     break
             if removed:
@@ -70,9 +75,9 @@ def delete(
                 if not under:
                     missing.append(f"--source {path}")
                 elif yes or _confirm_folder(path, under):
-                    with kb.store.transaction():
+                    with catalog(kb).transaction():
                         for name, _count in under:
-                            deleted += kb.store.delete_source(name)
+                            deleted += catalog(kb).delete_source(name)
                     files = len(under)
                 else:
                     render.message("Nothing deleted.")
@@ -88,19 +93,16 @@ def delete(
         )
 
 
-def _sources_under(kb: Any, folder: str) -> list[tuple[str, int]]:
+def _sources_under(kb: KnowledgeBase, folder: str) -> list[tuple[str, int]]:
     """Indexed sources below ``folder`` (an absolute path), with their chunk counts."""
     prefix = folder if folder.endswith(os.sep) else folder + os.sep
-    return [(name, count) for name, count in kb.store.sources() if name.startswith(prefix)]
+    return [(name, count) for name, count in catalog(kb).sources() if name.startswith(prefix)]
 
 
 def _confirm_folder(folder: str, under: list[tuple[str, int]]) -> bool:
     """Ask on stderr, read the answer from stdin (``echo y | kb delete ...`` answers too);
     stdin at its end (cron, a script, /dev/null) is a usage error naming ``--yes``."""
     import sys
-
-    from kbcli.cli.render.messages import diagnostics
-    from kbcli.errors import InvalidOptionError
 
     chunks = sum(count for _, count in under)
     files = f"{len(under)} file{'' if len(under) == 1 else 's'}"

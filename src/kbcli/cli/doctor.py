@@ -4,16 +4,22 @@ from typing import Annotated
 
 import typer
 
+from kbcli.cli import render
 from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.errors import ConfigError
+from kbcli.protocols import Doctor, FileLedger, supports
+
+app = command_app()
 
 
 @app.command(
     cls=KBCommand,
     epilog=example("kb doctor", "kb doctor --repair", "kb --db team.db doctor --json"),
 )
+@global_options()
 def doctor(
     ctx: typer.Context,
     repair: Annotated[
@@ -31,10 +37,6 @@ def doctor(
     derived files (keyword pack, vector cache, FAISS file, Chroma collection).
     """
     from contextlib import nullcontext
-
-    from kbcli.cli import render
-    from kbcli.errors import ConfigError
-    from kbcli.protocols import Doctor, FileLedger, supports
 
     kb = open_kb(ctx, create=False)
     try:

@@ -6,10 +6,18 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import configuration, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MAX_K, example
-from kbcli.cli.root import app
+from kbcli.cli.state import get_state, global_options
+from kbcli.errors import InvalidOptionError
+from kbcli.eval.beir import evaluate
+from kbcli.eval.questions import evaluate_questions, load_questions
+from kbcli.eval.report import summary_lines, write_html
+from kbcli.types import normalize_mode
+
+app = command_app()
 
 
 @app.command(
@@ -21,6 +29,7 @@ from kbcli.cli.root import app
         "kb eval --queries questions.jsonl --compare keyword,hybrid --report eval.html",
     ),
 )
+@global_options("--db")
 def eval_(
     ctx: typer.Context,
     dataset: Annotated[
@@ -105,8 +114,6 @@ def eval_(
     file); documents are ranked by their best chunk, in the search's order; trec_eval
     conventions otherwise.
     """
-    from kbcli.cli import render
-    from kbcli.errors import InvalidOptionError
 
     state = get_state(ctx)
     extra = {key: v for key, v in (("alpha", alpha), ("fusion", fusion)) if v is not None}
@@ -118,7 +125,6 @@ def eval_(
             )
         if compare or report:
             raise InvalidOptionError("--compare and --report go with --queries FILE")
-        from kbcli.eval.beir import evaluate
 
         with render.progress(render.stderr_is_terminal() and not state.quiet) as bar:
             result = evaluate(
@@ -154,10 +160,6 @@ def _eval_questions(
     json_out: bool,
 ) -> None:
     """``kb eval --queries``: the questions of ``queries`` on the live index, in ``modes``."""
-    from kbcli.cli import render
-    from kbcli.eval.questions import evaluate_questions, load_questions
-    from kbcli.eval.report import summary_lines, write_html
-    from kbcli.types import normalize_mode
 
     state = get_state(ctx)
     chosen = [m.strip() for m in modes.split(",") if m.strip()]

@@ -4,10 +4,14 @@ from typing import Annotated
 
 import typer
 
+from kbcli.agent.get import read_target
+from kbcli.cli import render
 from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +24,7 @@ from kbcli.cli.root import app
         "kb get 3f2a9c0d1e8b4a7f9c6d5e4b3a2f1e0d",
     ),
 )
+@global_options()
 def get(
     ctx: typer.Context,
     target: Annotated[
@@ -34,8 +39,6 @@ def get(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Show a file's indexed text with line numbers, or one chunk by id."""
-    from kbcli.agent.get import read_target
-    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:

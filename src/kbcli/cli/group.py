@@ -1,140 +1,170 @@
-"""The ``kb`` group and its commands' class: global options in any position, and the one place
-that turns errors into a message and an exit code."""
+"""The ``kb`` group and its commands' class: commands loaded when named, ``--json`` before the
+command, and the one place that turns errors into a message and an exit code."""
 
 from __future__ import annotations
 
+import sqlite3
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
+import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from kbcli.cli.coercion import PlainCoercion, plain_arguments
+from kbcli.cli.params import plain
+from kbcli.cli.render.messages import error, reader_gone, settle_stdout, silence
+from kbcli.cli.state import get_state
+from kbcli.errors import KBError
+
+if TYPE_CHECKING:
+    # click as typer ships it: types only
+    from typer._click import Command, Context, HelpFormatter, Parameter
 
 EXIT_INTERRUPTED = 130
 EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
 
-# Global options accepted after the command too: flags, and options taking a value.
-GLOBAL_FLAGS = ("-q", "--quiet", "--debug")
-GLOBAL_VALUES = ("--db", "--config", "--store")
-# Commands with an option of the same name that means something else there.
-OWN_OPTIONS = {"eval": ("--db",)}
+#: Each command: the module that defines it, and its line in ``kb --help`` (the first paragraph
+#: of its help, tests/test_cli_help.py checks), so that kb --help imports no command's module.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ingest": (
+        "ingest",
+        "Index files and folders (only new and changed files are read again; files deleted "
+        "from PATH leave the index). Files are searchable by keyword as soon as they are "
+        "written; their vectors follow in the same run (or the next one, if it was stopped).",
+    ),
+    "add": ("add", "Store one piece of text as a single chunk and print its id."),
+    "search": ("search", "Search the knowledge base; hits show path:line ($EDITOR +LINE path)."),
+    "ask": ("ask", "Answer a question from the knowledge base, citing its sources, or refuse."),
+    "delete": (
+        "delete",
+        "Delete chunks by id, a file's chunks, or every file under a folder.",
+    ),
+    "get": (
+        "get",
+        "Show a file's indexed text with line numbers, or one chunk by id.",
+    ),
+    "list": ("list_", "List stored chunks, oldest first."),
+    "stats": ("stats", "Show what the index holds: files, chunks, embedder, last ingest."),
+    "doctor": ("doctor", "Check the keyword index and the vector caches against the catalog."),
+    "init": ("init", "Write a commented jianmu.yaml listing every setting with its default."),
+    "config": ("config_", "Show the effective configuration and where each value came from."),
+    "trust": (
+        "trust",
+        "Let kb use the code, servers and models a folder's jianmu.yaml names (as it is now).",
+    ),
+    "eval": (
+        "eval_",
+        "Measure retrieval quality: on a BEIR collection (nDCG, recall, MRR), or with "
+        "--queries on your own index with your own questions (nDCG, hit@1/@3, MRR with 95% "
+        "intervals, the misses, a suggested --min-score; --compare, --report).",
+    ),
+    "mcp": ("mcp", "Serve the knowledge base to agents over MCP (stdio or HTTP)."),
+    "copy": (
+        "copy_",
+        "Copy the whole index (chunks, vectors, file records) into another, empty store "
+        "without re-embedding, then check it: counts, and a sample of searches give the same "
+        "results. With --replace the checked copy takes the place of the existing sqlite "
+        "index at --to-db, in one transaction: processes reading it (kb mcp, kb watch) go on,"
+        " now on the copy.",
+    ),
+    "watch": (
+        "watch",
+        "Index files and folders as kb ingest does, then follow their changes until stopped: "
+        "new, edited, deleted and renamed files and folders are applied in batches, each once"
+        " its events have been quiet for half a second (one line per batch on stderr). The "
+        "database's writer lock is taken per batch, so kb ingest, kb mcp and kb search run "
+        "alongside. Ctrl-C or SIGTERM finishes the batch in flight and exits 0. A watched "
+        "folder gone, or replaced by a link (renamed away, a link in its place), stops the "
+        "watch with one line and exit 2, the index as it was; with --follow-symlinks the "
+        "folder the link leads to is indexed and followed instead. Another folder made in its"
+        " place is indexed again.",
+    ),
+}
 
 
-def hoist_global_options(args: list[str], commands: Any) -> list[str]:
-    """Move global options written after the command to before it (``kb search x -q`` is
-    ``kb -q search x``), and a ``--json`` written before the command to after it. Nothing
-    after ``--`` moves; a command's own option of the same name (``kb eval --db``) stays."""
-    index, i = None, 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            break
-        if arg in GLOBAL_VALUES:
-            i += 2
-            continue
-        if not arg.startswith("-") and arg in commands:
-            index = i
-            break
-        i += 1
-    if index is None:
-        return args
-    before, name, after = list(args[:index]), args[index], list(args[index + 1 :])
-    moved_json = [a for a in before if a == "--json"]
-    before = [a for a in before if a != "--json"]
-    own = OWN_OPTIONS.get(name, ())
-    hoisted: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(after):
-        arg = after[i]
-        if arg == "--":
-            rest.extend(after[i:])
-            break
-        option = arg.split("=", 1)[0]
-        if arg in GLOBAL_FLAGS and arg not in own:
-            hoisted.append(arg)
-        elif option in GLOBAL_VALUES and option not in own:
-            if "=" in arg:
-                hoisted.append(arg)
-            else:
-                hoisted.extend(after[i : i + 2])
-                i += 1
-        else:
-            rest.append(arg)
-        i += 1
-    return before + hoisted + [name] + moved_json + rest
+def command_app() -> typer.Typer:
+    """The application of one command module: its ``@app.command`` is the command."""
+    return typer.Typer(add_completion=False, rich_markup_mode=None)
 
 
 class KBGroup(TyperGroup):
-    """The one place that turns library errors into a message and an exit code."""
+    """kb's commands, each imported when it is named (click's lazy group: ``get_command`` and
+    ``list_commands``), and the one place that turns errors into a message and an exit code."""
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        PlainCoercion.install(self.get_params(ctx))
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain(super().get_params(ctx))
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            # __import__, not importlib: python -X importtime (the tests, the benchmark) sees it
+            module = __import__(f"{__package__}.{COMMANDS[cmd_name][0]}", fromlist=["app"])
+            self.commands[cmd_name] = typer.main.get_command(module.app)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: Context, args: list[str]
+    ) -> tuple[str | None, Command | None, list[str]]:
+        """The command named first in ``args``, with a ``--json`` given before it (``kb --json
+        stats``); a misspelt name gets typer's suggestions from every command."""
+        if args and args[0] not in COMMANDS:
+            for known in COMMANDS:  # typer suggests from the commands it has
+                self.get_command(ctx, known)
+        name, command, rest = super().resolve_command(ctx, args)
+        if ctx.params.get("json_first"):
+            rest = ["--json", *rest]
+        return name, command, rest
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         try:  # kb --version and kb --help print here
-            return super().parse_args(ctx, hoist_global_options(list(args), self.commands))
+            return super().parse_args(ctx, args)
         except BrokenPipeError as exc:
             _reader_gone(exc)
 
-    def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """Each command with its whole one-line description (Click cuts them at 45 chars)."""
-        rows = []
-        for name in self.list_commands(ctx):
-            command = self.get_command(ctx, name)
-            if command is None or command.hidden:
-                continue
-            text = command.short_help or (command.help or "").strip().split("\n\n")[0]
-            rows.append((name, " ".join(text.split())))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        """Each command with its whole one-line description (Click cuts them at 45 chars),
+        from :data:`COMMANDS`."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
 
-    def invoke(self, ctx: Any) -> Any:
-        from kbcli.cli.render.messages import settle_stdout
-
+    def invoke(self, ctx: Context) -> Any:
         try:
             return self._invoke(ctx)
         finally:
             settle_stdout()  # what is still buffered, now: not at the interpreter's exit
 
-    def _invoke(self, ctx: Any) -> Any:
-        from kbcli.errors import KBError
-
+    def _invoke(self, ctx: Context) -> Any:
+        # get_state(ctx).debug is read when the error comes: kb search x --debug sets it late
         try:
             return super().invoke(ctx)
         except BrokenPipeError as exc:
-            _reader_gone(exc, debug=bool(ctx.params.get("debug")))
+            _reader_gone(exc, debug=get_state(ctx).debug)
         except KBError as exc:
-            if ctx.params.get("debug"):
+            if get_state(ctx).debug:
                 raise
-            from kbcli.cli import render
-
-            render.error(str(exc))
+            error(str(exc))
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            if ctx.params.get("debug"):
+            if get_state(ctx).debug:
                 raise
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as exc:
             message = _environment_error(exc)
-            if message is None or ctx.params.get("debug"):
+            if message is None or get_state(ctx).debug:
                 raise
-            from kbcli.cli import render
-
-            render.error(message)
+            error(message)
             raise typer.Exit(1) from None
 
 
 def _reader_gone(exc: BrokenPipeError, debug: bool = False) -> NoReturn:
     """Stop quietly with :data:`EXIT_READER_GONE` when the reader of stdout has gone (``kb
     search x | head -1``), as ``rg`` does; any other broken pipe is an error of the machine."""
-    from kbcli.cli import render
-    from kbcli.cli.render.messages import reader_gone, silence
-
     if not reader_gone():
         if debug:
             raise exc
-        render.error(_environment_error(exc) or str(exc))
+        error(_environment_error(exc) or str(exc))
         raise typer.Exit(1) from None
     silence(sys.stdout)
     if reader_gone(sys.stderr):  # 2>&1 into the same pipe
@@ -145,8 +175,6 @@ def _reader_gone(exc: BrokenPipeError, debug: bool = False) -> NoReturn:
 def _environment_error(exc: BaseException) -> str | None:
     """One line for errors of the machine rather than of kb (disk full, I/O, permissions),
     or None for anything else (a bug keeps its traceback)."""
-    import sqlite3
-
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
         return f"{exc.strerror or exc}{where} (run again with --debug for details)"
@@ -156,11 +184,7 @@ def _environment_error(exc: BaseException) -> str | None:
 
 
 class KBCommand(TyperCommand):
-    """A command whose options are converted without Pydantic (see :class:`PlainCoercion`)
-    and whose arguments show their metavars."""
+    """A command whose parameters are kb's (:func:`.params.plain`)."""
 
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        params = self.get_params(ctx)
-        PlainCoercion.install(params)
-        plain_arguments(params)
-        return super().parse_args(ctx, args)
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return plain(super().get_params(ctx))

@@ -5,10 +5,11 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
+from kbcli.cli.state import get_state, global_options
 from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
@@ -19,6 +20,16 @@ from kbcli.cli.sync_options import (
     RecursiveOption,
     WaitOption,
 )
+from kbcli.embedders.base import embedder_info
+from kbcli.errors import KBError
+from kbcli.filters.syntax import parse_meta
+from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
+from kbcli.ingest.report import SyncReport
+from kbcli.ingest.sync import SyncInterrupted, sync
+from kbcli.pipeline import LazyEmbedder
+from kbcli.system.signals import exit_code, interrupt_on_termination, signal_name
+
+app = command_app()
 
 
 @app.command(
@@ -29,6 +40,7 @@ from kbcli.cli.sync_options import (
         "kb ingest ~/notes --no-prune",
     ),
 )
+@global_options()
 def ingest(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],
@@ -52,20 +64,10 @@ def ingest(
     """Index files and folders (only new and changed files are read again; files deleted
     from PATH leave the index). Files are searchable by keyword as soon as they are written;
     their vectors follow in the same run (or the next one, if it was stopped)."""
-    from kbcli.cli import render
-    from kbcli.filters.syntax import parse_meta
-    from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
-    from kbcli.ingest.report import SyncReport
-    from kbcli.ingest.sync import sync
-    from kbcli.system.signals import exit_code, interrupt_on_termination, signal_name
 
     state = get_state(ctx)
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
-    from kbcli.embedders.base import embedder_info
-    from kbcli.errors import KBError
-    from kbcli.ingest.sync import SyncInterrupted
-    from kbcli.pipeline import LazyEmbedder
 
     try:
         # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
@@ -124,11 +126,10 @@ def ingest(
 
 
 def report_output(
-    report: Any, *, quiet: bool, json_out: bool, extra: dict[str, Any] | None = None
+    report: SyncReport, *, quiet: bool, json_out: bool, extra: dict[str, Any] | None = None
 ) -> None:
     """A sync's failures and warnings on stderr, then its summary (or its JSON line, with
     ``extra`` keys first) on stdout; ``kb watch`` shows its first index the same way."""
-    from kbcli.cli import render
 
     for failure in report.failed:
         reason = (

@@ -5,12 +5,17 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.config.report import write_template
+
+app = command_app()
 
 
 @app.command(cls=KBCommand, epilog=example("kb init", "kb init ~/.config/kbcli --force"))
+@global_options()
 def init(
     path: Annotated[
         Path,
@@ -19,8 +24,6 @@ def init(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
     """Write a commented jianmu.yaml listing every setting with its default."""
-    from kbcli.cli import render
-    from kbcli.config.report import write_template
 
     target = write_template(path, force=force)
     render.result(f"Wrote {target}; edit it, then run: kb config")

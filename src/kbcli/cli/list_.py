@@ -5,8 +5,9 @@ from typing import Annotated, Any
 
 import typer
 
-from kbcli.cli.context import open_kb, search_filter, source_candidates
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb, search_filter, source_candidates
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_INT64,
     FilterOption,
@@ -15,7 +16,10 @@ from kbcli.cli.options import (
     files_format,
     output_format,
 )
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.filters.syntax import parse_filter_expressions
+
+app = command_app()
 
 
 @app.command(
@@ -27,6 +31,7 @@ from kbcli.cli.root import app
         "kb list --limit 0 --format files",
     ),
 )
+@global_options()
 def list_(
     ctx: typer.Context,
     source: Annotated[
@@ -56,8 +61,6 @@ def list_(
     null: NullOption = False,
 ) -> None:
     """List stored chunks, oldest first."""
-    from kbcli.cli import render
-    from kbcli.filters.syntax import parse_filter_expressions
 
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
     where = search_filter(parse_filter_expressions(filter), None)
@@ -65,7 +68,7 @@ def list_(
     try:
         docs: list[Any] = []
         for candidate in source_candidates(source) if source is not None else [None]:
-            docs = list(kb.store.iter_documents(where, source=candidate, limit=limit or None))
+            docs = list(catalog(kb).iter_documents(where, source=candidate, limit=limit or None))
             if docs:
                 break
     finally:

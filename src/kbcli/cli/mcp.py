@@ -1,14 +1,22 @@
 """``kb mcp``: the knowledge base served to agents over MCP."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import get_state, open_kb, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.agent.mcp.audit import AuditLog
+from kbcli.agent.mcp.server import KnowledgeMCP, load_tokens, parse_host_port
+from kbcli.agent.tools.write import WriteLimits
+from kbcli.cli import render
+from kbcli.cli.context import open_kb, search_filter
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import FilterOption, example
-from kbcli.cli.root import app
+from kbcli.cli.state import get_state, global_options
+from kbcli.errors import InvalidOptionError, require
+from kbcli.filters.syntax import parse_filter_expressions
+
+app = command_app()
 
 
 @app.command(
@@ -20,6 +28,7 @@ from kbcli.cli.root import app
         "kb mcp --http 127.0.0.1:8765 --tokens tokens.yaml --audit audit.jsonl",
     ),
 )
+@global_options()
 def mcp(
     ctx: typer.Context,
     filter: FilterOption = None,
@@ -83,11 +92,8 @@ def mcp(
     call, no text or query unless --audit-queries). Over HTTP a request
     must arrive whole within 10 s and at most 1,000 connections are open (the longest-waiting
     makes room); an address that cannot be listened on (a port in use) exits 4."""
-    from kbcli.errors import InvalidOptionError, require
-    from kbcli.filters.syntax import parse_filter_expressions
 
     require("mcp", extra="mcp", feature="kb mcp")
-    from kbcli.agent.mcp.server import KnowledgeMCP, load_tokens, parse_host_port
 
     scope = search_filter(parse_filter_expressions(filter), None)
     if http is None and tokens is not None:
@@ -105,13 +111,10 @@ def mcp(
     identities = load_tokens(tokens) if tokens is not None else {}
     writers = sum(1 for identity in identities.values() if identity.write)
     if writers and not allow_write and not get_state(ctx).quiet:
-        from kbcli.cli import render
-
         render.warning(
             f"{writers} token{'' if writers == 1 else 's'} in {tokens} say write: true, but "
             "writing is off: run kb mcp with --allow-write to offer the write tools"
         )
-    from kbcli.agent.mcp.audit import AuditLog
 
     log = AuditLog(audit, queries=audit_queries) if audit is not None else None
     try:
@@ -131,10 +134,8 @@ def mcp(
             log.close()
 
 
-def _write_limits(values: list[str]) -> Any:
+def _write_limits(values: list[str]) -> WriteLimits:
     """``--write-limit KEY=VALUE`` options as :class:`~kbcli.agent.tools.write.WriteLimits`."""
-    from kbcli.agent.tools.write import WriteLimits
-    from kbcli.errors import InvalidOptionError
 
     given: dict[str, str] = {}
     for value in values:

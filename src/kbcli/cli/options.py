@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from kbcli.errors import InvalidOptionError
+
 MAX_K = 1_000_000  # kbcli.types.MAX_K (not imported: kb --help stays light)
 MAX_INT64 = 2**63 - 1  # SQLite's integers
 
@@ -73,7 +75,6 @@ def files_format(fmt: str, null: bool) -> str:
         return fmt
     if fmt == "table":
         return "files"
-    from kbcli.errors import InvalidOptionError
 
     raise InvalidOptionError(f"-0 prints file names (--format files), not {fmt}: drop one")
 
@@ -83,6 +84,5 @@ def words(text: str, what: str, fix: str) -> str:
     {what} is empty: {fix}``."""
     if text.strip():
         return text
-    from kbcli.errors import InvalidOptionError
 
     raise InvalidOptionError(f"The {what} is empty: {fix}")

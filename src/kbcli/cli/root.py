@@ -1,5 +1,5 @@
 """The ``kb`` application: its global options, ``--version`` and the console script's entry
-point. The commands register themselves on :data:`app` (see :mod:`kbcli.cli`)."""
+point. Its group, :class:`.group.KBGroup`, loads a command's module when the command is named."""
 
 import os
 import sys
@@ -9,8 +9,11 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import State
+from kbcli import __version__
 from kbcli.cli.group import EXIT_INTERRUPTED, KBGroup
+from kbcli.cli.render.messages import reader_gone, silence
+from kbcli.cli.state import State
+from kbcli.config.lookup import use_config_file
 from kbcli.config.registry import EMBEDDER_NOTES, STORES  # names only: no backend is imported
 
 app = typer.Typer(
@@ -33,8 +36,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from kbcli import __version__
-
         typer.echo(f"kb {__version__}")
         raise typer.Exit()
 
@@ -80,10 +81,11 @@ def _root(
             help=f"Store backend: {', '.join(STORES)} [default: store.backend].",
         ),
     ] = None,
+    json_first: Annotated[
+        bool, typer.Option("--json", hidden=True, help="The command's --json, written before it.")
+    ] = False,
 ) -> None:
     """kb: a knowledge base on SQLite with keyword, semantic and hybrid search."""
-    from kbcli.config.lookup import use_config_file
-
     use_config_file(config)  # defaults read deep in the library come from this file too
     ctx.obj = State(db=db, config=config, quiet=quiet, debug=debug, store=store)
 
@@ -113,8 +115,6 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError as exc:
         # click's usage error or "Aborted!" written to a stderr whose reader has gone (kb
         # search 2>&1 | true): the exit code that message was to come with, quietly
-        from kbcli.cli.render.messages import reader_gone, silence
-
         for stream in (sys.stdout, sys.stderr):
             if reader_gone(stream):
                 silence(stream)

@@ -1,12 +1,13 @@
 """``kb search``: search the knowledge base, hits by file or by chunk."""
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from kbcli.cli import render
 from kbcli.cli.context import open_kb, resolve_source, search_filter
-from kbcli.cli.group import KBCommand
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import (
     MAX_K,
     FilterOption,
@@ -18,7 +19,14 @@ from kbcli.cli.options import (
     output_format,
     words,
 )
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+from kbcli.filters.syntax import parse_filter_expressions, under_folders
+from kbcli.pipeline import KnowledgeBase
+from kbcli.search.hints import unindexed, unknown_keys
+from kbcli.search.query import search as run_search
+from kbcli.types import SearchOptions
+
+app = command_app()
 
 
 @app.command(
@@ -32,6 +40,7 @@ from kbcli.cli.root import app
         'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
     ),
 )
+@global_options()
 def search(
     ctx: typer.Context,
     query: Annotated[
@@ -147,11 +156,6 @@ def search(
 
     Hits are files by default (each with its best chunk and how many chunks matched); --by
     chunk lists every matching chunk."""
-    from kbcli.cli import render
-    from kbcli.filters.syntax import parse_filter_expressions
-    from kbcli.search.hints import unknown_keys
-    from kbcli.search.query import search as run_search
-    from kbcli.types import SearchOptions
 
     query = words(query, "query", "give the words to look for, as in kb search 'reset password'")
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
@@ -207,9 +211,7 @@ def _unit(by: str) -> str:
     raise typer.BadParameter(f"{by!r} is not file or chunk.", param_hint="'--by'")
 
 
-def _unindexed_folders(kb: Any, folders: list[Path]) -> list[Path]:
+def _unindexed_folders(kb: KnowledgeBase, folders: list[Path]) -> list[Path]:
     """The ``--in`` folders no indexed file lies under (a mistyped path finds nothing)."""
-    from kbcli.filters.syntax import under_folders
-    from kbcli.search.hints import unindexed
 
     return unindexed(kb.store, [(f, under_folders([resolve_source(f)])) for f in folders])

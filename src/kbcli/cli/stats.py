@@ -4,23 +4,26 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import catalog, open_kb
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+
+app = command_app()
 
 
 @app.command(cls=KBCommand, epilog=example("kb stats", "kb --db team.db stats --json"))
+@global_options()
 def stats(
     ctx: typer.Context,
     json_out: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Show what the index holds: files, chunks, embedder, last ingest."""
-    from kbcli.cli import render
 
     kb = open_kb(ctx, create=False)
     try:
-        figures = kb.store.stats()
+        figures = catalog(kb).stats()
     finally:
         kb.close()
     if json_out:

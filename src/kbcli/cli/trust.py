@@ -5,15 +5,20 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.group import KBCommand
+import kbcli.config.trust as records
+from kbcli.cli import render
+from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
-from kbcli.cli.root import app
+from kbcli.cli.state import global_options
+
+app = command_app()
 
 
 @app.command(
     cls=KBCommand,
     epilog=example("kb trust", "kb trust ~/src/team-wiki", "kb trust --list", "kb trust --revoke"),
 )
+@global_options()
 def trust(
     path: Annotated[
         Path | None,
@@ -37,8 +42,6 @@ def trust(
     folder is refused until you trust it; an edited file needs trusting again. Files named
     with --config or $KB_CONFIG, and ~/.config/kbcli/jianmu.yaml, need no trust.
     """
-    import kbcli.config.trust as records
-    from kbcli.cli import render
 
     if list_:
         rows = records.listing()

@@ -5,10 +5,13 @@ from typing import Annotated
 
 import typer
 
-from kbcli.cli.context import configuration, get_state, open_kb
-from kbcli.cli.group import KBCommand
+from kbcli.cli import render
+from kbcli.cli.context import configuration, open_kb
+from kbcli.cli.group import KBCommand, command_app
+from kbcli.cli.ingest import report_output
 from kbcli.cli.options import MetaOption, example
-from kbcli.cli.root import app
+from kbcli.cli.render.messages import plural
+from kbcli.cli.state import get_state, global_options
 from kbcli.cli.sync_options import (
     EmbedderOption,
     ExtOption,
@@ -19,6 +22,14 @@ from kbcli.cli.sync_options import (
     RecursiveOption,
     WaitOption,
 )
+from kbcli.filters.syntax import parse_meta
+from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
+from kbcli.ingest.report import SyncReport
+from kbcli.ingest.sync import SyncInterrupted
+from kbcli.ingest.watch import Batch, Watch, WatchSettings, batch_line
+from kbcli.system.signals import interrupt_on_termination, signal_name, stop_between, stopped_by
+
+app = command_app()
 
 
 @app.command(
@@ -29,6 +40,7 @@ from kbcli.cli.sync_options import (
         "kb watch /mnt/share/docs --scan-every 30",
     ),
 )
+@global_options()
 def watch(
     ctx: typer.Context,
     paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files or folders.")],
@@ -70,16 +82,6 @@ def watch(
     is indexed and followed instead. Another folder made in its place is indexed again."""
     import signal
     import threading
-
-    from kbcli.cli import render
-    from kbcli.cli.ingest import report_output
-    from kbcli.cli.render.messages import plural
-    from kbcli.filters.syntax import parse_meta
-    from kbcli.ingest.discovery import DEFAULT_EXTENSIONS, parse_extensions
-    from kbcli.ingest.report import SyncReport
-    from kbcli.ingest.sync import SyncInterrupted
-    from kbcli.ingest.watch import Batch, Watch, WatchSettings, batch_line
-    from kbcli.system.signals import interrupt_on_termination, signal_name, stop_between, stopped_by
 
     state = get_state(ctx)
     settings = WatchSettings(

@@ -7,6 +7,7 @@ from typing import Any
 
 from kbcli.cli.render.messages import print_json, result
 from kbcli.cli.render.names import shorten_source
+from kbcli.search.query import hit_page, location_suffix
 
 
 def cited_location(evidence: Any) -> tuple[str, str]:
@@ -14,7 +15,6 @@ def cited_location(evidence: Any) -> tuple[str, str]:
     ``path#page=N`` as ``kb search`` shows it, the path as the user would type it (relative to
     the current folder or ``~``, never cut); the page part only for a passage without a
     source that has a page; a note is ``note by NAME`` (``: path``)."""
-    from kbcli.search.query import hit_page, location_suffix
 
     if evidence.note_by is not None:
         where = f"note by {evidence.note_by}" + (

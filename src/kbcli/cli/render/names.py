@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kbcli.cli.render.messages import plural, result, warning
+from kbcli.search.query import location_suffix
 from kbcli.types import note_label
 
 
@@ -48,14 +49,16 @@ def display_path(source: Any) -> str:
 
 
 def chunk_location(
-    meta: dict[str, Any], line: Any = None, path: Any = display_path, page: Any = None
+    meta: dict[str, Any],
+    line: Any = None,
+    path: Callable[[Any], str] = display_path,
+    page: Any = None,
 ) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
     ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see
     :func:`kbcli.search.query.location`), ``-`` without a source; an agent's note is ``note by
     acme``
     (``note by acme: docs/topic.md``), never a file's line."""
-    from kbcli.search.query import location_suffix
 
     note = note_label(meta)
     source = meta.get("source")
