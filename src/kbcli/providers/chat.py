@@ -19,8 +19,8 @@ lookup and redaction (:mod:`kbcli.embedders.settings`) and the one-line messages
   attempt, wait and streamed piece; a server that streams forever is cut there) and holds at
   most ``max_answer_mb`` of text (``rag.answer.max_answer_mb``, a ``<think>`` block included),
   counted while the reply is read: a body (or one line of a stream) is read up to four times
-  that plus 1 MB (:func:`kbcli.providers.http.reply_cap_hook`), so memory stays bounded whatever the
-  server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
+  that plus 1 MB (:func:`kbcli.providers.replies.reply_cap_hook`), so memory stays bounded
+  whatever the server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
 * A ``<think>…</think>`` block at the start of the answer (reasoning models served by Ollama,
   vLLM or llama.cpp) is left out.
 * An answer without text (a provider's safety filter, ``max_tokens`` spent before any text)
@@ -34,17 +34,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kbcli.config.schema import AnswerConfig
 from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
 from kbcli.errors import AnswerError, require
-from kbcli.providers.http import (
-    TOO_LARGE,
-    UnreadableReply,
-    describe_failure,
-    last_attempt,
-    megabytes,
-    reply_cap_hook,
-    too_large_in,
-)
+from kbcli.protocols import ChatModelProtocol
+from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt
+from kbcli.providers.replies import UnreadableReply, megabytes, reply_cap_hook, too_large_in
 from kbcli.providers.retry import (
     AttemptTimeout,
     EmbedderRequestError,
@@ -53,6 +48,7 @@ from kbcli.providers.retry import (
     call_with_retries,
     relay,
 )
+from kbcli.providers.thinking import ThinkFilter, strip_thinking
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 KEYLESS = "no-key"  # what the SDKs are given for a local server that needs no key
@@ -79,50 +75,6 @@ class _TooLong(Exception):
 TOO_LONG = "answer too long"  # a Failure's reason
 REPLY_FACTOR = 4  # a reply's body (a stream's line) is read up to this x the answer's cap ...
 REPLY_SLACK = 1 << 20  # ... plus this: JSON escapes and the envelope around the text
-
-
-class ThinkFilter:
-    """Drops a leading ``<think>…</think>`` block from text that arrives in pieces."""
-
-    OPEN, CLOSE = "<think>", "</think>"
-
-    def __init__(self) -> None:
-        self._held = ""
-        self._state = "start"  # start -> thinking -> text, or start -> text
-
-    def feed(self, piece: str) -> str:
-        """The part of ``piece`` that belongs to the answer (held back while undecided)."""
-        if self._state == "text":
-            return piece
-        self._held += piece
-        if self._state == "start":
-            head = self._held.lstrip()
-            if len(head) < len(self.OPEN) and self.OPEN.startswith(head):
-                return ""  # may still become "<think>"
-            if not head.startswith(self.OPEN):
-                self._state = "text"
-                out, self._held = self._held, ""
-                return out
-            self._state = "thinking"
-        end = self._held.find(self.CLOSE)
-        if end < 0:
-            return ""
-        out = self._held[end + len(self.CLOSE) :].lstrip()
-        self._held, self._state = "", "text"
-        return out
-
-    def close(self) -> str:
-        """What is still held at the end (a reply that never left its ``<think>`` block has
-        no answer)."""
-        out = self._held if self._state == "start" else ""
-        self._held = ""
-        return out
-
-
-def strip_thinking(text: str) -> str:
-    """``text`` without a leading ``<think>…</think>`` block."""
-    think = ThinkFilter()
-    return think.feed(text) + think.close()
 
 
 class ChatModel:
@@ -188,7 +140,7 @@ class ChatModel:
         self._client = self._make_client()
 
     @classmethod
-    def from_config(cls, settings: Any, model: str | None = None) -> ChatModel:
+    def from_config(cls, settings: AnswerConfig, model: str | None = None) -> ChatModel:
         """Build from ``rag.answer`` (``model`` overrides ``settings.model``)."""
         return cls(
             model or settings.model,
@@ -548,7 +500,9 @@ class GeminiChat(ChatModel):
         )
         return genai.Client(api_key=self._api_key or KEYLESS, vertexai=False, http_options=options)
 
-    def _request(self, messages: list[Message], max_tokens: int, temperature: float) -> dict:
+    def _request(
+        self, messages: list[Message], max_tokens: int, temperature: float
+    ) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         contents = [
             {
@@ -618,7 +572,7 @@ class GeminiChat(ChatModel):
         return failure
 
 
-def build_chat_model(settings: Any, model: str | None = None) -> ChatModel:
+def build_chat_model(settings: AnswerConfig, model: str | None = None) -> ChatModelProtocol:
     """The chat model ``rag.answer`` describes (``model`` overrides ``settings.model``): a
     registered provider, or a user's ``"package.module:Class"`` built with its
     ``from_config(settings, model)`` when it has one."""
@@ -626,6 +580,5 @@ def build_chat_model(settings: Any, model: str | None = None) -> ChatModel:
 
     cls = load_class(settings.provider, CHAT_MODELS, kind="answer model")
     from_config = getattr(cls, "from_config", None)
-    if callable(from_config):
-        return from_config(settings, model)
-    return cls()
+    chat: ChatModelProtocol = from_config(settings, model) if callable(from_config) else cls()
+    return chat

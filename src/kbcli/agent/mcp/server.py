@@ -59,10 +59,12 @@ from typing import Any
 
 from kbcli.agent.mcp.audit import AuditLog
 from kbcli.agent.mcp.http_limits import Limits
-from kbcli.agent.tools.read import KnowledgeTool, ToolResult, knowledge_tools
+from kbcli.agent.tools.base import KnowledgeTool, ToolResult
+from kbcli.agent.tools.read import knowledge_tools
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
 from kbcli.scope import ScopedKnowledgeBase
+from kbcli.views import Source
 
 MIN_TOKEN_CHARS = 16
 MAX_NAME_CHARS = 64  # a token's name: in the audit file and on every note it writes
@@ -178,7 +180,7 @@ class KnowledgeMCP:
 
     def __init__(
         self,
-        kb: Any,
+        kb: Source,
         filter: dict[str, Any] | None = None,
         *,
         allow_write: bool = False,
