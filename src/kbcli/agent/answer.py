@@ -38,6 +38,9 @@ from kbcli.config.schema import AnswerConfig
 from kbcli.errors import InvalidOptionError
 from kbcli.filters.model import and_filters, matches
 from kbcli.protocols import ChatModelProtocol
+from kbcli.providers.chat import build_chat_model
+from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
+from kbcli.search.query import TermIdf, hit_line, hit_page, locate_lines, location
 from kbcli.text.analysis import keyword_counts
 from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
 from kbcli.views import KnowledgeView, Source
@@ -131,8 +134,6 @@ class Evidence:
         """The line of the passage's file it is cited for: its best-matching line (as
         ``kb search`` shows it; ``$EDITOR +LINE path``), else the passage's first line; None
         for a note."""
-        from kbcli.search.query import hit_line
-
         return _whole(hit_line(self.result))
 
     @property
@@ -150,8 +151,6 @@ class Evidence:
         chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note
         by
         NAME`` (``note by NAME: source``)."""
-        from kbcli.search.query import hit_page, location
-
         note = note_label(self.metadata)
         if note is not None:
             return note if self.source is None else f"{note}: {self.source}"
@@ -330,8 +329,6 @@ class TermWeights:
         filter: dict[str, Any] | None,
         scope: dict[str, Any] | None = None,
     ):
-        from kbcli.search.query import TermIdf
-
         self.store = kb.store
         self.analyzer = kb.analyzer
         self.filter = filter
@@ -467,8 +464,6 @@ def _locate(
 ) -> None:
     """Each passage on its best-matching line for the question's terms (its citation's
     ``path:line``), weighed as the floor weighed them when it did."""
-    from kbcli.search.query import locate_lines
-
     options = options or SearchOptions(k=8)
     text = content_text(question)
     if not view.analyzer.query_terms(text):  # only question words: they are what it asks
@@ -479,8 +474,6 @@ def _locate(
 
 def _nothing_found(view: Readable, filter: dict[str, Any] | None) -> str:
     """Why a search found nothing, when the filter explains it (read inside ``view``)."""
-    from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
-
     reason = "no indexed passage matches the question"
     if not filter:
         return reason
@@ -554,8 +547,6 @@ def ask(
     if dry_run:
         return answer
     if chat is None:
-        from kbcli.providers.chat import build_chat_model
-
         chat = build_chat_model(settings, model)
     completion = chat.complete(
         messages,

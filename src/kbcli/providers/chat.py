@@ -34,7 +34,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kbcli.config.registry import CHAT_MODELS, load_class
 from kbcli.config.schema import AnswerConfig
+from kbcli.embedders.gemini import classify_error as gemini_failure
+from kbcli.embedders.openai import classify_error as openai_failure
 from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
 from kbcli.errors import AnswerError, require
 from kbcli.protocols import ChatModelProtocol
@@ -464,9 +467,7 @@ class OpenAIChat(ChatModel):
             raise _Malformed("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.openai import classify_error
-
-        return classify_error(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
+        return openai_failure(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
 
 
 class GeminiChat(ChatModel):
@@ -562,9 +563,7 @@ class GeminiChat(ChatModel):
             raise _Malformed("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.gemini import classify_error
-
-        failure = classify_error(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
+        failure = gemini_failure(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
         if failure is None and isinstance(exc, (ValueError, self._errors.UnknownApiResponseError)):
             # the SDK's own JSON decoding failed: the server is not the Gemini API
             detail = short(redact(str(exc), self._api_key), 80)
@@ -576,8 +575,6 @@ def build_chat_model(settings: AnswerConfig, model: str | None = None) -> ChatMo
     """The chat model ``rag.answer`` describes (``model`` overrides ``settings.model``): a
     registered provider, or a user's ``"package.module:Class"`` built with its
     ``from_config(settings, model)`` when it has one."""
-    from kbcli.config.registry import CHAT_MODELS, load_class
-
     cls = load_class(settings.provider, CHAT_MODELS, kind="answer model")
     from_config = getattr(cls, "from_config", None)
     chat: ChatModelProtocol = from_config(settings, model) if callable(from_config) else cls()

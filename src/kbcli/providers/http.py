@@ -26,7 +26,14 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
+from kbcli.embedders.settings import (
+    find_api_key,
+    first_env,
+    host_of,
+    redact,
+    short,
+    transport_errors,
+)
 from kbcli.errors import RerankerError
 from kbcli.providers.replies import ReplyTooLarge, UnreadableReply, megabytes, read_capped
 from kbcli.providers.retry import (
@@ -165,8 +172,6 @@ class JSONEndpoint:
             raise _BadResponse(f"not JSON: {short(body[:200])}") from None
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.settings import transport_errors
-
         if isinstance(exc, urllib.error.HTTPError):
             status = exc.code
             try:

@@ -57,12 +57,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbcli import __version__
 from kbcli.agent.mcp.audit import AuditLog
-from kbcli.agent.mcp.http_limits import Limits
+from kbcli.agent.mcp.http_limits import Limits, address, serve
 from kbcli.agent.tools.base import KnowledgeTool, ToolResult
 from kbcli.agent.tools.read import knowledge_tools
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
+from kbcli.filters.model import canonical_paths, validate_filter
+from kbcli.filters.syntax import parse_filter_expressions
 from kbcli.scope import ScopedKnowledgeBase
 from kbcli.views import Source
 
@@ -85,9 +88,6 @@ class Identity:
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
-    from kbcli.filters.model import canonical_paths, validate_filter
-    from kbcli.filters.syntax import parse_filter_expressions
-
     if value is None or value == [] or value == "":
         # "filter:" with the value forgotten must not mean "everything".
         raise ConfigError(f"{where}: filter is empty (write filter: {{}} for the whole index)")
@@ -226,8 +226,6 @@ class KnowledgeMCP:
         import mcp.types as types
         from mcp.server.lowlevel import Server
 
-        from kbcli import __version__
-
         def identity_of(ctx: Any) -> Identity | None:
             if not http:
                 return None
@@ -337,8 +335,6 @@ class KnowledgeMCP:
         (:mod:`kbcli.agent.mcp.http_limits`). Raises :class:`~kbcli.errors.ListenError` before
         anything
         is served when the address cannot be listened on."""
-        from kbcli.agent.mcp.http_limits import address, serve
-
         url = f"http://{address(host, port)}/mcp"
 
         def started() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from kbcli.agent.seams import Readable
 from kbcli.errors import InvalidOptionError, KBError
+from kbcli.search.query import hit_line, location
 from kbcli.types import SearchResult, note_author
 from kbcli.views import KnowledgeView, as_view
 
@@ -46,8 +47,6 @@ class Citation:
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
-        from kbcli.search.query import hit_line
-
         meta = hit.document.metadata
         source = meta.get("source")
         heading = meta.get("heading")
@@ -80,8 +79,6 @@ class Citation:
     def location(self) -> str | None:
         """``path:line`` or ``path#page=N``, as ``kb search`` shows the hit; ``note by NAME:
         source`` for a note (None: no source)."""
-        from kbcli.search.query import location
-
         note = None if self.note_by is None else f"note by {self.note_by}"
         if self.source is None:
             return note

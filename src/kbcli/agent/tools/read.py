@@ -51,8 +51,11 @@ from kbcli.agent.tools.base import (
 from kbcli.agent.tools.write import KnowledgeAddTool, KnowledgeDeleteTool, NoteWriter
 from kbcli.config.vocabulary import MODES
 from kbcli.errors import InvalidOptionError, NotFoundError
+from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.protocols import DocumentCatalog, supports
+from kbcli.search import hints
 from kbcli.search.pipeline import RAGPipeline
+from kbcli.search.query import locate_lines
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
@@ -114,8 +117,6 @@ class KnowledgeSearchTool(KnowledgeTool):
         max_k: int = MAX_K,
         max_query_chars: int = MAX_QUERY_CHARS,
     ):
-        from kbcli.filters.model import validate_filter
-
         self.access_filter = validate_filter(access_filter)
         if self.access_filter and not isinstance(pipeline, RAGPipeline):
             pipeline = reader_of(pipeline).scoped(self.access_filter)
@@ -170,8 +171,6 @@ class KnowledgeSearchTool(KnowledgeTool):
     def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
         """:meth:`options` and the caller's own validated ``filter`` (without the scope; its
         paths canonical)."""
-        from kbcli.filters.model import canonical_paths, validate_filter
-
         self.check_keys(arguments, aliases=("input",))
         query = arguments.get("query")
         if query is None or query == "":
@@ -206,8 +205,6 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
-        from kbcli.search.query import locate_lines
-
         results: list[SearchResult]
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
@@ -221,8 +218,6 @@ class KnowledgeSearchTool(KnowledgeTool):
         ``filter`` to blame, which of its sources nothing is indexed under, else which of its
         keys no chunk has. Both are judged only over the chunks this tool can see, so the
         answer says nothing of what a scope hides."""
-        from kbcli.search import hints
-
         if not caller_filter or isinstance(self.pipeline, RAGPipeline):
             return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
         view = reader_of(self.pipeline)

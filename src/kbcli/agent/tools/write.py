@@ -40,6 +40,7 @@ from kbcli.agent.tools.base import (
     text_argument,
 )
 from kbcli.errors import InvalidOptionError, KBError
+from kbcli.filters.model import matches
 from kbcli.protocols import FileLedger, supports
 from kbcli.system.paths import normal_source
 from kbcli.types import LOCATION_KEYS, NOTE_BY, note_author
@@ -250,7 +251,6 @@ class KnowledgeAddTool(KnowledgeTool):
                     f"leave {key} out, it is set for you"
                 )
         metadata.update(forced)
-        from kbcli.filters.model import matches
 
         if not matches(metadata, self.view.filter):
             if given is not None and metadata.get("source") != given:

@@ -44,6 +44,7 @@ from typing import Any
 from kbcli.config.schema import OcrConfig
 from kbcli.errors import LoaderError, missing_message
 from kbcli.ingest.files import open_regular, too_large
+from kbcli.ingest.loaders.bounded import ParseTimeout, keep_resident, run_bounded
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp")
 # What Pillow may open them as (never its other plugins: EPS would run Ghostscript).
@@ -134,7 +135,6 @@ def _recogniser() -> Any:
     """The process's one RapidOCR engine (loading its models takes about a second)."""
     global _engine
     if _engine is None:
-        from kbcli.ingest.loaders.bounded import keep_resident
 
         def load() -> Any:  # importing it maps opencv too
             return _require("rapidocr_onnxruntime").RapidOCR(print_verbose=False)
@@ -452,8 +452,6 @@ def run_pages(
     raises :class:`~kbcli.errors.LoaderError` saying how many of the ``kind`` (``"scanned
     pages"``, ``"frames (pages)"``) were recognised (the file is failed, not indexed in
     part)."""
-    from kbcli.ingest.loaders.bounded import ParseTimeout, run_bounded
-
     run = OcrRun()
     size = _size(path)
     for done, number in enumerate(numbers):
