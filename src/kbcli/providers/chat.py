@@ -41,7 +41,7 @@ from kbcli.embedders.openai import classify_error as openai_failure
 from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
 from kbcli.errors import AnswerError, require
 from kbcli.protocols import ChatModelProtocol
-from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt
+from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt, past_deadline
 from kbcli.providers.replies import UnreadableReply, megabytes, reply_cap_hook, too_large_in
 from kbcli.providers.retry import (
     AttemptTimeout,
@@ -242,11 +242,7 @@ class ChatModel:
         )
 
     def _past_deadline(self, what: str = "") -> str:
-        return (
-            f"{self._where()} gave no complete answer within {self.setting}.deadline "
-            f"({self.deadline:g} s{what}): stopped; try again later, or raise "
-            f"{self.setting}.deadline"
-        )
+        return past_deadline(self._where(), self.setting, self.deadline, what)
 
     def _metered(
         self, pieces: Iterator[tuple[str, str | None, str | None]]

@@ -245,11 +245,7 @@ def describe_failure(
             f"reading it; check that {setting}.base_url is the right server"
         )
     if failure.exhausted == "budget" and deadline is not None:
-        return (
-            f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s"
-            f"{last_attempt(failure, attempts)}): stopped; try again later, or raise "
-            f"{setting}.deadline"
-        )
+        return past_deadline(where, setting, deadline, last_attempt(failure, attempts))
     if failure.retryable:
         what = f"status {status}" if status is not None else failure.reason
         if failure.refused:
@@ -273,6 +269,15 @@ def describe_failure(
         )
     shown = f"status {status}" if status is not None else failure.reason
     return f"{where} failed ({shown}){detail}"
+
+
+def past_deadline(where: str, setting: str, deadline: float, what: str = "") -> str:
+    """The message of a call cut at ``{setting}.deadline`` (``deadline`` seconds); ``what``
+    says more inside its parentheses (:func:`last_attempt`, a stream cut mid-answer)."""
+    return (
+        f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s{what}): "
+        f"stopped; try again later, or raise {setting}.deadline"
+    )
 
 
 def last_attempt(failure: Failure, attempts: int) -> str:
