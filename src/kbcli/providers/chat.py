@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kbcli.config.registry import CHAT_MODELS, load_class
 from kbcli.config.schema import AnswerConfig
@@ -54,6 +54,9 @@ from kbcli.providers.retry import (
 from kbcli.providers.thinking import ThinkFilter, strip_thinking
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+T = TypeVar("T")
+#: ``(text, finish_reason, model)``: one piece of a completion, as a provider reads it.
+Piece = tuple[str, str | None, str | None]
 KEYLESS = "no-key"  # what the SDKs are given for a local server that needs no key
 
 
@@ -186,15 +189,13 @@ class ChatModel:
     def _make_client(self) -> Any:
         raise NotImplementedError
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         """``(text, finish_reason, model)`` of one completion; raises ``_Malformed``."""
         raise NotImplementedError
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         """``(text, finish_reason, model)`` pieces of a streamed completion."""
         raise NotImplementedError
 
@@ -244,9 +245,7 @@ class ChatModel:
     def _past_deadline(self, what: str = "") -> str:
         return past_deadline(self._where(), self.setting, self.deadline, what)
 
-    def _metered(
-        self, pieces: Iterator[tuple[str, str | None, str | None]]
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    def _metered(self, pieces: Iterator[Piece]) -> Iterator[Piece]:
         """``pieces`` of a stream, counting their text (thinking included): ``_TooLong``
         once it passes ``max_answer_bytes``."""
         seen = 0
@@ -256,7 +255,7 @@ class ChatModel:
                 raise _TooLong
             yield text, finish, model
 
-    def _retried(self, fn: Callable[[], Any]) -> Any:
+    def _retried(self, fn: Callable[[], T]) -> T:
         try:
             return call_with_retries(
                 fn,
@@ -274,7 +273,7 @@ class ChatModel:
         max_tokens: int,
         temperature: float,
         on_text: Callable[[str], None],
-    ) -> tuple[str, str | None, str | None]:
+    ) -> Piece:
         state: dict[str, Any] = {"finish": None, "model": None}
 
         def note(finish: str | None, model: str | None) -> None:
@@ -283,7 +282,7 @@ class ChatModel:
 
         started = time.monotonic()
 
-        def first_text() -> tuple[str, Iterator[Any], ThinkFilter]:
+        def first_text() -> tuple[str, Iterator[Piece], ThinkFilter]:
             think = ThinkFilter()  # per attempt: a failed one may have stopped mid-thought
             pieces = self._metered(self._stream(messages, max_tokens, temperature))
             for text, finish, model in pieces:
@@ -419,9 +418,7 @@ class OpenAIChat(ChatModel):
             http_client=http_client,
         )
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         response = self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -440,7 +437,7 @@ class OpenAIChat(ChatModel):
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         stream = self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -536,9 +533,7 @@ class GeminiChat(ChatModel):
         )
         return text, getattr(finish, "value", finish)
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         response = self._client.models.generate_content(
             **self._request(messages, max_tokens, temperature)
         )
@@ -547,7 +542,7 @@ class GeminiChat(ChatModel):
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         events = 0
         for chunk in self._client.models.generate_content_stream(
             **self._request(messages, max_tokens, temperature)
