@@ -38,7 +38,7 @@ from kbcli.config.lookup import AnswerConfig, Config, RAGConfig
 from kbcli.config.parse import build_config
 from kbcli.errors import AnswerError, ConfigError, InvalidOptionError
 from kbcli.providers import retry
-from kbcli.providers.chat import ThinkFilter, strip_thinking
+from kbcli.providers.thinking import ThinkFilter, strip_thinking
 from kbcli.search.rerank import rescored
 from kbcli.text.analysis import keyword_counts
 from kbcli.text.bm25 import bm25_idf

@@ -59,7 +59,7 @@ class ViewEntryPoints:
         from kbcli.agent.answer import ask
 
         return ask(
-            self,
+            as_view(self),
             question,
             SearchOptions(k=k, mode=mode, filter=filter, **options),
             model=model,
@@ -77,7 +77,7 @@ class ViewEntryPoints:
         it."""
         from kbcli.agent.tools.read import KnowledgeSearchTool
 
-        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else as_view(self), **options)
 
 
 class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):

@@ -33,9 +33,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kbcli.agent.seams import Readable
+from kbcli.config.schema import AnswerConfig
 from kbcli.errors import InvalidOptionError
+from kbcli.filters.model import and_filters, matches
+from kbcli.protocols import ChatModelProtocol
+from kbcli.providers.chat import build_chat_model
+from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
+from kbcli.search.query import TermIdf, hit_line, hit_page, locate_lines, location
 from kbcli.text.analysis import keyword_counts
-from kbcli.types import SearchOptions, SearchResult, note_author, note_label
+from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
+from kbcli.views import KnowledgeView, Source
 
 REFUSAL = "No relevant knowledge found"
 MAX_WEIGHED_TERMS = 64  # question terms weighed (one keyword lookup each); the rest are ignored
@@ -126,8 +134,6 @@ class Evidence:
         """The line of the passage's file it is cited for: its best-matching line (as
         ``kb search`` shows it; ``$EDITOR +LINE path``), else the passage's first line; None
         for a note."""
-        from kbcli.search.query import hit_line
-
         return _whole(hit_line(self.result))
 
     @property
@@ -145,8 +151,6 @@ class Evidence:
         chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note
         by
         NAME`` (``note by NAME: source``)."""
-        from kbcli.search.query import hit_page, location
-
         note = note_label(self.metadata)
         if note is not None:
             return note if self.source is None else f"{note}: {self.source}"
@@ -320,13 +324,11 @@ class TermWeights:
 
     def __init__(
         self,
-        kb: Any,
+        kb: Source,
         question: str,
         filter: dict[str, Any] | None,
         scope: dict[str, Any] | None = None,
     ):
-        from kbcli.search.query import TermIdf
-
         self.store = kb.store
         self.analyzer = kb.analyzer
         self.filter = filter
@@ -410,37 +412,33 @@ class Selection:
     weights: dict[str, float] | None = None  # the question's term weights, when measured
 
 
-def _parts(view: Any) -> tuple[Any, dict[str, Any] | None]:
+def _parts(view: Readable) -> tuple[Source, dict[str, Any] | None]:
     """The knowledge base under ``view`` and the scope's filter (None: no scope)."""
-    from kbcli.views import KnowledgeView
-
     if isinstance(view, KnowledgeView):
         return view.kb, view.filter
     return view, None
 
 
 def select_evidence(
-    view: Any, question: str, options: SearchOptions, min_coverage: float
+    view: Readable, question: str, options: SearchOptions, min_coverage: float
 ) -> Selection:
     """Search ``view`` and keep the hits good enough to answer from (see module docstring)."""
-    from kbcli.filters.model import matches
-    from kbcli.views import and_filters
-
     kb, scope = _parts(view)
     scope = and_filters(scope, options.scope)
     results = kb.search_with(question, replace(options, scope=scope))
     hits = [r for r in results if matches(r.document.metadata, scope)] if scope else list(results)
-    if getattr(results, "refused", False):
-        best = results.best_relevance
+    reranked = results if isinstance(results, SearchResults) else SearchResults()
+    if reranked.refused:
+        best = reranked.best_relevance
         shown = f" (best {best:.3f})" if best is not None else ""
         return Selection(
             [],
-            f"none of the {results.candidates} candidates reached min_relevance "
-            f"{results.min_relevance:g}{shown}",
+            f"none of the {reranked.candidates} candidates reached min_relevance "
+            f"{reranked.min_relevance:g}{shown}",
         )
     if not hits:
         return Selection([], _nothing_found(view, options.filter))
-    if getattr(results, "candidates", 0) and results.min_relevance is not None:
+    if reranked.candidates and reranked.min_relevance is not None:
         return Selection([(hit, None) for hit in hits])  # the reranker's threshold decided
     weights = TermWeights(kb, question, options.filter, scope)
     scored = [(hit, weights.coverage(hit)) for hit in hits]
@@ -458,7 +456,7 @@ def select_evidence(
 
 
 def _locate(
-    view: Any,
+    view: Readable,
     question: str,
     evidence: list[Evidence],
     options: SearchOptions | None,
@@ -466,8 +464,6 @@ def _locate(
 ) -> None:
     """Each passage on its best-matching line for the question's terms (its citation's
     ``path:line``), weighed as the floor weighed them when it did."""
-    from kbcli.search.query import locate_lines
-
     options = options or SearchOptions(k=8)
     text = content_text(question)
     if not view.analyzer.query_terms(text):  # only question words: they are what it asks
@@ -476,10 +472,8 @@ def _locate(
     locate_lines(view, text, results, options.filter, options.scope, weights=weights)
 
 
-def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
+def _nothing_found(view: Readable, filter: dict[str, Any] | None) -> str:
     """Why a search found nothing, when the filter explains it (read inside ``view``)."""
-    from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
-
     reason = "no indexed passage matches the question"
     if not filter:
         return reason
@@ -498,7 +492,7 @@ def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
 # --- ask -------------------------------------------------------------------------------------
 
 
-def answer_settings(view: Any) -> Any:
+def answer_settings(view: Readable) -> AnswerConfig:
     """``rag.answer`` of the configuration ``view`` was built with (else the process's)."""
     from kbcli.config.lookup import get_config
 
@@ -509,17 +503,17 @@ def answer_settings(view: Any) -> Any:
 
 
 def ask(
-    view: Any,
+    view: Readable,
     question: str,
     options: SearchOptions | None = None,
     *,
-    settings: Any = None,
+    settings: AnswerConfig | None = None,
     model: str | None = None,
     prompt: str | None = None,
     strict: bool = False,
     min_coverage: float | None = None,
     on_text: Callable[[str], None] | None = None,
-    chat: Any = None,
+    chat: ChatModelProtocol | None = None,
     dry_run: bool = False,
 ) -> Answer:
     """Answer ``question`` from ``view`` (a :class:`~kbcli.pipeline.KnowledgeBase` or a
@@ -553,8 +547,6 @@ def ask(
     if dry_run:
         return answer
     if chat is None:
-        from kbcli.providers.chat import build_chat_model
-
         chat = build_chat_model(settings, model)
     completion = chat.complete(
         messages,

@@ -36,13 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kbcli.agent.seams import FileSource, Readable
 from kbcli.errors import InvalidOptionError, KBError, NotFoundError
 from kbcli.ingest import DefaultDocumentLoader
 from kbcli.ingest.lines import file_lines, is_text_file
-from kbcli.protocols import DocumentCatalog, FileLedger, supports
+from kbcli.protocols import DocumentCatalog, DocumentLoaderProtocol, FileLedger, supports
 from kbcli.system.paths import source_forms, source_name, source_path
 from kbcli.types import Document, note_author
-from kbcli.views import KnowledgeView, as_view
+from kbcli.views import KnowledgeView, Source, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 MAX_CANDIDATES = 10  # files named when the end of a path matches several
@@ -248,7 +249,7 @@ def chunk_lines(doc: Document, place: int) -> tuple[int, int]:
     return start, max(start, stop) if isinstance(stop, int) else start
 
 
-def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | None:
+def _file_lines(kb: Source, source: str, cache: LinesCache | None) -> list[str] | None:
     """The file's lines as ingest loaded them, when it still has the indexed bytes."""
     store = kb.store
     if not supports(store, FileLedger):
@@ -261,6 +262,8 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
         digest = _sha256(path)
         if digest != record.sha256:
             return None
+        if not isinstance(kb, FileSource):
+            return None
         loader = kb.ingestor.loader
         key = (source, digest, type(loader).__qualname__, str(getattr(loader, "encoding", "")))
         kept = cache.get(key) if cache is not None else None
@@ -268,8 +271,10 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
             return kept
         if isinstance(loader, DefaultDocumentLoader) and is_text_file(path):
             lines = file_lines(path, loader.encoding)  # numbered as an editor numbers them
-        else:
+        elif isinstance(loader, DocumentLoaderProtocol):
             lines = loader.load(path).split("\n")
+        else:
+            return None
     except (OSError, KBError):  # unreadable now: fall back to the indexed chunks
         return None
     if cache is not None:
@@ -277,7 +282,7 @@ def _file_lines(kb: Any, source: str, cache: LinesCache | None) -> list[str] | N
     return lines
 
 
-def read_chunk(kb: Any, chunk_id: str) -> Shown | None:
+def read_chunk(kb: Readable, chunk_id: str) -> Shown | None:
     """One chunk by id (``origin`` ``chunk``), or None when it is unknown or hidden."""
     docs = as_view(kb).get([chunk_id])
     if not docs:
@@ -298,7 +303,7 @@ def read_chunk(kb: Any, chunk_id: str) -> Shown | None:
 
 
 def read_file(
-    kb: Any,
+    kb: Readable,
     path: str,
     first: int = 1,
     last: int | None = None,
@@ -406,7 +411,7 @@ def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int)
     return shown
 
 
-def read_target(kb: Any, target: str) -> Shown:
+def read_target(kb: Readable, target: str) -> Shown:
     """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
     if target and "/" not in target and ":" not in target:
         shown = read_chunk(kb, target)

@@ -19,8 +19,8 @@ lookup and redaction (:mod:`kbcli.embedders.settings`) and the one-line messages
   attempt, wait and streamed piece; a server that streams forever is cut there) and holds at
   most ``max_answer_mb`` of text (``rag.answer.max_answer_mb``, a ``<think>`` block included),
   counted while the reply is read: a body (or one line of a stream) is read up to four times
-  that plus 1 MB (:func:`kbcli.providers.http.reply_cap_hook`), so memory stays bounded whatever the
-  server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
+  that plus 1 MB (:func:`kbcli.providers.replies.reply_cap_hook`), so memory stays bounded
+  whatever the server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
 * A ``<think>…</think>`` block at the start of the answer (reasoning models served by Ollama,
   vLLM or llama.cpp) is left out.
 * An answer without text (a provider's safety filter, ``max_tokens`` spent before any text)
@@ -32,19 +32,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from kbcli.config.registry import CHAT_MODELS, load_class
+from kbcli.config.schema import AnswerConfig
+from kbcli.embedders.gemini import classify_error as gemini_failure
+from kbcli.embedders.openai import classify_error as openai_failure
 from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
 from kbcli.errors import AnswerError, require
-from kbcli.providers.http import (
-    TOO_LARGE,
-    UnreadableReply,
-    describe_failure,
-    last_attempt,
-    megabytes,
-    reply_cap_hook,
-    too_large_in,
-)
+from kbcli.protocols import ChatModelProtocol
+from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt, past_deadline
+from kbcli.providers.replies import UnreadableReply, megabytes, reply_cap_hook, too_large_in
 from kbcli.providers.retry import (
     AttemptTimeout,
     EmbedderRequestError,
@@ -53,8 +51,12 @@ from kbcli.providers.retry import (
     call_with_retries,
     relay,
 )
+from kbcli.providers.thinking import ThinkFilter, strip_thinking
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
+T = TypeVar("T")
+#: ``(text, finish_reason, model)``: one piece of a completion, as a provider reads it.
+Piece = tuple[str, str | None, str | None]
 KEYLESS = "no-key"  # what the SDKs are given for a local server that needs no key
 
 
@@ -79,50 +81,6 @@ class _TooLong(Exception):
 TOO_LONG = "answer too long"  # a Failure's reason
 REPLY_FACTOR = 4  # a reply's body (a stream's line) is read up to this x the answer's cap ...
 REPLY_SLACK = 1 << 20  # ... plus this: JSON escapes and the envelope around the text
-
-
-class ThinkFilter:
-    """Drops a leading ``<think>…</think>`` block from text that arrives in pieces."""
-
-    OPEN, CLOSE = "<think>", "</think>"
-
-    def __init__(self) -> None:
-        self._held = ""
-        self._state = "start"  # start -> thinking -> text, or start -> text
-
-    def feed(self, piece: str) -> str:
-        """The part of ``piece`` that belongs to the answer (held back while undecided)."""
-        if self._state == "text":
-            return piece
-        self._held += piece
-        if self._state == "start":
-            head = self._held.lstrip()
-            if len(head) < len(self.OPEN) and self.OPEN.startswith(head):
-                return ""  # may still become "<think>"
-            if not head.startswith(self.OPEN):
-                self._state = "text"
-                out, self._held = self._held, ""
-                return out
-            self._state = "thinking"
-        end = self._held.find(self.CLOSE)
-        if end < 0:
-            return ""
-        out = self._held[end + len(self.CLOSE) :].lstrip()
-        self._held, self._state = "", "text"
-        return out
-
-    def close(self) -> str:
-        """What is still held at the end (a reply that never left its ``<think>`` block has
-        no answer)."""
-        out = self._held if self._state == "start" else ""
-        self._held = ""
-        return out
-
-
-def strip_thinking(text: str) -> str:
-    """``text`` without a leading ``<think>…</think>`` block."""
-    think = ThinkFilter()
-    return think.feed(text) + think.close()
 
 
 class ChatModel:
@@ -188,7 +146,7 @@ class ChatModel:
         self._client = self._make_client()
 
     @classmethod
-    def from_config(cls, settings: Any, model: str | None = None) -> ChatModel:
+    def from_config(cls, settings: AnswerConfig, model: str | None = None) -> ChatModel:
         """Build from ``rag.answer`` (``model`` overrides ``settings.model``)."""
         return cls(
             model or settings.model,
@@ -231,15 +189,13 @@ class ChatModel:
     def _make_client(self) -> Any:
         raise NotImplementedError
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         """``(text, finish_reason, model)`` of one completion; raises ``_Malformed``."""
         raise NotImplementedError
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         """``(text, finish_reason, model)`` pieces of a streamed completion."""
         raise NotImplementedError
 
@@ -287,15 +243,9 @@ class ChatModel:
         )
 
     def _past_deadline(self, what: str = "") -> str:
-        return (
-            f"{self._where()} gave no complete answer within {self.setting}.deadline "
-            f"({self.deadline:g} s{what}): stopped; try again later, or raise "
-            f"{self.setting}.deadline"
-        )
+        return past_deadline(self._where(), self.setting, self.deadline, what)
 
-    def _metered(
-        self, pieces: Iterator[tuple[str, str | None, str | None]]
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    def _metered(self, pieces: Iterator[Piece]) -> Iterator[Piece]:
         """``pieces`` of a stream, counting their text (thinking included): ``_TooLong``
         once it passes ``max_answer_bytes``."""
         seen = 0
@@ -305,7 +255,7 @@ class ChatModel:
                 raise _TooLong
             yield text, finish, model
 
-    def _retried(self, fn: Callable[[], Any]) -> Any:
+    def _retried(self, fn: Callable[[], T]) -> T:
         try:
             return call_with_retries(
                 fn,
@@ -323,7 +273,7 @@ class ChatModel:
         max_tokens: int,
         temperature: float,
         on_text: Callable[[str], None],
-    ) -> tuple[str, str | None, str | None]:
+    ) -> Piece:
         state: dict[str, Any] = {"finish": None, "model": None}
 
         def note(finish: str | None, model: str | None) -> None:
@@ -332,7 +282,7 @@ class ChatModel:
 
         started = time.monotonic()
 
-        def first_text() -> tuple[str, Iterator[Any], ThinkFilter]:
+        def first_text() -> tuple[str, Iterator[Piece], ThinkFilter]:
             think = ThinkFilter()  # per attempt: a failed one may have stopped mid-thought
             pieces = self._metered(self._stream(messages, max_tokens, temperature))
             for text, finish, model in pieces:
@@ -468,9 +418,7 @@ class OpenAIChat(ChatModel):
             http_client=http_client,
         )
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         response = self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -489,7 +437,7 @@ class OpenAIChat(ChatModel):
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         stream = self._client.chat.completions.create(
             model=self.model,
             messages=messages,
@@ -512,9 +460,7 @@ class OpenAIChat(ChatModel):
             raise _Malformed("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.openai import classify_error
-
-        return classify_error(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
+        return openai_failure(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
 
 
 class GeminiChat(ChatModel):
@@ -548,7 +494,9 @@ class GeminiChat(ChatModel):
         )
         return genai.Client(api_key=self._api_key or KEYLESS, vertexai=False, http_options=options)
 
-    def _request(self, messages: list[Message], max_tokens: int, temperature: float) -> dict:
+    def _request(
+        self, messages: list[Message], max_tokens: int, temperature: float
+    ) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         contents = [
             {
@@ -585,9 +533,7 @@ class GeminiChat(ChatModel):
         )
         return text, getattr(finish, "value", finish)
 
-    def _create(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> tuple[str, str | None, str | None]:
+    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
         response = self._client.models.generate_content(
             **self._request(messages, max_tokens, temperature)
         )
@@ -596,7 +542,7 @@ class GeminiChat(ChatModel):
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[tuple[str, str | None, str | None]]:
+    ) -> Iterator[Piece]:
         events = 0
         for chunk in self._client.models.generate_content_stream(
             **self._request(messages, max_tokens, temperature)
@@ -608,9 +554,7 @@ class GeminiChat(ChatModel):
             raise _Malformed("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.gemini import classify_error
-
-        failure = classify_error(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
+        failure = gemini_failure(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
         if failure is None and isinstance(exc, (ValueError, self._errors.UnknownApiResponseError)):
             # the SDK's own JSON decoding failed: the server is not the Gemini API
             detail = short(redact(str(exc), self._api_key), 80)
@@ -618,14 +562,11 @@ class GeminiChat(ChatModel):
         return failure
 
 
-def build_chat_model(settings: Any, model: str | None = None) -> ChatModel:
+def build_chat_model(settings: AnswerConfig, model: str | None = None) -> ChatModelProtocol:
     """The chat model ``rag.answer`` describes (``model`` overrides ``settings.model``): a
     registered provider, or a user's ``"package.module:Class"`` built with its
     ``from_config(settings, model)`` when it has one."""
-    from kbcli.config.registry import CHAT_MODELS, load_class
-
     cls = load_class(settings.provider, CHAT_MODELS, kind="answer model")
     from_config = getattr(cls, "from_config", None)
-    if callable(from_config):
-        return from_config(settings, model)
-    return cls()
+    chat: ChatModelProtocol = from_config(settings, model) if callable(from_config) else cls()
+    return chat

@@ -8,11 +8,11 @@ handling of :mod:`kbcli.providers.retry`, and the key lookup, redaction and host
 appear in messages (server messages are redacted before they are quoted).
 
 Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
-(:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`read_capped`), the first
-:data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and wait of a
-rerank or a rewrite) within its ``deadline``. The SDK chat clients of :mod:`kbcli.providers.chat`
-bound
-their replies with :func:`reply_cap_hook`.
+(:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`~kbcli.providers.replies.read_capped`),
+the first :data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and
+wait of a rerank or a rewrite) within its ``deadline``. The SDK chat clients of
+:mod:`kbcli.providers.chat` bound their replies with
+:func:`~kbcli.providers.replies.reply_cap_hook`.
 """
 
 from __future__ import annotations
@@ -20,17 +20,22 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import sys
 import time
 import urllib.error
 import urllib.request
-import zlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
+from kbcli.embedders.settings import (
+    find_api_key,
+    first_env,
+    host_of,
+    redact,
+    short,
+    transport_errors,
+)
 from kbcli.errors import RerankerError
+from kbcli.providers.replies import ReplyTooLarge, UnreadableReply, megabytes, read_capped
 from kbcli.providers.retry import (
     EmbedderRequestError,
     Failure,
@@ -50,143 +55,10 @@ CHAT_MODEL_ENV = ("LLM_MODEL",)
 MAX_REPLY_BYTES = 16 << 20  # a rerank or chat reply (a rerank of 1000 documents is < 2 MB)
 MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
 TOO_LARGE = "reply too large"  # a Failure's reason: the reply passed its bound
-READ_BLOCK = 64 << 10
 
 
 class _BadResponse(Exception):
     """The server answered 2xx with something that is not the JSON we expect."""
-
-
-class UnreadableReply(Exception):
-    """A reply kb cannot read within its bounds (an encoding it did not ask for)."""
-
-
-class ReplyTooLarge(Exception):
-    """A server's reply passed the bytes kb reads of it (raised while it is read, so the rest
-    is never held in memory). ``limit`` is that bound in bytes."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"the reply passed {megabytes(limit)}")
-        self.limit = limit
-
-
-def megabytes(size: int) -> str:
-    """``16 MB``, ``1.5 MB``, ``0.06 MB``: a byte count as messages show it."""
-    return f"{size / (1 << 20):.3g} MB"
-
-
-def read_capped(response: Any, limit: int) -> bytes:
-    """The body of the urllib ``response``, read in blocks; :class:`ReplyTooLarge` as soon as
-    it passes ``limit`` bytes."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        block = response.read(min(READ_BLOCK, limit + 1 - size))
-        if not block:
-            return b"".join(parts)
-        size += len(block)
-        if size > limit:
-            raise ReplyTooLarge(limit)
-        parts.append(block)
-
-
-def too_large_in(exc: BaseException | None) -> ReplyTooLarge | None:
-    """The :class:`ReplyTooLarge` that caused ``exc`` (an SDK may wrap it), if any."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, ReplyTooLarge):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
-
-
-def reply_cap_hook(limit: int) -> Callable[[Any], None]:
-    """An httpx (or httpx2) ``response`` event hook bounding what is read of each reply,
-    decoded: a body at ``limit`` bytes, an event stream (``text/event-stream``) at ``limit``
-    bytes per line, its total left to the caller (which counts the text it gets). A gzip or
-    deflate body is inflated here, within the same bounds (a small compressed reply can
-    inflate to gigabytes); any other encoding is refused. Give the client
-    ``Accept-Encoding: identity`` too, so a server has no reason to compress.
-
-    Raises :class:`ReplyTooLarge` from the reading of the body (the SDK's call, or its
-    stream's iteration)."""
-
-    def hook(response: Any) -> None:
-        module = sys.modules[type(response).__module__.split(".")[0]]
-        kind = response.headers.get("content-type", "").lower()
-        encoding = response.headers.get("content-encoding", "").strip().lower()
-        inflate: Callable[[bytes], Iterator[bytes]] | None = None
-        if encoding not in ("", "identity"):
-            inflate = _inflater(encoding)
-            del response.headers["content-encoding"]  # inflated here, not again by httpx
-        stream = _capped_class(module.SyncByteStream)()
-        stream.inner, stream.limit, stream.inflate = response.stream, limit, inflate
-        stream.per_line = kind.startswith("text/event-stream")
-        response.stream = stream
-
-    return hook
-
-
-_CAPPED: dict[type, type] = {}
-
-
-def _capped_class(base: type) -> type:
-    """A subclass of the client's own ``SyncByteStream`` (httpx checks the type) that reads
-    its inner stream within bounds."""
-    if base not in _CAPPED:
-        body = {"__iter__": _capped_iter, "close": _close}
-        _CAPPED[base] = type("CappedStream", (base,), body)
-    return _CAPPED[base]
-
-
-def _capped_iter(self: Any) -> Iterator[bytes]:
-    seen = 0  # bytes of the body, or of the line being read (an event stream)
-    for raw in self.inner:
-        for chunk in self.inflate(raw) if self.inflate is not None else (raw,):
-            if self.per_line:
-                cut = chunk.rfind(b"\n")
-                seen = len(chunk) - cut - 1 if cut >= 0 else seen + len(chunk)
-            else:
-                seen += len(chunk)
-            if seen > self.limit:
-                raise ReplyTooLarge(self.limit)
-            yield chunk
-
-
-def _close(self: Any) -> None:
-    self.inner.close()
-
-
-def _inflater(encoding: str) -> Callable[[bytes], Iterator[bytes]]:
-    if encoding in ("gzip", "x-gzip"):
-        return _Inflater(16 + zlib.MAX_WBITS).feed
-    if encoding == "deflate":  # a zlib stream, or (some servers) a raw deflate one
-        return _Inflater(zlib.MAX_WBITS, raw_fallback=True).feed
-    raise UnreadableReply(f"a reply compressed as {encoding!r}, which kb did not ask for")
-
-
-class _Inflater:
-    """Inflates a compressed body piece by piece, never more than :data:`READ_BLOCK` at once."""
-
-    def __init__(self, wbits: int, *, raw_fallback: bool = False) -> None:
-        self.inflater = zlib.decompressobj(wbits)
-        self.raw_fallback = raw_fallback
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        while data:
-            try:
-                out = self.inflater.decompress(data, READ_BLOCK)
-            except zlib.error as exc:
-                if not self.raw_fallback:
-                    reason = f"a compressed reply that cannot be inflated ({exc})"
-                    raise UnreadableReply(reason) from None
-                self.inflater, self.raw_fallback = zlib.decompressobj(-zlib.MAX_WBITS), False
-                continue
-            self.raw_fallback = False
-            if out:
-                yield out
-            data = self.inflater.unconsumed_tail
 
 
 def endpoint(base_url: str, path: str) -> str:
@@ -300,8 +172,6 @@ class JSONEndpoint:
             raise _BadResponse(f"not JSON: {short(body[:200])}") from None
 
     def _classify(self, exc: BaseException) -> Failure | None:
-        from kbcli.embedders.settings import transport_errors
-
         if isinstance(exc, urllib.error.HTTPError):
             status = exc.code
             try:
@@ -375,11 +245,7 @@ def describe_failure(
             f"reading it; check that {setting}.base_url is the right server"
         )
     if failure.exhausted == "budget" and deadline is not None:
-        return (
-            f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s"
-            f"{last_attempt(failure, attempts)}): stopped; try again later, or raise "
-            f"{setting}.deadline"
-        )
+        return past_deadline(where, setting, deadline, last_attempt(failure, attempts))
     if failure.retryable:
         what = f"status {status}" if status is not None else failure.reason
         if failure.refused:
@@ -403,6 +269,15 @@ def describe_failure(
         )
     shown = f"status {status}" if status is not None else failure.reason
     return f"{where} failed ({shown}){detail}"
+
+
+def past_deadline(where: str, setting: str, deadline: float, what: str = "") -> str:
+    """The message of a call cut at ``{setting}.deadline`` (``deadline`` seconds); ``what``
+    says more inside its parentheses (:func:`last_attempt`, a stream cut mid-answer)."""
+    return (
+        f"{where} gave no complete answer within {setting}.deadline ({deadline:g} s{what}): "
+        f"stopped; try again later, or raise {setting}.deadline"
+    )
 
 
 def last_attempt(failure: Failure, attempts: int) -> str:

@@ -72,7 +72,7 @@ class RetryPolicy:
         rand: Callable[[], float] = random.random,
     ) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
-        backoff = min(self.max_delay, self.base_delay * (2 ** max(0, retry - 1)))
+        backoff = min(self.max_delay, self.base_delay * (2.0 ** max(0, retry - 1)))
         wait = backoff * (0.5 + 0.5 * rand())
         if retry_after is not None and retry_after > 0:
             wait = max(wait, min(retry_after, self.max_retry_after))

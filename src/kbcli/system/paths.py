@@ -21,7 +21,7 @@ import re
 _ESCAPED = re.compile(r"\\x([89a-f][0-9a-f])")
 
 
-def source_name(path: str | bytes | os.PathLike) -> str:
+def source_name(path: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> str:
     """``path`` as kb records and prints it: unchanged when it is valid UTF-8, else with each
     undecodable byte written ``\\xHH``. Works on any text holding such a path (a message)."""
     text = os.fsdecode(path)

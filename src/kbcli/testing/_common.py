@@ -3,10 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from kbcli.embedders.base import EmbedderInfo
+from kbcli.protocols import (
+    DocumentCatalog,
+    DocumentWriter,
+    EmbeddingCache,
+    FileLedger,
+    KeywordIndex,
+    VectorStoreProtocol,
+)
 from kbcli.types import Document
+
+
+class KeywordStore(DocumentCatalog, KeywordIndex, Protocol):
+    """A store the keyword suite runs on: a catalog with a keyword index."""
+
+
+class LedgerStore(DocumentCatalog, FileLedger, EmbeddingCache, Protocol):
+    """A store the ledger suite runs on: a catalog with a file ledger (and an embedding cache,
+    which ``replace_file`` fills)."""
+
+
+class CacheStore(DocumentCatalog, EmbeddingCache, Protocol):
+    """A store the embedding-cache suite runs on: a catalog with an embedding cache."""
+
+
+class SearchStore(DocumentCatalog, VectorStoreProtocol, Protocol):
+    """A store the filter and route suites run on: a catalog that searches by vector."""
+
+
+class FullStore(SearchStore, KeywordIndex, FileLedger, EmbeddingCache, Protocol):
+    """A store the persistence suite runs on: every capability it persists."""
+
 
 # Vectors use values exact in float32, so a stored vector compares equal to the one given.
 INFO = EmbedderInfo("contract", "fixed-3", 3)
@@ -28,7 +58,9 @@ def make_docs(rows: list[tuple[str, str, dict[str, Any], Any]] = CATALOG) -> lis
     return [Document(doc_id, text, dict(meta)) for doc_id, text, meta, _ in rows]
 
 
-def fill(store: Any, rows: list[tuple[str, str, dict[str, Any], Any]] = CATALOG) -> list[str]:
+def fill(
+    store: DocumentWriter, rows: list[tuple[str, str, dict[str, Any], Any]] = CATALOG
+) -> list[str]:
     """Add ``rows`` with their vectors (no embedder recorded); returns the ids."""
     return store.add(make_docs(rows), [list(vec) for _, _, _, vec in rows])
 

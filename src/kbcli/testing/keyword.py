@@ -14,7 +14,7 @@ import pytest
 
 from kbcli.errors import FilterError
 from kbcli.protocols import KeywordIndex, supports
-from kbcli.testing._common import Boom, ids
+from kbcli.testing._common import Boom, KeywordStore, ids
 from kbcli.types import Document
 
 FRUIT = [
@@ -94,25 +94,25 @@ class KeywordIndexContract:
     def fill(self, store: Any, docs: list[Document] = FRUIT) -> None:
         store.add([Document(d.id, d.text, dict(d.metadata)) for d in docs])
 
-    def test_is_a_keyword_index(self, store):
+    def test_is_a_keyword_index(self, store: KeywordStore) -> None:
         assert supports(store, KeywordIndex)
         assert isinstance(store.keyword_signature, str) and store.keyword_signature
         assert store.analyzer.terms("apple") == store.analyzer.terms("apple")
 
-    def test_a_page_titled_with_the_query_ranks_first(self, store):
+    def test_a_page_titled_with_the_query_ranks_first(self, store: KeywordStore) -> None:
         self.fill(store, TITLED)
         assert ids(store.keyword_search("systemctl", k=3)) == ["page", "notes", "howto"]
         assert ids(store.keyword_search("systemctl", k=3, filter={"title": "systemctl"})) == [
             "page"
         ]
 
-    def test_ranks_by_bm25(self, store):
+    def test_ranks_by_bm25(self, store: KeywordStore) -> None:
         self.fill(store)
         hits = store.keyword_search("apple", k=10, source_weight=0.0)
         assert ids(hits) == ["f1", "f2"]  # more occurrences in a shorter chunk wins
         assert hits[0].score > hits[1].score > 0
 
-    def test_scores_are_bm25_with_source_context(self, store):
+    def test_scores_are_bm25_with_source_context(self, store: KeywordStore) -> None:
         self.fill(store)
         for query, k1, b, weight in [
             ("apple", 1.5, 0.75, 2.0),
@@ -125,7 +125,7 @@ class KeywordIndexContract:
             assert got == pytest.approx(want, rel=1e-6), query
             assert [h.score for h in hits] == sorted(got.values(), reverse=True)
 
-    def test_k_limits_the_hits(self, store):
+    def test_k_limits_the_hits(self, store: KeywordStore) -> None:
         self.fill(store)
         assert (
             ids(store.keyword_search("apple banana cherry", k=2))
@@ -133,16 +133,16 @@ class KeywordIndexContract:
         )
         assert len(store.keyword_search("apple banana cherry", k=1)) == 1
 
-    def test_no_match_and_empty_queries(self, store):
+    def test_no_match_and_empty_queries(self, store: KeywordStore) -> None:
         self.fill(store)
         assert store.keyword_search("zzyzx", k=5) == []
         assert store.keyword_search("", k=5) == []
         assert store.keyword_search("   ", k=5) == []
 
-    def test_empty_index(self, store):
+    def test_empty_index(self, store: KeywordStore) -> None:
         assert store.keyword_search("apple", k=5) == []
 
-    def test_hits_carry_documents(self, store):
+    def test_hits_carry_documents(self, store: KeywordStore) -> None:
         self.fill(store)
         (hit,) = store.keyword_search("kiwi", k=5)
         assert (hit.document.id, hit.document.text, hit.document.metadata) == (
@@ -151,13 +151,14 @@ class KeywordIndexContract:
             {"lang": "de"},
         )
 
-    def test_explain_parts(self, store):
+    def test_explain_parts(self, store: KeywordStore) -> None:
         self.fill(store)
         for weight in (0.0, 2.0, 0.5):
             hits = store.keyword_search("apple cherry", k=10, source_weight=weight)
             assert hits
             for hit in hits:
                 parts = hit.explain
+                assert parts is not None
                 assert set(parts) >= {"bm25_chunk", "bm25_source", "source_weight"}
                 assert parts["source_weight"] == weight
                 assert parts["bm25_chunk"] > 0
@@ -167,7 +168,7 @@ class KeywordIndexContract:
                     parts["bm25_chunk"] + weight * parts["bm25_source"]
                 )
 
-    def test_filter_is_a_pre_filter(self, store):
+    def test_filter_is_a_pre_filter(self, store: KeywordStore) -> None:
         self.fill(store)
         hits = store.keyword_search("apple banana cherry", k=2, filter={"lang": "de"})
         assert ids(hits) == ["f2"]  # the best 'de' hit, though 'en' ones score higher
@@ -175,13 +176,13 @@ class KeywordIndexContract:
         assert ids(hits) == ["f3"]
         assert store.keyword_search("apple", k=5, filter={"lang": "fr"}) == []
 
-    def test_filter_keeps_k(self, store):
+    def test_filter_keeps_k(self, store: KeywordStore) -> None:
         docs = [Document(f"d{i}", "apple " * (i + 1), {"even": i % 2 == 0}) for i in range(10)]
         self.fill(store, docs)
         hits = store.keyword_search("apple", k=3, filter={"even": True})
         assert len(hits) == 3 and all(h.document.metadata["even"] is True for h in hits)
 
-    def test_a_filtered_out_chunk_never_lifts_another(self, store):
+    def test_a_filtered_out_chunk_never_lifts_another(self, store: KeywordStore) -> None:
         # "shown" and "twin" are alike but for their source; "hidden" shares shown's source,
         # is hidden by the filter, and would lift shown's source score if it leaked.
         self.fill(
@@ -195,11 +196,14 @@ class KeywordIndexContract:
         hits = {h.document.id: h for h in store.keyword_search("apple", k=5, filter={"lang": "de"})}
         assert set(hits) == {"shown", "twin"}
         shown, twin = hits["shown"], hits["twin"]
+        assert shown.explain is not None and twin.explain is not None
         assert shown.explain["bm25_chunk"] == pytest.approx(twin.explain["bm25_chunk"])
         assert shown.explain["bm25_source"] <= twin.explain["bm25_source"] + 1e-9
         assert shown.score <= twin.score + 1e-9
 
-    def test_source_context_lifts_the_chunk_of_the_file_about_the_query(self, store):
+    def test_source_context_lifts_the_chunk_of_the_file_about_the_query(
+        self, store: KeywordStore
+    ) -> None:
         self.fill(
             store,
             [
@@ -218,7 +222,7 @@ class KeywordIndexContract:
         scores = {h.document.id: h.score for h in hits}
         assert scores["about1"] > scores["misc1"]
 
-    def test_bm25_parameters_are_used(self, store):
+    def test_bm25_parameters_are_used(self, store: KeywordStore) -> None:
         self.fill(store)
         base = store.keyword_search("apple", k=1, source_weight=0.0)[0].score
         assert store.keyword_search("apple", k=1, k1=3.0, source_weight=0.0)[0].score != base
@@ -226,20 +230,20 @@ class KeywordIndexContract:
             store.keyword_search("cherry", k=5, b=1.0, source_weight=0.0)[0].score
         )
 
-    def test_bad_filter_is_a_clear_error(self, store):
+    def test_bad_filter_is_a_clear_error(self, store: KeywordStore) -> None:
         self.fill(store)
         with pytest.raises(FilterError):
             store.keyword_search("apple", k=5, filter={"lang": {"$regex": "e"}})
 
     # --- upkeep ------------------------------------------------------------------------------
 
-    def test_upsert_reindexes_the_text(self, store):
+    def test_upsert_reindexes_the_text(self, store: KeywordStore) -> None:
         self.fill(store)
         store.add([Document("f3", "mango papaya", {"source": "other.md"})])
         assert "f3" not in ids(store.keyword_search("banana", k=10))
         assert ids(store.keyword_search("mango", k=10)) == ["f3"]
 
-    def test_deleted_documents_leave_the_index(self, store):
+    def test_deleted_documents_leave_the_index(self, store: KeywordStore) -> None:
         self.fill(store)
         store.remove(["f1"])
         assert ids(store.keyword_search("apple", k=10)) == ["f2"]
@@ -249,7 +253,7 @@ class KeywordIndexContract:
         assert store.keyword_search("kiwi", k=10) == []
         assert ids(store.keyword_search("banana", k=10)) == ["f3"]
 
-    def test_scores_stay_exact_after_changes(self, store):
+    def test_scores_stay_exact_after_changes(self, store: KeywordStore) -> None:
         self.fill(store)
         store.add([Document("f5", "apple kiwi kiwi", {"source": "other.md"})])
         store.remove(["f2"])
@@ -259,7 +263,7 @@ class KeywordIndexContract:
         got = {h.document.id: h.score for h in store.keyword_search("apple kiwi", k=10)}
         assert got == pytest.approx(want, rel=1e-6)
 
-    def test_rolled_back_writes_never_reach_the_index(self, store):
+    def test_rolled_back_writes_never_reach_the_index(self, store: KeywordStore) -> None:
         self.fill(store)
         before = [(h.document.id, h.score) for h in store.keyword_search("apple kiwi", k=10)]
         with pytest.raises(Boom):
@@ -270,7 +274,7 @@ class KeywordIndexContract:
         after = [(h.document.id, h.score) for h in store.keyword_search("apple kiwi", k=10)]
         assert after == before
 
-    def test_rebuild_keyword_index(self, store):
+    def test_rebuild_keyword_index(self, store: KeywordStore) -> None:
         self.fill(store)
         before = [(h.document.id, h.score) for h in store.keyword_search("apple cherry", k=10)]
         assert store.rebuild_keyword_index() == 4

@@ -14,7 +14,7 @@ import pytest
 
 from kbcli.errors import DatabaseLockedError, KBError
 from kbcli.protocols import FileLedger, supports
-from kbcli.testing._common import INFO, Boom, ids
+from kbcli.testing._common import INFO, Boom, LedgerStore, ids
 from kbcli.types import Document, FileRecord
 
 WAIT = 0.05  # seconds: lock waits stay tiny
@@ -48,13 +48,13 @@ def vectors(count: int, first: float = 0.25) -> list[list[float]]:
 class FileLedgerContract:
     """What ``kb ingest`` relies on: records, atomic swaps, touch, the writer lock."""
 
-    def test_is_a_file_ledger(self, store):
+    def test_is_a_file_ledger(self, store: LedgerStore) -> None:
         assert supports(store, FileLedger)
 
-    def test_no_records_at_first(self, store):
+    def test_no_records_at_first(self, store: LedgerStore) -> None:
         assert store.file_records() == {}
 
-    def test_replace_file_stores_documents_and_record(self, store):
+    def test_replace_file_stores_documents_and_record(self, store: LedgerStore) -> None:
         rec = record("/d/a.md", 1, ["/d/a.md#x", "/d/a.md#y"])
         assert store.replace_file(rec, chunks("/d/a.md", "x", "y"), vectors(2)) == 0
         assert store.file_records() == {"/d/a.md": rec}
@@ -62,7 +62,7 @@ class FileLedgerContract:
         got = store.get(["/d/a.md#y"], with_embeddings=True)
         assert got[0].embedding == vectors(2)[1]
 
-    def test_replace_file_swaps_and_returns_how_many_it_removed(self, store):
+    def test_replace_file_swaps_and_returns_how_many_it_removed(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
         store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
         rec = record("/d/a.md", 2, ["/d/a.md#p"])
@@ -72,17 +72,17 @@ class FileLedgerContract:
         assert store.file_records()["/d/a.md"] == rec
         assert store.file_records()["/d/b.md"] == record("/d/b.md", 1)
 
-    def test_replace_file_with_no_documents(self, store):
+    def test_replace_file_with_no_documents(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
         assert store.replace_file(record("/d/a.md", 2), [], None) == 2
         assert store.count() == 0
         assert store.file_records()["/d/a.md"] == record("/d/a.md", 2)
 
-    def test_replace_file_without_vectors(self, store):
+    def test_replace_file_without_vectors(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), None)
         assert [d.embedding for d in store.get(["/d/a.md#x"], with_embeddings=True)] == [None]
 
-    def test_replace_file_is_atomic(self, store):
+    def test_replace_file_is_atomic(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
         with pytest.raises((ValueError, KBError)):
             # one vector for two documents
@@ -90,7 +90,7 @@ class FileLedgerContract:
         assert ids(store.iter_documents(source="/d/a.md")) == ["/d/a.md#x", "/d/a.md#y"]
         assert store.file_records() == {"/d/a.md": record("/d/a.md", 1)}
 
-    def test_replace_file_calls_commit_together_in_a_transaction(self, store):
+    def test_replace_file_calls_commit_together_in_a_transaction(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
         with pytest.raises(Boom):
             with store.transaction():
@@ -105,13 +105,13 @@ class FileLedgerContract:
         assert set(store.file_records()) == {"/d/a.md", "/d/b.md"}
         assert ids(store.list_all()) == ["/d/a.md#p", "/d/b.md#z"]
 
-    def test_replace_file_with_embedder_caches_the_vectors(self, store):
+    def test_replace_file_with_embedder_caches_the_vectors(self, store: LedgerStore) -> None:
         docs = chunks("/d/a.md", "x", "y")
         store.replace_file(record("/d/a.md", 1), docs, vectors(2), embedder=INFO)
         cached = store.cached_embeddings(INFO, [d.text for d in docs] + ["never seen"])
         assert cached == {docs[0].text: vectors(2)[0], docs[1].text: vectors(2)[1]}
 
-    def test_replace_files_is_replace_file_of_each_in_order(self, store):
+    def test_replace_files_is_replace_file_of_each_in_order(self, store: LedgerStore) -> None:
         # kb ingest writes a group of files at once: the same as one by one, a path met twice
         # in a group included (the later version wins)
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x", "y"), vectors(2))
@@ -134,7 +134,7 @@ class FileLedgerContract:
         cached = store.cached_embeddings(INFO, [d.text for d in b_docs])
         assert cached == {b_docs[0].text: vectors(2)[0], b_docs[1].text: vectors(2)[1]}
 
-    def test_replace_files_is_all_or_nothing(self, store):
+    def test_replace_files_is_all_or_nothing(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
         with pytest.raises((ValueError, KBError)):
             store.replace_files(
@@ -146,7 +146,7 @@ class FileLedgerContract:
         assert store.file_records() == {"/d/a.md": record("/d/a.md", 1)}
         assert ids(store.list_all()) == ["/d/a.md#x"]
 
-    def test_touch_file_updates_only_the_record(self, store):
+    def test_touch_file_updates_only_the_record(self, store: LedgerStore) -> None:
         docs = chunks("/d/a.md", "x", "y")
         store.replace_file(record("/d/a.md", 1), docs, vectors(2))
         before = store.get([d.id for d in docs], with_embeddings=True)
@@ -158,13 +158,13 @@ class FileLedgerContract:
             (d.id, d.text, d.metadata, d.embedding) for d in before
         ]
 
-    def test_delete_source_drops_the_file_record(self, store):
+    def test_delete_source_drops_the_file_record(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
         store.replace_file(record("/d/b.md", 1), chunks("/d/b.md", "z"), vectors(1))
         assert store.delete_source("/d/a.md") == 1
         assert set(store.file_records()) == {"/d/b.md"}
 
-    def test_checkpoint_is_harmless(self, store):
+    def test_checkpoint_is_harmless(self, store: LedgerStore) -> None:
         store.replace_file(record("/d/a.md", 1), chunks("/d/a.md", "x"), vectors(1))
         store.checkpoint()
         assert ids(store.list_all()) == ["/d/a.md#x"]
@@ -191,13 +191,13 @@ class FileLedgerContract:
         assert not thread.is_alive(), "writer_lock never returned"
         return out[0], out[1]
 
-    def test_writer_lock_is_free_when_nobody_holds_it(self, store):
+    def test_writer_lock_is_free_when_nobody_holds_it(self, store: LedgerStore) -> None:
         with store.writer_lock(WAIT):
             pass
         error, _ = self._try_lock(store, WAIT)
         assert error is None
 
-    def test_a_second_holder_waits_then_fails(self, store):
+    def test_a_second_holder_waits_then_fails(self, store: LedgerStore) -> None:
         with store.writer_lock(WAIT):
             error, took = self._try_lock(store, WAIT)
         assert isinstance(error, DatabaseLockedError)
@@ -205,7 +205,9 @@ class FileLedgerContract:
         error, _ = self._try_lock(store, WAIT)  # released: free again
         assert error is None
 
-    def test_a_second_holder_gets_the_lock_when_it_is_released_in_time(self, store):
+    def test_a_second_holder_gets_the_lock_when_it_is_released_in_time(
+        self, store: LedgerStore
+    ) -> None:
         held = threading.Event()
         release = threading.Event()
         errors: list[BaseException] = []

@@ -9,13 +9,15 @@ vector store); see :mod:`kbcli.testing`.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kbcli.filters.model import matches
+from kbcli.protocols import EmbedderProtocol
 from kbcli.search.retrievers import HybridRetriever
-from kbcli.testing._common import TableEmbedder, ids
+from kbcli.testing._common import SearchStore, TableEmbedder, ids
 from kbcli.types import Document, SearchOptions
 
 MODES = ("keyword", "semantic", "hybrid")
@@ -49,17 +51,25 @@ def embedder(dim: int = 8) -> TableEmbedder:
     return TableEmbedder(dim=dim)
 
 
-def fill_routes(store: Any, rows: list[tuple[str, str, dict[str, Any]]] = ROUTE_ROWS) -> None:
+def fill_routes(
+    store: SearchStore, rows: list[tuple[str, str, dict[str, Any]]] = ROUTE_ROWS
+) -> None:
     docs = [Document(i, t, dict(m)) for i, t, m in rows]
     store.add(docs, embedder().embed_documents([d.text for d in docs]))
 
 
-def retriever(store: Any, emb: Any = None) -> HybridRetriever:
+def retriever(store: SearchStore, emb: EmbedderProtocol | None = None) -> HybridRetriever:
     """HybridRetriever over ``store`` with explicit alpha and source weight (no config)."""
     return HybridRetriever(store, emb or embedder(), alpha=0.5, source_weight=2.0)
 
 
-def search_ids(store: Any, mode: str, k: int, filter: Any = None, mmr: Any = None) -> list[str]:
+def search_ids(
+    store: SearchStore,
+    mode: str,
+    k: int,
+    filter: dict[str, Any] | None = None,
+    mmr: float | None = None,
+) -> list[str]:
     options = SearchOptions(k=k, mode=mode, filter=filter, mmr=mmr)
     return ids(retriever(store).search(QUERY, k, options))
 
@@ -70,7 +80,9 @@ class RoutesContract:
     @pytest.mark.parametrize("mmr", [None, 0.5], ids=["plain", "mmr"])
     @pytest.mark.parametrize("mode", MODES)
     @pytest.mark.parametrize("filter", ROUTE_FILTERS, ids=FILTER_IDS)
-    def test_every_search_route_applies_the_filter(self, store, mode, mmr, filter):
+    def test_every_search_route_applies_the_filter(
+        self, store: SearchStore, mode: str, mmr: float | None, filter: dict[str, Any]
+    ) -> None:
         fill_routes(store)
         allowed = {i for i, _, m in ROUTE_ROWS if matches(m, filter)}
         found = search_ids(store, mode, 3, filter, mmr)
@@ -80,7 +92,9 @@ class RoutesContract:
         assert set(everything) == allowed
 
     @pytest.mark.parametrize("filter", ROUTE_FILTERS, ids=FILTER_IDS)
-    def test_every_read_route_applies_the_filter(self, store, filter):
+    def test_every_read_route_applies_the_filter(
+        self, store: SearchStore, filter: dict[str, Any]
+    ) -> None:
         fill_routes(store)
         allowed = [i for i, _, m in ROUTE_ROWS if matches(m, filter)]
         assert ids(store.iter_documents(filter)) == allowed
@@ -103,7 +117,9 @@ class RoutesContract:
         ],
         ids=["delete", "remove", "delete_where", "delete_source"],
     )
-    def test_deleted_documents_vanish_from_every_route(self, store, delete, gone):
+    def test_deleted_documents_vanish_from_every_route(
+        self, store: SearchStore, delete: Callable[[SearchStore], object], gone: set[str]
+    ) -> None:
         fill_routes(store)
         delete(store)
         left = [i for i, _, _ in ROUTE_ROWS if i not in gone]
@@ -115,7 +131,7 @@ class RoutesContract:
         assert set(ids(store.search(embedder().embed_query(QUERY), k=20))) == set(left)
 
     @pytest.mark.parametrize("mode", MODES)
-    def test_mmr_in_every_mode(self, store, mode):
+    def test_mmr_in_every_mode(self, store: SearchStore, mode: str) -> None:
         query = "reset password vpn"
         rows = [
             ("dup1", "reset password steps for the vpn client", [1.0, 0.0, 0.0, 0.0]),
@@ -137,7 +153,7 @@ class RoutesContract:
     # ----------------------
 
     @pytest.mark.parametrize("seed", range(3))
-    def test_filters_agree_with_matches_on_reads(self, store, seed):
+    def test_filters_agree_with_matches_on_reads(self, store: SearchStore, seed: int) -> None:
         rows, filters = random_case(seed)
         fill_routes(store, rows)
         for filter in filters:
@@ -145,14 +161,16 @@ class RoutesContract:
             assert ids(store.iter_documents(filter)) == want, filter
 
     @pytest.mark.parametrize("seed", range(3))
-    def test_filters_agree_with_matches_on_count(self, store, seed):
+    def test_filters_agree_with_matches_on_count(self, store: SearchStore, seed: int) -> None:
         rows, filters = random_case(seed)
         fill_routes(store, rows)
         for filter in filters:
             assert store.count(filter) == sum(matches(m, filter) for _, _, m in rows), filter
 
     @pytest.mark.parametrize("seed", range(3))
-    def test_filters_agree_with_matches_on_dense_search(self, store, seed):
+    def test_filters_agree_with_matches_on_dense_search(
+        self, store: SearchStore, seed: int
+    ) -> None:
         rows, filters = random_case(seed)
         fill_routes(store, rows)
         query = embedder().embed_query(QUERY)
@@ -163,7 +181,9 @@ class RoutesContract:
             assert len(few) == min(3, len(want)) and set(few) <= want, filter
 
     @pytest.mark.parametrize("mode", MODES)
-    def test_filters_agree_with_matches_on_search_routes(self, store, mode):
+    def test_filters_agree_with_matches_on_search_routes(
+        self, store: SearchStore, mode: str
+    ) -> None:
         rows, filters = random_case(7, n_filters=25)
         fill_routes(store, rows)
         for filter in filters:
@@ -171,7 +191,7 @@ class RoutesContract:
             assert set(search_ids(store, mode, len(rows), filter)) == want, filter
 
     @pytest.mark.parametrize("seed", range(4))
-    def test_filters_agree_with_matches_on_delete(self, store, seed):
+    def test_filters_agree_with_matches_on_delete(self, store: SearchStore, seed: int) -> None:
         rows, filters = random_case(seed + 100, n_filters=1)
         fill_routes(store, rows)
         doomed = [i for i, _, m in rows if matches(m, filters[0])]

@@ -33,15 +33,15 @@ class VectorIndexContract:
     def fill(self, index: VectorIndex) -> None:
         index.upsert(list(POINTS), list(POINTS.values()))
 
-    def test_is_a_vector_index(self, vector_index):
+    def test_is_a_vector_index(self, vector_index: VectorIndex) -> None:
         assert supports(vector_index, VectorIndex)
         assert isinstance(vector_index.exact, bool)
 
-    def test_empty_index(self, vector_index):
+    def test_empty_index(self, vector_index: VectorIndex) -> None:
         assert len(vector_index) == 0
         assert vector_index.search([1.0, 0.0, 0.0], 3) == []
 
-    def test_search_ranks_by_cosine(self, vector_index):
+    def test_search_ranks_by_cosine(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         assert len(vector_index) == 4
         hits = vector_index.search([0.1, 1.0, 0.0], 3)
@@ -50,32 +50,32 @@ class VectorIndexContract:
             [_cosine([0.1, 1.0, 0.0], POINTS[i]) for i in (1, 3, 2)], abs=1e-5
         )
 
-    def test_k_larger_than_the_index(self, vector_index):
+    def test_k_larger_than_the_index(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         assert sorted(i for i, _ in vector_index.search([1.0, 1.0, 1.0], 50)) == [1, 2, 3, 4]
 
-    def test_ties_by_id(self, vector_index):
+    def test_ties_by_id(self, vector_index: VectorIndex) -> None:
         vector_index.upsert([9, 5, 7], [[1.0, 0.0, 0.0]] * 3)
         assert [i for i, _ in vector_index.search([1.0, 0.0, 0.0], 3)] == [5, 7, 9]
 
-    def test_allowed_is_a_pre_filter(self, vector_index):
+    def test_allowed_is_a_pre_filter(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         hits = vector_index.search(POINTS[2], 2, allowed=[1, 4])
         assert sorted(i for i, _ in hits) == [1, 4]  # min(k, len(allowed)), not fewer
         assert [i for i, _ in vector_index.search(POINTS[2], 5, allowed=[3])] == [3]
         assert vector_index.search(POINTS[2], 5, allowed=[]) == []
 
-    def test_allowed_ids_without_vectors_are_ignored(self, vector_index):
+    def test_allowed_ids_without_vectors_are_ignored(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         assert [i for i, _ in vector_index.search(POINTS[2], 5, allowed=[2, 99])] == [2]
 
-    def test_upsert_replaces(self, vector_index):
+    def test_upsert_replaces(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         vector_index.upsert([1], [[1.0, 0.0, 0.0]])
         assert len(vector_index) == 4
         assert sorted(i for i, _ in vector_index.search([1.0, 0.0, 0.0], 2)) == [1, 2]
 
-    def test_remove(self, vector_index):
+    def test_remove(self, vector_index: VectorIndex) -> None:
         self.fill(vector_index)
         vector_index.remove([1, 42])
         assert len(vector_index) == 3
@@ -83,7 +83,7 @@ class VectorIndexContract:
         vector_index.remove([])
         assert len(vector_index) == 3
 
-    def test_exact_index_equals_a_scan(self, vector_index):
+    def test_exact_index_equals_a_scan(self, vector_index: VectorIndex) -> None:
         rng = random.Random(5)
         ids = rng.sample(range(1, 10_000), 200)
         vecs = [[rng.uniform(-1, 1) for _ in range(8)] for _ in ids]
@@ -103,7 +103,7 @@ class VectorIndexContract:
                 want = sorted(pool, key=lambda i: (-_cosine(query, pool[i]), i))[:10]
                 assert [i for i, _ in hits] == want
 
-    def test_copies_of_one_vector(self, vector_index):
+    def test_copies_of_one_vector(self, vector_index: VectorIndex) -> None:
         """The same vector under many ids (one chunk text in many files): each id is found,
         ties by id, and removing or moving some copies leaves the others."""
         self.fill(vector_index)
@@ -121,7 +121,7 @@ class VectorIndexContract:
         vector_index.remove([30, 40])
         assert [i for i, _ in vector_index.search(POINTS[2], 1)] == [3]
 
-    def test_exact_index_with_copies_equals_a_scan(self, vector_index):
+    def test_exact_index_with_copies_equals_a_scan(self, vector_index: VectorIndex) -> None:
         rng = random.Random(11)
         base = [[rng.gauss(0, 1) for _ in range(8)] for _ in range(60)]
         ids = rng.sample(range(1, 10_000), 240)

@@ -237,7 +237,7 @@ class CountInvalid(logging.Filter):
 def guarded(base: type, guard: Guard) -> type:
     """A subclass of uvicorn's HTTP protocol class ``base`` that keeps ``guard``'s limits."""
 
-    class GuardedProtocol(base):
+    class GuardedProtocol(base):  # type: ignore[misc, unused-ignore]  # uvicorn's class, known at run time
         _deadline: asyncio.TimerHandle | None = None
         _armed: Any = None  # the request cycle when the deadline was set
         _received = 0

@@ -57,12 +57,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbcli import __version__
 from kbcli.agent.mcp.audit import AuditLog
-from kbcli.agent.mcp.http_limits import Limits
-from kbcli.agent.tools.read import KnowledgeTool, ToolResult, knowledge_tools
+from kbcli.agent.mcp.http_limits import Limits, address, serve
+from kbcli.agent.tools.base import KnowledgeTool, ToolResult
+from kbcli.agent.tools.read import knowledge_tools
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
+from kbcli.filters.model import canonical_paths, validate_filter
+from kbcli.filters.syntax import parse_filter_expressions
 from kbcli.scope import ScopedKnowledgeBase
+from kbcli.views import Source
 
 MIN_TOKEN_CHARS = 16
 MAX_NAME_CHARS = 64  # a token's name: in the audit file and on every note it writes
@@ -83,9 +88,6 @@ class Identity:
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
-    from kbcli.filters.model import canonical_paths, validate_filter
-    from kbcli.filters.syntax import parse_filter_expressions
-
     if value is None or value == [] or value == "":
         # "filter:" with the value forgotten must not mean "everything".
         raise ConfigError(f"{where}: filter is empty (write filter: {{}} for the whole index)")
@@ -178,7 +180,7 @@ class KnowledgeMCP:
 
     def __init__(
         self,
-        kb: Any,
+        kb: Source,
         filter: dict[str, Any] | None = None,
         *,
         allow_write: bool = False,
@@ -223,8 +225,6 @@ class KnowledgeMCP:
         import anyio
         import mcp.types as types
         from mcp.server.lowlevel import Server
-
-        from kbcli import __version__
 
         def identity_of(ctx: Any) -> Identity | None:
             if not http:
@@ -335,8 +335,6 @@ class KnowledgeMCP:
         (:mod:`kbcli.agent.mcp.http_limits`). Raises :class:`~kbcli.errors.ListenError` before
         anything
         is served when the address cannot be listened on."""
-        from kbcli.agent.mcp.http_limits import address, serve
-
         url = f"http://{address(host, port)}/mcp"
 
         def started() -> None:

@@ -9,8 +9,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbcli.agent.seams import Readable
 from kbcli.errors import InvalidOptionError, KBError
+from kbcli.search.query import hit_line, location
 from kbcli.types import SearchResult, note_author
+from kbcli.views import KnowledgeView, as_view
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 200
@@ -44,8 +47,6 @@ class Citation:
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
-        from kbcli.search.query import hit_line
-
         meta = hit.document.metadata
         source = meta.get("source")
         heading = meta.get("heading")
@@ -78,8 +79,6 @@ class Citation:
     def location(self) -> str | None:
         """``path:line`` or ``path#page=N``, as ``kb search`` shows the hit; ``note by NAME:
         source`` for a note (None: no source)."""
-        from kbcli.search.query import location
-
         note = None if self.note_by is None else f"note by {self.note_by}"
         if self.source is None:
             return note
@@ -141,10 +140,9 @@ def error_result(message: str) -> ToolResult:
     return ToolResult(message if message.startswith("Error:") else f"Error: {message}", [], True)
 
 
-def reader_of(view: Any) -> Any:
-    """A :class:`ScopedKnowledgeBase` for ``view`` (an unrestricted one over a plain kb)."""
-    from kbcli.views import as_view
-
+def reader_of(view: Readable) -> KnowledgeView:
+    """``view`` itself when it is a view (a scope), else an unrestricted view of the knowledge
+    base."""
     return as_view(view)
 
 

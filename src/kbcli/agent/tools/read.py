@@ -24,6 +24,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kbcli.agent.get import (
+    SHARED,
+    AmbiguousPathError,
+    LinesCache,
+    Shown,
+    chunk_lines,
+    find_page,
+    page_lines,
+    read_chunk,
+    read_file,
+)
+from kbcli.agent.seams import Readable
 from kbcli.agent.tools.base import (
     MAX_ID_CHARS,
     MAX_QUERY_CHARS,
@@ -36,8 +48,15 @@ from kbcli.agent.tools.base import (
     text_argument,
     whole_number,
 )
-from kbcli.errors import InvalidOptionError
-from kbcli.types import MODES, SearchOptions, SearchResult, normalize_mode
+from kbcli.agent.tools.write import KnowledgeAddTool, KnowledgeDeleteTool, NoteWriter
+from kbcli.config.vocabulary import MODES
+from kbcli.errors import InvalidOptionError, NotFoundError
+from kbcli.filters.model import canonical_paths, validate_filter
+from kbcli.protocols import DocumentCatalog, supports
+from kbcli.search import hints
+from kbcli.search.pipeline import RAGPipeline
+from kbcli.search.query import locate_lines
+from kbcli.types import SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
 # Empty answers with the caller's filter to blame (``where``: "under '/docs/'", "at '/a.md'"):
@@ -90,7 +109,7 @@ class KnowledgeSearchTool(KnowledgeTool):
 
     def __init__(
         self,
-        pipeline: Any,
+        pipeline: Readable | RAGPipeline,
         *,
         default_k: int = DEFAULT_K,
         default_mode: str = "hybrid",
@@ -98,13 +117,9 @@ class KnowledgeSearchTool(KnowledgeTool):
         max_k: int = MAX_K,
         max_query_chars: int = MAX_QUERY_CHARS,
     ):
-        from kbcli.facade import BaseKnowledgeBase
-        from kbcli.filters.model import validate_filter
-        from kbcli.views import KnowledgeView, as_view
-
         self.access_filter = validate_filter(access_filter)
-        if self.access_filter and isinstance(pipeline, (BaseKnowledgeBase, KnowledgeView)):
-            pipeline = as_view(pipeline).scoped(self.access_filter)
+        if self.access_filter and not isinstance(pipeline, RAGPipeline):
+            pipeline = reader_of(pipeline).scoped(self.access_filter)
         self.pipeline = pipeline
         self.max_k = max_k
         self.default_k = whole_number("default_k", default_k, 1, max_k)
@@ -156,8 +171,6 @@ class KnowledgeSearchTool(KnowledgeTool):
     def _parse(self, arguments: dict[str, Any]) -> tuple[str, SearchOptions, dict[str, Any] | None]:
         """:meth:`options` and the caller's own validated ``filter`` (without the scope; its
         paths canonical)."""
-        from kbcli.filters.model import canonical_paths, validate_filter
-
         self.check_keys(arguments, aliases=("input",))
         query = arguments.get("query")
         if query is None or query == "":
@@ -192,9 +205,7 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
-        from kbcli.search.pipeline import RAGPipeline
-        from kbcli.search.query import locate_lines
-
+        results: list[SearchResult]
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
         else:  # a KnowledgeBase or a scoped view of one: each hit on its best line
@@ -207,11 +218,7 @@ class KnowledgeSearchTool(KnowledgeTool):
         ``filter`` to blame, which of its sources nothing is indexed under, else which of its
         keys no chunk has. Both are judged only over the chunks this tool can see, so the
         answer says nothing of what a scope hides."""
-        from kbcli.facade import BaseKnowledgeBase
-        from kbcli.search import hints
-        from kbcli.views import KnowledgeView
-
-        if not caller_filter or not isinstance(self.pipeline, (BaseKnowledgeBase, KnowledgeView)):
+        if not caller_filter or isinstance(self.pipeline, RAGPipeline):
             return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
         view = reader_of(self.pipeline)
         pins = hints.source_pins(caller_filter)[:MAX_HINT_CHECKS]
@@ -280,20 +287,18 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def __init__(
         self,
-        view: Any,
+        view: Readable,
         *,
         max_lines: int = MAX_LINES,
         line_width: int = LINE_WIDTH,
         max_chars: int = MAX_CHARS,
-        cache: Any = None,
+        cache: LinesCache | None = None,
     ):
-        from kbcli.agent.get import SHARED
-
         self.view = reader_of(view)
         self.max_lines = max_lines
         self.line_width = line_width
         self.max_chars = max_chars
-        self.cache = SHARED if cache is None else cache  # a reading.LinesCache
+        self.cache = SHARED if cache is None else cache
 
     @property
     def input_schema(self) -> dict[str, Any]:
@@ -342,8 +347,6 @@ class KnowledgeGetTool(KnowledgeTool):
         return self._file(text_argument("path", path, MAX_PATH_CHARS), arguments)
 
     def _chunk(self, chunk_id: str) -> ToolResult:
-        from kbcli.agent.get import read_chunk
-
         shown = read_chunk(self.view, chunk_id)
         if shown is None:
             # The id is not echoed: a hidden id and an unknown one get the very same answer.
@@ -356,9 +359,6 @@ class KnowledgeGetTool(KnowledgeTool):
         return ToolResult(f"[{citation.label()}{extra}]\n{doc.text}", [citation])
 
     def _file(self, path: str, arguments: dict[str, Any]) -> ToolResult:
-        from kbcli.agent.get import AmbiguousPathError, find_page, page_lines, read_file
-        from kbcli.errors import NotFoundError
-
         start = arguments.get("start_line")
         end = arguments.get("end_line")
         paged = find_page(self.view, path)  # PATH#page=N: a hit's location on a page
@@ -393,7 +393,7 @@ class KnowledgeGetTool(KnowledgeTool):
         citation.line_end = shown_last
         return ToolResult(text, [citation])
 
-    def _numbered(self, shown: Any) -> tuple[str, int]:
+    def _numbered(self, shown: Shown) -> tuple[str, int]:
         """The file's lines as ``NUMBER  text``, within the bounds, under a header."""
         width = len(str(shown.lines[-1][0]))
         body: list[str] = []
@@ -409,12 +409,10 @@ class KnowledgeGetTool(KnowledgeTool):
         header = f"[source: {shown.source}; lines {first}-{last} of {shown.total}{more}]"
         return "\n".join([header, *body]), last
 
-    def _chunks(self, shown: Any, start: int) -> tuple[str, int]:
+    def _chunks(self, shown: Shown, start: int) -> tuple[str, int]:
         """The indexed chunks covering the range, each under its first line and id. The header
         is the same whatever the reason the file's own lines are not shown, so it says nothing
         about what a scope hides."""
-        from kbcli.agent.get import chunk_lines
-
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
         used = count = 0
@@ -456,13 +454,11 @@ class KnowledgeStatsTool(KnowledgeTool):
         "it was built with and when documents were last added."
     )
 
-    def __init__(self, view: Any):
+    def __init__(self, view: Readable):
         self.view = reader_of(view)
 
     def figures(self) -> dict[str, Any]:
         """``chunks``, ``sources``, ``embedder`` and ``last_ingest`` of the scope."""
-        from kbcli.protocols import DocumentCatalog, supports
-
         store = self.view.kb.store
         if self.view.filter is None and supports(store, DocumentCatalog):
             figures = store.stats()  # the whole index: the store's own figures are cheaper
@@ -489,11 +485,11 @@ class KnowledgeStatsTool(KnowledgeTool):
 
 
 def knowledge_tools(
-    kb: Any,
+    kb: Readable,
     filter: dict[str, Any] | None = None,
     *,
     allow_write: bool = False,
-    writer: Any = None,
+    writer: NoteWriter | None = None,
     **search_options: Any,
 ) -> list[KnowledgeTool]:
     """``[knowledge_search, knowledge_get, knowledge_stats]`` over ``kb`` (a knowledge base or
@@ -512,8 +508,6 @@ def knowledge_tools(
         KnowledgeStatsTool(view),
     ]
     if allow_write:
-        from kbcli.agent.tools.write import KnowledgeAddTool, KnowledgeDeleteTool, NoteWriter
-
         writer = writer or NoteWriter("agent")
         tools += [KnowledgeAddTool(view, writer=writer), KnowledgeDeleteTool(view, writer)]
     return tools

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from kbcli.agent.seams import Readable, note_base
 from kbcli.agent.tools.base import (
     MAX_ID_CHARS,
     MAX_QUERY_CHARS,
@@ -39,8 +40,11 @@ from kbcli.agent.tools.base import (
     text_argument,
 )
 from kbcli.errors import InvalidOptionError, KBError
+from kbcli.filters.model import matches
+from kbcli.protocols import FileLedger, supports
 from kbcli.system.paths import normal_source
 from kbcli.types import LOCATION_KEYS, NOTE_BY, note_author
+from kbcli.views import KnowledgeView
 
 NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
 MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
@@ -120,15 +124,13 @@ class NoteWriter:
         self._counted_at = 0.0
         self._lock = threading.Lock()
 
-    def held(self, view: Any) -> int:
+    def held(self, view: KnowledgeView) -> int:
         """Bytes the writer's notes hold in the whole index under ``view`` (every scope)."""
-        from kbcli.views import KnowledgeView
-
         whole = KnowledgeView(view.kb, None)
         notes = whole.iter_documents({NOTE_BY: self.name})
         return sum(note_size(d.text, d.metadata) for d in notes)
 
-    def add(self, view: Any, text: str, metadata: dict[str, Any]) -> str:
+    def add(self, view: KnowledgeView, text: str, metadata: dict[str, Any]) -> str:
         """Store the note ``text`` with ``metadata`` (its writer set) through ``view``'s
         knowledge base; returns its id. Raises :class:`WriteLimitError` naming the limit."""
         limits = self.limits
@@ -159,7 +161,7 @@ class NoteWriter:
                     f"{self.name} hold {held:,} bytes and this one is {size:,}; delete notes "
                     "(knowledge_delete) or ask for a larger total_bytes"
                 )
-            new_id: str = view.kb.add(text, metadata)
+            new_id = note_base(view).add(text, metadata)
             self._recent.append(now)
             self._held = held + size
         return new_id
@@ -205,7 +207,7 @@ class KnowledgeAddTool(KnowledgeTool):
     )
 
     def __init__(
-        self, view: Any, max_chars: int = MAX_NOTE_CHARS, writer: NoteWriter | None = None
+        self, view: Readable, max_chars: int = MAX_NOTE_CHARS, writer: NoteWriter | None = None
     ):
         self.view = reader_of(view)
         self.writer = writer or NoteWriter("agent")
@@ -249,7 +251,6 @@ class KnowledgeAddTool(KnowledgeTool):
                     f"leave {key} out, it is set for you"
                 )
         metadata.update(forced)
-        from kbcli.filters.model import matches
 
         if not matches(metadata, self.view.filter):
             if given is not None and metadata.get("source") != given:
@@ -280,7 +281,7 @@ class KnowledgeDeleteTool(KnowledgeTool):
         "indexed files cannot be deleted here: they leave the index with their file."
     )
 
-    def __init__(self, view: Any, writer: NoteWriter | None = None):
+    def __init__(self, view: Readable, writer: NoteWriter | None = None):
         self.view = reader_of(view)
         self.writer = writer  # whose count of bytes a delete makes stale
 
@@ -306,7 +307,7 @@ class KnowledgeDeleteTool(KnowledgeTool):
                 f"{chunk_id} is a chunk of the indexed file {source}: it leaves the index when "
                 "the file is deleted (kb ingest, kb watch), not here"
             )
-        self.view.kb.delete([chunk_id])
+        note_base(self.view).delete([chunk_id])
         if self.writer is not None:
             self.writer.recount()
         return ToolResult(f"Deleted note {chunk_id}.")
@@ -341,12 +342,10 @@ def _note_metadata(value: Any) -> dict[str, Any]:
     return out
 
 
-def _holds_text(view: Any, source: str) -> bool:
+def _holds_text(view: KnowledgeView, source: str) -> bool:
     """True when a chunk that is not a note has ``source`` (or its canonical form), in any
     scope: an indexed file's chunks (or text added with that source). A lookup by source, so
     it costs the same whatever the size of the index or of the file ledger."""
-    from kbcli.views import KnowledgeView
-
     whole = KnowledgeView(view.kb, None)
     not_a_note = {NOTE_BY: {"$exists": False}}
     for candidate in dict.fromkeys([normal_source(source), source]):
@@ -355,11 +354,9 @@ def _holds_text(view: Any, source: str) -> bool:
     return False
 
 
-def _is_indexed(view: Any, source: str) -> bool:
+def _is_indexed(view: KnowledgeView, source: str) -> bool:
     """True when ``source`` (or its canonical form) is an indexed file's: one with a file
     ledger record (a store without a ledger has none), in any scope."""
-    from kbcli.protocols import FileLedger, supports
-
     store = view.kb.store
     if not supports(store, FileLedger):
         return False

@@ -44,6 +44,7 @@ from typing import Any
 from kbcli.config.schema import OcrConfig
 from kbcli.errors import LoaderError, missing_message
 from kbcli.ingest.files import open_regular, too_large
+from kbcli.ingest.loaders.bounded import ParseTimeout, keep_resident, run_bounded
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp")
 # What Pillow may open them as (never its other plugins: EPS would run Ghostscript).
@@ -103,7 +104,7 @@ def missing() -> str | None:
     return None
 
 
-def signature(options: Any) -> str:
+def signature(options: OcrConfig) -> str:
     """What decides recognised text, for a file record's settings (a change re-reads scans)."""
     pages = options.max_pages
     return (
@@ -134,7 +135,6 @@ def _recogniser() -> Any:
     """The process's one RapidOCR engine (loading its models takes about a second)."""
     global _engine
     if _engine is None:
-        from kbcli.ingest.loaders.bounded import keep_resident
 
         def load() -> Any:  # importing it maps opencv too
             return _require("rapidocr_onnxruntime").RapidOCR(print_verbose=False)
@@ -217,7 +217,7 @@ def _detect(engine: Any, page: Any) -> list[Any]:
     return out
 
 
-def _boxes(quads: list[Any], texts: list[tuple[str, float]], options: Any) -> list[TextBox]:
+def _boxes(quads: list[Any], texts: list[tuple[str, float]], options: OcrConfig) -> list[TextBox]:
     """Deskewed axis-aligned boxes of the lines read with enough confidence."""
     kept = [
         (q, _clean(t, options.languages), s)
@@ -249,7 +249,7 @@ def _clean(text: str, languages: Sequence[str]) -> str:
     return text.strip()
 
 
-def recognise(image: Any, number: int, options: Any) -> PageScan:
+def recognise(image: Any, number: int, options: OcrConfig) -> PageScan:
     """Recognise the PIL ``image`` as page ``number`` (see the module docstring)."""
     import numpy as np
 
@@ -286,7 +286,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def render_scale(width_pt: float, height_pt: float, options: Any) -> float:
+def render_scale(width_pt: float, height_pt: float, options: OcrConfig) -> float:
     """Pixels per PDF point: ``ocr.dpi``, lowered so the page stays within max_megapixels."""
     scale = options.dpi / 72.0
     area = max(1.0, width_pt * height_pt)
@@ -296,7 +296,7 @@ def render_scale(width_pt: float, height_pt: float, options: Any) -> float:
     return scale
 
 
-def scan_pdf_page(path: str, max_bytes: int | None, number: int, options: Any) -> PageScan:
+def scan_pdf_page(path: str, max_bytes: int | None, number: int, options: OcrConfig) -> PageScan:
     """Render page ``number`` (1-based) of the PDF at ``path`` and recognise it (child)."""
     pdfium = _require("pypdfium2")
     fh, st = open_regular(path)
@@ -341,7 +341,7 @@ def _our_pixel_limit() -> Iterator[None]:
 
 
 @contextmanager
-def _open_image(path: str, max_bytes: int | None, options: Any) -> Iterator[Any]:
+def _open_image(path: str, max_bytes: int | None, options: OcrConfig) -> Iterator[Any]:
     """The image at ``path``, opened (read lazily, not decoded: a multi-page TIFF is not read
     whole for each page); LoaderError for a bomb or a non-image."""
     from PIL import Image, UnidentifiedImageError
@@ -363,7 +363,7 @@ def _open_image(path: str, max_bytes: int | None, options: Any) -> Iterator[Any]
         yield image
 
 
-def _check_size(path: str, image: Any, options: Any) -> None:
+def _check_size(path: str, image: Any, options: OcrConfig) -> None:
     width, height = image.size
     limit = options.max_megapixels * 1e6
     if width * height > limit:
@@ -375,7 +375,7 @@ def _check_size(path: str, image: Any, options: Any) -> None:
         )
 
 
-def image_frames(path: str, max_bytes: int | None, options: Any) -> int:
+def image_frames(path: str, max_bytes: int | None, options: OcrConfig) -> int:
     """How many frames (pages) the image at ``path`` has; refuses an oversized one (child)."""
     with _open_image(path, max_bytes, options) as image, _our_pixel_limit():
         count = max(1, int(getattr(image, "n_frames", 1) or 1))
@@ -388,7 +388,7 @@ def image_frames(path: str, max_bytes: int | None, options: Any) -> int:
     return count
 
 
-def scan_image_frame(path: str, max_bytes: int | None, number: int, options: Any) -> PageScan:
+def scan_image_frame(path: str, max_bytes: int | None, number: int, options: OcrConfig) -> PageScan:
     """Decode frame ``number`` (1-based) of the image at ``path`` and recognise it (child)."""
     from PIL import ImageOps
 
@@ -452,8 +452,6 @@ def run_pages(
     raises :class:`~kbcli.errors.LoaderError` saying how many of the ``kind`` (``"scanned
     pages"``, ``"frames (pages)"``) were recognised (the file is failed, not indexed in
     part)."""
-    from kbcli.ingest.loaders.bounded import ParseTimeout, run_bounded
-
     run = OcrRun()
     size = _size(path)
     for done, number in enumerate(numbers):
