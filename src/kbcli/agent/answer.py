@@ -126,7 +126,7 @@ class Evidence:
         """The line of the passage's file it is cited for: its best-matching line (as
         ``kb search`` shows it; ``$EDITOR +LINE path``), else the passage's first line; None
         for a note."""
-        from kbcli.search.query import hit_line
+        from kbcli.search.location import hit_line
 
         return _whole(hit_line(self.result))
 
@@ -145,7 +145,7 @@ class Evidence:
         chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note
         by
         NAME`` (``note by NAME: source``)."""
-        from kbcli.search.query import hit_page, location
+        from kbcli.search.location import hit_page, location
 
         note = note_label(self.metadata)
         if note is not None:
@@ -308,7 +308,7 @@ def content_text(question: str) -> str:
 
 class TermWeights:
     """How much each question term counts: its BM25 idf in the store's keyword index inside
-    ``filter`` (:class:`~kbcli.search.query.TermIdf`: one single-term keyword lookup per term). A
+    ``filter`` (:class:`~kbcli.search.location.TermIdf`: one single-term keyword lookup per term). A
     term
     no passage in the filter holds weighs the most any term can (``idf`` of a term in no
     chunk): the knowledge base does not know that word. Without a keyword index every term
@@ -325,7 +325,7 @@ class TermWeights:
         filter: dict[str, Any] | None,
         scope: dict[str, Any] | None = None,
     ):
-        from kbcli.search.query import TermIdf
+        from kbcli.search.location import TermIdf
 
         self.store = kb.store
         self.analyzer = kb.analyzer
@@ -466,7 +466,7 @@ def _locate(
 ) -> None:
     """Each passage on its best-matching line for the question's terms (its citation's
     ``path:line``), weighed as the floor weighed them when it did."""
-    from kbcli.search.query import locate_lines
+    from kbcli.search.location import locate_lines
 
     options = options or SearchOptions(k=8)
     text = content_text(question)

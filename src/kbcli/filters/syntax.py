@@ -11,7 +11,14 @@ import re
 from typing import Any
 
 from kbcli.errors import FilterError
-from kbcli.filters.model import INT64_MAX, INT64_MIN, LOGICAL_OPERATORS, _kind, validate_filter
+from kbcli.filters.model import (
+    INT64_MAX,
+    INT64_MIN,
+    LOGICAL_OPERATORS,
+    CheckedFilter,
+    _kind,
+    validate_filter,
+)
 from kbcli.filters.sql import minimal_prefixes
 
 # --- the command-line syntax: key=value, key!=value, key>=3 ... ------------------------------
@@ -136,8 +143,17 @@ def _new_values(values: list[Any], seen: set[tuple[str, Any]]) -> list[Any]:
     return out
 
 
-def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
-    """Turn repeated ``--filter`` expressions into one filter (all must hold); None for none.
+def parse_filter_expressions(
+    exprs: list[str] | tuple[str, ...] | None,
+) -> CheckedFilter | None:
+    """Turn repeated ``--filter`` expressions into one checked filter (all must hold); None for
+    none. :func:`filter_from_expressions` and :func:`~kbcli.filters.model.validate_filter`."""
+    return validate_filter(filter_from_expressions(exprs))
+
+
+def filter_from_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
+    """Turn repeated ``--filter`` expressions into one filter (all must hold), not checked yet
+    (a command adds its ``--in`` folders, then checks the whole once); None for none.
 
     Accepted: ``key=value`` (``key==value`` alike), ``key!=value``, ``key=a,b`` (any of),
     ``key>3``, ``key>=3``, ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and
@@ -150,8 +166,7 @@ def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[
     filters = [_parse_one(expr) for expr in exprs or ()]
     if not filters:
         return None
-    result = filters[0] if len(filters) == 1 else {"$and": filters}
-    return validate_filter(result)
+    return filters[0] if len(filters) == 1 else {"$and": filters}
 
 
 _JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")

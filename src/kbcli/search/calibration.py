@@ -105,7 +105,7 @@ def _fingerprint(probes: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(probes).encode("utf-8")).hexdigest()[:16]
 
 
-def stored_probe_vectors(store: Any, info: Any, probes: Sequence[str]) -> list[array] | None:
+def stored_probe_vectors(store: Any, info: Any, probes: Sequence[str]) -> list[array[float]] | None:
     """The vectors of ``probes`` kept in ``store`` for the embedder ``info`` (None: none kept,
     or kept for other probes or another dimension)."""
     raw = store.get_meta(probes_key(info))

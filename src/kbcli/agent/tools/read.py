@@ -192,8 +192,8 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
+        from kbcli.search.location import locate_lines
         from kbcli.search.pipeline import RAGPipeline
-        from kbcli.search.query import locate_lines
 
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
