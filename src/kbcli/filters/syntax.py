@@ -170,10 +170,6 @@ def filter_from_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[s
 
 
 _JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
-META_TYPES_HELP = (
-    "Values that are JSON numbers (2024, -3, 1.5) or true/false are stored typed, so "
-    "--filter year>=2024 compares numbers; quote a value to keep it text: 'code=\"2024\"'."
-)
 
 
 def meta_value(text: str) -> Any:

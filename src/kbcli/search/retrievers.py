@@ -436,7 +436,7 @@ class HybridRetriever:
             vectors = self._probe_vectors
             missing = [p for p in probes if p not in vectors]
             if missing:  # those the ingest kept, else one batch (a search writes nothing)
-                found_vectors = probe_vectors(self.store, self.embedder, probes, keep=False)
+                found_vectors = probe_vectors(store, self.embedder, probes, keep=False)
                 vectors.update(zip(probes, found_vectors))
             found: list[bool] = []
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbcli.config.schema import RerankConfig
 from kbcli.errors import InvalidOptionError, RerankerError, require
 from kbcli.search.rerank.base import rescored, sigmoid
 from kbcli.types import SearchResult
@@ -107,7 +108,7 @@ class CrossEncoderReranker:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, settings: Any) -> CrossEncoderReranker:
+    def from_config(cls, settings: RerankConfig) -> CrossEncoderReranker:
         """Build from ``rag.rerank`` (``model`` is required, ``batch_size`` is used)."""
         if not settings.model:
             raise RerankerError(
