@@ -147,13 +147,7 @@ def parse_filter_expressions(
     exprs: list[str] | tuple[str, ...] | None,
 ) -> CheckedFilter | None:
     """Turn repeated ``--filter`` expressions into one checked filter (all must hold); None for
-    none. :func:`filter_from_expressions` and :func:`~kbcli.filters.model.validate_filter`."""
-    return validate_filter(filter_from_expressions(exprs))
-
-
-def filter_from_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
-    """Turn repeated ``--filter`` expressions into one filter (all must hold), not checked yet
-    (a command adds its ``--in`` folders, then checks the whole once); None for none.
+    none.
 
     Accepted: ``key=value`` (``key==value`` alike), ``key!=value``, ``key=a,b`` (any of),
     ``key>3``, ``key>=3``, ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and
@@ -166,7 +160,7 @@ def filter_from_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[s
     filters = [_parse_one(expr) for expr in exprs or ()]
     if not filters:
         return None
-    return filters[0] if len(filters) == 1 else {"$and": filters}
+    return validate_filter(filters[0] if len(filters) == 1 else {"$and": filters})
 
 
 _JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
@@ -213,7 +207,8 @@ def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, 
     """``filter`` where every text value compared with ``source`` (``=``, ``!=``, any of,
     none of) also matches ``resolve(value)``: ``source=docs/a.md`` finds the file that ingest
     recorded as ``/home/me/docs/a.md``, as ``kb list --source docs/a.md`` does. A value that
-    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged.
+    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged;
+    when nothing is, ``filter`` itself is returned.
     """
     if not filter:
         return filter
@@ -257,7 +252,8 @@ def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, 
                 out[key] = ops
         return out
 
-    return walk(filter)
+    changed = walk(filter)
+    return filter if changed == filter else changed  # a checked filter stays checked
 
 
 def under_folders(folders: list[str]) -> dict[str, Any] | None:
