@@ -126,7 +126,7 @@ class Evidence:
         """The line of the passage's file it is cited for: its best-matching line (as
         ``kb search`` shows it; ``$EDITOR +LINE path``), else the passage's first line; None
         for a note."""
-        from kbcli.search.location import hit_line
+        from kbcli.search.place import hit_line
 
         return _whole(hit_line(self.result))
 
@@ -145,7 +145,7 @@ class Evidence:
         chunk id for text without a source (:func:`kbcli.search.query.location`); a note is ``note
         by
         NAME`` (``note by NAME: source``)."""
-        from kbcli.search.location import hit_page, location
+        from kbcli.search.place import hit_page, location
 
         note = note_label(self.metadata)
         if note is not None:

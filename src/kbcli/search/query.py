@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import overload
 
 from kbcli.errors import InvalidOptionError
-from kbcli.search.location import hit_line, hit_page, locate_lines, location
+from kbcli.search.location import locate_lines
+from kbcli.search.place import hit_line, hit_page, location
 from kbcli.search.pool import UNITS, Pool, source_key
 from kbcli.search.syntax import parse_query
 from kbcli.types import SearchOptions, SearchResult, note_author, note_label
@@ -56,7 +57,7 @@ class Hit:
     def location(self) -> str:
         """``path:line``, ``path#page=N`` for a page, the path, or ``-``; a note is ``note by
         NAME`` (``note by NAME: source``), never a file's place: see
-        :func:`~kbcli.search.location.location`."""
+        :func:`~kbcli.search.place.location`."""
         meta = self.result.document.metadata
         return location(self.source, self.line, self.page, note_label(meta))
 

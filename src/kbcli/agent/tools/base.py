@@ -44,7 +44,7 @@ class Citation:
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
-        from kbcli.search.location import hit_line
+        from kbcli.search.place import hit_line
 
         meta = hit.document.metadata
         source = meta.get("source")
@@ -78,7 +78,7 @@ class Citation:
     def location(self) -> str | None:
         """``path:line`` or ``path#page=N``, as ``kb search`` shows the hit; ``note by NAME:
         source`` for a note (None: no source)."""
-        from kbcli.search.location import location
+        from kbcli.search.place import location
 
         note = None if self.note_by is None else f"note by {self.note_by}"
         if self.source is None:
