@@ -67,14 +67,14 @@ def make_embedder(name: str) -> Any:
 def set_window(window: int) -> None:
     """Every hybrid search of this process reads each route's best ``window`` (study only)."""
     import kbcli.search.fusion as scoring
-    import kbcli.search.pipeline  # noqa: F401
-    from kbcli.search import retrievers
+    from kbcli.search import combine, pipeline, retrievers
 
     if not hasattr(scoring, "FUSION_WINDOW"):
         raise SystemExit("--window needs a tree with a fusion window")
     retrievers.FUSION_WINDOW = window
-    assert retrievers.fuse.__kwdefaults__ is not None
-    retrievers.fuse.__kwdefaults__["window"] = window
+    pipeline.FUSION_WINDOW = window
+    assert combine.fuse.__kwdefaults__ is not None
+    combine.fuse.__kwdefaults__["window"] = window
     scoring.FUSION_WINDOW = window
 
 

@@ -131,7 +131,7 @@ def product(
     ``alpha`` (as when a search does not choose it) the embedder's weight set per query by
     the keyword route's margin (``per_query``, :func:`kbcli.search.fusion.confident_alpha`), from
     ``base`` instead of the embedder's weight when given."""
-    from kbcli.search.retrievers import fuse, named_hit
+    from kbcli.search.combine import fuse, named_hit
     from kbcli.text.analysis import Analyzer
     from kbcli.types import Document, SearchOptions, SearchResult
 

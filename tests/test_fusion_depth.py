@@ -21,8 +21,9 @@ import pytest
 from cli_helpers import run
 from extras import need
 from kbcli import Document, KnowledgeBase
+from kbcli.search.combine import fuse
 from kbcli.search.pipeline import RAGPipeline
-from kbcli.search.retrievers import HybridRetriever, fuse
+from kbcli.search.retrievers import HybridRetriever
 from kbcli.types import SearchOptions, SearchResult
 from table_embedder import TableEmbedder, table_store
 

@@ -178,7 +178,7 @@ def search(kb, query, mode="keyword", k=5):
 def test_rare_terms_outweigh_common_ones(tmp_path):
     """Each term weighs its idf: the line holding the rare ``8080`` beats the line holding two
     words every page has."""
-    from kbcli.search.query import best_line
+    from kbcli.search.location import best_line
 
     files = {f"server{n}.md": f"# Server {n}\n\nThe server port of unit {n}.\n" for n in range(12)}
     files["ports.md"] = (
@@ -196,7 +196,7 @@ def test_rare_terms_outweigh_common_ones(tmp_path):
 
 
 def test_phrases_count_and_ties_go_to_the_earliest_line():
-    from kbcli.search.query import best_line
+    from kbcli.search.location import best_line
 
     analyzer = Analyzer()
     weights = {"reset": 1.0, "link": 1.0, "password": 1.0}
@@ -208,7 +208,7 @@ def test_phrases_count_and_ties_go_to_the_earliest_line():
 
 
 def test_a_semantic_hit_with_no_term_in_common_keeps_its_first_line(tmp_path):
-    from kbcli.search.query import locate_lines
+    from kbcli.search.location import locate_lines
 
     kb, _ = synced(tmp_path, {"garden.md": "# Garden\n\nWater the tomatoes.\n\nKeep basil.\n"})
     try:
@@ -240,7 +240,7 @@ def test_a_file_changed_since_it_was_indexed_keeps_the_chunks_first_line(tmp_pat
 
 
 def test_what_is_read_to_place_hits_is_bounded(tmp_path, monkeypatch):
-    from kbcli.search import query
+    from kbcli.search import location
 
     kb, _ = synced(
         tmp_path,
@@ -248,9 +248,9 @@ def test_what_is_read_to_place_hits_is_bounded(tmp_path, monkeypatch):
     )
     try:
         assert [h.line for h in search(kb, "zeppelin")] == [5, 5]
-        monkeypatch.setattr(query, "MAX_PLACE_TOTAL", 40)  # room for one of the two files
+        monkeypatch.setattr(location, "MAX_PLACE_TOTAL", 40)  # room for one of the two files
         assert sorted(h.line for h in search(kb, "zeppelin")) == [1, 5]
-        monkeypatch.setattr(query, "MAX_PLACE_BYTES", 10)  # neither
+        monkeypatch.setattr(location, "MAX_PLACE_BYTES", 10)  # neither
         assert [h.line for h in search(kb, "zeppelin")] == [1, 1]
     finally:
         kb.close()

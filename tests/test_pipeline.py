@@ -89,7 +89,7 @@ def test_knowledge_base_defaults_add_and_search():
     hits = kb.search("reset password", k=1, mode="keyword")
     assert hits[0].document.id == a
     assert kb.search("weather", mode="hybrid", k=2)[0].document.id == "w1"
-    assert kb.search("sunny", filter={"source": "help.md"}, mode="keyword") == []
+    assert list(kb.search("sunny", filter={"source": "help.md"}, mode="keyword")) == []
     assert kb.delete(["w1"]) and not kb.delete(["w1"])
 
 

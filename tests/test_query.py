@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
-from kbcli.search.query import POOL_MIN, parse_query, search
+from kbcli.search.pool import POOL_MIN
+from kbcli.search.query import search
+from kbcli.search.syntax import parse_query
 from kbcli.types import SearchOptions
 
 
@@ -22,14 +24,28 @@ class CountingKB:
         return self.kb.analyzer
 
     def search_with(self, query, options, pool):
-        def counted(recall, size):
-            def recall_counted(depth):
-                self.pools.append(depth)
-                return recall(depth)
+        return self.kb.search_with(query, options, pool=CountingPool(pool, self.pools))
 
-            return pool(recall_counted, size)
 
-        return self.kb.search_with(query, options, pool=counted)
+class CountingPool:
+    """A search's pool that records the depth of every recall made for it."""
+
+    def __init__(self, pool, depths: list[int]) -> None:
+        self.pool = pool
+        self.depths = depths
+
+    def first_depth(self, size):
+        return self.pool.first_depth(size)
+
+    def choose(self, recalled, size):
+        return self.pool.choose(recalled, size)
+
+    def enough(self, recalled, depth, chosen, size):
+        self.depths.append(depth)
+        return self.pool.enough(recalled, depth, chosen, size)
+
+    def deeper(self, depth):
+        return self.pool.deeper(depth)
 
 
 def long_file_kb(tmp_path) -> KnowledgeBase:

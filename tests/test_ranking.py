@@ -330,15 +330,20 @@ def test_chinese_query_keeps_keyword_order_with_an_english_only_embedder(kind, t
 
 
 def test_configured_source_weight_is_the_default(files_store, tmp_path, monkeypatch):
-    from kbcli import BM25Retriever
+    # issue 38: configuration is passed in: from_config hands limits.source_weight to its
+    # retriever; a retriever built by hand reads no jianmu.yaml (2.0, SOURCE_WEIGHT)
+    from kbcli import BM25Retriever, KnowledgeBase
     from kbcli.config.lookup import reset_config_cache
 
     (tmp_path / "jianmu.yaml").write_text("limits: {source_weight: 0}\n", encoding="utf-8")
     monkeypatch.setenv("KB_CONFIG", str(tmp_path / "jianmu.yaml"))
     reset_config_cache()
     try:
-        hits = BM25Retriever(files_store).search("reset password", 3)
+        configured = KnowledgeBase.from_config(store=files_store).retriever.keyword
+        hits = configured.search("reset password", 3)
         assert all(h.explain["source_weight"] == 0.0 for h in hits)
+        bare = BM25Retriever(files_store).search("reset password", 3)
+        assert all(h.explain["source_weight"] == 2.0 for h in bare)
         explicit = BM25Retriever(files_store, source_weight=2.0).search("reset password", 3)
         assert all(h.explain["source_weight"] == 2.0 for h in explicit)
     finally:

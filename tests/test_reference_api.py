@@ -25,13 +25,20 @@ from kbcli.config.trust import trust
 from kbcli.errors import InvalidOptionError, LoaderError
 
 
-def test_search_options_alpha_is_the_configured_rerank_alpha(tmp_path):
+def test_search_options_read_no_configuration_the_knowledge_base_hands_rerank_alpha_in(tmp_path):
+    # issue 38: SearchOptions reads no configuration; from_config gives the retriever the
+    # configured limits.rerank_alpha, which applies while the search does not choose one
     assert SearchOptions().alpha == 0.6
     (tmp_path / "cwd" / "jianmu.yaml").write_text("limits: {rerank_alpha: 0.3}\n")
     reset_config_cache()
     options = SearchOptions()
-    assert options.alpha == 0.3 and not options.alpha_chosen
+    assert options.alpha == 0.6 and not options.alpha_chosen
     assert SearchOptions(alpha=0.9).alpha_chosen
+    kb = KnowledgeBase.from_config()
+    try:
+        assert kb.retriever.default_alpha() == 0.3
+    finally:
+        kb.close()
 
 
 def test_weak_embedder_protection_still_applies_when_alpha_was_not_chosen():

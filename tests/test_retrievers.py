@@ -70,11 +70,15 @@ def test_hybrid_prefilter(store):
     assert hits == []
 
 
-def test_default_alpha_comes_from_config(tmp_path, monkeypatch):
+def test_default_alpha_is_handed_in_by_from_config_never_read_by_the_retriever(tmp_path):
+    # issue 38: configuration is passed in; a retriever built by hand reads no jianmu.yaml
     (tmp_path / "cwd" / "jianmu.yaml").write_text("limits: {rerank_alpha: 0.25}")
-    r = HybridRetriever(InMemoryStore())
-    assert r.default_alpha() == 0.25
+    assert HybridRetriever(InMemoryStore()).default_alpha() == 0.6
     assert HybridRetriever(InMemoryStore(), alpha=0.9).default_alpha() == 0.9
+    from kbcli import KnowledgeBase
+
+    kb = KnowledgeBase.from_config(store=InMemoryStore())
+    assert kb.retriever.default_alpha() == 0.25
 
 
 def test_dense_retriever_empty_query(store):

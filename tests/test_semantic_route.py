@@ -22,7 +22,7 @@ from kbcli.search.calibration import (
     probes_for,
     stored_floors,
 )
-from kbcli.search.retrievers import fuse, named_hit
+from kbcli.search.combine import fuse, named_hit
 from kbcli.types import Document, SearchOptions, SearchResult
 
 NONSENSE = "qwertyuiopzxcv"

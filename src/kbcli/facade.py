@@ -26,7 +26,7 @@ from kbcli.protocols import (
     supports,
 )
 from kbcli.search.pipeline import Pool, RAGPipeline
-from kbcli.types import Document, SearchOptions, SearchResult
+from kbcli.types import Document, SearchOptions, SearchResults
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -194,13 +194,13 @@ class BaseKnowledgeBase:
         mode: str = "hybrid",
         filter: dict[str, Any] | None = None,
         **options: Any,
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """Search; extra keyword arguments are :class:`SearchOptions` fields (alpha, fusion...)."""
         return self.pipeline.search(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
 
     def search_with(
         self, query: str, options: SearchOptions, *, pool: Pool | None = None
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """Search with a ready :class:`SearchOptions` (``pool``: see
         :meth:`RAGPipeline.search`)."""
         if pool is None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, overload
 
 from kbcli.config.vocabulary import FUSIONS, MODE_ALIASES, MODES, REWRITE_MODES
 from kbcli.errors import InvalidOptionError
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import CheckedFilter, ensure_checked
 
 
 def _now() -> datetime:
@@ -73,7 +74,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class LineMatch:
-    """Where a hit is inside its file (set by :func:`kbcli.search.query.locate_lines`): ``line``,
+    """Where a hit is inside its file (set by :func:`kbcli.search.location.locate_lines`): ``line``,
     the
     line of its chunk holding the most query-term weight (1-based, numbered as the file's
     editor and ``kb get`` number it), or the chunk's first line when none holds a query term
@@ -110,6 +111,10 @@ def normalize_mode(mode: str) -> str:
 
 
 MAX_K = 1_000_000  # results per search; beyond it candidate pools overflow SQLite integers
+#: The dense weight of weighted hybrid fusion when a search does not choose one (what
+#: ``limits.rerank_alpha`` defaults to; ``KnowledgeBase.from_config`` hands the configured one
+#: to its retriever).
+DEFAULT_ALPHA = 0.6
 
 
 @dataclass
@@ -117,9 +122,10 @@ class SearchOptions:
     """How to search.
 
     ``alpha`` weights the dense route in weighted hybrid fusion; left out it is
-    ``limits.rerank_alpha`` from the configuration (0.6 by default) and ``alpha_chosen`` is
-    False, so a retriever may still protect a weak dense route (see
-    :class:`~kbcli.search.retrievers.HybridRetriever`). ``fusion`` is ``"weighted"`` (min-max
+    :data:`DEFAULT_ALPHA` (0.6) and ``alpha_chosen`` is False, so the retriever's own weight
+    applies (``limits.rerank_alpha`` for a knowledge base built from the configuration) and it
+    may still protect a weak dense route (see :class:`~kbcli.search.retrievers.HybridRetriever`).
+    Options read no configuration. ``fusion`` is ``"weighted"`` (min-max
     normalised,
     ``alpha * dense + (1 - alpha) * keyword``) or ``"rrf"`` (reciprocal rank fusion, k=60).
     ``filter`` is a metadata filter applied before scoring (BM25's statistics stay those of the
@@ -160,15 +166,14 @@ class SearchOptions:
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
-        # checked once here, then passed down as they are (kbcli.filters.model.CheckedFilter)
-        self.filter = validate_filter(self.filter)
-        self.scope = validate_filter(self.scope)
+        # checked once where they enter (here), then passed down as they are: options made
+        # from options (dataclasses.replace) keep the checked filters without a second check
+        self.filter = ensure_checked(self.filter)
+        self.scope = ensure_checked(self.scope)
         if self.alpha_chosen is None:
             self.alpha_chosen = self.alpha is not None
         if self.alpha is None:
-            from kbcli.config.lookup import get_config
-
-            self.alpha = get_config().limits.rerank_alpha
+            self.alpha = DEFAULT_ALPHA
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise InvalidOptionError(f"k must be a positive whole number, got {self.k!r}")
         if self.k > MAX_K:
@@ -221,6 +226,16 @@ class SearchOptions:
             )
         self.fusion = fusion
 
+    @property
+    def checked_filter(self) -> CheckedFilter | None:
+        """``filter`` as the checked filter it is once the options exist."""
+        return ensure_checked(self.filter)
+
+    @property
+    def checked_scope(self) -> CheckedFilter | None:
+        """``scope`` as the checked filter it is once the options exist."""
+        return ensure_checked(self.scope)
+
 
 def _finite(name: str, value: Any) -> float | None:
     """``value`` as a float (None stays None), or InvalidOptionError unless a finite number."""
@@ -231,28 +246,34 @@ def _finite(name: str, value: Any) -> float | None:
     return float(value)
 
 
-class SearchResults(list):
-    """The hits of a search (a plain list of :class:`SearchResult`) and why it may be short.
+@dataclass
+class SearchResults(Sequence[SearchResult]):
+    """The hits of a search and why there may be few: ``hits``, best first, readable as a
+    sequence (``len``, iteration, indexing).
 
     ``refused`` is True when a reranker scored candidates but none reached ``min_relevance``:
     the search found text, just no relevant knowledge. ``candidates`` is how many hits were
     recalled for the reranker and ``best_relevance`` the best reranker score among them.
     """
 
-    def __init__(
-        self,
-        hits: Any = (),
-        *,
-        refused: bool = False,
-        candidates: int = 0,
-        best_relevance: float | None = None,
-        min_relevance: float | None = None,
-    ) -> None:
-        super().__init__(hits)
-        self.refused = refused
-        self.candidates = candidates
-        self.best_relevance = best_relevance
-        self.min_relevance = min_relevance
+    hits: list[SearchResult] = field(default_factory=list)
+    refused: bool = False
+    candidates: int = 0
+    best_relevance: float | None = None
+    min_relevance: float | None = None
+
+    @overload
+    def __getitem__(self, index: int) -> SearchResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SearchResult]: ...
+    def __getitem__(self, index: int | slice) -> SearchResult | list[SearchResult]:
+        return self.hits[index]
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self) -> Iterator[SearchResult]:
+        return iter(self.hits)
 
 
 @dataclass

@@ -27,12 +27,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
+from kbcli.search.pool import Pool
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,8 +52,8 @@ class Source(Protocol):
         ...
 
     def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
-    ) -> list[SearchResult]:
+        self, query: str, options: SearchOptions, *, pool: Pool | None = None
+    ) -> Sequence[SearchResult]:
         """Search with ready options (``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
         ...
 
@@ -117,18 +118,20 @@ class KnowledgeView:
         **options: Any,
     ) -> list[SearchResult]:
         """Search inside the scope; arguments as :meth:`KnowledgeBase.search`."""
-        return self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
+        return list(
+            self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
+        )
 
     def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
-    ) -> list[SearchResult]:
+        self, query: str, options: SearchOptions, *, pool: Pool | None = None
+    ) -> Sequence[SearchResult]:
         """Search inside the scope with ready options (``options.filter`` only narrows it;
         ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`). The scope travels as
         ``options.scope``, so keyword statistics are the scope's alone (:mod:`kbcli.text.bm25`)."""
         scoped = dataclasses.replace(
             options,
-            filter=checked(options.filter),
-            scope=and_filters(self.filter, checked(options.scope)),
+            filter=canonical_paths(options.checked_filter),
+            scope=and_filters(self.filter, canonical_paths(options.checked_scope)),
         )
         if pool is None:
             results = self.kb.search_with(query, scoped)

@@ -40,7 +40,8 @@ from kbcli.filters.model import and_filters, matches
 from kbcli.protocols import ChatModelProtocol
 from kbcli.providers.chat import build_chat_model
 from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
-from kbcli.search.query import TermIdf, hit_line, hit_page, locate_lines, location
+from kbcli.search.location import TermIdf, locate_lines
+from kbcli.search.place import hit_line, hit_page, location
 from kbcli.text.analysis import keyword_counts
 from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
 from kbcli.views import KnowledgeView, Source
@@ -312,7 +313,7 @@ def content_text(question: str) -> str:
 
 class TermWeights:
     """How much each question term counts: its BM25 idf in the store's keyword index inside
-    ``filter`` (:class:`~kbcli.search.query.TermIdf`: one single-term keyword lookup per term). A
+    ``filter`` (:class:`~kbcli.search.location.TermIdf`: one single-term keyword lookup per term). A
     term
     no passage in the filter holds weighs the most any term can (``idf`` of a term in no
     chunk): the knowledge base does not know that word. Without a keyword index every term

@@ -19,7 +19,7 @@ from kbcli.config.lookup import (
 )
 from kbcli.config.schema import Config
 from kbcli.errors import ConfigError, InvalidOptionError
-from kbcli.filters.model import MAX_FILTER_CONDITIONS, validate_filter
+from kbcli.filters.model import MAX_FILTER_CONDITIONS, ensure_checked
 from kbcli.filters.syntax import under_folders, with_source_paths
 from kbcli.pipeline import KnowledgeBase
 from kbcli.protocols import DocumentCatalog, supports
@@ -105,4 +105,5 @@ def search_filter(
     parts = [part for part in (where, scope) if part]
     if not parts:
         return None
-    return validate_filter(parts[0] if len(parts) == 1 else {"$and": parts})
+    # the --filter expressions alone, unchanged, are checked already
+    return ensure_checked(parts[0] if len(parts) == 1 else {"$and": parts})

@@ -91,7 +91,18 @@ def and_filters(*filters: dict[str, Any] | None) -> dict[str, Any] | None:
     return present[0] if len(present) == 1 else {"$and": present}
 
 
-def validate_filter(filter: Any) -> dict[str, Any] | None:
+def ensure_checked(filter: Any) -> CheckedFilter | None:
+    """``filter`` itself when it is a :class:`CheckedFilter` (an empty one is None), else
+    :func:`validate_filter` of it: what a public seam taking either (a store) calls, so a
+    filter checked where it entered kb is never checked again."""
+    if filter is None:
+        return None
+    if type(filter) is CheckedFilter:
+        return filter or None
+    return validate_filter(filter)
+
+
+def validate_filter(filter: Any) -> CheckedFilter | None:
     """``filter`` as a :class:`CheckedFilter` if well formed (None and {} mean no filter: None);
     else raise FilterError. A :class:`CheckedFilter` is returned as it is, unchecked.
 
@@ -117,7 +128,7 @@ def validate_filter(filter: Any) -> dict[str, Any] | None:
 PATH_KEYS = ("source",)  # keys whose text values are paths (compared in their canonical form)
 
 
-def canonical_paths(filter: dict[str, Any] | None) -> dict[str, Any] | None:
+def canonical_paths(filter: CheckedFilter | None) -> CheckedFilter | None:
     """A checked ``filter`` with every text it compares with a path key (``source``: a value,
     ``$eq``, ``$ne``, ``$in``, ``$nin``, ``$prefix``) in its canonical form
     (:func:`kbcli.system.paths.normal_source`: ``/docs/beta/./b.md`` is ``/docs/beta/b.md``), so a
@@ -288,7 +299,7 @@ def _kind(value: Any) -> str:
 
 
 def _equal(actual: Any, expected: Any) -> bool:
-    return actual is not _MISSING and _kind(actual) == _kind(expected) and actual == expected
+    return actual is not _MISSING and _kind(actual) == _kind(expected) and bool(actual == expected)
 
 
 def _apply(op: str, actual: Any, operand: Any) -> bool:
@@ -301,19 +312,19 @@ def _apply(op: str, actual: Any, operand: Any) -> bool:
     if op == "$nin":
         return not any(_equal(actual, item) for item in operand)
     if op == "$exists":
-        return (actual is not _MISSING) == operand
+        return bool((actual is not _MISSING) == operand)
     if op == "$prefix":
         return isinstance(actual, str) and actual.startswith(operand)
     kind = _kind(operand)
     if actual is _MISSING or _kind(actual) != kind:
         return False
     if op == "$gt":
-        return actual > operand
+        return bool(actual > operand)
     if op == "$gte":
-        return actual >= operand
+        return bool(actual >= operand)
     if op == "$lt":
-        return actual < operand
-    return actual <= operand
+        return bool(actual < operand)
+    return bool(actual <= operand)
 
 
 def filter_keys(filter: dict[str, Any] | None) -> list[str]:

@@ -11,7 +11,14 @@ import re
 from typing import Any
 
 from kbcli.errors import FilterError
-from kbcli.filters.model import INT64_MAX, INT64_MIN, LOGICAL_OPERATORS, _kind, validate_filter
+from kbcli.filters.model import (
+    INT64_MAX,
+    INT64_MIN,
+    LOGICAL_OPERATORS,
+    CheckedFilter,
+    _kind,
+    validate_filter,
+)
 from kbcli.filters.sql import minimal_prefixes
 
 # --- the command-line syntax: key=value, key!=value, key>=3 ... ------------------------------
@@ -136,8 +143,11 @@ def _new_values(values: list[Any], seen: set[tuple[str, Any]]) -> list[Any]:
     return out
 
 
-def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any] | None:
-    """Turn repeated ``--filter`` expressions into one filter (all must hold); None for none.
+def parse_filter_expressions(
+    exprs: list[str] | tuple[str, ...] | None,
+) -> CheckedFilter | None:
+    """Turn repeated ``--filter`` expressions into one checked filter (all must hold); None for
+    none.
 
     Accepted: ``key=value`` (``key==value`` alike), ``key!=value``, ``key=a,b`` (any of),
     ``key>3``, ``key>=3``, ``key<3``, ``key<=3``. ``true``, ``false``, ``null``, ints and
@@ -150,15 +160,10 @@ def parse_filter_expressions(exprs: list[str] | tuple[str, ...] | None) -> dict[
     filters = [_parse_one(expr) for expr in exprs or ()]
     if not filters:
         return None
-    result = filters[0] if len(filters) == 1 else {"$and": filters}
-    return validate_filter(result)
+    return validate_filter(filters[0] if len(filters) == 1 else {"$and": filters})
 
 
 _JSON_NUMBER = re.compile(r"^-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?$")
-META_TYPES_HELP = (
-    "Values that are JSON numbers (2024, -3, 1.5) or true/false are stored typed, so "
-    "--filter year>=2024 compares numbers; quote a value to keep it text: 'code=\"2024\"'."
-)
 
 
 def meta_value(text: str) -> Any:
@@ -202,7 +207,8 @@ def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, 
     """``filter`` where every text value compared with ``source`` (``=``, ``!=``, any of,
     none of) also matches ``resolve(value)``: ``source=docs/a.md`` finds the file that ingest
     recorded as ``/home/me/docs/a.md``, as ``kb list --source docs/a.md`` does. A value that
-    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged.
+    resolves to itself (an absolute path, or a non-path source such as ``chat``) is unchanged;
+    when nothing is, ``filter`` itself is returned.
     """
     if not filter:
         return filter
@@ -246,7 +252,8 @@ def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, 
                 out[key] = ops
         return out
 
-    return walk(filter)
+    changed = walk(filter)
+    return filter if changed == filter else changed  # a checked filter stays checked
 
 
 def under_folders(folders: list[str]) -> dict[str, Any] | None:

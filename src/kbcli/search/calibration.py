@@ -22,8 +22,19 @@ import json
 import random
 import statistics
 from array import array
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any, NamedTuple, Protocol
+
+from kbcli.embedders.base import EmbedderInfo, embed_queries, embedder_info
+from kbcli.protocols import (
+    DocumentCatalog,
+    EmbedderProtocol,
+    IndexMetadata,
+    VectorStoreProtocol,
+    supports,
+)
+from kbcli.text.analysis import has_cjk
 
 META_PREFIX = "relevance_floor:"
 PROBES_PREFIX = "relevance_probes:"  # the probes' vectors, per embedder
@@ -80,23 +91,35 @@ PROBES: tuple[str, ...] = (
 )
 
 
-def probes_for(languages: Any) -> tuple[str, ...]:
+class Indexed(Protocol):
+    """What calibration reads of a knowledge base: its store and its embedder."""
+
+    @property
+    def store(self) -> object:
+        """The index (calibrated when it is a :class:`~kbcli.protocols.DocumentCatalog`)."""
+        ...
+
+    @property
+    def embedder(self) -> EmbedderProtocol:
+        """The embedder whose dense scores the floors are for."""
+        ...
+
+
+def probes_for(languages: Iterable[str] | None) -> tuple[str, ...]:
     """The probes for an embedder that knows ``languages``: without the Chinese ones when it
     declares languages none of which is Chinese or Japanese (search does not trust its dense
     route for such queries anyway, and its vectors of Chinese text all look alike)."""
-    from kbcli.text.analysis import has_cjk
-
     if languages is None or set(languages) & {"zh", "ja", "multilingual"}:
         return PROBES
     return tuple(p for p in PROBES if not has_cjk(p))
 
 
-def meta_key(info: Any) -> str:
+def meta_key(info: EmbedderInfo) -> str:
     """The index-metadata key of the floor for the embedder ``info`` (provider/model)."""
     return f"{META_PREFIX}{info.provider}/{info.model}"
 
 
-def probes_key(info: Any) -> str:
+def probes_key(info: EmbedderInfo) -> str:
     """The index-metadata key of the probes' vectors for the embedder ``info``."""
     return f"{PROBES_PREFIX}{info.provider}/{info.model}"
 
@@ -105,7 +128,9 @@ def _fingerprint(probes: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(probes).encode("utf-8")).hexdigest()[:16]
 
 
-def stored_probe_vectors(store: Any, info: Any, probes: Sequence[str]) -> list[array] | None:
+def stored_probe_vectors(
+    store: IndexMetadata, info: EmbedderInfo, probes: Sequence[str]
+) -> list[array[float]] | None:
     """The vectors of ``probes`` kept in ``store`` for the embedder ``info`` (None: none kept,
     or kept for other probes or another dimension)."""
     raw = store.get_meta(probes_key(info))
@@ -129,12 +154,10 @@ def stored_probe_vectors(store: Any, info: Any, probes: Sequence[str]) -> list[a
 
 
 def probe_vectors(
-    store: Any, embedder: Any, probes: Sequence[str], *, keep: bool = True
+    store: IndexMetadata, embedder: EmbedderProtocol, probes: Sequence[str], *, keep: bool = True
 ) -> list[Sequence[float]]:
     """The vectors of ``probes``: those ``store`` keeps for ``embedder``, else embedded now in
     one batch (:func:`embed_queries`) and, with ``keep``, kept in ``store``'s metadata."""
-    from kbcli.embedders.base import embed_queries, embedder_info
-
     info = embedder_info(embedder)
     kept = stored_probe_vectors(store, info, probes)
     if kept is not None:
@@ -203,7 +226,7 @@ def calibrate(
     }
 
 
-def stored_floors(store: Any, info: Any) -> Floors | None:
+def stored_floors(store: IndexMetadata, info: EmbedderInfo) -> Floors | None:
     """The floors recorded in ``store`` for the embedder ``info``, or None."""
     raw = store.get_meta(meta_key(info))
     if not raw:
@@ -220,14 +243,9 @@ def stored_floors(store: Any, info: Any) -> Floors | None:
     return Floors(float(floor), float(hit))
 
 
-def calibrate_index(kb: Any) -> float | None:
+def calibrate_index(kb: Indexed) -> float | None:
     """Calibrate the floor of ``kb``'s index for its embedder and store it (``set_meta``);
     returns it, or None when the index has no vectors or keeps no metadata."""
-    from datetime import datetime, timezone
-
-    from kbcli.embedders.base import embedder_info
-    from kbcli.protocols import DocumentCatalog, VectorStoreProtocol, supports
-
     store = kb.store
     if not supports(store, DocumentCatalog) or not supports(store, VectorStoreProtocol):
         return None
@@ -250,11 +268,9 @@ def calibrate_index(kb: Any) -> float | None:
     return float(result["floor"])
 
 
-def has_floor(kb: Any) -> bool:
+def has_floor(kb: Indexed) -> bool:
     """True when ``kb``'s index records a floor for its embedder (or keeps no metadata)."""
-    from kbcli.embedders.base import embedder_info
-    from kbcli.protocols import DocumentCatalog, supports
-
-    if not supports(kb.store, DocumentCatalog):
+    store = kb.store
+    if not supports(store, DocumentCatalog):
         return True
-    return stored_floors(kb.store, embedder_info(kb.embedder)) is not None
+    return stored_floors(store, embedder_info(kb.embedder)) is not None

@@ -11,11 +11,11 @@ vectors).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 from kbcli.search.fusion import max_scale, min_max
+from kbcli.text.analysis import Analyzer
 from kbcli.types import SearchResult
 
 
@@ -46,14 +46,6 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
     return len(a & b) / len(a | b)
 
 
-def cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    """Cosine similarity of two vectors (0.0 when either is zero)."""
-    dot = sum(x * y for x, y in zip(a, b))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
-
-
 class Similarity(Protocol):
     """Similarities of every candidate in a pool to one of them."""
 
@@ -82,7 +74,7 @@ class TermSimilarity:
     """Jaccard overlap of the analyzer's term sets, one row at a time: ``|a & b|`` for every
     candidate comes from the postings of ``j``'s terms, ``|a | b|`` from the set sizes."""
 
-    def __init__(self, texts: Sequence[str], analyzer: Any):
+    def __init__(self, texts: Sequence[str], analyzer: Analyzer) -> None:
         import numpy as np
 
         ids: dict[str, int] = {}
@@ -146,7 +138,7 @@ def mmr_rerank(
     k: int,
     *,
     vectors: Sequence[Sequence[float] | None] | None = None,
-    analyzer: Any = None,
+    analyzer: Analyzer | None = None,
     explain: bool = False,
 ) -> list[SearchResult]:
     """The ``k`` hits chosen by MMR from ``hits`` (best first); scores are left unchanged.

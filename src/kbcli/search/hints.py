@@ -10,27 +10,45 @@ at the first chunk having it. Callers run them only after a search came back emp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 from kbcli.filters.model import LOGICAL_OPERATORS, filter_keys
+from kbcli.protocols import DocumentCatalog, supports
+from kbcli.types import Document
+from kbcli.views import KnowledgeView
 
 Label = TypeVar("Label")
 
 
-def _readable(view: Any) -> Any | None:
+class Readable(Protocol):
+    """What the checks read: counts and documents passing a filter."""
+
+    def count(self, filter: dict[str, Any] | None = None) -> int:
+        """How many chunks pass ``filter``."""
+        ...
+
+    def iter_documents(
+        self,
+        filter: dict[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        limit: int | None = None,
+    ) -> Iterator[Document]:
+        """The chunks passing ``filter``, at most ``limit``."""
+        ...
+
+
+def _readable(view: object) -> Readable | None:
     """What the checks read: ``view`` when it is a ``DocumentCatalog`` store or a scoped view
     over one; None otherwise (a plugin store may only search, and reading all of its
     ``list_all`` to explain an empty answer would cost more than the search did)."""
-    from kbcli.protocols import DocumentCatalog, supports
-    from kbcli.views import KnowledgeView
-
     if isinstance(view, KnowledgeView):
         return view if supports(view.kb.store, DocumentCatalog) else None
     return view if supports(view, DocumentCatalog) else None
 
 
-def unindexed(view: Any, wheres: Sequence[tuple[Label, dict[str, Any] | None]]) -> list[Label]:
+def unindexed(view: object, wheres: Sequence[tuple[Label, dict[str, Any] | None]]) -> list[Label]:
     """The labels of ``(label, filter)`` pairs whose filter no chunk in ``view`` passes (each a
     folder or file, e.g. :func:`~kbcli.filters.syntax.under_folders`); [] when ``view`` cannot
     tell."""
@@ -40,7 +58,7 @@ def unindexed(view: Any, wheres: Sequence[tuple[Label, dict[str, Any] | None]]) 
     return [label for label, where in wheres if not found.count(where)]
 
 
-def unknown_keys(view: Any, filter: dict[str, Any] | None, most: int | None = None) -> list[str]:
+def unknown_keys(view: object, filter: dict[str, Any] | None, most: int | None = None) -> list[str]:
     """The keys ``filter`` tests (the first ``most`` of them, when given) that no chunk in
     ``view`` has; [] when ``view`` cannot tell. An unknown key reads every chunk in ``view``."""
     found = _readable(view)

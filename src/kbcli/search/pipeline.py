@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
+from kbcli.config.schema import Config, RerankConfig, RewriteConfig
+from kbcli.errors import InvalidOptionError
 from kbcli.protocols import RerankerProtocol, RetrieverProtocol
+from kbcli.search.diversity import collapse_duplicates
+from kbcli.search.fusion import FUSION_WINDOW, rrf_fusion
+from kbcli.search.pool import Pool
+from kbcli.search.rerank import build_reranker
 from kbcli.types import Document, SearchOptions, SearchResult, SearchResults
 
-if TYPE_CHECKING:  # pragma: no cover
-    from kbcli.config.schema import Config, RerankConfig
-
-#: ``pool(recall, size)``: which recalled hits go on (see :meth:`RAGPipeline.search`).
-Pool = Callable[[Callable[[int], list[SearchResult]], "int | None"], list[SearchResult]]
+__all__ = ["Pool", "RAGPipeline", "Rewriter"]
 
 
 class Rewriter(Protocol):
@@ -41,8 +43,11 @@ class RAGPipeline:
     With ``options.explain`` each hit's ``explain`` adds ``recall_rank``, ``fused`` (its recall
     score) and ``rerank``.
 
-    ``config`` (a :class:`~kbcli.config.lookup.Config`) supplies ``rag.rerank`` defaults and, with
-    :meth:`configured`, the reranker and rewriter themselves, built on first use.
+    ``config`` (a :class:`~kbcli.config.lookup.Config`, handed in by whoever builds the
+    pipeline: ``KnowledgeBase.from_config``) supplies ``rag.rerank`` and ``rag.rewrite``
+    defaults and, with :meth:`configured`, the reranker and rewriter themselves, built on first
+    use; without one the defaults of :class:`~kbcli.config.schema.Config` apply. The pipeline
+    reads no configuration itself.
     """
 
     def __init__(
@@ -54,7 +59,7 @@ class RAGPipeline:
         min_relevance: float | None = None,
         rewriter: Rewriter | None = None,
         config: Config | None = None,
-    ):
+    ) -> None:
         self.retriever = retriever
         self._reranker = reranker
         self._rewriter = rewriter
@@ -86,8 +91,6 @@ class RAGPipeline:
     def reranker(self) -> RerankerProtocol | None:
         """The reranker (None: searches are single-stage)."""
         if self._pending_reranker is not None:
-            from kbcli.search.rerank import build_reranker
-
             config, self._pending_reranker = self._pending_reranker, None
             self._reranker = build_reranker(config)
         return self._reranker
@@ -106,7 +109,7 @@ class RAGPipeline:
     def rewriter(self) -> Rewriter | None:
         """The query rewriter (None: the query is recalled as written)."""
         if self._pending_rewriter is not None:
-            from kbcli.search.rewrite import build_rewriter
+            from kbcli.search.rewrite import build_rewriter  # the HTTP client: only to rewrite
 
             config, self._pending_rewriter = self._pending_rewriter, None
             self._rewriter = build_rewriter(config)
@@ -118,45 +121,39 @@ class RAGPipeline:
         self._rewriter = value
 
     def _rerank_settings(self) -> RerankConfig:
-        from kbcli.config.lookup import RerankConfig
-
         return self.config.rag.rerank if self.config is not None else RerankConfig()
+
+    def _rewrite_settings(self) -> RewriteConfig:
+        return self.config.rag.rewrite if self.config is not None else RewriteConfig()
 
     def search(
         self, query: str, options: SearchOptions | None = None, *, pool: Pool | None = None
     ) -> SearchResults:
         """Run the search described by ``options`` (default :class:`SearchOptions`).
 
-        ``pool`` lets a caller that groups or filters hits afterwards (``kb search``: results
-        by file, quoted phrases) choose which recalled hits go on: it is called as
-        ``pool(recall, size)``, ``recall(depth)`` giving the best ``depth`` recalled hits; with
-        a reranker ``size`` is the candidate pool (``candidates``, at least 2×k) and it
-        returns at most that many, in recall order, which are all reranked; without one
-        ``size`` is None and it recalls as deep as it needs. Every hit left is returned (the
-        caller cuts to its k)."""
+        ``pool`` says what a caller that groups or filters hits afterwards (``kb search``:
+        results by file, quoted phrases) will do with them (:class:`~kbcli.search.pool.Pool`):
+        the pipeline then recalls as deep as the pool needs and passes on the hits it chooses;
+        with a reranker those are the candidate pool (``candidates``, at least 2×k), all
+        reranked. Every hit left is returned (the caller cuts to its k)."""
         options = options or SearchOptions()
         k = options.k
         reranker = self._reranker_for(options)
         rewriter = self._rewriter_for(options)
-        settings = self._rerank_settings()
-
-        def recall(depth: int) -> list[SearchResult]:
-            return self._recall(query, depth, options, rewriter)
-
         if reranker is None:
             if pool is None:
-                hits = recall(k)
+                hits = self._recall(query, k, options, rewriter)
             else:
-                floor = options.min_score
-                hits = pool(
-                    lambda depth: [h for h in recall(depth) if floor is None or h.score >= floor],
-                    None,
-                )
+                hits = self._pooled(query, options, rewriter, pool, None, options.min_score)
             results = SearchResults(hits)
         else:
+            settings = self._rerank_settings()
             candidates = options.candidates or self.candidates or settings.candidates
             size = max(candidates, 2 * k)
-            hits = recall(size) if pool is None else pool(recall, size)[:size]
+            if pool is None:
+                hits = self._recall(query, size, options, rewriter)
+            else:
+                hits = self._pooled(query, options, rewriter, pool, size, None)[:size]
             threshold = options.min_relevance
             if threshold is None:
                 threshold = (
@@ -167,17 +164,30 @@ class RAGPipeline:
             kept = [r for r in results if r.score >= options.min_score]
         else:
             kept = list(results)
-        return SearchResults(
-            kept[:k] if pool is None else kept,
-            refused=results.refused,
-            candidates=results.candidates,
-            best_relevance=results.best_relevance,
-            min_relevance=results.min_relevance,
-        )
+        return replace(results, hits=kept[:k] if pool is None else kept)
+
+    def _pooled(
+        self,
+        query: str,
+        options: SearchOptions,
+        rewriter: Rewriter | None,
+        pool: Pool,
+        size: int | None,
+        floor: float | None,
+    ) -> list[SearchResult]:
+        """The hits ``pool`` chooses, recalled as deep as it needs (hits under ``floor``, the
+        search's ``min_score`` when nothing reranks, do not count)."""
+        depth = pool.first_depth(size)
+        while True:
+            recalled = self._recall(query, depth, options, rewriter)
+            if floor is not None:
+                recalled = [h for h in recalled if h.score >= floor]
+            chosen = pool.choose(recalled, size)
+            if pool.enough(recalled, depth, chosen, size):
+                return chosen
+            depth = pool.deeper(depth)
 
     def _reranker_for(self, options: SearchOptions) -> RerankerProtocol | None:
-        from kbcli.errors import InvalidOptionError
-
         if options.rerank is False:
             if options.min_relevance is not None:
                 raise InvalidOptionError("min_relevance needs reranking: drop --no-rerank")
@@ -198,12 +208,13 @@ class RAGPipeline:
         if mode == "none":
             return None
         current = self.rewriter
-        if current is not None and hasattr(current, "with_mode"):
-            return current.with_mode(mode)
-        from kbcli.config.lookup import get_config
-        from kbcli.search.rewrite import build_rewriter
+        with_mode = getattr(current, "with_mode", None)
+        if current is not None and callable(with_mode):
+            changed: Rewriter = with_mode(mode)
+            return changed
+        from kbcli.search.rewrite import rewriter_from  # the HTTP client: only to rewrite
 
-        return build_rewriter(self.config or get_config(), mode)
+        return rewriter_from(self._rewrite_settings(), mode)
 
     def _recall(
         self, query: str, pool: int, options: SearchOptions, rewriter: Rewriter | None
@@ -211,10 +222,6 @@ class RAGPipeline:
         routes = rewriter.routes(query, options.mode) if rewriter is not None else []
         if not routes:
             return self.retriever.search(query, pool, options)
-        from dataclasses import replace
-
-        from kbcli.search.fusion import FUSION_WINDOW, rrf_fusion
-
         # every route recalls at least the window RRF reads, so its fused scores (and the
         # order) are the same at any k
         depth = max(pool, FUSION_WINDOW)
@@ -231,7 +238,7 @@ class RAGPipeline:
                 docs.setdefault(hit.document.id, hit.document)
                 first[hit.document.id] = min(place, first.get(hit.document.id, place))
         order = sorted(fused, key=lambda doc_id: (-fused[doc_id], first[doc_id], doc_id))
-        out = []
+        out: list[SearchResult] = []
         for doc_id in order:
             explain: dict[str, Any] | None = None
             if options.explain:
@@ -244,8 +251,6 @@ class RAGPipeline:
                 explain.update(fused=fused[doc_id], fusion="rrf")
             out.append(SearchResult(docs[doc_id], fused[doc_id], explain))
         if options.dedupe:
-            from kbcli.search.diversity import collapse_duplicates
-
             out = collapse_duplicates(out, explain=options.explain)
         return out[:pool]
 

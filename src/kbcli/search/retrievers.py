@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
-import math
+import inspect
+import json
 import warnings
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from kbcli.embedders.base import embedder_info
+from kbcli.embedders.simple import SimpleEmbedder
 from kbcli.errors import InvalidOptionError
-from kbcli.filters.model import and_filters, matches, validate_filter
-from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
-from kbcli.search.calibration import Floors, dense_cutoff
-from kbcli.search.fusion import (
-    FUSION_WINDOW,
-    KEYWORD_SURE_MARGIN,
-    MIN_DENSE_ALPHA,
-    below_floor,
-    confident_alpha,
-    keyword_first_fusion,
-    keyword_margin,
-    rrf_fusion,
-    weighted_fusion,
-    window_scale,
+from kbcli.filters.model import and_filters, matches
+from kbcli.protocols import (
+    DocumentCatalog,
+    EmbedderProtocol,
+    KeywordIndex,
+    VectorStoreProtocol,
+    supports,
 )
+from kbcli.search.calibration import (
+    Floors,
+    calibrate,
+    dense_cutoff,
+    probe_vectors,
+    probes_for,
+    stored_floors,
+)
+from kbcli.search.combine import (
+    by_source,
+    confidence_reason,
+    fuse,
+    named_hit,
+    option_alpha,
+    tied,
+)
+from kbcli.search.diversity import collapse_duplicates, mmr_rerank
+from kbcli.search.fusion import FUSION_WINDOW, confident_alpha, keyword_margin
+from kbcli.stores.common import keyword_hit
+from kbcli.stores.memory.keyword import index_documents
 from kbcli.text.analysis import Analyzer, has_cjk
-from kbcli.types import Document, SearchOptions, SearchResult
+from kbcli.text.bm25 import SOURCE_WEIGHT
+from kbcli.types import DEFAULT_ALPHA, Document, SearchOptions, SearchResult
 
 # Candidates recalled per route before fusion (and MMR's pool): enough that fusion can promote
 # a document that one route ranks modestly, small enough to stay fast. Hybrid search recalls
@@ -51,15 +69,6 @@ class _Listable(Protocol):
     def list_all(self) -> list[Document]: ...
 
 
-def _alpha(options: SearchOptions) -> float:
-    """``options.alpha``: a number once the options exist (``SearchOptions`` puts
-    ``limits.rerank_alpha`` there when none was given)."""
-    alpha = options.alpha
-    if alpha is None:  # only a caller that set it to None after construction
-        raise InvalidOptionError("alpha must be a number between 0 and 1, got None")
-    return alpha
-
-
 class KBWarning(UserWarning):
     """Something kbcli worked around, worth telling the developer once."""
 
@@ -68,13 +77,11 @@ _SCOPE_TAKERS: dict[type, bool] = {}
 _UNSCOPED_NOTED: set[type] = set()
 
 
-def takes_scope(store: Any) -> bool:
+def takes_scope(store: KeywordIndex) -> bool:
     """True when ``store.keyword_search`` takes ``scope`` (every built-in store; a user's own
     may predate it). Asked of the class once."""
     cls = type(store)
     if cls not in _SCOPE_TAKERS:
-        import inspect
-
         try:
             params = list(inspect.signature(cls.keyword_search).parameters.values())
         except (TypeError, ValueError):
@@ -85,7 +92,7 @@ def takes_scope(store: Any) -> bool:
     return _SCOPE_TAKERS[cls]
 
 
-def _note_unscoped(store: Any) -> None:
+def _note_unscoped(store: object) -> None:
     if type(store) not in _UNSCOPED_NOTED:
         _UNSCOPED_NOTED.add(type(store))
         warnings.warn(
@@ -99,7 +106,8 @@ def _note_unscoped(store: Any) -> None:
 class BM25Retriever:
     """Okapi BM25 keyword search (Lucene idf, ``k1`` and ``b`` as in the reference), with
     source context: a chunk scores its own BM25 plus ``source_weight`` times its source's
-    (``None``: ``limits.source_weight`` from the configuration, 2.0 by default).
+    (``None``: :data:`~kbcli.text.bm25.SOURCE_WEIGHT`, 2.0; a knowledge base built from the
+    configuration hands in ``limits.source_weight``).
 
     Uses the store's keyword index (:class:`~kbcli.protocols.KeywordIndex`). A plain store
     that can only ``list_all`` is indexed in memory on each search (for small custom stores);
@@ -109,12 +117,12 @@ class BM25Retriever:
 
     def __init__(
         self,
-        store: Any,
+        store: VectorStoreProtocol,
         k1: float = 1.5,
         b: float = 0.75,
         analyzer: Analyzer | None = None,
         source_weight: float | None = None,
-    ):
+    ) -> None:
         if source_weight is not None and source_weight < 0:
             raise ValueError(f"source_weight must be 0 or more, got {source_weight}")
         self.store = store
@@ -135,27 +143,25 @@ class BM25Retriever:
     ) -> list[SearchResult]:
         """The ``k`` best BM25 matches among documents passing ``options.filter`` (and
         ``options.scope``, whose documents alone give the statistics)."""
-        filter = validate_filter(options.filter if options else None)
-        scope = validate_filter(options.scope if options else None)
+        filter = options.checked_filter if options else None
+        scope = options.checked_scope if options else None
         weight = self.default_source_weight()
         if options is not None and options.source_weight is not None:
             weight = options.source_weight
-        if supports(self.store, KeywordIndex):
+        store = self.store
+        if supports(store, KeywordIndex):
             kwargs: dict[str, Any] = {"k1": self.k1, "b": self.b, "source_weight": weight}
             if scope is None:
-                return self.store.keyword_search(query, k, filter, **kwargs)
-            if takes_scope(self.store):
-                return self.store.keyword_search(query, k, filter, scope=scope, **kwargs)
-            _note_unscoped(self.store)
-            return self.store.keyword_search(query, k, and_filters(scope, filter), **kwargs)
+                return store.keyword_search(query, k, filter, **kwargs)
+            if takes_scope(store):
+                return store.keyword_search(query, k, filter, scope=scope, **kwargs)
+            _note_unscoped(store)
+            return store.keyword_search(query, k, and_filters(scope, filter), **kwargs)
         if not supports(self.store, _Listable):
             raise InvalidOptionError(
                 f"{type(self.store).__name__} has no keyword index and cannot list its "
                 "documents: search it in semantic mode"
             )
-        from kbcli.stores.common import keyword_hit
-        from kbcli.stores.memory.keyword import index_documents
-
         # indexed per search: a scope's documents alone make the index (its statistics)
         docs = [d for d in self.store.list_all() if matches(d.metadata, scope)]
         index = index_documents(docs, self.analyzer)
@@ -164,18 +170,14 @@ class BM25Retriever:
         return [keyword_hit(docs[s.doc], s, weight) for s in scored]
 
     def default_source_weight(self) -> float:
-        """The constructor's ``source_weight``, else ``limits.source_weight`` (2.0 by default)."""
-        if self.source_weight is not None:
-            return self.source_weight
-        from kbcli.config.lookup import get_config
-
-        return get_config().limits.source_weight
+        """The constructor's ``source_weight``, else :data:`~kbcli.text.bm25.SOURCE_WEIGHT`."""
+        return self.source_weight if self.source_weight is not None else SOURCE_WEIGHT
 
 
 class DenseRetriever:
     """Semantic search: embeds the query and asks the store for the nearest vectors."""
 
-    def __init__(self, store: Any, embedder: Any):
+    def __init__(self, store: VectorStoreProtocol, embedder: EmbedderProtocol) -> None:
         self.store = store
         self.embedder = embedder
 
@@ -184,15 +186,10 @@ class DenseRetriever:
     ) -> list[SearchResult]:
         """The ``k`` nearest documents (cosine) among those passing ``options.filter`` and
         ``options.scope`` (a dense score depends on no corpus statistic)."""
-        filter = and_filters(
-            validate_filter(options.scope if options else None),
-            validate_filter(options.filter if options else None),
-        )
+        filter = and_filters(options.checked_scope, options.checked_filter) if options else None
         if not query.strip():
             return []
         if supports(self.store, DocumentCatalog):
-            from kbcli.embedders.base import embedder_info
-
             self.store.check_embedder(embedder_info(self.embedder))
         return self.store.search(self.embedder.embed_query(query), k, filter)
 
@@ -212,9 +209,11 @@ class HybridRetriever:
     :data:`WEAK_DENSE_ALPHA`, so the keyword ranking decides and the dense route only breaks
     near-ties and fills up; otherwise the embedder's own ``alpha`` when it declares one (the
     static embedder: 0.3, measured), else the constructor's ``alpha``, else ``options.alpha``
-    (``limits.rerank_alpha`` from the configuration). That weight is then set per query by
-    the keyword route's confidence (:func:`~kbcli.search.fusion.confident_alpha`): it falls to
-    0.001 as the keyword top-1 file's lead over the second grows to
+    (:data:`~kbcli.types.DEFAULT_ALPHA` unless the search set one; a knowledge base built from
+    the configuration hands the retriever ``limits.rerank_alpha``). That weight is then set
+    per query by the keyword route's confidence
+    (:func:`~kbcli.search.fusion.confident_alpha`): it falls to 0.001 as the keyword top-1
+    file's lead over the second grows to
     :data:`~kbcli.search.fusion.KEYWORD_SURE_MARGIN` of its score, so a file the keyword route is
     sure of is not pushed down by look-alike vectors, and stays where the keyword route is
     unsure (``--explain`` prints the weight used and why).
@@ -237,14 +236,12 @@ class HybridRetriever:
 
     def __init__(
         self,
-        store: Any,
-        embedder: Any = None,
+        store: VectorStoreProtocol,
+        embedder: EmbedderProtocol | None = None,
         alpha: float | None = None,
         source_weight: float | None = None,
-    ):
+    ) -> None:
         if embedder is None:
-            from kbcli.embedders import SimpleEmbedder
-
             embedder = SimpleEmbedder()
         if alpha is not None and not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
@@ -255,15 +252,11 @@ class HybridRetriever:
         self.dense = DenseRetriever(store, embedder)
         self._noted = False
         self._scope_floors: dict[tuple[str, int], Floors | None] = {}  # scope_floors
-        self._probe_vectors: dict[str, Any] = {}
+        self._probe_vectors: dict[str, Sequence[float]] = {}
 
     def default_alpha(self) -> float:
         """The alpha used when neither the options nor the constructor set one."""
-        if self.alpha is not None:
-            return self.alpha
-        from kbcli.config.lookup import get_config
-
-        return get_config().limits.rerank_alpha
+        return self.alpha if self.alpha is not None else DEFAULT_ALPHA
 
     @property
     def weak_embedder(self) -> bool:
@@ -290,14 +283,14 @@ class HybridRetriever:
         """The dense weight weighted fusion uses for ``options`` and ``query`` (see the class
         docstring); given the query's ``keyword_hits``, the per-query weight."""
         if options.alpha_chosen:
-            return _alpha(options)
+            return option_alpha(options)
         if self.weak_for(query):
             return WEAK_DENSE_ALPHA
         base = self.base_alpha(options)
         sure = self.sure_margin
         if keyword_hits is None or sure is None:
             return base
-        return confident_alpha(base, keyword_margin(_by_source(keyword_hits)), sure)
+        return confident_alpha(base, keyword_margin(by_source(keyword_hits)), sure)
 
     @property
     def sure_margin(self) -> float | None:
@@ -313,7 +306,7 @@ class HybridRetriever:
         hint = getattr(self.embedder, "alpha", None)
         if isinstance(hint, (int, float)):
             return float(hint)
-        return self.alpha if self.alpha is not None else _alpha(options)
+        return self.alpha if self.alpha is not None else option_alpha(options)
 
     def search(
         self, query: str, k: int = 5, options: SearchOptions | None = None
@@ -367,7 +360,7 @@ class HybridRetriever:
                 weak
                 and options.fusion != "rrf"
                 and len(keyword_hits) > fetch
-                and not _tied(keyword_hits[: min(fetch + 1, FUSION_WINDOW)])
+                and not tied(keyword_hits[: min(fetch + 1, FUSION_WINDOW)])
             ):
                 # A weak dense route could only break exact keyword ties in the keyword
                 # window here (fuse), and the hits wanted (and the next) have none there: skip
@@ -404,7 +397,7 @@ class HybridRetriever:
                     and not options.alpha_chosen
                     and self.sure_margin is not None
                 ):
-                    margin = keyword_margin(_by_source(window))
+                    margin = keyword_margin(by_source(window))
                     notes["keyword_margin"] = round(margin, 4)
                     notes["alpha_note"] = confidence_reason(
                         self.base_alpha(options), margin, self.sure_margin
@@ -424,9 +417,6 @@ class HybridRetriever:
         alone (:meth:`scope_floors`): hidden chunks must not move them."""
         if not supports(self.store, DocumentCatalog):
             return None
-        from kbcli.embedders.base import embedder_info
-        from kbcli.search.calibration import stored_floors
-
         floors = stored_floors(self.store, embedder_info(self.embedder))
         scope = options.scope if options is not None else None
         if floors is None or not scope:
@@ -437,17 +427,16 @@ class HybridRetriever:
         """The floors :func:`~kbcli.search.calibration.calibrate_index` would record for an index of
         ``scope``'s chunks alone (None: none of them has a vector): the probes searched inside
         the scope, once per scope and index generation (the probes' vectors once)."""
-        import json
-
-        from kbcli.search.calibration import calibrate, probe_vectors, probes_for
-
-        key = (json.dumps(scope, sort_keys=True, default=str), self.store.version)
+        store = self.store
+        if not supports(store, DocumentCatalog):
+            return None
+        key = (json.dumps(scope, sort_keys=True, default=str), store.version)
         if key not in self._scope_floors:
             probes = probes_for(getattr(self.embedder, "languages", None))
             vectors = self._probe_vectors
             missing = [p for p in probes if p not in vectors]
             if missing:  # those the ingest kept, else one batch (a search writes nothing)
-                found_vectors = probe_vectors(self.store, self.embedder, probes, keep=False)
+                found_vectors = probe_vectors(store, self.embedder, probes, keep=False)
                 vectors.update(zip(probes, found_vectors))
             found: list[bool] = []
 
@@ -485,10 +474,8 @@ class HybridRetriever:
         """Why weighted fusion ranks ``query`` keyword-first with a tiny alpha (what
         ``--explain`` prints beside it): the embedder is weak, or does not know the query's
         script."""
-        from kbcli.embedders.base import embedder_info
-
         name = embedder_info(self.embedder).provider
-        configured = self.alpha if self.alpha is not None else _alpha(options)
+        configured = self.alpha if self.alpha is not None else option_alpha(options)
         if self.weak_embedder:
             why = f"the {name} embedder is weak"
             strong = "a strong embedder"
@@ -508,8 +495,6 @@ class HybridRetriever:
         self, hits: list[SearchResult], k: int, options: SearchOptions
     ) -> list[SearchResult]:
         if options.dedupe:
-            from kbcli.search.diversity import collapse_duplicates
-
             hits = collapse_duplicates(hits, explain=options.explain)
         if options.mmr is not None:
             hits = self._mmr(hits, k, options)
@@ -526,36 +511,13 @@ class HybridRetriever:
             )
 
     def _mmr(self, hits: list[SearchResult], k: int, options: SearchOptions) -> list[SearchResult]:
-        from kbcli.search.diversity import mmr_rerank
-
         vectors = None
         if options.mode != "keyword" and supports(self.store, DocumentCatalog):
-            vectors = self._pool_vectors([h.document.id for h in hits])
+            vectors = _pool_vectors(self.store, [h.document.id for h in hits])
         analyzer = self.keyword.analyzer
         return mmr_rerank(
             hits, options.mmr or 0.0, k, vectors=vectors, analyzer=analyzer, explain=options.explain
         )
-
-    def _pool_vectors(self, ids: list[str]) -> Any:
-        """The stored vectors of ``ids`` as one float32 matrix, read a slice at a time (a
-        pool's vectors as Python lists took 30 bytes a number), or None when one is missing
-        or of another length."""
-        import numpy as np
-
-        matrix = None
-        for start in range(0, len(ids), VECTOR_SLICE):
-            part = ids[start : start + VECTOR_SLICE]
-            found = {d.id: d.embedding for d in self.store.get(part, with_embeddings=True)}
-            for row, doc_id in enumerate(part, start):
-                vector = found.get(doc_id)
-                if vector is None or not len(vector):
-                    return None
-                if matrix is None:
-                    matrix = np.empty((len(ids), len(vector)), dtype=np.float32)
-                if len(vector) != matrix.shape[1]:
-                    return None
-                matrix[row] = vector
-        return matrix
 
     @staticmethod
     def _label(hits: list[SearchResult], route: str, options: SearchOptions) -> list[SearchResult]:
@@ -568,159 +530,23 @@ class HybridRetriever:
         return hits
 
 
-def _tied(hits: list[SearchResult]) -> bool:
-    """True when two neighbours of ``hits`` (one route's ranking) have the same score."""
-    return any(a.score == b.score for a, b in zip(hits, hits[1:]))
+def _pool_vectors(store: DocumentCatalog, ids: list[str]) -> Any:
+    """The stored vectors of ``ids`` as one float32 matrix, read a slice at a time (a
+    pool's vectors as Python lists took 30 bytes a number), or None when one is missing
+    or of another length."""
+    import numpy as np
 
-
-def _by_source(hits: list[SearchResult]) -> list[tuple[str, float]]:
-    """``(file, score)`` of each hit: a file's chunks are one document to the margin."""
-    return [(str(h.document.metadata.get("source") or h.document.id), h.score) for h in hits]
-
-
-def confidence_reason(base: float, margin: float, sure: float = KEYWORD_SURE_MARGIN) -> str:
-    """What ``--explain`` prints beside the per-query alpha (see
-    :func:`~kbcli.search.fusion.confident_alpha`)."""
-    if margin >= sure:
-        how = "keyword route sure"
-    elif margin <= 0.0:
-        how = "keyword route unsure"
-    else:
-        how = "keyword route fairly sure"
-    return (
-        f"per query: {how}, its top file leads the next by {margin:.0%} of its score; "
-        f"{base:g} at 0%, {MIN_DENSE_ALPHA:g} from {sure:.0%}"
-    )
-
-
-def named_hit(query: str, keyword_hits: list[SearchResult], analyzer: Analyzer) -> str | None:
-    """The id of the best keyword hit whose document's ``title`` has exactly the query's
-    terms, e.g. the page titled ``tar`` for the query "tar" (which BM25 may rank below
-    ``git-get-tar-commit-id``); None when there is none."""
-    terms = set(analyzer.query_counts(query))
-    if not terms:
-        return None
-    for hit in keyword_hits:
-        title = hit.document.metadata.get("title")
-        if isinstance(title, str) and set(analyzer.query_counts(title)) == terms:
-            return hit.document.id
-    return None
-
-
-def fuse(
-    keyword_hits: list[SearchResult],
-    dense_hits: list[SearchResult],
-    k: int,
-    options: SearchOptions,
-    default_alpha: float,
-    *,
-    keyword_first: bool = False,
-    floor: float | None = None,
-    named: str | None = None,
-    window: int = FUSION_WINDOW,
-) -> list[SearchResult]:
-    """Combine two ranked lists as ``options.fusion`` says, the same way at any recall depth.
-
-    Only each route's first ``window`` hits earn fused score (weighted: scaled over that
-    window, :func:`~kbcli.search.fusion.window_scale`; rrf: their ranks), so a document's score
-    never depends on how many were recalled below it; documents past both windows score 0
-    and follow in the order of their better route rank, which is past the window of a
-    shallower recall too: a deeper recall only adds hits after those it had. That holds when
-    both lists are their route's ranking cut at one depth of at least ``window`` (or all it
-    found), best first, ties in a fixed order (every store: by id). Ties go to the better route
-    rank, then the document id.
-
-    ``options.alpha`` overrides ``default_alpha`` for weighted fusion; ``keyword_first`` (weak
-    dense route) uses :func:`~kbcli.search.fusion.keyword_first_fusion` instead of min-max for the
-    keyword side. ``floor``: a document outside the keyword route's window whose dense score
-    is under it gets nothing from the dense route, and is dropped unless the keyword route
-    found it (:func:`~kbcli.search.fusion.below_floor`). ``named``: the id of a keyword hit whose
-    title is the query; it comes first (scored as the best fused score).
-    With ``options.explain`` each hit records each route's rank and raw score (None when that
-    route missed it), the fused score, the fusion, the window and (weighted) the alpha.
-    """
-    docs = {hit.document.id: hit.document for hit in keyword_hits + dense_hits}
-    keyword_scores = {hit.document.id: hit.score for hit in keyword_hits}
-    dense_scores = {hit.document.id: hit.score for hit in dense_hits}
-    keyword_rank = {h.document.id: r for r, h in enumerate(keyword_hits, start=1)}
-    dense_rank = {h.document.id: r for r, h in enumerate(dense_hits, start=1)}
-    alpha = _alpha(options) if options.alpha_chosen else default_alpha
-    keyword_window = {h.document.id for h in keyword_hits[:window]}
-    muted = below_floor(dense_scores, keyword_window, floor)
-    if options.fusion == "rrf":
-        fused = rrf_fusion([h.document.id for h in keyword_hits], window=window)
-        dense_part = rrf_fusion([h.document.id for h in dense_hits], window=window)
-        for doc_id, part in dense_part.items():
-            fused[doc_id] = fused.get(doc_id, 0.0) + (0.0 if doc_id in muted else part)
-    elif keyword_first:
-        fused = keyword_first_fusion(
-            dense_scores, keyword_scores, alpha, window=window, muted=muted
-        )
-    else:
-        fused = weighted_fusion(dense_scores, keyword_scores, alpha, window=window, muted=muted)
-    # A document's better route rank, the dense one only where its dense score counts: the
-    # order past the windows, and the depth from which a recall finds (and keeps) it.
-    first_rank = {
-        doc_id: min(
-            keyword_rank.get(doc_id, math.inf),
-            math.inf if doc_id in muted else dense_rank.get(doc_id, math.inf),
-        )
-        for doc_id in fused
-    }
-    for doc_id in muted:
-        if doc_id not in keyword_rank:
-            del fused[doc_id]
-    if named is not None and named in fused:
-        fused[named] = max(fused.values())
-    tie_break: dict[str, float] = {}
-    if keyword_first and options.fusion != "rrf":
-        # exact keyword ties inside the keyword window go to the dense route; past it, to the
-        # keyword rank (a tied hit a deeper recall finds must not pass the ones shown)
-        scaled = window_scale(dense_scores, window)
-        tie_break = {d: v for d, v in scaled.items() if d in keyword_window}
-    best = sorted(
-        fused.items(),
-        key=lambda item: (
-            item[0] != named,
-            -item[1],
-            -tie_break.get(item[0], 0.0),
-            first_rank[item[0]],
-            item[0],
-        ),
-    )
-    best = best[:k]
-    results = [SearchResult(docs[doc_id], score) for doc_id, score in best]
-    if options.explain:
-        keyword_parts = {h.document.id: h.explain or {} for h in keyword_hits}
-        for hit in results:
-            doc_id = hit.document.id
-            keyword = _route(keyword_rank, keyword_scores, doc_id)
-            if keyword is not None:
-                keyword.update(keyword_parts[doc_id])
-            hit.explain = {
-                "keyword": keyword,
-                "dense": _route(dense_rank, dense_scores, doc_id),
-                "fused": hit.score,
-                "fusion": options.fusion,
-                "window": window,
-            }
-            if options.fusion == "weighted":
-                hit.explain["alpha"] = alpha
-                if keyword_first:
-                    hit.explain["keyword_first"] = True
-            if doc_id == named:
-                hit.explain["named"] = True
-            if floor is not None and math.isfinite(floor):
-                hit.explain["floor"] = floor
-            elif floor is not None:
-                hit.explain["dense_only"] = (
-                    "none kept (nonsense, or a dense route not trusted for this query)"
-                )
-    return results
-
-
-def _route(ranks: dict[str, int], scores: dict[str, float], doc_id: str) -> dict[str, Any] | None:
-    if doc_id not in ranks:
-        return None
-    score = scores[doc_id]
-    return {"rank": ranks[doc_id], "score": score if math.isfinite(score) else None}
+    matrix = None
+    for start in range(0, len(ids), VECTOR_SLICE):
+        part = ids[start : start + VECTOR_SLICE]
+        found = {d.id: d.embedding for d in store.get(part, with_embeddings=True)}
+        for row, doc_id in enumerate(part, start):
+            vector = found.get(doc_id)
+            if vector is None or not len(vector):
+                return None
+            if matrix is None:
+                matrix = np.empty((len(ids), len(vector)), dtype=np.float32)
+            if len(vector) != matrix.shape[1]:
+                return None
+            matrix[row] = vector
+    return matrix

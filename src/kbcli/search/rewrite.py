@@ -31,14 +31,11 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Any
 
+from kbcli.config.schema import Config, RewriteConfig
+from kbcli.config.vocabulary import REWRITE_MODES
 from kbcli.errors import InvalidOptionError
 from kbcli.providers.http import ChatClient
-from kbcli.types import REWRITE_MODES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from kbcli.config.lookup import Config
 
 HYDE_SYSTEM = "You write short factual passages."
 HYDE_USER = (
@@ -148,12 +145,15 @@ class QueryRewriter:
         return routes
 
 
-def build_rewriter(config: Config | None = None, mode: str | None = None) -> Any | None:
-    """The rewriter ``rag.rewrite`` describes (``mode`` overrides ``rag.rewrite.mode``), or
-    None when the mode is ``none``. No request is made until a search rewrites."""
-    from kbcli.config.lookup import get_config
+def build_rewriter(config: Config, mode: str | None = None) -> QueryRewriter | None:
+    """The rewriter ``config``'s ``rag.rewrite`` describes (``mode`` overrides
+    ``rag.rewrite.mode``), or None when the mode is ``none``. No request is made until a
+    search rewrites."""
+    return rewriter_from(config.rag.rewrite, mode)
 
-    settings = (config if config is not None else get_config()).rag.rewrite
+
+def rewriter_from(settings: RewriteConfig, mode: str | None = None) -> QueryRewriter | None:
+    """:func:`build_rewriter` from the ``rag.rewrite`` settings themselves."""
     chosen = mode or settings.mode
     if chosen == "none":
         return None

@@ -19,7 +19,7 @@ from typing import Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import ensure_checked
 from kbcli.stores.common import check_embedder, keyword_hit, vector_dimensions
 from kbcli.stores.parts import (
     Built,
@@ -264,7 +264,7 @@ class Store:
 
     def delete_where(self, filter: dict[str, Any]) -> int:
         """Delete every chunk whose metadata passes ``filter``; returns how many."""
-        checked = validate_filter(filter)
+        checked = ensure_checked(filter)
         with self._engine.transaction() as conn:
             return self._remove_rows(conn, self._catalog.rows_where(conn, checked))
 
@@ -437,7 +437,7 @@ class Store:
         with_embeddings: bool = False,
     ) -> Iterator[Document]:
         """Documents passing ``filter`` (and of ``source``), oldest first, at most ``limit``."""
-        filter = validate_filter(filter)
+        filter = ensure_checked(filter)
         with self._engine.read() as conn:
             docs = self._catalog.select_documents(
                 conn, filter, Listing(source, limit, with_embeddings=with_embeddings)
@@ -446,7 +446,7 @@ class Store:
 
     def count(self, filter: dict[str, Any] | None = None) -> int:
         """Number of stored documents passing ``filter`` (all without one)."""
-        filter = validate_filter(filter)
+        filter = ensure_checked(filter)
         with self._engine.read() as conn:
             return self._catalog.count(conn, filter)
 
@@ -503,8 +503,8 @@ class Store:
         statistic is the scope's alone: the hits and scores of an index holding only the
         scope's chunks (``filter`` then narrows within it).
         Every hit's ``explain`` holds ``bm25_chunk``, ``bm25_source`` and ``source_weight``."""
-        filter = validate_filter(filter)
-        scope = validate_filter(scope)
+        filter = ensure_checked(filter)
+        scope = ensure_checked(scope)
         params = BM25Params(k1, b, source_weight)
         for attempt in (1, 2):
             try:
@@ -524,7 +524,7 @@ class Store:
         """The ``k`` stored vectors most similar to ``query_vec`` among the documents passing
         ``filter`` (a pre-filter), best first. An empty query vector returns the newest ``k``
         documents passing it, scored 1.0."""
-        filter = validate_filter(filter)
+        filter = ensure_checked(filter)
         with self._engine.read() as conn:
             if not len(query_vec):
                 newest_k = Listing(limit=k, newest_first=True)

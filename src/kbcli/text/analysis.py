@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from kbcli.errors import InvalidOptionError
 
@@ -167,10 +167,6 @@ class Analyzer:
         return _WORD_FUNCTIONS[(stem, stopwords)]
 
 
-def _plain(word: str) -> str:
-    return word
-
-
 def _make_word(stem: bool, stopwords: bool) -> Any:
     """A function mapping one lower-cased alphanumeric word to its term ('' to drop it)."""
     drop = ENGLISH_STOPWORDS if stopwords else frozenset()
@@ -266,7 +262,23 @@ def has_cjk(text: str) -> bool:
     return _CJK.search(text) is not None
 
 
-def analyzer_from_config(config: Any) -> Analyzer:
+class _AnalysisSettings(Protocol):
+    """``analysis`` in the configuration (:class:`~kbcli.config.schema.AnalysisConfig`)."""
+
+    @property
+    def language(self) -> str: ...
+    @property
+    def stem(self) -> bool: ...
+    @property
+    def stopwords(self) -> bool: ...
+
+
+class _Configured(Protocol):
+    @property
+    def analysis(self) -> _AnalysisSettings: ...
+
+
+def analyzer_from_config(config: _Configured) -> Analyzer:
     """The analyzer described by ``config.analysis`` (a :class:`~kbcli.config.lookup.Config`)."""
     a = config.analysis
     return Analyzer(language=a.language, stem=a.stem, stopwords=a.stopwords)

@@ -242,10 +242,10 @@ class PostingsChange:
 
     adding: bool
     chunks: list[ChunkTerms]
-    df: Counter = field(default_factory=Counter)
-    sdf: Counter = field(default_factory=Counter)
-    source_length: Counter = field(default_factory=Counter)
-    source_chunks: Counter = field(default_factory=Counter)
+    df: Counter[Term] = field(default_factory=Counter)
+    sdf: Counter[Term] = field(default_factory=Counter)
+    source_length: Counter[int] = field(default_factory=Counter)
+    source_chunks: Counter[int] = field(default_factory=Counter)
     new_sources: set[int] = field(default_factory=set)
     emptied_sources: set[int] = field(default_factory=set)
     chunks_delta: int = 0
@@ -269,9 +269,9 @@ def _tally(change: PostingsChange) -> PostingsChange:
     return change
 
 
-def _source_terms(chunks: Iterable[ChunkTerms]) -> dict[int, Counter]:
+def _source_terms(chunks: Iterable[ChunkTerms]) -> dict[int, Counter[Term]]:
     """Per source, in how many of ``chunks`` each term occurs."""
-    per: dict[int, Counter] = {}
+    per: dict[int, Counter[Term]] = {}
     for c in chunks:
         per.setdefault(c.src, Counter()).update(c.tf.keys())
     return per

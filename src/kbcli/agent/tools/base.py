@@ -11,7 +11,7 @@ from typing import Any
 
 from kbcli.agent.seams import Readable
 from kbcli.errors import InvalidOptionError, KBError
-from kbcli.search.query import hit_line, location
+from kbcli.search.place import hit_line, location
 from kbcli.types import SearchResult, note_author
 from kbcli.views import KnowledgeView, as_view
 

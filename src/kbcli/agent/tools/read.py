@@ -22,6 +22,7 @@ The MCP server (:mod:`kbcli.agent.mcp.server`) serves these same tool objects.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from kbcli.agent.get import (
@@ -54,8 +55,8 @@ from kbcli.errors import InvalidOptionError, NotFoundError
 from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.protocols import DocumentCatalog, supports
 from kbcli.search import hints
+from kbcli.search.location import locate_lines
 from kbcli.search.pipeline import RAGPipeline
-from kbcli.search.query import locate_lines
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
 
 NO_RESULTS = "No relevant knowledge found."
@@ -205,7 +206,7 @@ class KnowledgeSearchTool(KnowledgeTool):
         return self._search(*self.options(arguments))
 
     def _search(self, query: str, options: SearchOptions) -> list[Citation]:
-        results: list[SearchResult]
+        results: Sequence[SearchResult]
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
         else:  # a KnowledgeBase or a scoped view of one: each hit on its best line

@@ -7,7 +7,7 @@ from typing import Any
 
 from kbcli.cli.render.messages import print_json, result
 from kbcli.cli.render.names import shorten_source
-from kbcli.search.query import hit_page, location_suffix
+from kbcli.search.place import hit_page, location_suffix
 
 
 def cited_location(evidence: Any) -> tuple[str, str]:

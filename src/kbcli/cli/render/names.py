@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kbcli.cli.render.messages import plural, result, warning
-from kbcli.search.query import location_suffix
+from kbcli.search.place import location_suffix
 from kbcli.types import note_label
 
 
@@ -56,7 +56,7 @@ def chunk_location(
 ) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
     ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see
-    :func:`kbcli.search.query.location`), ``-`` without a source; an agent's note is ``note by
+    :func:`kbcli.search.place.location`), ``-`` without a source; an agent's note is ``note by
     acme``
     (``note by acme: docs/topic.md``), never a file's line."""
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.registry import load_reranker_class
+from kbcli.config.schema import Config
+from kbcli.protocols import RerankerProtocol
 from kbcli.search.rerank.base import PassthroughReranker, rescored, sigmoid
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kbcli.config.lookup import Config
     from kbcli.search.rerank.api import APIReranker
     from kbcli.search.rerank.cross_encoder import CrossEncoderReranker
     from kbcli.search.rerank.llm import LLMReranker
@@ -45,22 +47,20 @@ __all__ = [
 ]
 
 
-def build_reranker(config: Config | None = None) -> Any | None:
+def build_reranker(config: Config) -> RerankerProtocol | None:
     """The reranker ``rag.rerank`` describes (None when ``provider`` is ``none``).
 
     Building is cheap: no model is loaded and nothing heavy is imported until the first
     ``rerank`` call. A registered class is built with its ``from_config(settings)``; a user's
     ``"package.module:Class"`` likewise when it has one, else with no arguments.
     """
-    from kbcli.config.lookup import get_config
-    from kbcli.config.registry import load_reranker_class
-
-    settings = (config if config is not None else get_config()).rag.rerank
+    settings = config.rag.rerank
     if settings.provider == "none":
         return None
     cls = load_reranker_class(settings.provider)
     from_config = getattr(cls, "from_config", None)
-    return from_config(settings) if callable(from_config) else cls()
+    reranker: RerankerProtocol = from_config(settings) if callable(from_config) else cls()
+    return reranker
 
 
 def __getattr__(name: str) -> Any:

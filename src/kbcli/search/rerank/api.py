@@ -22,6 +22,7 @@ import math
 import time
 from typing import Any
 
+from kbcli.config.schema import RerankConfig
 from kbcli.embedders.settings import find_api_key, first_env
 from kbcli.errors import RerankerError
 from kbcli.providers.http import JSONEndpoint, endpoint
@@ -87,7 +88,7 @@ class APIReranker:
         )
 
     @classmethod
-    def from_config(cls, settings: Any) -> APIReranker:
+    def from_config(cls, settings: RerankConfig) -> APIReranker:
         """Build from ``rag.rerank`` (``base_url``, ``model``, ``max_documents``, timeout,
         retries, deadline)."""
         return cls(

@@ -1,3 +1,5 @@
+# mypy: disallow-subclassing-any=False
+# (export_onnx subclasses torch.nn.Module, which the type checker sees as Any: torch is optional)
 """A local cross-encoder reranker: each (query, passage) pair is read by the model together.
 
 Two routes to the same kind of model (a ``...ForSequenceClassification`` with one relevance
@@ -21,10 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbcli.config.schema import RerankConfig
 from kbcli.errors import InvalidOptionError, RerankerError, require
 from kbcli.search.rerank.base import rescored, sigmoid
 from kbcli.types import SearchResult
@@ -105,7 +108,7 @@ class CrossEncoderReranker:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, settings: Any) -> CrossEncoderReranker:
+    def from_config(cls, settings: RerankConfig) -> CrossEncoderReranker:
         """Build from ``rag.rerank`` (``model`` is required, ``batch_size`` is used)."""
         if not settings.model:
             raise RerankerError(
@@ -241,7 +244,10 @@ class _SentenceTransformersRunner:
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
+        # transformers leaves these two unannotated: what they are, for the type checker
+        disable: Callable[[], None] = hf_logging.disable_progress_bar
+        enable: Callable[[], None] = hf_logging.enable_progress_bar
+        disable()
         try:
             self.model = st.CrossEncoder(
                 model, device=device, max_length=max_length, local_files_only=True
@@ -253,7 +259,7 @@ class _SentenceTransformersRunner:
             ) from None
         finally:
             if bars:
-                hf_logging.enable_progress_bar()
+                enable()
         limit = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
         if isinstance(limit, int) and max_length > limit:
             # sentence-transformers 5+ calls it max_seq_length; older versions max_length.

@@ -42,8 +42,8 @@ import math
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
+from kbcli.config.schema import RerankConfig
 from kbcli.errors import InvalidOptionError
 from kbcli.providers.http import ChatClient
 from kbcli.search.rerank.base import rescored
@@ -139,7 +139,7 @@ class LLMReranker:
         self.deadline = deadline
 
     @classmethod
-    def from_config(cls, settings: Any) -> LLMReranker:
+    def from_config(cls, settings: RerankConfig) -> LLMReranker:
         """Build from ``rag.rerank`` (``model``, ``base_url``, ``method``, timeout, retries,
         deadline)."""
         return cls(

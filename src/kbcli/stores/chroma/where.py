@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kbcli.errors import FilterError
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import ensure_checked
 
 
 def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -22,7 +22,7 @@ def compile_where(filter: dict[str, Any] | None) -> dict[str, Any] | None:
     exactly (fractions, beyond 2**53), keys it cannot store), so a caller
     never runs a filter that means something else.
     """
-    filter = validate_filter(filter)
+    filter = ensure_checked(filter)
     if not filter:
         return None
     where = _conjunction([_clause(key, value) for key, value in filter.items()])

@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from kbcli.errors import FilterError
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import ensure_checked
 from kbcli.filters.sql import compile_tree, source_ranges
 
 _ORDER = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -35,7 +35,7 @@ def compile_filter(
     filter: dict[str, Any] | None, column: str = "metadata"
 ) -> tuple[str, list[Any]]:
     """``(sql, params)``: a boolean expression over the JSONB ``column``; ``TRUE`` for none."""
-    filter = validate_filter(filter)
+    filter = ensure_checked(filter)
     if not filter:
         return "TRUE", []
     return compile_tree(
@@ -49,7 +49,7 @@ def scan_filter(filter: dict[str, Any] | None, alias: str = "c.") -> tuple[str, 
     """``(sql, params)``: :func:`compile_filter` on ``{alias}metadata``, led by a range on the
     indexed ``{alias}source`` when ``filter`` pins ``source`` to text values or prefixes."""
     where, params = compile_filter(filter, f"{alias}metadata")
-    ranges = source_ranges(validate_filter(filter), f'{alias}source COLLATE "C"', "%s::text")
+    ranges = source_ranges(ensure_checked(filter), f'{alias}source COLLATE "C"', "%s::text")
     if ranges is None:
         return where, params
     return f"{ranges[0]} AND {where}", [*ranges[1], *params]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import ensure_checked
 from kbcli.filters.sql import compile_sql, dumps_metadata, source_ranges
 from kbcli.stores.common import text_hash, unpack_vector
 from kbcli.stores.parts import EVERY, Listing
@@ -229,7 +229,7 @@ def rows_by_source(conn: sqlite3.Connection, source: str) -> list[ChunkRow]:
 
 def rows_where(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> list[ChunkRow]:
     """The rows of every chunk passing ``filter``."""
-    where, params = scan_where(validate_filter(filter))
+    where, params = scan_where(ensure_checked(filter))
     sql = f"SELECT doc, length, terms, src FROM chunks WHERE {where}"
     return [ChunkRow(*r) for r in conn.execute(sql, params)]
 
@@ -338,7 +338,7 @@ def select_documents(
     conn: sqlite3.Connection, filter: dict[str, Any] | None, how: Listing = EVERY
 ) -> list[Document]:
     """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
-    filter = validate_filter(filter)
+    filter = ensure_checked(filter)
     source, limit, with_embeddings = how.source, how.limit, how.with_embeddings
     # With a limit, a scan in rowid order may stop early: the source range would sort first.
     where, params = (
@@ -359,7 +359,7 @@ def select_documents(
 
 def count(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> int:
     """How many chunks pass ``filter``."""
-    filter = validate_filter(filter)
+    filter = ensure_checked(filter)
     if not filter:
         return conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
     where, params = scan_where(filter)
