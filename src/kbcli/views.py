@@ -18,8 +18,8 @@ The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalo
 (``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
 only has ``list_all`` is filtered in Python with :func:`kbcli.filters.model.matches`. It knows the
 knowledge base under it only as a :class:`Source` (a store and ``search_with``), so the layers
-built on views never import the :class:`~kbcli.pipeline.KnowledgeBase` facade; the public
-:class:`~kbcli.scope.ScopedKnowledgeBase` is a view with ``ask`` and ``as_tool`` added.
+built on views never import :mod:`kbcli.knowledge_base`; the public
+:class:`~kbcli.knowledge_base.ScopedKnowledgeBase` is a view with ``ask`` and ``as_tool`` added.
 """
 
 from __future__ import annotations
@@ -28,22 +28,23 @@ import builtins
 import dataclasses
 import os
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
-from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
+from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
 
+@runtime_checkable
 class Source(Protocol):
     """What a view reads through: the knowledge base's store, analyzer and search (a
     :class:`~kbcli.pipeline.KnowledgeBase`)."""
 
-    store: Any
+    store: VectorStoreProtocol
 
     @property
     def analyzer(self) -> Any:

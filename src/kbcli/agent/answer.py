@@ -19,7 +19,7 @@ honest refusal ("refusing beats making things up").
 5. **Citations checked.** Every ``[n]`` must name a passage that was given; others are kept
    as ``unknown_citations``. With ``strict`` an answer citing no passage is a refusal.
 
-Scopes: a :class:`~kbcli.scope.ScopedKnowledgeBase` (and ``filter``) limits the search, the
+Scopes: a :class:`~kbcli.knowledge_base.ScopedKnowledgeBase` (and ``filter``) limits the search, the
 term weights and the hints of a refusal; nothing outside it is read into the prompt, the
 answer or a message.
 """
@@ -499,12 +499,13 @@ def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
 
 
 def answer_settings(view: Any) -> Any:
-    """``rag.answer`` of the configuration ``view`` was built with (else the process's)."""
-    from kbcli.config.lookup import get_config
+    """``rag.answer`` of the configuration ``view`` was built with (else
+    :func:`kbcli.config.lookup.defaults`)."""
+    from kbcli.config.lookup import defaults
 
     kb, _ = _parts(view)
     pipeline = getattr(kb, "pipeline", None)
-    config = getattr(pipeline, "config", None) or get_config()
+    config = getattr(pipeline, "config", None) or defaults()
     return config.rag.answer
 
 
@@ -523,7 +524,7 @@ def ask(
     dry_run: bool = False,
 ) -> Answer:
     """Answer ``question`` from ``view`` (a :class:`~kbcli.pipeline.KnowledgeBase` or a
-    :class:`~kbcli.scope.ScopedKnowledgeBase`); see the module docstring.
+    :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`); see the module docstring.
 
     ``options``: the search (default ``SearchOptions(k=8)``). ``settings``: ``rag.answer``
     (default: the knowledge base's configuration). ``model`` overrides its model; ``chat`` is

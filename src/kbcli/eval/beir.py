@@ -296,11 +296,11 @@ def evaluate(
     Returns ``{"dataset", "split", "mode", "queries", "ndcg@10", "recall@10", "recall@100",
     "mrr@10", "latency_ms": {"mean", "p95"}}`` (``@10`` follows ``k``).
     """
-    from kbcli.config.lookup import get_config
+    from kbcli.config.lookup import defaults
     from kbcli.types import SearchOptions, normalize_mode
 
     mode = normalize_mode(mode)
-    config = config or get_config()
+    config = config or defaults()
     # built whole: alpha set after construction would not count as chosen (alpha_chosen)
     options = SearchOptions(
         k=max(CHUNK_POOL, 2 * k), mode=mode, **{"dedupe": False, **(search_options or {})}
@@ -428,7 +428,7 @@ def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> Non
             # The document is the chunks' source, as a file is for ingested files.
             docs.extend(ingestor.build_documents(chunks, {"doc_id": doc_id, "source": doc_id}))
         if docs:
-            ingestor._store(docs)
+            ingestor.store_documents(docs)
         if progress is not None:
             progress("index", min(start + INGEST_BATCH, total), total)
 

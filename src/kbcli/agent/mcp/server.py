@@ -62,7 +62,7 @@ from kbcli.agent.mcp.http_limits import Limits
 from kbcli.agent.tools.read import KnowledgeTool, ToolResult, knowledge_tools
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
-from kbcli.scope import ScopedKnowledgeBase
+from kbcli.knowledge_base import ScopedKnowledgeBase
 
 MIN_TOKEN_CHARS = 16
 MAX_NAME_CHARS = 64  # a token's name: in the audit file and on every note it writes

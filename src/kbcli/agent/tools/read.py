@@ -10,12 +10,12 @@ arguments and failures come back as one ``Error: ...`` line (:meth:`~KnowledgeTo
 says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.agent.tools.read``
 logger.
 
-Scopes: a tool built over a :class:`~kbcli.scope.ScopedKnowledgeBase` (``kb.as_tool(filter=...)``,
-``knowledge_tools(kb, filter=...)``) reads only through it. The ``filter`` argument a caller
-sends is validated and ANDed with the scope, so it can only narrow what the tool sees; unknown
-arguments are refused; an id or path the scope hides is reported exactly like an unknown one,
-and an empty search's reason (a source nothing is indexed under, a filter key no chunk has) is
-judged over the scope alone.
+Scopes: a tool built over a :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`
+(``kb.as_tool(filter=...)``, ``knowledge_tools(kb, filter=...)``) reads only through it. The
+``filter`` argument a caller sends is validated and ANDed with the scope, so it can only narrow
+what the tool sees; unknown arguments are refused; an id or path the scope hides is reported
+exactly like an unknown one, and an empty search's reason (a source nothing is indexed under, a
+filter key no chunk has) is judged over the scope alone.
 The MCP server (:mod:`kbcli.agent.mcp.server`) serves these same tool objects.
 """
 
@@ -70,7 +70,8 @@ class KnowledgeSearchTool(KnowledgeTool):
     hit cited with its source, page and heading where known and its chunk id.
 
     ``pipeline`` is anything with ``search_with(query, options)`` (a
-    :class:`~kbcli.pipeline.KnowledgeBase` or a :class:`~kbcli.scope.ScopedKnowledgeBase`) or
+    :class:`~kbcli.pipeline.KnowledgeBase` or a
+    :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`) or
     ``search(query, options)`` (a :class:`~kbcli.pipeline.RAGPipeline`). ``access_filter``
     restricts every search to documents that pass it (over a knowledge base, through
     :meth:`~kbcli.pipeline.KnowledgeBase.scoped`); a caller's ``filter`` argument is ANDed with
@@ -98,12 +99,11 @@ class KnowledgeSearchTool(KnowledgeTool):
         max_k: int = MAX_K,
         max_query_chars: int = MAX_QUERY_CHARS,
     ):
-        from kbcli.facade import BaseKnowledgeBase
         from kbcli.filters.model import validate_filter
-        from kbcli.views import KnowledgeView, as_view
+        from kbcli.views import KnowledgeView, Source, as_view
 
         self.access_filter = validate_filter(access_filter)
-        if self.access_filter and isinstance(pipeline, (BaseKnowledgeBase, KnowledgeView)):
+        if self.access_filter and isinstance(pipeline, (Source, KnowledgeView)):
             pipeline = as_view(pipeline).scoped(self.access_filter)
         self.pipeline = pipeline
         self.max_k = max_k
@@ -207,11 +207,10 @@ class KnowledgeSearchTool(KnowledgeTool):
         ``filter`` to blame, which of its sources nothing is indexed under, else which of its
         keys no chunk has. Both are judged only over the chunks this tool can see, so the
         answer says nothing of what a scope hides."""
-        from kbcli.facade import BaseKnowledgeBase
         from kbcli.search import hints
-        from kbcli.views import KnowledgeView
+        from kbcli.views import KnowledgeView, Source
 
-        if not caller_filter or not isinstance(self.pipeline, (BaseKnowledgeBase, KnowledgeView)):
+        if not caller_filter or not isinstance(self.pipeline, (Source, KnowledgeView)):
             return NO_RESULTS  # a bare RAGPipeline has no catalog to ask
         view = reader_of(self.pipeline)
         pins = hints.source_pins(caller_filter)[:MAX_HINT_CHECKS]
