@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from kbcli.config.lookup import get_config
 from kbcli.embedders.lazy import LazyEmbedder, remembered
 from kbcli.errors import FilterError
-from kbcli.filters.model import validate_filter
+from kbcli.filters.model import and_filters, validate_filter
 from kbcli.ingest.pipeline import Chunker, IngestPipeline, Loader, new_id
 from kbcli.ingest.sync import ingest_one
 from kbcli.protocols import (
@@ -37,7 +37,7 @@ from kbcli.search.pipeline import Pool, RAGPipeline
 from kbcli.search.retrievers import HybridRetriever
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult
-from kbcli.views import KnowledgeView, and_filters, as_view, file_text, join_chunks
+from kbcli.views import KnowledgeView, Reader, as_view, file_text, join_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
@@ -72,6 +72,11 @@ class ViewEntryPoints:
         own)."""
         raise NotImplementedError
 
+    def reader(self) -> Reader:
+        """What the answer and tool layers read through: this object (each class says what it
+        is to them)."""
+        raise NotImplementedError
+
     def ask(
         self,
         question: str,
@@ -97,7 +102,7 @@ class ViewEntryPoints:
         from kbcli.agent.answer import ask
 
         return ask(
-            self,
+            self.reader(),
             question,
             SearchOptions(k=k, mode=mode, filter=filter, **options),
             model=model,
@@ -115,7 +120,7 @@ class ViewEntryPoints:
         it."""
         from kbcli.agent.tools.read import KnowledgeSearchTool
 
-        return KnowledgeSearchTool(self.scoped(filter) if filter else self, **options)
+        return KnowledgeSearchTool(self.scoped(filter) if filter else self.reader(), **options)
 
 
 class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):
@@ -127,6 +132,10 @@ class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):
     does not exist. Writes are not offered: a scope is for readers (agents, tenants).
     :meth:`KnowledgeBase.scoped` insists on a non-empty filter.
     """
+
+    def reader(self) -> Reader:
+        """This scope: what answers and tools read through."""
+        return self
 
 
 class KnowledgeBase(ViewEntryPoints):
@@ -278,6 +287,11 @@ class KnowledgeBase(ViewEntryPoints):
         if not validate_filter(filter):
             raise FilterError("A scope needs a non-empty filter, e.g. {'tenant': 'acme'}")
         return ScopedKnowledgeBase(self, filter)
+
+    def reader(self) -> Reader:
+        """This knowledge base (a :class:`~kbcli.views.Source`): what answers and tools read
+        through."""
+        return self
 
     def add(self, text: str, metadata: dict[str, Any] | None = None, id: str | None = None) -> str:
         """Store ``text`` as one document (not chunked) and return its id."""

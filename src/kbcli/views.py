@@ -30,6 +30,7 @@ import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from kbcli.config.schema import Config
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
@@ -45,6 +46,11 @@ class Source(Protocol):
     :class:`~kbcli.pipeline.KnowledgeBase`)."""
 
     store: VectorStoreProtocol
+
+    @property
+    def config(self) -> Config | None:
+        """The configuration the knowledge base was built with (None: the defaults)."""
+        ...
 
     @property
     def analyzer(self) -> Any:
@@ -64,7 +70,7 @@ def checked(filter: Any) -> dict[str, Any] | None:
     return canonical_paths(validate_filter(filter))
 
 
-def as_view(kb: Any) -> KnowledgeView:
+def as_view(kb: Reader) -> KnowledgeView:
     """``kb`` itself when it is a view (a scope), else an unrestricted view of it (what readers
     such as the agent tools and ``kb get`` go through)."""
     return kb if isinstance(kb, KnowledgeView) else KnowledgeView(kb, None)
@@ -245,6 +251,11 @@ class KnowledgeView:
         return file_text(self, path)
 
 
+#: What the readers built on a knowledge base (answers, tools, ``kb get``) read through: the
+#: knowledge base itself or a view of it.
+Reader = Source | KnowledgeView
+
+
 def _embedder_dict(info: Any) -> dict[str, Any] | None:
     if info is None:
         return None
@@ -253,7 +264,7 @@ def _embedder_dict(info: Any) -> dict[str, Any] | None:
     return {"provider": str(info)}
 
 
-def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
+def file_text(view: KnowledgeView, path: str | os.PathLike[str]) -> tuple[str, str]:
     """``(source, text)`` of a file's indexed chunks in ``view`` (a knowledge base or a scope).
 
     See :meth:`KnowledgeView.file_text`.

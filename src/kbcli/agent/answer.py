@@ -33,9 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kbcli.config.lookup import AnswerConfig, defaults
 from kbcli.errors import InvalidOptionError
+from kbcli.protocols import ChatModelProtocol
 from kbcli.text.analysis import keyword_counts
-from kbcli.types import SearchOptions, SearchResult, note_author, note_label
+from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
+from kbcli.views import KnowledgeView, Reader, Source
 
 REFUSAL = "No relevant knowledge found"
 MAX_WEIGHED_TERMS = 64  # question terms weighed (one keyword lookup each); the rest are ignored
@@ -320,7 +323,7 @@ class TermWeights:
 
     def __init__(
         self,
-        kb: Any,
+        kb: Source,
         question: str,
         filter: dict[str, Any] | None,
         scope: dict[str, Any] | None = None,
@@ -410,27 +413,24 @@ class Selection:
     weights: dict[str, float] | None = None  # the question's term weights, when measured
 
 
-def _parts(view: Any) -> tuple[Any, dict[str, Any] | None]:
+def _parts(view: Reader) -> tuple[Source, dict[str, Any] | None]:
     """The knowledge base under ``view`` and the scope's filter (None: no scope)."""
-    from kbcli.views import KnowledgeView
-
     if isinstance(view, KnowledgeView):
         return view.kb, view.filter
     return view, None
 
 
 def select_evidence(
-    view: Any, question: str, options: SearchOptions, min_coverage: float
+    view: Reader, question: str, options: SearchOptions, min_coverage: float
 ) -> Selection:
     """Search ``view`` and keep the hits good enough to answer from (see module docstring)."""
-    from kbcli.filters.model import matches
-    from kbcli.views import and_filters
+    from kbcli.filters.model import and_filters, matches
 
     kb, scope = _parts(view)
     scope = and_filters(scope, options.scope)
     results = kb.search_with(question, replace(options, scope=scope))
     hits = [r for r in results if matches(r.document.metadata, scope)] if scope else list(results)
-    if getattr(results, "refused", False):
+    if isinstance(results, SearchResults) and results.refused:
         best = results.best_relevance
         shown = f" (best {best:.3f})" if best is not None else ""
         return Selection(
@@ -440,7 +440,11 @@ def select_evidence(
         )
     if not hits:
         return Selection([], _nothing_found(view, options.filter))
-    if getattr(results, "candidates", 0) and results.min_relevance is not None:
+    if (
+        isinstance(results, SearchResults)
+        and results.candidates
+        and results.min_relevance is not None
+    ):
         return Selection([(hit, None) for hit in hits])  # the reranker's threshold decided
     weights = TermWeights(kb, question, options.filter, scope)
     scored = [(hit, weights.coverage(hit)) for hit in hits]
@@ -458,7 +462,7 @@ def select_evidence(
 
 
 def _locate(
-    view: Any,
+    view: Reader,
     question: str,
     evidence: list[Evidence],
     options: SearchOptions | None,
@@ -476,7 +480,7 @@ def _locate(
     locate_lines(view, text, results, options.filter, options.scope, weights=weights)
 
 
-def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
+def _nothing_found(view: Reader, filter: dict[str, Any] | None) -> str:
     """Why a search found nothing, when the filter explains it (read inside ``view``)."""
     from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
 
@@ -498,29 +502,25 @@ def _nothing_found(view: Any, filter: dict[str, Any] | None) -> str:
 # --- ask -------------------------------------------------------------------------------------
 
 
-def answer_settings(view: Any) -> Any:
+def answer_settings(view: Reader) -> AnswerConfig:
     """``rag.answer`` of the configuration ``view`` was built with (else
     :func:`kbcli.config.lookup.defaults`)."""
-    from kbcli.config.lookup import defaults
-
     kb, _ = _parts(view)
-    pipeline = getattr(kb, "pipeline", None)
-    config = getattr(pipeline, "config", None) or defaults()
-    return config.rag.answer
+    return (kb.config or defaults()).rag.answer
 
 
 def ask(
-    view: Any,
+    view: Reader,
     question: str,
     options: SearchOptions | None = None,
     *,
-    settings: Any = None,
+    settings: AnswerConfig | None = None,
     model: str | None = None,
     prompt: str | None = None,
     strict: bool = False,
     min_coverage: float | None = None,
     on_text: Callable[[str], None] | None = None,
-    chat: Any = None,
+    chat: ChatModelProtocol | None = None,
     dry_run: bool = False,
 ) -> Answer:
     """Answer ``question`` from ``view`` (a :class:`~kbcli.pipeline.KnowledgeBase` or a

@@ -62,6 +62,7 @@ from kbcli.ingest.writes import (
     CHECKPOINT_EVERY,
     Indexable,
     PendingWrites,
+    Prepared,
     ledger_store,
     write_errors,
 )
@@ -194,7 +195,7 @@ def sync(
                         kb, path, records.get(name), own, metadata, rebuild, report, reading
                     )
                     if prepared is not None:
-                        pending.add(*prepared)
+                        pending.add(prepared)
                     report.timed(name, time.monotonic() - began)
                     if progress is not None:
                         progress(name, done, total)
@@ -264,18 +265,17 @@ def ingest_one(
             raise_failure=True,
         )
         assert prepared is not None  # with record None the file is always prepared
-        record, docs, is_new = prepared
         # One file: embedded before its write (one transaction, chunks and vectors together),
         # where kb ingest writes files first and embeds across them after.
-        vectors = kb.ingestor.embed([d.text for d in docs], remember=False)
+        prepared.vectors = kb.ingestor.embed([d.text for d in prepared.docs], remember=False)
         pending = PendingWrites(kb, report)
-        pending.add(record, docs, is_new, vectors)
+        pending.add(prepared)
         pending.flush()
         # No prepare_search here: a script ingesting files one by one would rewrite the keyword
         # pack after each; the next search brings it up to date once.
         if not has_floor(kb):
             calibrate_index(kb)
-    return list(prepared[0].chunk_ids)
+    return list(prepared.record.chunk_ids)
 
 
 @contextmanager
@@ -338,7 +338,7 @@ def _sync_file(
     reading: _Reading | None = None,
     *,
     raise_failure: bool = False,
-) -> tuple[Any, ...] | None:
+) -> Prepared | None:
     """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
     changed one (nothing embedded or written yet: :class:`~kbcli.ingest.writes.PendingWrites`
     writes, and :func:`fill_vectors` embeds, across files).
@@ -367,7 +367,7 @@ def _sync_file(
             raise LoaderError(f"{path}: not a regular file ({file_kind(st.st_mode)}): not read")
         if kept is not None and (kept.size, kept.mtime_ns) == (st.st_size, st.st_mtime_ns):
             if meta_changed:
-                return relabel(store, kept, recorded_meta, meta, settings)
+                return Prepared(*relabel(store, kept, recorded_meta, meta, settings))
             report.unchanged += 1
             return None
         if reading.limit is not None and st.st_size > reading.limit:
@@ -383,7 +383,7 @@ def _sync_file(
             if kept is not None and kept.sha256 == digest:
                 kept.size, kept.mtime_ns = st.st_size, st.st_mtime_ns
                 if meta_changed:
-                    return relabel(store, kept, recorded_meta, meta, settings)
+                    return Prepared(*relabel(store, kept, recorded_meta, meta, settings))
                 store.touch_file(kept)
                 report.unchanged += 1
                 return None
@@ -444,7 +444,7 @@ def _sync_file(
         [d.id for d in docs],
         now,
     )
-    return new_record, docs, record is None
+    return Prepared(new_record, docs, record is None)
 
 
 def _loader_warnings(loader: Any, path: Path) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from kbcli.embedders.base import EmbedderInfo, embedder_info
@@ -25,7 +26,7 @@ from kbcli.protocols import (
     supports,
 )
 from kbcli.system.signals import deferred
-from kbcli.types import FileRecord
+from kbcli.types import Document, FileRecord
 
 CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
 # Prepared files are written in groups: one transaction per group instead of per file (a commit
@@ -35,6 +36,24 @@ CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a l
 # frequencies of every term it holds (at 100k chunks, fewer groups saved ~10 % of the ingest).
 WRITE_BATCH_FILES = CHECKPOINT_EVERY
 WRITE_BATCH_CHUNKS = 4000
+
+
+@dataclass
+class Prepared:
+    """A file ready for its write: its new record and chunks; ``is_new`` (None: only its
+    metadata changed) and the vectors it already has (``vectors``, None where unknown)."""
+
+    record: FileRecord
+    docs: list[Document]
+    is_new: bool | None
+    vectors: Sequence[Sequence[float] | None] | None = None
+
+
+def as_vectors(vectors: Sequence[array[float] | None]) -> list[list[float]]:
+    """``vectors`` as a store's ``add`` / ``replace_file`` take them. They stay float32 arrays
+    (None where not known yet): every store takes any float sequence or None there (what the
+    catalog protocols declare as ``list[list[float]]``), and lists would cost 7x."""
+    return cast("list[list[float]]", list(vectors))
 
 
 class Indexable(Protocol):
@@ -120,25 +139,19 @@ class PendingWrites:
         self.kb = kb
         self.store = ledger_store(kb)
         self.report = report
-        self.items: list[tuple[FileRecord, list, bool | None]] = []
+        self.items: list[tuple[FileRecord, list[Document], bool | None]] = []
         self.chunks = 0
         # float32 arrays, as every store keeps them: a 64-d vector as a list of floats costs
         # ~2.1 KB against ~0.3 KB, and a big file's vectors are all held until its write.
-        self.vectors: dict[str, array] = {}
+        self.vectors: dict[str, array[float]] = {}
         self.lacking: dict[str, None] = {}  # sources written with chunks still lacking vectors
 
-    def add(
-        self,
-        record: FileRecord,
-        docs: list,
-        is_new: bool | None,
-        vectors: list[list[float]] | None = None,
-    ) -> None:
-        """Queue a file; ``is_new`` None means only its metadata changed (``vectors``: the
-        ones it has, so nothing is embedded)."""
-        self.items.append((record, docs, is_new))
-        if vectors is not None:
-            self._keep((d.text, v) for d, v in zip(docs, vectors) if v is not None)
+    def add(self, file: Prepared) -> None:
+        """Queue a file (its vectors known are kept, so they are not embedded again)."""
+        docs = file.docs
+        self.items.append((file.record, docs, file.is_new))
+        if file.vectors is not None:
+            self._keep((d.text, v) for d, v in zip(docs, file.vectors) if v is not None)
         self.chunks += len(docs)
         texts = [d.text for d in docs if d.text not in self.vectors]
         self._keep(self.kb.ingestor.cached_vectors(texts).items())
@@ -183,24 +196,24 @@ class PendingWrites:
         each. Files of up to :data:`WRITE_BATCH_CHUNKS` chunks go to the store together
         (``replace_files``: one keyword update for all of them), a bigger one by itself."""
         removed: list[int] = []
-        together: list[tuple] = []
+        together: list[
+            tuple[FileRecord, list[Document], list[list[float]] | None, EmbedderInfo | None]
+        ] = []
         for record, docs, _ in self.items:
             if len(docs) <= WRITE_BATCH_CHUNKS:
                 complete = all(d.text in self.vectors for d in docs)
-                vectors = [self.vectors.get(d.text) for d in docs]
-                together.append((record, docs, vectors, info if complete else None))
+                together.append((record, docs, self._known(docs), info if complete else None))
                 continue
             removed += self.store.replace_files(together)
             together = []
             removed.append(self._write(record, docs, info))
         return removed + self.store.replace_files(together)
 
-    def _known(self, docs: list) -> list[list[float]]:
-        """The vectors known for ``docs``, None where not known yet. They stay float32 arrays:
-        every store takes any float sequence or None there, and lists would cost 7x."""
-        return cast("list[list[float]]", [self.vectors.get(d.text) for d in docs])
+    def _known(self, docs: list[Document]) -> list[list[float]]:
+        """The vectors known for ``docs``, None where not known yet."""
+        return as_vectors([self.vectors.get(d.text) for d in docs])
 
-    def _write(self, record: FileRecord, docs: list, info: EmbedderInfo) -> int:
+    def _write(self, record: FileRecord, docs: list[Document], info: EmbedderInfo) -> int:
         """Swap one file in (inside the caller's transaction); returns the chunks removed.
 
         A chunk whose vector is not known yet is written without one (``None``), and then the

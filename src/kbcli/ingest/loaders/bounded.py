@@ -217,7 +217,9 @@ class ParserProcess:
     def alive(self) -> bool:
         return self.owner == os.getpid() and self.proc.poll() is None
 
-    def call(self, func: Callable[..., Any], args: tuple, budget: int, timeout: float) -> Any:
+    def call(
+        self, func: Callable[..., Any], args: tuple[Any, ...], budget: int, timeout: float
+    ) -> Any:
         """``(status, payload, mapped)`` from the child; TimeoutError past ``timeout`` seconds,
         EOFError when the child died."""
         try:
@@ -290,7 +292,7 @@ def _runs_in_child(func: Callable[..., Any]) -> bool:
 
 def run_bounded(
     func: Callable[..., T],
-    args: tuple,
+    args: tuple[Any, ...],
     *,
     timeout: float | None,
     label: str,
@@ -331,7 +333,8 @@ def run_bounded(
         if status == "memory" or (mapped or 0) > RECYCLE_MAPPED_BYTES:
             _drop_child(kill=True)
     if status == "ok":
-        return payload
+        result: T = payload  # what func returned, unpickled from the child
+        return result
     if status == "changed":
         raise FileChanged(payload)
     if status == "error":

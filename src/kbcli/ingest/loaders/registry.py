@@ -182,7 +182,11 @@ class PdfLoader(BuiltinLoader):
         return [pages[n] for n in sorted(pages)]
 
     def _scanned(
-        self, path: str | Path, scanned: list, pages: dict[int, Section], total: int
+        self,
+        path: str | Path,
+        scanned: list[tuple[int, str, bool]],
+        pages: dict[int, Section],
+        total: int,
     ) -> None:
         """Recognise the pages with (almost) no text that show an image (a scan; a page with
         neither is blank, or draws its text as shapes), or say why they cannot be."""
