@@ -23,6 +23,7 @@ from kbcli.filters.model import and_filters, validate_filter
 from kbcli.ingest.pipeline import Chunker, IngestPipeline, Loader, new_id
 from kbcli.ingest.sync import ingest_one
 from kbcli.protocols import (
+    ChatModelProtocol,
     DocumentCatalog,
     EmbedderProtocol,
     FileLedger,
@@ -89,7 +90,7 @@ class ViewEntryPoints:
         strict: bool = False,
         min_coverage: float | None = None,
         on_text: Callable[[str], None] | None = None,
-        chat: Any = None,
+        chat: ChatModelProtocol | None = None,
         dry_run: bool = False,
         **options: Any,
     ) -> Answer:

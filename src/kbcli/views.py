@@ -34,6 +34,8 @@ from kbcli.config.schema import Config
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
+from kbcli.search.pipeline import Pool
+from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,12 +55,12 @@ class Source(Protocol):
         ...
 
     @property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         """The analyzer the keyword index tokenizes with (scoped term weights use it)."""
         ...
 
     def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
+        self, query: str, options: SearchOptions, *, pool: Pool | None = None
     ) -> list[SearchResult]:
         """Search with ready options (``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`)."""
         ...
@@ -92,7 +94,7 @@ class KnowledgeView:
         self.filter: dict[str, Any] | None = checked(filter)
 
     @property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         """The knowledge base's analyzer (what phrase and exclusion checks tokenise with)."""
         return self.kb.analyzer
 
@@ -127,7 +129,7 @@ class KnowledgeView:
         return self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
 
     def search_with(
-        self, query: str, options: SearchOptions, *, pool: Any = None
+        self, query: str, options: SearchOptions, *, pool: Pool | None = None
     ) -> list[SearchResult]:
         """Search inside the scope with ready options (``options.filter`` only narrows it;
         ``pool``: see :meth:`kbcli.pipeline.RAGPipeline.search`). The scope travels as

@@ -75,6 +75,7 @@ from kbcli.types import FileRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.ingest.loaders.registry import Loaded
+    from kbcli.ingest.pipeline import Loader
 
 __all__ = [
     "DEFAULT_EXTENSIONS", "Indexable", "SyncInterrupted", "SyncReport", "discover", "ingest_one",
@@ -447,7 +448,7 @@ def _sync_file(
     return Prepared(new_record, docs, record is None)
 
 
-def _loader_warnings(loader: Any, path: Path) -> list[str]:
+def _loader_warnings(loader: Loader, path: Path) -> list[str]:
     warnings = getattr(loader, "last_warnings", None) or []
     return [source_name(w if str(path) in w else f"{path}: {w}") for w in warnings]
 
