@@ -14,6 +14,10 @@ import kbcli.knowledge_base as knowledge_base_module
 from cli_helpers import run
 from kbcli import KnowledgeBase
 from kbcli.config.lookup import load_config, reset_config_cache
+from kbcli.embedders import SimpleEmbedder
+from kbcli.errors import EmbedderError
+from kbcli.ingest.report import SyncReport
+from kbcli.ingest.sync import sync
 from kbcli.providers.chat import Completion
 
 TEXT = (
@@ -138,3 +142,27 @@ def test_ingest_file_goes_through_the_syncs_entry_point(tmp_path, monkeypatch):
 @pytest.mark.parametrize("attribute", ["_check_embedder", "_store", "_config"])
 def test_the_ingest_steps_have_no_private_seams(attribute):
     assert not hasattr(pipeline_module.IngestPipeline, attribute)
+
+
+class FailingModel(SimpleEmbedder):
+    """The simple embedder's identity, failing at its first passage batch (as a model server
+    that went away): the files are written, the vectors filled in after them are not."""
+
+    cheap = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise EmbedderError("the embedding server went away")
+
+
+def test_a_failing_sync_leaves_its_report_with_the_caller(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\n{TEXT}")
+    report = SyncReport()
+    with KnowledgeBase.open(tmp_path / "kb.db", embedder=FailingModel()) as kb:
+        with pytest.raises(EmbedderError) as failed:
+            sync(kb, [docs], report=report)
+        assert len(kb.store.file_records()) == 3
+    assert report.added == 3 and report.chunks_added > 0 and report.seconds > 0
+    assert not hasattr(failed.value, "report")  # the error is what it was, nothing attached
