@@ -172,9 +172,9 @@ def test_locked_database_exits_3_after_wait(corpus, tmp_path):
     import os
     from pathlib import Path
 
-    from kbcli.ingest.sync import ingest_lock
+    from kbcli.system.locking import lock_file
 
-    with ingest_lock(Path(os.environ["KB_DB"]), 0):
+    with lock_file(Path(f"{os.environ['KB_DB']}.ingest-lock"), 0, os.environ["KB_DB"]):
         result = run("ingest", str(corpus), "--wait", "0.3")
     assert result.exit_code == 3
     assert "--wait" in result.stderr and "Traceback" not in result.stderr

@@ -74,10 +74,10 @@ def test_disk_full_during_ingest_is_one_line_and_the_index_is_unchanged(
 def test_a_run_stopped_by_an_error_still_prints_its_json_summary(tmp_path):
     """kb ingest --json: the summary line comes even when an error ends the run (here the
     lock of another ingest), with the error that stderr shows."""
-    from kbcli.ingest.sync import ingest_lock
+    from kbcli.system.locking import lock_file
 
     docs = docs_folder(tmp_path)
-    with ingest_lock(Path(os.environ["KB_DB"]), 0.0):
+    with lock_file(Path(f"{os.environ['KB_DB']}.ingest-lock"), 0.0, os.environ["KB_DB"]):
         result = run("ingest", str(docs), "--wait", "0", "--json")
     assert result.exit_code == 3
     summary = json.loads(result.stdout)

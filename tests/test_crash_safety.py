@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-import kbcli.ingest.sync as sync_module
+import kbcli.ingest.writes as writes_module
 from hostile import make_docx, make_pdf
 from kbcli import KnowledgeBase, SQLiteStore, StoreError
 from kbcli.embedders import SimpleEmbedder
@@ -374,7 +374,7 @@ def test_kill_minus_nine_at_random_moments_of_kb_ingest(tmp_path):
 def test_a_big_file_written_in_slices_is_still_all_or_nothing(tmp_path, monkeypatch):
     """A file of more chunks than WRITE_BATCH_CHUNKS goes to the store in slices inside its
     one transaction: a failure in a later slice leaves the old version whole."""
-    monkeypatch.setattr(sync_module, "WRITE_BATCH_CHUNKS", 3)
+    monkeypatch.setattr(writes_module, "WRITE_BATCH_CHUNKS", 3)
     docs = tmp_path / "docs"
     docs.mkdir()
     big = docs / "big.md"

@@ -10,7 +10,7 @@ import pytest
 import tenants as shared
 from kbcli import FilterError, KnowledgeBase, SimpleEmbedder, SQLiteStore
 from kbcli.agent.tools.read import NO_CHUNK, NO_FILE, knowledge_tools
-from kbcli.scope import ScopedKnowledgeBase, join_chunks
+from kbcli.knowledge_base import ScopedKnowledgeBase, join_chunks
 from kbcli.types import Document, SearchResult
 
 MODES = ("keyword", "semantic", "hybrid")

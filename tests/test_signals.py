@@ -253,12 +253,12 @@ def test_nohup_keeps_sighup_ignored(tmp_path):
 
 def test_a_signal_before_the_first_file_still_writes_the_summary(tmp_path):
     """Stopped while it waits for another ingest's lock: nothing written, the --json line."""
-    from kbcli.ingest.sync import ingest_lock
+    from kbcli.system.locking import lock_file
 
     folder, db = tmp_path / "docs", tmp_path / "kb.db"
     write_tree(folder, 1, 3)
     assert kb(db, "ingest", str(folder), "-q").returncode == 0
-    with ingest_lock(db, 0):
+    with lock_file(Path(f"{db}.ingest-lock"), 0, str(db)):
         proc = subprocess.Popen(
             [sys.executable, "-m", "kbcli", "ingest", str(folder), "--json", "--wait", "60"],
             env=env_for(db),
@@ -423,6 +423,7 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
     write the group again and count it twice ("kept 90 files" for 64 in the index): inside
     deferred() it waits, and the report equals the index."""
     import kbcli.ingest.sync as sync_module
+    import kbcli.ingest.writes as writes_module
     from kbcli import KnowledgeBase
     from kbcli.embedders import SimpleEmbedder
     from kbcli.system.signals import interrupt_on_termination
@@ -431,7 +432,7 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
     write_tree(folder, 1, 30)
     kb_ = KnowledgeBase.open(tmp_path / "kb.db", embedder=SimpleEmbedder())
     store, counted = kb_.store, []
-    original_count = sync_module._PendingWrites._count
+    original_count = writes_module.PendingWrites._count
 
     def count_after_a_signal(self, removed):
         if not counted:
@@ -440,7 +441,7 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
         counted.append(len(removed))
         return original_count(self, removed)
 
-    sync_module._PendingWrites._count = count_after_a_signal
+    writes_module.PendingWrites._count = count_after_a_signal
     try:
         with interrupt_on_termination(), pytest.raises(sync_module.SyncInterrupted) as stop:
             sync_module.sync(kb_, [folder])
@@ -448,7 +449,7 @@ def test_a_signal_during_a_commit_waits_until_the_files_are_counted(tmp_path, si
         assert report.added == store.count() == len(store.file_records()) == counted[0] == 30
         assert report.signal == signal.Signals(signum).name
     finally:
-        sync_module._PendingWrites._count = original_count
+        writes_module.PendingWrites._count = original_count
         kb_.close()
 
 

@@ -12,7 +12,8 @@ import pytest
 import kbcli.ingest.sync as sync_module
 from kbcli import DatabaseLockedError, IndexMismatchError, InvalidOptionError, KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
-from kbcli.ingest.sync import discover, ingest_lock, parse_extensions, sync
+from kbcli.ingest.sync import discover, parse_extensions, sync
+from kbcli.system.locking import lock_file
 
 
 class CountingEmbedder(SimpleEmbedder):
@@ -264,7 +265,7 @@ def test_second_ingest_waits_then_fails_with_lock_error(tmp_path):
     holding, release = threading.Event(), threading.Event()
 
     def hold():
-        with ingest_lock(kb.store.path, 1):
+        with lock_file(Path(f"{kb.store.path}.ingest-lock"), 1, str(kb.store.path)):
             holding.set()
             release.wait(10)
 

@@ -1,5 +1,5 @@
 """The ingest pipeline (load -> normalise -> chunk -> embed -> store), the search pipeline
-(recall -> fuse -> rerank -> threshold) and the KnowledgeBase facade over both.
+(recall -> fuse -> rerank -> threshold) and the KnowledgeBase over both.
 
 Each lives in its own module (:mod:`kbcli.ingest.pipeline`, :mod:`kbcli.search.pipeline`,
 :mod:`kbcli.knowledge_base`, :mod:`kbcli.embedders.lazy`); this one keeps the names users import

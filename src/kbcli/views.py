@@ -18,8 +18,8 @@ The view talks to the store only through :class:`~kbcli.protocols.DocumentCatalo
 (``get``, ``iter_documents``, ``count``) and the retrieval pipeline; a reference store that
 only has ``list_all`` is filtered in Python with :func:`kbcli.filters.model.matches`. It knows the
 knowledge base under it only as a :class:`Source` (a store and ``search_with``), so the layers
-built on views never import the :class:`~kbcli.pipeline.KnowledgeBase` facade; the public
-:class:`~kbcli.scope.ScopedKnowledgeBase` is a view with ``ask`` and ``as_tool`` added.
+built on views never import :mod:`kbcli.knowledge_base`; the public
+:class:`~kbcli.knowledge_base.ScopedKnowledgeBase` is a view with ``ask`` and ``as_tool`` added.
 """
 
 from __future__ import annotations
@@ -28,26 +28,34 @@ import builtins
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from kbcli.config.schema import Config
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
-from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
+from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
 from kbcli.search.pool import Pool
+from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
 
+@runtime_checkable
 class Source(Protocol):
     """What a view reads through: the knowledge base's store, analyzer and search (a
     :class:`~kbcli.pipeline.KnowledgeBase`)."""
 
-    store: Any
+    store: VectorStoreProtocol
 
     @property
-    def analyzer(self) -> Any:
+    def config(self) -> Config | None:
+        """The configuration the knowledge base was built with (None: the defaults)."""
+        ...
+
+    @property
+    def analyzer(self) -> Analyzer:
         """The analyzer the keyword index tokenizes with (scoped term weights use it)."""
         ...
 
@@ -64,7 +72,7 @@ def checked(filter: Any) -> dict[str, Any] | None:
     return canonical_paths(validate_filter(filter))
 
 
-def as_view(kb: Any) -> KnowledgeView:
+def as_view(kb: Reader) -> KnowledgeView:
     """``kb`` itself when it is a view (a scope), else an unrestricted view of it (what readers
     such as the agent tools and ``kb get`` go through)."""
     return kb if isinstance(kb, KnowledgeView) else KnowledgeView(kb, None)
@@ -86,7 +94,7 @@ class KnowledgeView:
         self.filter: dict[str, Any] | None = checked(filter)
 
     @property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Analyzer:
         """The knowledge base's analyzer (what phrase and exclusion checks tokenise with)."""
         return self.kb.analyzer
 
@@ -247,6 +255,11 @@ class KnowledgeView:
         return file_text(self, path)
 
 
+#: What the readers built on a knowledge base (answers, tools, ``kb get``) read through: the
+#: knowledge base itself or a view of it.
+Reader = Source | KnowledgeView
+
+
 def _embedder_dict(info: Any) -> dict[str, Any] | None:
     if info is None:
         return None
@@ -255,7 +268,7 @@ def _embedder_dict(info: Any) -> dict[str, Any] | None:
     return {"provider": str(info)}
 
 
-def file_text(view: Any, path: str | os.PathLike[str]) -> tuple[str, str]:
+def file_text(view: KnowledgeView, path: str | os.PathLike[str]) -> tuple[str, str]:
     """``(source, text)`` of a file's indexed chunks in ``view`` (a knowledge base or a scope).
 
     See :meth:`KnowledgeView.file_text`.

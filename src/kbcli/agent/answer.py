@@ -19,7 +19,7 @@ honest refusal ("refusing beats making things up").
 5. **Citations checked.** Every ``[n]`` must name a passage that was given; others are kept
    as ``unknown_citations``. With ``strict`` an answer citing no passage is a refusal.
 
-Scopes: a :class:`~kbcli.scope.ScopedKnowledgeBase` (and ``filter``) limits the search, the
+Scopes: a :class:`~kbcli.knowledge_base.ScopedKnowledgeBase` (and ``filter``) limits the search, the
 term weights and the hints of a refusal; nothing outside it is read into the prompt, the
 answer or a message.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kbcli.agent.seams import Readable
+from kbcli.config.lookup import defaults
 from kbcli.config.schema import AnswerConfig
 from kbcli.errors import InvalidOptionError
 from kbcli.filters.model import and_filters, matches
@@ -44,7 +44,7 @@ from kbcli.search.location import TermIdf, locate_lines
 from kbcli.search.place import hit_line, hit_page, location
 from kbcli.text.analysis import keyword_counts
 from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
-from kbcli.views import KnowledgeView, Source
+from kbcli.views import KnowledgeView, Reader, Source
 
 REFUSAL = "No relevant knowledge found"
 MAX_WEIGHED_TERMS = 64  # question terms weighed (one keyword lookup each); the rest are ignored
@@ -413,7 +413,7 @@ class Selection:
     weights: dict[str, float] | None = None  # the question's term weights, when measured
 
 
-def _parts(view: Readable) -> tuple[Source, dict[str, Any] | None]:
+def _parts(view: Reader) -> tuple[Source, dict[str, Any] | None]:
     """The knowledge base under ``view`` and the scope's filter (None: no scope)."""
     if isinstance(view, KnowledgeView):
         return view.kb, view.filter
@@ -421,7 +421,7 @@ def _parts(view: Readable) -> tuple[Source, dict[str, Any] | None]:
 
 
 def select_evidence(
-    view: Readable, question: str, options: SearchOptions, min_coverage: float
+    view: Reader, question: str, options: SearchOptions, min_coverage: float
 ) -> Selection:
     """Search ``view`` and keep the hits good enough to answer from (see module docstring)."""
     kb, scope = _parts(view)
@@ -457,7 +457,7 @@ def select_evidence(
 
 
 def _locate(
-    view: Readable,
+    view: Reader,
     question: str,
     evidence: list[Evidence],
     options: SearchOptions | None,
@@ -473,7 +473,7 @@ def _locate(
     locate_lines(view, text, results, options.filter, options.scope, weights=weights)
 
 
-def _nothing_found(view: Readable, filter: dict[str, Any] | None) -> str:
+def _nothing_found(view: Reader, filter: dict[str, Any] | None) -> str:
     """Why a search found nothing, when the filter explains it (read inside ``view``)."""
     reason = "no indexed passage matches the question"
     if not filter:
@@ -493,18 +493,15 @@ def _nothing_found(view: Readable, filter: dict[str, Any] | None) -> str:
 # --- ask -------------------------------------------------------------------------------------
 
 
-def answer_settings(view: Readable) -> AnswerConfig:
-    """``rag.answer`` of the configuration ``view`` was built with (else the process's)."""
-    from kbcli.config.lookup import get_config
-
+def answer_settings(view: Reader) -> AnswerConfig:
+    """``rag.answer`` of the configuration ``view`` was built with (else
+    :func:`kbcli.config.lookup.defaults`)."""
     kb, _ = _parts(view)
-    pipeline = getattr(kb, "pipeline", None)
-    config = getattr(pipeline, "config", None) or get_config()
-    return config.rag.answer
+    return (kb.config or defaults()).rag.answer
 
 
 def ask(
-    view: Readable,
+    view: Reader,
     question: str,
     options: SearchOptions | None = None,
     *,
@@ -518,7 +515,7 @@ def ask(
     dry_run: bool = False,
 ) -> Answer:
     """Answer ``question`` from ``view`` (a :class:`~kbcli.pipeline.KnowledgeBase` or a
-    :class:`~kbcli.scope.ScopedKnowledgeBase`); see the module docstring.
+    :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`); see the module docstring.
 
     ``options``: the search (default ``SearchOptions(k=8)``). ``settings``: ``rag.answer``
     (default: the knowledge base's configuration). ``model`` overrides its model; ``chat`` is

@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbcli.agent.seams import FileSource, Readable
+from kbcli.agent.seams import FileSource
 from kbcli.errors import InvalidOptionError, KBError, NotFoundError
 from kbcli.ingest import DefaultDocumentLoader
 from kbcli.ingest.lines import file_lines, is_text_file
 from kbcli.protocols import DocumentCatalog, DocumentLoaderProtocol, FileLedger, supports
 from kbcli.system.paths import source_forms, source_name, source_path
 from kbcli.types import Document, note_author
-from kbcli.views import KnowledgeView, Source, as_view
+from kbcli.views import KnowledgeView, Reader, Source, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
 MAX_CANDIDATES = 10  # files named when the end of a path matches several
@@ -282,7 +282,7 @@ def _file_lines(kb: Source, source: str, cache: LinesCache | None) -> list[str] 
     return lines
 
 
-def read_chunk(kb: Readable, chunk_id: str) -> Shown | None:
+def read_chunk(kb: Reader, chunk_id: str) -> Shown | None:
     """One chunk by id (``origin`` ``chunk``), or None when it is unknown or hidden."""
     docs = as_view(kb).get([chunk_id])
     if not docs:
@@ -303,7 +303,7 @@ def read_chunk(kb: Readable, chunk_id: str) -> Shown | None:
 
 
 def read_file(
-    kb: Readable,
+    kb: Reader,
     path: str,
     first: int = 1,
     last: int | None = None,
@@ -411,7 +411,7 @@ def read_page(view: KnowledgeView, source: str, docs: list[Document], page: int)
     return shown
 
 
-def read_target(kb: Readable, target: str) -> Shown:
+def read_target(kb: Reader, target: str) -> Shown:
     """What ``kb get TARGET`` shows (see the module docstring); raises NotFoundError."""
     if target and "/" not in target and ":" not in target:
         shown = read_chunk(kb, target)

@@ -8,10 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from kbcli.ingest.pipeline import Loader
-from kbcli.views import KnowledgeView, Source
-
-#: What a reader is built over: a view (a scope), or a knowledge base read whole.
-Readable = KnowledgeView | Source
+from kbcli.views import KnowledgeView
 
 
 @runtime_checkable

@@ -135,6 +135,15 @@ def get_config() -> Config:
     return _cached
 
 
+def defaults() -> Config:
+    """The configuration that public constructors built without one take their documented
+    defaults from (an ``OpenAIEmbedder()`` with no base URL takes ``rag.embedding.base_url``;
+    an ``IngestPipeline()`` chunks with ``limits.chunk_size``): the process's
+    (:func:`get_config`). The one read of it below the entry points (the CLI,
+    ``KnowledgeBase.from_config``), which hand every part the configuration they hold."""
+    return get_config()
+
+
 def use_config_file(path: str | os.PathLike[str] | None) -> None:
     """Make ``path`` (``kb --config``) the file :func:`get_config` reads, so that defaults
     taken deep in the library (search options, retrievers) come from the file the user named;
@@ -163,7 +172,7 @@ __all__ = [
     "OCR_LANGUAGES", "STORE_BACKENDS", "STORE_SETTINGS", "AnalysisConfig", "AnswerConfig",
     "Config", "EmbeddingConfig", "LimitsConfig", "OcrConfig", "PathsConfig", "RAGConfig",
     "RerankConfig", "RewriteConfig", "StoreConfig", "configured_file", "default_db_path",
-    "find_config_file", "get_config", "load_config", "locate_config", "parse_evidence_budget",
-    "read_file", "reset_config_cache", "target_store_config", "use_config_file", "user_config_dir",
-    "user_data_dir", "with_embedder", "with_store",
+    "defaults", "find_config_file", "get_config", "load_config", "locate_config",
+    "parse_evidence_budget", "read_file", "reset_config_cache", "target_store_config",
+    "use_config_file", "user_config_dir", "user_data_dir", "with_embedder", "with_store",
 ]  # fmt: skip

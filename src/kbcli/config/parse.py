@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,9 @@ class _Reader:
                 hint = f"did you mean {near[0]}?" if near else f"known keys: {', '.join(allowed)}"
                 raise self.fail(f"{prefix}.{key}", f"unknown key ({hint})")
 
-    def integer(self, section: dict, prefix: str, key: str, default: int, minimum: int) -> int:
+    def integer(
+        self, section: dict[str, Any], prefix: str, key: str, default: int, minimum: int
+    ) -> int:
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(f"{prefix}.{key}", f"must be a whole number, got {value!r}")
@@ -128,7 +131,13 @@ class _Reader:
         return value
 
     def number(
-        self, section: dict, prefix: str, key: str, default: float, lo: float, hi: float | None
+        self,
+        section: dict[str, Any],
+        prefix: str,
+        key: str,
+        default: float,
+        lo: float,
+        hi: float | None,
     ) -> float:
         value = section.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -140,14 +149,23 @@ class _Reader:
             raise self.fail(f"{prefix}.{key}", f"must be {bound}, got {value}")
         return float(value)
 
-    def string(self, section: dict, prefix: str, key: str, default: str | None) -> str | None:
+    def string(
+        self, section: dict[str, Any], prefix: str, key: str, default: str | None
+    ) -> str | None:
         value = section.get(key, default)
         if value is not None and not isinstance(value, str):
             raise self.fail(f"{prefix}.{key}", f"must be a string, got {value!r}")
         return value or default
 
     def choice(
-        self, section: dict, prefix: str, key: str, default: str, choices, *, paths: bool = False
+        self,
+        section: dict[str, Any],
+        prefix: str,
+        key: str,
+        default: str,
+        choices: Iterable[str],
+        *,
+        paths: bool = False,
     ) -> str:
         """A name from ``choices``; with ``paths`` also a ``package.module:Class`` path."""
         value = str(self.string(section, prefix, key, default)).strip()
@@ -161,7 +179,7 @@ class _Reader:
             )
         return value
 
-    def boolean(self, section: dict, prefix: str, key: str, default: bool) -> bool:
+    def boolean(self, section: dict[str, Any], prefix: str, key: str, default: bool) -> bool:
         value = section.get(key, default)
         if not isinstance(value, bool):
             raise self.fail(f"{prefix}.{key}", f"must be true or false, got {value!r}")

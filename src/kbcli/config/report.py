@@ -11,7 +11,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kbcli.config.lookup import CONFIG_FILENAME, FOUND_CWD, load_config, locate_config, read_file
+from kbcli.config.lookup import (
+    CONFIG_FILENAME,
+    FOUND_CWD,
+    Config,
+    load_config,
+    locate_config,
+    read_file,
+)
 from kbcli.config.parse import parse_yaml
 from kbcli.errors import InvalidOptionError
 from kbcli.system.redaction import redact
@@ -40,7 +47,7 @@ def write_template(path: Path, *, force: bool = False) -> Path:
     return target
 
 
-def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
+def trust_row(config: Config, found: str | None, raw: bytes) -> dict[str, str]:
     """The ``config trust`` row of ``kb config``: whether kb uses the file's settings that
     send data to a model or server, run code or write outside its folder
     (:mod:`kbcli.config.trust`),
@@ -56,9 +63,11 @@ def trust_row(config: Any, found: str | None, raw: bytes) -> dict[str, str]:
                 "to a model or server, runs code or writes outside its folder",
                 "origin": FOUND_CWD}  # fmt: skip
     keys = ", ".join(r.key for r in risks)
-    state = trust.status(config.source, raw)
+    source = config.source
+    assert source is not None  # a file found in the working folder
+    state = trust.status(source, raw)
     if state == "trusted":
-        when = trust.records()[trust.key(config.source)].get("trusted_at", "?")
+        when = trust.records()[trust.key(source)].get("trusted_at", "?")
         return {"key": "config trust", "value": f"trusted: kb uses {keys}",
                 "origin": f"kb trust, {when}"}  # fmt: skip
     what = "changed since trusted" if state == "changed" else "not trusted"
@@ -76,7 +85,9 @@ def _lookup(data: dict[str, Any], dotted: str) -> bool:
     return True
 
 
-def effective(config_option: Path | None = None, db_option: Path | None = None) -> list[dict]:
+def effective(
+    config_option: Path | None = None, db_option: Path | None = None
+) -> list[dict[str, str]]:
     """Rows ``{key, value, origin}``: every setting in effect and where it came from."""
     file, found = locate_config(config_option)
     data: dict[str, Any] = {}

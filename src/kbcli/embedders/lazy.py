@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.lookup import defaults
 from kbcli.embedders.base import EmbedderInfo, embed_queries, embedder_info, is_cheap
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -41,10 +42,9 @@ class LazyEmbedder:
     def resolved(self) -> Any:
         """The real embedder (resolved now if needed)."""
         if self._embedder is None:
-            from kbcli.config.lookup import get_config
             from kbcli.embedders.resolve import choose_embedder
 
-            config = self._config or get_config()
+            config = self._config or defaults()
             recorded = self._recorded() if self._recorded is not None else None
             if recorded is not None and not config.rag.embedding.provider_set:
                 model = recorded.model if recorded.provider in ("openai", "gemini") else None

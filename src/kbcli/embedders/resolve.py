@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kbcli.config.lookup import Config, get_config
+from kbcli.config.lookup import Config, defaults
 from kbcli.config.registry import EMBEDDERS, load_embedder_class
 from kbcli.embedders.local import offline_offer
 from kbcli.embedders.settings import first_env
@@ -73,7 +73,7 @@ def choose_embedder(
 
     The note is None when the provider was named (argument or config file).
     """
-    cfg = config if config is not None else get_config()
+    cfg = config if config is not None else defaults()
     emb = cfg.rag.embedding
     name = (preference or "").strip()
     if not name and emb.provider_set:

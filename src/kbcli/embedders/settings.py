@@ -7,17 +7,17 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from kbcli.config.lookup import Config, EmbeddingConfig, get_config
+from kbcli.config.lookup import Config, EmbeddingConfig, defaults
 
 
 def embedding_settings(provider: str, config: Config | None) -> EmbeddingConfig:
-    """``rag.embedding`` of ``config`` (default: the process config).
+    """``rag.embedding`` of ``config`` (default: :func:`kbcli.config.lookup.defaults`).
 
     ``model`` and ``base_url`` are only meant for the provider the file names, so when the file
     explicitly chose another provider they are blanked out; numbers (batch size, retries,
     timeout) apply to every provider.
     """
-    emb = (config if config is not None else get_config()).rag.embedding
+    emb = (config if config is not None else defaults()).rag.embedding
     if emb.provider_set and emb.provider not in (provider, "auto"):
         from dataclasses import replace
 

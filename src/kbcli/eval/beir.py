@@ -25,9 +25,15 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import KBError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbcli.config.schema import Config
+    from kbcli.knowledge_base import KnowledgeBase
+    from kbcli.protocols import EmbedderProtocol
+    from kbcli.types import SearchOptions, SearchResult
 
 SPLIT_PREFERENCE = ("test", "dev", "train")
 # Chunks recalled per query (the timed search). Documents are ranked by their best chunk, and
@@ -278,8 +284,8 @@ def evaluate(
     mode: str = "hybrid",
     k: int = 10,
     db: str | Path | None = None,
-    embedder: Any = None,
-    config: Any = None,
+    embedder: EmbedderProtocol | None = None,
+    config: Config | None = None,
     progress: Progress | None = None,
     search_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -296,11 +302,11 @@ def evaluate(
     Returns ``{"dataset", "split", "mode", "queries", "ndcg@10", "recall@10", "recall@100",
     "mrr@10", "latency_ms": {"mean", "p95"}}`` (``@10`` follows ``k``).
     """
-    from kbcli.config.lookup import get_config
+    from kbcli.config.lookup import defaults
     from kbcli.types import SearchOptions, normalize_mode
 
     mode = normalize_mode(mode)
-    config = config or get_config()
+    config = config or defaults()
     # built whole: alpha set after construction would not count as chosen (alpha_chosen)
     options = SearchOptions(
         k=max(CHUNK_POOL, 2 * k), mode=mode, **{"dedupe": False, **(search_options or {})}
@@ -329,8 +335,13 @@ def evaluate(
 
 
 def _open_index(
-    path: Path, data: BeirDataset, config: Any, embedder: Any, mode: str, progress: Any
-) -> Any:
+    path: Path,
+    data: BeirDataset,
+    config: Config,
+    embedder: EmbedderProtocol | None,
+    mode: str,
+    progress: Progress | None,
+) -> KnowledgeBase:
     from kbcli.config.lookup import StoreConfig
     from kbcli.pipeline import KnowledgeBase
     from kbcli.protocols import DocumentCatalog, supports
@@ -375,12 +386,14 @@ def _open_index(
     return kb
 
 
-def _check_reuse(kb: Any, path: Path) -> None:
+def _check_reuse(kb: KnowledgeBase, path: Path) -> None:
     """A kept index must match the embedder of this run (one built with another analyzer or
     keyword fields re-tokenises itself at its first search, without re-embedding)."""
     from kbcli.embedders.base import embedder_info
+    from kbcli.protocols import DocumentCatalog, supports
 
     store = kb.store
+    assert supports(store, DocumentCatalog)  # as _open_index checked
     recorded = store.embedder_info
     info = embedder_info(kb.embedder)
     problem = None
@@ -396,7 +409,7 @@ def _check_reuse(kb: Any, path: Path) -> None:
         )
 
 
-def _default_embedder(config: Any, mode: str) -> Any:
+def _default_embedder(config: Config, mode: str) -> EmbedderProtocol:
     from kbcli.embedders import SimpleEmbedder
 
     if mode == "keyword":
@@ -412,7 +425,7 @@ def _default_embedder(config: Any, mode: str) -> Any:
     return LazyEmbedder(config)
 
 
-def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> None:
+def _ingest_corpus(kb: KnowledgeBase, data: BeirDataset, progress: Progress | None) -> None:
     """Chunk, embed and store every document: the ingest path of ``KnowledgeBase.ingest_text``,
     batched so the embedder sees many chunks per call and SQLite commits per batch."""
     ingestor = kb.ingestor
@@ -428,12 +441,12 @@ def _ingest_corpus(kb: Any, data: BeirDataset, progress: Progress | None) -> Non
             # The document is the chunks' source, as a file is for ingested files.
             docs.extend(ingestor.build_documents(chunks, {"doc_id": doc_id, "source": doc_id}))
         if docs:
-            ingestor._store(docs)
+            ingestor.store_documents(docs)
         if progress is not None:
             progress("index", min(start + INGEST_BATCH, total), total)
 
 
-def _documents_of(hits: Sequence[Any]) -> list[str]:
+def _documents_of(hits: Sequence[SearchResult]) -> list[str]:
     """Document ids in the order of their best chunk among ``hits``, as the search ranked
     them (its own tie-break: hybrid hits past both fusion windows score 0 and are ordered by
     route rank, which sorting by score and id would undo)."""
@@ -441,7 +454,7 @@ def _documents_of(hits: Sequence[Any]) -> list[str]:
 
 
 def _run_queries(
-    kb: Any, data: BeirDataset, options: Any, progress: Progress | None
+    kb: KnowledgeBase, data: BeirDataset, options: SearchOptions, progress: Progress | None
 ) -> tuple[dict[str, list[str]], list[float]]:
     judged = [
         q

@@ -18,12 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli import __version__
 from kbcli.eval.beir import DatasetError, Progress, percentile
 from kbcli.search.query import Hits
 from kbcli.search.query import search as search_files
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbcli.knowledge_base import KnowledgeBase
+    from kbcli.protocols import VectorStoreProtocol
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
 
 # A question whose expected page is not in the first k files is searched again (untimed) for
@@ -111,15 +115,16 @@ def _expected_of(value: Any, where: str) -> dict[str, int]:
     return out
 
 
-def indexed_sources(store: Any) -> list[str]:
+def indexed_sources(store: VectorStoreProtocol) -> list[str]:
     """Every source the index holds, sorted: its file records, else its chunks' ``source``."""
-    from kbcli.protocols import FileLedger, supports
+    from kbcli.protocols import DocumentCatalog, FileLedger, supports
 
     if supports(store, FileLedger):
         sources = sorted(store.file_records())
         if sources:
             return sources
-    found = {d.metadata.get("source") for d in store.iter_documents()}
+    docs = store.iter_documents() if supports(store, DocumentCatalog) else store.list_all()
+    found = {d.metadata.get("source") for d in docs}
     return sorted(s for s in found if isinstance(s, str))
 
 
@@ -276,7 +281,7 @@ def suggest_min_score(relevant: Sequence[float], others: Sequence[float]) -> dic
 
 
 def evaluate_questions(
-    kb: Any,
+    kb: KnowledgeBase,
     questions: Sequence[Question],
     *,
     modes: Sequence[str] = ("hybrid",),
@@ -380,29 +385,31 @@ def _question_row(
     }
 
 
-def _search_facts(kb: Any, options: SearchOptions) -> dict[str, str]:
+def _search_facts(kb: KnowledgeBase, options: SearchOptions) -> dict[str, str]:
     """The settings beside the mode that shape every ranking: fusion, alpha, reranker."""
     alpha = f"{options.alpha:g}" if options.alpha_chosen else "kb's choice per query"
-    pipeline = getattr(kb, "pipeline", None)  # a knowledge base; a view searches through one
+    pipeline = kb.pipeline
     rerank = "none"
-    if pipeline is not None and pipeline.has_reranker:
+    if pipeline.has_reranker:
         config = pipeline.config
         rerank = config.rag.rerank.provider if config is not None else "yes"
     return {"fusion": options.fusion, "alpha": alpha, "rerank": rerank}
 
 
-def _load_models(kb: Any, modes: Sequence[str], clock: Callable[[], float]) -> dict[str, float]:
+def _load_models(
+    kb: KnowledgeBase, modes: Sequence[str], clock: Callable[[], float]
+) -> dict[str, float]:
     """Load what the searches need before they are timed: the embedder's first embedding
     (its model load, milliseconds) when a mode uses vectors."""
-    embedder = getattr(kb, "embedder", None)
-    if embedder is None or all(mode == "keyword" for mode in modes):
+    embedder = kb.embedder
+    if all(mode == "keyword" for mode in modes):
         return {}
     started = clock()
     embedder.embed_query("warm-up")
     return {"embedder": round((clock() - started) * 1000.0, 2)}
 
 
-def index_facts(store: Any) -> dict[str, Any]:
+def index_facts(store: VectorStoreProtocol) -> dict[str, Any]:
     """What names the index a report was made on: its location, backend, size, embedder,
     last ingest and generation (from the store's ``stats()``, when it has one)."""
     from kbcli.embedders.base import EmbedderInfo
@@ -482,7 +489,7 @@ def _compare(summaries: Mapping[str, Any], modes: Sequence[str], k: int) -> dict
     return out
 
 
-def _floors_of(kb: Any) -> dict[str, float] | None:
+def _floors_of(kb: KnowledgeBase) -> dict[str, float] | None:
     from kbcli.embedders.base import embedder_info
     from kbcli.protocols import DocumentCatalog, supports
     from kbcli.search.calibration import stored_floors

@@ -309,7 +309,8 @@ def hit_at_k_plot(result: dict[str, Any]) -> str:
 
 def _top_rank(row: dict[str, Any]) -> int | None:
     """The rank hit@k uses: the best rank of the question's highest-graded expected pages."""
-    return row["top_rank"]
+    rank = row["top_rank"]
+    return int(rank) if rank is not None else None
 
 
 def _rank_stops(top: int) -> list[int]:

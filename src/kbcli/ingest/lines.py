@@ -79,21 +79,6 @@ def is_text_file(path: str | Path) -> bool:
         return False
 
 
-def to_file_lines(
-    path: Path,
-    loaded: str,
-    chunks: list[Any],
-    encoding: str = "utf-8",
-    *,
-    max_bytes: int | None = None,
-) -> None:
-    """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
-    the file at ``path`` (read with the loader's decoding, at most ``max_bytes``)."""
-    from kbcli.ingest.loaders.text_encoding import read_text
-
-    map_file_lines(read_text(path, encoding, max_bytes=max_bytes), loaded, chunks)
-
-
 def map_file_lines(raw: str, loaded: str, chunks: list[Any]) -> None:
     """Rewrite the ``line``/``line_end`` of ``chunks`` (offsets into ``loaded``) as lines of
     ``raw``, the file's text as decoded from disk (see :func:`file_line_map`)."""

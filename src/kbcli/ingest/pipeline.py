@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.lookup import Config, defaults
 from kbcli.embedders.base import EmbedderInfo, embedder_info, is_cheap
 from kbcli.protocols import (
     DocumentCatalog,
     DocumentLoaderProtocol,
     EmbedderProtocol,
     EmbeddingCache,
-    FileLedger,
     SectionChunkerProtocol,
     SectionLoaderProtocol,
     TextChunkerProtocol,
@@ -23,10 +23,10 @@ from kbcli.protocols import (
     supports,
 )
 from kbcli.system.crashpoints import crash_point
+from kbcli.system.paths import canonical_source, source_path
 from kbcli.types import Document, Section
 
 if TYPE_CHECKING:  # pragma: no cover
-    from kbcli.config.schema import Config
     from kbcli.ingest.files import FileContent
     from kbcli.ingest.loaders.registry import Loaded
 
@@ -101,7 +101,7 @@ class IngestPipeline:
         if self._loader is None:
             from kbcli.ingest import DefaultDocumentLoader
 
-            config = self._config()
+            config = self.settings
             limits = config.limits
             self._loader = DefaultDocumentLoader(
                 max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
@@ -114,18 +114,17 @@ class IngestPipeline:
         if self._chunker is None:
             from kbcli.ingest import make_chunker
 
-            config = self._config()
+            config = self.settings
             self._chunker = make_chunker(
                 config.rag.chunker, config.limits.chunk_size, config.limits.chunk_overlap
             )
         return self._chunker
 
-    def _config(self) -> Config:
-        if self.config is None:
-            from kbcli.config.lookup import get_config
-
-            return get_config()
-        return self.config
+    @property
+    def settings(self) -> Config:
+        """The configuration the defaults come from: the one given, else
+        :func:`kbcli.config.lookup.defaults`."""
+        return self.config if self.config is not None else defaults()
 
     @property
     def normalizer(self) -> TextNormalizerProtocol:
@@ -194,7 +193,9 @@ class IngestPipeline:
 
     # --- embedding and storing ---------------------------------------------------------------
 
-    def _check_embedder(self) -> EmbedderInfo:
+    def check_embedder(self) -> EmbedderInfo:
+        """The embedder's identity, checked against the one the store's vectors were made
+        with (raises :class:`~kbcli.errors.IndexMismatchError` when they differ)."""
         info = embedder_info(self.embedder)
         if supports(self.store, DocumentCatalog):
             self.store.check_embedder(info)
@@ -261,8 +262,10 @@ class IngestPipeline:
             docs.append(Document(id=new_id(), text=chunk.text, metadata=meta, created_at=now))
         return docs
 
-    def _store(self, docs: list[Document], source: str | None = None) -> list[str]:
-        info = self._check_embedder()
+    def store_documents(self, docs: list[Document], source: str | None = None) -> list[str]:
+        """Embed and store ``docs`` (not chunked), in place of ``source``'s earlier chunks when
+        given (a plain reference store only adds); returns their ids."""
+        info = self.check_embedder()
         vectors = self.embed([d.text for d in docs])
         info = embedder_info(self.embedder) if info.dimension is None else info
         if supports(self.store, DocumentCatalog):
@@ -279,30 +282,21 @@ class IngestPipeline:
         chunks = self.chunk_sections([Section(text, {})])
         if not chunks:
             return []
-        return self._store(self.build_documents(chunks, metadata))
+        return self.store_documents(self.build_documents(chunks, metadata))
 
     def ingest_file(
         self, path: str | os.PathLike[str], metadata: dict[str, Any] | None = None
     ) -> list[str]:
         """Load, chunk, embed and store a file; metadata gets ``source`` (the absolute path).
 
-        The file's previous chunks (same ``source``) are replaced in one step. On a store with
-        a file ledger (every built-in store) this is ``kb ingest``'s own path for one file
-        (:func:`kbcli.ingest.sync.ingest_one`): the same chunks, line numbers and file record, so a
-        later ``kb ingest`` finds the file unchanged.
+        The file's previous chunks (same ``source``) are replaced in one step. These are the
+        steps alone: :meth:`KnowledgeBase.ingest_file <kbcli.pipeline.KnowledgeBase.ingest_file>`
+        goes through ``kb ingest``'s own path for one file on a store with a file ledger
+        (:func:`kbcli.ingest.sync.ingest_one`: the file record, read once and hashed).
         """
-        if supports(self.store, FileLedger) and supports(self.store, DocumentCatalog):
-            from types import SimpleNamespace
-
-            from kbcli.ingest.sync import ingest_one
-
-            # sync works on a knowledge base's store, ingestor and embedder: this pipeline's
-            own = SimpleNamespace(store=self.store, ingestor=self, embedder=self.embedder)
-            return ingest_one(own, path, metadata)
-        from kbcli.system.paths import canonical_source, source_path
 
         source = canonical_source(path)
         resolved = Path(source_path(source))
         chunks = self.chunk_sections(self.load_sections(resolved))
         docs = self.build_documents(chunks, {**(metadata or {}), "source": source})
-        return self._store(docs, source=source)
+        return self.store_documents(docs, source=source)

@@ -9,11 +9,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kbcli.ingest.writes import Indexable
 from kbcli.protocols import DocumentReader
 from kbcli.types import Document, FileRecord
 
 
-def file_settings(settings: str, kb: Any, path: Path) -> str:
+def file_settings(settings: str, kb: Indexable, path: Path) -> str:
     """``settings`` plus, for a file the loader may recognise by OCR (a PDF, an image), the
     OCR settings in effect (so installing the extra or changing ``ocr`` re-reads those)."""
     signature = getattr(kb.ingestor.loader, "ocr_signature", None)
@@ -23,7 +24,7 @@ def file_settings(settings: str, kb: Any, path: Path) -> str:
     return json.dumps({**json.loads(settings), "ocr": ocr}, sort_keys=True)
 
 
-def chunk_settings(kb: Any) -> str:
+def chunk_settings(kb: Indexable) -> str:
     """What, besides the file's bytes, decides its chunks: loader, normaliser and chunker."""
     ingestor = kb.ingestor
     chunker = ingestor.chunker
@@ -70,7 +71,7 @@ def relabel(
     old: dict[str, Any],
     new: dict[str, Any],
     settings: str,
-) -> tuple[FileRecord, list, None, list]:
+) -> tuple[FileRecord, list[Document], None, list[list[float] | None]]:
     """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
     vectors (no embedder call), and its record with the new meta."""
     from kbcli.text.analysis import TITLE_KEY, document_title

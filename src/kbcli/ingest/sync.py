@@ -30,21 +30,16 @@ import os
 import signal
 import stat
 import time
-from array import array
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
-from kbcli.embedders.base import EmbedderInfo, embedder_info
-from kbcli.errors import (
-    InvalidOptionError,
-    KBError,
-    LoaderError,
-    StoreError,
-)
+from kbcli.embedders.base import embedder_info
+from kbcli.embedders.resolve import remember_choice
+from kbcli.errors import KBError, LoaderError
 from kbcli.ingest.discovery import (
     DEFAULT_EXTENSIONS,
     check_prune,
@@ -63,65 +58,32 @@ from kbcli.ingest.settings import (
     split_settings,
 )
 from kbcli.ingest.vector_fill import fill_vectors
-from kbcli.protocols import (
-    DocumentCatalog,
-    EmbedderProtocol,
-    FileLedger,
-    KeywordIndex,
-    VectorStoreProtocol,
-    supports,
+from kbcli.ingest.writes import (
+    CHECKPOINT_EVERY,
+    Indexable,
+    PendingWrites,
+    Prepared,
+    ledger_store,
+    write_errors,
 )
+from kbcli.protocols import KeywordIndex, supports
 from kbcli.search.calibration import calibrate_index, has_floor
 from kbcli.system.crashpoints import crash_point
 from kbcli.system.paths import canonical_source, source_name, source_path
-from kbcli.system.signals import deferred, stop_if_terminated
+from kbcli.system.signals import stop_if_terminated
 from kbcli.types import FileRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.ingest.loaders.registry import Loaded
-    from kbcli.ingest.pipeline import IngestPipeline
+    from kbcli.ingest.pipeline import Loader
+
+__all__ = [
+    "DEFAULT_EXTENSIONS", "Indexable", "SyncInterrupted", "SyncReport", "discover", "ingest_one",
+    "ledger_store", "parse_extensions", "sync",
+]  # fmt: skip
 
 TORN_READ_RETRY_DELAY = 0.2  # seconds before reading a file again that changed while read
-CHECKPOINT_EVERY = 200  # files; keeps the WAL from growing without bound in a long run
-# Prepared files are written in groups: one transaction per group instead of per file (a commit
-# costs ~1-2 ms). Each file is still all-or-nothing: a crash rolls back the group, leaving
-# every file in it at its previous version. As many files as a checkpoint's span: a group of
-# 64 left the 8 files before each checkpoint a group of their own, and each group updates the
-# frequencies of every term it holds (at 100k chunks, fewer groups saved ~10 % of the ingest).
-WRITE_BATCH_FILES = CHECKPOINT_EVERY
-WRITE_BATCH_CHUNKS = 4000
-
 Progress = Callable[[str, int, int], None]
-
-
-class Indexable(Protocol):
-    """What :func:`sync` and :func:`ingest_one` use of a knowledge base (a
-    :class:`~kbcli.facade.BaseKnowledgeBase`, or an ingest pipeline's own parts): its store,
-    the pipeline that loads, chunks and embeds, and the embedder."""
-
-    @property
-    def store(self) -> VectorStoreProtocol: ...
-
-    @property
-    def ingestor(self) -> IngestPipeline: ...
-
-    @property
-    def embedder(self) -> EmbedderProtocol: ...
-
-
-class LedgerStore(DocumentCatalog, FileLedger, Protocol):
-    """A store a sync can write: a document catalog with a file ledger."""
-
-
-def ledger_store(kb: Indexable) -> LedgerStore:
-    """``kb``'s store, which must keep a file ledger (InvalidOptionError otherwise)."""
-    store = kb.store
-    if not supports(store, FileLedger) or not supports(store, DocumentCatalog):
-        raise InvalidOptionError(
-            f"{type(store).__name__} keeps no file ledger: incremental sync needs a store with "
-            "one (SQLiteStore, InMemoryStore); use KnowledgeBase.ingest_file instead"
-        )
-    return store
 
 
 class SyncInterrupted(KeyboardInterrupt):
@@ -133,14 +95,6 @@ class SyncInterrupted(KeyboardInterrupt):
         super().__init__()
         self.report = report
         self.signum = signum
-
-
-def ingest_lock(db_path: Path, wait: float) -> AbstractContextManager[None]:
-    """The one-ingest-at-a-time lock of the SQLite database at ``db_path`` (a lock file beside
-    it), as :meth:`SQLiteStore.writer_lock` takes it."""
-    from kbcli.system.locking import lock_file
-
-    return lock_file(Path(f"{db_path}.ingest-lock"), wait, str(db_path))
 
 
 def sync(
@@ -159,6 +113,7 @@ def sync(
     allow_mass_delete: bool = False,
     vector_progress: Callable[[int, int], None] | None = None,
     only: Collection[Path] | None = None,
+    report: SyncReport | None = None,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
@@ -183,12 +138,17 @@ def sync(
     ``only`` (``kb watch``'s changed paths, resolved, below ``paths``; gone ones included)
     limits the run to those files and folders, with the same rules (:func:`discover`): a
     path gone from disk leaves the index, a folder's files with it.
+
+    ``report`` is the report the run fills and returns (default: a new one). A caller that
+    passes its own still holds what the index kept when the run stops with an error (a
+    :class:`~kbcli.errors.KBError`, raised as it is: ``kb ingest --json`` prints it with the
+    error); an interrupt carries it (:class:`SyncInterrupted`).
     """
     started = time.monotonic()
     store = ledger_store(kb)
     extensions = parse_extensions(extensions)
-    report = SyncReport()
-    with _interrupts_kept(report, started), _reported(report, started):
+    report = report if report is not None else SyncReport()
+    with _interrupts_kept(report, started), _timed_on_error(report, started):
         found = discover(
             list(paths),
             extensions,
@@ -202,7 +162,7 @@ def sync(
         report.special, report.links = found.special, found.links
         report.skipped_folders = found.folders
         report.unreadable = len(found.unreadable)
-        with store.writer_lock(wait), _write_errors():
+        with store.writer_lock(wait), write_errors():
             records = store.file_records()
             names = {path: source_name(path) for path in found.files}
             present = set(names.values())
@@ -215,13 +175,11 @@ def sync(
                 report.rebuilt = _rebuild_index(kb)
                 records = store.file_records()
             settings = chunk_settings(kb)
-            info = kb.ingestor._check_embedder()
+            info = kb.ingestor.check_embedder()
             if store.embedder_info is None:
-                from kbcli.embedders.resolve import remember_choice
-
                 remember_choice(store, info)
             total = len(found.files)
-            pending = _PendingWrites(kb, report)
+            pending = PendingWrites(kb, report)
             reading = _Reading(_max_bytes(kb), follow_symlinks)
             if progress is not None:
                 progress("", 0, total)
@@ -238,7 +196,7 @@ def sync(
                         kb, path, records.get(name), own, metadata, rebuild, report, reading
                     )
                     if prepared is not None:
-                        pending.add(*prepared)
+                        pending.add(prepared)
                     report.timed(name, time.monotonic() - began)
                     if progress is not None:
                         progress(name, done, total)
@@ -291,12 +249,10 @@ def ingest_one(
     store = ledger_store(kb)
     resolved = Path(source_path(canonical_source(path)))
     report = SyncReport()
-    with store.writer_lock(wait), _write_errors():
+    with store.writer_lock(wait), write_errors():
         settings = file_settings(chunk_settings(kb), kb, resolved)
-        info = kb.ingestor._check_embedder()
+        info = kb.ingestor.check_embedder()
         if store.embedder_info is None:
-            from kbcli.embedders.resolve import remember_choice
-
             remember_choice(store, info)
         prepared = _sync_file(
             kb,
@@ -310,18 +266,17 @@ def ingest_one(
             raise_failure=True,
         )
         assert prepared is not None  # with record None the file is always prepared
-        record, docs, is_new = prepared
         # One file: embedded before its write (one transaction, chunks and vectors together),
         # where kb ingest writes files first and embeds across them after.
-        vectors = kb.ingestor.embed([d.text for d in docs], remember=False)
-        pending = _PendingWrites(kb, report)
-        pending.add(record, docs, is_new, vectors)
+        prepared.vectors = kb.ingestor.embed([d.text for d in prepared.docs], remember=False)
+        pending = PendingWrites(kb, report)
+        pending.add(prepared)
         pending.flush()
         # No prepare_search here: a script ingesting files one by one would rewrite the keyword
         # pack after each; the next search brings it up to date once.
         if not has_floor(kb):
             calibrate_index(kb)
-    return list(prepared[0].chunk_ids)
+    return list(prepared.record.chunk_ids)
 
 
 @contextmanager
@@ -347,169 +302,14 @@ def _name_taken(name: str) -> str:
 
 
 @contextmanager
-def _reported(report: SyncReport, started: float) -> Iterator[None]:
-    """Attach ``report`` (what the index kept: the files written before the error) to a
-    :class:`KBError` that stops the sync, as ``exc.report``, so ``kb ingest --json`` still
-    prints its summary."""
+def _timed_on_error(report: SyncReport, started: float) -> Iterator[None]:
+    """A :class:`KBError` that stops the sync leaves ``report`` (what the index kept: the
+    files written before the error) with its time, for the caller that passed it."""
     try:
         yield
-    except KBError as exc:
+    except KBError:
         report.seconds = time.monotonic() - started
-        exc.report = report  # type: ignore[attr-defined]
         raise
-
-
-@contextmanager
-def _write_errors() -> Iterator[None]:
-    """Turn a failed write (disk full, I/O error) into one StoreError line.
-
-    Each file's rows are swapped in one transaction, so the batch being written rolls back:
-    files written before it stay at their new version, the others at their previous one.
-    """
-    import sqlite3
-
-    try:
-        yield
-    except (OSError, sqlite3.OperationalError) as exc:
-        reason = _root_reason(exc)
-        raise StoreError(
-            f"Writing to the index failed ({reason}): files not yet written keep their "
-            "previous version and the index stays searchable; free disk space (or fix the "
-            "disk) and run kb ingest again"
-        ) from exc
-
-
-def _root_reason(exc: BaseException) -> str:
-    """The first cause in the chain that names the real problem (a failed ROLLBACK after a
-    full disk reports "no transaction is active"; the disk-full error is its context)."""
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    for candidate in seen:
-        if isinstance(candidate, OSError) and candidate.errno is not None:
-            return candidate.strerror or str(candidate)
-        text = str(candidate)
-        if "full" in text or "I/O" in text:
-            return text
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-class _PendingWrites:
-    """Prepared files waiting for their write, one transaction per group, each file whole.
-
-    Files are written with the vectors already known (the embedding cache: unchanged chunk
-    texts, renamed files; a relabelled file's own) and nothing costly is embedded here: a
-    chunk without a vector is searchable by keyword from the moment its file is written, and
-    :func:`fill_vectors` embeds what is missing afterwards (in this run, or the next one). A
-    cheap embedder's vectors (the built-in one) are all known: embedded as each file is
-    queued, written with its chunks, never cached, and nothing is left to fill.
-    """
-
-    def __init__(self, kb: Indexable, report: SyncReport):
-        self.kb = kb
-        self.store = ledger_store(kb)
-        self.report = report
-        self.items: list[tuple[FileRecord, list, bool | None]] = []
-        self.chunks = 0
-        # float32 arrays, as every store keeps them: a 64-d vector as a list of floats costs
-        # ~2.1 KB against ~0.3 KB, and a big file's vectors are all held until its write.
-        self.vectors: dict[str, array] = {}
-        self.lacking: dict[str, None] = {}  # sources written with chunks still lacking vectors
-
-    def add(
-        self,
-        record: FileRecord,
-        docs: list,
-        is_new: bool | None,
-        vectors: list[list[float]] | None = None,
-    ) -> None:
-        """Queue a file; ``is_new`` None means only its metadata changed (``vectors``: the
-        ones it has, so nothing is embedded)."""
-        self.items.append((record, docs, is_new))
-        if vectors is not None:
-            self._keep((d.text, v) for d, v in zip(docs, vectors) if v is not None)
-        self.chunks += len(docs)
-        texts = [d.text for d in docs if d.text not in self.vectors]
-        self._keep(self.kb.ingestor.cached_vectors(texts).items())
-        if self.chunks >= WRITE_BATCH_CHUNKS or len(self.items) >= WRITE_BATCH_FILES:
-            self.flush()
-
-    def _keep(self, pairs: Iterable[tuple[str, Sequence[float]]]) -> None:
-        self.vectors.update((text, array("f", v)) for text, v in pairs)
-
-    def flush(self) -> None:
-        """Write every queued file."""
-        if not self.items:
-            return
-        store = self.store
-        info = embedder_info(self.kb.embedder)
-        # A termination signal waits until the files are written and counted (else the
-        # interrupted sync would write them again and count them twice); Ctrl-C in the
-        # middle rolls the transaction back and the caller writes them again, once.
-        with deferred():
-            with store.transaction():
-                removed = self._write_all(info)
-            self._count(removed)
-            self.items, self.chunks, self.vectors = [], 0, {}
-
-    def _count(self, removed: list[int]) -> None:
-        report = self.report
-        for (record, docs, is_new), gone in zip(self.items, removed):
-            if any(d.text not in self.vectors for d in docs):
-                self.lacking[record.path] = None
-            if is_new is None:
-                report.metadata_updated += 1
-                continue
-            report.chunks_removed += gone
-            report.chunks_added += len(docs)
-            if is_new:
-                report.added += 1
-            else:
-                report.updated += 1
-
-    def _write_all(self, info: EmbedderInfo) -> list[int]:
-        """Swap every queued file in (inside the caller's transaction); the chunks removed from
-        each. Files of up to :data:`WRITE_BATCH_CHUNKS` chunks go to the store together
-        (``replace_files``: one keyword update for all of them), a bigger one by itself."""
-        removed: list[int] = []
-        together: list[tuple] = []
-        for record, docs, _ in self.items:
-            if len(docs) <= WRITE_BATCH_CHUNKS:
-                complete = all(d.text in self.vectors for d in docs)
-                vectors = [self.vectors.get(d.text) for d in docs]
-                together.append((record, docs, vectors, info if complete else None))
-                continue
-            removed += self.store.replace_files(together)
-            together = []
-            removed.append(self._write(record, docs, info))
-        return removed + self.store.replace_files(together)
-
-    def _known(self, docs: list) -> list[list[float]]:
-        """The vectors known for ``docs``, None where not known yet. They stay float32 arrays:
-        every store takes any float sequence or None there, and lists would cost 7x."""
-        return cast("list[list[float]]", [self.vectors.get(d.text) for d in docs])
-
-    def _write(self, record: FileRecord, docs: list, info: EmbedderInfo) -> int:
-        """Swap one file in (inside the caller's transaction); returns the chunks removed.
-
-        A chunk whose vector is not known yet is written without one (``None``), and then the
-        store records no embedder and caches nothing for the file: :func:`fill_vectors` does
-        both. A file of more than :data:`WRITE_BATCH_CHUNKS` chunks goes to the store in slices
-        of that size within the same transaction (still all or nothing), so the store never
-        prepares every row of a huge file at once (per-chunk term counts cost ~3 KB each).
-        """
-        store = self.store
-        complete = all(d.text in self.vectors for d in docs)
-        head = docs[:WRITE_BATCH_CHUNKS]
-        vectors = self._known(head)
-        removed = store.replace_file(record, head, vectors, embedder=info if complete else None)
-        for start in range(WRITE_BATCH_CHUNKS, len(docs), WRITE_BATCH_CHUNKS):
-            part = docs[start : start + WRITE_BATCH_CHUNKS]
-            vectors = self._known(part)
-            store.add(part, vectors, embedder=info if complete else None)
-        return removed
 
 
 @dataclass(frozen=True)
@@ -525,12 +325,7 @@ def _max_bytes(kb: Indexable) -> int | None:
     loader = kb.ingestor.loader
     if hasattr(loader, "max_file_mb"):
         return limit_bytes(loader.max_file_mb)
-    config = kb.ingestor.config
-    if config is None:
-        from kbcli.config.lookup import get_config
-
-        config = get_config()
-    return limit_bytes(config.limits.max_file_mb)
+    return limit_bytes(kb.ingestor.settings.limits.max_file_mb)
 
 
 def _sync_file(
@@ -544,10 +339,10 @@ def _sync_file(
     reading: _Reading | None = None,
     *,
     raise_failure: bool = False,
-) -> tuple[Any, ...] | None:
+) -> Prepared | None:
     """Skip an unchanged file, re-label one whose ``--meta`` changed, or load and chunk a
-    changed one (nothing embedded or written yet: :class:`_PendingWrites` writes, and
-    :func:`fill_vectors` embeds, across files).
+    changed one (nothing embedded or written yet: :class:`~kbcli.ingest.writes.PendingWrites`
+    writes, and :func:`fill_vectors` embeds, across files).
 
     ``metadata`` None keeps the meta a file was indexed with; a dict replaces it. The file is
     read once, hashed while read (:func:`~kbcli.ingest.files.read_content`), and loaded from
@@ -573,7 +368,7 @@ def _sync_file(
             raise LoaderError(f"{path}: not a regular file ({file_kind(st.st_mode)}): not read")
         if kept is not None and (kept.size, kept.mtime_ns) == (st.st_size, st.st_mtime_ns):
             if meta_changed:
-                return relabel(store, kept, recorded_meta, meta, settings)
+                return Prepared(*relabel(store, kept, recorded_meta, meta, settings))
             report.unchanged += 1
             return None
         if reading.limit is not None and st.st_size > reading.limit:
@@ -589,7 +384,7 @@ def _sync_file(
             if kept is not None and kept.sha256 == digest:
                 kept.size, kept.mtime_ns = st.st_size, st.st_mtime_ns
                 if meta_changed:
-                    return relabel(store, kept, recorded_meta, meta, settings)
+                    return Prepared(*relabel(store, kept, recorded_meta, meta, settings))
                 store.touch_file(kept)
                 report.unchanged += 1
                 return None
@@ -650,10 +445,10 @@ def _sync_file(
         [d.id for d in docs],
         now,
     )
-    return new_record, docs, record is None
+    return Prepared(new_record, docs, record is None)
 
 
-def _loader_warnings(loader: Any, path: Path) -> list[str]:
+def _loader_warnings(loader: Loader, path: Path) -> list[str]:
     warnings = getattr(loader, "last_warnings", None) or []
     return [source_name(w if str(path) in w else f"{path}: {w}") for w in warnings]
 

@@ -7,19 +7,20 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from kbcli.embedders.base import embedder_info
 from kbcli.ingest.report import SyncReport
-from kbcli.protocols import VectorWriter, supports
+from kbcli.ingest.writes import Indexable, as_vectors, ledger_store
+from kbcli.protocols import IndexMetadata, VectorWriter, supports
 from kbcli.system.crashpoints import crash_point
 from kbcli.system.signals import deferred
+from kbcli.types import Document
 
 # Chunks embedded and stored per transaction when vectors are filled in after the writes.
 FILL_BATCH = 256
 
 
-def missing_vectors(store: Any) -> int | None:
+def missing_vectors(store: IndexMetadata) -> int | None:
     """How many chunks of ``store`` have no vector (``stats()`` chunks less vectors), or None
     when its stats do not say."""
     try:
@@ -33,7 +34,7 @@ def missing_vectors(store: Any) -> int | None:
 
 
 def fill_vectors(
-    kb: Any,
+    kb: Indexable,
     report: SyncReport,
     first: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
@@ -49,7 +50,7 @@ def fill_vectors(
     chunks' own ids, texts and metadata (the embedding cache finds them there as the index's
     own).
     """
-    store = kb.store
+    store = ledger_store(kb)
     missing = missing_vectors(store)
     if missing == 0:
         report.vectors_missing = 0
@@ -64,7 +65,7 @@ def fill_vectors(
     total = missing if missing is not None else 0
     batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
     size = max(batch, FILL_BATCH // batch * batch)
-    waiting: list[Any] = []
+    waiting: list[Document] = []
     done = 0
     if progress is not None and total:
         progress(0, total)
@@ -92,7 +93,7 @@ def fill_vectors(
     report.vectors_missing = missing_vectors(store) or 0
 
 
-def _fill(kb: Any, docs: list, report: SyncReport) -> None:
+def _fill(kb: Indexable, docs: list[Document], report: SyncReport) -> None:
     """Embed ``docs`` (the cache first) and store them with their vectors in one transaction,
     counted in ``report``."""
     texts = list(dict.fromkeys(d.text for d in docs))
@@ -101,11 +102,11 @@ def _fill(kb: Any, docs: list, report: SyncReport) -> None:
     vectors = {t: array("f", v) for t, v in zip(texts, embedded)}
     crash_point("after-embed")
     info = embedder_info(kb.embedder)
-    store = kb.store
+    store = ledger_store(kb)
     with deferred():  # a termination signal waits for the commit and its count
         with store.transaction():
             if supports(store, VectorWriter):
                 store.set_vectors({d.id: vectors[d.text] for d in docs}, embedder=info)
             else:
-                store.add(docs, [vectors[d.text] for d in docs], embedder=info)
+                store.add(docs, as_vectors([vectors[d.text] for d in docs]), embedder=info)
         report.vectors_added += len(docs)

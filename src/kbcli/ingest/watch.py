@@ -55,7 +55,8 @@ from kbcli.ingest.discovery import (
 )
 from kbcli.ingest.files import file_kind
 from kbcli.ingest.report import SyncReport
-from kbcli.ingest.sync import ledger_store, sync
+from kbcli.ingest.sync import sync
+from kbcli.ingest.writes import Indexable, ledger_store
 from kbcli.system.paths import source_name, source_path
 
 QUIET_MS = 500  # a batch is applied once its events have been quiet this long ...
@@ -232,7 +233,7 @@ class Watch:
 
     def __init__(
         self,
-        kb: Any,
+        kb: Indexable,
         paths: Iterable[Path],
         settings: WatchSettings | None = None,
         *,
@@ -463,7 +464,7 @@ class Watch:
             if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
                 keep.add(path)  # (another regular file is never indexed)
         if gone:  # another file, or a folder: only worth a batch when something is indexed there
-            indexed = {Path(source_path(r)) for r in self.kb.store.file_records()}
+            indexed = {Path(source_path(r)) for r in ledger_store(self.kb).file_records()}
             indexed |= {parent for p in indexed for parent in p.parents}
             keep.update(p for p in gone if p in indexed)
         return keep

@@ -66,7 +66,7 @@ from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
 from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.filters.syntax import parse_filter_expressions
-from kbcli.scope import ScopedKnowledgeBase
+from kbcli.knowledge_base import ScopedKnowledgeBase
 from kbcli.views import Source
 
 MIN_TOKEN_CHARS = 16

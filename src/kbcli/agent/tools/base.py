@@ -9,11 +9,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbcli.agent.seams import Readable
 from kbcli.errors import InvalidOptionError, KBError
 from kbcli.search.place import hit_line, location
 from kbcli.types import SearchResult, note_author
-from kbcli.views import KnowledgeView, as_view
+from kbcli.views import KnowledgeView, Reader, as_view
 
 MAX_QUERY_CHARS = 2000
 MAX_ID_CHARS = 200
@@ -140,7 +139,7 @@ def error_result(message: str) -> ToolResult:
     return ToolResult(message if message.startswith("Error:") else f"Error: {message}", [], True)
 
 
-def reader_of(view: Readable) -> KnowledgeView:
+def reader_of(view: Reader) -> KnowledgeView:
     """``view`` itself when it is a view (a scope), else an unrestricted view of the knowledge
     base."""
     return as_view(view)

@@ -10,12 +10,12 @@ arguments and failures come back as one ``Error: ...`` line (:meth:`~KnowledgeTo
 says so with ``is_error``); unexpected exceptions are logged on the ``kbcli.agent.tools.read``
 logger.
 
-Scopes: a tool built over a :class:`~kbcli.scope.ScopedKnowledgeBase` (``kb.as_tool(filter=...)``,
-``knowledge_tools(kb, filter=...)``) reads only through it. The ``filter`` argument a caller
-sends is validated and ANDed with the scope, so it can only narrow what the tool sees; unknown
-arguments are refused; an id or path the scope hides is reported exactly like an unknown one,
-and an empty search's reason (a source nothing is indexed under, a filter key no chunk has) is
-judged over the scope alone.
+Scopes: a tool built over a :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`
+(``kb.as_tool(filter=...)``, ``knowledge_tools(kb, filter=...)``) reads only through it. The
+``filter`` argument a caller sends is validated and ANDed with the scope, so it can only narrow
+what the tool sees; unknown arguments are refused; an id or path the scope hides is reported
+exactly like an unknown one, and an empty search's reason (a source nothing is indexed under, a
+filter key no chunk has) is judged over the scope alone.
 The MCP server (:mod:`kbcli.agent.mcp.server`) serves these same tool objects.
 """
 
@@ -36,7 +36,6 @@ from kbcli.agent.get import (
     read_chunk,
     read_file,
 )
-from kbcli.agent.seams import Readable
 from kbcli.agent.tools.base import (
     MAX_ID_CHARS,
     MAX_QUERY_CHARS,
@@ -58,6 +57,7 @@ from kbcli.search import hints
 from kbcli.search.location import locate_lines
 from kbcli.search.pipeline import RAGPipeline
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
+from kbcli.views import Reader
 
 NO_RESULTS = "No relevant knowledge found."
 # Empty answers with the caller's filter to blame (``where``: "under '/docs/'", "at '/a.md'"):
@@ -90,7 +90,8 @@ class KnowledgeSearchTool(KnowledgeTool):
     hit cited with its source, page and heading where known and its chunk id.
 
     ``pipeline`` is anything with ``search_with(query, options)`` (a
-    :class:`~kbcli.pipeline.KnowledgeBase` or a :class:`~kbcli.scope.ScopedKnowledgeBase`) or
+    :class:`~kbcli.pipeline.KnowledgeBase` or a
+    :class:`~kbcli.knowledge_base.ScopedKnowledgeBase`) or
     ``search(query, options)`` (a :class:`~kbcli.pipeline.RAGPipeline`). ``access_filter``
     restricts every search to documents that pass it (over a knowledge base, through
     :meth:`~kbcli.pipeline.KnowledgeBase.scoped`); a caller's ``filter`` argument is ANDed with
@@ -110,7 +111,7 @@ class KnowledgeSearchTool(KnowledgeTool):
 
     def __init__(
         self,
-        pipeline: Readable | RAGPipeline,
+        pipeline: Reader | RAGPipeline,
         *,
         default_k: int = DEFAULT_K,
         default_mode: str = "hybrid",
@@ -288,7 +289,7 @@ class KnowledgeGetTool(KnowledgeTool):
 
     def __init__(
         self,
-        view: Readable,
+        view: Reader,
         *,
         max_lines: int = MAX_LINES,
         line_width: int = LINE_WIDTH,
@@ -455,7 +456,7 @@ class KnowledgeStatsTool(KnowledgeTool):
         "it was built with and when documents were last added."
     )
 
-    def __init__(self, view: Readable):
+    def __init__(self, view: Reader):
         self.view = reader_of(view)
 
     def figures(self) -> dict[str, Any]:
@@ -486,7 +487,7 @@ class KnowledgeStatsTool(KnowledgeTool):
 
 
 def knowledge_tools(
-    kb: Readable,
+    kb: Reader,
     filter: dict[str, Any] | None = None,
     *,
     allow_write: bool = False,

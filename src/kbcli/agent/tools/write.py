@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kbcli.agent.seams import Readable, note_base
+from kbcli.agent.seams import note_base
 from kbcli.agent.tools.base import (
     MAX_ID_CHARS,
     MAX_QUERY_CHARS,
@@ -44,7 +44,7 @@ from kbcli.filters.model import matches
 from kbcli.protocols import FileLedger, supports
 from kbcli.system.paths import normal_source
 from kbcli.types import LOCATION_KEYS, NOTE_BY, note_author
-from kbcli.views import KnowledgeView
+from kbcli.views import KnowledgeView, Reader
 
 NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
 MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
@@ -207,7 +207,7 @@ class KnowledgeAddTool(KnowledgeTool):
     )
 
     def __init__(
-        self, view: Readable, max_chars: int = MAX_NOTE_CHARS, writer: NoteWriter | None = None
+        self, view: Reader, max_chars: int = MAX_NOTE_CHARS, writer: NoteWriter | None = None
     ):
         self.view = reader_of(view)
         self.writer = writer or NoteWriter("agent")
@@ -281,7 +281,7 @@ class KnowledgeDeleteTool(KnowledgeTool):
         "indexed files cannot be deleted here: they leave the index with their file."
     )
 
-    def __init__(self, view: Readable, writer: NoteWriter | None = None):
+    def __init__(self, view: Reader, writer: NoteWriter | None = None):
         self.view = reader_of(view)
         self.writer = writer  # whose count of bytes a delete makes stale
 

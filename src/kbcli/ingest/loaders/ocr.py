@@ -293,7 +293,7 @@ def render_scale(width_pt: float, height_pt: float, options: OcrConfig) -> float
     limit = options.max_megapixels * 1e6
     if area * scale * scale > limit:
         scale = math.sqrt(limit / area) * 0.995  # the renderer rounds pixel sizes up
-    return scale
+    return float(scale)
 
 
 def scan_pdf_page(path: str, max_bytes: int | None, number: int, options: OcrConfig) -> PageScan:

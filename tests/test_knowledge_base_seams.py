@@ -1,0 +1,168 @@
+"""The knowledge base's seams (issue 38): a library user's explicit configuration wins over a
+``jianmu.yaml`` they never named, on every path (ingest, search, answer); a reader builds no
+ingest pipeline; ``KnowledgeBase.ingest_file`` goes through the sync's own entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kbcli.ingest.pipeline as pipeline_module
+import kbcli.knowledge_base as knowledge_base_module
+from cli_helpers import run
+from kbcli import KnowledgeBase
+from kbcli.config.lookup import load_config, reset_config_cache
+from kbcli.embedders import SimpleEmbedder
+from kbcli.errors import EmbedderError
+from kbcli.ingest.report import SyncReport
+from kbcli.ingest.sync import sync
+from kbcli.providers.chat import Completion
+
+TEXT = (
+    "# Resetting your password\n\n"
+    + "Open Settings, choose Security and click Reset password to get a reset link. " * 6
+    + "\n\n## Expiry\n\n"
+    + "The reset link expires after one hour; ask for a new one when it has expired. " * 6
+    + "\n"
+)
+MINE = """
+limits: {chunk_size: 120, chunk_overlap: 0, rerank_alpha: 0.9, source_weight: 0.5}
+rag:
+  chunker: simple
+  answer: {max_tokens: 123, temperature: 0.25, max_evidence: 400, min_coverage: 0.01}
+"""
+NEVER_NAMED = """
+limits: {chunk_size: 2000, chunk_overlap: 100, rerank_alpha: 0.1, source_weight: 4.0}
+rag:
+  chunker: structure
+  answer: {max_tokens: 999, temperature: 0.9, max_evidence: 9000, min_coverage: 0.99}
+"""
+
+
+class RecordingChat:
+    """A chat model that records what it was asked with."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def complete(self, messages: Any, **settings: Any) -> Completion:
+        self.asked.append(settings)
+        return Completion(text="Use the reset link [1].", model="recording")
+
+
+def outcome(tmp_path: Path, name: str) -> dict[str, Any]:
+    """Ingest, search and answer through a knowledge base built from the explicit ``mine.yaml``:
+    what each path produced and the settings the chat model was called with."""
+    config = load_config(tmp_path / "mine.yaml")
+    doc = tmp_path / "guide.md"
+    doc.write_text(TEXT)
+    with KnowledgeBase.open(tmp_path / f"{name}.db", config=config) as kb:
+        ids = kb.ingest_file(doc)
+        chunks = sorted(d.text for d in kb.store.get(ids))
+        hits = [(h.document.text, round(h.score, 9)) for h in kb.search("reset link expires", k=4)]
+        chat = RecordingChat()
+        answer = kb.ask("When does the reset link expire?", chat=chat, min_coverage=None)
+    evidence = [e.text for e in answer.evidence]
+    assert answer.text and not answer.refused, answer.reason
+    return {"chunks": chunks, "hits": hits, "chat": chat.asked, "evidence": evidence}
+
+
+def test_an_explicit_config_wins_over_a_file_in_the_working_folder(tmp_path, monkeypatch):
+    (tmp_path / "mine.yaml").write_text(MINE)
+    alone = outcome(tmp_path, "alone")  # no jianmu.yaml anywhere the lookup looks
+
+    (Path.cwd() / "jianmu.yaml").write_text(NEVER_NAMED)  # found by the default lookup
+    reset_config_cache()
+    with KnowledgeBase.open(tmp_path / "ambient.db") as ambient:
+        assert ambient.ingestor.chunker.chunk_size == 2000  # the file is there and is read
+    reset_config_cache()
+    beside = outcome(tmp_path, "beside")
+
+    assert beside == alone
+    assert all(len(c) <= 120 for c in alone["chunks"]) and len(alone["chunks"]) > 3
+    assert alone["chat"] == [{"max_tokens": 123, "temperature": 0.25, "on_text": None}]
+
+
+def test_the_explicit_config_reaches_every_part(tmp_path):
+    (Path.cwd() / "jianmu.yaml").write_text(NEVER_NAMED)
+    (tmp_path / "mine.yaml").write_text(MINE)
+    config = load_config(tmp_path / "mine.yaml")
+    with KnowledgeBase.open(tmp_path / "kb.db", config=config) as kb:
+        assert kb.config is config and kb.pipeline.config is config
+        assert kb.ingestor.settings is config and kb.ingestor.chunker.chunk_size == 120
+        assert kb.retriever.alpha == 0.9
+        assert kb.embedder.resolved.__class__.__name__ == "SimpleEmbedder"
+
+
+def test_a_search_builds_no_ingest_pipeline(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text(TEXT)
+    assert run("ingest", str(docs), "-q").exit_code == 0
+
+    built: list[object] = []
+    real = pipeline_module.IngestPipeline.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_module.IngestPipeline, "__init__", counted)
+    for mode in ("keyword", "hybrid", "semantic"):
+        result = run("search", "reset link", "--mode", mode)
+        assert result.exit_code == 0 and "reset" in result.stdout.lower(), result.stderr
+    with KnowledgeBase.open() as kb:
+        assert kb.search("reset link", mode="keyword")
+        assert kb.scoped({"source": {"$exists": True}}).search("reset link")
+    assert built == []
+    with KnowledgeBase.open() as kb:
+        kb.add("a writer builds it")
+    assert len(built) == 1
+
+
+def test_ingest_file_goes_through_the_syncs_entry_point(tmp_path, monkeypatch):
+    calls: list[Path] = []
+    real = knowledge_base_module.ingest_one
+
+    def recorded(kb: Any, path: Any, metadata: Any = None, **kwargs: Any) -> list[str]:
+        calls.append(Path(path))
+        return real(kb, path, metadata, **kwargs)
+
+    monkeypatch.setattr(knowledge_base_module, "ingest_one", recorded)
+    doc = tmp_path / "guide.md"
+    doc.write_text(TEXT)
+    with KnowledgeBase.open(tmp_path / "kb.db") as kb:
+        ids = kb.ingest_file(doc)
+        assert ids and calls == [doc]
+        assert kb.store.file_records()[str(doc.resolve())].chunk_ids == ids
+
+
+@pytest.mark.parametrize("attribute", ["_check_embedder", "_store", "_config"])
+def test_the_ingest_steps_have_no_private_seams(attribute):
+    assert not hasattr(pipeline_module.IngestPipeline, attribute)
+
+
+class FailingModel(SimpleEmbedder):
+    """The simple embedder's identity, failing at its first passage batch (as a model server
+    that went away): the files are written, the vectors filled in after them are not."""
+
+    cheap = False
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise EmbedderError("the embedding server went away")
+
+
+def test_a_failing_sync_leaves_its_report_with_the_caller(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\n{TEXT}")
+    report = SyncReport()
+    with KnowledgeBase.open(tmp_path / "kb.db", embedder=FailingModel()) as kb:
+        with pytest.raises(EmbedderError) as failed:
+            sync(kb, [docs], report=report)
+        assert len(kb.store.file_records()) == 3
+    assert report.added == 3 and report.chunks_added > 0 and report.seconds > 0
+    assert not hasattr(failed.value, "report")  # the error is what it was, nothing attached
