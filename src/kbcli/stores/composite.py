@@ -25,7 +25,6 @@ from kbcli.stores.parts import (
     Built,
     Cache,
     Catalog,
-    DoctorRun,
     Engine,
     Keywords,
     Ledger,
@@ -43,7 +42,7 @@ from kbcli.types import Document, FileRecord, Finding, SearchResult
 class Store:
     """One index: documents, an exact BM25 index, dense search, a file ledger and an embedding
     cache, over the parts of one backend (see :mod:`.parts`). Implements every storage
-    capability of :mod:`kbcli.protocols`; a backend's class only assembles its parts."""
+    capability of :mod:`.capabilities`; a backend's class only assembles its parts."""
 
     _engine: Engine
     _catalog: Catalog
@@ -51,7 +50,6 @@ class Store:
     _vectors: Vectors
     _ledger: Ledger
     _cache: Cache
-    _doctor: DoctorRun | None
     _upkeep: Upkeep
 
     def _assemble(
@@ -63,13 +61,11 @@ class Store:
         ledger: Ledger,
         cache: Cache,
         *,
-        doctor: DoctorRun | None = None,
         upkeep: Upkeep | None = None,
     ) -> None:
         """Take the parts (a backend's ``__init__`` calls this once)."""
         self._engine, self._catalog, self._keywords = engine, catalog, keywords
         self._vectors, self._ledger, self._cache = vectors, ledger, cache
-        self._doctor = doctor
         self._upkeep = upkeep or Upkeep(engine, keywords, vectors)
 
     #: a store kept somewhere takes ``create`` and ``busy_timeout`` (the memory store neither)
@@ -204,7 +200,7 @@ class Store:
     ) -> int:
         """Store vectors for chunks already in the index, by id, in one transaction (their
         rows and keyword postings are not touched; ids not in the index are skipped); returns
-        how many chunks got one (:class:`~kbcli.protocols.VectorWriter`)."""
+        how many chunks got one (:class:`~kbcli.stores.capabilities.VectorWriter`)."""
         if not vectors:
             return 0
         dim = vector_dimensions(vectors.values())
@@ -537,8 +533,8 @@ class Store:
     def doctor(self, repair: bool = False) -> list[Finding]:
         """Check the derived structures (keyword tables, keyword pack, vector index) against
         the catalog; with ``repair``, rebuild what drifted. A store that keeps nothing derived
-        has nothing to check."""
-        return self._doctor(self, repair) if self._doctor is not None else []
+        has nothing to check; a backend that does overrides this."""
+        return []
 
 
 FileSwap = tuple[FileRecord, list[Document], "list[list[float]] | None", "EmbedderInfo | None"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbcli.errors import StoreError
-from kbcli.protocols import DocumentCatalog, FileLedger, KeywordIndex, supports
+from kbcli.stores.capabilities import DocumentCatalog, FileLedger, KeywordIndex, supports
 from kbcli.types import Document
 
 BATCH = 1000

@@ -23,6 +23,7 @@ from kbcli.stores.parts import EVERY, Built, Filter, Hit, Listing, Location, New
 from kbcli.stores.postgres import catalog, ledger, vectors
 from kbcli.stores.postgres.catalog import ChunkRow
 from kbcli.stores.postgres.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.postgres.doctor import run_checks
 from kbcli.stores.postgres.dsn import ENV_DSN, resolve_dsn
 from kbcli.stores.postgres.keyword import KeywordTables
 from kbcli.stores.postgres.replica import ENV_READ_DSN, resolve_read_dsn
@@ -309,7 +310,6 @@ class PostgresStore(Store):
             PgVectors(self._db, self),
             ledger_part,
             ledger_part,
-            doctor=_doctor,
         )
 
     _persistent = True
@@ -341,15 +341,8 @@ class PostgresStore(Store):
         with self._db.read() as conn:
             return self._vectors.exact(conn)
 
-    @property
-    def read_location(self) -> str | None:
-        """The read server (password redacted), None when reads go to the primary."""
-        return None if self._db.replica is None else self._db.replica.where
-
-
-def _doctor(store: Any, repair: bool) -> list[Finding]:
-    """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
-    from kbcli.stores.postgres import doctor
-
-    with store._db.primary():
-        return doctor.run(store, repair)
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables against the chunks, on the primary; with ``repair``,
+        rebuild them (see :mod:`.doctor`)."""
+        with self._db.primary():
+            return run_checks(self, repair)

@@ -21,6 +21,7 @@ from kbcli.stores.composite import Store
 from kbcli.stores.parts import Built, Location
 from kbcli.stores.sqlite import catalog, integrity, ledger
 from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.sqlite.doctor import run_checks
 from kbcli.stores.sqlite.keyword import KeywordTables
 from kbcli.stores.sqlite.packlog import pack_path
 from kbcli.stores.sqlite.vectors import DerivedVectors, MatrixCache, TableVectors
@@ -98,9 +99,7 @@ class SQLiteStore(Store):
             vectors_after_ingest=refresh_after_ingest,
             scratch=self._scratch is not None,
         )
-        self._assemble(
-            self._db, catalog, keywords, part, ledger, ledger, doctor=_doctor, upkeep=upkeep
-        )
+        self._assemble(self._db, catalog, keywords, part, ledger, ledger, upkeep=upkeep)
 
     _persistent = True
 
@@ -125,6 +124,11 @@ class SQLiteStore(Store):
         with self._db.read() as conn:
             return integrity.problems(conn)
 
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables, the packed keyword file and the derived vector index
+        against the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
+        return run_checks(self, repair)
+
     @property
     def vector_cache_path(self) -> Path:
         """The file of the derived vector index (safe to delete at any time)."""
@@ -134,11 +138,3 @@ class SQLiteStore(Store):
 def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:
     """The SQLite file a configured store opens: ``db``, else ``paths.knowledge_db``."""
     return Path(db if db is not None else config.paths.knowledge_db).expanduser()
-
-
-def _doctor(store: Any, repair: bool) -> list[Finding]:
-    """Check the keyword tables, the packed keyword file and the derived vector index against
-    the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
-    from kbcli.stores.sqlite import doctor
-
-    return doctor.run(store, repair)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
-from kbcli.protocols import VectorIndex
+from kbcli.stores.capabilities import VectorIndex
 from kbcli.stores.common import check_embedder, dense_search, pack_vector
 from kbcli.stores.numpy_index import NumpyVectorIndex
 from kbcli.stores.parts import Filter, Hit, Vector
