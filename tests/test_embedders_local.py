@@ -259,7 +259,7 @@ def test_lazy_embedder_reports_the_local_models_languages():
 
     embedding = EmbeddingConfig(provider="local", provider_set=True)
     lazy = LazyEmbedder(Config(rag=RAGConfig(embedding=embedding)))
-    assert lazy.languages == frozenset({"en"})
+    assert lazy.capabilities.languages == frozenset({"en"})
 
 
 def test_fit_threads_discounts_this_process_own_load(monkeypatch):

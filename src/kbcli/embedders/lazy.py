@@ -6,7 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kbcli.embedders.base import EmbedderInfo, embed_queries, embedder_info, is_cheap
+from kbcli.embedders.base import (
+    EmbedderCapabilities,
+    EmbedderInfo,
+    capabilities_of,
+    embed_queries,
+    embedder_info,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.config.schema import Config
@@ -86,29 +92,9 @@ class LazyEmbedder:
         return int(getattr(self.resolved, "batch_size", DEFAULT_BATCH) or DEFAULT_BATCH)
 
     @property
-    def weak(self) -> bool:
-        """True when the resolved embedder captures spelling rather than meaning."""
-        return bool(getattr(self.resolved, "weak", False))
-
-    @property
-    def cheap(self) -> bool:
-        """True when the resolved embedder is cheaper to run than its embedding cache."""
-        return is_cheap(self.resolved)
-
-    @property
-    def languages(self) -> frozenset[str] | None:
-        """The languages the resolved embedder knows (None: any)."""
-        return getattr(self.resolved, "languages", None)
-
-    @property
-    def alpha(self) -> float | None:
-        """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
-        return getattr(self.resolved, "alpha", None)
-
-    @property
-    def keyword_sure_margin(self) -> float | None:
-        """The resolved embedder's per-query weight ramp (None: a fixed weight)."""
-        return getattr(self.resolved, "keyword_sure_margin", None)
+    def capabilities(self) -> EmbedderCapabilities:
+        """What the resolved embedder declares about itself."""
+        return capabilities_of(self.resolved)
 
 
 def remembered(store: Any) -> EmbedderInfo | None:

@@ -225,7 +225,7 @@ def calibrate_index(kb: Any) -> float | None:
     returns it, or None when the index has no vectors or keeps no metadata."""
     from datetime import datetime, timezone
 
-    from kbcli.embedders.base import embedder_info
+    from kbcli.embedders.base import capabilities_of, embedder_info
     from kbcli.protocols import DocumentCatalog, VectorStoreProtocol, supports
 
     store = kb.store
@@ -235,7 +235,7 @@ def calibrate_index(kb: Any) -> float | None:
     if not stats.get("vectors"):
         return None
     info = embedder_info(kb.embedder)
-    probes = probes_for(getattr(kb.embedder, "languages", None))
+    probes = probes_for(capabilities_of(kb.embedder).languages)
     vectors = dict(zip(probes, probe_vectors(store, kb.embedder, probes)))
     result = calibrate(vectors.__getitem__, lambda vector, k: store.search(list(vector), k), probes)
     record = {
