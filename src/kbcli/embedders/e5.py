@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from kbcli.embedders.base import BaseEmbedder
-from kbcli.embedders.local import default_threads
+from kbcli.embedders.local_runtime import default_threads
 from kbcli.errors import EmbedderError, require
 
 MODEL_NAME = "multilingual-e5-small"
