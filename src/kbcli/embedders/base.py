@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,9 @@ def capabilities_of(embedder: object) -> EmbedderCapabilities:
     ``True``, ``alpha`` and ``keyword_sure_margin`` only when they are numbers."""
     if isinstance(embedder, DeclaresCapabilities):
         return embedder.capabilities
-    found = {f.name: getattr(embedder, f.name, f.default) for f in fields(EmbedderCapabilities)}
+    found: dict[str, Any] = {
+        f.name: getattr(embedder, f.name, f.default) for f in fields(EmbedderCapabilities)
+    }
     languages, alpha, sure = found["languages"], found["alpha"], found["keyword_sure_margin"]
     return EmbedderCapabilities(
         cheap=found["cheap"] is True,

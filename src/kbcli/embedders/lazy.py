@@ -4,7 +4,7 @@ model)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kbcli.embedders.base import (
     EmbedderCapabilities,
@@ -13,6 +13,8 @@ from kbcli.embedders.base import (
     embed_queries,
     embedder_info,
 )
+from kbcli.protocols import EmbedderProtocol
+from kbcli.stores.capabilities import IndexMetadata
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.config.schema import Config
@@ -41,10 +43,10 @@ class LazyEmbedder:
         self._config = config
         self._on_note = on_note
         self._recorded = recorded
-        self._embedder: Any = None
+        self._embedder: EmbedderProtocol | None = None
 
     @property
-    def resolved(self) -> Any:
+    def resolved(self) -> EmbedderProtocol:
         """The real embedder (resolved now if needed)."""
         if self._embedder is None:
             from kbcli.config.lookup import get_config
@@ -97,7 +99,7 @@ class LazyEmbedder:
         return capabilities_of(self.resolved)
 
 
-def remembered(store: Any) -> EmbedderInfo | None:
+def remembered(store: IndexMetadata) -> EmbedderInfo | None:
     """The embedder an ingest chose for ``store`` before storing any vector."""
     from kbcli.embedders.resolve import remembered_choice
 

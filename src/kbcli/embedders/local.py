@@ -312,4 +312,5 @@ class LocalEmbedder(BaseEmbedder):
         return out
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        return self._runtime.encode(texts, batch_size=self.batch_size).tolist()
+        vectors: list[list[float]] = self._runtime.encode(texts, self.batch_size).tolist()
+        return vectors

@@ -9,6 +9,7 @@ import functools
 import mmap
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +305,8 @@ class SentenceTransformerModel:
         try:  # no "Loading weights" progress bar on stderr (it floods logs and transcripts)
             from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()
+            disable: Callable[[], None] = hf_logging.disable_progress_bar
+            disable()
         except (ImportError, AttributeError):
             pass
         try:

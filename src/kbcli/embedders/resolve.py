@@ -20,9 +20,11 @@ from typing import Any
 
 from kbcli.config.lookup import Config, get_config
 from kbcli.config.registry import EMBEDDERS, load_embedder_class
+from kbcli.embedders.base import EmbedderInfo
 from kbcli.embedders.local import offline_offer
 from kbcli.embedders.settings import first_env
 from kbcli.errors import InvalidOptionError
+from kbcli.stores.capabilities import IndexMetadata
 
 AUTO_ORDER = ("gemini", "openai", "simple")
 KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
@@ -144,7 +146,7 @@ def _first_buildable(
 CHOICE_KEY = "embedder_choice"  # index metadata: the embedder an ingest chose, before vectors
 
 
-def remember_choice(store: Any, info: Any) -> None:
+def remember_choice(store: IndexMetadata, info: EmbedderInfo) -> None:
     """Record in ``store``'s metadata the embedder an ingest is about to use, so that the next
     command uses it even when no vector was stored yet (an ingest stopped before its vectors:
     files are written first)."""
@@ -155,11 +157,9 @@ def remember_choice(store: Any, info: Any) -> None:
         store.set_meta(CHOICE_KEY, value)
 
 
-def remembered_choice(store: Any) -> Any:
+def remembered_choice(store: IndexMetadata) -> EmbedderInfo | None:
     """The embedder recorded by :func:`remember_choice` (an ``EmbedderInfo``), or None."""
     import json
-
-    from kbcli.embedders.base import EmbedderInfo
 
     raw = store.get_meta(CHOICE_KEY)
     try:

@@ -17,7 +17,6 @@ from typing import Any
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
 from kbcli.stores.capabilities import VectorIndex
-from kbcli.system.locking import lock_file  # noqa: F401  (the stores take it from here)
 from kbcli.text.bm25 import Scored
 from kbcli.types import Document, FileRecord, SearchResult
 

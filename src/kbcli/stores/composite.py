@@ -13,6 +13,7 @@ files, the upgrade of an older keyword index) is :class:`~.upkeep.Upkeep`'s.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -176,7 +177,7 @@ class Store:
         """
         if embeddings is not None and len(embeddings) != len(docs):
             raise ValueError(f"{len(docs)} documents but {len(embeddings)} embeddings")
-        prepared = []
+        prepared: list[Prepared] = []
         for i, doc in enumerate(docs):
             vec = embeddings[i] if embeddings is not None else doc.embedding
             prepared.append((doc, vec, self._keywords.terms_of(doc)))
@@ -215,7 +216,7 @@ class Store:
             self._vectors.finish(conn)
         return len(rowids)
 
-    def _insert(self, conn: Any, prepared: list) -> None:
+    def _insert(self, conn: Any, prepared: list[Prepared]) -> None:
         if not prepared:
             return
         vocab: set[str] = set()
@@ -537,6 +538,8 @@ class Store:
         return []
 
 
+#: a document to add, its vector and its term frequencies (before any lock is taken)
+Prepared = tuple[Document, "Sequence[float] | None", "Counter[str]"]
 FileSwap = tuple[FileRecord, list[Document], "list[list[float]] | None", "EmbedderInfo | None"]
 
 

@@ -26,10 +26,10 @@ from typing import Any
 import kbcli.stores.chroma.folder as chroma_folder
 from kbcli.errors import StoreError, require
 from kbcli.stores.chroma.where import chroma_metadata
-from kbcli.stores.common import lock_file
 from kbcli.stores.sqlite import catalog
 from kbcli.stores.sqlite import vectors as sqlite_vectors
 from kbcli.system.crashpoints import crash_point
+from kbcli.system.locking import lock_file
 
 STATE_MAGIC = b"KBCHROMA"
 SYNC_BATCH = 5000  # rows per Chroma upsert (its maximum batch size is 5461)

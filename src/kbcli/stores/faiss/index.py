@@ -132,7 +132,7 @@ class FaissVectorIndex:
 
     def _metric_type(self) -> int:
         f = self._faiss
-        return f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2
+        return int(f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2)
 
     def _new(self, matrix: Any) -> Any:
         f = self._faiss

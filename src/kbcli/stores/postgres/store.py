@@ -118,7 +118,7 @@ class PgCatalog:
     def named_sources(self, conn: Any) -> int:
         """How many named sources there are."""
         sql = f"SELECT count(*) FROM {self.t.sources} WHERE source IS NOT NULL"
-        return conn.execute(sql).fetchone()[0]
+        return int(conn.execute(sql).fetchone()[0])
 
     def totals(self, conn: Any) -> tuple[int, int]:
         """How many chunks, and their total length in terms."""
@@ -183,7 +183,7 @@ class PgVectors:
     def count(self, conn: Any) -> int:
         """How many chunks have a vector."""
         sql = f"SELECT count(*) FROM {self.t.chunks} WHERE embedding IS NOT NULL"
-        return conn.execute(sql).fetchone()[0]
+        return int(conn.execute(sql).fetchone()[0])
 
     def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """HNSW with iterative scans, exact when a filter leaves it short of ``k``."""

@@ -27,7 +27,7 @@ from kbcli.stores.sqlite import catalog, packread
 from kbcli.stores.sqlite.catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from kbcli.stores.sqlite.packlog import current_seq, current_tag, pack_path, prune_log
 from kbcli.stores.sqlite.packread import SMALL_MAX_POSTINGS
-from kbcli.stores.sqlite.ranking import PackedRanking
+from kbcli.stores.sqlite.ranking import PackedRanking, State
 from kbcli.text.analysis import Analyzer, has_title_field
 from kbcli.text.bm25 import (
     BM25Params,
@@ -63,7 +63,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
         self.packed_path = pack_path(path)
         self._pack: Any = None  # the mapped packed.Pack
         self._small: packread.SmallPack | None = None  # the pack as packread maps it
-        self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
+        self._view: tuple[State, Any] | None = None  # ((tag, generation, seq), packed.View)
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
         self._due = False  # self._pack was built by a search and is not written yet
@@ -100,14 +100,16 @@ class KeywordTables(SignedKeywords, PackedRanking):
         return ids
 
     @staticmethod
-    def _source_postings(conn: sqlite3.Connection, skip: frozenset[int] = frozenset()):
+    def _source_postings(
+        conn: sqlite3.Connection, skip: frozenset[int] = frozenset()
+    ) -> Callable[[int, Any], int]:
         """``count(src, term)``: how many of ``src``'s chunks (but ``skip``) hold ``term``,
         from their forward indexes, each source read once."""
-        seen: dict[int, Counter] = {}
+        seen: dict[int, Counter[Any]] = {}
 
         def count(src: int, term: Any) -> int:
             if src not in seen:
-                held: Counter = Counter()
+                held: Counter[Any] = Counter()
                 rows = conn.execute("SELECT doc, terms FROM chunks WHERE src = ?", (src,))
                 for doc, blob in rows:
                     if doc not in skip:
@@ -262,7 +264,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
 
     # --- the executors -------------------------------------------------------------------------
 
-    def _small_pack(self, state: tuple[str, int, int]) -> packread.SmallPack | None:
+    def _small_pack(self, state: State) -> packread.SmallPack | None:
         """The pack on disk as :mod:`.packread` maps it (no numpy), for the snapshot of
         ``state``; mapped again only when the index or a newer pack may have replaced it."""
         tag, _, seq = state
@@ -280,7 +282,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
         scope: dict[str, Any],
         k: int,
         params: BM25Params,
-        state: tuple[str, int, int],
+        state: State,
     ) -> list[tuple[int, float, float, float]]:
         """:meth:`_packed_search` inside ``scope``: N, lengths and source statistics from the
         scope's slots (:class:`packed.Scope`, once per scope and generation), each term's df
@@ -335,7 +337,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
     def view(
         self,
         conn: sqlite3.Connection,
-        state: tuple[str, int, int] | None = None,
+        state: State | None = None,
         *,
         write: bool = False,
     ) -> Any:
@@ -377,8 +379,8 @@ class KeywordTables(SignedKeywords, PackedRanking):
 
     @staticmethod
     def _generation(conn: sqlite3.Connection) -> int:
-        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+        return int(conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
 
     def vocabulary(self, conn: sqlite3.Connection) -> int:
         """How many distinct terms the index holds."""
-        return conn.execute("SELECT count(*) FROM terms").fetchone()[0]
+        return int(conn.execute("SELECT count(*) FROM terms").fetchone()[0])

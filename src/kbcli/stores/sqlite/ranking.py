@@ -220,7 +220,7 @@ class PackedRanking:
         is read instead (a full scan reads every chunk's row)."""
         from kbcli.stores.sqlite.packed import FILTER_PROBE
 
-        return max(FILTER_PROBE, view.slots // 16)
+        return int(max(FILTER_PROBE, view.slots // 16))
 
     def _allowed(
         self,
