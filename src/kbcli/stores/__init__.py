@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from kbcli.system.exports import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from kbcli.config.schema import Config
     from kbcli.stores.chroma.store import ChromaStore
     from kbcli.stores.composite import Store
     from kbcli.stores.faiss.store import FaissStore
@@ -32,12 +33,12 @@ __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 def build_store(
-    config: Any,
+    config: Config,
     *,
     db: str | os.PathLike[str] | None = None,
     create: bool = True,
     busy_timeout: float | None = None,
-) -> Any:
+) -> Any:  # a Store, or a user's class that follows VectorStoreProtocol
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
     A registered backend (:data:`kbcli.config.registry.STORE_ENTRIES`) builds itself with its

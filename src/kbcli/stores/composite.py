@@ -16,7 +16,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
@@ -38,6 +38,9 @@ from kbcli.stores.upkeep import Upkeep
 from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from kbcli.types import Document, FileRecord, Finding, SearchResult
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 
 class Store:
@@ -75,7 +78,7 @@ class Store:
     @classmethod
     def from_config(
         cls,
-        config: Any,
+        config: Config,
         settings: dict[str, Any],
         *,
         db: Location = None,
@@ -97,7 +100,7 @@ class Store:
         return cls(*args, **options)
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The arguments :meth:`from_config` builds the store with: where it lives (from
         ``db`` and its settings) and ``options``. Here: the options alone."""
         return (), options

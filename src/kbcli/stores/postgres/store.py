@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import StoreError
@@ -32,6 +32,9 @@ from kbcli.stores.postgres.vectors import EF_SEARCH
 from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import ChunkTerms
 from kbcli.types import Document, FileRecord, Finding
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 # The first vectors of an index arriving in a batch this large get their HNSW index built after
 # the rows are in (``kb copy``, a bulk add): once, not row by row.
@@ -315,7 +318,7 @@ class PostgresStore(Store):
     _persistent = True
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn``, read from
         ``$KB_PG_READ_DSN`` or ``store.read_dsn`` (``db`` does not apply)."""
         return (), {

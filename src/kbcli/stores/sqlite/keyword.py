@@ -18,7 +18,8 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kbcli.filters.sql import dumps_metadata
 from kbcli.stores.keywords import SignedKeywords
@@ -39,6 +40,10 @@ from kbcli.text.bm25 import (
     select_terms,
 )
 
+if TYPE_CHECKING:
+    from kbcli.stores.sqlite.packfile import Pack
+    from kbcli.stores.sqlite.packview import View
+
 _STATE_SQL = (
     "SELECT n, total_length, sources, generation,"
     " (SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'),"
@@ -55,15 +60,17 @@ class KeywordTables(SignedKeywords, PackedRanking):
     #: set by the store when its database is opened read-only: packs are kept in memory
     read_only = False
 
-    def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
+    def __init__(
+        self, analyzer: Analyzer, path: Path, allowed: catalog.AllowedRowids | None = None
+    ):
         super().__init__(analyzer)
         self.path = path
         # rowids a filter allows (catalog.AllowedRowids), shared with the store's dense search
         self.allowed_rowids = allowed if allowed is not None else catalog.AllowedRowids()
         self.packed_path = pack_path(path)
-        self._pack: Any = None  # the mapped packed.Pack
+        self._pack: Pack | None = None  # the pack of the view, mapped or built in memory
         self._small: packread.SmallPack | None = None  # the pack as packread maps it
-        self._view: tuple[State, Any] | None = None  # ((tag, generation, seq), packed.View)
+        self._view: tuple[State, View] | None = None  # the view and the snapshot it is of
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
         self._due = False  # self._pack was built by a search and is not written yet
@@ -301,7 +308,9 @@ class KeywordTables(SignedKeywords, PackedRanking):
             return []
         visible = inside.visible
         if filter:
-            visible = view.visible(inside.mask & self._allowed(conn, view, filter, terms).mask)
+            allowed = self._allowed(conn, view, filter, terms)
+            assert allowed is not None  # None only when asked to check in rank order
+            visible = view.visible(inside.mask & allowed.mask)
         return self._score(view, terms, stats, k, params, visible, inside)
 
     @property
@@ -320,7 +329,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
                 self._pack, self._view = written, None
         self.view(conn, write=True)
 
-    def _write(self, pack: Any) -> Any:
+    def _write(self, pack: Pack) -> Pack:
         """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
         the folder cannot be written (that costs only speed) or another writer replaced it."""
         from kbcli.stores.sqlite import packed
@@ -340,7 +349,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
         state: State | None = None,
         *,
         write: bool = False,
-    ) -> Any:
+    ) -> View:
         """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
         generation holds, else the mapped pack plus the log's delta. When there is no pack, it
         is void, or the delta has grown too large, a new pack is built from the snapshot:
@@ -362,7 +371,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
             if pack is not None and pack.seq > key[2]:
                 # written by a writer after this snapshot began: it holds chunks this snapshot
                 # must not see, so this one query reads its own postings (rare: a race)
-                return packed.make_view(conn, packed.Pack(tag, key[2], packed.build_arrays(conn)))
+                return _built_view(conn, packed.Pack(tag, key[2], packed.build_arrays(conn)))
             if pack is not None:
                 view = packed.make_view(conn, pack)
         if view is None:
@@ -371,7 +380,7 @@ class KeywordTables(SignedKeywords, PackedRanking):
                 pack = self._write(pack)  # the mapped file serves from here
             else:
                 self._due = True
-            view = packed.make_view(conn, pack)
+            view = _built_view(conn, pack)
         self._pack = pack
         self._view = (key, view)
         self._filters = {}
@@ -384,3 +393,12 @@ class KeywordTables(SignedKeywords, PackedRanking):
     def vocabulary(self, conn: sqlite3.Connection) -> int:
         """How many distinct terms the index holds."""
         return int(conn.execute("SELECT count(*) FROM terms").fetchone()[0])
+
+
+def _built_view(conn: sqlite3.Connection, pack: Pack) -> View:
+    """The view of a pack just built from ``conn``'s own snapshot (its log holds no delta)."""
+    from kbcli.stores.sqlite import packed
+
+    view = packed.make_view(conn, pack)
+    assert view is not None, "a pack built from this snapshot is always current for it"
+    return view

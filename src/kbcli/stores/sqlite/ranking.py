@@ -19,7 +19,9 @@ from kbcli.stores.sqlite import catalog
 from kbcli.text.bm25 import BM25Params, CorpusStats, QueryTerm
 
 if TYPE_CHECKING:
-    from kbcli.stores.sqlite.packview import View
+    import numpy as np
+
+    from kbcli.stores.sqlite.packview import Scope, View, Visible
 
 #: the snapshot a view is of: (pack tag, generation, keyword log sequence)
 State = tuple[str, int, int]
@@ -38,7 +40,7 @@ class _Within:
     other part (lengths, sources, norms) the view's: scored with ``keep`` as the filter it
     ranks like the view, from those postings alone (the sparse executor, for few)."""
 
-    def __init__(self, view: Any, keep: Any):
+    def __init__(self, view: View, keep: Any):
         self._view = view
         self._keep = keep
 
@@ -96,7 +98,7 @@ class PackedRanking:
     def _checked_in_order(
         self,
         conn: sqlite3.Connection,
-        view: Any,
+        view: View,
         terms: list[QueryTerm],
         stats: CorpusStats,
         filter: dict[str, Any],
@@ -164,13 +166,13 @@ class PackedRanking:
 
     @staticmethod
     def _score(
-        view: Any,
+        view: Any,  # a View, or a _Within standing in for one (duck-typed, as packed reads it)
         terms: list[QueryTerm],
         stats: CorpusStats,
         k: int,
         params: BM25Params,
-        allowed: Any,
-        scope: Any = None,
+        allowed: Visible | np.ndarray | None,
+        scope: Scope | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`packed.score` of ``terms`` weighted with ``stats``."""
         from kbcli.stores.sqlite import packed
@@ -192,7 +194,7 @@ class PackedRanking:
             scope=scope,
         )
 
-    def _scope(self, conn: sqlite3.Connection, view: Any, scope: dict[str, Any]) -> Any:
+    def _scope(self, conn: sqlite3.Connection, view: View, scope: dict[str, Any]) -> Scope:
         """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
         bitmaps while the generation holds)."""
         from kbcli.stores.sqlite.packed import Scope
@@ -202,9 +204,10 @@ class PackedRanking:
             if len(self._filters) > FILTER_CACHE:
                 self._filters.pop(next(k for k in self._filters if k != "seen"))
             self._filters[key] = Scope(view, self._full_mask(conn, view, scope))
-        return self._filters[key]
+        found: Scope = self._filters[key]
+        return found
 
-    def _full_mask(self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any]) -> Any:
+    def _full_mask(self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]) -> Any:
         """The live slots passing ``filter``, over the whole index (the allowed rowids)."""
         import numpy as np
 
@@ -215,7 +218,7 @@ class PackedRanking:
         return allowed if view.alive is None else allowed & view.alive
 
     @staticmethod
-    def _probe(view: Any) -> int:
+    def _probe(view: View) -> int:
         """How many chunks a new filter is checked on in SQL before the whole index's bitmap
         is read instead (a full scan reads every chunk's row)."""
         from kbcli.stores.sqlite.packed import FILTER_PROBE
@@ -225,11 +228,11 @@ class PackedRanking:
     def _allowed(
         self,
         conn: sqlite3.Connection,
-        view: Any,
+        view: View,
         filter: dict[str, Any],
         terms: list[QueryTerm],
         in_order: int | None = None,
-    ) -> Any:
+    ) -> Visible | None:
         """Which slots pass ``filter`` (a :class:`packed.Visible`): checked in SQL for the
         candidates only when there are few and the filter is new, else for the whole index once
         per (filter, generation). With ``in_order``, a new filter of more postings than that
@@ -237,7 +240,8 @@ class PackedRanking:
         reads far fewer rows, and calls :meth:`_candidates` if that gives up."""
         key = json.dumps(filter, sort_keys=True, default=str)
         if key in self._filters:
-            return self._filters[key]
+            kept: Visible = self._filters[key]
+            return kept
         seen = self._filters.setdefault("seen", set())
         if key not in seen:
             seen.add(key)  # the second query with this filter builds its bitmap
@@ -249,12 +253,12 @@ class PackedRanking:
         return self._bitmap(conn, view, filter)
 
     @staticmethod
-    def _postings(view: Any, terms: list[QueryTerm]) -> int:
+    def _postings(view: View, terms: list[QueryTerm]) -> int:
         return sum(view.postings(int(t.term))[0].shape[0] for t in terms)
 
     def _candidates(
-        self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any], terms: list[QueryTerm]
-    ) -> Any:
+        self, conn: sqlite3.Connection, view: View, filter: dict[str, Any], terms: list[QueryTerm]
+    ) -> Visible | None:
         """``filter`` checked in SQL on every candidate of ``terms`` (a :class:`packed.Visible`
         of the passing ones), or None when there are more than :meth:`_probe`."""
         import numpy as np
@@ -269,11 +273,12 @@ class PackedRanking:
         allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
         return view.visible(allowed)
 
-    def _bitmap(self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any]) -> Any:
+    def _bitmap(self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]) -> Visible:
         """The :class:`packed.Visible` of ``filter`` over the whole index, kept for the view."""
         key = json.dumps(filter, sort_keys=True, default=str)
         if key not in self._filters:
             if len(self._filters) > FILTER_CACHE:
                 self._filters.pop(next(k for k in self._filters if k != "seen"))
             self._filters[key] = view.visible(self._full_mask(conn, view, filter))
-        return self._filters[key]
+        bitmap: Visible = self._filters[key]
+        return bitmap

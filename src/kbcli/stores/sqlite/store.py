@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.stores.common import scratch_folder
 from kbcli.stores.composite import Store
@@ -28,6 +28,9 @@ from kbcli.stores.sqlite.vectors import DerivedVectors, MatrixCache, TableVector
 from kbcli.stores.upkeep import Upkeep
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Finding
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 
 class SQLiteStore(Store):
@@ -104,7 +107,7 @@ class SQLiteStore(Store):
     _persistent = True
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The database ``db`` (default ``paths.knowledge_db``)."""
         return (catalog_path(config, db),), options
 
@@ -135,6 +138,6 @@ class SQLiteStore(Store):
         return self._matrix.path
 
 
-def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:
+def catalog_path(config: Config, db: str | os.PathLike[str] | None) -> Path:
     """The SQLite file a configured store opens: ``db``, else ``paths.knowledge_db``."""
     return Path(db if db is not None else config.paths.knowledge_db).expanduser()
