@@ -231,7 +231,7 @@ def load_model(
     device: str = "cpu",
     threads: int | None = None,
     max_tokens: int | None = None,
-) -> Any:
+) -> OnnxModel | SentenceTransformerModel:
     """The runtime for ``model`` (loaded once per process): ``OnnxModel`` or similar.
 
     ``threads`` sets the ONNX session's thread count (default:
