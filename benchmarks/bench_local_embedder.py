@@ -350,7 +350,8 @@ def main() -> None:
     import numpy as np
     import onnxruntime
 
-    from kbcli.embedders.local import LocalEmbedder, available_cpus, default_threads
+    from kbcli.embedders.local import LocalEmbedder
+    from kbcli.embedders.local_runtime import available_cpus, default_threads
 
     print(
         f"python {sys.version.split()[0]}, onnxruntime {onnxruntime.__version__}, "
@@ -386,9 +387,9 @@ def main() -> None:
         f"  characters mean {statistics.mean(map(len, texts)):.0f}; tokens mean "
         f"{mean_tokens:.1f}, median {statistics.median(lengths):.0f}, max {max(lengths)}"
     )
-    from kbcli.embedders import local
+    from kbcli.embedders import local_runtime
 
-    budget = getattr(local, "MAX_BATCH_TOKENS", None)
+    budget = getattr(local_runtime, "MAX_BATCH_TOKENS", None)
     print(
         f"  tokens computed per chunk, batch 32: {padded_tokens(lengths, 32, None, None):.1f} "
         f"padded in arrival order (128 if padded as the bundled tokenizer.json says); "

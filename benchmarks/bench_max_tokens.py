@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from semantic_study import SETS, Primed, default_data, per_query, set_dir, summary  # noqa: E402
+from semantic_study import Primed, per_query, summary  # noqa: E402
+from study_sets import SETS, default_data, set_dir  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "max-tokens.json"
 SHORT, LONG = 128, 256

@@ -231,7 +231,7 @@ def bootstrap_delta(a: list[float], b: list[float], rounds: int = 2000) -> tuple
 
 
 def load_set(cache: Path, data: Path, name: str, embedder: str) -> tuple | None:
-    from semantic_study import SETS, categories, load_routes, set_dir
+    from study_sets import SETS, categories, load_routes, set_dir
 
     rec = load_routes(cache, name, embedder)
     if rec is None:
@@ -289,7 +289,7 @@ def variants() -> dict[str, Rule]:
 
 
 def run_stage(args: Any) -> None:
-    from semantic_study import SETS
+    from study_sets import SETS
 
     if args.stage == "table":
         out = Path(args.out).with_suffix(".md")
@@ -538,7 +538,7 @@ def leave_one_out(best: list[float]) -> float:
 
 def table(args: Any) -> str:
     """The markdown section of docs/quality.md written from the recorded routes."""
-    from semantic_study import SETS
+    from study_sets import SETS
 
     lines = [
         "## The semantic route: fusion, floors and embedders, before / after (issue 32)",
@@ -597,7 +597,7 @@ def table(args: Any) -> str:
                 f"{len(best)} | {leave_one_out(best):.0%} | "
                 f"{silent}/{len(unrelated)} | {nofloor:.3f} → {after:.3f} |"
             )
-    from semantic_study import CHECK
+    from study_sets import CHECK
 
     if CHECK.exists():
         checked = json.loads(CHECK.read_text())

@@ -21,13 +21,14 @@ from kbcli.ingest import (
 from kbcli.pipeline import KnowledgeBase
 from kbcli.protocols import DocumentCatalog, protocol_members, supports
 from kbcli.search.retrievers import DenseRetriever
-from kbcli.stores import InMemoryStore, SQLiteStore
+from kbcli.stores import InMemoryStore, SQLiteStore, capabilities
 from kbcli.types import Document
 
 PROTOCOLS = [
     value
     for _, value in inspect.getmembers(protocols, inspect.isclass)
-    if getattr(value, "_is_runtime_protocol", False) and value.__module__ == protocols.__name__
+    if getattr(value, "_is_runtime_protocol", False)
+    and value.__module__ in (protocols.__name__, capabilities.__name__)
 ]
 
 

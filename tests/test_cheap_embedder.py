@@ -64,9 +64,9 @@ def test_the_property_is_declared_and_read_from_the_embedder():
 def test_the_lazy_embedder_says_what_the_resolved_one_declares():
     lazy = LazyEmbedder()
     lazy._embedder = SimpleEmbedder()  # as resolution would leave it, without a config file
-    assert lazy.cheap and not lazy.info.cache
+    assert lazy.capabilities.cheap and not lazy.info.cache
     lazy._embedder = ModelLike()
-    assert not lazy.cheap and lazy.info.cache
+    assert not lazy.capabilities.cheap and lazy.info.cache
 
 
 def test_a_cheap_embedder_writes_vectors_with_the_files_and_caches_none(tmp_path):

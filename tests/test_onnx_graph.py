@@ -25,7 +25,7 @@ import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from kbcli.embedders import local  # noqa: E402
+from kbcli.embedders import local, local_runtime  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "docs"
@@ -148,7 +148,7 @@ def test_minilm_rewritten_gives_the_same_vectors_and_the_query_session_agrees():
 def test_a_server_moves_to_the_batch_session_after_a_few_queries():
     _, _, args = local._plan(None, "onnx")
     model = local.OnnxModel(device="cpu", **args)
-    for i in range(local.QUERY_RUNS):
+    for i in range(local_runtime.QUERY_RUNS):
         model.encode([f"query number {i}"])
     assert not model._sessions
     model.encode(["one more"])

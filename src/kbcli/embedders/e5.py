@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from kbcli.embedders.base import BaseEmbedder
-from kbcli.embedders.local import default_threads
+from kbcli.embedders.local_runtime import default_threads
 from kbcli.errors import EmbedderError, require
 
 MODEL_NAME = "multilingual-e5-small"
@@ -82,18 +82,21 @@ class E5Embedder(BaseEmbedder):
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        return (
+        vectors: list[list[float]] = (
             self._model.passage([t if t.strip() else " " for t in texts])
             .reshape(len(texts), -1)
             .tolist()
         )
+        return vectors
 
     def embed_query(self, text: str) -> list[float]:
         """The query with e5's ``query:`` prefix."""
-        return self._model.query(text if text.strip() else " ").tolist()
+        vector: list[float] = self._model.query(text if text.strip() else " ").tolist()
+        return vector
 
     def embed_queries(self, texts: list[str]) -> list[list[float]]:
         """Several queries in one call (evaluation embeds a query set up front)."""
         if not texts:
             return []
-        return self._model.query(list(texts)).reshape(len(texts), -1).tolist()
+        vectors: list[list[float]] = self._model.query(list(texts)).reshape(len(texts), -1).tolist()
+        return vectors

@@ -4,10 +4,18 @@ model)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kbcli.config.lookup import defaults
-from kbcli.embedders.base import EmbedderInfo, embed_queries, embedder_info, is_cheap
+from kbcli.embedders.base import (
+    EmbedderCapabilities,
+    EmbedderInfo,
+    capabilities_of,
+    embed_queries,
+    embedder_info,
+)
+from kbcli.protocols import EmbedderProtocol
+from kbcli.stores.capabilities import IndexMetadata
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.config.schema import Config
@@ -36,10 +44,10 @@ class LazyEmbedder:
         self._config = config
         self._on_note = on_note
         self._recorded = recorded
-        self._embedder: Any = None
+        self._embedder: EmbedderProtocol | None = None
 
     @property
-    def resolved(self) -> Any:
+    def resolved(self) -> EmbedderProtocol:
         """The real embedder (resolved now if needed)."""
         if self._embedder is None:
             from kbcli.embedders.resolve import choose_embedder
@@ -86,32 +94,12 @@ class LazyEmbedder:
         return int(getattr(self.resolved, "batch_size", DEFAULT_BATCH) or DEFAULT_BATCH)
 
     @property
-    def weak(self) -> bool:
-        """True when the resolved embedder captures spelling rather than meaning."""
-        return bool(getattr(self.resolved, "weak", False))
-
-    @property
-    def cheap(self) -> bool:
-        """True when the resolved embedder is cheaper to run than its embedding cache."""
-        return is_cheap(self.resolved)
-
-    @property
-    def languages(self) -> frozenset[str] | None:
-        """The languages the resolved embedder knows (None: any)."""
-        return getattr(self.resolved, "languages", None)
-
-    @property
-    def alpha(self) -> float | None:
-        """The hybrid dense weight the resolved embedder asks for (None: the configured one)."""
-        return getattr(self.resolved, "alpha", None)
-
-    @property
-    def keyword_sure_margin(self) -> float | None:
-        """The resolved embedder's per-query weight ramp (None: a fixed weight)."""
-        return getattr(self.resolved, "keyword_sure_margin", None)
+    def capabilities(self) -> EmbedderCapabilities:
+        """What the resolved embedder declares about itself."""
+        return capabilities_of(self.resolved)
 
 
-def remembered(store: Any) -> EmbedderInfo | None:
+def remembered(store: IndexMetadata) -> EmbedderInfo | None:
     """The embedder an ingest chose for ``store`` before storing any vector."""
     from kbcli.embedders.resolve import remembered_choice
 

@@ -16,13 +16,16 @@ Order of choice:
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from kbcli.config.lookup import Config, defaults
 from kbcli.config.registry import EMBEDDERS, load_embedder_class
+from kbcli.embedders.base import EmbedderInfo, embedder_info
 from kbcli.embedders.local import offline_offer
 from kbcli.embedders.settings import first_env
 from kbcli.errors import InvalidOptionError
+from kbcli.protocols import EmbedderProtocol
+from kbcli.stores.capabilities import IndexMetadata
 
 AUTO_ORDER = ("gemini", "openai", "simple")
 KEY_ENV = {"gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "openai": ("OPENAI_API_KEY", "API_KEY")}
@@ -34,9 +37,9 @@ def provider_choices() -> str:
     return ", ".join(["auto", *EMBEDDERS])
 
 
-def _build(name: str, config: Config, model: str | None, base_url: str | None) -> Any:
+def _build(name: str, config: Config, model: str | None, base_url: str | None) -> EmbedderProtocol:
     emb = config.rag.embedding
-    cls = load_embedder_class(name)
+    cls: Callable[..., EmbedderProtocol] = load_embedder_class(name)
     if name in ("openai", "gemini"):
         return cls(
             base_url=base_url,
@@ -68,7 +71,7 @@ def choose_embedder(
     preference: str | None = None,
     model: str | None = None,
     base_url: str | None = None,
-) -> tuple[Any, str | None]:
+) -> tuple[EmbedderProtocol, str | None]:
     """The embedder to use and a one-line note for stderr when it was chosen automatically.
 
     The note is None when the provider was named (argument or config file).
@@ -100,8 +103,8 @@ def choose_embedder(
         if env_name:
             embedder = _build(candidate, cfg, model, base_url)
             note = (
-                f"Using the {candidate} embedder ({embedder.model}, found {env_name}; "
-                "set rag.embedding.provider to choose)"
+                f"Using the {candidate} embedder ({embedder_info(embedder).model}, found "
+                f"{env_name}; set rag.embedding.provider to choose)"
             )
             return embedder, note
     raise AssertionError("unreachable: AUTO_ORDER ends with simple")
@@ -113,7 +116,7 @@ def resolve_embedder(
     base_url: str | None = None,
     *,
     config: Config | None = None,
-) -> Any:
+) -> EmbedderProtocol:
     """The embedder to use (see the module docstring for the order of choice).
 
     ``preference`` may also be a list of providers, as in the reference
@@ -128,7 +131,7 @@ def resolve_embedder(
 
 def _first_buildable(
     names: list[str], model: str | None, base_url: str | None, config: Config | None
-) -> Any:
+) -> EmbedderProtocol:
     from kbcli.errors import EmbedderError, MissingDependencyError
 
     for name in names:
@@ -144,7 +147,7 @@ def _first_buildable(
 CHOICE_KEY = "embedder_choice"  # index metadata: the embedder an ingest chose, before vectors
 
 
-def remember_choice(store: Any, info: Any) -> None:
+def remember_choice(store: IndexMetadata, info: EmbedderInfo) -> None:
     """Record in ``store``'s metadata the embedder an ingest is about to use, so that the next
     command uses it even when no vector was stored yet (an ingest stopped before its vectors:
     files are written first)."""
@@ -155,11 +158,9 @@ def remember_choice(store: Any, info: Any) -> None:
         store.set_meta(CHOICE_KEY, value)
 
 
-def remembered_choice(store: Any) -> Any:
+def remembered_choice(store: IndexMetadata) -> EmbedderInfo | None:
     """The embedder recorded by :func:`remember_choice` (an ``EmbedderInfo``), or None."""
     import json
-
-    from kbcli.embedders.base import EmbedderInfo
 
     raw = store.get_meta(CHOICE_KEY)
     try:

@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from kbcli.config.lookup import Config, EmbeddingConfig, defaults
+
+if TYPE_CHECKING:
+    from kbcli.providers.retry import RetryPolicy
+
+
+class RequestSettings(Protocol):
+    """What :func:`apply_request_settings` sets on a provider embedder
+    (:class:`~kbcli.embedders.api.APIEmbedder`)."""
+
+    dimensions: int | None
+    batch_size: int
+    max_inputs_per_request: int
+    timeout: float
+    retry_budget: float
+    retry_policy: RetryPolicy
 
 
 def embedding_settings(provider: str, config: Config | None) -> EmbeddingConfig:
@@ -34,7 +49,7 @@ def find_api_key(api_key: str | None, env_names: tuple[str, ...]) -> tuple[str |
 
 
 def apply_request_settings(
-    embedder: Any,
+    embedder: RequestSettings,
     settings: EmbeddingConfig,
     *,
     dimensions: int | None,

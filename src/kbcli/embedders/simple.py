@@ -65,7 +65,7 @@ def _simple_embedding_fast(text: str, dim: int) -> list[float]:
     if codes.size == 0:
         return [0.0] * dim
     weights = 1.0 / (1.0 + np.arange(codes.size, dtype=np.float64) * 0.01)
-    vec = np.bincount(codes % dim, weights=weights, minlength=dim).tolist()
+    vec: list[float] = np.bincount(codes % dim, weights=weights, minlength=dim).tolist()
     norm = math.sqrt(sum(v * v for v in vec))
     if norm == 0.0:
         return vec

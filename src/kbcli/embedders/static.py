@@ -211,4 +211,5 @@ class StaticEmbedder(BaseEmbedder):
         return f"StaticEmbedder(model={self.model!r})"
 
     def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        return embed_with(self._table, self._tokenizer, texts).tolist()
+        vectors: list[list[float]] = embed_with(self._table, self._tokenizer, texts).tolist()
+        return vectors

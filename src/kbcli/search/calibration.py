@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Protocol
 
-from kbcli.embedders.base import EmbedderInfo, embed_queries, embedder_info
+from kbcli.embedders.base import EmbedderInfo, capabilities_of, embed_queries, embedder_info
 from kbcli.protocols import (
     DocumentCatalog,
     EmbedderProtocol,
@@ -253,7 +253,7 @@ def calibrate_index(kb: Indexed) -> float | None:
     if not stats.get("vectors"):
         return None
     info = embedder_info(kb.embedder)
-    probes = probes_for(getattr(kb.embedder, "languages", None))
+    probes = probes_for(capabilities_of(kb.embedder).languages)
     vectors = dict(zip(probes, probe_vectors(store, kb.embedder, probes)))
     result = calibrate(vectors.__getitem__, lambda vector, k: store.search(list(vector), k), probes)
     record = {

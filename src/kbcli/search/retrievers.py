@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from kbcli.embedders.base import embedder_info
+from kbcli.embedders.base import capabilities_of, embedder_info
 from kbcli.embedders.simple import SimpleEmbedder
 from kbcli.errors import InvalidOptionError
 from kbcli.filters.model import and_filters, matches
@@ -261,7 +261,7 @@ class HybridRetriever:
     @property
     def weak_embedder(self) -> bool:
         """True when the embedder says its vectors capture spelling rather than meaning."""
-        return bool(getattr(self.embedder, "weak", False))
+        return capabilities_of(self.embedder).weak
 
     def weak_for(self, query: str) -> bool:
         """True when the dense route cannot be trusted for ``query``: the embedder is weak, or
@@ -269,7 +269,7 @@ class HybridRetriever:
         is written in those scripts (all-MiniLM-L6-v2 on Chinese: CMRC nDCG@10 0.10)."""
         if self.weak_embedder:
             return True
-        languages = getattr(self.embedder, "languages", None)
+        languages = capabilities_of(self.embedder).languages
         if languages is None or set(languages) & CJK_LANGUAGES:
             return False
         return has_cjk(query)
@@ -297,15 +297,14 @@ class HybridRetriever:
         """The keyword lead at which this embedder's dense weight has fallen to the least
         (:func:`~kbcli.search.fusion.confident_alpha`), when the embedder declares one
         (``keyword_sure_margin``, measured per model); None: a fixed weight for every query."""
-        sure = getattr(self.embedder, "keyword_sure_margin", None)
-        return float(sure) if isinstance(sure, (int, float)) else None
+        return capabilities_of(self.embedder).keyword_sure_margin
 
     def base_alpha(self, options: SearchOptions) -> float:
         """The dense weight before the per-query rule: the embedder's own measured ``alpha``
         (the static embedder's), else the constructor's, else ``options.alpha``."""
-        hint = getattr(self.embedder, "alpha", None)
-        if isinstance(hint, (int, float)):
-            return float(hint)
+        hint = capabilities_of(self.embedder).alpha
+        if hint is not None:
+            return hint
         return self.alpha if self.alpha is not None else option_alpha(options)
 
     def search(
@@ -432,7 +431,7 @@ class HybridRetriever:
             return None
         key = (json.dumps(scope, sort_keys=True, default=str), store.version)
         if key not in self._scope_floors:
-            probes = probes_for(getattr(self.embedder, "languages", None))
+            probes = probes_for(capabilities_of(self.embedder).languages)
             vectors = self._probe_vectors
             missing = [p for p in probes if p not in vectors]
             if missing:  # those the ingest kept, else one batch (a search writes nothing)

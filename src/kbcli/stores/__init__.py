@@ -1,37 +1,44 @@
-"""Stores: in memory and SQLite here; other backends are loaded by name when used
-(:data:`kbcli.config.registry.STORE_ENTRIES`). Every built-in store is :class:`Store`
-(:mod:`.composite`) over its backend's parts (:mod:`.parts`)."""
+"""Stores: every built-in store is :class:`Store` (:mod:`.composite`) over its backend's parts
+(:mod:`.parts`); what a store can do is :mod:`.capabilities`. Each class loads its module on
+first use (PEP 562): the FAISS and Chroma stores import their extras only when asked for, and
+reading the capabilities imports no backend. A configured store is built by name
+(:data:`kbcli.config.registry.STORE_ENTRIES`)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kbcli.stores.composite import Store
-from kbcli.stores.memory.store import InMemoryStore
-from kbcli.stores.sqlite import SQLiteStore
+from kbcli.system.lazy import lazy_exports
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from kbcli.config.schema import Config
+    from kbcli.stores.chroma.store import ChromaStore
+    from kbcli.stores.composite import Store
+    from kbcli.stores.faiss.store import FaissStore
+    from kbcli.stores.memory.store import InMemoryStore
+    from kbcli.stores.sqlite.store import SQLiteStore
 
 __all__ = ["ChromaStore", "FaissStore", "InMemoryStore", "SQLiteStore", "Store", "build_store"]
 
-_OPTIONAL = {"FaissStore": ".faiss.store", "ChromaStore": ".chroma.store"}
+_EXPORTS = {
+    "Store": "composite",
+    "InMemoryStore": "memory.store",
+    "SQLiteStore": "sqlite.store",
+    "FaissStore": "faiss.store",
+    "ChromaStore": "chroma.store",
+}
 
-
-def __getattr__(name: str) -> Any:
-    # FaissStore and ChromaStore import their modules (and so their extras) only when asked for
-    if name in _OPTIONAL:
-        import importlib
-
-        return getattr(importlib.import_module(_OPTIONAL[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 def build_store(
-    config: Any,
+    config: Config,
     *,
     db: str | os.PathLike[str] | None = None,
     create: bool = True,
     busy_timeout: float | None = None,
-) -> Any:
+) -> Any:  # a Store, or a user's class that follows VectorStoreProtocol
     """The store ``config.store`` names, with its settings and the configured analyzer.
 
     A registered backend (:data:`kbcli.config.registry.STORE_ENTRIES`) builds itself with its

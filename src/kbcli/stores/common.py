@@ -1,6 +1,6 @@
 """Pieces every store shares: text hashes, vector packing, the embedder check, the writer lock
 file, the private folder of a store built without a path and pre-filtered vector search on top
-of any :class:`~kbcli.protocols.VectorIndex`."""
+of any :class:`~kbcli.stores.capabilities.VectorIndex`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from typing import Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
-from kbcli.protocols import VectorIndex
-from kbcli.system.locking import lock_file  # noqa: F401  (the stores take it from here)
+from kbcli.stores.capabilities import VectorIndex
 from kbcli.text.bm25 import Scored
 from kbcli.types import Document, FileRecord, SearchResult
 

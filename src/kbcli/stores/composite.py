@@ -13,9 +13,10 @@ files, the upgrade of an older keyword index) is :class:`~.upkeep.Upkeep`'s.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
@@ -25,7 +26,6 @@ from kbcli.stores.parts import (
     Built,
     Cache,
     Catalog,
-    DoctorRun,
     Engine,
     Keywords,
     Ledger,
@@ -39,11 +39,14 @@ from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from kbcli.types import Document, FileRecord, Finding, SearchResult
 
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
+
 
 class Store:
     """One index: documents, an exact BM25 index, dense search, a file ledger and an embedding
     cache, over the parts of one backend (see :mod:`.parts`). Implements every storage
-    capability of :mod:`kbcli.protocols`; a backend's class only assembles its parts."""
+    capability of :mod:`.capabilities`; a backend's class only assembles its parts."""
 
     _engine: Engine
     _catalog: Catalog
@@ -51,7 +54,6 @@ class Store:
     _vectors: Vectors
     _ledger: Ledger
     _cache: Cache
-    _doctor: DoctorRun | None
     _upkeep: Upkeep
 
     def _assemble(
@@ -63,13 +65,11 @@ class Store:
         ledger: Ledger,
         cache: Cache,
         *,
-        doctor: DoctorRun | None = None,
         upkeep: Upkeep | None = None,
     ) -> None:
         """Take the parts (a backend's ``__init__`` calls this once)."""
         self._engine, self._catalog, self._keywords = engine, catalog, keywords
         self._vectors, self._ledger, self._cache = vectors, ledger, cache
-        self._doctor = doctor
         self._upkeep = upkeep or Upkeep(engine, keywords, vectors)
 
     #: a store kept somewhere takes ``create`` and ``busy_timeout`` (the memory store neither)
@@ -78,7 +78,7 @@ class Store:
     @classmethod
     def from_config(
         cls,
-        config: Any,
+        config: Config,
         settings: dict[str, Any],
         *,
         db: Location = None,
@@ -100,7 +100,7 @@ class Store:
         return cls(*args, **options)
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The arguments :meth:`from_config` builds the store with: where it lives (from
         ``db`` and its settings) and ``options``. Here: the options alone."""
         return (), options
@@ -180,7 +180,7 @@ class Store:
         """
         if embeddings is not None and len(embeddings) != len(docs):
             raise ValueError(f"{len(docs)} documents but {len(embeddings)} embeddings")
-        prepared = []
+        prepared: list[Prepared] = []
         for i, doc in enumerate(docs):
             vec = embeddings[i] if embeddings is not None else doc.embedding
             prepared.append((doc, vec, self._keywords.terms_of(doc)))
@@ -204,7 +204,7 @@ class Store:
     ) -> int:
         """Store vectors for chunks already in the index, by id, in one transaction (their
         rows and keyword postings are not touched; ids not in the index are skipped); returns
-        how many chunks got one (:class:`~kbcli.protocols.VectorWriter`)."""
+        how many chunks got one (:class:`~kbcli.stores.capabilities.VectorWriter`)."""
         if not vectors:
             return 0
         dim = vector_dimensions(vectors.values())
@@ -219,7 +219,7 @@ class Store:
             self._vectors.finish(conn)
         return len(rowids)
 
-    def _insert(self, conn: Any, prepared: list) -> None:
+    def _insert(self, conn: Any, prepared: list[Prepared]) -> None:
         if not prepared:
             return
         vocab: set[str] = set()
@@ -537,10 +537,12 @@ class Store:
     def doctor(self, repair: bool = False) -> list[Finding]:
         """Check the derived structures (keyword tables, keyword pack, vector index) against
         the catalog; with ``repair``, rebuild what drifted. A store that keeps nothing derived
-        has nothing to check."""
-        return self._doctor(self, repair) if self._doctor is not None else []
+        has nothing to check; a backend that does overrides this."""
+        return []
 
 
+#: a document to add, its vector and its term frequencies (before any lock is taken)
+Prepared = tuple[Document, "Sequence[float] | None", "Counter[str]"]
 FileSwap = tuple[FileRecord, list[Document], "list[list[float]] | None", "EmbedderInfo | None"]
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -61,13 +61,6 @@ class Listing:
 
 
 EVERY = Listing()
-
-
-class Row(Protocol):
-    """A stored chunk as a delete needs it: its row id (``doc``) and what its keyword index
-    needs to unindex it."""
-
-    doc: int
 
 
 class Engine(Protocol):
@@ -153,7 +146,8 @@ class Catalog(Protocol):
         ...
 
     def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[Any]:
-        """The :class:`Row` of each stored chunk among ``ids``."""
+        """The row of each stored chunk among ``ids``: the backend's own record of a chunk,
+        with its row id (``doc``) and what its keyword index needs to unindex it."""
         ...
 
     def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
@@ -161,11 +155,11 @@ class Catalog(Protocol):
         ...
 
     def rows_by_source(self, conn: Any, source: str) -> list[Any]:
-        """The :class:`Row` of every chunk of ``source``."""
+        """The row of every chunk of ``source`` (as :meth:`rows_by_ids`)."""
         ...
 
     def rows_where(self, conn: Any, filter: dict[str, Any] | None) -> list[Any]:
-        """The :class:`Row` of every chunk passing ``filter``."""
+        """The row of every chunk passing ``filter`` (as :meth:`rows_by_ids`)."""
         ...
 
     def overflow(self, conn: Any) -> list[Any]:
@@ -395,7 +389,3 @@ class Cache(Protocol):
         """Forget kept vectors of the texts of the chunks ``docs``, which the index holds
         with a vector again."""
         ...
-
-
-#: ``kb doctor`` of one backend: ``run(store, repair)`` (None: nothing to check).
-DoctorRun = Callable[[Any, bool], list]

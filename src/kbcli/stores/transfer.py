@@ -10,10 +10,11 @@ index is rebuilt by the target from the texts (analysis, no embedding calls).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kbcli.errors import StoreError
-from kbcli.protocols import DocumentCatalog, FileLedger, KeywordIndex, supports
+from kbcli.protocols import VectorStoreProtocol
+from kbcli.stores.capabilities import DocumentCatalog, FileLedger, KeywordIndex, supports
 from kbcli.types import Document
 
 BATCH = 1000
@@ -58,15 +59,24 @@ class CopyReport:
         }
 
 
+class CopiedStore(DocumentCatalog, VectorStoreProtocol, Protocol):
+    """What ``kb copy`` reads and writes: a document catalog, searched by vector to check."""
+
+
 def copy_index(
-    source: Any, target: Any, *, batch_size: int = BATCH, samples: int = 8
+    source: VectorStoreProtocol,
+    target: VectorStoreProtocol,
+    *,
+    batch_size: int = BATCH,
+    samples: int = 8,
 ) -> CopyReport:
     """Copy every document, vector, file record and the embedder of ``source`` into the empty
     ``target`` in one transaction, then :func:`check_copy`. Raises :class:`StoreError` when the
     target already holds documents or either side is not a document catalog."""
-    for name, store in (("source", source), ("target", target)):
-        if not supports(store, DocumentCatalog):
-            raise StoreError(f"The {name} store is not a document catalog: kb copy needs one")
+    if not supports(source, DocumentCatalog):
+        raise StoreError("The source store is not a document catalog: kb copy needs one")
+    if not supports(target, DocumentCatalog):
+        raise StoreError("The target store is not a document catalog: kb copy needs one")
     if target.count() or (supports(target, FileLedger) and target.file_records()):
         raise StoreError("The target store is not empty: copy into a new database or path")
     info = source.embedder_info
@@ -103,7 +113,11 @@ def _write(target: Any, docs: list[Document], info: Any, report: CopyReport) -> 
 
 
 def check_copy(
-    source: Any, target: Any, *, samples: int = 8, report: CopyReport | None = None
+    source: CopiedStore,
+    target: CopiedStore,
+    *,
+    samples: int = 8,
+    report: CopyReport | None = None,
 ) -> list[str]:
     """Differences between two stores: counts, sources, file records, and ``samples`` keyword,
     dense and filtered dense searches (documents spread over the index as queries)."""

@@ -12,10 +12,9 @@ module loads on first use of one of its names.
 
 from __future__ import annotations
 
-from kbcli import lazy_exports
-
 # Eager: the submodule of the same name would otherwise shadow the function once imported.
 from kbcli.cli.render.progress import progress
+from kbcli.system.lazy import lazy_exports
 
 # name -> module; each module loads on first use (PEP 562), so a command imports only the
 # output it draws (kb search: hits, snippets, names, messages, explain).

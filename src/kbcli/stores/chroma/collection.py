@@ -1,6 +1,6 @@
 """The Chroma collection of one catalog's vectors: a derived vector index (``kbcli[chroma]``).
 
-:class:`ChromaVectorIndex` is the :class:`~kbcli.protocols.VectorIndex` contract on a
+:class:`ChromaVectorIndex` is the :class:`~kbcli.stores.capabilities.VectorIndex` contract on a
 cosine-space collection (ids = the catalog's rowids as strings, each chunk's scalar metadata
 copied, :func:`~kbcli.stores.chroma.where.chroma_metadata`). :class:`ChromaCollection` keeps it
 in step with the ``vectors`` table of an SQLite catalog: by difference when the vectors'
@@ -26,10 +26,10 @@ from typing import Any
 import kbcli.stores.chroma.folder as chroma_folder
 from kbcli.errors import StoreError, require
 from kbcli.stores.chroma.where import chroma_metadata
-from kbcli.stores.common import lock_file
 from kbcli.stores.sqlite import catalog
 from kbcli.stores.sqlite import vectors as sqlite_vectors
 from kbcli.system.crashpoints import crash_point
+from kbcli.system.locking import lock_file
 
 STATE_MAGIC = b"KBCHROMA"
 SYNC_BATCH = 5000  # rows per Chroma upsert (its maximum batch size is 5461)
@@ -43,7 +43,7 @@ def _chromadb() -> Any:
 
 
 class ChromaVectorIndex:
-    """A :class:`~kbcli.protocols.VectorIndex` on a Chroma collection in cosine space.
+    """A :class:`~kbcli.stores.capabilities.VectorIndex` on a Chroma collection in cosine space.
 
     Ids are integers (stored as strings); ``allowed`` restricts the query to those ids
     (Chroma's ``ids`` pre-filter); a ``where`` may be given instead. Chroma's HNSW is

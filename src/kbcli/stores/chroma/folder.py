@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 
 from kbcli.errors import InvalidOptionError, StoreError
-from kbcli.stores.common import lock_file
 from kbcli.stores.sqlite.vectors import fsync_dir
+from kbcli.system.locking import lock_file
 
 SHARED_CATALOG = "kbcli.db"  # the one catalog of every collection, before per-collection ones
 STATE_SUFFIX = ".kbcli-sync"

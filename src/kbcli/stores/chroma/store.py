@@ -21,7 +21,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kbcli.stores.chroma.folder as chroma_folder
 from kbcli.errors import FilterError, IndexMismatchError
@@ -42,6 +42,9 @@ from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from kbcli.stores.sqlite.store import catalog_path
 from kbcli.stores.sqlite.vectors import TableVectors
 from kbcli.text.analysis import Analyzer
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 __all__ = [
     "ChromaCollection",
@@ -167,7 +170,7 @@ class ChromaStore(SQLiteStore):
             raise
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The collection ``store.collection`` in ``store.path`` (default ``<db>.chroma/``),
         its catalog ``db`` (default ``paths.knowledge_db``)."""
         path = catalog_path(config, db)

@@ -1,4 +1,4 @@
-"""FaissVectorIndex: the :class:`~kbcli.protocols.VectorIndex` contract on FAISS (extra
+"""FaissVectorIndex: the :class:`~kbcli.stores.capabilities.VectorIndex` contract on FAISS (extra
 ``kbcli[faiss]``), each distinct vector held once, and its search settings.
 
 Used by :class:`~kbcli.stores.faiss.file.FaissFile` (the index kept beside a catalog) and so by
@@ -65,7 +65,8 @@ def resolve_metric(metric: str | None, normalize: bool) -> str:
 
 
 class FaissVectorIndex:
-    """A :class:`~kbcli.protocols.VectorIndex` on FAISS: ``IndexIDMap2`` over ``index_factory``.
+    """A :class:`~kbcli.stores.capabilities.VectorIndex` on FAISS: ``IndexIDMap2`` over
+    ``index_factory``.
 
     ``normalize`` makes rows and queries unit length, so the inner product is the cosine; with
     the ``l2`` metric on normalised vectors scores are turned back into cosines
@@ -131,7 +132,7 @@ class FaissVectorIndex:
 
     def _metric_type(self) -> int:
         f = self._faiss
-        return f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2
+        return int(f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2)
 
     def _new(self, matrix: Any) -> Any:
         f = self._faiss

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import IndexMismatchError
 from kbcli.stores.common import few_allowed
@@ -36,6 +36,9 @@ from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from kbcli.stores.sqlite.store import catalog_path
 from kbcli.stores.sqlite.vectors import TableVectors
 from kbcli.text.analysis import Analyzer
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 __all__ = [
     "DEFAULT_EF_SEARCH",
@@ -163,7 +166,7 @@ class FaissStore(SQLiteStore):
         self._open_sqlite(path, analyzer, busy_timeout, create, vectors, refresh_after_ingest=True)
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The catalog ``db`` (default ``paths.knowledge_db``), its index in ``<db>.faiss``."""
         return (), {**options, "path": catalog_path(config, db)}
 

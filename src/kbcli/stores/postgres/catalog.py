@@ -100,7 +100,7 @@ def source_ids(conn: Any, t: Tables, sources: Sequence[str | None]) -> tuple[lis
     return out, new
 
 
-def insert(conn: Any, t: Tables, rows: list[tuple]) -> None:
+def insert(conn: Any, t: Tables, rows: list[tuple[Any, ...]]) -> None:
     """COPY chunk rows ``(doc, id, text, metadata dict, created_at, source, length, term_ids,
     tfs, src, vector or None)``."""
     columns = (
@@ -187,8 +187,9 @@ def count(conn: Any, t: Tables, filter: dict[str, Any] | None) -> int:
     """How many chunks pass ``filter``."""
     where, params = scan_filter(filter)
     if where == "TRUE":
-        return conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
-    return conn.execute(f"SELECT count(*) FROM {t.chunks} c WHERE {where}", params).fetchone()[0]
+        return int(conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0])
+    sql = f"SELECT count(*) FROM {t.chunks} c WHERE {where}"
+    return int(conn.execute(sql, params).fetchone()[0])
 
 
 def sources(conn: Any, t: Tables) -> list[tuple[str, int]]:

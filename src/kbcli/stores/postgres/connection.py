@@ -268,7 +268,7 @@ class Database(Nesting):
 
     def _wal_position(self) -> str:
         """The primary's WAL position now (after every commit made so far)."""
-        return self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+        return str(self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
 
     def _read_latest(self) -> AbstractContextManager[Any]:
         """A snapshot on the primary (the ledger, the cache, ``stats``)."""
@@ -285,7 +285,7 @@ class Database(Nesting):
     def generation(self, conn: Any) -> int:
         """The counter every commit bumps."""
         sql = f"SELECT generation FROM {self.tables.stats} WHERE id = 1"
-        return conn.execute(sql).fetchone()[0]
+        return int(conn.execute(sql).fetchone()[0])
 
     def size(self, conn: Any) -> int:
         """Bytes of the index's tables and their indexes."""

@@ -4,13 +4,24 @@ rebuilt from them. The HNSW index is PostgreSQL's own and needs no check here.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from kbcli.stores.postgres.connection import Database
 from kbcli.stores.postgres.schema import Tables
 from kbcli.types import Finding
 
-if TYPE_CHECKING:
-    from kbcli.stores.postgres.store import PostgresStore
+
+class Checked(Protocol):
+    """What the check reads and rebuilds: a :class:`~kbcli.stores.postgres.store.PostgresStore`
+    (its tables, its database and its keyword rebuild)."""
+
+    _t: Tables
+    _db: Database
+
+    @property
+    def keyword_signature(self) -> str: ...
+
+    def rebuild_keyword_index(self) -> int: ...
 
 
 def problems(conn: Any, t: Tables) -> list[str]:
@@ -45,7 +56,7 @@ def problems(conn: Any, t: Tables) -> list[str]:
     return out
 
 
-def _signature(conn: Any, t: Any, current: str) -> list[str]:
+def _signature(conn: Any, t: Tables, current: str) -> list[str]:
     """An index built with another analyzer or field set (re-tokenised by the repair)."""
     row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'analyzer'").fetchone()
     n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
@@ -54,7 +65,7 @@ def _signature(conn: Any, t: Any, current: str) -> list[str]:
     return [f"built with [{row[0]}], not the current [{current}]"]
 
 
-def run(store: PostgresStore, repair: bool) -> list[Finding]:
+def run_checks(store: Checked, repair: bool) -> list[Finding]:
     """The keyword-index check; with ``repair``, rebuilt and checked again."""
     t = store._t
     with store._db.read() as conn:

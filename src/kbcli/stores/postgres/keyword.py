@@ -43,14 +43,14 @@ class KeywordTables(SignedKeywords):
         set_meta(conn, self.t, key, value)
 
     def _chunks(self, conn: Any) -> int:
-        return conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1").fetchone()[0]
+        return int(conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1").fetchone()[0])
 
     def _where(self) -> str:
         return f"{self.t.base} at {self.where}"
 
     def vocabulary(self, conn: Any) -> int:
         """How many distinct terms the index holds."""
-        return conn.execute(f"SELECT count(*) FROM {self.t.terms}").fetchone()[0]
+        return int(conn.execute(f"SELECT count(*) FROM {self.t.terms}").fetchone()[0])
 
     # --- writes --------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ class KeywordTables(SignedKeywords):
             ids.update(zip(missing, fresh))
         return ids
 
-    def _source_postings(self, conn: Any, pairs: set[tuple[int, Any]]):
+    def _source_postings(self, conn: Any, pairs: set[tuple[int, Any]]) -> Callable[[int, Any], int]:
         """A ``source_postings(src, term)`` answering from one query over ``pairs``."""
         counts: dict[tuple[int, Any], int] = {}
         if pairs:
@@ -327,7 +327,10 @@ class KeywordTables(SignedKeywords):
                 f"{head} SELECT doc, score, score, 0.0::float8 FROM per_chunk"
                 " ORDER BY score DESC, doc LIMIT %s"
             )
-            return conn.execute(sql, [*params, int(k)]).fetchall()
+            rows: list[tuple[int, float, float, float]] = conn.execute(
+                sql, [*params, int(k)]
+            ).fetchall()
+            return rows
         lengths, length = f"JOIN {t.sources} s ON s.id = h.src", "s.length"
         if scope:
             # a source's chunks in scope (a chunk without a source is its own: its length)
@@ -353,4 +356,7 @@ class KeywordTables(SignedKeywords):
             " FROM per_chunk c JOIN per_source s ON s.src = c.src"
             " ORDER BY total DESC, c.doc LIMIT %s"
         )
-        return conn.execute(sql, [*params, source_weight, int(k)]).fetchall()
+        found: list[tuple[int, float, float, float]] = conn.execute(
+            sql, [*params, source_weight, int(k)]
+        ).fetchall()
+        return found

@@ -25,7 +25,7 @@ def records(conn: Any, t: Tables) -> dict[str, FileRecord]:
 
 def count(conn: Any, t: Tables) -> int:
     """How many files are recorded."""
-    return conn.execute(f"SELECT count(*) FROM {t.files}").fetchone()[0]
+    return int(conn.execute(f"SELECT count(*) FROM {t.files}").fetchone()[0])
 
 
 def put(conn: Any, t: Tables, record: FileRecord) -> None:

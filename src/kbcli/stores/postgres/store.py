@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import StoreError
@@ -23,6 +23,7 @@ from kbcli.stores.parts import EVERY, Built, Filter, Hit, Listing, Location, New
 from kbcli.stores.postgres import catalog, ledger, vectors
 from kbcli.stores.postgres.catalog import ChunkRow
 from kbcli.stores.postgres.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.postgres.doctor import run_checks
 from kbcli.stores.postgres.dsn import ENV_DSN, resolve_dsn
 from kbcli.stores.postgres.keyword import KeywordTables
 from kbcli.stores.postgres.replica import ENV_READ_DSN, resolve_read_dsn
@@ -31,6 +32,9 @@ from kbcli.stores.postgres.vectors import EF_SEARCH
 from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import ChunkTerms
 from kbcli.types import Document, FileRecord, Finding
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 # The first vectors of an index arriving in a batch this large get their HNSW index built after
 # the rows are in (``kb copy``, a bulk add): once, not row by row.
@@ -117,7 +121,7 @@ class PgCatalog:
     def named_sources(self, conn: Any) -> int:
         """How many named sources there are."""
         sql = f"SELECT count(*) FROM {self.t.sources} WHERE source IS NOT NULL"
-        return conn.execute(sql).fetchone()[0]
+        return int(conn.execute(sql).fetchone()[0])
 
     def totals(self, conn: Any) -> tuple[int, int]:
         """How many chunks, and their total length in terms."""
@@ -182,7 +186,7 @@ class PgVectors:
     def count(self, conn: Any) -> int:
         """How many chunks have a vector."""
         sql = f"SELECT count(*) FROM {self.t.chunks} WHERE embedding IS NOT NULL"
-        return conn.execute(sql).fetchone()[0]
+        return int(conn.execute(sql).fetchone()[0])
 
     def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """HNSW with iterative scans, exact when a filter leaves it short of ``k``."""
@@ -309,13 +313,12 @@ class PostgresStore(Store):
             PgVectors(self._db, self),
             ledger_part,
             ledger_part,
-            doctor=_doctor,
         )
 
     _persistent = True
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The index ``store.table`` at ``$KB_PG_DSN`` or ``store.dsn``, read from
         ``$KB_PG_READ_DSN`` or ``store.read_dsn`` (``db`` does not apply)."""
         return (), {
@@ -341,15 +344,8 @@ class PostgresStore(Store):
         with self._db.read() as conn:
             return self._vectors.exact(conn)
 
-    @property
-    def read_location(self) -> str | None:
-        """The read server (password redacted), None when reads go to the primary."""
-        return None if self._db.replica is None else self._db.replica.where
-
-
-def _doctor(store: Any, repair: bool) -> list[Finding]:
-    """Check the keyword tables against the chunks; with ``repair``, rebuild them."""
-    from kbcli.stores.postgres import doctor
-
-    with store._db.primary():
-        return doctor.run(store, repair)
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables against the chunks, on the primary; with ``repair``,
+        rebuild them (see :mod:`.doctor`)."""
+        with self._db.primary():
+            return run_checks(self, repair)

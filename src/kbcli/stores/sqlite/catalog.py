@@ -249,9 +249,9 @@ def documents_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[
     return out
 
 
-def metadata_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dict]:
+def metadata_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Metadata by rowid."""
-    out: dict[int, dict] = {}
+    out: dict[int, dict[str, Any]] = {}
     for part in _batches(list(rowids)):
         marks = ",".join("?" * len(part))
         for doc, meta in conn.execute(
@@ -261,7 +261,7 @@ def metadata_by_rowid(conn: sqlite3.Connection, rowids: Sequence[int]) -> dict[i
     return out
 
 
-def passing(conn: sqlite3.Connection, rowids: Sequence[int], filter: dict) -> set[int]:
+def passing(conn: sqlite3.Connection, rowids: Sequence[int], filter: dict[str, Any]) -> set[int]:
     """Which of ``rowids`` pass ``filter`` (checked in SQL)."""
     where, params = compile_sql(filter, "c.metadata")
     out: set[int] = set()
@@ -272,7 +272,7 @@ def passing(conn: sqlite3.Connection, rowids: Sequence[int], filter: dict) -> se
     return out
 
 
-def rowids_where(conn: sqlite3.Connection, filter: dict) -> list[int]:
+def rowids_where(conn: sqlite3.Connection, filter: dict[str, Any]) -> list[int]:
     """Rowids of every chunk passing ``filter``."""
     where, params = scan_where(filter)
     return [r[0] for r in conn.execute(f"SELECT doc FROM chunks WHERE {where}", params)]
@@ -290,9 +290,9 @@ class AllowedRowids:
     def __init__(self, size: int = ALLOWED_CACHE):
         self.size = size
         self.scans = 0  # how many times the table was read (tests, stats)
-        self._entries: dict[tuple[str, int, str], array] = {}
+        self._entries: dict[tuple[str, int, str], array[int]] = {}
 
-    def _key(self, conn: sqlite3.Connection, filter: dict) -> tuple[str, int, str]:
+    def _key(self, conn: sqlite3.Connection, filter: dict[str, Any]) -> tuple[str, int, str]:
         # the index's id too: another index moved over this file may count the same generation
         generation, index = conn.execute(
             "SELECT generation, (SELECT value FROM meta WHERE key = 'index_id') FROM stats "
@@ -300,11 +300,11 @@ class AllowedRowids:
         ).fetchone()
         return json.dumps(filter, sort_keys=True, default=str), int(generation), str(index)
 
-    def peek(self, conn: sqlite3.Connection, filter: dict) -> array | None:
+    def peek(self, conn: sqlite3.Connection, filter: dict[str, Any]) -> array[int] | None:
         """The kept rowids of ``filter`` for ``conn``'s snapshot, or None (nothing is read)."""
         return self._entries.get(self._key(conn, filter))
 
-    def get(self, conn: sqlite3.Connection, filter: dict) -> array:
+    def get(self, conn: sqlite3.Connection, filter: dict[str, Any]) -> array[int]:
         """The rowids passing ``filter`` in ``conn``'s snapshot (int64, ascending)."""
         key = self._key(conn, filter)
         found = self._entries.pop(key, None)
@@ -361,9 +361,9 @@ def count(conn: sqlite3.Connection, filter: dict[str, Any] | None) -> int:
     """How many chunks pass ``filter``."""
     filter = ensure_checked(filter)
     if not filter:
-        return conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
+        return int(conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0])
     where, params = scan_where(filter)
-    return conn.execute(f"SELECT count(*) FROM chunks WHERE {where}", params).fetchone()[0]
+    return int(conn.execute(f"SELECT count(*) FROM chunks WHERE {where}", params).fetchone()[0])
 
 
 def sources(conn: sqlite3.Connection) -> list[tuple[str, int]]:

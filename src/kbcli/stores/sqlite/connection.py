@@ -34,10 +34,10 @@ from kbcli.errors import (
     ReadOnlyIndexError,
     StoreError,
 )
-from kbcli.stores.common import lock_file
 from kbcli.stores.nesting import Nesting
 from kbcli.stores.sqlite import schema
 from kbcli.system.crashpoints import crash_point
+from kbcli.system.locking import lock_file
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 
@@ -376,7 +376,7 @@ class Database(Nesting):
     @staticmethod
     def generation(conn: sqlite3.Connection) -> int:
         """The counter every commit bumps."""
-        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+        return int(conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
 
     def size(self, conn: Any = None) -> int:
         """Bytes of every file the index is kept in (:meth:`size_on_disk`)."""

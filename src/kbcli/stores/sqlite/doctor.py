@@ -9,19 +9,36 @@ indexes, log), vectors without a chunk, the packed keyword file and the derived 
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kbcli.stores.sqlite import integrity
+from kbcli.stores.sqlite.connection import Database
 from kbcli.stores.sqlite.packlog import current_tag, pack_path, read_header
-from kbcli.stores.sqlite.vectors import bump, remove_dead_temp_files
+from kbcli.stores.sqlite.vectors import DerivedVectors, bump, remove_dead_temp_files
 from kbcli.types import Finding
 
-if TYPE_CHECKING:
-    from kbcli.stores.sqlite.store import SQLiteStore
+
+class Checked(Protocol):
+    """What the checks read and rebuild: a store of the SQLite family
+    (:class:`~kbcli.stores.sqlite.store.SQLiteStore` and the FAISS and Chroma stores built on
+    it): its database, its derived vector index and the store's own rebuilds."""
+
+    path: Path
+    _db: Database
+    _matrix: DerivedVectors
+
+    @property
+    def keyword_signature(self) -> str: ...
+
+    def rebuild_keyword_index(self) -> int: ...
+
+    def refresh_vector_index(self) -> None: ...
 
 
-def run(store: SQLiteStore, repair: bool) -> list[Finding]:
+def run_checks(store: Checked, repair: bool) -> list[Finding]:
     """Every check of ``store``; with ``repair``, each drifted one rebuilt and checked again."""
     with store._db.read() as conn:
         sqlite = [r[0] for r in conn.execute("PRAGMA integrity_check").fetchall()]
@@ -50,7 +67,7 @@ def run(store: SQLiteStore, repair: bool) -> list[Finding]:
     return findings
 
 
-def _keyword_tables(store: SQLiteStore) -> list[str]:
+def _keyword_tables(store: Checked) -> list[str]:
     with store._db.read() as conn:
         return (
             _signature(conn, store.keyword_signature)
@@ -61,7 +78,7 @@ def _keyword_tables(store: SQLiteStore) -> list[str]:
         )
 
 
-def _signature(conn, current: str) -> list[str]:
+def _signature(conn: sqlite3.Connection, current: str) -> list[str]:
     """An index built with another analyzer or field set (re-tokenised by the repair)."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'analyzer'").fetchone()
     n = conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]
@@ -70,17 +87,17 @@ def _signature(conn, current: str) -> list[str]:
     return [f"built with [{row[0]}], not the current [{current}]"]
 
 
-def _fix_keyword_tables(store: SQLiteStore) -> str:
+def _fix_keyword_tables(store: Checked) -> str:
     n = store.rebuild_keyword_index()
     return f"rebuilt the keyword index from {n} chunks"
 
 
-def _orphans(store: SQLiteStore) -> list[str]:
+def _orphans(store: Checked) -> list[str]:
     with store._db.read() as conn:
         return integrity._vectors(conn)
 
 
-def _fix_orphans(store: SQLiteStore) -> str:
+def _fix_orphans(store: Checked) -> str:
     with store._db.transaction() as conn:
         gone = conn.execute(
             "DELETE FROM vectors WHERE doc NOT IN (SELECT doc FROM chunks)"
@@ -89,7 +106,7 @@ def _fix_orphans(store: SQLiteStore) -> str:
     return f"deleted {gone} vectors that belonged to no chunk"
 
 
-def _pack(store: SQLiteStore) -> list[str]:
+def _pack(store: Checked) -> list[str]:
     path = pack_path(store.path)
     if not path.exists():
         return []
@@ -106,27 +123,27 @@ def _pack(store: SQLiteStore) -> list[str]:
         return integrity._pack(conn)
 
 
-def _fix_pack(store: SQLiteStore) -> str:
+def _fix_pack(store: Checked) -> str:
     path = pack_path(store.path)
     path.unlink(missing_ok=True)
     remove_dead_temp_files(path)
     return f"deleted {path.name} (the next search writes a new one)"
 
 
-def _vector_index(store: SQLiteStore) -> list[str]:
+def _vector_index(store: Checked) -> list[str]:
     with store._db.read() as conn:
         problem = store._matrix.verify(conn)
     return [problem] if problem else []
 
 
-def _fix_vector_index(store: SQLiteStore) -> str:
+def _fix_vector_index(store: Checked) -> str:
     name = Path(store._matrix.path).name
     note = store._matrix.discard()  # what it had to do beyond deleting the index, if anything
     store.refresh_vector_index()
     return note or f"rebuilt {name} from the catalog"
 
 
-_CHECKS = (
+_CHECKS: tuple[tuple[str, Callable[[Checked], list[str]], Callable[[Checked], str]], ...] = (
     ("keyword-index", _keyword_tables, _fix_keyword_tables),
     ("vectors", _orphans, _fix_orphans),
     ("keyword-pack", _pack, _fix_pack),

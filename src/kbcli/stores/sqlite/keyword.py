@@ -18,7 +18,8 @@ import sqlite3
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from kbcli.filters.sql import dumps_metadata
 from kbcli.stores.keywords import SignedKeywords
@@ -27,6 +28,7 @@ from kbcli.stores.sqlite import catalog, packread
 from kbcli.stores.sqlite.catalog import BATCH, ChunkRow, pack_terms, unpack_terms
 from kbcli.stores.sqlite.packlog import current_seq, current_tag, pack_path, prune_log
 from kbcli.stores.sqlite.packread import SMALL_MAX_POSTINGS
+from kbcli.stores.sqlite.ranking import PackedRanking, State
 from kbcli.text.analysis import Analyzer, has_title_field
 from kbcli.text.bm25 import (
     BM25Params,
@@ -38,8 +40,10 @@ from kbcli.text.bm25 import (
     select_terms,
 )
 
-FILTER_CACHE = 16  # allowed-slot bitmaps kept per generation
-IN_ORDER_FIRST = 25  # unfiltered candidates per k a new filter is checked on first (x4 each round)
+if TYPE_CHECKING:
+    from kbcli.stores.sqlite.packfile import Pack
+    from kbcli.stores.sqlite.packview import View
+
 _STATE_SQL = (
     "SELECT n, total_length, sources, generation,"
     " (SELECT seq FROM sqlite_sequence WHERE name = 'keyword_log'),"
@@ -49,45 +53,24 @@ _STATE_SQL = (
 )
 
 
-def _above(score: float) -> float:
-    """``score`` plus the float rounding of a sum of BM25 parts: a bound beyond it holds."""
-    return score + 1e-9 * (abs(score) + 1.0)
-
-
-class _Within:
-    """A packed view whose postings are only those of the slots in ``keep`` (a mask), every
-    other part (lengths, sources, norms) the view's: scored with ``keep`` as the filter it
-    ranks like the view, from those postings alone (the sparse executor, for few)."""
-
-    def __init__(self, view: Any, keep: Any):
-        self._view = view
-        self._keep = keep
-
-    def postings(self, term: int) -> tuple[Any, Any]:
-        slot, tf = self._view.postings(term)
-        kept = self._keep[slot]
-        return slot[kept], tf[kept]
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)
-
-
-class KeywordTables(SignedKeywords):
+class KeywordTables(SignedKeywords, PackedRanking):
     """Reads and writes the keyword index of one database for one analyzer: the keyword part
     (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
 
     #: set by the store when its database is opened read-only: packs are kept in memory
     read_only = False
 
-    def __init__(self, analyzer: Analyzer, path: Any, allowed: Any = None):
+    def __init__(
+        self, analyzer: Analyzer, path: Path, allowed: catalog.AllowedRowids | None = None
+    ):
         super().__init__(analyzer)
         self.path = path
         # rowids a filter allows (catalog.AllowedRowids), shared with the store's dense search
         self.allowed_rowids = allowed if allowed is not None else catalog.AllowedRowids()
         self.packed_path = pack_path(path)
-        self._pack: Any = None  # the mapped packed.Pack
+        self._pack: Pack | None = None  # the pack of the view, mapped or built in memory
         self._small: packread.SmallPack | None = None  # the pack as packread maps it
-        self._view: tuple[tuple, Any] | None = None  # ((tag, generation, seq), packed.View)
+        self._view: tuple[State, View] | None = None  # the view and the snapshot it is of
         # filter -> allowed slots, for self._view; "seen": filters probed once
         self._filters: dict[str, Any] = {}
         self._due = False  # self._pack was built by a search and is not written yet
@@ -124,14 +107,16 @@ class KeywordTables(SignedKeywords):
         return ids
 
     @staticmethod
-    def _source_postings(conn: sqlite3.Connection, skip: frozenset[int] = frozenset()):
+    def _source_postings(
+        conn: sqlite3.Connection, skip: frozenset[int] = frozenset()
+    ) -> Callable[[int, Any], int]:
         """``count(src, term)``: how many of ``src``'s chunks (but ``skip``) hold ``term``,
         from their forward indexes, each source read once."""
-        seen: dict[int, Counter] = {}
+        seen: dict[int, Counter[Any]] = {}
 
         def count(src: int, term: Any) -> int:
             if src not in seen:
-                held: Counter = Counter()
+                held: Counter[Any] = Counter()
                 rows = conn.execute("SELECT doc, terms FROM chunks WHERE src = ?", (src,))
                 for doc, blob in rows:
                     if doc not in skip:
@@ -286,7 +271,7 @@ class KeywordTables(SignedKeywords):
 
     # --- the executors -------------------------------------------------------------------------
 
-    def _small_pack(self, state: tuple[str, int, int]) -> packread.SmallPack | None:
+    def _small_pack(self, state: State) -> packread.SmallPack | None:
         """The pack on disk as :mod:`.packread` maps it (no numpy), for the snapshot of
         ``state``; mapped again only when the index or a newer pack may have replaced it."""
         tag, _, seq = state
@@ -294,134 +279,6 @@ class KeywordTables(SignedKeywords):
         if pack is None or pack.tag != tag or pack.seq < seq:
             pack = self._small = packread.open_pack(self.packed_path, tag)
         return pack
-
-    def _packed_search(
-        self,
-        conn: sqlite3.Connection,
-        terms: list[QueryTerm],
-        stats: CorpusStats,
-        filter: Filter,
-        k: int,
-        params: BM25Params,
-        state: tuple[str, int, int] | None = None,
-    ) -> list[tuple[int, float, float, float]]:
-        """:func:`kbcli.text.bm25.rank` with numpy over the packed postings."""
-        view = self.view(conn, state)
-        if not filter:
-            return self._score(view, terms, stats, k, params, None)
-        from kbcli.stores.sqlite.packed import FILTER_PROBE
-
-        # a new filter is checked on every candidate at once only when they are fewer than
-        # the first round in rank order would check
-        at_once = min(FILTER_PROBE, IN_ORDER_FIRST * k)
-        allowed = self._allowed(conn, view, filter, terms, in_order=at_once)
-        if allowed is None:  # a new filter, many candidates: checked in rank order
-            rows = self._checked_in_order(conn, view, terms, stats, filter, k, params)
-            if rows is not None:
-                return rows
-            allowed = self._candidates(conn, view, filter, terms)
-            if allowed is None:
-                allowed = self._bitmap(conn, view, filter)
-        return self._score(view, terms, stats, k, params, allowed)
-
-    def _checked_in_order(
-        self,
-        conn: sqlite3.Connection,
-        view: Any,
-        terms: list[QueryTerm],
-        stats: CorpusStats,
-        filter: dict[str, Any],
-        k: int,
-        params: BM25Params,
-    ) -> list[tuple[int, float, float, float]] | None:
-        """The filtered ranking, with ``filter`` checked in SQL only on the best unfiltered
-        candidates (and, with source context, on every candidate of their sources, whose
-        visible postings make the source part), more each round, until the k-th passing
-        score beats every unchecked candidate's unfiltered score, an upper bound of its
-        filtered one (the source part only grows with visible postings; idf is never
-        negative). The rows are then those of the filter-then-rank order exactly: each checked
-        source's part is its filtered one, and no unchecked chunk can reach the k-th. None
-        when the checks would exceed :meth:`_probe` (a selective filter: the caller checks
-        every candidate or reads the whole bitmap)."""
-        import numpy as np
-
-        if k <= 0:
-            return []
-        budget = self._probe(view)
-        lists = [view.postings(int(t.term))[0] for t in terms]
-        checked = np.zeros(view.slots, bool)
-        passing = np.zeros(view.slots, bool)
-        in_source = np.zeros(view.srclen.shape[0], bool)
-        spent = 0
-        want = IN_ORDER_FIRST * k
-        best = self._score(view, terms, stats, want, params, None)
-        last = False  # every candidate that may still reach the k-th is in best
-        while True:
-            slots = view.slot_of(np.fromiter((r[0] for r in best), np.int64, len(best)))
-            if params.source_weight:
-                in_source[view.src[slots]] = True
-                slots = np.concatenate([s[in_source[view.src[s]]] for s in lists] + [slots])
-            slots = np.unique(slots[~checked[slots]])
-            spent += slots.shape[0]
-            if spent > budget:
-                return None
-            docs = view.doc[slots]
-            ok = catalog.passing(conn, docs.tolist(), filter)
-            checked[slots] = True
-            passing[slots[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
-            # the passing chunks' postings alone: scored over few entries, not every slot
-            within = _Within(view, passing)
-            rows = self._score(within, terms, stats, k, params, view.visible(passing))
-            if last or len(best) < want:  # every candidate that scores at all was checked
-                return rows
-            bound = best[-1][1]  # no unchecked candidate scores above it, filtered or not
-            if len(rows) == k and rows[-1][1] > _above(bound):
-                return rows
-            if len(rows) < k:  # too few pass yet: more of the best
-                want *= 4
-                best = self._score(view, terms, stats, want, params, None)
-                continue
-            # A checked chunk's score stays (its sources are checked whole), so the k-th can
-            # only rise: checking every candidate whose bound reaches today's k-th finishes.
-            floor = rows[-1][1] - (_above(rows[-1][1]) - rows[-1][1])
-            # (a top of 62,500, the budget at 1M chunks, costs ~0.1 s: a smaller one first)
-            for size in dict.fromkeys((min(4 * want, budget), budget)):
-                top = self._score(view, terms, stats, size, params, None)
-                if len(top) < size or top[-1][1] < floor:
-                    break
-            else:
-                return None  # more candidates may rank than the budget checks
-            best, last = [r for r in top if r[1] >= floor], True
-
-    @staticmethod
-    def _score(
-        view: Any,
-        terms: list[QueryTerm],
-        stats: CorpusStats,
-        k: int,
-        params: BM25Params,
-        allowed: Any,
-        scope: Any = None,
-    ) -> list[tuple[int, float, float, float]]:
-        """:func:`packed.score` of ``terms`` weighted with ``stats``."""
-        from kbcli.stores.sqlite import packed
-
-        weighted = [
-            packed.Weighted(int(t.term), t.chunk_weight(stats), t.source_weight(stats))
-            for t in terms
-        ]
-        return packed.score(
-            view,
-            weighted,
-            k,
-            avgdl=stats.avgdl,
-            avgsl=stats.avgsl,
-            k1=params.k1,
-            b=params.b,
-            source_weight=params.source_weight,
-            allowed=allowed,
-            scope=scope,
-        )
 
     def _scoped_search(
         self,
@@ -432,7 +289,7 @@ class KeywordTables(SignedKeywords):
         scope: dict[str, Any],
         k: int,
         params: BM25Params,
-        state: tuple[str, int, int],
+        state: State,
     ) -> list[tuple[int, float, float, float]]:
         """:meth:`_packed_search` inside ``scope``: N, lengths and source statistics from the
         scope's slots (:class:`packed.Scope`, once per scope and generation), each term's df
@@ -451,30 +308,10 @@ class KeywordTables(SignedKeywords):
             return []
         visible = inside.visible
         if filter:
-            visible = view.visible(inside.mask & self._allowed(conn, view, filter, terms).mask)
+            allowed = self._allowed(conn, view, filter, terms)
+            assert allowed is not None  # None only when asked to check in rank order
+            visible = view.visible(inside.mask & allowed.mask)
         return self._score(view, terms, stats, k, params, visible, inside)
-
-    def _scope(self, conn: sqlite3.Connection, view: Any, scope: dict[str, Any]) -> Any:
-        """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
-        bitmaps while the generation holds)."""
-        from kbcli.stores.sqlite.packed import Scope
-
-        key = "scope:" + json.dumps(scope, sort_keys=True, default=str)
-        if key not in self._filters:
-            if len(self._filters) > FILTER_CACHE:
-                self._filters.pop(next(k for k in self._filters if k != "seen"))
-            self._filters[key] = Scope(view, self._full_mask(conn, view, scope))
-        return self._filters[key]
-
-    def _full_mask(self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any]) -> Any:
-        """The live slots passing ``filter``, over the whole index (the allowed rowids)."""
-        import numpy as np
-
-        ids = self.allowed_rowids.get(conn, filter)
-        allowed = np.zeros(view.slots, bool)
-        if ids:
-            allowed[view.slot_of(np.frombuffer(ids, np.int64))] = True
-        return allowed if view.alive is None else allowed & view.alive
 
     @property
     def due(self) -> bool:
@@ -492,7 +329,7 @@ class KeywordTables(SignedKeywords):
                 self._pack, self._view = written, None
         self.view(conn, write=True)
 
-    def _write(self, pack: Any) -> Any:
+    def _write(self, pack: Pack) -> Pack:
         """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
         the folder cannot be written (that costs only speed) or another writer replaced it."""
         from kbcli.stores.sqlite import packed
@@ -509,10 +346,10 @@ class KeywordTables(SignedKeywords):
     def view(
         self,
         conn: sqlite3.Connection,
-        state: tuple[str, int, int] | None = None,
+        state: State | None = None,
         *,
         write: bool = False,
-    ) -> Any:
+    ) -> View:
         """The packed view (:class:`packed.View`) of ``conn``'s snapshot: reused while the
         generation holds, else the mapped pack plus the log's delta. When there is no pack, it
         is void, or the delta has grown too large, a new pack is built from the snapshot:
@@ -534,7 +371,7 @@ class KeywordTables(SignedKeywords):
             if pack is not None and pack.seq > key[2]:
                 # written by a writer after this snapshot began: it holds chunks this snapshot
                 # must not see, so this one query reads its own postings (rare: a race)
-                return packed.make_view(conn, packed.Pack(tag, key[2], packed.build_arrays(conn)))
+                return _built_view(conn, packed.Pack(tag, key[2], packed.build_arrays(conn)))
             if pack is not None:
                 view = packed.make_view(conn, pack)
         if view is None:
@@ -543,7 +380,7 @@ class KeywordTables(SignedKeywords):
                 pack = self._write(pack)  # the mapped file serves from here
             else:
                 self._due = True
-            view = packed.make_view(conn, pack)
+            view = _built_view(conn, pack)
         self._pack = pack
         self._view = (key, view)
         self._filters = {}
@@ -551,72 +388,17 @@ class KeywordTables(SignedKeywords):
 
     @staticmethod
     def _generation(conn: sqlite3.Connection) -> int:
-        return conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0]
+        return int(conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
 
     def vocabulary(self, conn: sqlite3.Connection) -> int:
         """How many distinct terms the index holds."""
-        return conn.execute("SELECT count(*) FROM terms").fetchone()[0]
+        return int(conn.execute("SELECT count(*) FROM terms").fetchone()[0])
 
-    @staticmethod
-    def _probe(view: Any) -> int:
-        """How many chunks a new filter is checked on in SQL before the whole index's bitmap
-        is read instead (a full scan reads every chunk's row)."""
-        from kbcli.stores.sqlite.packed import FILTER_PROBE
 
-        return max(FILTER_PROBE, view.slots // 16)
+def _built_view(conn: sqlite3.Connection, pack: Pack) -> View:
+    """The view of a pack just built from ``conn``'s own snapshot (its log holds no delta)."""
+    from kbcli.stores.sqlite import packed
 
-    def _allowed(
-        self,
-        conn: sqlite3.Connection,
-        view: Any,
-        filter: dict[str, Any],
-        terms: list[QueryTerm],
-        in_order: int | None = None,
-    ) -> Any:
-        """Which slots pass ``filter`` (a :class:`packed.Visible`): checked in SQL for the
-        candidates only when there are few and the filter is new, else for the whole index once
-        per (filter, generation). With ``in_order``, a new filter of more postings than that
-        gives None: the caller checks it in rank order (:meth:`_checked_in_order`), which
-        reads far fewer rows, and calls :meth:`_candidates` if that gives up."""
-        key = json.dumps(filter, sort_keys=True, default=str)
-        if key in self._filters:
-            return self._filters[key]
-        seen = self._filters.setdefault("seen", set())
-        if key not in seen:
-            seen.add(key)  # the second query with this filter builds its bitmap
-            if in_order is not None and self._postings(view, terms) > in_order:
-                return None
-            found = self._candidates(conn, view, filter, terms)
-            if found is not None:
-                return found
-        return self._bitmap(conn, view, filter)
-
-    @staticmethod
-    def _postings(view: Any, terms: list[QueryTerm]) -> int:
-        return sum(view.postings(int(t.term))[0].shape[0] for t in terms)
-
-    def _candidates(
-        self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any], terms: list[QueryTerm]
-    ) -> Any:
-        """``filter`` checked in SQL on every candidate of ``terms`` (a :class:`packed.Visible`
-        of the passing ones), or None when there are more than :meth:`_probe`."""
-        import numpy as np
-
-        lists = [view.postings(int(t.term))[0] for t in terms]
-        if sum(s.shape[0] for s in lists) > self._probe(view):
-            return None
-        cand = np.unique(np.concatenate(lists))
-        docs = view.doc[cand]
-        ok = catalog.passing(conn, docs.tolist(), filter)
-        allowed = np.zeros(view.slots, bool)
-        allowed[cand[np.isin(docs, np.fromiter(ok, np.int64, len(ok)))]] = True
-        return view.visible(allowed)
-
-    def _bitmap(self, conn: sqlite3.Connection, view: Any, filter: dict[str, Any]) -> Any:
-        """The :class:`packed.Visible` of ``filter`` over the whole index, kept for the view."""
-        key = json.dumps(filter, sort_keys=True, default=str)
-        if key not in self._filters:
-            if len(self._filters) > FILTER_CACHE:
-                self._filters.pop(next(k for k in self._filters if k != "seen"))
-            self._filters[key] = view.visible(self._full_mask(conn, view, filter))
-        return self._filters[key]
+    view = packed.make_view(conn, pack)
+    assert view is not None, "a pack built from this snapshot is always current for it"
+    return view

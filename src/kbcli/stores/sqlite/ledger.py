@@ -13,6 +13,7 @@ Schema 5 cached every vector a second time, in ``WITHOUT ROWID`` rows of about 4
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.stores.common import (
@@ -38,7 +39,7 @@ def records(conn: sqlite3.Connection) -> dict[str, FileRecord]:
 
 def count(conn: sqlite3.Connection) -> int:
     """How many files are recorded."""
-    return conn.execute("SELECT count(*) FROM files").fetchone()[0]
+    return int(conn.execute("SELECT count(*) FROM files").fetchone()[0])
 
 
 def put(conn: sqlite3.Connection, record: FileRecord) -> None:
@@ -74,7 +75,7 @@ def _lookup(
     by_hash: dict[str, str],
     found: dict[str, list[float]],
     sql: str,
-    args: tuple,
+    args: tuple[Any, ...],
 ) -> None:
     hashes = list(by_hash)
     for start in range(0, len(hashes), BATCH):
@@ -137,7 +138,7 @@ def bound(conn: sqlite3.Connection) -> int:
     """How many vectors the table keeps at most: as many as the index holds chunks (one row
     of ``stats``, where counting the vectors would read them all), at least
     :data:`KEEP_AT_LEAST`."""
-    return max(KEEP_AT_LEAST, conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0])
+    return max(KEEP_AT_LEAST, int(conn.execute("SELECT n FROM stats WHERE id = 1").fetchone()[0]))
 
 
 def trim(conn: sqlite3.Connection) -> None:

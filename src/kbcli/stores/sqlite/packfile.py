@@ -39,9 +39,8 @@ def term_pairs(blobs: list[bytes]) -> Pairs:
         return _wide_pairs(blobs, lengths)
     # An index an older kbcli wrote, with chunks added since: each encoding at once, then
     # the pairs put back in chunk order (stable: a chunk's own pairs keep theirs).
-    pick = lambda keep: [b for b, n in zip(blobs, narrow) if n == keep]  # noqa: E731
-    t1, f1, c1 = _narrow_pairs(pick(True), lengths[narrow])
-    t2, f2, c2 = _wide_pairs(pick(False), lengths[~narrow])
+    t1, f1, c1 = _narrow_pairs([b for b, n in zip(blobs, narrow) if n], lengths[narrow])
+    t2, f2, c2 = _wide_pairs([b for b, n in zip(blobs, narrow) if not n], lengths[~narrow])
     counts = np.empty(len(blobs), np.int64)
     counts[narrow], counts[~narrow] = c1, c2
     owner = np.concatenate(
@@ -83,9 +82,8 @@ def build_arrays(conn: sqlite3.Connection) -> dict[str, np.ndarray]:
         tfs.append(tf.astype(np.int32))
         slots.append(np.repeat(np.arange(done, done + len(batch), dtype=np.int32), counts))
         done += len(batch)
-    cat = lambda parts, dt: np.concatenate(parts) if parts else np.zeros(0, dt)  # noqa: E731
-    doc, dl, src = cat(docs, np.int64), cat(dls, np.int64), cat(srcs, np.int64)
-    term, tf, slot = cat(terms, np.int32), cat(tfs, np.int32), cat(slots, np.int32)
+    doc, dl, src = _cat(docs, np.int64), _cat(dls, np.int64), _cat(srcs, np.int64)
+    term, tf, slot = _cat(terms, np.int32), _cat(tfs, np.int32), _cat(slots, np.int32)
     max_term = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
     n_terms = int(max(max_term, int(term.max()) if len(term) else 0)) + 1
     lengths = np.bincount(term, minlength=n_terms)
@@ -180,6 +178,11 @@ def map_pack(path: Path, tag: str) -> Pack | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Pack(tag, int(header["seq"]), arrays)
+
+
+def _cat(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+    """``parts`` end to end (an empty array of ``dtype`` when there are none)."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 @dataclass

@@ -134,7 +134,8 @@ class View:
             table = np.full(int(self.doc.max()) + 2 if self.slots else 1, -1, np.int64)
             table[self.doc[live]] = live
             self._slot_of = table
-        return self._slot_of[docs]
+        slots: np.ndarray = self._slot_of[docs]
+        return slots
 
 
 def source_norm(srclen: np.ndarray, avgsl: float, k1: float, b: float) -> np.ndarray:
@@ -327,7 +328,15 @@ def triples_of(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     )
 
 
-def _sorted(doc, term, tf, docs, dl, src, srclen) -> tuple[np.ndarray, ...]:
+def _sorted(
+    doc: np.ndarray,
+    term: np.ndarray,
+    tf: np.ndarray,
+    docs: np.ndarray,
+    dl: np.ndarray,
+    src: np.ndarray,
+    srclen: np.ndarray,
+) -> tuple[np.ndarray, ...]:
     order = np.lexsort((term, doc))
     by_doc = np.argsort(docs, kind="stable")
     live_src = np.unique(src)

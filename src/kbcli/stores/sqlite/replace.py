@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 
 from kbcli.errors import DatabaseLockedError, StoreError
-from kbcli.stores.common import lock_file
+from kbcli.system.locking import lock_file
 
 
 def replace_database(new: Path, live: Path, wait: float) -> None:

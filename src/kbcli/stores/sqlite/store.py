@@ -14,19 +14,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.stores.common import scratch_folder
 from kbcli.stores.composite import Store
 from kbcli.stores.parts import Built, Location
 from kbcli.stores.sqlite import catalog, integrity, ledger
 from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT, Database
+from kbcli.stores.sqlite.doctor import run_checks
 from kbcli.stores.sqlite.keyword import KeywordTables
 from kbcli.stores.sqlite.packlog import pack_path
 from kbcli.stores.sqlite.vectors import DerivedVectors, MatrixCache, TableVectors
 from kbcli.stores.upkeep import Upkeep
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Finding
+
+if TYPE_CHECKING:
+    from kbcli.config.schema import Config
 
 
 class SQLiteStore(Store):
@@ -98,14 +102,12 @@ class SQLiteStore(Store):
             vectors_after_ingest=refresh_after_ingest,
             scratch=self._scratch is not None,
         )
-        self._assemble(
-            self._db, catalog, keywords, part, ledger, ledger, doctor=_doctor, upkeep=upkeep
-        )
+        self._assemble(self._db, catalog, keywords, part, ledger, ledger, upkeep=upkeep)
 
     _persistent = True
 
     @classmethod
-    def _located(cls, config: Any, db: Location, options: dict[str, Any]) -> Built:
+    def _located(cls, config: Config, db: Location, options: dict[str, Any]) -> Built:
         """The database ``db`` (default ``paths.knowledge_db``)."""
         return (catalog_path(config, db),), options
 
@@ -125,20 +127,17 @@ class SQLiteStore(Store):
         with self._db.read() as conn:
             return integrity.problems(conn)
 
+    def doctor(self, repair: bool = False) -> list[Finding]:
+        """Check the keyword tables, the packed keyword file and the derived vector index
+        against the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
+        return run_checks(self, repair)
+
     @property
     def vector_cache_path(self) -> Path:
         """The file of the derived vector index (safe to delete at any time)."""
         return self._matrix.path
 
 
-def catalog_path(config: Any, db: str | os.PathLike[str] | None) -> Path:
+def catalog_path(config: Config, db: str | os.PathLike[str] | None) -> Path:
     """The SQLite file a configured store opens: ``db``, else ``paths.knowledge_db``."""
     return Path(db if db is not None else config.paths.knowledge_db).expanduser()
-
-
-def _doctor(store: Any, repair: bool) -> list[Finding]:
-    """Check the keyword tables, the packed keyword file and the derived vector index against
-    the catalog; with ``repair``, rebuild what drifted (see :mod:`.doctor`)."""
-    from kbcli.stores.sqlite import doctor
-
-    return doctor.run(store, repair)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
-from kbcli.protocols import VectorIndex
+from kbcli.stores.capabilities import VectorIndex
 from kbcli.stores.common import check_embedder, dense_search, pack_vector
 from kbcli.stores.numpy_index import NumpyVectorIndex
 from kbcli.stores.parts import Filter, Hit, Vector
@@ -444,7 +444,7 @@ class TableVectors:
 
     def count(self, conn: sqlite3.Connection) -> int:
         """How many vectors are stored."""
-        return conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+        return int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
 
     def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine over the mapped matrix; a filter walks the ranking in growing windows
