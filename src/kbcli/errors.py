@@ -26,6 +26,8 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class KBError(Exception):
     """Base class of every error a user can cause or fix.
@@ -129,10 +131,11 @@ def require(
     extra: str | None = None,
     feature: str | None = None,
     package: str | None = None,
-):
+) -> Any:
     """Import an optional dependency, or raise :class:`MissingDependencyError` naming the
     install command: ``pip install 'kbcli[extra]'``, or ``pip install package`` for a package
-    that no extra provides (``package`` defaults to the module's name)."""
+    that no extra provides (``package`` defaults to the module's name). The module is ``Any``:
+    optional packages are untyped (``ignore_missing_imports``), so nothing more is known."""
     import importlib
 
     try:

@@ -38,7 +38,7 @@ def describe(dsn: str) -> str:
         parts = conninfo_to_dict(dsn)
     except Exception:  # a DSN libpq cannot parse: never echo it
         return "postgresql://<unreadable DSN>"
-    user = parts.get("user") or ""
+    user = str(parts.get("user") or "")
     host = str(parts.get("host") or "")
     port = f":{parts['port']}" if parts.get("port") else ""
     db = parts.get("dbname") or user

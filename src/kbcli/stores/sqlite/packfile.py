@@ -143,7 +143,7 @@ def write_pack(path: Path, arrays: dict[str, np.ndarray], tag: str, seq: int) ->
             fh.write(head.ljust(HEADER_SIZE, b" "))
             for name in ARRAYS:
                 a = np.ascontiguousarray(arrays[name])
-                fh.write(memoryview(a).cast("B"))
+                fh.write(a.data.cast("B"))
                 crash_point("keyword-pack-write")
                 fh.write(b"\0" * ((8 - a.nbytes % 8) % 8))
             fh.flush()

@@ -60,7 +60,8 @@ def open_pack(path: Path, tag: str) -> SmallPack | None:
             if code is None:
                 return None
             width = 8 if code == "q" else 4
-            arrays[name] = whole[offset : offset + count * width].cast(code)
+            # code is one of the array formats above ("q", "i", "I", "f"): a valid cast
+            arrays[name] = whole[offset : offset + count * width].cast(code)  # type: ignore[call-overload]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return SmallPack(tag, int(header["seq"]), arrays)

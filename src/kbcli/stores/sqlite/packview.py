@@ -250,7 +250,7 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
     pos = pos[pos < a["doc"].shape[0]]
     dead = pos[a["doc"][pos] == changed_arr[: len(pos)]] if len(pos) else pos
     # changed_arr[:len(pos)] lines up because positions beyond the end were only at its tail
-    rows = []
+    rows: list[tuple[int, int, int, bytes]] = []
     for start in range(0, len(changed), 500):
         part = changed[start : start + 500]
         marks = ",".join("?" * len(part))
@@ -264,7 +264,7 @@ def make_view(conn: sqlite3.Connection, pack: Pack) -> View | None:
     new_doc = np.array([r[0] for r in rows], np.int64)
     new_dl = np.array([r[1] for r in rows], np.int32)
     new_src = np.array([r[2] for r in rows], np.int64)
-    alive = np.ones(m + len(rows), bool)
+    alive = np.ones(m + len(rows), np.bool_)
     alive[dead] = False
     if rows:
         term, tf, counts = term_pairs([r[3] for r in rows])

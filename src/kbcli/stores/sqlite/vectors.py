@@ -182,7 +182,7 @@ def _read_all_vectors(conn: sqlite3.Connection, dim: int) -> tuple[Any, Any]:
     matrix = np.empty((count, dim), np.float32)
     if not count:
         return ids, matrix
-    out, width, n = memoryview(matrix).cast("B"), 4 * dim, 0
+    out, width, n = matrix.data.cast("B"), 4 * dim, 0
     for n, (doc, blob) in enumerate(conn.execute("SELECT doc, vec FROM vectors ORDER BY doc")):
         if len(blob) != width:
             raise IndexMismatchError(
@@ -338,6 +338,7 @@ class MatrixCache:
                     fh.write(block.astype("<f4", copy=False).tobytes())
                     crash_point("vector-cache-write")
                 else:
+                    assert matrix is not None  # no file: the matrix is built in memory
                     matrix[done : done + len(batch)] = block
                 done += len(batch)
             if fh is not None:
@@ -454,7 +455,7 @@ class TableVectors:
             query,
             k,
             filter,
-            lambda ids: catalog.passing(conn, ids, filter),
+            lambda ids: catalog.passing(conn, ids, filter) if filter else set(ids),
             lambda: self.allowed.get(conn, filter),
             lambda: self.allowed.peek(conn, filter),
         )
