@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def _build_venv(base: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kb_exe(tmp_path_factory) -> Path:
+def kb_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.environ.get("KB_EXE"):
         return Path(os.environ["KB_EXE"])
     beside = Path(sys.executable).parent / "kb"
@@ -63,7 +64,7 @@ def kb_exe(tmp_path_factory) -> Path:
     return _build_venv(tmp_path_factory.mktemp("kb-entrypoint"))
 
 
-def kb(kb_exe: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
+def kb(kb_exe: Path, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(kb_exe), *args], capture_output=True, text=True, timeout=300, **kwargs
     )

@@ -12,13 +12,13 @@ class CountingEmbedder(SimpleEmbedder):
 
     cheap = False
 
-    def __init__(self, dim: int = 64):
+    def __init__(self, dim: int = 64) -> None:
         super().__init__(dim)
         self.embedded = 0
 
-    def _embed_batch(self, texts):
+    def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         self.embedded += len(texts)
         return super()._embed_batch(texts)
 
-    def embed_query(self, text):
+    def embed_query(self, text: str) -> list[float]:
         return SimpleEmbedder._embed_batch(self, [text])[0]

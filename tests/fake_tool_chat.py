@@ -21,7 +21,7 @@ class FakeChatServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def __enter__(self) -> FakeChatServer:
         self._thread.start()

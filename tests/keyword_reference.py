@@ -12,10 +12,10 @@ import sqlite3
 import pytest
 
 from bm25_plain import plain_bm25_with_sources
-from kbcli import Document
 from kbcli.filters.model import matches
 from kbcli.stores.sqlite.catalog import unpack_terms
 from kbcli.text.analysis import keyword_counts
+from kbcli.types import Document
 
 WORDS = [f"w{i}" for i in range(40)]
 

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ class ClientThread:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self._ready: Future = Future()
+        self._ready: Future[Any] = Future()
         self._held = asyncio.run_coroutine_threadsafe(self._hold(connect), self.loop)
         while not self._ready.done():
             if self._held.done():
@@ -98,7 +99,8 @@ def _stdio_client(db: Path, home: Path, *mcp_args: str) -> ClientThread:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _start_http(
@@ -128,7 +130,7 @@ def _start_http(
     return process, port
 
 
-def _stop(process: subprocess.Popen) -> str:
+def _stop(process: subprocess.Popen[bytes]) -> str:
     """Terminate the server; its stderr."""
     process.terminate()
     try:
@@ -136,10 +138,11 @@ def _stop(process: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         process.kill()
         _, err = process.communicate()
-    return err.decode(errors="replace")
+    text: str = err.decode(errors="replace")
+    return text
 
 
-def _wait_for_port(process: subprocess.Popen, port: int) -> None:
+def _wait_for_port(process: subprocess.Popen[bytes], port: int) -> None:
     deadline = time.monotonic() + 30
     while True:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
@@ -156,7 +159,7 @@ def _http_client(url: str, token: str | None) -> Any:
     from mcp.shared._httpx_utils import create_mcp_http_client
 
     @contextlib.asynccontextmanager
-    async def connect():
+    async def connect() -> AsyncIterator[Any]:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else None
         async with create_mcp_http_client(headers=headers) as http:
             transport = streamable_http_client(url, http_client=http)

@@ -8,7 +8,10 @@ import json
 from pathlib import Path
 
 from cli_helpers import run
-from kbcli import InMemoryStore, KnowledgeBase, SimpleEmbedder, SQLiteStore
+from kbcli.embedders.simple import SimpleEmbedder
+from kbcli.knowledge_base import KnowledgeBase
+from kbcli.stores.memory.store import InMemoryStore
+from kbcli.stores.sqlite.store import SQLiteStore
 
 
 def write_docs(folder: Path) -> Path:
@@ -27,7 +30,7 @@ def write_docs(folder: Path) -> Path:
     return folder
 
 
-def indexed(tmp_path):
+def indexed(tmp_path: Path) -> tuple[str, Path]:
     docs = write_docs(tmp_path / "docs")
     db = str(tmp_path / "kb.db")
     assert run("--db", db, "ingest", str(docs)).exit_code == 0
@@ -41,7 +44,7 @@ def indexed(tmp_path):
     return db, questions
 
 
-def make_beir(folder):
+def make_beir(folder: Path) -> Path:
     folder.mkdir()
     corpus = [
         {"_id": "d1", "title": "Password reset", "text": "Open settings and reset the password."},
@@ -59,7 +62,7 @@ def make_beir(folder):
 BLANK = {2, 3, 4, 10, 11, 19, 20, 21, 22, 30}  # runs of blank lines, which ingest folds
 
 
-def lined_file(folder):
+def lined_file(folder: Path) -> tuple[Path, list[str]]:
     """A 33-line markdown file with CRLF endings and runs of blank lines; its text lines."""
     lines = [
         "" if n in BLANK else f"Line {n} says marker{n} among words of line number {n}."
@@ -74,7 +77,7 @@ def lined_file(folder):
 SCOPE = {"tenant": "acme"}
 
 
-INSIDE = [
+INSIDE: list[tuple[str, dict[str, object]]] = [
     ("Reset your password from the Security page.", {"source": "/acme/guide.md", "year": 2024}),
     ("Invoices are due within thirty days.", {"source": "/acme/billing.md", "year": 2023}),
 ]
@@ -82,15 +85,17 @@ INSIDE = [
 
 # Outside acme's scope: a folder acme has none of, a key no acme chunk has, and a chunk in an
 # acme file (so a source exists both inside and outside).
-OUTSIDE = [
+OUTSIDE: list[tuple[str, dict[str, object]]] = [
     ("The vault password rotates weekly.", {"source": "/globex/vault.md", "clearance": "top"}),
     ("Globex invoices go to the treasury.", {"source": "/globex/ledger.md", "year": 2024}),
     ("Initech's password policy in brief.", {"source": "/acme/guide.md", "clearance": "low"}),
 ]
 
 
-def _kb(backend: str, folder, with_outside: bool) -> KnowledgeBase:
-    store = SQLiteStore(folder / "kb.db") if backend == "sqlite" else InMemoryStore()
+def _kb(backend: str, folder: Path, with_outside: bool) -> KnowledgeBase:
+    store: SQLiteStore | InMemoryStore = (
+        SQLiteStore(folder / "kb.db") if backend == "sqlite" else InMemoryStore()
+    )
     kb = KnowledgeBase(store=store, embedder=SimpleEmbedder())
     for text, meta in INSIDE:
         kb.add(text, {**meta, "tenant": "acme"})

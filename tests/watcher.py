@@ -83,7 +83,10 @@ class Watcher:
 
 
 def wait_for(
-    check: Callable[[], Any], watcher: Watcher | None = None, what: str = "", limit=DEADLINE
+    check: Callable[[], Any],
+    watcher: Watcher | None = None,
+    what: str = "",
+    limit: float = DEADLINE,
 ) -> Any:
     """Poll ``check`` until it returns something true; fail after ``limit`` seconds."""
     end = time.monotonic() + limit
