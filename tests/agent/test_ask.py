@@ -102,6 +102,7 @@ def kb(tmp_path, server, files):
 # --- prompt, numbering, citations --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_prompt_numbers_the_evidence_best_first_with_source_page_and_section(kb, server, files):
     answer = kb.ask("How often does the VPN password rotate?")
     (body,) = server.bodies()
@@ -609,6 +610,7 @@ def _files_digest(folder: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_nothing_outside_the_scope_reaches_the_prompt_the_answer_or_the_logs(
     shared, server, caplog
 ):
@@ -871,6 +873,7 @@ def test_bad_rag_answer_values(section, message):
     assert message in str(caught.value) and SECRET not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_the_readme_python_lines_for_ask_run_verbatim(tmp_path, server):
     """README's ``kb ask`` Python block, as a user's script in its own process, against a
     local OpenAI-compatible server named by OPENAI_BASE_URL."""

@@ -60,6 +60,7 @@ def stats(client) -> dict[str, str]:
     return dict(re.findall(r"^(\w[\w ]*): (.*)$", text, re.M))
 
 
+@pytest.mark.slow
 def test_a_reingest_is_seen_without_a_restart(live):
     client, notes = live["client"], live["notes"]
     assert "ocelot" in search(client, "ocelot")
@@ -72,6 +73,7 @@ def test_a_reingest_is_seen_without_a_restart(live):
     assert stats(client)["sources"] == "32"
 
 
+@pytest.mark.slow
 def test_a_rebuild_is_seen_without_a_restart(live):
     client = live["client"]
     before = search(client, "topic7", mode="hybrid")
@@ -81,6 +83,7 @@ def test_a_rebuild_is_seen_without_a_restart(live):
     assert "n7.md" in before
 
 
+@pytest.mark.slow
 def test_a_repair_is_seen_without_a_restart(live):
     client, db = live["client"], live["db"]
     assert "ocelot" in search(client, "ocelot")
@@ -91,6 +94,7 @@ def test_a_repair_is_seen_without_a_restart(live):
     assert "topic3" in search(client, "topic3", mode="hybrid")
 
 
+@pytest.mark.slow
 def test_an_index_replaced_by_a_copy_is_seen_without_a_restart(live, tmp_path):
     client, db, home, notes = live["client"], live["db"], live["home"], live["notes"]
     assert "ocelot" in search(client, "ocelot")
@@ -127,6 +131,7 @@ def test_replace_refuses_what_it_cannot_replace(live, tmp_path):
     assert missing.stderr.startswith("Error: --replace needs --to-db naming an existing index")
 
 
+@pytest.mark.slow
 def test_a_running_watch_follows_a_rebuild_a_repair_and_a_replaced_index(tmp_path):
     from watcher import Watcher, has, wait_for
 

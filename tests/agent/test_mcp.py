@@ -411,6 +411,7 @@ def _limited(soft: int, hard: int | None):
     return limit
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_NOFILE is POSIX")
 @pytest.mark.parametrize(
     "hard,hide",
@@ -521,6 +522,7 @@ def _sweep(client: ClientThread, setup: shared.Tenants, queries: list[str]) -> l
     return outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_sweep_leaks_nothing(transport, request, setup):
     client = request.getfixturevalue("stdio" if transport == "stdio" else "acme_http")

@@ -95,6 +95,7 @@ def test_http_calls_are_audited_without_text_or_queries(setup, tmp_path):
     assert (audit.stat().st_mode & 0o777) == 0o600
 
 
+@pytest.mark.slow
 def test_audit_queries_records_the_query_and_filter(setup, tmp_path):
     audit = tmp_path / "audit.jsonl"
     home = tmp_path / "home"

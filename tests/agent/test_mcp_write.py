@@ -442,6 +442,7 @@ def _limits_tokens(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_write_limits_over_http_name_the_limit_and_outlive_a_restart(tmp_path):
     """One write token grew a database by 119 MB in 92 s. Each writer now has a limit per
     minute, per note and in all; a refusal names the limit and its value and writes nothing;
@@ -666,6 +667,7 @@ def test_kb_ask_cites_a_note_as_a_note(tmp_path):
         kb_.close()
 
 
+@pytest.mark.slow
 def test_kb_mcp_on_a_readonly_mount_searches_and_says_writes_are_read_only(index, tmp_path):
     """The index's folder mounted read-only in the server's own mount namespace (issue 37):
     the read tools answer; the write tools answer one line naming the read-only file system."""

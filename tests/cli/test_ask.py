@@ -290,6 +290,7 @@ def _kb_process(args: list[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kbcli", *args], env=env, **kwargs)
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_the_answer_streamed(docs, server):
     import pty
 
@@ -315,6 +316,7 @@ def test_a_terminal_gets_the_answer_streamed(docs, server):
     assert server.bodies()[0]["stream"] is True
 
 
+@pytest.mark.slow
 def test_a_pipe_gets_the_whole_answer_and_a_refusal_its_exit_code(docs, server):
     done = _kb_process(["ask", QUESTION, "--in", "docs/ops"], stdout=subprocess.PIPE)
     out, _ = done.communicate(timeout=60)
@@ -379,6 +381,7 @@ def _one_error_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_kb_ask_stream_against_a_server_that_streams_forever_ends_at_the_deadline(
     docs, server, tmp_path
 ):

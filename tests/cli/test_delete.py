@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cli_helpers import SAMPLE, run, run_json, seed
 
 
@@ -93,6 +95,7 @@ def test_a_folder_delete_with_no_answer_on_stdin_names_yes(tmp_path):
     assert len(docs) == 2
 
 
+@pytest.mark.slow
 def test_a_folder_delete_answered_on_stdin(tmp_path):
     """``echo y | kb delete --source DIR``: answered; stdout holds the result only."""
     folder = _folder_of_two(tmp_path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cli_helpers import run
 from sample_docs import make_beir
 
@@ -36,6 +38,7 @@ def test_eval_json_shape_and_perfect_scores(tmp_path):
     assert set(out["latency_ms"]) == {"mean", "p95"}
 
 
+@pytest.mark.slow
 def test_eval_keeps_and_reuses_db_and_never_touches_the_knowledge_base(tmp_path):
     import os
 

@@ -96,6 +96,7 @@ def chromium() -> str:
     return find("chromium", "chromium-browser")
 
 
+@pytest.mark.slow
 def test_the_html_report_renders_offline_in_headless_chromium(tmp_path):
     db, questions = indexed(tmp_path)
     report = tmp_path / "report.html"
@@ -155,6 +156,7 @@ return {facts, plots, ratio: window.devicePixelRatio};
 """
 
 
+@pytest.mark.slow
 def test_the_rendered_report_names_the_run_and_reads_right_in_chromium(tmp_path):
     """Read back from the page Chromium rendered: the facts that name the run, round and
     distinct axis ticks, and two identical curves both visible (one dashed, named so)."""

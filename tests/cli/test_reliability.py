@@ -98,6 +98,7 @@ def test_library_sync_raises_store_error_on_enospc(tmp_path, monkeypatch):
     assert kb.store.count() == 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_FSIZE as on Linux")
 def test_real_write_failure_in_a_child_process_is_one_line(tmp_path):
     """RLIMIT_FSIZE makes every write past 64 KB fail (EFBIG), as a full disk would."""
@@ -335,6 +336,7 @@ def readonly_shm_fails_then_converges(tmp_path: Path, docs: Path, db: Path) -> N
     assert [Path(h["metadata"]["source"]).name for h in hits] == ["d0.md"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
 def test_a_readonly_shm_left_by_a_reader_of_a_0444_database_is_named_with_the_fix(tmp_path):
     docs, db = docs_folder(tmp_path), tmp_path / "kb.db"
@@ -347,6 +349,7 @@ def test_a_readonly_shm_left_by_a_reader_of_a_0444_database_is_named_with_the_fi
     readonly_shm_fails_then_converges(tmp_path, docs, db)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
 @pytest.mark.parametrize("made", ["mode-0444", "owned-by-nobody"])
 def test_a_shm_nobody_may_write_beside_a_killed_writers_wal_is_named_with_the_fix(tmp_path, made):
@@ -371,6 +374,7 @@ def test_a_shm_nobody_may_write_beside_a_killed_writers_wal_is_named_with_the_fi
     check.close()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="capabilities as on Linux")
 @pytest.mark.parametrize("part", ["database", "folder"])
 def test_a_readonly_database_or_folder_is_named_not_a_full_disk(tmp_path, part):
@@ -467,6 +471,7 @@ def hits(done: subprocess.CompletedProcess) -> list[str]:
     return [Path(h["metadata"].get("source") or h["id"]).name for h in json.loads(done.stdout)]
 
 
+@pytest.mark.slow
 @needs_mount
 @pytest.mark.parametrize("wal", ["none", "pending"])
 def test_an_index_on_a_readonly_mount_is_searched_and_writes_say_read_only(tmp_path, wal):
@@ -520,6 +525,7 @@ def test_a_pending_wal_without_its_shm_on_a_readonly_mount_names_the_fix(tmp_pat
     assert kb_child(folder / "kb.db", "search", "zebra", "--json").returncode == 0  # writable
 
 
+@pytest.mark.slow
 @needs_mount
 @pytest.mark.parametrize("store", ["faiss", "chroma"])
 def test_faiss_and_chroma_indexes_on_a_readonly_mount_are_searched(tmp_path, store):
@@ -544,6 +550,7 @@ def test_faiss_and_chroma_indexes_on_a_readonly_mount_are_searched(tmp_path, sto
     assert (snapshot(chroma) if chroma.exists() else {}) == chroma_before
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="capabilities and SQLite's -shm as on Linux")
 @pytest.mark.parametrize("part", ["folder", "database"])
 def test_an_index_in_a_readonly_folder_or_file_is_searched_and_writes_say_read_only(tmp_path, part):

@@ -125,6 +125,7 @@ def test_a_working_directory_config_runs_no_code_untrusted(repo, store):
     assert done.stdout == ""
 
 
+@pytest.mark.slow
 def test_every_command_that_reads_the_config_refuses_it(repo):
     (repo / "jianmu.yaml").write_text("rag:\n  rerank:\n    provider: 'teamkb:Reverse'\n")
     for args in (("ingest", "notes"), ("search", "backup"), ("list",), ("stats",), ("doctor",)):
@@ -194,6 +195,7 @@ def test_settings_that_run_nothing_apply_without_trust(repo, text):
     assert risky_settings(read_file(file)[0]) == []
 
 
+@pytest.mark.slow
 def test_safe_settings_from_the_working_directory_reach_the_command(repo):
     (repo / "jianmu.yaml").write_text("limits:\n  chunk_size: 40\n  chunk_overlap: 0\n")
     assert kb("-q", "ingest", "notes").returncode == 0
@@ -214,6 +216,7 @@ def _works(done: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_named_file_is_the_users_own(repo, monkeypatch):
     (repo / "jianmu.yaml").write_text(LEGIT)
     _works(kb("--config", "jianmu.yaml", "-q", "ingest", "notes"))
@@ -234,6 +237,7 @@ def test_the_user_config_folder_is_the_users_own(repo, monkeypatch):
     _works(kb("--db", str(repo / "kb.db"), "-q", "ingest", str(elsewhere), cwd=user.parent))
 
 
+@pytest.mark.slow
 def test_kb_trust_lets_the_file_run_until_it_changes(repo):
     file = repo / "jianmu.yaml"
     file.write_text(LEGIT)
@@ -270,6 +274,7 @@ def test_a_trust_record_is_for_one_place(repo, tmp_path):
     assert done.returncode == 2 and "not trusted" in one_line(done)
 
 
+@pytest.mark.slow
 def test_a_link_to_a_trusted_file_is_not_trusted_a_linked_folder_is(repo, tmp_path):
     (repo / "jianmu.yaml").write_text(LEGIT)
     _works(kb("trust", str(tmp_path / "repo")))
@@ -703,6 +708,7 @@ def test_the_refusal_does_not_depend_on_the_environment(repo):
             load_config()
 
 
+@pytest.mark.slow
 def test_a_cloned_folder_turning_on_llm_rerank_sends_nothing_until_trusted(repo, monkeypatch):
     """As a user meets it: the real kb in a subprocess, in a cloned folder whose jianmu.yaml
     turns on LLM reranking and HyDE, with the user's key and chat server in the environment."""

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from fake_tool_chat import FakeChatServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_agent_demo_answers_with_citations(tmp_path):
     env = {
         **os.environ,

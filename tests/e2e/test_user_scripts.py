@@ -136,6 +136,7 @@ def test_the_parser_process_goes_when_the_script_ends(workspace):
 # --- README's examples, verbatim ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_readme_library_section_runs_verbatim_as_scripts(workspace):
     basics, reranker, contracts = readme_python_blocks("The library")
     env = fresh_env(workspace.parent / "home")
@@ -167,6 +168,7 @@ def test_the_readme_library_section_runs_verbatim_as_scripts(workspace):
     assert re.search(r"\d+ passed", suites.stdout), suites.stdout[-500:]
 
 
+@pytest.mark.slow
 def test_the_readme_agent_examples_run_as_scripts(workspace):
     tool_block, loop_block = readme_python_blocks("Agents: the knowledge base as a tool")[:2]
     env = fresh_env(workspace.parent / "home")

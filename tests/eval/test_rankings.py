@@ -76,6 +76,7 @@ def test_eval_ranks_as_kb_search_with_the_local_embedder(tmp_path):
     check_rankings(tmp_path, "local")
 
 
+@pytest.mark.slow
 def test_the_issue_case_and_the_search_syntax_rank_as_in_kb_search(tmp_path):
     """The issue's "how big is each folder" (skicka.md also shows folder sizes), a quoted
     phrase and exclusions: eval's files are kb search's, in every mode (in-process runs)."""

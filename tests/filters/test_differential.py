@@ -51,6 +51,7 @@ def sqlite_table():
     conn.close()
 
 
+@pytest.mark.slow
 @DIFF
 @given(corpus_and_filter(sqlite_corpora))
 @example(([{"x": "a%"}, {"x": "A"}, {"x": ["a"]}, {}], {"x": {"$prefix": "a"}}))
@@ -88,6 +89,7 @@ def pg(pg_dsn):
     conn.close()
 
 
+@pytest.mark.slow
 @DIFF
 @given(corpus_and_filter())
 @example(([{"x": "a%"}, {"x": "A"}, {"x": ["a"]}, {}], {"x": {"$prefix": "a"}}))
@@ -116,6 +118,7 @@ def chroma():
     return chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
 
 
+@pytest.mark.slow
 @DIFF
 @given(corpus_and_filter())
 @example(([{"n": 1.0}, {"n": True}, {"n": "1"}, {"n": [1]}], {"n": 1}))
@@ -172,6 +175,7 @@ def chunks_table():
     conn.close()
 
 
+@pytest.mark.slow
 @DIFF
 @given(corpus_and_filter(sqlite_corpora))
 @example(

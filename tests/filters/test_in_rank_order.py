@@ -99,6 +99,7 @@ def rounds(monkeypatch):
     return ended
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", [1, 25], ids=["rounds", "one-round"])
 @pytest.mark.parametrize("weight", [0.0, 2.0], ids=["chunk-only", "sources"])
 def test_a_new_filter_checked_in_order_ranks_like_filter_then_rank(

@@ -168,6 +168,7 @@ def _one_line_error(result) -> None:
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-500:]
 
 
+@pytest.mark.slow
 def test_payloads_through_the_cli_are_rejected_or_literal_and_change_nothing(sqlite_db):
     before = snapshot(sqlite_db)
     with SQLiteStore(sqlite_db) as store:
@@ -220,6 +221,7 @@ def _open_other(kind: str, tmp_path: Path, request) -> object:
     return PostgresStore(request.getfixturevalue("pg_dsn"), request.getfixturevalue("pg_table"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["faiss", "chroma", "postgres"])
 def test_payloads_on_the_other_stores_are_rejected_or_literal(tmp_path, request, kind):
     store = _open_other(kind, tmp_path, request)

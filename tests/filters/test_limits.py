@@ -84,6 +84,7 @@ def check_store(store) -> None:
             call()
 
 
+@pytest.mark.slow
 def test_sqlite_store_answers_big_filters(tmp_path):
     from kbcli.stores import SQLiteStore
 
@@ -94,6 +95,7 @@ def test_sqlite_store_answers_big_filters(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 def test_postgres_store_answers_big_filters(pg_dsn, pg_table):
     """65,535 bind parameters per statement: LIMIT conditions of the widest kind fit."""
     from kbcli.stores.postgres import PostgresStore
@@ -105,6 +107,7 @@ def test_postgres_store_answers_big_filters(pg_dsn, pg_table):
         store.close()
 
 
+@pytest.mark.slow
 def test_chroma_store_answers_big_filters(tmp_path):
     need("chromadb")
     from kbcli.stores.chroma.store import ChromaStore

@@ -278,6 +278,7 @@ def diff_store(pg_dsn, pg_table):
     store.close()
 
 
+@pytest.mark.slow
 @settings(
     max_examples=examples(120),
     deadline=None,

@@ -136,6 +136,7 @@ def at_version_0(tmp_path: Path) -> tuple[Path, Path]:
 INGEST_POINTS = ["after-parse", "after-parse@5", "after-embed", "before-commit", "after-commit"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", INGEST_POINTS)
 def test_a_crash_at_a_named_point_of_ingest_converges(tmp_path, reference, point):
     want = reference
@@ -151,6 +152,7 @@ def test_a_crash_at_a_named_point_of_ingest_converges(tmp_path, reference, point
     assert_no_drift(db)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["vector-cache-write", "keyword-pack-write"])
 def test_a_crash_while_writing_a_derived_file_leaves_the_index_intact(tmp_path, point):
     db, _ = at_version_0(tmp_path)
@@ -173,6 +175,7 @@ def test_a_crash_while_writing_a_derived_file_leaves_the_index_intact(tmp_path, 
     assert_no_drift(db)
 
 
+@pytest.mark.slow
 def test_a_crash_while_writing_the_faiss_file_leaves_the_index_intact(tmp_path):
     need("faiss")
     db, docs = tmp_path / "kb.db", tmp_path / "docs"
@@ -195,6 +198,7 @@ def test_a_crash_while_writing_the_faiss_file_leaves_the_index_intact(tmp_path):
     assert kb(db, "--store", "faiss", "doctor").returncode == 0
 
 
+@pytest.mark.slow
 def test_a_crash_mid_migration_leaves_the_old_schema_and_converges(tmp_path):
     docs = tmp_path / "docs"
     write_version(docs, 0)
@@ -231,6 +235,7 @@ def semantic_ids(db: Path, *store: str, env: Any = None) -> list[str]:
     return [hit["id"] for hit in json.loads(found.stdout)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "backend,point",
     [("faiss", "before-commit"), ("faiss", "after-commit"), ("chroma", "before-commit"),
@@ -255,6 +260,7 @@ def test_a_crash_at_commit_under_faiss_or_chroma_converges(tmp_path, reference, 
     assert semantic_ids(db, *store) == semantic_ids(db)  # the index agrees with the catalog
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["vector-index-sync", "derived-file-write"])
 def test_a_crash_while_chroma_syncs_is_redone_on_next_use(tmp_path, point):
     """``vector-index-sync``: the collection changed, its state file still marked dirty (so
@@ -289,6 +295,7 @@ def postgres(pg_dsn, pg_table, tmp_path):
     return env, lambda: PostgresStore(pg_dsn, pg_table, create=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["before-commit", "before-commit@2", "after-commit"])
 def test_a_crash_at_commit_under_postgres_converges_and_frees_the_lock(
     tmp_path, reference, postgres, point
@@ -311,6 +318,7 @@ def test_a_crash_at_commit_under_postgres_converges_and_frees_the_lock(
     assert not db.exists()
 
 
+@pytest.mark.slow
 def test_a_crash_while_postgres_creates_the_index_leaves_nothing_half_made(
     tmp_path, reference, postgres
 ):

@@ -183,6 +183,7 @@ def scans(tmp_path_factory):
     return home, files, report, done
 
 
+@pytest.mark.slow
 def test_each_scanned_page_is_found_on_its_page(scans):
     home, files, report, done = scans
     assert done.returncode == 1  # the bomb fails; everything else is indexed
@@ -303,6 +304,7 @@ def test_unchanged_scans_are_not_recognised_again(scans):
 # --- without the extra, and when a page cannot be recognised -----------------------------------
 
 
+@pytest.mark.slow
 def test_without_the_extra_scans_warn_and_images_fail_then_installing_reads_them(tmp_path):
     blocker = tmp_path / "blocker"
     blocker.mkdir()

@@ -73,6 +73,7 @@ def notes(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 def test_new_edit_delete_rename_file(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     w = watch(str(notes))
@@ -93,6 +94,7 @@ def test_new_edit_delete_rename_file(watch, notes, tmp_path):
     files_consistent(db)
 
 
+@pytest.mark.slow
 def test_folders_created_moved_and_removed(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     outside = tmp_path / "outside"
@@ -118,6 +120,7 @@ def test_folders_created_moved_and_removed(watch, notes, tmp_path):
     files_consistent(db)
 
 
+@pytest.mark.slow
 def test_kbignore_ext_and_hidden_rules_hold(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     (notes / ".kbignore").write_text("private/\n")
@@ -169,6 +172,7 @@ def test_save_via_rename_and_two_step_write_are_indexed_once_whole(watch, notes,
     assert sum(b["updated"] + b["added"] for b in w.batches) == 2
 
 
+@pytest.mark.slow
 def test_database_inside_the_watched_folder_does_not_feed_itself(tmp_path):
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -203,6 +207,7 @@ def test_concurrent_ingest_of_the_same_folder_succeeds(watch, notes, tmp_path):
     files_consistent(db)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_and_sigint_finish_the_batch_and_exit_0(watch, notes, tmp_path, signum):
     db = tmp_path / "kb.db"
@@ -225,6 +230,7 @@ def test_sigterm_and_sigint_finish_the_batch_and_exit_0(watch, notes, tmp_path, 
     assert sum(1 for t in indexed(db).values() if t.startswith("version two")) == 400
 
 
+@pytest.mark.slow
 def test_a_burst_of_2000_files_is_applied_in_few_batches(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     staged = tmp_path / "staged"
@@ -255,6 +261,7 @@ def test_scan_mode_follows_changes(watch, notes, tmp_path):
     assert {b["mode"] for b in w.batches} == {"scans"}
 
 
+@pytest.mark.slow
 def test_without_watchfiles_it_says_so_once_and_scans(tmp_path, notes):
     # a package that cannot be imported stands in for watchfiles not being installed
     shim = tmp_path / "shim" / "watchfiles"
@@ -286,6 +293,7 @@ def test_watchfiles_comes_with_kbcli_and_the_watch_extra_still_installs():
     assert "watch" in (metadata("kbcli").get_all("Provides-Extra") or [])
 
 
+@pytest.mark.slow
 def test_inotify_limit_is_named_once_with_the_sysctl(tmp_path, notes, monkeypatch, capsys):
     # The kernel's watch limit cannot be reached here without root (it is a sysctl): the
     # notifier is replaced by one raising what watchfiles raises then (ENOSPC).
@@ -421,6 +429,7 @@ def other(tmp_path):
     return folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [[], ["--scan-every", "0.2"]], ids=["events", "scans"])
 def test_a_watched_folder_replaced_by_a_link_stops_the_watch_naming_it(
     watch, notes, other, tmp_path, mode
@@ -460,6 +469,7 @@ def test_the_folder_moved_away_ends_the_watch_even_without_events(watch, notes, 
     assert has(db, {notes / "first.md": "alpha apples", notes / "late.md": None})
 
 
+@pytest.mark.slow
 def test_a_watched_folder_replaced_by_another_folder_is_indexed_again(watch, notes, tmp_path):
     db = tmp_path / "kb.db"
     w = watch(str(notes))
@@ -482,6 +492,7 @@ def test_a_watched_folder_replaced_by_another_folder_is_indexed_again(watch, not
     files_consistent(db)
 
 
+@pytest.mark.slow
 def test_a_watched_folder_renamed_away_and_made_again_is_watched_again(watch, notes, tmp_path):
     """rename away + mkdir: the new, empty folder is noticed; the empty-folder guard keeps the
     indexed file (an unmounted share looks the same), and the new folder's events arrive."""
@@ -498,6 +509,7 @@ def test_a_watched_folder_renamed_away_and_made_again_is_watched_again(watch, no
     files_consistent(db)
 
 
+@pytest.mark.slow
 def test_with_follow_symlinks_the_watch_follows_the_link(watch, notes, other, tmp_path):
     db = tmp_path / "kb.db"
     (notes / "third.md").write_text("charlie cherries\n")
@@ -549,6 +561,7 @@ def test_a_link_to_the_folder_above_is_not_followed(watch, notes, tmp_path):
     assert has(db, {notes / "first.md": "alpha apples"})
 
 
+@pytest.mark.slow
 def test_a_watched_folder_replaced_by_a_file_stops_the_watch(watch, notes, tmp_path):
     w = watch(str(notes))
     notes.rename(tmp_path / "notes.old")

@@ -77,6 +77,7 @@ def commands(docs: Path) -> list[tuple[str, ...]]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", ["openai", "gemini"])
 @pytest.mark.parametrize("mode", ["ok", "401", "500-echo", "401-echo", "hang"])
 def test_no_canary_byte_reaches_output_logs_or_files(tmp_path, monkeypatch, caplog, provider, mode):

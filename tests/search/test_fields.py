@@ -135,6 +135,7 @@ def test_the_page_named_after_the_query_ranks_first(tmp_path, pages, mode):
     assert names(base.search_with("journalctl", options))[0] == "journalctl.txt"
 
 
+@pytest.mark.slow
 def test_the_kb_script_ranks_the_named_page_first(kb_exe, pages):  # noqa: F811
     done = kb(kb_exe, "ingest", str(pages))
     assert done.returncode == 0, done.stderr
@@ -262,6 +263,7 @@ def test_doctor_reports_an_old_index_and_repair_re_tokenises_it(old_db, fresh):
     check_upgraded(store, fresh)
 
 
+@pytest.mark.slow
 def test_kb_script_on_an_old_index(kb_exe, old_db, monkeypatch):  # noqa: F811
     monkeypatch.setenv("KB_DB", str(old_db))
     doctor = kb(kb_exe, "doctor")

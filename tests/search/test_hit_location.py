@@ -291,6 +291,7 @@ def manual(tmp_path) -> Path:
     return home
 
 
+@pytest.mark.slow
 def test_a_pdf_hit_is_located_by_its_page_everywhere(manual):
     """``manual.pdf:4`` named a line of extracted text an editor cannot open."""
     pdf = str(manual / "docs" / "manual.pdf")

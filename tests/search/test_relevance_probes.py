@@ -49,6 +49,7 @@ def probe_requests(server: FakeServer) -> list[list[str]]:
     return [texts for texts in server.inputs() if set(texts) & set(PROBES)]
 
 
+@pytest.mark.slow
 def test_an_api_ingest_embeds_the_probes_once_in_one_request(tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()

@@ -67,6 +67,7 @@ def ids(hits) -> list[str]:
     return sorted(h.document.id for h in hits)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, flt", CASES, ids=["sqlite", "faiss-hnsw", "chroma"])
 def test_the_allowed_set_is_read_once_per_generation_and_never_stale(make, flt, tmp_path):
     store, rng = filled(make, tmp_path)
@@ -107,6 +108,7 @@ def test_another_process_write_is_seen(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 def test_keyword_and_dense_search_share_it(tmp_path):
     """A filter's bitmap in the keyword index is built from the same kept set as dense
     search's fallback: one read of the table for both (a hybrid search asks for both)."""
@@ -139,6 +141,7 @@ def test_the_cache_keeps_the_most_recent_filters(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", [sqlite_store, faiss_store], ids=["sqlite", "faiss-hnsw"])
 def test_a_kept_selective_set_skips_the_walk(make, tmp_path, monkeypatch):
     """Once a selective filter's set is kept, dense search ranks that set directly instead of

@@ -22,6 +22,7 @@ from keyword_reference import (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("small", [False, True], ids=["numpy", "packread"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_histories_keep_scores_exact(tmp_path, seed, monkeypatch, small):

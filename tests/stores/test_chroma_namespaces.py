@@ -142,6 +142,7 @@ def _kb(*args: str, db: Path, cwd: Path, home: Path) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.slow
 def test_a_kb_database_with_its_chroma_folder_of_an_older_kbcli_works(old, tmp_path):
     home, cwd = tmp_path / "h", tmp_path / "w"
     home.mkdir()

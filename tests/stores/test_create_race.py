@@ -8,6 +8,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+import pytest
+
 ROUNDS = 40
 PROCESSES = 8
 
@@ -27,6 +29,7 @@ def open_and_add(args: tuple[str, float, int]) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
+@pytest.mark.slow
 def test_many_processes_create_the_same_database(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     failures = []

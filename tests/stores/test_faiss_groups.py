@@ -274,6 +274,7 @@ def _exact_ids(vecs, ids, query, allowed, k):
     return [i for _, i in sorted(pool)[:k]]
 
 
+@pytest.mark.slow
 def test_a_folder_filter_on_hnsw_is_an_exact_scan_of_its_runs():
     """A filter whose allowed vectors lie in a few runs (a folder's files were added together)
     gets the exact top k, even where the graph walk would miss (ef_search 1)."""

@@ -142,6 +142,7 @@ def as_schema_4(db: Path) -> None:
     Path(f"{db}.keyword-pack").unlink(missing_ok=True)
 
 
+@pytest.mark.slow
 def test_an_index_of_schema_4_searches_identically_and_takes_new_chunks(tmp_path):
     docs = tmp_path / "docs"
     write_docs(docs, range(0, 24))

@@ -400,6 +400,7 @@ def varied_docs(rng: random.Random, prefix: str, n: int) -> list[Document]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tf_runs", [2, 4, 7])
 @pytest.mark.parametrize("sparse_ratio", [0, 8, 10**9])
 @pytest.mark.parametrize("seed", [21, 22])

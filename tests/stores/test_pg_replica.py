@@ -67,6 +67,7 @@ def ids(hits) -> list[str]:
     return sorted(h.document.id for h in hits)
 
 
+@pytest.mark.slow
 def test_searches_and_reads_go_to_the_standby(pair, pg_table):
     writer = PostgresStore(pair.dsn, pg_table)
     first = [doc("a", "restart the vpn client"), doc("b", "vpn tokens expire", "/b.md")]
@@ -256,6 +257,7 @@ class Kb:
         )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_kb_with_the_standby_down(pair, pg_table, tmp_path):
     """kb ingest writes with the standby down; kb search is one line naming store.read_dsn;
     kb stats says where the read server stands; all is well once it is back."""
@@ -396,6 +398,7 @@ class StandbyReader(threading.Thread):
             self.store.close()
 
 
+@pytest.mark.slow
 def test_a_search_on_the_standby_never_sees_a_half_applied_file(pair, pg_table, tmp_path):
     kb = Kb(tmp_path, pair, pg_table)
     folder = tmp_path / "docs"

@@ -152,6 +152,7 @@ def converges(runner: Runner) -> None:
     assert len(content(runner.dsn, runner.table)[1]) == FILES
 
 
+@pytest.mark.slow
 def test_terminated_connections_mid_ingest_are_one_line_and_converge(pg_dsn, pg_table, tmp_path):
     runner = Runner(tmp_path, pg_dsn, pg_table)
     proc = runner.held_ingest()
@@ -176,6 +177,7 @@ def own_server():
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_killed_server_mid_ingest_is_one_line_and_converges(own_server, tmp_path):
     runner = Runner(tmp_path, own_server.dsn, "kb_killed")
     proc = runner.held_ingest()

@@ -332,6 +332,7 @@ def test_heading_path_is_searchable_in_every_store(tmp_path):
         assert hits[0].document.text == "Use apt to install the package."  # text unchanged
 
 
+@pytest.mark.slow
 def test_vector_cache_is_memory_mapped_and_built_in_batches(tmp_path, monkeypatch):
     import tracemalloc
 

@@ -98,6 +98,7 @@ def _run_script(user, text: str, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["close", "exit"])
 def test_default_stores_are_private_and_leave_nothing_behind(user, how):
     home, cwd, tmp = user
@@ -118,6 +119,7 @@ def test_default_stores_are_private_and_leave_nothing_behind(user, how):
     assert _files(tmp) == []  # the temporary folders went with close() or at exit
 
 
+@pytest.mark.slow
 def test_every_default_store_class_ran(user):
     """The script above covers FAISS and Chroma whenever they are installed (CI installs
     every extra): make sure they did not silently drop out here."""

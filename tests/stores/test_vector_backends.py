@@ -301,6 +301,7 @@ for i in range(100_000):
 """
 
 
+@pytest.mark.slow
 def test_kill_minus_nine_never_leaves_a_faiss_file_in_use_half_written(tmp_path):
     import os
     import signal
