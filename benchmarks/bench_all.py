@@ -494,7 +494,7 @@ def goals(sizes: dict[str, dict[str, Any]], local: dict[str, Any]) -> list[dict[
             add("local embedder ≥ 2× today's chunks/s (6/s in the issue)", local, rate, 6.0,
                 rate >= 12, "chunks/s of a local-model `kb ingest`, model load in")  # fmt: skip
     add("API embedding requests ≤ chunks / batch size + 1", None, None, None, None,
-        "not measured here: needs an API server (tests/test_embedders_openai.py)")  # fmt: skip
+        "not measured here: needs an API server (tests/embedders/test_openai.py)")  # fmt: skip
     big = sizes.get("1000000")
     if big:
         kb, bm, cmd = big["kb"], big["bm25s"], big["commands"]

@@ -4,6 +4,8 @@ folder with one file of every supported format."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -125,3 +127,21 @@ SAMPLE = [
         {"source": "/docs/invoice.pdf", "chunk_index": 1, "page": 2, "lang": "de"},
     ),
 ]
+
+
+# from cli/test_reliability.py
+def _can_mount() -> str | None:
+    """Why a read-only bind mount cannot be made here (None: it can)."""
+    if sys.platform != "linux":
+        return "bind mounts as on Linux"
+    try:
+        done = subprocess.run(
+            ["unshare", "-m", "sh", "-c", "mount --bind -o ro / /mnt"],
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare cannot run here ({exc})"
+    if done.returncode != 0:
+        return f"no mount namespace here: {done.stderr.decode().strip()[:120]}"
+    return None

@@ -61,4 +61,5 @@ def isolated_env(tmp_path, monkeypatch):
     reset_config_cache()
 
 
+from console_script import kb_exe  # noqa: E402,F401  (the real kb console script)
 from pg_server import pg_dsn, pg_pair, pg_table  # noqa: E402,F401  (the PostgreSQL servers)

@@ -1,6 +1,7 @@
-"""Hypothesis strategies for filters (tests/test_filter_fuzz.py, tests/test_filter_differential.py):
-hostile keys and values, raw objects shaped like filters (valid or not), valid filters, and
-metadata corpora. ``KB_STRESS=1`` multiplies the number of examples (:func:`examples`)."""
+"""Hypothesis strategies for filters (tests/filters/test_fuzz.py,
+tests/filters/test_differential.py): hostile keys and values, raw objects shaped like filters
+(valid or not), valid filters, metadata corpora, and a table of known cases. ``KB_STRESS=1``
+multiplies the number of examples (:func:`examples`)."""
 
 from __future__ import annotations
 
@@ -239,3 +240,51 @@ def corpus_and_filter(draw: st.DrawFn, docs: st.SearchStrategy = corpora) -> tup
 
     pools = (mix(values, valid_scalars), mix(ordered, _ordered), mix(texts, _POOLS[2]))
     return corpus, draw(filters(mix(keys, valid_keys), pools))
+
+
+# --- known cases -----------------------------------------------------------------------------
+# A fixed corpus and filters every compiler must agree on with the evaluator (mixed types,
+# null, missing keys, LIKE wildcards and case in prefixes, a non-text source).
+
+KNOWN_DOCS = [
+    {"lang": "en", "year": 2020, "draft": True, "tags": "a"},
+    {"lang": "zh", "year": 2024, "draft": False},
+    {"lang": "en", "year": 2024.5, "n": None},
+    {"lang": "ja", "year": "2024"},
+    {"year": 1999, "page": 3},
+    {"lang": "en", "page": "3"},
+    {},
+    {"source": "/docs/guide/a.md", "lang": "en"},
+    {"source": "/docs/guide-old/b.md"},
+    {"source": "/docs/g%ide/c.md", "year": 2024},
+    {"source": 7},
+]
+
+KNOWN_FILTERS = [
+    {"lang": "en"},
+    {"lang": "en", "year": 2020},
+    {"year": 2024},
+    {"year": "2024"},
+    {"draft": True},
+    {"draft": False},
+    {"n": None},
+    {"lang": {"$ne": "en"}},
+    {"lang": {"$in": ["zh", "ja"]}},
+    {"lang": {"$nin": ["zh", "ja"]}},
+    {"year": {"$gt": 2020}},
+    {"year": {"$gte": 2020, "$lt": 2024.5}},
+    {"year": {"$lte": "2024"}},
+    {"page": {"$in": [3, "3"]}},
+    {"draft": {"$exists": True}},
+    {"lang": {"$exists": False}},
+    {"$or": [{"lang": "zh"}, {"year": {"$lt": 2000}}]},
+    {"$and": [{"lang": "en"}, {"$or": [{"year": 2020}, {"page": "3"}]}]},
+    {"$and": [{"lang": {"$eq": "en"}}], "year": {"$exists": True}},
+    {"source": {"$prefix": "/docs/guide/"}},
+    {"source": {"$prefix": "/docs/guide"}},
+    {"source": {"$prefix": "/docs/g_ide/"}},
+    {"source": {"$prefix": "/docs/g%"}},
+    {"source": {"$prefix": "/DOCS/"}},
+    {"source": {"$prefix": "7"}},
+    {"$or": [{"source": {"$prefix": "/docs/guide/"}}, {"year": 2024}]},
+]

@@ -1,4 +1,5 @@
-"""An embedder that holds ``kb ingest`` mid-run, for the fault tests (test_postgres_faults.py).
+"""An embedder that holds ``kb ingest`` mid-run, for the fault tests
+(stores/test_postgres_faults.py).
 
 It embeds exactly like the built-in simple embedder (same provider, model and vectors, so its
 index equals a plain ``simple`` ingest), a few texts per call. When ``KB_TEST_GATE`` names a

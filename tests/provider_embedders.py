@@ -1,5 +1,5 @@
-"""What the tests of the provider embedders share (``test_embedders_openai.py``,
-``test_embedders_gemini.py``): a clean environment, retry sleeps recorded instead of waited,
+"""What the tests of the provider embedders share (``embedders/test_openai.py``,
+``embedders/test_gemini.py``): a clean environment, retry sleeps recorded instead of waited,
 the fake provider server on loopback, and an embedder built against it.
 
 A test module imports the fixtures (pytest finds them in its namespace); each is registered

@@ -24,7 +24,7 @@ EXIT_INTERRUPTED = 130
 EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
 
 #: Each command: the module that defines it, and its line in ``kb --help`` (the first paragraph
-#: of its help, tests/test_cli_help.py checks), so that kb --help imports no command's module.
+#: of its help, tests/cli/test_help.py checks), so that kb --help imports no command's module.
 COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": (
         "ingest",

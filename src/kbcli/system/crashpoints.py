@@ -1,4 +1,4 @@
-"""Named crash points, for the crash tests only (tests/test_crash_points.py).
+"""Named crash points, for the crash tests only (tests/ingest/test_crash_points.py).
 
 ``KB_TEST_CRASH_AT=NAME`` (or ``NAME@N``: the N-th time) makes the process end at once with
 ``os._exit(137)`` when it reaches the point ``NAME``, as ``kill -9`` would: no cleanup, no

@@ -1,7 +1,7 @@
 """BM25 with source context, written once: the formula, the ranking, the postings bookkeeping.
 
 Every keyword index uses this module or is checked against it by the parity test
-(``tests/test_bm25_parity.py``): the SQLite index runs the same arithmetic as SQL, the
+(``tests/keyword_reference.py``): the SQLite index runs the same arithmetic as SQL, the
 in-memory index calls :func:`rank` directly.
 
 **Scoring.** A chunk's score is ``chunk + source_weight * source``, where ``chunk`` is Okapi
