@@ -9,7 +9,7 @@ from __future__ import annotations
 # typing.TYPE_CHECKING without importing typing (kb --help imports little else of kbcli)
 TYPE_CHECKING = False
 
-from kbcli.system.lazy import lazy_exports  # noqa: E402
+from kbcli.system.exports import lazy_exports  # noqa: E402
 
 # name -> submodule. Importing kbcli stays near-free (the `kb` command starts fast); each name
 # loads its module on first access (PEP 562).

@@ -23,7 +23,7 @@ def test_a_widening_filtered_search_scores_the_matrix_once(monkeypatch):
     import random
 
     from kbcli.stores.common import prefiltered_search
-    from kbcli.text import vectors
+    from kbcli.text import vector_math as vectors
 
     rng = random.Random(3)
     index = NumpyVectorIndex()

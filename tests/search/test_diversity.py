@@ -66,7 +66,7 @@ def reference_mmr_order(relevance, similarity, lam, k):
 
 
 def reference_vector_similarity(vectors):
-    from kbcli.text.vectors import as_unit_matrix
+    from kbcli.text.vector_math import as_unit_matrix
 
     unit = as_unit_matrix(vectors)
     sims = unit @ unit.T

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from kbcli import KnowledgeBase
 from kbcli.embedders import SimpleEmbedder
+from kbcli.search.phrases import parse_query
 from kbcli.search.pool import POOL_MIN
 from kbcli.search.query import search
-from kbcli.search.syntax import parse_query
 from kbcli.types import SearchOptions
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from cli_helpers import run, run_json
 from extras import need
-from kbcli.cli.render.lines import ProgressLines
+from kbcli.cli.render.progress_lines import ProgressLines
 from kbcli.embedders import SimpleEmbedder
 from kbcli.ingest.sync import SyncInterrupted, sync
 from kbcli.pipeline import KnowledgeBase
@@ -292,9 +292,10 @@ def test_the_terminal_bar_says_before_a_long_embedding_how_long_it_takes(capsys,
 
 
 def test_kb_ingest_writes_progress_lines_when_stderr_is_not_a_terminal(tmp_path, monkeypatch):
-    import kbcli.cli.render.lines
+    import kbcli.cli.render.progress_lines
 
-    monkeypatch.setattr(kbcli.cli.render.lines, "EVERY", 0.0)  # a line at every step, for the test
+    # a line at every step, for the test
+    monkeypatch.setattr(kbcli.cli.render.progress_lines, "EVERY", 0.0)
     docs = write_docs(tmp_path / "docs")
     # the built-in embedder is cheap: embedded as files are read, no phase of its own
     built_in = run("--db", str(tmp_path / "cheap.db"), "ingest", str(docs))

@@ -16,7 +16,7 @@ np = need("numpy")
 from kbcli import Document  # noqa: E402
 from kbcli.stores.faiss import index as faiss_index  # noqa: E402
 from kbcli.stores.faiss.store import FILE_MAGIC, FaissStore, FaissVectorIndex  # noqa: E402
-from kbcli.text.vectors import distinct_rows, row_fingerprints  # noqa: E402
+from kbcli.text.vector_math import distinct_rows, row_fingerprints  # noqa: E402
 from kbcli.types import FileRecord  # noqa: E402
 
 DIM = 8

@@ -15,7 +15,7 @@ from typing import Any
 
 from kbcli.config.lookup import Config
 from kbcli.embedders.base import BaseEmbedder
-from kbcli.embedders.settings import (
+from kbcli.embedders.provider_settings import (
     apply_request_settings,
     embedding_settings,
     find_api_key,

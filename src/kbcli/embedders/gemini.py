@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from kbcli.embedders.api import APIEmbedder
-from kbcli.embedders.settings import plan_batches, redact, short, transport_errors
+from kbcli.embedders.provider_settings import plan_batches, redact, short, transport_errors
 from kbcli.errors import EmbedderError, require
 from kbcli.providers.retry import (
     Failure,

@@ -108,8 +108,8 @@ def remembered(store: IndexMetadata) -> EmbedderInfo | None:
 
 def automatic_provider() -> str:
     """The provider an automatic choice would pick now (by API keys), without building it."""
+    from kbcli.embedders.provider_settings import first_env
     from kbcli.embedders.resolve import AUTO_ORDER, KEY_ENV
-    from kbcli.embedders.settings import first_env
 
     for candidate in AUTO_ORDER:
         if candidate == "simple" or first_env(*KEY_ENV[candidate])[1]:

@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from kbcli.embedders.api import APIEmbedder
-from kbcli.embedders.settings import plan_batches, redact, short
+from kbcli.embedders.provider_settings import plan_batches, redact, short
 from kbcli.errors import EmbedderError, require
 from kbcli.providers.retry import (
     Failure,

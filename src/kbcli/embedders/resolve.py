@@ -22,7 +22,7 @@ from kbcli.config.lookup import Config, defaults
 from kbcli.config.registry import EMBEDDERS, load_embedder_class
 from kbcli.embedders.base import EmbedderInfo, embedder_info
 from kbcli.embedders.local import offline_offer
-from kbcli.embedders.settings import first_env
+from kbcli.embedders.provider_settings import first_env
 from kbcli.errors import InvalidOptionError
 from kbcli.protocols import EmbedderProtocol
 from kbcli.stores.capabilities import IndexMetadata

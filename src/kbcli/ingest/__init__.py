@@ -9,7 +9,7 @@ only reads a file's lines (``kb search`` placing a hit, through :mod:`.lines` an
 
 from __future__ import annotations
 
-from kbcli.system.lazy import lazy_exports
+from kbcli.system.exports import lazy_exports
 
 _EXPORTS = {
     "SimpleTextChunker": "chunkers", "StructureAwareChunker": "chunkers",

@@ -78,7 +78,7 @@ def fill_vectors(
             if d.embedding is None or not len(d.embedding)
         ]
         # The first batch is one request of the embedder: its rate is known in seconds, and
-        # a long embedding says so early (kbcli.cli.render.lines.long_embed).
+        # a long embedding says so early (kbcli.cli.render.progress_lines.long_embed).
         while len(waiting) >= (step := size if done else batch):
             _fill(kb, waiting[:step], report)
             done += step

@@ -6,7 +6,7 @@ vLLM, LM Studio, DeepSeek ...) and Gemini through ``google-genai`` (:class:`Gemi
 they share with the embedders is imported, not copied: the retry policy of
 :mod:`kbcli.providers.retry` (the SDKs' own retries are off), each SDK's error classification
 (``classify_error`` in :mod:`kbcli.embedders.openai` and :mod:`kbcli.embedders.gemini`), key
-lookup and redaction (:mod:`kbcli.embedders.settings`) and the one-line messages of
+lookup and redaction (:mod:`kbcli.embedders.provider_settings`) and the one-line messages of
 :func:`kbcli.providers.http.describe_failure`. Keys are never part of a message.
 
 * **Not streamed**: an attempt has ``timeout`` seconds from sending to the last byte; 408, 429,
@@ -38,7 +38,7 @@ from kbcli.config.registry import CHAT_MODELS, load_class
 from kbcli.config.schema import AnswerConfig
 from kbcli.embedders.gemini import classify_error as gemini_failure
 from kbcli.embedders.openai import classify_error as openai_failure
-from kbcli.embedders.settings import find_api_key, first_env, host_of, redact, short
+from kbcli.embedders.provider_settings import find_api_key, first_env, host_of, redact, short
 from kbcli.errors import AnswerError, require
 from kbcli.protocols import ChatModelProtocol
 from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt, past_deadline

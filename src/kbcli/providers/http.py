@@ -4,7 +4,8 @@ The API reranker, the LLM reranker and query rewriting talk to plain REST endpoi
 use the standard library (``urllib``: no SDK to import, nothing to install). What is shared
 with the embedders is imported, not copied: the retry policy, backoff and ``Retry-After``
 handling of :mod:`kbcli.providers.retry`, and the key lookup, redaction and host helpers of
-:mod:`kbcli.embedders.settings`. Keys are sent only in the ``Authorization`` header and never
+:mod:`kbcli.embedders.provider_settings`. Keys are sent only in the ``Authorization`` header and
+never
 appear in messages (server messages are redacted before they are quoted).
 
 Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
@@ -26,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kbcli.embedders.settings import (
+from kbcli.embedders.provider_settings import (
     find_api_key,
     first_env,
     host_of,

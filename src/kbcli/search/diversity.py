@@ -61,7 +61,7 @@ class VectorSimilarity:
     def __init__(self, vectors: Any):
         import numpy as np
 
-        from kbcli.text.vectors import as_unit_matrix
+        from kbcli.text.vector_math import as_unit_matrix
 
         # d x n: one candidate's row times it reads memory in order (twice as fast as n x d)
         self.columns = np.ascontiguousarray(as_unit_matrix(vectors).T)

@@ -21,9 +21,9 @@ from kbcli.errors import KBError
 from kbcli.filters.model import and_filters
 from kbcli.ingest.lines import clean_line, file_lines
 from kbcli.protocols import DocumentCatalog, KeywordIndex, supports
+from kbcli.search.phrases import flat, parse_query
 from kbcli.search.place import hit_page
 from kbcli.search.retrievers import takes_scope
-from kbcli.search.syntax import flat, parse_query
 from kbcli.system.paths import source_path
 from kbcli.text.analysis import Analyzer, keyword_counts
 from kbcli.text.bm25 import bm25_idf

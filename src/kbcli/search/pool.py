@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kbcli.search.syntax import ParsedQuery, passes
+from kbcli.search.phrases import ParsedQuery, passes
 from kbcli.text.analysis import Analyzer
 from kbcli.types import SearchResult
 

@@ -1,7 +1,7 @@
 """What a search box promises on top of ranking: ``"quoted phrases"`` that must appear,
 ``-word`` exclusions, results by file, and where each hit is (``path:line``).
 
-:func:`search` is the entry: it parses the query (:mod:`kbcli.search.syntax`), hands the
+:func:`search` is the entry: it parses the query (:mod:`kbcli.search.phrases`), hands the
 knowledge base a :class:`~kbcli.search.pool.Pool` saying what it will drop and group (the
 pipeline recalls as deep as that needs), and returns :class:`Hits`, one per chunk or one per
 file (its best chunk and how many of its chunks matched), each located on its best-matching
@@ -16,9 +16,9 @@ from typing import overload
 
 from kbcli.errors import InvalidOptionError
 from kbcli.search.location import locate_lines
+from kbcli.search.phrases import parse_query
 from kbcli.search.place import hit_line, hit_page, location
 from kbcli.search.pool import UNITS, Pool, source_key
-from kbcli.search.syntax import parse_query
 from kbcli.types import SearchOptions, SearchResult, note_author, note_label
 from kbcli.views import Source
 

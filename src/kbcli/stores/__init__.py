@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from kbcli.system.lazy import lazy_exports
+from kbcli.system.exports import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from kbcli.config.schema import Config

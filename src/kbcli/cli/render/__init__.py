@@ -14,7 +14,7 @@ from __future__ import annotations
 
 # Eager: the submodule of the same name would otherwise shadow the function once imported.
 from kbcli.cli.render.progress import progress
-from kbcli.system.lazy import lazy_exports
+from kbcli.system.exports import lazy_exports
 
 # name -> module; each module loads on first use (PEP 562), so a command imports only the
 # output it draws (kb search: hits, snippets, names, messages, explain).

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kbcli.cli.render.lines import ProgressLines, long_embed
 from kbcli.cli.render.messages import diagnostics, rich_console
 from kbcli.cli.render.names import shorten_source
+from kbcli.cli.render.progress_lines import ProgressLines, long_embed
 
 
 @contextmanager
@@ -19,7 +19,8 @@ def progress(
     of total, rate, time left, current file; ``unit="chunks"`` for vectors embedded after
     their files, with a line above the bar after the first batch of a long embedding: how
     long it takes, and that keyword search works meanwhile), or with ``lines`` (stderr not a
-    terminal) plain lines every ~10 s (:class:`kbcli.cli.render.lines.ProgressLines`; ``embedder()``
+    terminal) plain lines every ~10 s
+    (:class:`kbcli.cli.render.progress_lines.ProgressLines`; ``embedder()``
     names the embedder when an embedding stage starts), else None (``--quiet``)."""
     if not enabled:
         if lines:

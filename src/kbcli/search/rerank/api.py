@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from kbcli.config.schema import RerankConfig
-from kbcli.embedders.settings import find_api_key, first_env
+from kbcli.embedders.provider_settings import find_api_key, first_env
 from kbcli.errors import RerankerError
 from kbcli.providers.http import JSONEndpoint, endpoint
 from kbcli.types import SearchResult

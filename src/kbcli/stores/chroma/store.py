@@ -218,7 +218,7 @@ def _exact_scan(
 ) -> list[tuple[int, float]]:
     """Cosine top ``k`` over the stored vectors of ``allowed`` (None: every chunk's), from
     the catalog (the truth, not the index)."""
-    from kbcli.text.vectors import as_unit_matrix, top_k_cosine
+    from kbcli.text.vector_math import as_unit_matrix, top_k_cosine
 
     if allowed is not None and not len(allowed):
         return []

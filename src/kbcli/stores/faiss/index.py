@@ -180,7 +180,7 @@ class FaissVectorIndex:
         """Replace the whole index with ``vectors`` under ``ids`` (trains when needed; the
         last of a repeated id wins). ``reuse``: ``vectors`` (a writable float32 array the
         caller no longer needs) may be overwritten, saving a copy of the distinct vectors."""
-        from kbcli.text.vectors import distinct_rows, row_fingerprints
+        from kbcli.text.vector_math import distinct_rows, row_fingerprints
 
         np = self._np
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -213,7 +213,7 @@ class FaissVectorIndex:
 
     def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
         """Insert or replace the vectors of ``ids`` (the last of a repeated id wins)."""
-        from kbcli.text.vectors import distinct_rows, row_fingerprints
+        from kbcli.text.vector_math import distinct_rows, row_fingerprints
 
         np = self._np
         if not len(ids):
@@ -462,8 +462,8 @@ class FaissVectorIndex:
     def disagreements(self, ids: Any, vectors: Any) -> int:
         """How many of ``ids`` (with their ``vectors``, as stored) this index does not hold, or
         holds in a group of another vector (compared by
-        :func:`~kbcli.text.vectors.row_fingerprints`)."""
-        from kbcli.text.vectors import row_fingerprints
+        :func:`~kbcli.text.vector_math.row_fingerprints`)."""
+        from kbcli.text.vector_math import row_fingerprints
 
         np = self._np
         ids = np.asarray(ids, dtype=np.int64)

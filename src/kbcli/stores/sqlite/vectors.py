@@ -247,7 +247,7 @@ class MatrixCache:
         (ids or unit rows), or None (agrees, missing, or stale: rebuilt by the next search)."""
         import numpy as np
 
-        from kbcli.text.vectors import as_unit_matrix
+        from kbcli.text.vector_math import as_unit_matrix
 
         if not self.path.exists():
             return None
@@ -308,7 +308,7 @@ class MatrixCache:
         written (a read-only folder costs only speed)."""
         import numpy as np
 
-        from kbcli.text.vectors import as_unit_matrix
+        from kbcli.text.vector_math import as_unit_matrix
 
         n = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
         dim = dimension(conn) or 0
@@ -364,7 +364,7 @@ class MatrixCache:
     def _build_in_memory(conn: sqlite3.Connection, ids: Any, dim: int) -> tuple[Any, Any]:
         import numpy as np
 
-        from kbcli.text.vectors import as_unit_matrix
+        from kbcli.text.vector_math import as_unit_matrix
 
         matrix = np.empty((ids.shape[0], dim), np.float32)
         done = 0
