@@ -2,7 +2,7 @@
 
 Each rule maps one query's two recorded routes (lists of ``[chunk id, document id, score]``)
 to fused chunk scores; documents are then ranked by their best chunk (ties by id) and scored
-with ``kbcli.eval.beir``'s metrics. The rule kb ships is :func:`kbcli.search.fusion.fuse_routes`,
+with ``kbcli.eval.beir``'s metrics. The rule kb ships is :func:`kbcli.search.combine.fuse`,
 called here exactly as ``retrievers.fuse`` calls it, so the study measures the product.
 """
 
