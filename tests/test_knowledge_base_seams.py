@@ -4,6 +4,10 @@ ingest pipeline; ``KnowledgeBase.ingest_file`` goes through the sync's own entry
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +15,10 @@ import pytest
 
 import kbcli.ingest.pipeline as pipeline_module
 import kbcli.knowledge_base as knowledge_base_module
-from cli_helpers import run
+from cli_helpers import minimal_pdf, run
 from kbcli import KnowledgeBase
+from kbcli.agent.get import read_target
+from kbcli.agent.tools.read import KnowledgeGetTool
 from kbcli.config.lookup import load_config, reset_config_cache
 from kbcli.embedders import SimpleEmbedder
 from kbcli.errors import EmbedderError
@@ -120,6 +126,86 @@ def test_a_search_builds_no_ingest_pipeline(tmp_path, monkeypatch):
     with KnowledgeBase.open() as kb:
         kb.add("a writer builds it")
     assert len(built) == 1
+
+
+def count_ingest_pipelines(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The ingest pipelines built from now on in this process."""
+    built: list[object] = []
+    real = pipeline_module.IngestPipeline.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_module.IngestPipeline, "__init__", counted)
+    return built
+
+
+PDF_TEXT = "Reset the password from the manual."
+# `python -m kbcli ARGS...` in a process whose IngestPipeline refuses to be built.
+NO_PIPELINE = """
+import runpy, sys
+import kbcli.ingest.pipeline as pipeline
+def refuse(self, *args, **kwargs):
+    raise SystemExit("an ingest pipeline was built")
+pipeline.IngestPipeline.__init__ = refuse
+sys.argv = ["kb", *sys.argv[1:]]
+runpy.run_module("kbcli", run_name="__main__")
+"""
+
+
+@pytest.fixture
+def indexed_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A markdown file and a one-page PDF, ingested into the default knowledge base."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text(TEXT)
+    (docs / "manual.pdf").write_bytes(minimal_pdf(PDF_TEXT))
+    assert run("ingest", str(docs), "-q").exit_code == 0
+    return (docs / "guide.md").resolve(), (docs / "manual.pdf").resolve()
+
+
+def test_kb_get_builds_no_ingest_pipeline(indexed_files, monkeypatch):
+    guide, pdf = indexed_files
+    built = count_ingest_pipelines(monkeypatch)
+    for target, expected in ((f"{guide}:3", "Open Settings"), (f"{pdf}#page=1", PDF_TEXT)):
+        result = run("get", target, "--json")
+        assert result.exit_code == 0, result.stderr
+        shown = json.loads(result.stdout)
+        assert shown["origin"] == "file"  # read again through the loader, not the chunks
+        assert expected in " ".join(line["text"] for line in shown["lines"])
+    with KnowledgeBase.open() as kb:
+        assert read_target(kb, f"{guide}:3").origin == "file"
+        assert read_target(kb, f"{pdf}#page=1").origin == "file"
+        scope = kb.scoped({"source": {"$exists": True}})
+        assert read_target(scope, f"{pdf}:1").origin == "file"
+        text = KnowledgeGetTool(kb).call({"path": str(guide), "start_line": 3}).text
+        assert "Open Settings" in text and "indexed chunks" not in text
+    assert built == []
+
+
+def test_the_real_kb_get_builds_no_ingest_pipeline(indexed_files):
+    guide, pdf = indexed_files
+    for target, expected in ((f"{guide}:3", "Open Settings"), (f"{pdf}#page=1", PDF_TEXT)):
+        done = subprocess.run(
+            [sys.executable, "-c", NO_PIPELINE, "get", target, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},  # this checkout
+        )
+        assert done.returncode == 0, done.stderr
+        shown = json.loads(done.stdout)
+        assert shown["origin"] == "file" and expected in done.stdout
+
+
+def test_the_loader_a_reader_uses_is_the_one_ingest_uses(tmp_path):
+    with KnowledgeBase.open(tmp_path / "kb.db") as kb:
+        loader = kb.loader
+        assert kb.ingestor.loader is loader and kb.loader is loader
+    given = pipeline_module.IngestPipeline().loader  # any loader object
+    kb = KnowledgeBase(loader=given)
+    assert kb.loader is given and kb.ingestor.loader is given
 
 
 def test_ingest_file_goes_through_the_syncs_entry_point(tmp_path, monkeypatch):

@@ -16,11 +16,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kbcli.config.lookup import get_config
+from kbcli.config.lookup import defaults, get_config
 from kbcli.embedders.lazy import LazyEmbedder, remembered
 from kbcli.errors import FilterError
 from kbcli.filters.model import and_filters, validate_filter
-from kbcli.ingest.pipeline import Chunker, IngestPipeline, Loader, new_id
+from kbcli.ingest.pipeline import Chunker, IngestPipeline, Loader, default_loader, new_id
 from kbcli.ingest.sync import ingest_one
 from kbcli.protocols import (
     ChatModelProtocol,
@@ -256,8 +256,23 @@ class KnowledgeBase(ViewEntryPoints):
         )
 
     @property
+    def loader(self) -> Loader:
+        """What loads files: the loader given, else the configured default
+        (:func:`~kbcli.ingest.pipeline.default_loader`). Readers (``kb get``) use it to read a file
+        again as ingest read it, without building the write path; the ingest pipeline, built or
+        not yet, loads with this same object."""
+        if self._ingestor is not None:
+            return self._ingestor.loader
+        loader, normalizer, chunker = self._steps
+        if loader is None:
+            loader = default_loader(self.config if self.config is not None else defaults())
+            self._steps = (loader, normalizer, chunker)
+        return loader
+
+    @property
     def ingestor(self) -> IngestPipeline:
-        """The write path's steps (load, chunk, embed), built on first use."""
+        """The write path's steps (load, chunk, embed), built on the first write (with
+        :attr:`loader`, when a reader built it first)."""
         if self._ingestor is None:
             loader, normalizer, chunker = self._steps
             self._ingestor = IngestPipeline(

@@ -264,7 +264,7 @@ def _file_lines(kb: Source, source: str, cache: LinesCache | None) -> list[str] 
             return None
         if not isinstance(kb, FileSource):
             return None
-        loader = kb.ingestor.loader
+        loader = kb.loader
         key = (source, digest, type(loader).__qualname__, str(getattr(loader, "encoding", "")))
         kept = cache.get(key) if cache is not None else None
         if kept is not None:

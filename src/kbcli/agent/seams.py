@@ -24,20 +24,13 @@ class NoteBase(Protocol):
         ...
 
 
-class _Ingest(Protocol):
-    @property
-    def loader(self) -> Loader:
-        """What loaded the files."""
-        ...
-
-
 @runtime_checkable
 class FileSource(Protocol):
     """A knowledge base whose files can be read again as ingest read them (``kb get``)."""
 
     @property
-    def ingestor(self) -> _Ingest:
-        """Its ingest pipeline (only the loader is used)."""
+    def loader(self) -> Loader:
+        """What loads its files: the loader ingest uses (a reader builds no ingest pipeline)."""
         ...
 
 

@@ -40,6 +40,18 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def default_loader(config: Config) -> Loader:
+    """The default document loader with ``config``'s settings: a
+    :class:`~kbcli.ingest.DefaultDocumentLoader` with ``limits.max_file_mb``,
+    ``limits.file_timeout`` and ``ocr``."""
+    from kbcli.ingest import DefaultDocumentLoader
+
+    limits = config.limits
+    return DefaultDocumentLoader(
+        max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
+    )
+
+
 def _add_lines(chunks: list[Section], sections: list[Section]) -> None:
     """Give each chunk with ``char_start``/``char_end`` its ``line``/``line_end`` (1-based) in
     the text its offsets point into: the sections joined by a blank line, as loaded."""
@@ -99,13 +111,7 @@ class IngestPipeline:
     def loader(self) -> Loader:
         """The document loader (default: :class:`~kbcli.ingest.DefaultDocumentLoader`)."""
         if self._loader is None:
-            from kbcli.ingest import DefaultDocumentLoader
-
-            config = self.settings
-            limits = config.limits
-            self._loader = DefaultDocumentLoader(
-                max_file_mb=limits.max_file_mb, timeout=limits.file_timeout, ocr=config.ocr
-            )
+            self._loader = default_loader(self.settings)
         return self._loader
 
     @property
