@@ -156,7 +156,7 @@ def test_keyword_search_imports_nothing_heavy(kb_exe, kb_python, corpus):
     )
     assert done.returncode == 0
     names = _imported(done.stderr)
-    assert "kbcli.stores.sqlite" in names
+    assert any(n.startswith("kbcli.stores.sqlite.") for n in names)  # the store was measured
     assert _heavy(names) == []
     assert "password.md" in done.stdout
     # Typer would build Pydantic adapters for every option; kb converts its plain options itself.
