@@ -33,6 +33,7 @@ from kbcli.stores.parts import (
     Listing,
     Location,
     NewRow,
+    RowT,
     Vectors,
 )
 from kbcli.stores.upkeep import Upkeep
@@ -46,29 +47,29 @@ if TYPE_CHECKING:
     from kbcli.config.schema import Config
 
 
-class Store(Generic[Conn]):
+class Store(Generic[Conn, RowT]):
     """One index: documents, an exact BM25 index, dense search, a file ledger and an embedding
     cache, over the parts of one backend (see :mod:`.parts`). Implements every storage
     capability of :mod:`.capabilities`; a backend's class only assembles its parts."""
 
     _engine: Engine[Conn]
-    _catalog: Catalog[Conn]
-    _keywords: Keywords[Conn]
+    _catalog: Catalog[Conn, RowT]
+    _keywords: Keywords[Conn, RowT]
     _vectors: Vectors[Conn]
     _ledger: Ledger[Conn]
     _cache: Cache[Conn]
-    _upkeep: Upkeep[Conn]
+    _upkeep: Upkeep[Conn, RowT]
 
     def _assemble(
         self,
         engine: Engine[Conn],
-        catalog: Catalog[Conn],
-        keywords: Keywords[Conn],
+        catalog: Catalog[Conn, RowT],
+        keywords: Keywords[Conn, RowT],
         vectors: Vectors[Conn],
         ledger: Ledger[Conn],
         cache: Cache[Conn],
         *,
-        upkeep: Upkeep[Conn] | None = None,
+        upkeep: Upkeep[Conn, RowT] | None = None,
     ) -> None:
         """Take the parts (a backend's ``__init__`` calls this once)."""
         self._engine, self._catalog, self._keywords = engine, catalog, keywords
@@ -238,7 +239,7 @@ class Store(Generic[Conn]):
         self._vectors.upsert(conn, with_vectors)
         self._cache.drop(conn, [doc for doc, _ in with_vectors])
 
-    def _remove_rows(self, conn: Conn, rows: list[Any]) -> int:
+    def _remove_rows(self, conn: Conn, rows: Sequence[RowT]) -> int:
         if not rows:
             return 0
         docs = [r.doc for r in rows]

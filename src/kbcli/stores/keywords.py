@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic
 
 from kbcli.stores.common import outdated
-from kbcli.stores.parts import Conn
+from kbcli.stores.parts import Conn, RowT
 from kbcli.text.analysis import (
     TITLE_KEY,
     Analyzer,
@@ -34,7 +34,7 @@ from kbcli.types import Document
 StoredChunk = tuple[int, str, Mapping[str, Any], int, Any]
 
 
-class SignedKeywords(Generic[Conn]):
+class SignedKeywords(Generic[Conn, RowT]):
     """Base of the keyword parts kept in SQL tables; a subclass reads and writes the index's
     metadata and chunk count (:meth:`_get_meta`, :meth:`_set_meta`, :meth:`_chunks`) and
     says where it is (:meth:`_where`)."""
@@ -105,7 +105,7 @@ class SignedKeywords(Generic[Conn]):
         before = self._before_addition(conn, chunks, new_sources)
         self.apply(conn, plan_addition(chunks, source_postings=before, new_sources=new_sources))
 
-    def remove(self, conn: Conn, rows: Sequence[Any]) -> None:
+    def remove(self, conn: Conn, rows: Sequence[RowT]) -> None:
         """Unindex chunks, before their rows go (:func:`kbcli.text.bm25.plan_removal`)."""
         if not rows:
             return
@@ -140,7 +140,7 @@ class SignedKeywords(Generic[Conn]):
         """``source_postings(src, term)`` of the index before ``chunks`` were added."""
         raise NotImplementedError
 
-    def _terms_of_row(self, row: Any) -> ChunkTerms:
+    def _terms_of_row(self, row: RowT) -> ChunkTerms:
         """A stored row's forward index."""
         raise NotImplementedError
 

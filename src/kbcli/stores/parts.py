@@ -42,6 +42,25 @@ Vector = Sequence[float]
 Conn = TypeVar("Conn")
 #: the same, in a part that only takes it
 Conn_contra = TypeVar("Conn_contra", contravariant=True)
+
+
+class Row(Protocol):
+    """A stored chunk as a backend's catalog finds it for a delete: its row id, and what its
+    keyword index needs to unindex it (each backend's own record: ``ChunkRow``, ``MemoryRow``)."""
+
+    @property
+    def doc(self) -> int:
+        """The chunk's row id."""
+        ...
+
+
+#: a backend's :class:`Row`, in a store
+RowT = TypeVar("RowT", bound=Row)
+#: the same, in a part that only gives it (the catalog)
+Row_co = TypeVar("Row_co", bound=Row, covariant=True)
+#: the same, in a part that only takes it (the keyword index)
+Row_contra = TypeVar("Row_contra", bound=Row, contravariant=True)
+
 #: a valid metadata filter (:mod:`kbcli.filters.model`), None for none
 Filter = dict[str, Any] | None
 #: a dense hit: (row id, score)
@@ -138,7 +157,7 @@ class Engine(Protocol[Conn]):
         ...
 
 
-class Catalog(Protocol[Conn_contra]):
+class Catalog(Protocol[Conn_contra, Row_co]):
     """Chunk rows, sources and the index's own metadata: the truth the other parts derive from."""
 
     def insert(self, conn: Conn_contra, rows: list[NewRow]) -> tuple[list[ChunkTerms], set[int]]:
@@ -150,7 +169,7 @@ class Catalog(Protocol[Conn_contra]):
         """Delete chunk rows by row id (after the other parts unindexed them)."""
         ...
 
-    def rows_by_ids(self, conn: Conn_contra, ids: Sequence[str]) -> list[Any]:
+    def rows_by_ids(self, conn: Conn_contra, ids: Sequence[str]) -> Sequence[Row_co]:
         """The row of each stored chunk among ``ids``: the backend's own record of a chunk,
         with its row id (``doc``) and what its keyword index needs to unindex it."""
         ...
@@ -159,15 +178,15 @@ class Catalog(Protocol[Conn_contra]):
         """The row id of each chunk among ``ids`` that is in the index."""
         ...
 
-    def rows_by_source(self, conn: Conn_contra, source: str) -> list[Any]:
+    def rows_by_source(self, conn: Conn_contra, source: str) -> Sequence[Row_co]:
         """The row of every chunk of ``source`` (as :meth:`rows_by_ids`)."""
         ...
 
-    def rows_where(self, conn: Conn_contra, filter: dict[str, Any] | None) -> list[Any]:
+    def rows_where(self, conn: Conn_contra, filter: dict[str, Any] | None) -> Sequence[Row_co]:
         """The row of every chunk passing ``filter`` (as :meth:`rows_by_ids`)."""
         ...
 
-    def overflow(self, conn: Conn_contra) -> list[Any]:
+    def overflow(self, conn: Conn_contra) -> Sequence[Row_co]:
         """Rows to evict after an insert (a store of bounded size), oldest first."""
         ...
 
@@ -210,7 +229,7 @@ class Catalog(Protocol[Conn_contra]):
         ...
 
 
-class Keywords(Protocol[Conn_contra]):
+class Keywords(Protocol[Conn_contra, Row_contra]):
     """The BM25 index over the catalog's chunks (:mod:`kbcli.text.bm25`), kept in the catalog's
     transaction."""
 
@@ -248,7 +267,7 @@ class Keywords(Protocol[Conn_contra]):
         """Index chunks whose rows were just inserted."""
         ...
 
-    def remove(self, conn: Conn_contra, rows: Sequence[Any]) -> None:
+    def remove(self, conn: Conn_contra, rows: Sequence[Row_contra]) -> None:
         """Unindex chunks before their rows go."""
         ...
 

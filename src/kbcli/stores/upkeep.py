@@ -36,10 +36,10 @@ from __future__ import annotations
 from typing import Generic
 
 from kbcli.errors import StoreError
-from kbcli.stores.parts import Conn, Engine, Keywords, Vectors
+from kbcli.stores.parts import Conn, Engine, Keywords, RowT, Vectors
 
 
-class Upkeep(Generic[Conn]):
+class Upkeep(Generic[Conn, RowT]):
     """The derived writes of one store (see the module docstring). ``keyword_pack``: the
     keyword part keeps a derived file; ``vectors_after_ingest``: refresh the derived vector
     index when a store that ingested files closes; ``scratch``: a temporary store (nothing is
@@ -48,7 +48,7 @@ class Upkeep(Generic[Conn]):
     def __init__(
         self,
         engine: Engine[Conn],
-        keywords: Keywords[Conn],
+        keywords: Keywords[Conn, RowT],
         vectors: Vectors[Conn],
         *,
         keyword_pack: bool = False,

@@ -556,7 +556,7 @@ class MemoryLedger:
             del cache[key]
 
 
-class InMemoryStore(Store[None]):
+class InMemoryStore(Store[None, MemoryRow]):
     """Documents in insertion order; beyond ``max_size`` the oldest are evicted (FIFO).
 
     Adding an id that exists replaces that document and makes it the newest. An empty query

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 SCOPE_CACHE = 16  # scopes whose totals are kept per generation
 
 
-class KeywordTables(SignedKeywords["PgConnection"]):
+class KeywordTables(SignedKeywords["PgConnection", ChunkRow]):
     """Reads and writes the keyword index of one PostgreSQL index for one analyzer: the keyword
     part (:class:`~kbcli.stores.parts.Keywords`) of :class:`~.store.PostgresStore`."""
 

@@ -272,7 +272,7 @@ class PgLedger:
         ledger.drop(conn, self.t, docs)
 
 
-class PostgresStore(Store["PgConnection"]):
+class PostgresStore(Store["PgConnection", ChunkRow]):
     """A knowledge base in PostgreSQL (psycopg 3, pgvector): exact BM25, HNSW dense search.
 
     ``dsn`` is a libpq connection string or URI (default ``$KB_PG_DSN``); its password never

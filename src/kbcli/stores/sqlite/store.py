@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from kbcli.config.schema import Config
 
 
-class SQLiteStore(Store[sqlite3.Connection]):
+class SQLiteStore(Store[sqlite3.Connection, catalog.ChunkRow]):
     """A persistent store with an exact BM25 index and vectorised dense search.
 
     ``path``: the database file (parent folders are created). Without one the store is private
