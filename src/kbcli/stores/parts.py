@@ -310,7 +310,7 @@ class Staging(Protocol[Conn_contra]):
         ...
 
     def put_staged(
-        self, conn: Conn_contra, rows: list[tuple[int, str]], vectors: list[Any]
+        self, conn: Conn_contra, rows: list[tuple[int, str]], vectors: list[list[float]]
     ) -> None:
         """Stage new vectors."""
         ...

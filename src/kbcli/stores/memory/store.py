@@ -13,7 +13,7 @@ import copy
 import itertools
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -201,7 +201,7 @@ class MemoryCatalog:
             if doc.metadata.get("source") is None:
                 s.sources.pop(f"\0{doc.id}", None)
 
-    def _rows(self, docs: Any) -> list[MemoryRow]:
+    def _rows(self, docs: Iterable[Document]) -> list[MemoryRow]:
         return [MemoryRow(self.state.rowid[d.id], d.id) for d in docs]
 
     def rowids(self, conn: None, ids: Sequence[str]) -> dict[str, int]:
@@ -342,7 +342,7 @@ class MemoryKeywords:
         ``scope``, inside it and with its statistics alone."""
         by_rowid = self.state.by_rowid
 
-        def passing(flt: Filter) -> Any:
+        def passing(flt: Filter) -> Callable[[int], bool] | None:
             return (lambda doc: matches(by_rowid[doc].metadata, flt)) if flt else None
 
         return self.state.index.search(
@@ -447,7 +447,9 @@ class MemoryVectors:
         todo = [(r, d.text) for r, d in self.state.by_rowid.items() if r not in staged]
         return todo, len(self.state.docs)
 
-    def put_staged(self, conn: None, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
+    def put_staged(
+        self, conn: None, rows: list[tuple[int, str]], vectors: list[list[float]]
+    ) -> None:
         """Stage vectors."""
         assert self.state.staged is not None
         self.state.staged[1].update((r, list(v)) for (r, _), v in zip(rows, vectors))

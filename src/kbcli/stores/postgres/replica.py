@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import StoreError
@@ -59,7 +60,7 @@ class ReadServer:
 
     def __init__(
         self,
-        psycopg: Any,
+        psycopg: ModuleType,
         dsn: str,
         tables: schema.Tables,
         system_id: int | None,
@@ -195,7 +196,7 @@ class ReadServer:
             self.conn.close()
 
 
-def system_id(conn: PgConnection, psycopg: Any) -> int | None:
+def system_id(conn: PgConnection, psycopg: ModuleType) -> int | None:
     """The database system identifier (shared by a primary and its physical standbys), None
     when this role may not read it."""
     try:

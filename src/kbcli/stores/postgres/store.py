@@ -147,7 +147,7 @@ class PgVectors:
     store) say at each call: ``hnsw`` (False: an exact scan) and ``ef_search`` (candidates an
     HNSW search keeps)."""
 
-    def __init__(self, db: Database, settings: Any):
+    def __init__(self, db: Database, settings: PostgresStore):
         self.db = db
         self.t = db.tables
         self.settings = settings
@@ -220,7 +220,9 @@ class PgVectors:
         """The chunks without a staged vector, and how many chunks there are."""
         return vectors.unstaged(conn, self.t)
 
-    def put_staged(self, conn: PgConnection, rows: list[tuple[int, str]], vecs: list[Any]) -> None:
+    def put_staged(
+        self, conn: PgConnection, rows: list[tuple[int, str]], vecs: list[list[float]]
+    ) -> None:
         """Stage vectors."""
         vectors.put_staged(conn, self.t, rows, vecs)
 

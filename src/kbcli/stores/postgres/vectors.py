@@ -228,7 +228,7 @@ def put(conn: PgConnection, t: Tables, rows: list[tuple[int, Any]]) -> None:
 
 
 def put_staged(
-    conn: PgConnection, t: Tables, rows: list[tuple[int, str]], vectors: list[Any]
+    conn: PgConnection, t: Tables, rows: list[tuple[int, str]], vectors: list[list[float]]
 ) -> None:
     """Stage vectors of ``rows``."""
     from kbcli.stores.postgres.catalog import vector_text
