@@ -3,9 +3,11 @@
 :class:`~.composite.Store` implements every public store method once; a backend supplies one
 object per part below (one object may play several parts, a module may play one). Methods that
 take ``conn`` run inside the engine's :meth:`Engine.transaction` (writes) or :meth:`Engine.read`
-(reads) and get what those yield: a connection, or None for the in-memory store. Filters are
-valid already (:func:`kbcli.filters.model.validate_filter`); a part never opens a transaction of its
-own unless it says so.
+(reads) and get what those yield: a connection, or None for the in-memory store (the parts
+are generic over its type, :data:`Conn`, and over the rows the catalog finds, :class:`Row`;
+each backend names both). Filters are valid already
+(:func:`kbcli.filters.model.validate_filter`); a part never opens a transaction of its own
+unless it says so.
 
 ==========  ========================  ===========================  ===========================
 part        SQLite (and FAISS/Chroma)  PostgreSQL                   memory
