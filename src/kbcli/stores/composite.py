@@ -16,7 +16,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
@@ -26,12 +26,14 @@ from kbcli.stores.parts import (
     Built,
     Cache,
     Catalog,
+    Conn,
     Engine,
     Keywords,
     Ledger,
     Listing,
     Location,
     NewRow,
+    RowT,
     Vectors,
 )
 from kbcli.stores.upkeep import Upkeep
@@ -40,32 +42,34 @@ from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from kbcli.types import Document, FileRecord, Finding, SearchResult
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from kbcli.config.schema import Config
 
 
-class Store:
+class Store(Generic[Conn, RowT]):
     """One index: documents, an exact BM25 index, dense search, a file ledger and an embedding
     cache, over the parts of one backend (see :mod:`.parts`). Implements every storage
     capability of :mod:`.capabilities`; a backend's class only assembles its parts."""
 
-    _engine: Engine
-    _catalog: Catalog
-    _keywords: Keywords
-    _vectors: Vectors
-    _ledger: Ledger
-    _cache: Cache
-    _upkeep: Upkeep
+    _engine: Engine[Conn]
+    _catalog: Catalog[Conn, RowT]
+    _keywords: Keywords[Conn, RowT]
+    _vectors: Vectors[Conn]
+    _ledger: Ledger[Conn]
+    _cache: Cache[Conn]
+    _upkeep: Upkeep[Conn, RowT]
 
     def _assemble(
         self,
-        engine: Engine,
-        catalog: Catalog,
-        keywords: Keywords,
-        vectors: Vectors,
-        ledger: Ledger,
-        cache: Cache,
+        engine: Engine[Conn],
+        catalog: Catalog[Conn, RowT],
+        keywords: Keywords[Conn, RowT],
+        vectors: Vectors[Conn],
+        ledger: Ledger[Conn],
+        cache: Cache[Conn],
         *,
-        upkeep: Upkeep | None = None,
+        upkeep: Upkeep[Conn, RowT] | None = None,
     ) -> None:
         """Take the parts (a backend's ``__init__`` calls this once)."""
         self._engine, self._catalog, self._keywords = engine, catalog, keywords
@@ -84,7 +88,7 @@ class Store:
         db: Location = None,
         create: bool = True,
         busy_timeout: float | None = None,
-    ) -> Store:
+    ) -> Self:
         """The store of ``config`` (a :class:`~kbcli.config.lookup.Config`; ``settings``: its
         validated ``store:`` keys) with the configured analyzer. A store kept in a file opens
         ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to create a missing
@@ -126,13 +130,13 @@ class Store:
             finally:
                 self._engine.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def transaction(self) -> AbstractContextManager[Any]:
+    def transaction(self) -> AbstractContextManager[Conn]:
         """One write transaction; nested calls join the outer one. Commits or rolls back whole."""
         return self._engine.transaction()
 
@@ -219,7 +223,7 @@ class Store:
             self._vectors.finish(conn)
         return len(rowids)
 
-    def _insert(self, conn: Any, prepared: list[Prepared]) -> None:
+    def _insert(self, conn: Conn, prepared: list[Prepared]) -> None:
         if not prepared:
             return
         vocab: set[str] = set()
@@ -235,7 +239,7 @@ class Store:
         self._vectors.upsert(conn, with_vectors)
         self._cache.drop(conn, [doc for doc, _ in with_vectors])
 
-    def _remove_rows(self, conn: Any, rows: list[Any]) -> int:
+    def _remove_rows(self, conn: Conn, rows: Sequence[RowT]) -> int:
         if not rows:
             return 0
         docs = [r.doc for r in rows]

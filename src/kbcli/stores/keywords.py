@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic
 
 from kbcli.stores.common import outdated
+from kbcli.stores.parts import Conn, RowT
 from kbcli.text.analysis import (
     TITLE_KEY,
     Analyzer,
@@ -33,7 +34,7 @@ from kbcli.types import Document
 StoredChunk = tuple[int, str, Mapping[str, Any], int, Any]
 
 
-class SignedKeywords:
+class SignedKeywords(Generic[Conn, RowT]):
     """Base of the keyword parts kept in SQL tables; a subclass reads and writes the index's
     metadata and chunk count (:meth:`_get_meta`, :meth:`_set_meta`, :meth:`_chunks`) and
     says where it is (:meth:`_where`)."""
@@ -56,11 +57,11 @@ class SignedKeywords:
         """Term frequencies of ``doc`` (done before the write lock is taken)."""
         return keyword_counts(self.analyzer, doc.text, doc.metadata)
 
-    def recorded_signature(self, conn: Any) -> str | None:
+    def recorded_signature(self, conn: Conn) -> str | None:
         """The signature the index was built with (None: never written)."""
         return self._get_meta(conn, "analyzer")
 
-    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
+    def check_signature(self, conn: Conn, *, writing: bool) -> int | None:
         """Make the index match the current analyzer and fields: an empty index is taken over;
         one built with another signature is re-tokenised from the stored chunks when
         ``writing`` (inside the caller's transaction; returns how many chunks), and raises
@@ -97,14 +98,14 @@ class SignedKeywords:
             counted.append((doc, src, counts))
         return titled, counted, vocab
 
-    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
+    def add(self, conn: Conn, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
         """Index new chunks (their rows exist; ``new_sources`` were created for them): the
         change is planned by :func:`kbcli.text.bm25.plan_addition` and applied in this
         transaction."""
         before = self._before_addition(conn, chunks, new_sources)
         self.apply(conn, plan_addition(chunks, source_postings=before, new_sources=new_sources))
 
-    def remove(self, conn: Any, rows: Sequence[Any]) -> None:
+    def remove(self, conn: Conn, rows: Sequence[RowT]) -> None:
         """Unindex chunks, before their rows go (:func:`kbcli.text.bm25.plan_removal`)."""
         if not rows:
             return
@@ -112,7 +113,7 @@ class SignedKeywords:
         sizes, postings = self._before_removal(conn, chunks)
         self.apply(conn, plan_removal(chunks, source_chunk_count=sizes, source_postings=postings))
 
-    def apply_fresh(self, conn: Any, chunks: list[ChunkTerms]) -> None:
+    def apply_fresh(self, conn: Conn, chunks: list[ChunkTerms]) -> None:
         """Index ``chunks`` into statistics a rebuild just emptied (no lookup needed)."""
         self.apply(conn, plan_addition(chunks, source_postings=lambda src, term: 0))
 
@@ -124,38 +125,38 @@ class SignedKeywords:
         counts and the index's ``(id, term, df, sdf)`` rows of its terms."""
         return select_terms(QueryTerm(i, counts[term], df, sdf) for i, term, df, sdf in found)
 
-    def refresh(self, conn: Any) -> None:
+    def refresh(self, conn: Conn) -> None:
         """Nothing derived to write."""
 
-    def rebuild(self, conn: Any) -> int:
+    def rebuild(self, conn: Conn) -> int:
         raise NotImplementedError
 
-    def apply(self, conn: Any, change: PostingsChange) -> None:
+    def apply(self, conn: Conn, change: PostingsChange) -> None:
         raise NotImplementedError
 
     def _before_addition(
-        self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]
+        self, conn: Conn, chunks: list[ChunkTerms], new_sources: set[int]
     ) -> Callable[[int, Any], int]:
         """``source_postings(src, term)`` of the index before ``chunks`` were added."""
         raise NotImplementedError
 
-    def _terms_of_row(self, row: Any) -> ChunkTerms:
+    def _terms_of_row(self, row: RowT) -> ChunkTerms:
         """A stored row's forward index."""
         raise NotImplementedError
 
     def _before_removal(
-        self, conn: Any, chunks: list[ChunkTerms]
+        self, conn: Conn, chunks: list[ChunkTerms]
     ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         """``source_chunk_count(src)`` and ``source_postings(src, term)`` before a removal."""
         raise NotImplementedError
 
-    def _get_meta(self, conn: Any, key: str) -> str | None:
+    def _get_meta(self, conn: Conn, key: str) -> str | None:
         raise NotImplementedError
 
-    def _set_meta(self, conn: Any, key: str, value: str) -> None:
+    def _set_meta(self, conn: Conn, key: str, value: str) -> None:
         raise NotImplementedError
 
-    def _chunks(self, conn: Any) -> int:
+    def _chunks(self, conn: Conn) -> int:
         raise NotImplementedError
 
     def _where(self) -> str:

@@ -10,15 +10,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Generic
+
+from kbcli.stores.parts import Conn
 
 
-class Nesting:
+class Nesting(Generic[Conn]):
     """Base of the engines: :meth:`transaction` and :meth:`read` join an open write
     transaction; otherwise a subclass's :meth:`_write` (which sets :attr:`depth` to 1 once its
     transaction is open and back to 0 when it ends) or :meth:`_read` runs."""
 
-    conn: Any = None
+    conn: Conn
     depth = 0
 
     def __init__(self) -> None:
@@ -26,7 +28,7 @@ class Nesting:
         self.commits = 0  # write transactions committed
 
     @contextmanager
-    def transaction(self, **options: Any) -> Iterator[Any]:
+    def transaction(self, **options: Any) -> Iterator[Conn]:
         """One write transaction; nested calls join the outer one. Commits or rolls back whole."""
         with self.lock:
             if self.depth:
@@ -41,7 +43,7 @@ class Nesting:
             self.commits += 1
 
     @contextmanager
-    def read(self, *, latest: bool = False) -> Iterator[Any]:
+    def read(self, *, latest: bool = False) -> Iterator[Conn]:
         """A consistent snapshot for several reads (joins an open write transaction);
         ``latest``: one that holds every commit made so far (an engine that reads from a
         replica takes it from the primary)."""
@@ -52,7 +54,7 @@ class Nesting:
             with self._read_latest() if latest else self._read() as conn:
                 yield conn
 
-    def _read_latest(self) -> AbstractContextManager[Any]:
+    def _read_latest(self) -> AbstractContextManager[Conn]:
         """A snapshot holding every commit made so far: :meth:`_read`'s, unless the engine
         reads from a replica."""
         return self._read()
@@ -62,6 +64,6 @@ class Nesting:
         return {}
 
     #: the outermost write transaction (its keyword arguments: ``transaction``'s)
-    _write: Callable[..., AbstractContextManager[Any]]
+    _write: Callable[..., AbstractContextManager[Conn]]
     #: a read snapshot outside any write transaction
-    _read: Callable[[], AbstractContextManager[Any]]
+    _read: Callable[[], AbstractContextManager[Conn]]

@@ -12,16 +12,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import StoreError
 from kbcli.protocols import VectorStoreProtocol
-from kbcli.stores.capabilities import DocumentCatalog, FileLedger, KeywordIndex, supports
-from kbcli.types import Document
+from kbcli.stores.capabilities import (
+    DocumentCatalog,
+    DocumentWriter,
+    FileLedger,
+    KeywordIndex,
+    supports,
+)
+from kbcli.types import Document, SearchResult
 
 BATCH = 1000
 META_KEYS = ("last_ingest",)
 
 
-def _meta_keys(info: Any) -> list[str]:
+def _meta_keys(info: EmbedderInfo | None) -> list[str]:
     """The index metadata a copy carries: :data:`META_KEYS`, the embedder an ingest chose and
     the relevance floors calibrated for the index's embedder (a copy without them would
     return the junk hits the floors hold back) and the probes' vectors they came from."""
@@ -102,7 +109,9 @@ def copy_index(
     return report
 
 
-def _write(target: Any, docs: list[Document], info: Any, report: CopyReport) -> None:
+def _write(
+    target: DocumentWriter, docs: list[Document], info: EmbedderInfo | None, report: CopyReport
+) -> None:
     vectors = [d.embedding for d in docs]
     with_vectors = sum(v is not None for v in vectors)
     # doc.embedding carries each vector; the embedder is recorded with the first ones
@@ -155,11 +164,11 @@ def check_copy(
     return problems
 
 
-def _ids(hits: list[Any]) -> list[str]:
+def _ids(hits: list[SearchResult]) -> list[str]:
     return [h.document.id for h in hits]
 
 
-def _same_hits(want: list[Any], got: list[Any]) -> bool:
+def _same_hits(want: list[SearchResult], got: list[SearchResult]) -> bool:
     """Same ids in the same order; where scores tie (within float32 noise), any order."""
     if len(want) != len(got):
         return False

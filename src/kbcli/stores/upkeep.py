@@ -33,11 +33,13 @@ serves, or not used.
 
 from __future__ import annotations
 
+from typing import Generic
+
 from kbcli.errors import StoreError
-from kbcli.stores.parts import Engine, Keywords, Vectors
+from kbcli.stores.parts import Conn, Engine, Keywords, RowT, Vectors
 
 
-class Upkeep:
+class Upkeep(Generic[Conn, RowT]):
     """The derived writes of one store (see the module docstring). ``keyword_pack``: the
     keyword part keeps a derived file; ``vectors_after_ingest``: refresh the derived vector
     index when a store that ingested files closes; ``scratch``: a temporary store (nothing is
@@ -45,9 +47,9 @@ class Upkeep:
 
     def __init__(
         self,
-        engine: Engine,
-        keywords: Keywords,
-        vectors: Vectors,
+        engine: Engine[Conn],
+        keywords: Keywords[Conn, RowT],
+        vectors: Vectors[Conn],
         *,
         keyword_pack: bool = False,
         vectors_after_ingest: bool = False,

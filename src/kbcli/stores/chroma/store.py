@@ -38,6 +38,7 @@ from kbcli.stores.common import scratch_folder
 from kbcli.stores.parts import Built, Filter, Hit, Location, Vector
 from kbcli.stores.sqlite import SQLiteStore
 from kbcli.stores.sqlite import vectors as sqlite_vectors
+from kbcli.stores.sqlite.catalog import AllowedRowids
 from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from kbcli.stores.sqlite.store import catalog_path
 from kbcli.stores.sqlite.vectors import TableVectors
@@ -84,14 +85,17 @@ class ChromaVectors(TableVectors):
         return hits
 
     def _chroma_search(
-        self, conn: sqlite3.Connection, query: Sequence[float], k: int, filter: Any
+        self, conn: sqlite3.Connection, query: Sequence[float], k: int, filter: Filter
     ) -> tuple[list[tuple[int, float]], bool]:
         """The hits and whether they came from Chroma (False: a filter ``where`` cannot
         express, scanned exactly)."""
-        try:
-            where = None if filter is None else compile_where(filter)
-        except FilterError:
-            return _exact_scan(conn, query, k, self.allowed.get(conn, filter)), False
+        if filter is None:
+            where = None
+        else:
+            try:
+                where = compile_where(filter)
+            except FilterError:
+                return _exact_scan(conn, query, k, self.allowed.get(conn, filter)), False
         for attempt in (1, 2):
             index = self.derived.index(conn)
             try:
@@ -156,7 +160,7 @@ class ChromaStore(SQLiteStore):
         else:
             db_path = Path(db).expanduser()
 
-        def vectors(db: Path, allowed: Any) -> ChromaVectors:
+        def vectors(db: Path, allowed: AllowedRowids) -> ChromaVectors:
             collection = ChromaCollection(self.chroma_path, self.collection, db)
             return ChromaVectors(db, collection, allowed)
 

@@ -72,7 +72,9 @@ class FaissVectors(TableVectors):
 
     derived: FaissFile
 
-    def __init__(self, path: Path, derived: FaissFile, allowed: Any, dim: int | None):
+    def __init__(
+        self, path: Path, derived: FaissFile, allowed: catalog.AllowedRowids, dim: int | None
+    ):
         super().__init__(path, derived, allowed)
         self.dim = dim
 
@@ -159,7 +161,7 @@ class FaissStore(SQLiteStore):
         self.metric = resolve_metric(metric, normalize)
         self.ef_search = check_ef_search(ef_search)
 
-        def vectors(db: Path, allowed: Any) -> FaissVectors:
+        def vectors(db: Path, allowed: catalog.AllowedRowids) -> FaissVectors:
             file = FaissFile(db, dim, index_factory, normalize, self.metric, self.ef_search)
             return FaissVectors(db, file, allowed, dim)
 

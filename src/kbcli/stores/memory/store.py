@@ -13,7 +13,7 @@ import copy
 import itertools
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -112,10 +112,11 @@ class MemoryState:
         return src
 
 
-class MemoryEngine(Nesting):
+class MemoryEngine(Nesting[None]):
     """Transactions over a :class:`MemoryState`: a copy is taken when one starts and put back
     when it fails (all or nothing); a thread lock serialises them with reads."""
 
+    conn = None  # the parts share the state instead
     label = WHERE
     location: str | None = None
     identity: dict[str, Any] = {}
@@ -156,11 +157,11 @@ class MemoryEngine(Nesting):
         finally:
             self._writer.release()
 
-    def generation(self, conn: Any) -> int:
+    def generation(self, conn: None) -> int:
         """The change counter."""
         return self.version
 
-    def size(self, conn: Any) -> int:
+    def size(self, conn: None) -> int:
         """Nothing on disk."""
         return 0
 
@@ -178,7 +179,7 @@ class MemoryCatalog:
         self.state = state
         self.max_size = max_size
 
-    def insert(self, conn: Any, rows: list[Any]) -> tuple[list[ChunkTerms], set[int]]:
+    def insert(self, conn: None, rows: list[Any]) -> tuple[list[ChunkTerms], set[int]]:
         """Store copies of the documents (the vector a row brings becomes their embedding)."""
         s = self.state
         chunks = []
@@ -191,7 +192,7 @@ class MemoryCatalog:
             s.next_rowid += 1
         return chunks, set()  # the keyword index knows its sources
 
-    def delete_rows(self, conn: Any, docs: list[int]) -> None:
+    def delete_rows(self, conn: None, docs: list[int]) -> None:
         """Forget documents by row id."""
         s = self.state
         for rowid in docs:
@@ -200,35 +201,35 @@ class MemoryCatalog:
             if doc.metadata.get("source") is None:
                 s.sources.pop(f"\0{doc.id}", None)
 
-    def _rows(self, docs: Any) -> list[MemoryRow]:
+    def _rows(self, docs: Iterable[Document]) -> list[MemoryRow]:
         return [MemoryRow(self.state.rowid[d.id], d.id) for d in docs]
 
-    def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
+    def rowids(self, conn: None, ids: Sequence[str]) -> dict[str, int]:
         """The row id of each document among ``ids`` that is stored."""
         return {i: self.state.rowid[i] for i in dict.fromkeys(ids) if i in self.state.docs}
 
-    def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[MemoryRow]:
+    def rows_by_ids(self, conn: None, ids: Sequence[str]) -> list[MemoryRow]:
         """The documents among ``ids``."""
         return self._rows(self.state.docs[i] for i in dict.fromkeys(ids) if i in self.state.docs)
 
-    def rows_by_source(self, conn: Any, source: str) -> list[MemoryRow]:
+    def rows_by_source(self, conn: None, source: str) -> list[MemoryRow]:
         """The documents of ``source``."""
         return self._rows(d for d in self.state.docs.values() if d.metadata.get("source") == source)
 
-    def rows_where(self, conn: Any, filter: dict[str, Any] | None) -> list[MemoryRow]:
+    def rows_where(self, conn: None, filter: dict[str, Any] | None) -> list[MemoryRow]:
         """The documents passing ``filter``."""
         return self._rows(d for d in self.state.docs.values() if matches(d.metadata, filter))
 
-    def overflow(self, conn: Any) -> list[MemoryRow]:
+    def overflow(self, conn: None) -> list[MemoryRow]:
         """The oldest documents beyond ``max_size``."""
         excess = len(self.state.docs) - (self.max_size or len(self.state.docs))
         return self._rows(list(self.state.docs.values())[:excess]) if excess > 0 else []
 
-    def get(self, conn: Any, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
+    def get(self, conn: None, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
         """The stored documents themselves (their embedding costs nothing to hand out)."""
         return [self.state.docs[i] for i in ids if i in self.state.docs]
 
-    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+    def select_documents(self, conn: None, filter: Filter, how: Listing = EVERY) -> list[Document]:
         """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
         docs = list(self.state.docs.values())
         source, limit = how.source, how.limit
@@ -242,17 +243,17 @@ class MemoryCatalog:
                 out.append(doc)
         return out
 
-    def documents_by_rowid(self, conn: Any, rowids: Sequence[int]) -> dict[int, Document]:
+    def documents_by_rowid(self, conn: None, rowids: Sequence[int]) -> dict[int, Document]:
         """Documents by row id."""
         return {r: self.state.by_rowid[r] for r in rowids if r in self.state.by_rowid}
 
-    def count(self, conn: Any, filter: dict[str, Any] | None) -> int:
+    def count(self, conn: None, filter: dict[str, Any] | None) -> int:
         """How many documents pass ``filter``."""
         if not filter:
             return len(self.state.docs)
         return sum(1 for d in self.state.docs.values() if matches(d.metadata, filter))
 
-    def sources(self, conn: Any) -> list[tuple[str, int]]:
+    def sources(self, conn: None) -> list[tuple[str, int]]:
         """Each source with its number of documents, sorted by source."""
         counts: Counter[str] = Counter()
         for doc in self.state.docs.values():
@@ -261,19 +262,19 @@ class MemoryCatalog:
                 counts[str(source)] += 1
         return sorted(counts.items())
 
-    def named_sources(self, conn: Any) -> int:
+    def named_sources(self, conn: None) -> int:
         """How many named sources there are."""
         return len(self.sources(conn))
 
-    def totals(self, conn: Any) -> tuple[int, int]:
+    def totals(self, conn: None) -> tuple[int, int]:
         """How many documents, and their total length in terms."""
         return len(self.state.docs), self.state.index.total_length
 
-    def get_meta(self, conn: Any, key: str) -> str | None:
+    def get_meta(self, conn: None, key: str) -> str | None:
         """A value of the store's own metadata."""
         return self.state.meta.get(key)
 
-    def set_meta(self, conn: Any, key: str, value: str) -> None:
+    def set_meta(self, conn: None, key: str, value: str) -> None:
         """Set a value of the store's own metadata."""
         self.state.meta[key] = value
 
@@ -296,27 +297,27 @@ class MemoryKeywords:
         """The term frequencies the index stores for ``doc``."""
         return self.state.index.terms_of(doc)
 
-    def recorded_signature(self, conn: Any) -> str | None:
+    def recorded_signature(self, conn: None) -> str | None:
         """The analyzer's signature while any document is indexed."""
         return self.signature if self.state.docs else None
 
-    def check_signature(self, conn: Any, *, writing: bool) -> int | None:
+    def check_signature(self, conn: None, *, writing: bool) -> int | None:
         """Always current: the index lives as long as its analyzer."""
         return None
 
-    def term_ids(self, conn: Any, terms: set[str]) -> dict[str, Any]:
+    def term_ids(self, conn: None, terms: set[str]) -> dict[str, Any]:
         """Terms are their own ids."""
         return {t: t for t in terms}
 
-    def add(self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
+    def add(self, conn: None, chunks: list[ChunkTerms], new_sources: set[int]) -> None:
         """Index new chunks."""
         self.state.index.add(chunks)
 
-    def remove(self, conn: Any, rows: Sequence[MemoryRow]) -> None:
+    def remove(self, conn: None, rows: Sequence[MemoryRow]) -> None:
         """Unindex chunks."""
         self.state.index.remove([r.doc for r in rows])
 
-    def rebuild(self, conn: Any) -> int:
+    def rebuild(self, conn: None) -> int:
         """Re-analyse every document (after changing the analyzer); returns how many."""
         s = self.state
         s.index.clear()
@@ -324,13 +325,13 @@ class MemoryKeywords:
             s.index.add([ChunkTerms(s.rowid[doc.id], s.source_of(doc), s.index.terms_of(doc))])
         return len(s.docs)
 
-    def vocabulary(self, conn: Any) -> int:
+    def vocabulary(self, conn: None) -> int:
         """How many distinct terms are indexed."""
         return len(self.state.index.df)
 
     def search(
         self,
-        conn: Any,
+        conn: None,
         query: str,
         k: int,
         filter: Filter,
@@ -341,7 +342,7 @@ class MemoryKeywords:
         ``scope``, inside it and with its statistics alone."""
         by_rowid = self.state.by_rowid
 
-        def passing(flt: Filter) -> Any:
+        def passing(flt: Filter) -> Callable[[int], bool] | None:
             return (lambda doc: matches(by_rowid[doc].metadata, flt)) if flt else None
 
         return self.state.index.search(
@@ -354,7 +355,7 @@ class MemoryKeywords:
             scope=passing(scope),
         )
 
-    def refresh(self, conn: Any) -> None:
+    def refresh(self, conn: None) -> None:
         """Nothing derived to write."""
 
 
@@ -364,7 +365,7 @@ class MemoryVectors:
     def __init__(self, state: MemoryState):
         self.state = state
 
-    def check(self, conn: Any, dim: int, rows: int) -> None:
+    def check(self, conn: None, dim: int, rows: int) -> None:
         """Refuse vectors of another length than the stored ones."""
         index_dim = self.state.vectors.dimension
         if index_dim is not None and index_dim != dim:
@@ -372,7 +373,7 @@ class MemoryVectors:
                 f"New vectors have {dim} dimensions but the store has {index_dim}"
             )
 
-    def record_embedder(self, conn: Any, info: EmbedderInfo, dim: int) -> None:
+    def record_embedder(self, conn: None, info: EmbedderInfo, dim: int) -> None:
         """Record ``info`` with the first vectors; refuse another model later."""
         info = EmbedderInfo(info.provider, info.model, dim, cache=info.cache)
         check_embedder(self.state.embedder, info, WHERE)
@@ -381,11 +382,11 @@ class MemoryVectors:
             dim = recorded.dimension if recorded is not None and recorded.dimension else dim
             self.state.embedder = EmbedderInfo(info.provider, info.model, dim, cache=info.cache)
 
-    def recorded_embedder(self, conn: Any) -> EmbedderInfo | None:
+    def recorded_embedder(self, conn: None) -> EmbedderInfo | None:
         """The embedder recorded with the first vectors (None before)."""
         return self.state.embedder
 
-    def upsert(self, conn: Any, rows: list[tuple[int, Sequence[float]]]) -> None:
+    def upsert(self, conn: None, rows: list[tuple[int, Sequence[float]]]) -> None:
         """Index vectors by row id; a document whose embedding differs (vectors set after its
         rows, :meth:`Store.set_vectors`) is replaced by a copy holding the new one."""
         if not rows:
@@ -399,18 +400,18 @@ class MemoryVectors:
                 s.keep(fresh, rowid)
         s.vectors.upsert([r for r, _ in rows], [v for _, v in rows])
 
-    def remove(self, conn: Any, docs: list[int]) -> None:
+    def remove(self, conn: None, docs: list[int]) -> None:
         """Drop the vectors of row ids."""
         self.state.vectors.remove(docs)
 
-    def finish(self, conn: Any) -> None:
+    def finish(self, conn: None) -> None:
         """Nothing to do at the end of a write."""
 
-    def count(self, conn: Any) -> int:
+    def count(self, conn: None) -> int:
         """How many vectors are indexed."""
         return len(self.state.vectors)
 
-    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
+    def search(self, conn: None, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """Exact cosine against every stored vector that passes ``filter``."""
         by_rowid = self.state.by_rowid
         return dense_search(
@@ -422,10 +423,10 @@ class MemoryVectors:
             lambda: [r for r, d in by_rowid.items() if matches(d.metadata, filter)],
         )
 
-    def refresh(self, conn: Any) -> None:
+    def refresh(self, conn: None) -> None:
         """Nothing derived to bring up to date."""
 
-    def figures(self, conn: Any) -> dict[str, Any]:
+    def figures(self, conn: None) -> dict[str, Any]:
         """Nothing beyond the common figures."""
         return {}
 
@@ -434,24 +435,26 @@ class MemoryVectors:
 
     # --- re-embedding (Store.reembed) ---------------------------------------------------------
 
-    def stage(self, conn: Any, target: str) -> None:
+    def stage(self, conn: None, target: str) -> None:
         """Start staging for ``target`` (resume when its vectors are staged already)."""
         if self.state.staged is None or self.state.staged[0] != target:
             self.state.staged = (target, {})
 
-    def unstaged(self, conn: Any) -> tuple[list[tuple[int, str]], int]:
+    def unstaged(self, conn: None) -> tuple[list[tuple[int, str]], int]:
         """The documents without a staged vector, and how many documents there are."""
         assert self.state.staged is not None
         staged = self.state.staged[1]
         todo = [(r, d.text) for r, d in self.state.by_rowid.items() if r not in staged]
         return todo, len(self.state.docs)
 
-    def put_staged(self, conn: Any, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
+    def put_staged(
+        self, conn: None, rows: list[tuple[int, str]], vectors: list[list[float]]
+    ) -> None:
         """Stage vectors."""
         assert self.state.staged is not None
         self.state.staged[1].update((r, list(v)) for (r, _), v in zip(rows, vectors))
 
-    def swap_staged(self, conn: Any, info: EmbedderInfo) -> None:
+    def swap_staged(self, conn: None, info: EmbedderInfo) -> None:
         """The staged vectors become the documents' embeddings; ``info`` is recorded."""
         s = self.state
         assert s.staged is not None
@@ -475,23 +478,23 @@ class MemoryLedger:
     def __init__(self, state: MemoryState):
         self.state = state
 
-    def records(self, conn: Any) -> dict[str, FileRecord]:
+    def records(self, conn: None) -> dict[str, FileRecord]:
         """Every file record (a copy), by path."""
         return {p: copy.deepcopy(r) for p, r in self.state.records.items()}
 
-    def count(self, conn: Any) -> int:
+    def count(self, conn: None) -> int:
         """How many files are recorded."""
         return len(self.state.records)
 
-    def put(self, conn: Any, record: FileRecord) -> None:
+    def put(self, conn: None, record: FileRecord) -> None:
         """Insert or replace a file record."""
         self.state.records[record.path] = copy.deepcopy(record)
 
-    def forget(self, conn: Any, path: str) -> None:
+    def forget(self, conn: None, path: str) -> None:
         """Drop a file record."""
         self.state.records.pop(path, None)
 
-    def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+    def cached(self, conn: None, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
         """Vectors ``info``'s embedder already made for any of ``texts``: a stored document's
         of the same text, else a kept one."""
         key = cache_key(info)
@@ -506,14 +509,14 @@ class MemoryLedger:
         found.update((t, cache[(key, t)]) for t in wanted - found.keys() if (key, t) in cache)
         return found
 
-    def remember(self, conn: Any, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
+    def remember(self, conn: None, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
         """Keep vectors by (embedder, text), the oldest dropped beyond the bound."""
         key = cache_key(info)
         for text, vec in vectors.items():
             self._put((key, text), list(vec))
         self._trim()
 
-    def keep(self, conn: Any, docs: list[int]) -> None:
+    def keep(self, conn: None, docs: list[int]) -> None:
         """Keep the vectors of the documents ``docs`` (row ids) about to leave the store."""
         s = self.state
         if s.embedder is None or not s.embedder.cache:
@@ -533,7 +536,7 @@ class MemoryLedger:
                 self._put((key, doc.text), list(doc.embedding))
         self._trim()
 
-    def drop(self, conn: Any, docs: list[int]) -> None:
+    def drop(self, conn: None, docs: list[int]) -> None:
         """Forget kept vectors of the texts of ``docs``, stored with a vector again."""
         s = self.state
         if s.embedder is None or not s.cache:
@@ -555,7 +558,7 @@ class MemoryLedger:
             del cache[key]
 
 
-class InMemoryStore(Store):
+class InMemoryStore(Store[None, MemoryRow]):
     """Documents in insertion order; beyond ``max_size`` the oldest are evicted (FIFO).
 
     Adding an id that exists replaces that document and makes it the newest. An empty query

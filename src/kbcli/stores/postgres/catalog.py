@@ -10,14 +10,17 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.filters.sql import dumps_metadata
 from kbcli.stores.common import text_hash
 from kbcli.stores.parts import EVERY, Listing
 from kbcli.stores.postgres.filters import scan_filter
-from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.schema import Tables, one
 from kbcli.types import Document
+
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
 DOC_COLUMNS = "c.id, c.text, c.metadata, c.created_at"
 CHUNK_ROW = "c.doc, c.src, c.term_ids, c.tfs"
@@ -61,7 +64,7 @@ def floats(vec: Any) -> list[float]:
 # --- writes ---------------------------------------------------------------------------------
 
 
-def allocate(conn: Any, table: str, column: str, n: int) -> list[int]:
+def allocate(conn: PgConnection, table: str, column: str, n: int) -> list[int]:
     """``n`` new ids from the serial sequence of ``table.column``, ascending."""
     if n <= 0:
         return []
@@ -72,7 +75,9 @@ def allocate(conn: Any, table: str, column: str, n: int) -> list[int]:
     return sorted(r[0] for r in rows)
 
 
-def source_ids(conn: Any, t: Tables, sources: Sequence[str | None]) -> tuple[list[int], set[int]]:
+def source_ids(
+    conn: PgConnection, t: Tables, sources: Sequence[str | None]
+) -> tuple[list[int], set[int]]:
     """The ``_sources`` row of each of ``sources`` (created empty when missing) and the set of
     new ones. A chunk without a source gets a source of its own."""
     named = sorted({s for s in sources if s is not None})
@@ -100,7 +105,7 @@ def source_ids(conn: Any, t: Tables, sources: Sequence[str | None]) -> tuple[lis
     return out, new
 
 
-def insert(conn: Any, t: Tables, rows: list[tuple[Any, ...]]) -> None:
+def insert(conn: PgConnection, t: Tables, rows: list[tuple[Any, ...]]) -> None:
     """COPY chunk rows ``(doc, id, text, metadata dict, created_at, source, length, term_ids,
     tfs, src, vector or None)``."""
     columns = (
@@ -119,30 +124,30 @@ def insert(conn: Any, t: Tables, rows: list[tuple[Any, ...]]) -> None:
                 )  # fmt: skip
 
 
-def delete_rows(conn: Any, t: Tables, docs: Sequence[int]) -> None:
+def delete_rows(conn: PgConnection, t: Tables, docs: Sequence[int]) -> None:
     """Delete chunk rows by ``doc``."""
     conn.execute(f"DELETE FROM {t.chunks} WHERE doc = ANY(%s::bigint[])", (list(docs),))
 
 
-def rows_by_ids(conn: Any, t: Tables, ids: Sequence[str]) -> list[ChunkRow]:
+def rows_by_ids(conn: PgConnection, t: Tables, ids: Sequence[str]) -> list[ChunkRow]:
     """The rows of the chunks among ``ids``."""
     sql = f"SELECT {CHUNK_ROW} FROM {t.chunks} c WHERE c.id = ANY(%s::text[])"
     return [ChunkRow(*r) for r in conn.execute(sql, (list(dict.fromkeys(ids)),))]
 
 
-def rowids(conn: Any, t: Tables, ids: Sequence[str]) -> dict[str, int]:
+def rowids(conn: PgConnection, t: Tables, ids: Sequence[str]) -> dict[str, int]:
     """The row id of each chunk among ``ids`` that is in the index."""
     sql = f"SELECT c.id, c.doc FROM {t.chunks} c WHERE c.id = ANY(%s::text[])"
     return dict(conn.execute(sql, (list(dict.fromkeys(ids)),)))
 
 
-def rows_by_source(conn: Any, t: Tables, source: str) -> list[ChunkRow]:
+def rows_by_source(conn: PgConnection, t: Tables, source: str) -> list[ChunkRow]:
     """The rows of every chunk of ``source``."""
     sql = f"SELECT {CHUNK_ROW} FROM {t.chunks} c WHERE c.source = %s"
     return [ChunkRow(*r) for r in conn.execute(sql, (source,))]
 
 
-def rows_where(conn: Any, t: Tables, filter: dict[str, Any] | None) -> list[ChunkRow]:
+def rows_where(conn: PgConnection, t: Tables, filter: dict[str, Any] | None) -> list[ChunkRow]:
     """The rows of every chunk passing ``filter``."""
     where, params = scan_filter(filter)
     sql = f"SELECT {CHUNK_ROW} FROM {t.chunks} c WHERE {where}"
@@ -152,13 +157,13 @@ def rows_where(conn: Any, t: Tables, filter: dict[str, Any] | None) -> list[Chun
 # --- reads ----------------------------------------------------------------------------------
 
 
-def documents_by_rowid(conn: Any, t: Tables, docs: Sequence[int]) -> dict[int, Document]:
+def documents_by_rowid(conn: PgConnection, t: Tables, docs: Sequence[int]) -> dict[int, Document]:
     """Documents by ``doc`` (without vectors)."""
     sql = f"SELECT c.doc, {DOC_COLUMNS} FROM {t.chunks} c WHERE c.doc = ANY(%s::bigint[])"
     return {row[0]: to_document(row[1:]) for row in conn.execute(sql, (list(docs),))}
 
 
-def get(conn: Any, t: Tables, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
+def get(conn: PgConnection, t: Tables, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
     """The documents among ``ids`` in the order asked."""
     vec = "c.embedding" if with_embeddings else "NULL"
     sql = f"SELECT {DOC_COLUMNS}, {vec} FROM {t.chunks} c WHERE c.id = ANY(%s::text[])"
@@ -167,7 +172,7 @@ def get(conn: Any, t: Tables, ids: Sequence[str], with_embeddings: bool) -> list
 
 
 def select_documents(
-    conn: Any, t: Tables, filter: dict[str, Any] | None, how: Listing = EVERY
+    conn: PgConnection, t: Tables, filter: dict[str, Any] | None, how: Listing = EVERY
 ) -> list[Document]:
     """Documents passing ``filter``, as ``how`` asks (oldest first unless newest first)."""
     where, params = scan_filter(filter)
@@ -183,16 +188,16 @@ def select_documents(
     return [to_document(row[:4], row[4]) for row in conn.execute(sql, params)]
 
 
-def count(conn: Any, t: Tables, filter: dict[str, Any] | None) -> int:
+def count(conn: PgConnection, t: Tables, filter: dict[str, Any] | None) -> int:
     """How many chunks pass ``filter``."""
     where, params = scan_filter(filter)
     if where == "TRUE":
-        return int(conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0])
+        return int(one(conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1"))[0])
     sql = f"SELECT count(*) FROM {t.chunks} c WHERE {where}"
-    return int(conn.execute(sql, params).fetchone()[0])
+    return int(one(conn.execute(sql, params))[0])
 
 
-def sources(conn: Any, t: Tables) -> list[tuple[str, int]]:
+def sources(conn: PgConnection, t: Tables) -> list[tuple[str, int]]:
     """Each named source with its chunk count, sorted (code point order, as in Python)."""
     rows = conn.execute(
         f"SELECT source, chunks FROM {t.sources} WHERE source IS NOT NULL"
@@ -201,13 +206,13 @@ def sources(conn: Any, t: Tables) -> list[tuple[str, int]]:
     return [(s, int(n)) for s, n in rows]
 
 
-def get_meta(conn: Any, t: Tables, key: str) -> str | None:
+def get_meta(conn: PgConnection, t: Tables, key: str) -> str | None:
     """A value of the meta table."""
     row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = %s", (key,)).fetchone()
     return row[0] if row else None
 
 
-def set_meta(conn: Any, t: Tables, key: str, value: str) -> None:
+def set_meta(conn: PgConnection, t: Tables, key: str, value: str) -> None:
     """Set a value of the meta table."""
     conn.execute(
         f"INSERT INTO {t.meta} VALUES (%s, %s)"

@@ -23,7 +23,7 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import DatabaseLockedError, StoreError, require
 from kbcli.stores.nesting import Nesting
@@ -31,6 +31,9 @@ from kbcli.stores.postgres import schema
 from kbcli.stores.postgres.dsn import describe, first_line
 from kbcli.stores.postgres.replica import ReadServer, system_id
 from kbcli.system.crashpoints import crash_point
+
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 
@@ -41,7 +44,7 @@ def _lock_key(kind: str, schema_name: str, table: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class Database(Nesting):
+class Database(Nesting["PgConnection"]):
     """One connection to the server, the index's tables checked and created on open: the
     engine part (:class:`~kbcli.stores.parts.Engine`) of :class:`PostgresStore`. With
     ``read_dsn``, reads go to that hot standby (:mod:`.replica`) except while :meth:`primary`
@@ -74,7 +77,7 @@ class Database(Nesting):
         super().__init__()
         self.conn = self.connect()
         try:
-            schema_name = self.conn.execute("SELECT current_schema()").fetchone()[0]
+            schema_name = schema.one(self.conn.execute("SELECT current_schema()"))[0]
             self.write_key = _lock_key("write", schema_name, tables.base)
             self.ingest_key = _lock_key("ingest", schema_name, tables.base)
             self._prepare(create)
@@ -92,15 +95,16 @@ class Database(Nesting):
 
     # --- connections ---------------------------------------------------------------------------
 
-    def connect(self) -> Any:
+    def connect(self) -> PgConnection:
         """A new autocommit connection (errors redacted: the DSN's password never shows)."""
         try:
-            return self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            conn: PgConnection = self.psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except self.psycopg.Error as exc:
             raise StoreError(
                 f"Cannot connect to PostgreSQL at {self.where}: {self.clean(exc)}: check that "
                 "the server is running and that store.dsn or $KB_PG_DSN names it"
             ) from None
+        return conn
 
     def failure(self, exc: BaseException) -> StoreError:
         """The one-line error for a failed statement: a lost connection says so and what to
@@ -113,14 +117,14 @@ class Database(Nesting):
             )
         return StoreError(f"PostgreSQL at {self.where} failed: {self.clean(exc)}")
 
-    def lost(self, exc: BaseException, conn: Any = None) -> bool:
+    def lost(self, exc: BaseException, conn: PgConnection | None = None) -> bool:
         """Whether ``exc`` means the connection is gone (not a failed statement on a live one)."""
         conn = conn if conn is not None else self.conn
         state = str(getattr(exc, "sqlstate", None) or "")
         # class 08: connection exceptions; 57P01-03: admin / crash shutdown, cannot connect now
         return conn.closed or conn.broken or state.startswith("08") or state.startswith("57P0")
 
-    def _live(self) -> Any:
+    def _live(self) -> PgConnection:
         """The connection, opened again if the last one was lost (outside any transaction)."""
         if self.conn.closed or self.conn.broken:
             from pgvector.psycopg import register_vector
@@ -166,7 +170,7 @@ class Database(Nesting):
 
         register_vector(conn)
         sql = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-        row = conn.execute(sql).fetchone()
+        row = schema.one(conn.execute(sql))
         parts = [int(p) for p in str(row[0]).split(".")[:2] if p.isdigit()]
         # pgvector 0.8 walks an HNSW index with a filter (iterative scans); older ones fall
         # back to an exact scan when the walk comes back short.
@@ -181,7 +185,7 @@ class Database(Nesting):
     # --- transactions --------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self, *, bump: bool = True) -> Iterator[Any]:
+    def _write(self, *, bump: bool = True) -> Iterator[PgConnection]:
         """A READ COMMITTED transaction under the index's write lock; every commit bumps the
         generation (``bump``)."""
         pg = self.psycopg
@@ -229,7 +233,7 @@ class Database(Nesting):
             with self.lock:
                 self.pinned -= 1
 
-    def _read(self) -> AbstractContextManager[Any]:
+    def _read(self) -> AbstractContextManager[PgConnection]:
         """A read snapshot on the standby when one is configured and may serve it, else on
         the primary."""
         replica = self.replica
@@ -252,8 +256,8 @@ class Database(Nesting):
 
     @contextmanager
     def _snapshot(
-        self, live: Callable[[], Any], failure: Callable[[BaseException], StoreError]
-    ) -> Iterator[Any]:
+        self, live: Callable[[], PgConnection], failure: Callable[[BaseException], StoreError]
+    ) -> Iterator[PgConnection]:
         """A REPEATABLE READ, READ ONLY transaction on ``live()``: several SELECTs see one
         snapshot."""
         pg = self.psycopg
@@ -268,9 +272,9 @@ class Database(Nesting):
 
     def _wal_position(self) -> str:
         """The primary's WAL position now (after every commit made so far)."""
-        return str(self.conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+        return str(schema.one(self.conn.execute("SELECT pg_current_wal_lsn()::text"))[0])
 
-    def _read_latest(self) -> AbstractContextManager[Any]:
+    def _read_latest(self) -> AbstractContextManager[PgConnection]:
         """A snapshot on the primary (the ledger, the cache, ``stats``)."""
         return self._snapshot(self._live, self.failure)
 
@@ -282,17 +286,19 @@ class Database(Nesting):
         with self.lock:
             return {"read_server": self.replica.figures(self._live())}
 
-    def generation(self, conn: Any) -> int:
+    def generation(self, conn: PgConnection) -> int:
         """The counter every commit bumps."""
         sql = f"SELECT generation FROM {self.tables.stats} WHERE id = 1"
-        return int(conn.execute(sql).fetchone()[0])
+        return int(schema.one(conn.execute(sql))[0])
 
-    def size(self, conn: Any) -> int:
+    def size(self, conn: PgConnection) -> int:
         """Bytes of the index's tables and their indexes."""
-        size = conn.execute(
-            "SELECT sum(pg_total_relation_size(to_regclass(x))) FROM unnest(%s::text[]) AS x",
-            (self.tables.all(),),
-        ).fetchone()[0]
+        size = schema.one(
+            conn.execute(
+                "SELECT sum(pg_total_relation_size(to_regclass(x))) FROM unnest(%s::text[]) AS x",
+                (self.tables.all(),),
+            )
+        )[0]
         return int(size or 0)
 
     def checkpoint(self) -> None:
@@ -307,9 +313,9 @@ class Database(Nesting):
         try:
             deadline = time.monotonic() + max(0.0, wait)
             try:
-                while not conn.execute(
-                    "SELECT pg_try_advisory_lock(%s)", (self.ingest_key,)
-                ).fetchone()[0]:
+                while not schema.one(
+                    conn.execute("SELECT pg_try_advisory_lock(%s)", (self.ingest_key,))
+                )[0]:
                     if time.monotonic() >= deadline:
                         raise DatabaseLockedError(
                             f"Another kb ingest is writing to {self.tables.base} at "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.filters.model import and_filters
 from kbcli.filters.sql import dumps_metadata
@@ -18,14 +18,17 @@ from kbcli.stores.keywords import SignedKeywords
 from kbcli.stores.parts import Filter
 from kbcli.stores.postgres.catalog import ChunkRow, allocate, get_meta, set_meta
 from kbcli.stores.postgres.filters import scan_filter
-from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.schema import Tables, one
 from kbcli.text.analysis import Analyzer, has_title_field
 from kbcli.text.bm25 import BM25Params, ChunkTerms, CorpusStats, PostingsChange, QueryTerm, Scored
+
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
 SCOPE_CACHE = 16  # scopes whose totals are kept per generation
 
 
-class KeywordTables(SignedKeywords):
+class KeywordTables(SignedKeywords["PgConnection", ChunkRow]):
     """Reads and writes the keyword index of one PostgreSQL index for one analyzer: the keyword
     part (:class:`~kbcli.stores.parts.Keywords`) of :class:`~.store.PostgresStore`."""
 
@@ -36,25 +39,25 @@ class KeywordTables(SignedKeywords):
         # (scope, generation) -> the scope's N, total length and sources (_scope_totals)
         self._scopes: dict[tuple[str, int], tuple[int, int, int]] = {}
 
-    def _get_meta(self, conn: Any, key: str) -> str | None:
+    def _get_meta(self, conn: PgConnection, key: str) -> str | None:
         return get_meta(conn, self.t, key)
 
-    def _set_meta(self, conn: Any, key: str, value: str) -> None:
+    def _set_meta(self, conn: PgConnection, key: str, value: str) -> None:
         set_meta(conn, self.t, key, value)
 
-    def _chunks(self, conn: Any) -> int:
-        return int(conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1").fetchone()[0])
+    def _chunks(self, conn: PgConnection) -> int:
+        return int(one(conn.execute(f"SELECT n FROM {self.t.stats} WHERE id = 1"))[0])
 
     def _where(self) -> str:
         return f"{self.t.base} at {self.where}"
 
-    def vocabulary(self, conn: Any) -> int:
+    def vocabulary(self, conn: PgConnection) -> int:
         """How many distinct terms the index holds."""
-        return int(conn.execute(f"SELECT count(*) FROM {self.t.terms}").fetchone()[0])
+        return int(one(conn.execute(f"SELECT count(*) FROM {self.t.terms}"))[0])
 
     # --- writes --------------------------------------------------------------------------------
 
-    def term_ids(self, conn: Any, terms: Iterable[str]) -> dict[str, int]:
+    def term_ids(self, conn: PgConnection, terms: Iterable[str]) -> dict[str, int]:
         """Ids of ``terms``, creating rows (df 0) for new ones."""
         wanted = sorted(set(terms))
         if not wanted:
@@ -76,7 +79,9 @@ class KeywordTables(SignedKeywords):
             ids.update(zip(missing, fresh))
         return ids
 
-    def _source_postings(self, conn: Any, pairs: set[tuple[int, Any]]) -> Callable[[int, Any], int]:
+    def _source_postings(
+        self, conn: PgConnection, pairs: set[tuple[int, Any]]
+    ) -> Callable[[int, Any], int]:
         """A ``source_postings(src, term)`` answering from one query over ``pairs``."""
         counts: dict[tuple[int, Any], int] = {}
         if pairs:
@@ -91,7 +96,7 @@ class KeywordTables(SignedKeywords):
         return lambda src, term: counts.get((src, term), 0)
 
     def _before_addition(
-        self, conn: Any, chunks: list[ChunkTerms], new_sources: set[int]
+        self, conn: PgConnection, chunks: list[ChunkTerms], new_sources: set[int]
     ) -> Callable[[int, Any], int]:
         pairs = {(c.src, term) for c in chunks if c.src not in new_sources for term in c.tf}
         return self._source_postings(conn, pairs)
@@ -101,10 +106,10 @@ class KeywordTables(SignedKeywords):
         return ChunkTerms(row.doc, row.src, dict(zip(row.term_ids, row.tfs)))
 
     def _before_removal(
-        self, conn: Any, chunks: list[ChunkTerms]
+        self, conn: PgConnection, chunks: list[ChunkTerms]
     ) -> tuple[Callable[[int], int], Callable[[int, Any], int]]:
         srcs = sorted({c.src for c in chunks})
-        sizes = dict(
+        sizes: dict[int, int] = dict(
             conn.execute(
                 f"SELECT id, chunks FROM {self.t.sources} WHERE id = ANY(%s::bigint[])", (srcs,)
             ).fetchall()
@@ -112,7 +117,7 @@ class KeywordTables(SignedKeywords):
         pairs = {(c.src, term) for c in chunks for term in c.tf}
         return (lambda src: sizes.get(src, 0)), self._source_postings(conn, pairs)
 
-    def apply(self, conn: Any, change: PostingsChange) -> None:
+    def apply(self, conn: PgConnection, change: PostingsChange) -> None:
         """Write a planned change: postings, term and source frequencies, source lengths and
         chunk counts, corpus totals; emptied sources are deleted."""
         t = self.t
@@ -175,7 +180,7 @@ class KeywordTables(SignedKeywords):
             (sign * change.chunks_delta, sign * change.length_delta, change.sources_delta),
         )
 
-    def rebuild(self, conn: Any) -> int:
+    def rebuild(self, conn: PgConnection) -> int:
         """Re-analyse every chunk with the current analyzer; returns how many. An index of a
         kbcli without titles (its signature has no title field) also gets them: each file's
         chunks stored without a title are given the one ingest would record (metadata
@@ -221,7 +226,7 @@ class KeywordTables(SignedKeywords):
 
     def search(
         self,
-        conn: Any,
+        conn: PgConnection,
         query: str,
         k: int,
         filter: Filter,
@@ -239,9 +244,9 @@ class KeywordTables(SignedKeywords):
             where, wparams = scan_filter(scope)
             n, total, n_sources = self._scope_totals(conn, scope, where, wparams)
         else:
-            n, total, n_sources = conn.execute(
-                f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1"
-            ).fetchone()
+            n, total, n_sources = one(
+                conn.execute(f"SELECT n, total_length, sources FROM {t.stats} WHERE id = 1")
+            )
         stats = CorpusStats(n, total, n_sources)
         if n == 0:
             return []
@@ -265,7 +270,7 @@ class KeywordTables(SignedKeywords):
         return [Scored(doc, score, chunk, source) for doc, score, chunk, source in rows]
 
     def _scope_totals(
-        self, conn: Any, scope: dict[str, Any], where: str, params: list[Any]
+        self, conn: PgConnection, scope: dict[str, Any], where: str, params: list[Any]
     ) -> tuple[int, int, int]:
         """N, total length and sources of the scope's chunks: one count with the filter, kept
         while the index's generation (bumped by every write) holds."""
@@ -273,11 +278,13 @@ class KeywordTables(SignedKeywords):
         key = (json.dumps(scope, sort_keys=True, default=str), generation[0] if generation else 0)
         found = self._scopes.get(key)
         if found is None:
-            found = conn.execute(
-                f"SELECT count(*), coalesce(sum(c.length), 0), count(DISTINCT c.src)"
-                f" FROM {self.t.chunks} c WHERE {where}",
-                params,
-            ).fetchone()
+            found = one(
+                conn.execute(
+                    f"SELECT count(*), coalesce(sum(c.length), 0), count(DISTINCT c.src)"
+                    f" FROM {self.t.chunks} c WHERE {where}",
+                    params,
+                )
+            )
             if len(self._scopes) >= SCOPE_CACHE:
                 self._scopes.pop(next(iter(self._scopes)))
             self._scopes[key] = found
@@ -285,7 +292,7 @@ class KeywordTables(SignedKeywords):
 
     def _bm25_sql(
         self,
-        conn: Any,
+        conn: PgConnection,
         terms: list[QueryTerm],
         stats: CorpusStats,
         filter: Filter,

@@ -6,29 +6,32 @@ the index holds chunks."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.stores import common
 from kbcli.stores.common import KEEP_AT_LEAST, cache_key, pack_vector, text_hash, unpack_vector
 from kbcli.stores.postgres.catalog import floats
-from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.schema import Tables, one
 from kbcli.stores.postgres.vectors import recorded_embedder
 from kbcli.types import FileRecord
 
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
-def records(conn: Any, t: Tables) -> dict[str, FileRecord]:
+
+def records(conn: PgConnection, t: Tables) -> dict[str, FileRecord]:
     """Every file record, by path."""
     rows = conn.execute(f"SELECT {common.FILE_COLUMNS} FROM {t.files}")
     return {r[0]: common.file_record(r) for r in rows}
 
 
-def count(conn: Any, t: Tables) -> int:
+def count(conn: PgConnection, t: Tables) -> int:
     """How many files are recorded."""
-    return int(conn.execute(f"SELECT count(*) FROM {t.files}").fetchone()[0])
+    return int(one(conn.execute(f"SELECT count(*) FROM {t.files}"))[0])
 
 
-def put(conn: Any, t: Tables, record: FileRecord) -> None:
+def put(conn: PgConnection, t: Tables, record: FileRecord) -> None:
     """Insert or replace a file record."""
     conn.execute(
         f"INSERT INTO {t.files} VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s)"
@@ -39,12 +42,14 @@ def put(conn: Any, t: Tables, record: FileRecord) -> None:
     )
 
 
-def forget(conn: Any, t: Tables, path: str) -> None:
+def forget(conn: PgConnection, t: Tables, path: str) -> None:
     """Drop a file record."""
     conn.execute(f"DELETE FROM {t.files} WHERE path = %s", (path,))
 
 
-def cached(conn: Any, t: Tables, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+def cached(
+    conn: PgConnection, t: Tables, info: EmbedderInfo, texts: list[str]
+) -> dict[str, list[float]]:
     """Vectors ``info``'s embedder already made for any of ``texts``, by text: a stored
     chunk's of the same text (when the index's vectors are ``info``'s), else a kept one."""
     by_hash = {text_hash(text): text for text in texts}
@@ -71,7 +76,9 @@ def cached(conn: Any, t: Tables, info: EmbedderInfo, texts: list[str]) -> dict[s
     return found
 
 
-def remember(conn: Any, t: Tables, info: EmbedderInfo, vectors: dict[str, list[float]]) -> None:
+def remember(
+    conn: PgConnection, t: Tables, info: EmbedderInfo, vectors: dict[str, list[float]]
+) -> None:
     """Keep vectors by (embedder, text hash), the oldest dropped beyond :func:`trim`'s bound."""
     if not vectors:
         return
@@ -79,7 +86,7 @@ def remember(conn: Any, t: Tables, info: EmbedderInfo, vectors: dict[str, list[f
     trim(conn, t)
 
 
-def _put(conn: Any, t: Tables, key: str, vectors: dict[str, Any]) -> None:
+def _put(conn: PgConnection, t: Tables, key: str, vectors: dict[str, Any]) -> None:
     by_hash = {h: pack_vector(vec) for h, vec in vectors.items()}
     conn.execute(
         f"INSERT INTO {t.cache} (embedder, text_hash, vec)"
@@ -90,7 +97,7 @@ def _put(conn: Any, t: Tables, key: str, vectors: dict[str, Any]) -> None:
     )
 
 
-def keep(conn: Any, t: Tables, docs: list[int]) -> None:
+def keep(conn: PgConnection, t: Tables, docs: list[int]) -> None:
     """Keep the vectors of the chunks ``docs``, which are about to leave the index (nothing
     when the index's embedder is not worth caching)."""
     recorded = recorded_embedder(conn, t)
@@ -109,7 +116,7 @@ def keep(conn: Any, t: Tables, docs: list[int]) -> None:
         trim(conn, t)
 
 
-def drop(conn: Any, t: Tables, docs: list[int]) -> None:
+def drop(conn: PgConnection, t: Tables, docs: list[int]) -> None:
     """Forget the kept vectors of the texts of ``docs``, chunks stored with a vector again."""
     recorded = recorded_embedder(conn, t)
     if recorded is None or not docs:
@@ -121,17 +128,17 @@ def drop(conn: Any, t: Tables, docs: list[int]) -> None:
     )
 
 
-def trim(conn: Any, t: Tables) -> None:
+def trim(conn: PgConnection, t: Tables) -> None:
     """Drop the oldest kept vectors beyond as many as the index holds chunks (at least
     :data:`~kbcli.stores.common.KEEP_AT_LEAST`)."""
-    low, high = conn.execute(f"SELECT min(kept), max(kept) FROM {t.cache}").fetchone()
+    low, high = one(conn.execute(f"SELECT min(kept), max(kept) FROM {t.cache}"))
     if low is None:
         return
-    n = conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1").fetchone()[0]
+    n = one(conn.execute(f"SELECT n FROM {t.stats} WHERE id = 1"))[0]
     limit = max(KEEP_AT_LEAST, int(n))
     if high - low + 1 <= limit:  # kept only grows: the span bounds the count, cheaply
         return
-    extra = conn.execute(f"SELECT count(*) FROM {t.cache}").fetchone()[0] - limit
+    extra = one(conn.execute(f"SELECT count(*) FROM {t.cache}"))[0] - limit
     if extra > 0:
         conn.execute(
             f"DELETE FROM {t.cache} WHERE kept IN"

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import StoreError
 from kbcli.stores.postgres import schema
 from kbcli.stores.postgres.dsn import describe, first_line
+
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
 ENV_READ_DSN = "KB_PG_READ_DSN"
 
@@ -56,11 +60,11 @@ class ReadServer:
 
     def __init__(
         self,
-        psycopg: Any,
+        psycopg: ModuleType,
         dsn: str,
         tables: schema.Tables,
         system_id: int | None,
-        lost: Callable[[BaseException, Any], bool],
+        lost: Callable[[BaseException, PgConnection], bool],
     ):
         self.psycopg = psycopg
         self.lost = lost
@@ -68,10 +72,10 @@ class ReadServer:
         self.where = describe(dsn)
         self.tables = tables
         self.system_id = system_id
-        self.conn: Any = None
+        self.conn: PgConnection | None = None
         self.checked = False  # the index is there, at this schema version
 
-    def reader(self) -> Any:
+    def reader(self) -> PgConnection:
         """The connection for a read snapshot: :meth:`live`, the index's copy checked once."""
         conn = self.live()
         if not self.checked:
@@ -82,7 +86,7 @@ class ReadServer:
             self.checked = True
         return conn
 
-    def live(self) -> Any:
+    def live(self) -> PgConnection:
         """The connection to the standby, opened (and checked) on first use and again after
         it was lost."""
         if self.conn is not None and not (self.conn.closed or self.conn.broken):
@@ -91,7 +95,7 @@ class ReadServer:
             self.conn.close()
         pg = self.psycopg
         try:
-            conn = pg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            conn: PgConnection = pg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except pg.Error as exc:
             raise StoreError(
                 f"Cannot connect to the read server (store.read_dsn) at {self.where}: "
@@ -112,7 +116,7 @@ class ReadServer:
         self.conn = conn
         return conn
 
-    def _check(self, conn: Any) -> None:
+    def _check(self, conn: PgConnection) -> None:
         """Refuse a server that is not a physical replica of the primary (another system
         identifier)."""
         theirs = system_id(conn, self.psycopg)
@@ -123,7 +127,7 @@ class ReadServer:
                 "streaming-replication standby of the primary"
             )
 
-    def _check_index(self, conn: Any) -> None:
+    def _check_index(self, conn: PgConnection) -> None:
         """Refuse a standby that holds no current copy of the index."""
         t = self.tables
         if not schema.exists(conn, t) or schema.version(conn, t) != schema.SCHEMA_VERSION:
@@ -137,16 +141,16 @@ class ReadServer:
         """Whether the standby has replayed the primary's WAL up to ``lsn`` (a server not in
         recovery, such as the primary itself, has everything)."""
         sql = "SELECT NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= %s::pg_lsn"
-        return bool(self.live().execute(sql, (lsn,)).fetchone()[0])
+        return bool(schema.one(self.live().execute(sql, (lsn,)))[0])
 
-    def figures(self, primary: Any) -> dict[str, Any]:
+    def figures(self, primary: PgConnection) -> dict[str, Any]:
         """Where the standby's replay stands, for ``kb stats``: ``replay_lsn``, ``behind_bytes``
         (WAL the primary wrote that the standby has not replayed) and ``replay_delay_seconds``
         (0 when it has replayed all it received, else the age of the last replayed commit);
         ``error`` instead when the standby cannot be reached."""
         out: dict[str, Any] = {"path": self.where}
         try:
-            row = self.live().execute(_REPLAY).fetchone()
+            row = schema.one(self.live().execute(_REPLAY))
         except StoreError as exc:
             return {**out, "error": str(exc)}
         except self.psycopg.Error as exc:
@@ -154,9 +158,9 @@ class ReadServer:
         recovering, lsn, delay = row
         out["in_recovery"] = bool(recovering)
         if recovering and lsn is not None:
-            behind = primary.execute(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (lsn,)
-            ).fetchone()[0]
+            behind = schema.one(
+                primary.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (lsn,))
+            )[0]
             out.update(
                 replay_lsn=lsn,
                 behind_bytes=max(0, int(behind)),
@@ -164,7 +168,7 @@ class ReadServer:
             )
         return out
 
-    def failure(self, exc: BaseException, conn: Any = None) -> StoreError:
+    def failure(self, exc: BaseException, conn: PgConnection | None = None) -> StoreError:
         """The one-line error for a failed read on the standby (on ``conn``, default the
         store's): a lost connection, a read cancelled by replay (a recovery conflict), or
         PostgreSQL's message."""
@@ -192,12 +196,13 @@ class ReadServer:
             self.conn.close()
 
 
-def system_id(conn: Any, psycopg: Any) -> int | None:
+def system_id(conn: PgConnection, psycopg: ModuleType) -> int | None:
     """The database system identifier (shared by a primary and its physical standbys), None
     when this role may not read it."""
     try:
         with conn.transaction():
-            return int(conn.execute("SELECT system_identifier FROM pg_control_system()")
-                       .fetchone()[0])  # fmt: skip
+            return int(
+                schema.one(conn.execute("SELECT system_identifier FROM pg_control_system()"))[0]
+            )
     except psycopg.errors.InsufficientPrivilege:
         return None

@@ -27,12 +27,26 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import ConfigError, NotAKnowledgeBaseError, StoreError
 
+if TYPE_CHECKING:
+    from psycopg import Connection, Cursor
+
+    #: the connection the PostgreSQL parts take (rows come as tuples)
+    PgConnection = Connection[tuple[Any, ...]]
+    PgCursor = Cursor[tuple[Any, ...]]
+
 SCHEMA_VERSION = 3
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,39}$")
+
+
+def one(cursor: PgCursor) -> tuple[Any, ...]:
+    """The row of a query that returns exactly one (an aggregate, the stats row)."""
+    row = cursor.fetchone()
+    assert row is not None, "the query returns one row"
+    return row
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ class Tables:
         return quoted.strip('"')
 
 
-def _create(conn: Any, t: Tables) -> None:
+def _create(conn: PgConnection, t: Tables) -> None:
     statements = f"""
     CREATE TABLE {t.meta} (key text PRIMARY KEY, value text NOT NULL);
     CREATE TABLE {t.sources} (
@@ -143,14 +157,14 @@ def _create(conn: Any, t: Tables) -> None:
     )
 
 
-def _source_in_code_point_order(conn: Any, t: Tables) -> None:
+def _source_in_code_point_order(conn: PgConnection, t: Tables) -> None:
     """1 -> 2: the chunks' ``source`` column (and so its index) in ``COLLATE "C"``, so that a
     filter pinning sources reads a range of that index. Only the index is rebuilt: the rows
     are not rewritten, as the type stays ``text``."""
     conn.execute(f'ALTER TABLE {t.chunks} ALTER COLUMN source TYPE text COLLATE "C"')
 
 
-def _cache_keeps_what_left(conn: Any, t: Tables) -> None:
+def _cache_keeps_what_left(conn: PgConnection, t: Tables) -> None:
     """2 -> 3: the chunks' own vectors are the embedding cache (an index on ``text_hash``);
     ``_cache`` keeps only what left the index, in order (``kept``), bounded: the rows of
     texts a chunk holds with a vector of the index's embedder are dropped."""
@@ -176,13 +190,13 @@ MIGRATIONS: dict[int, Callable[[Any, Tables], None]] = {
 }
 
 
-def exists(conn: Any, t: Tables) -> bool:
+def exists(conn: PgConnection, t: Tables) -> bool:
     """True when the index's tables are there."""
-    row = conn.execute("SELECT to_regclass(%s), to_regclass(%s)", (t.meta, t.chunks)).fetchone()
+    row = one(conn.execute("SELECT to_regclass(%s), to_regclass(%s)", (t.meta, t.chunks)))
     return row[0] is not None and row[1] is not None
 
 
-def version(conn: Any, t: Tables) -> int:
+def version(conn: PgConnection, t: Tables) -> int:
     row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'schema_version'").fetchone()
     if row is None:
         raise NotAKnowledgeBaseError(
@@ -200,14 +214,14 @@ def version(conn: Any, t: Tables) -> int:
     return number
 
 
-def ensure(conn: Any, t: Tables, *, create: bool, where: str) -> None:
+def ensure(conn: PgConnection, t: Tables, *, create: bool, where: str) -> None:
     """Create the tables or migrate them, inside the caller's write transaction."""
     if not exists(conn, t):
         if not create:
             raise StoreError(
                 f"No knowledge base in table {t.base} at {where}: run 'kb ingest PATH' first"
             )
-        if conn.execute("SELECT to_regclass(%s)", (t.chunks,)).fetchone()[0] is not None:
+        if one(conn.execute("SELECT to_regclass(%s)", (t.chunks,)))[0] is not None:
             raise NotAKnowledgeBaseError(
                 f"Table {t.base} at {where} belongs to another program: choose another store.table"
             )

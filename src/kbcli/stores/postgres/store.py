@@ -27,7 +27,7 @@ from kbcli.stores.postgres.doctor import run_checks
 from kbcli.stores.postgres.dsn import ENV_DSN, resolve_dsn
 from kbcli.stores.postgres.keyword import KeywordTables
 from kbcli.stores.postgres.replica import ENV_READ_DSN, resolve_read_dsn
-from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.schema import Tables, one
 from kbcli.stores.postgres.vectors import EF_SEARCH
 from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import ChunkTerms
@@ -35,6 +35,7 @@ from kbcli.types import Document, FileRecord, Finding
 
 if TYPE_CHECKING:
     from kbcli.config.schema import Config
+    from kbcli.stores.postgres.schema import PgConnection
 
 # The first vectors of an index arriving in a batch this large get their HNSW index built after
 # the rows are in (``kb copy``, a bulk add): once, not row by row.
@@ -47,7 +48,7 @@ class PgCatalog:
     def __init__(self, tables: Tables):
         self.t = tables
 
-    def insert(self, conn: Any, rows: list[NewRow]) -> tuple[list[ChunkTerms], set[int]]:
+    def insert(self, conn: PgConnection, rows: list[NewRow]) -> tuple[list[ChunkTerms], set[int]]:
         """COPY the chunk rows, each with its forward index and vector."""
         for doc, _, _ in rows:
             if "\x00" in doc.text or "\\u0000" in dumps_metadata(doc.metadata):
@@ -74,66 +75,68 @@ class PgCatalog:
         catalog.insert(conn, t, out)
         return chunks, new_sources
 
-    def delete_rows(self, conn: Any, docs: list[int]) -> None:
+    def delete_rows(self, conn: PgConnection, docs: list[int]) -> None:
         """Delete chunk rows (and so their vectors)."""
         catalog.delete_rows(conn, self.t, docs)
 
-    def rowids(self, conn: Any, ids: Sequence[str]) -> dict[str, int]:
+    def rowids(self, conn: PgConnection, ids: Sequence[str]) -> dict[str, int]:
         """The row id of each chunk among ``ids`` that is in the index."""
         return catalog.rowids(conn, self.t, ids)
 
-    def rows_by_ids(self, conn: Any, ids: Sequence[str]) -> list[ChunkRow]:
+    def rows_by_ids(self, conn: PgConnection, ids: Sequence[str]) -> list[ChunkRow]:
         """The rows of the chunks among ``ids``."""
         return catalog.rows_by_ids(conn, self.t, ids)
 
-    def rows_by_source(self, conn: Any, source: str) -> list[ChunkRow]:
+    def rows_by_source(self, conn: PgConnection, source: str) -> list[ChunkRow]:
         """The rows of every chunk of ``source``."""
         return catalog.rows_by_source(conn, self.t, source)
 
-    def rows_where(self, conn: Any, filter: dict[str, Any] | None) -> list[ChunkRow]:
+    def rows_where(self, conn: PgConnection, filter: dict[str, Any] | None) -> list[ChunkRow]:
         """The rows of every chunk passing ``filter``."""
         return catalog.rows_where(conn, self.t, filter)
 
-    def overflow(self, conn: Any) -> list[ChunkRow]:
+    def overflow(self, conn: PgConnection) -> list[ChunkRow]:
         """Nothing to evict: the catalog is unbounded."""
         return []
 
-    def get(self, conn: Any, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
+    def get(self, conn: PgConnection, ids: Sequence[str], with_embeddings: bool) -> list[Document]:
         """The documents among ``ids`` in the order asked."""
         return catalog.get(conn, self.t, ids, with_embeddings)
 
-    def select_documents(self, conn: Any, filter: Filter, how: Listing = EVERY) -> list[Document]:
+    def select_documents(
+        self, conn: PgConnection, filter: Filter, how: Listing = EVERY
+    ) -> list[Document]:
         """Documents passing ``filter``, as ``how`` asks."""
         return catalog.select_documents(conn, self.t, filter, how)
 
-    def documents_by_rowid(self, conn: Any, rowids: Sequence[int]) -> dict[int, Document]:
+    def documents_by_rowid(self, conn: PgConnection, rowids: Sequence[int]) -> dict[int, Document]:
         """Documents by ``doc`` (without vectors)."""
         return catalog.documents_by_rowid(conn, self.t, rowids)
 
-    def count(self, conn: Any, filter: dict[str, Any] | None) -> int:
+    def count(self, conn: PgConnection, filter: dict[str, Any] | None) -> int:
         """How many chunks pass ``filter``."""
         return catalog.count(conn, self.t, filter)
 
-    def sources(self, conn: Any) -> list[tuple[str, int]]:
+    def sources(self, conn: PgConnection) -> list[tuple[str, int]]:
         """Each named source with its chunk count, sorted."""
         return catalog.sources(conn, self.t)
 
-    def named_sources(self, conn: Any) -> int:
+    def named_sources(self, conn: PgConnection) -> int:
         """How many named sources there are."""
         sql = f"SELECT count(*) FROM {self.t.sources} WHERE source IS NOT NULL"
-        return int(conn.execute(sql).fetchone()[0])
+        return int(one(conn.execute(sql))[0])
 
-    def totals(self, conn: Any) -> tuple[int, int]:
+    def totals(self, conn: PgConnection) -> tuple[int, int]:
         """How many chunks, and their total length in terms."""
         sql = f"SELECT n, total_length FROM {self.t.stats} WHERE id = 1"
-        n, total = conn.execute(sql).fetchone()
+        n, total = one(conn.execute(sql))
         return n, total
 
-    def get_meta(self, conn: Any, key: str) -> str | None:
+    def get_meta(self, conn: PgConnection, key: str) -> str | None:
         """A value of the meta table."""
         return catalog.get_meta(conn, self.t, key)
 
-    def set_meta(self, conn: Any, key: str, value: str) -> None:
+    def set_meta(self, conn: PgConnection, key: str, value: str) -> None:
         """Set a value of the meta table."""
         catalog.set_meta(conn, self.t, key, value)
 
@@ -144,13 +147,13 @@ class PgVectors:
     store) say at each call: ``hnsw`` (False: an exact scan) and ``ef_search`` (candidates an
     HNSW search keeps)."""
 
-    def __init__(self, db: Database, settings: Any):
+    def __init__(self, db: Database, settings: PostgresStore):
         self.db = db
         self.t = db.tables
         self.settings = settings
         self._index_later: int | None = None  # a first bulk batch's dimension, indexed at finish
 
-    def check(self, conn: Any, dim: int, rows: int) -> None:
+    def check(self, conn: PgConnection, dim: int, rows: int) -> None:
         """Refuse vectors of another length; type (and index) the column on first use, or
         leave the index of a first bulk batch to :meth:`finish`."""
         bulk = rows >= BULK_INDEX_ROWS
@@ -159,69 +162,71 @@ class PgVectors:
         )
         self._index_later = dim if later else None
 
-    def record_embedder(self, conn: Any, info: EmbedderInfo, dim: int) -> None:
+    def record_embedder(self, conn: PgConnection, info: EmbedderInfo, dim: int) -> None:
         """Record ``info`` with the first vectors; later vectors must come from the same model."""
         vectors.record_embedder(conn, self.t, info, dim, self.db.label)
 
-    def recorded_embedder(self, conn: Any) -> EmbedderInfo | None:
+    def recorded_embedder(self, conn: PgConnection) -> EmbedderInfo | None:
         """The embedder recorded with the index's vectors."""
         return vectors.recorded_embedder(conn, self.t)
 
-    def upsert(self, conn: Any, rows: list[tuple[int, Sequence[float]]]) -> None:
+    def upsert(self, conn: PgConnection, rows: list[tuple[int, Sequence[float]]]) -> None:
         """Store vectors of chunks already written (``set_vectors``: the vector fill after
         ``kb ingest``); those the catalog wrote with their rows stay as they are."""
         if rows:
             vectors.put(conn, self.t, rows)
 
-    def remove(self, conn: Any, docs: list[int]) -> None:
+    def remove(self, conn: PgConnection, docs: list[int]) -> None:
         """Nothing to do: the vectors go with their rows."""
 
-    def finish(self, conn: Any) -> None:
+    def finish(self, conn: PgConnection) -> None:
         """Build the HNSW index of a first bulk batch, now that its rows are in."""
         dim, self._index_later = self._index_later, None
         # (a batch that failed after its check left ``dim`` behind: the column tells)
         if dim is not None and vectors.column_dimension(conn, self.t) == dim:
             vectors.create_index(conn, self.t, dim)
 
-    def count(self, conn: Any) -> int:
+    def count(self, conn: PgConnection) -> int:
         """How many chunks have a vector."""
         sql = f"SELECT count(*) FROM {self.t.chunks} WHERE embedding IS NOT NULL"
-        return int(conn.execute(sql).fetchone()[0])
+        return int(one(conn.execute(sql))[0])
 
-    def search(self, conn: Any, query: Vector, k: int, filter: Filter) -> list[Hit]:
+    def search(self, conn: PgConnection, query: Vector, k: int, filter: Filter) -> list[Hit]:
         """HNSW with iterative scans, exact when a filter leaves it short of ``k``."""
         return vectors.search(
             conn, self.t, query, k, filter, ef_search=self.settings.ef_search,
             iterative=self.db.iterative_scans, exact=not self.settings.hnsw,
         )  # fmt: skip
 
-    def exact(self, conn: Any) -> bool:
+    def exact(self, conn: PgConnection) -> bool:
         """Whether dense search equals a brute-force scan (no HNSW index serves it)."""
         return not self.settings.hnsw or not vectors.indexed(conn, self.t)
 
-    def refresh(self, conn: Any) -> None:
+    def refresh(self, conn: PgConnection) -> None:
         """Nothing to build: PostgreSQL's indexes are kept current by every write."""
 
-    def figures(self, conn: Any) -> dict[str, Any]:
+    def figures(self, conn: PgConnection) -> dict[str, Any]:
         """Whether dense search is exact."""
         return {"exact_vectors": self.exact(conn)}
 
     def close(self) -> None:
         """Nothing to release (the engine holds the connection)."""
 
-    def stage(self, conn: Any, target: str) -> None:
+    def stage(self, conn: PgConnection, target: str) -> None:
         """Start (or resume) staging vectors for ``target``."""
         vectors.stage(conn, self.t, target)
 
-    def unstaged(self, conn: Any) -> tuple[list[tuple[int, str]], int]:
+    def unstaged(self, conn: PgConnection) -> tuple[list[tuple[int, str]], int]:
         """The chunks without a staged vector, and how many chunks there are."""
         return vectors.unstaged(conn, self.t)
 
-    def put_staged(self, conn: Any, rows: list[tuple[int, str]], vecs: list[Any]) -> None:
+    def put_staged(
+        self, conn: PgConnection, rows: list[tuple[int, str]], vecs: list[list[float]]
+    ) -> None:
         """Stage vectors."""
         vectors.put_staged(conn, self.t, rows, vecs)
 
-    def swap_staged(self, conn: Any, info: EmbedderInfo) -> None:
+    def swap_staged(self, conn: PgConnection, info: EmbedderInfo) -> None:
         """The staged vectors replace the stored ones."""
         vectors.swap_staged(conn, self.t, info, self.db.label, hnsw=self.settings.hnsw)
 
@@ -232,40 +237,44 @@ class PgLedger:
     def __init__(self, tables: Tables):
         self.t = tables
 
-    def records(self, conn: Any) -> dict[str, FileRecord]:
+    def records(self, conn: PgConnection) -> dict[str, FileRecord]:
         """Every file record, by path."""
         return ledger.records(conn, self.t)
 
-    def count(self, conn: Any) -> int:
+    def count(self, conn: PgConnection) -> int:
         """How many files are recorded."""
         return ledger.count(conn, self.t)
 
-    def put(self, conn: Any, record: FileRecord) -> None:
+    def put(self, conn: PgConnection, record: FileRecord) -> None:
         """Insert or replace a file record."""
         ledger.put(conn, self.t, record)
 
-    def forget(self, conn: Any, path: str) -> None:
+    def forget(self, conn: PgConnection, path: str) -> None:
         """Drop a file record."""
         ledger.forget(conn, self.t, path)
 
-    def cached(self, conn: Any, info: EmbedderInfo, texts: list[str]) -> dict[str, list[float]]:
+    def cached(
+        self, conn: PgConnection, info: EmbedderInfo, texts: list[str]
+    ) -> dict[str, list[float]]:
         """Vectors ``info``'s embedder already made for any of ``texts``."""
         return ledger.cached(conn, self.t, info, texts)
 
-    def remember(self, conn: Any, info: EmbedderInfo, vecs: dict[str, list[float]]) -> None:
+    def remember(
+        self, conn: PgConnection, info: EmbedderInfo, vecs: dict[str, list[float]]
+    ) -> None:
         """Keep vectors by (embedder, text hash), within the bound."""
         ledger.remember(conn, self.t, info, vecs)
 
-    def keep(self, conn: Any, docs: list[int]) -> None:
+    def keep(self, conn: PgConnection, docs: list[int]) -> None:
         """Keep the vectors of the chunks ``docs``, about to leave the index."""
         ledger.keep(conn, self.t, docs)
 
-    def drop(self, conn: Any, docs: list[int]) -> None:
+    def drop(self, conn: PgConnection, docs: list[int]) -> None:
         """Forget kept vectors of the texts of ``docs``, stored with a vector again."""
         ledger.drop(conn, self.t, docs)
 
 
-class PostgresStore(Store):
+class PostgresStore(Store["PgConnection", ChunkRow]):
     """A knowledge base in PostgreSQL (psycopg 3, pgvector): exact BM25, HNSW dense search.
 
     ``dsn`` is a libpq connection string or URI (default ``$KB_PG_DSN``); its password never

@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
 from kbcli.stores.common import check_embedder
 from kbcli.stores.postgres.filters import scan_filter
-from kbcli.stores.postgres.schema import Tables
+from kbcli.stores.postgres.schema import Tables, one
+
+if TYPE_CHECKING:
+    from kbcli.stores.postgres.schema import PgConnection
 
 HNSW_MAX_DIM = 2000
 EF_SEARCH_MAX = 1000
@@ -29,7 +32,7 @@ EF_SEARCH_MAX = 1000
 EF_SEARCH = 100
 
 
-def recorded_embedder(conn: Any, t: Tables) -> EmbedderInfo | None:
+def recorded_embedder(conn: PgConnection, t: Tables) -> EmbedderInfo | None:
     """The embedder recorded with the index's vectors."""
     row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'embedder'").fetchone()
     if row is None:
@@ -40,7 +43,9 @@ def recorded_embedder(conn: Any, t: Tables) -> EmbedderInfo | None:
     )
 
 
-def record_embedder(conn: Any, t: Tables, info: EmbedderInfo, dim: int, where: str) -> None:
+def record_embedder(
+    conn: PgConnection, t: Tables, info: EmbedderInfo, dim: int, where: str
+) -> None:
     """Record ``info`` with the first vectors; later vectors must come from the same model.
     Whether its vectors are worth caching (``info.cache``) is recorded too, and kept current."""
     recorded = recorded_embedder(conn, t)
@@ -62,7 +67,7 @@ def record_embedder(conn: Any, t: Tables, info: EmbedderInfo, dim: int, where: s
         )
 
 
-def column_dimension(conn: Any, t: Tables) -> int | None:
+def column_dimension(conn: PgConnection, t: Tables) -> int | None:
     """The declared dimension of the ``embedding`` column (None while untyped)."""
     row = conn.execute(
         "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass"
@@ -72,14 +77,14 @@ def column_dimension(conn: Any, t: Tables) -> int | None:
     return int(row[0]) if row and row[0] > 0 else None
 
 
-def has_vectors(conn: Any, t: Tables) -> bool:
+def has_vectors(conn: PgConnection, t: Tables) -> bool:
     return (
         conn.execute(f"SELECT 1 FROM {t.chunks} WHERE embedding IS NOT NULL LIMIT 1").fetchone()
         is not None
     )
 
 
-def set_dimension(conn: Any, t: Tables, dim: int, *, hnsw: bool) -> None:
+def set_dimension(conn: PgConnection, t: Tables, dim: int, *, hnsw: bool) -> None:
     """Type the column ``vector(dim)`` (every stored vector must be NULL) and index it."""
     conn.execute(f"DROP INDEX IF EXISTS {t.hnsw}")
     conn.execute(
@@ -89,7 +94,7 @@ def set_dimension(conn: Any, t: Tables, dim: int, *, hnsw: bool) -> None:
         create_index(conn, t, dim)
 
 
-def create_index(conn: Any, t: Tables, dim: int) -> None:
+def create_index(conn: PgConnection, t: Tables, dim: int) -> None:
     """The HNSW cosine index (pgvector indexes up to 2000 dimensions; above, searches scan)."""
     if dim <= HNSW_MAX_DIM:
         conn.execute(
@@ -99,7 +104,7 @@ def create_index(conn: Any, t: Tables, dim: int) -> None:
 
 
 def ensure_dimension(
-    conn: Any, t: Tables, dim: int, where: str, *, hnsw: bool, bulk: bool = False
+    conn: PgConnection, t: Tables, dim: int, where: str, *, hnsw: bool, bulk: bool = False
 ) -> bool:
     """Refuse vectors of another length than the stored ones; type the column on first use.
     With ``bulk`` a newly typed column gets its index later (:func:`create_index` after the
@@ -117,13 +122,13 @@ def ensure_dimension(
     return hnsw and bulk
 
 
-def indexed(conn: Any, t: Tables) -> bool:
+def indexed(conn: PgConnection, t: Tables) -> bool:
     """True when the HNSW index exists (searches may then be approximate)."""
-    return conn.execute("SELECT to_regclass(%s)", (t.hnsw,)).fetchone()[0] is not None
+    return one(conn.execute("SELECT to_regclass(%s)", (t.hnsw,)))[0] is not None
 
 
 def search(
-    conn: Any,
+    conn: PgConnection,
     t: Tables,
     query: Sequence[float],
     k: int,
@@ -187,7 +192,7 @@ def _score(distance: float | None) -> float:
 # --- re-embedding: a staging table, committed batch by batch (Store.reembed) -----------------
 
 
-def stage(conn: Any, t: Tables, target: str) -> None:
+def stage(conn: PgConnection, t: Tables, target: str) -> None:
     """Create the staging table; empty it unless it holds vectors for ``target``."""
     conn.execute(f"CREATE TABLE IF NOT EXISTS {t.staging} (doc bigint PRIMARY KEY, vec vector)")
     row = conn.execute(f"SELECT value FROM {t.meta} WHERE key = 'reembed_target'").fetchone()
@@ -200,16 +205,16 @@ def stage(conn: Any, t: Tables, target: str) -> None:
         )
 
 
-def unstaged(conn: Any, t: Tables) -> tuple[list[tuple[int, str]], int]:
+def unstaged(conn: PgConnection, t: Tables) -> tuple[list[tuple[int, str]], int]:
     """The chunks without a staged vector, and how many chunks there are."""
     todo = conn.execute(
         f"SELECT doc, text FROM {t.chunks} WHERE doc NOT IN (SELECT doc FROM {t.staging})"
         " ORDER BY doc"
     ).fetchall()
-    return todo, conn.execute(f"SELECT count(*) FROM {t.chunks}").fetchone()[0]
+    return todo, one(conn.execute(f"SELECT count(*) FROM {t.chunks}"))[0]
 
 
-def put(conn: Any, t: Tables, rows: list[tuple[int, Any]]) -> None:
+def put(conn: PgConnection, t: Tables, rows: list[tuple[int, Any]]) -> None:
     """Store the vectors of chunks already written (by ``doc``); a chunk that holds that
     vector already (the catalog wrote it with its row) is not rewritten."""
     from kbcli.stores.postgres.catalog import vector_text
@@ -222,7 +227,9 @@ def put(conn: Any, t: Tables, rows: list[tuple[int, Any]]) -> None:
     )
 
 
-def put_staged(conn: Any, t: Tables, rows: list[tuple[int, str]], vectors: list[Any]) -> None:
+def put_staged(
+    conn: PgConnection, t: Tables, rows: list[tuple[int, str]], vectors: list[list[float]]
+) -> None:
     """Stage vectors of ``rows``."""
     from kbcli.stores.postgres.catalog import vector_text
 
@@ -234,7 +241,9 @@ def put_staged(conn: Any, t: Tables, rows: list[tuple[int, str]], vectors: list[
     )
 
 
-def swap_staged(conn: Any, t: Tables, info: EmbedderInfo, where: str, *, hnsw: bool) -> None:
+def swap_staged(
+    conn: PgConnection, t: Tables, info: EmbedderInfo, where: str, *, hnsw: bool
+) -> None:
     """The staged vectors replace the stored ones (the column retyped, and indexed, for a new
     dimension); ``info`` is recorded with them."""
     dims = [r[0] for r in conn.execute(f"SELECT DISTINCT vector_dims(vec) FROM {t.staging}")]

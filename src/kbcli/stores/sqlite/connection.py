@@ -155,7 +155,7 @@ def unreadable_cause(path: Path) -> str:
     )
 
 
-class Database(Nesting):
+class Database(Nesting[sqlite3.Connection]):
     """The connection to one kb database file, checked and migrated on open: the engine part
     (:class:`~kbcli.stores.parts.Engine`) of the SQLite stores."""
 
@@ -378,7 +378,7 @@ class Database(Nesting):
         """The counter every commit bumps."""
         return int(conn.execute("SELECT generation FROM stats WHERE id = 1").fetchone()[0])
 
-    def size(self, conn: Any = None) -> int:
+    def size(self, conn: sqlite3.Connection | None = None) -> int:
         """Bytes of every file the index is kept in (:meth:`size_on_disk`)."""
         return self.size_on_disk()
 

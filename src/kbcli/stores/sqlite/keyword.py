@@ -53,7 +53,7 @@ _STATE_SQL = (
 )
 
 
-class KeywordTables(SignedKeywords, PackedRanking):
+class KeywordTables(SignedKeywords[sqlite3.Connection, ChunkRow], PackedRanking):
     """Reads and writes the keyword index of one database for one analyzer: the keyword part
     (:class:`~kbcli.stores.parts.Keywords`) of the SQLite stores."""
 

@@ -12,6 +12,7 @@ and deletes and a crash leaves the file at the previous commit.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from kbcli.config.schema import Config
 
 
-class SQLiteStore(Store):
+class SQLiteStore(Store[sqlite3.Connection, catalog.ChunkRow]):
     """A persistent store with an exact BM25 index and vectorised dense search.
 
     ``path``: the database file (parent folders are created). Without one the store is private

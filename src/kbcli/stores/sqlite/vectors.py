@@ -415,7 +415,7 @@ class TableVectors:
     their own search). ``allowed`` keeps the rowids of the last filters (shared with the
     keyword tables)."""
 
-    def __init__(self, path: Path, derived: DerivedVectors, allowed: Any):
+    def __init__(self, path: Path, derived: DerivedVectors, allowed: catalog.AllowedRowids):
         self.path = path
         self.derived = derived
         self.allowed = allowed
@@ -456,8 +456,9 @@ class TableVectors:
             k,
             filter,
             lambda ids: catalog.passing(conn, ids, filter) if filter else set(ids),
-            lambda: self.allowed.get(conn, filter),
-            lambda: self.allowed.peek(conn, filter),
+            # called only with a filter (dense_search)
+            lambda: self.allowed.get(conn, filter or {}),
+            lambda: self.allowed.peek(conn, filter or {}),
         )
 
     def refresh(self, conn: sqlite3.Connection) -> None:
@@ -493,7 +494,7 @@ class TableVectors:
         return todo, conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
     def put_staged(
-        self, conn: sqlite3.Connection, rows: list[tuple[int, str]], vectors: list[Any]
+        self, conn: sqlite3.Connection, rows: list[tuple[int, str]], vectors: list[list[float]]
     ) -> None:
         """Stage vectors of ``rows``."""
         conn.executemany(
