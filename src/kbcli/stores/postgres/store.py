@@ -345,6 +345,11 @@ class PostgresStore(Store["PgConnection", ChunkRow]):
         return self._db.label
 
     @property
+    def read_location(self) -> str | None:
+        """The read server (password redacted), None when reads go to the primary."""
+        return None if self._db.replica is None else self._db.replica.where
+
+    @property
     def exact(self) -> bool:
         """Whether dense search equals a brute-force scan: False while an HNSW index serves it
         (approximate, with an exact fallback when a filter leaves it short of ``k``)."""
