@@ -6,11 +6,11 @@ loaded on first access, so ``import kbcli.embedders`` imports no SDK, numpy or o
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kbcli.embedders.base import BaseEmbedder, EmbedderInfo, embedder_info
 from kbcli.embedders.simple import SimpleEmbedder, cosine_similarity, simple_embedding
+from kbcli.system.exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.embedders.gemini import GeminiEmbedder
@@ -19,11 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from kbcli.embedders.resolve import choose_embedder, resolve_embedder
 
 _LAZY = {
-    "OpenAIEmbedder": ".openai",
-    "GeminiEmbedder": ".gemini",
-    "LocalEmbedder": ".local",
-    "choose_embedder": ".resolve",
-    "resolve_embedder": ".resolve",
+    "OpenAIEmbedder": "openai",
+    "GeminiEmbedder": "gemini",
+    "LocalEmbedder": "local",
+    "choose_embedder": "resolve",
+    "resolve_embedder": "resolve",
 }
 
 __all__ = [
@@ -41,14 +41,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)

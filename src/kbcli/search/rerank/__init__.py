@@ -17,13 +17,13 @@ when a search first reranks. :func:`build_reranker` turns ``rag.rerank`` into on
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kbcli.config.registry import load_reranker_class
 from kbcli.config.schema import Config
 from kbcli.protocols import RerankerProtocol
 from kbcli.search.rerank.base import PassthroughReranker, rescored, sigmoid
+from kbcli.system.exports import lazy_exports
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.search.rerank.api import APIReranker
@@ -31,9 +31,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from kbcli.search.rerank.llm import LLMReranker
 
 _LAZY = {
-    "APIReranker": ".api",
-    "CrossEncoderReranker": ".cross_encoder",
-    "LLMReranker": ".llm",
+    "APIReranker": "api",
+    "CrossEncoderReranker": "cross_encoder",
+    "LLMReranker": "llm",
 }
 
 __all__ = [
@@ -63,14 +63,4 @@ def build_reranker(config: Config) -> RerankerProtocol | None:
     return reranker
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY)
