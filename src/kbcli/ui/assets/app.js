@@ -1,0 +1,1 @@
+// placeholder: the page's script replaces it
