@@ -4,7 +4,7 @@ import ipaddress
 import secrets
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -129,6 +129,6 @@ def _open_browser(url: str) -> None:
               file=sys.stderr)
 
 
-def _answerer(ctx: typer.Context) -> None:
+def _answerer(ctx: typer.Context) -> Any:
     """The chat model that answers the page's questions (none yet)."""
     return None

@@ -152,8 +152,12 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
     explain = _flag(params, "explain")
     try:
         scope = search_scope(_many(params, "filter"), _many(params, "folder"))
-        options = SearchOptions(k=_k(params), mode=mode, filter=scope, explain=explain)
-        hits = run_search(view, query, options, by=by)
+        # the view's scope travels as options.scope (what KnowledgeView.search_with does), so
+        # ranking, keyword statistics and the located lines are the scope's alone
+        options = SearchOptions(
+            k=_k(params), mode=mode, filter=scope, explain=explain, scope=view.filter
+        )
+        hits = run_search(view.kb, query, options, by=by)
     except KBError as exc:
         raise ApiError(400, str(exc)) from None
     pattern = term_pattern(view.analyzer.query_terms(query))
@@ -161,7 +165,11 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
     return {
         "query": query,
         "mode": mode,
-        "hits": [hit_json(rank, hit, pattern, explain) for rank, hit in enumerate(hits, 1)],
+        "hits": [
+            hit_json(rank, hit, pattern, explain)
+            for rank, hit in enumerate(hits, 1)
+            if view.visible(hit.result.document)  # a guard: the stores filter before ranking
+        ],
         "refused": bool(getattr(results, "refused", False)),
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
     }
