@@ -172,3 +172,14 @@ def test_no_index_is_one_line(tmp_path):
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     assert not Path(tmp_path / "none.db").exists()
+
+
+@pytest.mark.slow
+def test_a_silent_connection_is_closed_by_the_limits_kb_mcp_has(indexed):
+    with ui_server() as server:
+        port = int(server.base.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.settimeout(30)
+            assert silent.recv(1) == b""  # closed after the 10 s request deadline
+        assert fetch(server.url)[0] == 200
+    assert "kb ui: closed HTTP connections: 1 sent no whole request in time" in server.stderr

@@ -364,3 +364,28 @@ def test_a_host_without_a_port_is_port_80(index):
     for host, status in (("kb.example.org", 200), ("kb.example.org:81", 421)):
         answer = client.get("/api/status", headers={**auth(), "Host": host})
         assert answer.status_code == status, host
+
+
+def test_a_request_past_its_deadline_is_504_and_a_full_queue_503(index, monkeypatch):
+    import asyncio
+    import time
+
+    from kbcli.ui import server
+    from kbcli.ui.api import ApiError
+
+    ui = UI(index[0])
+    monkeypatch.setattr(server, "DEADLINE", 0.2)
+    with pytest.raises(ApiError) as late:
+        asyncio.run(ui.run(lambda: time.sleep(1)))
+    assert late.value.status == 504 and late.value.message == "the request took over 0.2 s"
+    monkeypatch.setattr(server, "MAX_PENDING", 2)
+
+    async def flood():
+        return await asyncio.gather(
+            *(ui.run(lambda: time.sleep(0.1)) for _ in range(3)), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(flood())
+    refused = [o for o in outcomes if isinstance(o, ApiError)]
+    assert len(refused) == 1 and refused[0].status == 503
+    ui.close()
