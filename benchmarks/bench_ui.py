@@ -17,7 +17,7 @@ after, and the machine.
 ``--during-ingest FILES`` writes FILES Markdown files (about 2 KB each) and runs ``kb ingest``
 on them, into the same index, while the queries are timed (the issue's "usable while kb ingest
 runs"; into a copy of the index, so the next run meets the index as built); the ingest's
-seconds and how many queries it overlapped are printed too.
+seconds, how many queries it overlapped and their server time alone are printed too.
 
     python benchmarks/bench_ui.py --during-ingest 3000
 """
@@ -166,6 +166,7 @@ def main() -> None:
     process, base, token = start(db)
     ingest: subprocess.Popen[bytes] | None = None
     overlapped = 0
+    during: dict[str, list[float]] = {m: [] for m in modes}  # server ms while ingest ran
     ingest_started = 0.0
     server: dict[str, list[float]] = {m: [] for m in modes}
     trip: dict[str, list[float]] = {m: [] for m in modes}
@@ -181,10 +182,13 @@ def main() -> None:
                 env=tree_env(),
             )
         for i, query in enumerate(asked[1:]):
-            overlapped += ingest is not None and ingest.poll() is None
+            running = ingest is not None and ingest.poll() is None
+            overlapped += running
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 ms, total, hits = search(base, token, query, mode)
                 server[mode].append(ms)
+                if running:
+                    during[mode].append(ms)
                 trip[mode].append(total)
                 empty[mode] += hits == 0
         if ingest is not None:
@@ -209,6 +213,7 @@ def main() -> None:
             "ingest_exit": ingest.returncode,
             "ingest_s": round(time.perf_counter() - ingest_started, 1),
             "queries_overlapping_it": overlapped,
+            "server_ms_while_it_ran": {m: p50_p95(during[m]) for m in modes if during[m]},
         },
         "load_before": load_before,
         "load_after": load_average(),
