@@ -2,16 +2,17 @@
 
 Three callers share it: ``kb ask`` (:mod:`kbcli.agent.answer`, the model ``rag.answer``
 names), the LLM reranker (:mod:`kbcli.search.rerank.llm`) and query rewriting
-(:mod:`kbcli.search.rewrite`). Two providers share one request path: any OpenAI-compatible
-chat endpoint through the ``openai`` SDK (:class:`OpenAIChat`: OpenAI, llama.cpp's
-``llama-server``, Ollama, vLLM, LM Studio, DeepSeek ...) and Gemini through ``google-genai``
-(:class:`GeminiChat`, for ``kb ask`` only). Both SDKs are core dependencies and honour
-``base_url`` for a local server, and they give what the callers need (streaming, Gemini's own
-protocol, ``logprobs``), so kb speaks to chat models through them and to nothing else. What
-they share with the embedders is imported, not copied: the retry policy of
-:mod:`kbcli.providers.retry` (the SDKs' own retries are off), each SDK's error classification
-(``classify_error`` in :mod:`kbcli.embedders.openai` and :mod:`kbcli.embedders.gemini`), key
-lookup and redaction (:mod:`kbcli.embedders.provider_settings`), the bounded reading of
+(:mod:`kbcli.search.rewrite`). Two providers share one request path
+(:mod:`kbcli.providers.chat`): any OpenAI-compatible chat endpoint through the ``openai`` SDK
+(``OpenAIChat``: OpenAI, llama.cpp's ``llama-server``, Ollama, vLLM, LM Studio, DeepSeek ...)
+and Gemini through ``google-genai`` (``GeminiChat``, for ``kb ask`` only). Both SDKs are core
+dependencies and honour ``base_url`` for a local server, and they give what the callers need
+(streaming, Gemini's own protocol, ``logprobs``), so kb speaks to chat models through them
+and to nothing else. What they share with the embedders is imported, not copied: the retry
+policy of :mod:`kbcli.providers.retry` (the SDKs' own retries are off), each SDK's error
+classification (``classify_error`` in :mod:`kbcli.embedders.openai` and
+:mod:`kbcli.embedders.gemini`), key lookup and redaction
+(:mod:`kbcli.embedders.provider_settings`), the bounded reading of
 :mod:`kbcli.providers.replies` and the one-line messages of
 :func:`kbcli.providers.http.describe_failure`. Keys are never part of a message.
 
@@ -20,7 +21,7 @@ never a second client: the names in messages (``label``, ``setting``), the error
 (:class:`~kbcli.errors.AnswerError` for ``kb ask``, :class:`~kbcli.errors.RerankerError` for
 search), the variables a key, server and model come from, retries (``rag.answer`` 2, search
 3), the deadline, the reply cap, and whether an empty answer is an error
-(:func:`search_chat` builds the search callers' client).
+(:func:`kbcli.providers.chat.search_chat` builds the search callers' client).
 
 * **Not streamed**: an attempt has ``timeout`` seconds from sending to the last byte; 408, 429,
   5xx, timeouts and connection errors are retried ``max_retries`` times with backoff.
