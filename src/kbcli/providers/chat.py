@@ -54,7 +54,9 @@ class OpenAIChat(ChatModel):
     With nothing configured, the key and the server come from ``OPENAI_API_KEY`` and
     ``OPENAI_BASE_URL`` as the SDK reads them, so a local llama.cpp, Ollama or vLLM server
     works with ``OPENAI_BASE_URL=http://localhost:8080/v1`` (no key needed for a server other
-    than api.openai.com). The model defaults to ``gpt-4o-mini``.
+    than api.openai.com). The model defaults to ``gpt-4o-mini``. The LLM reranker and query
+    rewriting look in ``LLM_*`` variables first (:func:`search_chat`). A ``base_url`` ending in
+    ``/chat/completions`` is taken as the endpoint itself.
     """
 
     provider = "openai"

@@ -159,12 +159,9 @@ class ChatModel:
         self.model = model or first_env(*model_env)[0] or self.default_model
         self.label = label
         self.setting = setting
-        if key_env is not None:
-            self.key_env = key_env
-        self.key_env = (api_key_env,) if api_key_env else self.key_env
+        self.key_env = (api_key_env,) if api_key_env else key_env or type(self).key_env
         key, source = find_api_key(api_key, self.key_env)
-        if base_url_env is not None:
-            self.base_url_env = base_url_env
+        self.base_url_env = type(self).base_url_env if base_url_env is None else base_url_env
         self.base_url = base_url or first_env(*self.base_url_env)[0]
         # A variable named in the configuration must be set; otherwise a server of the user's
         # own (not the provider's) may do without a key.
@@ -181,7 +178,7 @@ class ChatModel:
             raise error(f"{setting}.max_answer_mb must be a positive number")
         self.max_answer_mb = float(max_answer_mb)
         self.max_answer_bytes = max(1, int(max_answer_mb * (1 << 20)))
-        self.answer_caps_reply = max_reply_bytes is None  # messages name max_answer_mb
+        self._cap_from_answer = max_reply_bytes is None  # a too large reply names max_answer_mb
         self.reply_limit = max_reply_bytes or REPLY_FACTOR * self.max_answer_bytes + REPLY_SLACK
         self._reply_hook = reply_cap_hook(self.reply_limit)
         self.retry_policy = RetryPolicy(
@@ -398,7 +395,7 @@ class ChatModel:
     def _describe(self, failure: Failure, attempts: int) -> str:
         if failure.reason == TOO_LONG:
             return self._too_long()
-        if failure.reason == TOO_LARGE and self.answer_caps_reply:
+        if failure.reason == TOO_LARGE and self._cap_from_answer:
             cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
             return (
                 f"{self._where()} sent a reply of more than {failure.detail}, over what {cap} "
