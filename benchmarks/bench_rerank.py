@@ -16,8 +16,9 @@ Models, all built offline in a temporary folder (no machine here reaches a model
   ``--model FOLDER`` where it can be downloaded.
 
 The API and LLM rerankers run against the local fake servers of the tests, so their figures
-are kbcli's own overhead (HTTP, JSON, threads); a real service adds its network round trip and
-model time.
+are kbcli's own overhead (HTTP, JSON, threads; the LLM reranker's chat client is the openai
+SDK's, and its fresh-process figure includes importing it); a real service adds its network
+round trip and model time.
 
 Run:  python benchmarks/bench_rerank.py [--candidates 50] [--queries 10] [--chars 500]
           [--skip-st] [--skip-minilm] [--model FOLDER] [--json]
@@ -190,9 +191,16 @@ def main() -> None:
             add(f"cross-encoder {label} sentence-tf", st, construct)
 
     with FakeRerankServer() as server:
-        add("api (local fake server)", APIReranker(server.url, "m"))
-        add("llm pointwise (local fake)", LLMReranker("m", server.url, workers=4))
-        add("llm listwise (local fake)", LLMReranker("m", server.url, method="listwise"))
+        # the fresh-process runs reach the same server (import, build, one rerank)
+        build = "from kbcli.search.rerank import APIReranker, LLMReranker\nr = "
+        api = f"APIReranker({server.url!r}, 'm')"
+        add("api (local fake server)", APIReranker(server.url, "m"), build + api)
+        pointwise = f"LLMReranker('m', {server.url!r}, workers=4)"
+        llm = LLMReranker("m", server.url, workers=4)
+        add("llm pointwise (local fake)", llm, build + pointwise)
+        listwise = f"LLMReranker('m', {server.url!r}, method='listwise')"
+        llm = LLMReranker("m", server.url, method="listwise")
+        add("llm listwise (local fake)", llm, build + listwise)
 
     meta = {
         "candidates": args.candidates,

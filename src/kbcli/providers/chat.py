@@ -1,380 +1,51 @@
-"""Chat completions through the providers' own SDKs: the model that writes ``kb ask`` answers.
+"""The chat models kb builds: the one chat client (:class:`~kbcli.providers.chat_client.ChatModel`)
+over each provider's SDK, and who builds which.
 
-Two providers share one request path (:class:`ChatModel`): any OpenAI-compatible chat endpoint
-through the ``openai`` SDK (:class:`OpenAIChat`: OpenAI, llama.cpp's ``llama-server``, Ollama,
-vLLM, LM Studio, DeepSeek ...) and Gemini through ``google-genai`` (:class:`GeminiChat`). What
-they share with the embedders is imported, not copied: the retry policy of
-:mod:`kbcli.providers.retry` (the SDKs' own retries are off), each SDK's error classification
-(``classify_error`` in :mod:`kbcli.embedders.openai` and :mod:`kbcli.embedders.gemini`), key
-lookup and redaction (:mod:`kbcli.embedders.provider_settings`) and the one-line messages of
-:func:`kbcli.providers.http.describe_failure`. Keys are never part of a message.
-
-* **Not streamed**: an attempt has ``timeout`` seconds from sending to the last byte; 408, 429,
-  5xx, timeouts and connection errors are retried ``max_retries`` times with backoff.
-* **Streamed** (``on_text``): an attempt lasts until the first piece of text arrives (at most
-  ``timeout`` seconds, retried like any request). After that nothing is retried (the text is
-  already shown): a failure, or a pause of more than ``timeout`` seconds between two pieces,
-  ends the answer with an error.
-* **The whole answer** ends within ``deadline`` seconds (``rag.answer.deadline``: every
-  attempt, wait and streamed piece; a server that streams forever is cut there) and holds at
-  most ``max_answer_mb`` of text (``rag.answer.max_answer_mb``, a ``<think>`` block included),
-  counted while the reply is read: a body (or one line of a stream) is read up to four times
-  that plus 1 MB (:func:`kbcli.providers.replies.reply_cap_hook`), so memory stays bounded
-  whatever the server sends. Past either the answer ends with an :class:`~kbcli.errors.AnswerError`.
-* A ``<think>…</think>`` block at the start of the answer (reasoning models served by Ollama,
-  vLLM or llama.cpp) is left out.
-* An answer without text (a provider's safety filter, ``max_tokens`` spent before any text)
-  and a reply that is not a chat completion are :class:`~kbcli.errors.AnswerError`\\ s.
+:class:`OpenAIChat` speaks to any OpenAI-compatible chat endpoint through the ``openai`` SDK
+(OpenAI, llama.cpp's ``llama-server``, Ollama, vLLM, LM Studio, DeepSeek ...);
+:class:`GeminiChat` to Gemini through ``google-genai`` (``kb ask`` only: the reranker and the
+rewriter speak OpenAI-compatible servers). :func:`build_chat_model` builds ``kb ask``'s model
+from ``rag.answer``; :func:`search_chat` the LLM reranker's and query rewriting's, with their
+own variables, error type and reply cap.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from kbcli.config.registry import CHAT_MODELS, load_class
 from kbcli.config.schema import AnswerConfig
 from kbcli.embedders.gemini import classify_error as gemini_failure
 from kbcli.embedders.openai import classify_error as openai_failure
-from kbcli.embedders.provider_settings import find_api_key, first_env, host_of, redact, short
-from kbcli.errors import AnswerError, require
+from kbcli.embedders.provider_settings import redact, short
+from kbcli.errors import RerankerError, require
 from kbcli.protocols import ChatModelProtocol
-from kbcli.providers.http import TOO_LARGE, describe_failure, last_attempt, past_deadline
-from kbcli.providers.replies import UnreadableReply, megabytes, reply_cap_hook, too_large_in
-from kbcli.providers.retry import (
-    AttemptTimeout,
-    EmbedderRequestError,
-    Failure,
-    RetryPolicy,
-    call_with_retries,
-    relay,
+from kbcli.providers.chat_client import (
+    KEYLESS,
+    ChatModel,
+    Completion,
+    MalformedReply,
+    Message,
+    Piece,
+    Reply,
 )
-from kbcli.providers.thinking import ThinkFilter, strip_thinking
+from kbcli.providers.http import MAX_REPLY_BYTES
+from kbcli.providers.retry import Failure
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
-T = TypeVar("T")
-#: ``(text, finish_reason, model)``: one piece of a completion, as a provider reads it.
-Piece = tuple[str, str | None, str | None]
-KEYLESS = "no-key"  # what the SDKs are given for a local server that needs no key
+__all__ = [
+    "ChatModel",
+    "Completion",
+    "GeminiChat",
+    "OpenAIChat",
+    "build_chat_model",
+    "search_chat",
+]
 
-
-@dataclass(frozen=True)
-class Completion:
-    """One answer: its text (without a leading ``<think>`` block), the model that wrote it
-    and why it stopped (``stop``, ``length`` ...; None when the server does not say)."""
-
-    text: str
-    model: str
-    finish_reason: str | None = None
-
-
-class _Malformed(Exception):
-    """The server answered 2xx with something that is not a chat completion."""
-
-
-class _TooLong(Exception):
-    """The answer's text passed ``max_answer_mb`` (raised while it is read)."""
-
-
-TOO_LONG = "answer too long"  # a Failure's reason
-REPLY_FACTOR = 4  # a reply's body (a stream's line) is read up to this x the answer's cap ...
-REPLY_SLACK = 1 << 20  # ... plus this: JSON escapes and the envelope around the text
-
-
-class ChatModel:
-    """One chat model behind an SDK, with kbcli's retries, deadlines and messages.
-
-    Subclasses set ``provider``, ``default_model`` and ``key_env`` and implement
-    ``_make_client``, ``_create`` (one completion), ``_stream`` (``(text, finish_reason,
-    model)`` pieces) and ``_classify`` (an SDK exception as a
-    :class:`~kbcli.providers.retry.Failure`).
-    ``api_key`` is the key itself; else the variable ``api_key_env`` names; else the
-    provider's variables. ``label`` and ``setting`` name the model and its configuration
-    section in messages. ``deadline`` (seconds) and ``max_answer_mb`` bound each answer (see
-    the module docstring); a client made by ``_make_client`` reads its replies through
-    ``self._reply_hook`` and asks for uncompressed replies.
-    """
-
-    provider = ""
-    default_model = ""
-    key_env: tuple[str, ...] = ()
-    default_host = ""
-    endpoint = "a chat endpoint"  # for messages: what base_url must point at
-
-    def __init__(
-        self,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        api_key_env: str | None = None,
-        timeout: float = 60.0,
-        max_retries: int = 2,
-        label: str = "answer model",
-        setting: str = "rag.answer",
-        deadline: float = 300.0,
-        max_answer_mb: float = 1.0,
-    ) -> None:
-        self.model = model or self.default_model
-        self.label = label
-        self.setting = setting
-        self.key_env = (api_key_env,) if api_key_env else type(self).key_env
-        key, source = find_api_key(api_key, self.key_env)
-        self.base_url = base_url or self._base_url_from_env()
-        # A variable named in the configuration must be set; otherwise a server of the user's
-        # own (not the provider's) may do without a key.
-        if not key and (api_key_env or not self._keyless()):
-            raise AnswerError(self._no_key_message(api_key_env))
-        self._api_key = key
-        self.key_source = source
-        self.timeout = float(timeout)
-        self.deadline = float(deadline)
-        for name, value in (("timeout", self.timeout), ("deadline", self.deadline)):
-            if not value > 0:
-                raise AnswerError(f"{setting}.{name} must be a positive number of seconds")
-        if not max_answer_mb > 0:
-            raise AnswerError(f"{setting}.max_answer_mb must be a positive number")
-        self.max_answer_mb = float(max_answer_mb)
-        self.max_answer_bytes = max(1, int(max_answer_mb * (1 << 20)))
-        self.reply_limit = REPLY_FACTOR * self.max_answer_bytes + REPLY_SLACK
-        self._reply_hook = reply_cap_hook(self.reply_limit)
-        self.retry_policy = RetryPolicy(
-            max_retries=max(0, int(max_retries)), timeout=self.timeout, budget=self.deadline
-        )
-        self._client = self._make_client()
-
-    @classmethod
-    def from_config(cls, settings: AnswerConfig, model: str | None = None) -> ChatModel:
-        """Build from ``rag.answer`` (``model`` overrides ``settings.model``)."""
-        return cls(
-            model or settings.model,
-            settings.base_url,
-            api_key_env=settings.api_key_env,
-            timeout=settings.timeout,
-            max_retries=settings.max_retries,
-            deadline=settings.deadline,
-            max_answer_mb=settings.max_answer_mb,
-        )
-
-    @property
-    def host(self) -> str:
-        """Host (and port) of the server, for messages."""
-        return host_of(self.base_url or self.default_host)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, host={self.host!r})"
-
-    # --- what a provider supplies ---------------------------------------------------------
-
-    def _base_url_from_env(self) -> str | None:
-        return None
-
-    def _keyless(self) -> bool:
-        """True when no key is needed: a server of the user's own at ``base_url``."""
-        return bool(self.base_url) and self.host != host_of(self.default_host)
-
-    def _no_key_message(self, api_key_env: str | None) -> str:
-        if api_key_env:
-            return (
-                f"No API key for the {self.provider} answer model: {self.setting}.api_key_env "
-                f"names {api_key_env}, which is not set"
-            )
-        return (
-            f"No API key for the {self.provider} answer model: set "
-            f"{'/'.join(self.key_env)} (or name another variable in {self.setting}.api_key_env)"
-        )
-
-    def _make_client(self) -> Any:
-        raise NotImplementedError
-
-    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
-        """``(text, finish_reason, model)`` of one completion; raises ``_Malformed``."""
-        raise NotImplementedError
-
-    def _stream(
-        self, messages: list[Message], max_tokens: int, temperature: float
-    ) -> Iterator[Piece]:
-        """``(text, finish_reason, model)`` pieces of a streamed completion."""
-        raise NotImplementedError
-
-    def _classify(self, exc: BaseException) -> Failure | None:
-        raise NotImplementedError
-
-    # --- the shared request path -----------------------------------------------------------
-
-    def complete(
-        self,
-        messages: list[Message],
-        *,
-        max_tokens: int = 800,
-        temperature: float = 0.0,
-        on_text: Callable[[str], None] | None = None,
-    ) -> Completion:
-        """The model's answer to ``messages``; with ``on_text`` the request is streamed and
-        each piece of the answer is passed to it as it arrives."""
-        if on_text is None:
-            text, finish, served = self._retried(
-                lambda: self._create(messages, max_tokens, temperature)
-            )
-            if len((text or "").encode("utf-8")) > self.max_answer_bytes:
-                raise AnswerError(self._too_long())
-            text = strip_thinking(text or "")
-        else:
-            text, finish, served = self._streamed(messages, max_tokens, temperature, on_text)
-        if not text.strip():
-            why = f" (finish reason {finish})" if finish else ""
-            hint = (
-                f": raise {self.setting}.max_tokens" if finish in ("length", "MAX_TOKENS") else ""
-            )
-            raise AnswerError(f"{self._where()} returned an empty answer{why}{hint}")
-        return Completion(text, served or self.model, finish)
-
-    def _where(self) -> str:
-        return f"{self.label} {self.model} at {self.host}"
-
-    def _too_long(self) -> str:
-        cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
-        return (
-            f"{self._where()} sent more than {cap} of answer: stopped reading it; lower "
-            f"{self.setting}.max_tokens, or raise {self.setting}.max_answer_mb for answers "
-            "that long"
-        )
-
-    def _past_deadline(self, what: str = "") -> str:
-        return past_deadline(self._where(), self.setting, self.deadline, what)
-
-    def _metered(self, pieces: Iterator[Piece]) -> Iterator[Piece]:
-        """``pieces`` of a stream, counting their text (thinking included): ``_TooLong``
-        once it passes ``max_answer_bytes``."""
-        seen = 0
-        for text, finish, model in pieces:
-            seen += len((text or "").encode("utf-8"))
-            if seen > self.max_answer_bytes:
-                raise _TooLong
-            yield text, finish, model
-
-    def _retried(self, fn: Callable[[], T]) -> T:
-        try:
-            return call_with_retries(
-                fn,
-                policy=self.retry_policy,
-                classify=self._classify_any,
-                describe=self._describe,
-                on_abandon=self._abandon,
-            )
-        except EmbedderRequestError as exc:
-            raise AnswerError(str(exc)) from None
-
-    def _streamed(
-        self,
-        messages: list[Message],
-        max_tokens: int,
-        temperature: float,
-        on_text: Callable[[str], None],
-    ) -> Piece:
-        state: dict[str, Any] = {"finish": None, "model": None}
-
-        def note(finish: str | None, model: str | None) -> None:
-            state["finish"] = finish or state["finish"]
-            state["model"] = model or state["model"]
-
-        started = time.monotonic()
-
-        def first_text() -> tuple[str, Iterator[Piece], ThinkFilter]:
-            think = ThinkFilter()  # per attempt: a failed one may have stopped mid-thought
-            pieces = self._metered(self._stream(messages, max_tokens, temperature))
-            for text, finish, model in pieces:
-                note(finish, model)
-                shown = think.feed(text or "")
-                if shown:
-                    return shown, pieces, think
-            return "", iter(()), think
-
-        shown, rest, think = self._retried(first_text)
-        parts = [shown]
-        if shown:
-            on_text(shown)
-        # the rest is read in a worker thread, so the deadline holds even while a read waits
-        left = self.deadline - (time.monotonic() - started)
-        try:
-            for text, finish, model in relay(rest, left, self._abandon):
-                note(finish, model)
-                piece = think.feed(text or "")
-                if piece:
-                    parts.append(piece)
-                    on_text(piece)
-        except AttemptTimeout:
-            raise AnswerError(self._past_deadline("; it was still streaming")) from None
-        except _TooLong:
-            raise AnswerError(self._too_long()) from None
-        except Exception as exc:  # noqa: BLE001 - classify decides what is ours
-            failure = self._classify_any(exc)
-            if failure is not None and failure.reason in (TOO_LARGE, TOO_LONG):
-                raise AnswerError(self._describe(failure, 1)) from None
-            if failure is None:
-                raise
-            detail = f": {failure.detail}" if failure.detail else ""
-            what = f"status {failure.status}" if failure.status else failure.reason
-            raise AnswerError(
-                f"{self._where()} stopped in the middle of the answer ({what}){detail}"
-            ) from None
-        if state["finish"] is None:
-            raise AnswerError(
-                f"{self._where()} stopped in the middle of the answer (the stream ended without "
-                "a finish reason)"
-            )
-        tail = think.close()
-        if tail:
-            parts.append(tail)
-            on_text(tail)
-        return "".join(parts), state["finish"], state["model"]
-
-    def _classify_any(self, exc: BaseException) -> Failure | None:
-        if isinstance(exc, _TooLong):
-            return Failure(False, None, TOO_LONG)
-        too_large = too_large_in(exc)  # raised while the SDK read the reply
-        if too_large is not None:
-            return Failure(False, None, TOO_LARGE, None, megabytes(too_large.limit))
-        if isinstance(exc, (_Malformed, UnreadableReply)):
-            return Failure(
-                False, None, "invalid response", None, short(redact(str(exc), self._api_key))
-            )
-        return self._classify(exc)
-
-    def _describe(self, failure: Failure, attempts: int) -> str:
-        if failure.reason == TOO_LONG:
-            return self._too_long()
-        if failure.reason == TOO_LARGE:
-            cap = f"{self.setting}.max_answer_mb ({self.max_answer_mb:g} MB)"
-            return (
-                f"{self._where()} sent a reply of more than {failure.detail}, over what {cap} "
-                f"lets kb read: stopped reading it; lower {self.setting}.max_tokens, or check "
-                f"{self.setting}.base_url"
-            )
-        if failure.exhausted == "budget":
-            return self._past_deadline(last_attempt(failure, attempts))
-        if failure.reason == "invalid response" and failure.status is None:
-            return (
-                f"{self._where()} did not answer with a chat completion ({failure.detail}): is "
-                f"{self.setting}.base_url {self.endpoint}?"
-            )
-        return describe_failure(
-            failure,
-            attempts,
-            where=self._where(),
-            setting=self.setting,
-            key_env=self.key_env,
-            has_key=bool(self._api_key),
-            key_source=self.key_source,
-            host=self.host,
-        )
-
-    def _abandon(self) -> None:
-        """Replace the client after an attempt ran past its deadline, closing its sockets."""
-        old, self._client = self._client, self._make_client()
-        old.close()
+#: Where the LLM reranker and query rewriting find their key, server and model (docs/rerank.md).
+SEARCH_KEY_ENV = ("LLM_API_KEY", "OPENAI_API_KEY", "API_KEY")
+SEARCH_BASE_URL_ENV = ("LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
+SEARCH_MODEL_ENV = ("LLM_MODEL",)
 
 
 class OpenAIChat(ChatModel):
@@ -383,21 +54,21 @@ class OpenAIChat(ChatModel):
     With nothing configured, the key and the server come from ``OPENAI_API_KEY`` and
     ``OPENAI_BASE_URL`` as the SDK reads them, so a local llama.cpp, Ollama or vLLM server
     works with ``OPENAI_BASE_URL=http://localhost:8080/v1`` (no key needed for a server other
-    than api.openai.com). The model defaults to ``gpt-4o-mini``.
+    than api.openai.com). The model defaults to ``gpt-4o-mini``. The LLM reranker and query
+    rewriting look in ``LLM_*`` variables first (:func:`search_chat`). A ``base_url`` ending in
+    ``/chat/completions`` is taken as the endpoint itself.
     """
 
     provider = "openai"
     default_model = "gpt-4o-mini"
     key_env = ("OPENAI_API_KEY",)
+    base_url_env = ("OPENAI_BASE_URL",)
     default_host = "https://api.openai.com/v1"
     endpoint = "an OpenAI-compatible endpoint (ending in /v1)"
 
-    def _base_url_from_env(self) -> str | None:
-        return first_env("OPENAI_BASE_URL")[0]
-
     def _no_key_message(self, api_key_env: str | None) -> str:
         return (
-            f"{super()._no_key_message(api_key_env)}, or point OPENAI_BASE_URL or "
+            f"{super()._no_key_message(api_key_env)}, or point {self.base_url_env[0]} or "
             f"{self.setting}.base_url at a local OpenAI-compatible server"
         )
 
@@ -410,20 +81,26 @@ class OpenAIChat(ChatModel):
             event_hooks={"response": [self._reply_hook]},
             headers={"Accept-Encoding": "identity"},
         )
+        # a base_url of the whole endpoint (``…/v1/chat/completions``) works too
+        base_url = (self.base_url or self.default_host).rstrip("/")
         return openai.OpenAI(
             api_key=self._api_key or KEYLESS,
-            base_url=self.base_url or self.default_host,
+            base_url=base_url.removesuffix("/chat/completions"),
             max_retries=0,
             timeout=self.timeout,
             http_client=http_client,
         )
 
-    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
+    def _create(
+        self, messages: list[Message], max_tokens: int, temperature: float, logprobs: bool
+    ) -> Reply:
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": 5} if logprobs else {}
         response = self._client.chat.completions.create(
             model=self.model,
             messages=messages,
             max_tokens=max_tokens,
             temperature=temperature,
+            **extra,
         )
         try:
             choice = response.choices[0]
@@ -432,8 +109,10 @@ class OpenAIChat(ChatModel):
                 raise TypeError
         except (AttributeError, IndexError, KeyError, TypeError):
             shown = short(response, 80) if isinstance(response, str) else "no choices"
-            raise _Malformed(f"{shown}") from None
-        return text or "", choice.finish_reason, getattr(response, "model", None) or None
+            raise MalformedReply(f"{shown}") from None
+        served = getattr(response, "model", None) or None
+        top = _top_logprobs(choice) if logprobs else None
+        return Reply(text or "", choice.finish_reason, served, top)
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
@@ -450,14 +129,14 @@ class OpenAIChat(ChatModel):
             events += 1
             choices = getattr(chunk, "choices", None)
             if choices is None:
-                raise _Malformed("a stream event without choices")
+                raise MalformedReply("a stream event without choices")
             if not choices:  # a usage-only event
                 continue
             delta = getattr(choices[0], "delta", None)
             text = getattr(delta, "content", None) if delta is not None else None
             yield text or "", choices[0].finish_reason, getattr(chunk, "model", None) or None
         if not events:
-            raise _Malformed("no stream events")
+            raise MalformedReply("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
         return openai_failure(self._openai, exc, api_key=self._api_key, timeout=self.timeout)
@@ -521,7 +200,7 @@ class GeminiChat(ChatModel):
             reason = getattr(feedback, "block_reason", None)
             if reason is not None:
                 return "", f"blocked: {getattr(reason, 'value', reason)}"
-            raise _Malformed("no candidates")
+            raise MalformedReply("no candidates")
         if not candidates:
             return "", None
         first = candidates[0]
@@ -533,12 +212,15 @@ class GeminiChat(ChatModel):
         )
         return text, getattr(finish, "value", finish)
 
-    def _create(self, messages: list[Message], max_tokens: int, temperature: float) -> Piece:
+    def _create(
+        self, messages: list[Message], max_tokens: int, temperature: float, logprobs: bool
+    ) -> Reply:
+        # logprobs: only the LLM reranker asks, and it speaks OpenAI-compatible servers only
         response = self._client.models.generate_content(
             **self._request(messages, max_tokens, temperature)
         )
         text, finish = self._text_of(response)
-        return text, finish, getattr(response, "model_version", None)
+        return Reply(text, finish, getattr(response, "model_version", None))
 
     def _stream(
         self, messages: list[Message], max_tokens: int, temperature: float
@@ -551,7 +233,7 @@ class GeminiChat(ChatModel):
             text, finish = self._text_of(chunk)
             yield text, finish, getattr(chunk, "model_version", None)
         if not events:
-            raise _Malformed("no stream events")
+            raise MalformedReply("no stream events")
 
     def _classify(self, exc: BaseException) -> Failure | None:
         failure = gemini_failure(self._errors, exc, api_key=self._api_key, timeout=self.timeout)
@@ -560,6 +242,54 @@ class GeminiChat(ChatModel):
             detail = short(redact(str(exc), self._api_key), 80)
             return Failure(False, None, "invalid response", None, detail)
         return failure
+
+
+def _top_logprobs(choice: Any) -> dict[str, float] | None:
+    """The first token's alternatives of an SDK ``choice`` as ``{token: logprob}`` (the token
+    itself when the server lists no alternatives); None when the server sent none."""
+    try:
+        first = choice.logprobs.content[0]
+        alternatives = getattr(first, "top_logprobs", None) or [first]
+        return {str(a.token): float(a.logprob) for a in alternatives}
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        return None
+
+
+def search_chat(
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    *,
+    label: str,
+    setting: str,
+    timeout: float,
+    max_retries: int,
+    deadline: float,
+) -> OpenAIChat:
+    """The chat client of the LLM reranker and query rewriting (``label``, ``setting``): an
+    OpenAI-compatible endpoint whose key, server and model come from the argument, else
+    ``LLM_*`` / ``OPENAI_*`` variables (:data:`SEARCH_KEY_ENV` ...); failures raise
+    :class:`~kbcli.errors.RerankerError`, and a reply is read up to 16 MB."""
+    keys = "/".join(SEARCH_KEY_ENV)
+    return OpenAIChat(
+        model,
+        base_url,
+        api_key,
+        label=label,
+        setting=setting,
+        timeout=timeout,
+        max_retries=max_retries,
+        deadline=deadline,
+        key_env=SEARCH_KEY_ENV,
+        base_url_env=SEARCH_BASE_URL_ENV,
+        model_env=SEARCH_MODEL_ENV,
+        error=RerankerError,
+        missing_key=(
+            f"No API key for the {label} ({keys}): set one, or set {setting}.base_url to a "
+            "local OpenAI-compatible server"
+        ),
+        max_reply_bytes=MAX_REPLY_BYTES,
+    )
 
 
 def build_chat_model(settings: AnswerConfig, model: str | None = None) -> ChatModelProtocol:

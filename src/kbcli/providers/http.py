@@ -1,19 +1,20 @@
-"""JSON over HTTP for the rerank and chat endpoints, with the embedders' request policy.
+"""JSON over HTTP for the rerank API, and the one-line messages of every provider request.
 
-The API reranker, the LLM reranker and query rewriting talk to plain REST endpoints, so they
-use the standard library (``urllib``: no SDK to import, nothing to install). What is shared
-with the embedders is imported, not copied: the retry policy, backoff and ``Retry-After``
-handling of :mod:`kbcli.providers.retry`, and the key lookup, redaction and host helpers of
-:mod:`kbcli.embedders.provider_settings`. Keys are sent only in the ``Authorization`` header and
-never
-appear in messages (server messages are redacted before they are quoted).
+The API reranker talks to a plain REST endpoint (``POST …/rerank``: no SDK exists for it), so
+it uses the standard library (``urllib``: nothing to import, nothing to install) through
+:class:`JSONEndpoint`. Chat models (``kb ask``, the LLM reranker, query rewriting) go through
+the one chat client, :class:`kbcli.providers.chat_client.ChatModel`, over the providers'
+SDKs. What is shared with the embedders is imported, not copied: the retry policy, backoff and
+``Retry-After`` handling of :mod:`kbcli.providers.retry`, and the redaction and host helpers
+of :mod:`kbcli.embedders.provider_settings`. Keys are sent only in the ``Authorization``
+header and never appear in messages (server messages are redacted before they are quoted);
+:func:`describe_failure` writes the message of any request that failed for good.
 
 Every reply is read within bounds, whatever the server sends: at most ``max_bytes`` of a body
-(:data:`MAX_REPLY_BYTES`, 16 MB, for these endpoints; :func:`~kbcli.providers.replies.read_capped`),
-the first :data:`MAX_ERROR_BYTES` of an error's body, and one call (every request, retry and
-wait of a rerank or a rewrite) within its ``deadline``. The SDK chat clients of
-:mod:`kbcli.providers.chat` bound their replies with
-:func:`~kbcli.providers.replies.reply_cap_hook`.
+(:data:`MAX_REPLY_BYTES`, 16 MB; :func:`~kbcli.providers.replies.read_capped`), the first
+:data:`~kbcli.providers.replies.MAX_ERROR_BYTES` of an error's body, and one call (every
+request, retry and wait of a rerank) within its ``deadline``. The chat client bounds its
+replies the same way with :func:`~kbcli.providers.replies.reply_cap_hook`.
 """
 
 from __future__ import annotations
@@ -24,19 +25,18 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from kbcli.embedders.provider_settings import (
-    find_api_key,
-    first_env,
-    host_of,
-    redact,
-    short,
-    transport_errors,
-)
+from kbcli.embedders.provider_settings import host_of, redact, short, transport_errors
 from kbcli.errors import RerankerError
-from kbcli.providers.replies import ReplyTooLarge, UnreadableReply, megabytes, read_capped
+from kbcli.providers.replies import (
+    MAX_ERROR_BYTES,
+    ReplyTooLarge,
+    UnreadableReply,
+    megabytes,
+    read_capped,
+)
 from kbcli.providers.retry import (
     EmbedderRequestError,
     Failure,
@@ -48,13 +48,7 @@ from kbcli.providers.retry import (
     parse_retry_after,
 )
 
-DEFAULT_CHAT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_CHAT_MODEL = "gpt-4o-mini"
-CHAT_KEY_ENV = ("LLM_API_KEY", "OPENAI_API_KEY", "API_KEY")
-CHAT_BASE_URL_ENV = ("LLM_BASE_URL", "OPENAI_BASE_URL", "OPENAI_API_BASE")
-CHAT_MODEL_ENV = ("LLM_MODEL",)
-MAX_REPLY_BYTES = 16 << 20  # a rerank or chat reply (a rerank of 1000 documents is < 2 MB)
-MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
+MAX_REPLY_BYTES = 16 << 20  # a rerank or search chat reply (a rerank of 1000 documents < 2 MB)
 TOO_LARGE = "reply too large"  # a Failure's reason: the reply passed its bound
 
 
@@ -290,98 +284,3 @@ def last_attempt(failure: Failure, attempts: int) -> str:
     if attempts == 1:
         return f"; {what}" if what else ""
     return f"; {attempts} attempts" + (f", the last: {what}" if what else "")
-
-
-@dataclass(frozen=True)
-class ChatReply:
-    """One chat completion: its text and, when asked for and served, the first token's
-    alternatives as ``{token: logprob}``."""
-
-    text: str
-    top_logprobs: dict[str, float] | None = None
-
-
-class ChatClient:
-    """An OpenAI-compatible ``POST …/chat/completions`` client (OpenAI, Ollama, vLLM, LM
-    Studio, llama.cpp, SiliconFlow, DeepSeek ...).
-
-    Settings come from the argument, else the environment: key ``LLM_API_KEY`` /
-    ``OPENAI_API_KEY`` / ``API_KEY``; base URL ``LLM_BASE_URL`` / ``OPENAI_BASE_URL`` /
-    ``OPENAI_API_BASE`` / ``https://api.openai.com/v1``; model ``LLM_MODEL`` / ``gpt-4o-mini``.
-    A server at another ``base_url`` may need no key (a local Ollama); OpenAI itself does.
-    """
-
-    def __init__(
-        self,
-        model: str | None = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        *,
-        label: str = "chat model",
-        setting: str = "rag.rerank",
-        timeout: float = 60.0,
-        max_retries: int = 3,
-        deadline: float | None = None,
-    ) -> None:
-        key, source = find_api_key(api_key, CHAT_KEY_ENV)
-        self.base_url = base_url or first_env(*CHAT_BASE_URL_ENV)[0] or DEFAULT_CHAT_BASE_URL
-        self.model = model or first_env(*CHAT_MODEL_ENV)[0] or DEFAULT_CHAT_MODEL
-        if not key and host_of(self.base_url) == host_of(DEFAULT_CHAT_BASE_URL):
-            raise RerankerError(
-                f"No API key for the {label} ({'/'.join(CHAT_KEY_ENV)}): set one, or set "
-                f"{setting}.base_url to a local OpenAI-compatible server"
-            )
-        self._endpoint = JSONEndpoint(
-            endpoint(self.base_url, "chat/completions"),
-            api_key=key,
-            key_source=source,
-            key_env=CHAT_KEY_ENV,
-            label=f"{label} {self.model}",
-            setting=setting,
-            timeout=timeout,
-            max_retries=max_retries,
-            deadline=deadline,
-        )
-
-    def __repr__(self) -> str:
-        return f"ChatClient(model={self.model!r}, host={host_of(self.base_url)!r})"
-
-    def complete(
-        self,
-        messages: list[dict[str, str]],
-        *,
-        max_tokens: int = 256,
-        temperature: float = 0.0,
-        logprobs: bool = False,
-        until: float | None = None,
-    ) -> ChatReply:
-        """The model's answer to ``messages`` (``[{role, content}]``); ``until`` as for
-        :meth:`JSONEndpoint.post`."""
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
-        if logprobs:
-            payload["logprobs"] = True
-            payload["top_logprobs"] = 5
-        data = self._endpoint.post(payload, until=until)
-        try:
-            choice = data["choices"][0]
-            text = choice["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            raise RerankerError(
-                f"{self._endpoint.label} at {self._endpoint.host} answered without "
-                "choices[0].message.content: is base_url an OpenAI-compatible chat endpoint?"
-            ) from None
-        return ChatReply(str(text), _top_logprobs(choice) if logprobs else None)
-
-
-def _top_logprobs(choice: dict[str, Any]) -> dict[str, float] | None:
-    try:
-        first = choice["logprobs"]["content"][0]
-        alternatives = first.get("top_logprobs") or [first]
-        return {str(a["token"]): float(a["logprob"]) for a in alternatives}
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None

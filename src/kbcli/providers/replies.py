@@ -1,7 +1,9 @@
 """Replies read within bounds, whatever a server sends: a body up to a number of bytes
 (:func:`read_capped` for urllib, :func:`reply_cap_hook` for the httpx clients inside the SDKs),
-an event stream line by line, a compressed body inflated within the same bounds. Past a bound
-the reading stops with :class:`ReplyTooLarge`, so the rest is never held in memory."""
+an event stream line by line, a compressed body inflated within the same bounds, an error's
+body up to :data:`MAX_ERROR_BYTES` (only its message is shown). Past a bound the reading stops
+with :class:`ReplyTooLarge` (an error's body is cut there instead), so the rest is never held
+in memory."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 READ_BLOCK = 64 << 10
+MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
 
 
 class UnreadableReply(Exception):
@@ -62,7 +65,9 @@ def reply_cap_hook(limit: int) -> Callable[[Any], None]:
     decoded: a body at ``limit`` bytes, an event stream (``text/event-stream``) at ``limit``
     bytes per line, its total left to the caller (which counts the text it gets). A gzip or
     deflate body is inflated here, within the same bounds (a small compressed reply can
-    inflate to gigabytes); any other encoding is refused. Give the client
+    inflate to gigabytes); any other encoding is refused. An error's body (status 400 and
+    up) is cut at :data:`MAX_ERROR_BYTES` (or ``limit`` when lower) without raising, so the
+    SDK still reports the status and the start of the server's message. Give the client
     ``Accept-Encoding: identity`` too, so a server has no reason to compress.
 
     Raises :class:`ReplyTooLarge` from the reading of the body (the SDK's call, or its
@@ -79,6 +84,9 @@ def reply_cap_hook(limit: int) -> Callable[[Any], None]:
         stream = _capped_class(module.SyncByteStream)()
         stream.inner, stream.limit, stream.inflate = response.stream, limit, inflate
         stream.per_line = kind.startswith("text/event-stream")
+        stream.cut = response.status_code >= 400
+        if stream.cut:
+            stream.per_line, stream.limit = False, min(limit, MAX_ERROR_BYTES)
         response.stream = stream
 
     return hook
@@ -106,7 +114,10 @@ def _capped_iter(self: Any) -> Iterator[bytes]:
             else:
                 seen += len(chunk)
             if seen > self.limit:
-                raise ReplyTooLarge(self.limit)
+                if not self.cut:
+                    raise ReplyTooLarge(self.limit)
+                yield chunk[: len(chunk) - (seen - self.limit)]
+                return
             yield chunk
 
 

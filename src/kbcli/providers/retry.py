@@ -1,6 +1,7 @@
-"""The retry policy shared by the HTTP embedders (OpenAI, Gemini).
+"""The retry policy of every provider request: the embedders (OpenAI, Gemini), the one chat
+client (:mod:`kbcli.providers.chat_client`) and the rerank API (:mod:`kbcli.providers.http`).
 
-One policy, written once, so both providers behave alike and tests can check it:
+One policy, written once, so every provider behaves alike and tests can check it:
 
 * retry on 408, 429 and 5xx answers, on timeouts and on connection errors;
 * never retry other 4xx answers (400, 401, 403, 404 ...): they fail at once;

@@ -35,7 +35,7 @@ import time
 from kbcli.config.schema import Config, RewriteConfig
 from kbcli.config.vocabulary import REWRITE_MODES
 from kbcli.errors import InvalidOptionError
-from kbcli.providers.http import ChatClient
+from kbcli.providers.chat import search_chat
 
 HYDE_SYSTEM = "You write short factual passages."
 HYDE_USER = (
@@ -54,7 +54,8 @@ class QueryRewriter:
     """Turns a query into extra recall routes: ``(label, text, mode)`` triples.
 
     ``mode`` is ``hyde``, ``expand`` or ``both``; ``model`` / ``base_url`` / ``api_key`` are
-    resolved as :class:`~kbcli.providers.http.ChatClient` does.
+    resolved as :func:`~kbcli.providers.chat.search_chat` does (the one chat client, with the
+    rewriter's retries and ``deadline``).
     """
 
     def __init__(
@@ -75,7 +76,7 @@ class QueryRewriter:
             )
         self.mode = mode
         self.expansions = max(1, int(expansions))
-        self.client = ChatClient(
+        self.client = search_chat(
             model,
             base_url,
             api_key,
@@ -111,7 +112,8 @@ class QueryRewriter:
             {"role": "system", "content": HYDE_SYSTEM},
             {"role": "user", "content": HYDE_USER.format(query=query)},
         ]
-        return self.client.complete(messages, max_tokens=200, until=until).text.strip()
+        reply = self.client.complete(messages, max_tokens=200, until=until, empty_ok=True)
+        return reply.text.strip()
 
     def expand(self, query: str, until: float | None = None) -> list[str]:
         """Up to ``expansions`` other phrasings of ``query`` (never the query itself)."""
@@ -119,7 +121,10 @@ class QueryRewriter:
             {"role": "system", "content": EXPAND_SYSTEM},
             {"role": "user", "content": EXPAND_USER.format(n=self.expansions, query=query)},
         ]
-        text = self.client.complete(messages, max_tokens=60 * self.expansions, until=until).text
+        reply = self.client.complete(
+            messages, max_tokens=60 * self.expansions, until=until, empty_ok=True
+        )
+        text = reply.text
         seen = {query.strip().lower()}
         out = []
         for line in text.splitlines():

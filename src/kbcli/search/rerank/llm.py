@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kbcli.config.schema import RerankConfig
 from kbcli.errors import InvalidOptionError
-from kbcli.providers.http import ChatClient
+from kbcli.providers.chat import search_chat
 from kbcli.search.rerank.base import rescored
 from kbcli.types import SearchResult
 
@@ -99,9 +99,9 @@ class LLMReranker:
     """Rescores candidates with a chat model (see the module docstring for the prompts).
 
     ``model``, ``base_url`` and ``api_key`` are resolved as
-    :class:`~kbcli.providers.http.ChatClient`
-    does (``LLM_*`` / ``OPENAI_*`` variables). ``logprobs=False`` for servers that reject the
-    ``logprobs`` field (pointwise then scores 1.0 or 0.0).
+    :func:`~kbcli.providers.chat.search_chat` does (``LLM_*`` / ``OPENAI_*`` variables): the
+    one chat client, with this reranker's retries and ``deadline``. ``logprobs=False`` for
+    servers that reject the ``logprobs`` field (pointwise then scores 1.0 or 0.0).
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class LLMReranker:
         self.workers = max(1, int(workers))
         self.max_chars = max(1, int(max_chars))
         self.logprobs = logprobs
-        self.client = ChatClient(
+        self.client = search_chat(
             model,
             base_url,
             api_key,
@@ -181,7 +181,9 @@ class LLMReranker:
                 "content": POINTWISE_USER.format(query=query, passage=text[: self.max_chars]),
             },
         ]
-        reply = self.client.complete(messages, max_tokens=1, logprobs=self.logprobs, until=until)
+        reply = self.client.complete(
+            messages, max_tokens=1, logprobs=self.logprobs, until=until, empty_ok=True
+        )
         return yes_probability(reply.text, reply.top_logprobs)
 
     def _listwise(self, query: str, texts: list[str], until: float | None = None) -> list[float]:
@@ -192,5 +194,7 @@ class LLMReranker:
             {"role": "system", "content": LISTWISE_SYSTEM},
             {"role": "user", "content": LISTWISE_USER.format(query=query, passages=passages)},
         ]
-        reply = self.client.complete(messages, max_tokens=8 * len(texts) + 16, until=until)
+        reply = self.client.complete(
+            messages, max_tokens=8 * len(texts) + 16, until=until, empty_ok=True
+        )
         return listwise_scores(reply.text, len(texts))
