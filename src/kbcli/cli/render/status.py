@@ -28,8 +28,8 @@ def status_output(status: IndexStatus) -> None:
             )
         console.print(table)
         for root in status.roots:
-            for line in _examples(root):
-                console.print(Text(line), soft_wrap=True)
+            for example in _examples(root):
+                console.print(Text(example), soft_wrap=True)
     else:
         console.print("No ingested roots recorded (kb ingest PATH records them).")
     pending = status.vectors_pending
@@ -40,9 +40,9 @@ def status_output(status: IndexStatus) -> None:
     changed_at = (status.watermark or {}).get("changed_at")
     rows.append(("Index changed", changed_at or status.last_ingest or "never"))
     for key, value in rows:
-        line = Text(f"{key:<14} ", style="bold")
-        line.append(value)
-        console.print(line, soft_wrap=True)
+        row = Text(f"{key:<14} ", style="bold")
+        row.append(value)
+        console.print(row, soft_wrap=True)
     console.print(Text(status.summary()), soft_wrap=True)
 
 
