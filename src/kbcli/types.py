@@ -96,6 +96,54 @@ class SearchResult:
     score: float
     explain: dict[str, Any] | None = None
     match: LineMatch | None = None
+    freshness: Freshness | None = None
+
+
+#: What a hit's passage is, compared with its file on disk (:mod:`kbcli.search.freshness`):
+#: ``current`` (size and mtime match the indexed version, or its hash does), ``changed`` (the
+#: file differs), ``missing`` (gone or unreadable), ``vectors_pending`` (current but without
+#: a vector yet: keyword search finds it, semantic search not yet), ``not_a_file`` (text added
+#: with ``kb add`` or an agent's note: nothing on disk to compare).
+FRESHNESS_STATES = ("current", "changed", "missing", "vectors_pending", "not_a_file")
+#: The states whose passage may no longer say what the file says (``--stale hide|fail``).
+STALE_STATES = ("changed", "missing")
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How fresh one hit is: its ``state`` (one of :data:`FRESHNESS_STATES`) and when its
+    file was indexed (``indexed_at``, ISO 8601; a chunk of no file: when it was added)."""
+
+    state: str
+    indexed_at: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        """True when the passage may no longer match its file (changed or missing)."""
+        return self.state in STALE_STATES
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"state": ..., "indexed_at": ...}`` (what ``kb search --json`` and MCP show)."""
+        return {"state": self.state, "indexed_at": self.indexed_at}
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How current an index is as a whole: when it last committed a change (``changed_at``,
+    ISO 8601; None when the store does not say), whether an ingest holds its writer lock now
+    (``syncing``), and how many chunks still wait for a vector (``vectors_pending``)."""
+
+    changed_at: str | None
+    syncing: bool
+    vectors_pending: int
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"changed_at": ..., "syncing": ..., "vectors_pending": ...}``."""
+        return {
+            "changed_at": self.changed_at,
+            "syncing": self.syncing,
+            "vectors_pending": self.vectors_pending,
+        }
 
 
 def normalize_mode(mode: str) -> str:

@@ -16,6 +16,7 @@ from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FreshnessReadsContract,
     FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
@@ -72,6 +73,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

@@ -14,6 +14,7 @@ from kbcli.testing import (  # noqa: E402
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FreshnessReadsContract,
     FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
@@ -59,6 +60,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

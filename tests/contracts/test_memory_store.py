@@ -9,6 +9,7 @@ from kbcli.testing import (  # no PersistenceContract: nothing is kept on disk
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FreshnessReadsContract,
     FilterDifferentialContract,
     KeywordIndexContract,
     RoutesContract,
@@ -34,6 +35,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

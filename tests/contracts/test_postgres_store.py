@@ -8,6 +8,7 @@ from kbcli.testing import (
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FreshnessReadsContract,
     FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
@@ -49,6 +50,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

@@ -9,6 +9,7 @@ from kbcli.testing import (
     DocumentCatalogContract,
     EmbeddingCacheContract,
     FileLedgerContract,
+    FreshnessReadsContract,
     FilterDifferentialContract,
     KeywordIndexContract,
     PersistenceContract,
@@ -44,6 +45,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 
