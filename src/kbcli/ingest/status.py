@@ -229,7 +229,7 @@ def index_status(
     out: list[RootStatus] = []
     if paths:
         for path in paths:
-            out.append(_path_status(path, roots, records, seen, max_bytes))
+            out += _path_status(path, roots, records, seen, max_bytes)
     else:
         for root in roots:
             out.append(_walk_root(root, Path(source_path(root.path)), records, seen, max_bytes))
@@ -246,28 +246,58 @@ def index_status(
     )
 
 
+def scope_status(
+    store: StatusStore,
+    sources: set[str],
+    *,
+    max_bytes: int | None = None,
+    vectors_pending: int = 0,
+    watermark: dict[str, Any] | None = None,
+) -> IndexStatus:
+    """The status of a scope: its indexed files (``sources`` with a ledger record) checked
+    for changed or gone, one group naming no root (a file not indexed belongs to
+    no scope, so none is ``new``); ``vectors_pending`` counted in the scope by the caller."""
+    records = store.file_records()
+    names = sorted(name for name in sources if name in records)
+    group = _records_status("(scope)", None, names, records, max_bytes)
+    return IndexStatus([group], None, vectors_pending, None, None, watermark)
+
+
 def _path_status(
     path: Path,
     roots: list[Root],
     records: Mapping[str, FileRecord],
     seen: set[str],
     max_bytes: int | None,
-) -> RootStatus:
-    """The status under one PATH argument."""
+) -> list[RootStatus]:
+    """The status under one PATH argument: the recorded root it lies in (walked there only),
+    else the recorded roots inside it and its other indexed files."""
     resolved = Path(os.path.abspath(path.expanduser()))
     real = resolved.resolve()
-    name = source_name(real)
     for root in roots:
         root_path = Path(source_path(root.path))
         if real == root_path or (not root.is_file and real.is_relative_to(root_path)):
-            return _walk_root(root, root_path, records, seen, max_bytes, only=real)
-    under = [r for r in records if r == name or Path(source_path(r)).is_relative_to(real)]
-    if not under:
+            return [_walk_root(root, root_path, records, seen, max_bytes, only=real)]
+    out = []
+    for root in roots:
+        root_path = Path(source_path(root.path))
+        if root_path.is_relative_to(real):
+            out.append(_walk_root(root, root_path, records, seen, max_bytes))
+    name = source_name(real)
+    rest = [
+        r
+        for r in records
+        if r not in seen and (r == name or Path(source_path(r)).is_relative_to(real))
+    ]
+    if rest:
+        seen.update(rest)
+        out.append(_records_status(name, None, rest, records, max_bytes))
+    if not out:
         raise InvalidOptionError(
             f"{source_name(resolved)} is not ingested: no indexed file lies under it (kb "
             "ingest it first, or run kb status without a path for every ingested root)"
         )
-    return _records_status(name, None, under, records, max_bytes)
+    return out
 
 
 def _under_any(name: str, roots: list[Root]) -> bool:

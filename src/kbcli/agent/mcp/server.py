@@ -1,7 +1,8 @@
 """``kb mcp``: the knowledge tools over the Model Context Protocol (official ``mcp`` SDK 2.x).
 
-Tools: ``knowledge_search``, ``knowledge_get`` and ``knowledge_stats`` (and, when writing is
-allowed, ``knowledge_add`` and ``knowledge_delete``) from :mod:`kbcli.agent.tools.read`,
+Tools: ``knowledge_search``, ``knowledge_get``, ``knowledge_stats`` and ``knowledge_status``
+(and, when writing is allowed, ``knowledge_add`` and ``knowledge_delete``) from
+:mod:`kbcli.agent.tools` (``read``, ``status``, ``write``),
 served as they are: the server lists each tool's own JSON Schema and hands the raw arguments to
 the tool, which validates them (unknown keys, bounds, filters) and answers with text. A failure
 is an error result with one ``Error: ...`` line, never a traceback. The SDK's low-level
@@ -62,6 +63,7 @@ from kbcli.agent.mcp.audit import AuditLog
 from kbcli.agent.mcp.http_limits import Limits, address, serve
 from kbcli.agent.tools.base import KnowledgeTool, ToolResult
 from kbcli.agent.tools.read import knowledge_tools
+from kbcli.agent.tools.status import KnowledgeStatusTool
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
 from kbcli.filters.model import canonical_paths, validate_filter
@@ -216,6 +218,8 @@ class KnowledgeMCP:
             tools = knowledge_tools(
                 self.base, scope, allow_write=write, writer=writer, **self.search_options
             )
+            view = self.base.scoped(scope) if scope else self.base
+            tools.insert(3, KnowledgeStatusTool(view))  # after knowledge_stats
             self._tools[key] = {tool.name: tool for tool in tools}
         return self._tools[key]
 
@@ -287,7 +291,8 @@ class KnowledgeMCP:
             version=__version__,
             instructions=(
                 "A local knowledge base. Use knowledge_search to find passages (cite their "
-                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts"
+                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts, "
+                "knowledge_status to learn whether the index is behind its files"
                 + (
                     "; knowledge_add stores a note, knowledge_delete removes one (where allowed)."
                     if self.allow_write

@@ -1,0 +1,78 @@
+"""``kb status``: is the index behind its files (exit 6) or current (exit 0)?"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kbcli.cli import render
+from kbcli.cli.context import catalog, configuration, open_kb
+from kbcli.cli.group import KBCommand, command_app
+from kbcli.cli.options import example
+from kbcli.cli.render.status import status_output
+from kbcli.cli.state import get_state, global_options
+from kbcli.errors import IndexBehindError
+from kbcli.ingest.files import limit_bytes
+from kbcli.ingest.status import database_file, index_status
+from kbcli.ingest.watch_marker import watch_running
+from kbcli.search.freshness import index_watermark
+
+app = command_app()
+
+
+@app.command(
+    cls=KBCommand,
+    epilog=example(
+        "kb status",
+        "kb status ~/notes --json",
+        "kb status -q || kb ingest ~/notes",
+    ),
+)
+@global_options()
+def status(
+    ctx: typer.Context,
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(
+            metavar="[PATH]...", help="Ingested folders or files [default: every root]."
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the status as one JSON object.")
+    ] = False,
+) -> None:
+    """Show whether the index is behind its files: per ingested root, the files new, changed
+    or gone since its last sync (a stat per file; a hash only where the size matches and the
+    mtime does not), chunks without vectors, a kb watch running. Exit 0 when current, 6 when
+    behind (kb ingest brings it up to date)."""
+
+    state = get_state(ctx)
+    kb = open_kb(ctx, create=False)
+    try:
+        store = catalog(kb)
+        watermark = index_watermark(kb)
+        db = (
+            database_file(store)
+            or Path(state.db or configuration(state).paths.knowledge_db).expanduser()
+        )
+        running, pid = watch_running(db)
+        found = index_status(
+            kb.store,  # type: ignore[arg-type]
+            paths or [],
+            max_bytes=limit_bytes(configuration(state).limits.max_file_mb),
+            vectors_pending=watermark.vectors_pending,
+            watch_running=running,
+            watch_pid=pid,
+            watermark=watermark.as_json(),
+        )
+    finally:
+        kb.close()
+    if json_out:
+        render.print_json(found.as_json())
+    elif state.quiet:
+        if found.behind:
+            render.message(found.summary())
+    else:
+        status_output(found)
+    if found.behind:
+        raise typer.Exit(IndexBehindError.exit_code)
