@@ -23,9 +23,9 @@ app = command_app()
 @app.command(
     cls=KBCommand,
     epilog=example(
-        "kb status",
-        "kb status ~/notes --json",
-        "kb status -q || kb ingest ~/notes",
+        "kb --db team.db status",
+        "kb --db team.db status notes --json",
+        "kb -q status || kb -q ingest docs notes",
     ),
 )
 @global_options()
