@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from kbcli.cli import render
-from kbcli.cli.context import catalog, configuration, open_kb
+from kbcli.cli.context import configuration, open_kb
 from kbcli.cli.group import KBCommand, command_app
 from kbcli.cli.options import example
 from kbcli.cli.render.status import status_output
@@ -15,6 +15,7 @@ from kbcli.errors import IndexBehindError
 from kbcli.ingest.files import limit_bytes
 from kbcli.ingest.status import database_file, index_status
 from kbcli.ingest.watch_marker import watch_running
+from kbcli.ingest.writes import ledger_store
 from kbcli.search.freshness import index_watermark
 
 app = command_app()
@@ -47,19 +48,17 @@ def status(
     behind (kb ingest brings it up to date)."""
 
     state = get_state(ctx)
+    config = configuration(state)
     kb = open_kb(ctx, create=False)
     try:
-        store = catalog(kb)
+        store = ledger_store(kb)  # a store without a file ledger: one line, exit 2
         watermark = index_watermark(kb)
-        db = (
-            database_file(store)
-            or Path(state.db or configuration(state).paths.knowledge_db).expanduser()
-        )
+        db = database_file(store) or Path(state.db or config.paths.knowledge_db).expanduser()
         running, pid = watch_running(db)
         found = index_status(
-            kb.store,  # type: ignore[arg-type]
+            store,
             paths or [],
-            max_bytes=limit_bytes(configuration(state).limits.max_file_mb),
+            max_bytes=limit_bytes(config.limits.max_file_mb),
             vectors_pending=watermark.vectors_pending,
             watch_running=running,
             watch_pid=pid,
