@@ -107,6 +107,9 @@ class SearchResult:
 FRESHNESS_STATES = ("current", "changed", "missing", "vectors_pending", "not_a_file")
 #: The states whose passage may no longer say what the file says (``--stale hide|fail``).
 STALE_STATES = ("changed", "missing")
+#: What a search does with such hits (``--stale``, ``SearchOptions.stale``): leave them out
+#: and fill up from further hits, mark them (the default), or fail (exit code 6).
+STALE_POLICIES = ("hide", "flag", "fail")
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,11 @@ class SearchOptions:
     how many hits are recalled for it (``None``: ``rag.rerank.candidates``; never below 2×k);
     ``min_relevance`` drops hits the reranker scores lower (``None``: ``rag.rerank.min_relevance``);
     ``rewrite`` is ``none``, ``hyde``, ``expand`` or ``both`` (``None``: ``rag.rewrite.mode``).
+
+    ``stale`` is what a search does with hits whose file changed or is gone since it was
+    indexed (:mod:`kbcli.search.freshness`): ``flag`` (the default) returns them with their
+    state, ``hide`` leaves them out and fills up from further hits, ``fail`` raises
+    :class:`~kbcli.errors.IndexBehindError` (``kb`` exits 6).
     """
 
     k: int = 5
@@ -211,9 +219,14 @@ class SearchOptions:
     min_relevance: float | None = None
     rewrite: str | None = None
     scope: dict[str, Any] | None = None
+    stale: str = "flag"
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
+        if self.stale not in STALE_POLICIES:
+            raise InvalidOptionError(
+                f"Unknown stale policy {self.stale!r}: choose one of {', '.join(STALE_POLICIES)}"
+            )
         # checked once where they enter (here), then passed down as they are: options made
         # from options (dataclasses.replace) keep the checked filters without a second check
         self.filter = ensure_checked(self.filter)

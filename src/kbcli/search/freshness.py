@@ -21,9 +21,10 @@ hide|flag|fail`` does with the states.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import stat
+from collections.abc import Callable, Sequence
 from datetime import timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from kbcli.errors import IndexBehindError, InvalidOptionError, LoaderError
 from kbcli.ingest.files import MB, read_content
@@ -38,6 +39,7 @@ from kbcli.stores.composite import CHANGED_AT
 from kbcli.system.paths import source_path
 from kbcli.types import (
     FRESHNESS_STATES,
+    STALE_POLICIES,
     STALE_STATES,
     FileRecord,
     Freshness,
@@ -53,12 +55,14 @@ __all__ = [
     "Watermark",
     "apply_stale",
     "check_hits",
+    "settle",
     "index_watermark",
 ]
 
-#: what a search does with hits whose file changed or is gone (``--stale``): leave them out
-#: (and fill up from further candidates), mark them (the default), or fail (exit code 6)
-STALE_POLICIES = ("hide", "flag", "fail")
+#: ``--stale hide`` recalls deeper while hidden hits leave fewer than k: k, 4k, 16k hits, never
+#: more than HIDE_DEEPEST (each round a search again, each hit checked once)
+HIDE_FACTOR = 4
+HIDE_DEEPEST = 1000
 #: the largest file hashed to tell a touched file from an edited one (limits.max_file_mb)
 DEFAULT_HASH_LIMIT = int(200 * MB)
 
@@ -86,6 +90,8 @@ def _file_state(record: FileRecord, limit: int) -> str:
     try:
         st = os.stat(path)
     except (OSError, ValueError):
+        return "missing"
+    if not stat.S_ISREG(st.st_mode):  # a folder or a FIFO where the file was: not readable
         return "missing"
     if st.st_size != record.size:
         return "changed"
@@ -200,17 +206,56 @@ def index_watermark(kb: Any) -> Watermark:
     last committed a change, whether an ingest is writing now, how many chunks wait for a
     vector. A store that cannot say leaves ``changed_at`` None, ``syncing`` False and
     ``vectors_pending`` 0."""
-    store = _store_of(kb)
+    store = store_of(kb)
     changed_at = store.get_meta(CHANGED_AT) if supports(store, IndexMetadata) else None
     if supports(store, FreshnessReads):
         return Watermark(changed_at, store.ingest_running(), store.vectors_missing())
     return Watermark(changed_at, False, 0)
 
 
-def _store_of(kb: Any) -> object:
-    """The store behind ``kb``: a view's knowledge base's, a knowledge base's, or ``kb``."""
+def store_of(kb: Any) -> object:
+    """The store behind ``kb``: a view's knowledge base's, a knowledge base's, or ``kb``
+    itself (a store)."""
     inner = getattr(kb, "kb", None)  # a KnowledgeView
     if inner is not None:
         kb = inner
     store = getattr(kb, "store", None)
     return kb if store is None else store
+
+
+Item = TypeVar("Item")
+
+
+def settle(
+    store: object,
+    k: int,
+    policy: str,
+    ranked: Callable[[int], Sequence[Item]],
+    result_of: Callable[[Item], SearchResult],
+    *,
+    limit: int = DEFAULT_HASH_LIMIT,
+) -> list[Item]:
+    """The first ``k`` items of ``ranked(depth)`` (a search returning its best ``depth``
+    items: hits, or files) with their freshness checked, under ``policy``.
+
+    ``flag``: as ranked. ``fail``: :class:`~kbcli.errors.IndexBehindError` when one of them is
+    stale. ``hide``: the stale ones left out and the list filled up from deeper in the ranking
+    (searched again at :data:`HIDE_FACTOR` times the depth, at most :data:`HIDE_DEEPEST`); an
+    item already checked is not checked again."""
+    depth = k
+    known: dict[str, Freshness | None] = {}
+    while True:
+        items = list(ranked(depth))
+        results = [result_of(item) for item in items[: depth if policy == "hide" else k]]
+        unchecked = [r for r in results if r.document.id not in known]
+        check_hits(store, unchecked, limit=limit)
+        known.update((r.document.id, r.freshness) for r in unchecked)
+        for result in results:
+            result.freshness = known[result.document.id]
+        if policy != "hide":
+            apply_stale(results, policy)
+            return items[:k]
+        kept = [item for item in items if not is_stale(result_of(item))]
+        if len(kept) >= k or len(items) < depth or depth >= HIDE_DEEPEST:
+            return kept[:k]
+        depth = min(depth * HIDE_FACTOR, max(HIDE_DEEPEST, k))
