@@ -24,9 +24,9 @@ app = command_app()
 @app.command(
     cls=KBCommand,
     epilog=example(
-        "kb --db team.db status",
+        "kb status || kb ingest docs notes",
         "kb --db team.db status notes --json",
-        "kb -q status || kb -q ingest docs notes",
+        "kb -q status ~/notes || kb -q ingest ~/notes",
     ),
 )
 @global_options()
