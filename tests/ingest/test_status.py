@@ -67,6 +67,20 @@ def test_a_sync_records_its_roots_with_its_rules(tmp_path, kb):
     assert roots[str(single.resolve())].is_file
 
 
+def test_a_file_root_of_an_unpicked_extension_is_never_new(tmp_path, kb):
+    script = tmp_path / "tool.py"
+    script.write_text("print('kb ingest skips this extension')\n")
+    note = tmp_path / "note.md"
+    note.write_text("# a note\n")
+    sync(kb, [script, note])
+    assert {r.path for r in recorded_roots(kb.store)} == {
+        str(script.resolve()),
+        str(note.resolve()),
+    }
+    status = index_status(kb.store)
+    assert not status.behind and status.totals()["indexed"] == 1, status.as_json()
+
+
 def test_a_watch_batch_records_no_root(tmp_path, kb):
     docs = tmp_path / "docs"
     files = tree(docs)

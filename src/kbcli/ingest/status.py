@@ -16,8 +16,9 @@ each root with those rules (``kb ingest``'s own walker, :mod:`kbcli.ingest.disco
 Recorded files under a root that the walk did not find and that are gone from disk are
 ``gone``. Files recorded under no root (``KnowledgeBase.ingest_file``, an index written before
 roots were recorded) are checked for ``changed`` and ``gone`` only (nothing says which new
-files would belong to them). The walk keeps counts and a few example paths per root, never the
-list of files found; the file ledger is read once.
+files would belong to them). The walk keeps counts and a few example paths per root, and of
+the files found only those the ledger records (never a list of new ones); the file ledger is
+read once.
 """
 
 from __future__ import annotations
@@ -327,7 +328,8 @@ def _walk_root(
     found = Discovery([], [], [], only=narrowed)
     if root.is_file:
         found.file_roots.append(root_path)
-        files: Iterator[Path] = iter([root_path] if os.path.lexists(root_path) else [])
+        picked = root_path.suffix.lower() in root.extensions and os.path.lexists(root_path)
+        files: Iterator[Path] = iter([root_path] if picked else [])
     elif not os.path.isdir(root_path):
         found.dir_roots.append((root_path, root.recursive))
         files = iter(())
@@ -343,11 +345,11 @@ def _walk_root(
         )
     for path in files:
         name = source_name(path)
-        seen.add(name)
         record = records.get(name)
         if record is None:
             status.note("new", name)
             continue
+        seen.add(name)  # (recorded names only: the set stays within the ledger's size)
         status.indexed += 1
         kind = compare(path, record, max_bytes)
         if kind is not None:
