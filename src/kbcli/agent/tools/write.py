@@ -124,9 +124,9 @@ class NoteWriter:
     every chunk's metadata per note would cost about 180 ms at 100,000 chunks).
 
     A note is written first without its vector (searchable by keyword when :meth:`add`
-    returns), then embedded by the writer's :class:`NoteVectors`; :meth:`add` waits up to
-    ``vector_wait`` seconds for the vector and leaves ``pending`` True when it was not stored
-    by then (an embedder that is slow or down never holds a note back)."""
+    returns), then embedded by the writer's :class:`NoteVectors`; :meth:`write` waits up to
+    ``vector_wait`` seconds for the vector and says whether it is still pending (an embedder
+    that is slow or down never holds a note back)."""
 
     def __init__(
         self,
@@ -224,7 +224,8 @@ def scope_metadata(filter: dict[str, Any] | None) -> dict[str, Any]:
 @runtime_checkable
 class Embeds(Protocol):
     """A knowledge base a note can be written to keyword-first: its store, the ingest steps
-    that embed (with the embedding cache) and its embedder."""
+    that embed (with the embedding cache) and its embedder (the write path's
+    :class:`~kbcli.ingest.writes.Indexable`, checked at run time here)."""
 
     @property
     def store(self) -> VectorStoreProtocol: ...
