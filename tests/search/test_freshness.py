@@ -126,21 +126,15 @@ def test_a_chunk_without_its_vector_is_vectors_pending_then_current(kb, folder):
 
 
 def test_a_store_without_a_ledger_leaves_freshness_unknown():
-    kb = KnowledgeBase()  # the in-memory store keeps a ledger, a plain list does not
-
-    class Plain:
-        def search(self, *a, **k):
-            return []
-
-    result = SearchResult(kb.store.get([])[0] if False else _doc(), 1.0)
-    check_hits(Plain(), [result])
-    assert result.freshness is None
-
-
-def _doc():
     from kbcli.types import Document
 
-    return Document("x", "text", {"source": "/nowhere.md"})
+    class Plain:  # a reference store: no ledger, no catalog
+        def search(self, *args, **kwargs):
+            return []
+
+    result = SearchResult(Document("x", "text", {"source": "/nowhere.md"}), 1.0)
+    check_hits(Plain(), [result])
+    assert result.freshness is None
 
 
 def test_stale_policies(kb, folder):
@@ -180,3 +174,52 @@ def test_the_watermark_after_writes_and_during_an_ingest(kb, folder):
         release.set()
         thread.join()
     assert index_watermark(kb).syncing is False
+
+
+def test_hide_fills_up_from_further_hits(kb, folder):
+    (folder / "gamma.md").write_text("# Gamma\n\nThe gamma reactor runs on thorium.\n")
+    sync(kb, [folder])
+    first = kb.search("reactor", k=1, mode="keyword")[0]
+    source = first.document.metadata["source"]
+    os.unlink(source)
+    assert kb.search("reactor", k=1, mode="keyword")[0].freshness.state == "missing"
+    hidden = kb.search("reactor", k=2, mode="keyword", stale="hide")
+    assert len(hidden) == 2
+    assert {r.freshness.state for r in hidden} == {"current"}
+    assert source not in {r.document.metadata["source"] for r in hidden}
+    with pytest.raises(IndexBehindError):
+        kb.search("reactor", k=1, mode="keyword", stale="fail")
+    with pytest.raises(InvalidOptionError, match="hide, flag, fail"):
+        kb.search("reactor", stale="later")
+
+
+def test_a_scope_and_the_search_box_path_say_the_same(kb, folder):
+    from kbcli.search.query import search as search_box
+    from kbcli.types import SearchOptions
+
+    (folder / "alpha.md").write_text("# Alpha\n\nThe alpha reactor is gone now, long text.\n")
+    scoped = kb.scoped({"source": {"$ne": "x"}}).search("reactor", k=10)
+    assert {os.path.basename(r.document.metadata["source"]): r.freshness.state for r in scoped} == {
+        "alpha.md": "changed",
+        "beta.md": "current",
+    }
+    hits = search_box(kb, "reactor", SearchOptions(k=10))
+    assert {os.path.basename(h.source): h.result.freshness.state for h in hits} == {
+        "alpha.md": "changed",
+        "beta.md": "current",
+    }
+    unchecked = search_box(kb, "reactor", SearchOptions(k=10), fresh=False)
+    assert all(h.result.freshness is None for h in unchecked)
+
+
+def test_kb_get_says_the_state(kb, folder):
+    from kbcli.agent.get import read_chunk, read_file
+
+    path = folder / "beta.md"
+    assert read_file(kb, str(path)).to_dict()["freshness"]["state"] == "current"
+    chunk = next(kb.store.iter_documents(source=str(path)))
+    path.write_text("# Beta\n\nEdited behind the index's back, and longer.\n")
+    shown = read_chunk(kb, chunk.id)
+    assert shown.to_dict()["freshness"]["state"] == "changed"
+    assert any("changed since this chunk was indexed" in note for note in shown.notes)
+    assert read_file(kb, str(path)).freshness.state == "changed"

@@ -67,6 +67,20 @@ HIDE_DEEPEST = 1000
 DEFAULT_HASH_LIMIT = int(200 * MB)
 
 
+#: what a citation or reply says beside a source whose passage may not match its file
+STATE_WORDS = {
+    "changed": "changed since indexed",
+    "missing": "file missing",
+    "vectors_pending": "vector pending",
+}
+
+
+def state_words(fresh: Freshness | None) -> str | None:
+    """What is said beside a source whose passage may not be what its file says now
+    (``changed since indexed``, ``file missing``, ``vector pending``), else None."""
+    return None if fresh is None else STATE_WORDS.get(fresh.state)
+
+
 def stale_policy(value: str | None) -> str:
     """``value`` checked as a ``--stale`` policy (None: ``flag``)."""
     policy = "flag" if value is None else str(value).strip().lower()

@@ -69,6 +69,7 @@ from kbcli.errors import ConfigError, InvalidOptionError, KBError, require
 from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.filters.syntax import parse_filter_expressions
 from kbcli.knowledge_base import ScopedKnowledgeBase
+from kbcli.search.freshness import index_watermark
 from kbcli.views import Source
 
 MIN_TOKEN_CHARS = 16
@@ -265,6 +266,7 @@ class KnowledgeMCP:
                 return error("Error: not authenticated")
             arguments = dict(params.arguments or {})
             tool = tools.get(params.name)
+            structured: dict[str, Any] | None = None
             if tool is None:
                 result = ToolResult(
                     f"Error: Unknown tool {params.name[:60]!r}: use {', '.join(tools)}",
@@ -274,6 +276,9 @@ class KnowledgeMCP:
             else:
                 started = time.perf_counter()
                 result = await anyio.to_thread.run_sync(tool.call, arguments)
+                if params.name in WATERMARKED and not result.is_error:
+                    mark = await anyio.to_thread.run_sync(index_watermark, self.kb)
+                    structured = {"index": mark.as_json()}
             if self.audit is not None:
                 who = identity.name if identity is not None else "stdio"
                 elapsed = (time.perf_counter() - started) * 1000
@@ -283,6 +288,7 @@ class KnowledgeMCP:
                     return error(f"Error: {exc}")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result.text)],
+                structured_content=structured,
                 is_error=result.is_error,
             )
 
@@ -416,6 +422,11 @@ class BearerTokens:
             await send({"type": "http.response.body", "body": b""})
             return
         await self.app({**scope, IDENTITY_KEY: identity}, receive, send)
+
+
+#: the replies that carry the index's watermark, once per reply, as structured content
+#: ``{"index": {"changed_at", "syncing", "vectors_pending"}}`` beside their text
+WATERMARKED = ("knowledge_search", "knowledge_get")
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
