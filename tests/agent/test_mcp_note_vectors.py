@@ -84,10 +84,14 @@ def test_a_note_is_searchable_at_once_and_its_vector_pending_then_filled(setup):
     mcp = client(setup)
     try:
         started = time.monotonic()
-        text, is_error = mcp.call(
-            "knowledge_add", {"text": "The zebracanary rollout starts on Monday."}
+        reply = mcp.run(
+            mcp.client.call_tool(
+                "knowledge_add", {"text": "The zebracanary rollout starts on Monday."}
+            )
         )
+        text, is_error = reply.content[0].text, reply.is_error
         assert not is_error, text
+        assert reply.structured_content["index"]["vectors_pending"] == 1  # the watermark
         assert time.monotonic() - started < 30  # the blocked embedder did not hold it back
         assert (setup["gate"] / "waiting").exists()  # the embedder was called and is held
         assert "searchable by keyword now; its vector is pending" in text

@@ -426,7 +426,7 @@ class BearerTokens:
 
 #: the replies that carry the index's watermark, once per reply, as structured content
 #: ``{"index": {"changed_at", "syncing", "vectors_pending"}}`` beside their text
-WATERMARKED = ("knowledge_search", "knowledge_get")
+WATERMARKED = ("knowledge_search", "knowledge_get", "knowledge_status", "knowledge_add")
 
 
 def parse_host_port(value: str) -> tuple[str, int]:
