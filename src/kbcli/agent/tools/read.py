@@ -99,7 +99,9 @@ class KnowledgeSearchTool(KnowledgeTool):
     :meth:`~kbcli.pipeline.KnowledgeBase.scoped`); a caller's ``filter`` argument is ANDed with
     it, so it can narrow the search, never widen it. Arguments: ``query`` (at most
     ``max_query_chars`` characters), ``k`` (1 to ``max_k``), ``mode`` (keyword, semantic,
-    hybrid), ``filter`` (optional).
+    hybrid), ``filter`` (optional), ``stale`` (``flag``, ``hide`` or ``fail``: see
+    :mod:`kbcli.search.freshness`; over a knowledge base each hit's state is checked and a
+    stale one says so beside its source; a bare pipeline has no ledger to check against).
     """
 
     name = "knowledge_search"
