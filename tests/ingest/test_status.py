@@ -81,6 +81,20 @@ def test_a_file_root_of_an_unpicked_extension_is_never_new(tmp_path, kb):
     assert not status.behind and status.totals()["indexed"] == 1, status.as_json()
 
 
+def test_a_root_inside_another_is_counted_once(tmp_path, kb):
+    docs = tmp_path / "docs"
+    tree(docs, 4)
+    sync(kb, [docs])
+    sync(kb, [docs / "sub"])
+    assert len(recorded_roots(kb.store)) == 2
+    (docs / "sub" / "new.md").write_text("# new\n")
+    status = index_status(kb.store)
+    assert [r.path for r in status.roots] == [str(docs.resolve())]
+    assert (status.totals()["indexed"], status.totals()["new"]) == (4, 1)
+    [inner] = index_status(kb.store, [docs / "sub"]).roots  # named: walked alone
+    assert (inner.indexed, inner.new) == (2, 1)
+
+
 def test_a_watch_batch_records_no_root(tmp_path, kb):
     docs = tmp_path / "docs"
     files = tree(docs)

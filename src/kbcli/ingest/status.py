@@ -233,6 +233,8 @@ def index_status(
             out += _path_status(path, roots, records, seen, max_bytes)
     else:
         for root in roots:
+            if _within_another(root, roots):
+                continue  # walked as part of the root that holds it, by that root's rules
             out.append(_walk_root(root, Path(source_path(root.path)), records, seen, max_bytes))
         others = [name for name in records if name not in seen and not _under_any(name, roots)]
         if others:
@@ -299,6 +301,17 @@ def _path_status(
             "ingest it first, or run kb status without a path for every ingested root)"
         )
     return out
+
+
+def _within_another(root: Root, roots: list[Root]) -> bool:
+    """True when ``root`` lies inside another recorded folder root (its files are that one's)."""
+    p = Path(source_path(root.path))
+    return any(
+        not other.is_file
+        and other.path != root.path
+        and _inside(p, Path(source_path(other.path)), other.recursive)
+        for other in roots
+    )
 
 
 def _under_any(name: str, roots: list[Root]) -> bool:
