@@ -287,3 +287,22 @@ def test_a_marker_left_by_a_killed_watch_reads_as_not_running(tmp_path):
         time.sleep(0.05)
     assert marker_path(db).exists()  # the file stays (killed), its pid is not trusted
     assert watch_running(db) == (False, None)
+
+
+def test_the_same_status_on_postgres(tmp_path, pg_dsn, pg_table):
+    from kbcli.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_dsn, pg_table)
+    kb = KnowledgeBase(store=store, embedder=CountingEmbedder())
+    try:
+        docs = tmp_path / "docs"
+        files = tree(docs, 3)
+        sync(kb, [docs])
+        assert [r.path for r in recorded_roots(store)] == [str(docs.resolve())]
+        assert not index_status(store).behind
+        files[0].unlink()
+        (docs / "new.md").write_text("# new\n")
+        assert index_status(store).summary().startswith("Index behind: 1 new, 1 gone")
+        assert status_module.database_file(store) is None  # a server's index: no marker file
+    finally:
+        kb.close()
