@@ -21,7 +21,8 @@ bug and keeps its traceback.
     │   └── IndexMismatchError      index built with another embedder or analyzer
     ├── UnsafePruneError       an ingest would remove most of the index (an unmounted folder?)
     ├── NotFoundError          an id or source that is not in the index
-    └── ListenError            kb mcp --http cannot listen on its address (port in use ...)
+    ├── ListenError            kb mcp --http cannot listen on its address (port in use ...)
+    └── IndexBehindError       the index is behind its files (kb search --stale fail ...)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class KBError(Exception):
 
     ``exit_code`` is what the ``kb`` command exits with: 1 for a failure, 2 for a usage error
     (bad option, filter, config or database path), 3 when the database stayed locked, 4 when
-    ``kb mcp --http`` cannot listen on its address.
+    ``kb mcp --http`` cannot listen on its address, 6 when the index is behind its files.
     """
 
     exit_code = 1
@@ -158,3 +159,11 @@ def missing_message(
     name = package or module.split(".")[0]
     command = f"pip install 'kbcli[{extra}]'" if extra else f"pip install {name}"
     return f"{what} needs the '{name}' package: {command}"
+
+
+class IndexBehindError(KBError):
+    """The index is behind the files it was built from: a hit's file changed or is gone
+    since it was indexed (``kb search --stale fail``), or files are new, changed or gone, or
+    vectors pending (``kb status``). Exit code 6; ``kb ingest`` brings the index up to date."""
+
+    exit_code = 6

@@ -12,6 +12,7 @@ knowledge base alike (:class:`ViewEntryPoints`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,10 +35,11 @@ from kbcli.protocols import (
     VectorStoreProtocol,
     supports,
 )
+from kbcli.search.freshness import hash_limit, settle, store_of
 from kbcli.search.pipeline import Pool, RAGPipeline
 from kbcli.search.retrievers import HybridRetriever
 from kbcli.text.analysis import Analyzer
-from kbcli.types import Document, SearchOptions, SearchResults
+from kbcli.types import Document, SearchOptions, SearchResult, SearchResults
 from kbcli.views import KnowledgeView, Reader, as_view, file_text, join_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -137,6 +139,28 @@ class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):
     def reader(self) -> Reader:
         """This scope: what answers and tools read through."""
         return self
+
+    def search(
+        self,
+        query: str,
+        k: int = 5,
+        mode: str = "hybrid",
+        filter: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> list[SearchResult]:
+        """Search inside the scope (arguments as :meth:`KnowledgeBase.search`), each hit with
+        its freshness."""
+        opts = SearchOptions(k=k, mode=mode, filter=filter, **options)
+
+        def ranked(depth: int) -> list[SearchResult]:
+            return list(self.search_with(query, dataclasses.replace(opts, k=depth)))
+
+        limit = hash_limit(self.kb.config)
+        return settle(store_of(self), opts.k, opts.stale, ranked, _same, limit=limit)
+
+
+def _same(result: SearchResult) -> SearchResult:
+    return result
 
 
 class KnowledgeBase(ViewEntryPoints):
@@ -340,8 +364,19 @@ class KnowledgeBase(ViewEntryPoints):
         filter: dict[str, Any] | None = None,
         **options: Any,
     ) -> SearchResults:
-        """Search; extra keyword arguments are :class:`SearchOptions` fields (alpha, fusion...)."""
-        return self.pipeline.search(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
+        """Search; extra keyword arguments are :class:`SearchOptions` fields (alpha, fusion,
+        ``stale``...). Each hit says how fresh it is (``SearchResult.freshness``: its file
+        changed or went missing since it was indexed...; :mod:`kbcli.search.freshness`)."""
+        opts = SearchOptions(k=k, mode=mode, filter=filter, **options)
+        answers: list[SearchResults] = []
+
+        def ranked(depth: int) -> SearchResults:
+            answers.append(self.pipeline.search(query, dataclasses.replace(opts, k=depth)))
+            return answers[-1]
+
+        limit = hash_limit(self.config)
+        hits = settle(self.store, opts.k, opts.stale, ranked, lambda r: r, limit=limit)
+        return dataclasses.replace(answers[-1], hits=hits)
 
     def search_with(
         self, query: str, options: SearchOptions, *, pool: Pool | None = None

@@ -96,6 +96,57 @@ class SearchResult:
     score: float
     explain: dict[str, Any] | None = None
     match: LineMatch | None = None
+    freshness: Freshness | None = None
+
+
+#: What a hit's passage is, compared with its file on disk (:mod:`kbcli.search.freshness`):
+#: ``current`` (size and mtime match the indexed version, or its hash does), ``changed`` (the
+#: file differs), ``missing`` (gone or unreadable), ``vectors_pending`` (current but without
+#: a vector yet: keyword search finds it, semantic search not yet), ``not_a_file`` (text added
+#: with ``kb add`` or an agent's note: nothing on disk to compare).
+FRESHNESS_STATES = ("current", "changed", "missing", "vectors_pending", "not_a_file")
+#: The states whose passage may no longer say what the file says (``--stale hide|fail``).
+STALE_STATES = ("changed", "missing")
+#: What a search does with such hits (``--stale``, ``SearchOptions.stale``): leave them out
+#: and fill up from further hits, mark them (the default), or fail (exit code 6).
+STALE_POLICIES = ("hide", "flag", "fail")
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How fresh one hit is: its ``state`` (one of :data:`FRESHNESS_STATES`) and when its
+    file was indexed (``indexed_at``, ISO 8601; a chunk of no file: when it was added)."""
+
+    state: str
+    indexed_at: str | None = None
+
+    @property
+    def stale(self) -> bool:
+        """True when the passage may no longer match its file (changed or missing)."""
+        return self.state in STALE_STATES
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"state": ..., "indexed_at": ...}`` (what ``kb search --json`` and MCP show)."""
+        return {"state": self.state, "indexed_at": self.indexed_at}
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """How current an index is as a whole: when it last committed a change (``changed_at``,
+    ISO 8601; None when the store does not say), whether an ingest holds its writer lock now
+    (``syncing``), and how many chunks still wait for a vector (``vectors_pending``)."""
+
+    changed_at: str | None
+    syncing: bool
+    vectors_pending: int
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"changed_at": ..., "syncing": ..., "vectors_pending": ...}``."""
+        return {
+            "changed_at": self.changed_at,
+            "syncing": self.syncing,
+            "vectors_pending": self.vectors_pending,
+        }
 
 
 def normalize_mode(mode: str) -> str:
@@ -145,6 +196,11 @@ class SearchOptions:
     how many hits are recalled for it (``None``: ``rag.rerank.candidates``; never below 2×k);
     ``min_relevance`` drops hits the reranker scores lower (``None``: ``rag.rerank.min_relevance``);
     ``rewrite`` is ``none``, ``hyde``, ``expand`` or ``both`` (``None``: ``rag.rewrite.mode``).
+
+    ``stale`` is what a search does with hits whose file changed or is gone since it was
+    indexed (:mod:`kbcli.search.freshness`): ``flag`` (the default) returns them with their
+    state, ``hide`` leaves them out and fills up from further hits, ``fail`` raises
+    :class:`~kbcli.errors.IndexBehindError` (``kb`` exits 6).
     """
 
     k: int = 5
@@ -163,9 +219,14 @@ class SearchOptions:
     min_relevance: float | None = None
     rewrite: str | None = None
     scope: dict[str, Any] | None = None
+    stale: str = "flag"
 
     def __post_init__(self) -> None:
         self.mode = normalize_mode(self.mode)
+        if self.stale not in STALE_POLICIES:
+            raise InvalidOptionError(
+                f"Unknown stale policy {self.stale!r}: choose one of {', '.join(STALE_POLICIES)}"
+            )
         # checked once where they enter (here), then passed down as they are: options made
         # from options (dataclasses.replace) keep the checked filters without a second check
         self.filter = ensure_checked(self.filter)

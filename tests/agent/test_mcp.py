@@ -83,7 +83,12 @@ def test_stdio_lists_the_three_tools_with_their_schemas(stdio):
     from kbcli.agent.tools.read import KnowledgeSearchTool
 
     listed = stdio.run(stdio.client.list_tools()).tools
-    assert [t.name for t in listed] == ["knowledge_search", "knowledge_get", "knowledge_stats"]
+    assert [t.name for t in listed] == [
+        "knowledge_search",
+        "knowledge_get",
+        "knowledge_stats",
+        "knowledge_status",
+    ]
     search = listed[0]
     assert search.input_schema == KnowledgeSearchTool(None).input_schema
     assert all(t.description for t in listed)
@@ -286,7 +291,12 @@ def test_stdio_get_of_a_hidden_file_is_an_unknown_file(lined_stdio):
 
 def test_http_with_a_valid_token(acme_http, setup):
     listed = acme_http.run(acme_http.client.list_tools()).tools
-    assert {t.name for t in listed} == {"knowledge_search", "knowledge_get", "knowledge_stats"}
+    assert {t.name for t in listed} == {
+        "knowledge_search",
+        "knowledge_get",
+        "knowledge_stats",
+        "knowledge_status",
+    }
     text, is_error = acme_http.call("knowledge_search", {"query": "invoices", "k": 3})
     assert not is_error and "(source: /acme/doc1.md, page 2; id: " in text
     text, _ = acme_http.call("knowledge_stats", {})

@@ -91,7 +91,12 @@ def writer(index):
 
 
 def test_without_the_flag_no_write_tool_is_listed_or_callable(reader):
-    assert names(reader) == {"knowledge_search", "knowledge_get", "knowledge_stats"}
+    assert names(reader) == {
+        "knowledge_search",
+        "knowledge_get",
+        "knowledge_stats",
+        "knowledge_status",
+    }
     text, is_error = reader.call("knowledge_add", {"text": "sneaky note"})
     assert is_error and text.startswith("Error: Unknown tool 'knowledge_add'")
 

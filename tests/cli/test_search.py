@@ -19,7 +19,7 @@ def test_json_is_an_array_of_hits_and_nothing_else(ids):
     assert [h["id"] for h in hits][0] == ids[0]
     assert set(hits[0]) == {
         "id", "score", "text", "metadata", "unit", "location", "line", "matched_chunks",
-        "note_by",
+        "note_by", "freshness", "index",  # issue 39: each hit's freshness, the watermark
     }  # fmt: skip
     assert hits[0]["unit"] == "file" and hits[0]["location"] == "/docs/password.md"
     assert hits[0]["metadata"]["source"] == "/docs/password.md"

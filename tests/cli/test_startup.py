@@ -65,8 +65,8 @@ def test_the_group_lists_every_command_and_loads_it_by_name():
     done = _run(["-c", code], _env(), SRC)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
-        "ingest", "add", "search", "ask", "delete", "get", "list", "stats", "doctor", "init",
-        "config", "trust", "eval", "mcp", "ui", "copy", "watch",
+        "ingest", "add", "search", "ask", "delete", "get", "list", "stats", "status", "doctor",
+        "init", "config", "trust", "eval", "mcp", "ui", "copy", "watch",
     ]  # fmt: skip
 
 

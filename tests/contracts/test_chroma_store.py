@@ -17,6 +17,7 @@ from kbcli.testing import (  # noqa: E402
     EmbeddingCacheContract,
     FileLedgerContract,
     FilterDifferentialContract,
+    FreshnessReadsContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -72,6 +73,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

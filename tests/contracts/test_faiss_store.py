@@ -15,6 +15,7 @@ from kbcli.testing import (  # noqa: E402
     EmbeddingCacheContract,
     FileLedgerContract,
     FilterDifferentialContract,
+    FreshnessReadsContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -59,6 +60,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

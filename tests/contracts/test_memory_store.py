@@ -10,6 +10,7 @@ from kbcli.testing import (  # no PersistenceContract: nothing is kept on disk
     EmbeddingCacheContract,
     FileLedgerContract,
     FilterDifferentialContract,
+    FreshnessReadsContract,
     KeywordIndexContract,
     RoutesContract,
     VectorStoreContract,
@@ -34,6 +35,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

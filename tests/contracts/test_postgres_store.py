@@ -9,6 +9,7 @@ from kbcli.testing import (
     EmbeddingCacheContract,
     FileLedgerContract,
     FilterDifferentialContract,
+    FreshnessReadsContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -49,6 +50,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

@@ -10,6 +10,7 @@ from kbcli.testing import (
     EmbeddingCacheContract,
     FileLedgerContract,
     FilterDifferentialContract,
+    FreshnessReadsContract,
     KeywordIndexContract,
     PersistenceContract,
     RoutesContract,
@@ -44,6 +45,10 @@ class TestKeyword(KeywordIndexContract):
 
 
 class TestFileLedger(FileLedgerContract):
+    pass
+
+
+class TestFreshnessReads(FreshnessReadsContract):
     pass
 
 

@@ -39,12 +39,13 @@ from kbcli.errors import InvalidOptionError
 from kbcli.filters.model import and_filters, matches
 from kbcli.protocols import ChatModelProtocol
 from kbcli.providers.chat import build_chat_model
+from kbcli.search.freshness import check_hits, hash_limit, state_words, store_of
 from kbcli.search.hints import listed, source_pins, unindexed, unknown_keys
 from kbcli.search.location import TermIdf, locate_lines
 from kbcli.search.place import hit_line, hit_page, location
 from kbcli.text.analysis import keyword_counts
 from kbcli.types import SearchOptions, SearchResult, SearchResults, note_author, note_label
-from kbcli.views import KnowledgeView, Reader, Source
+from kbcli.views import KnowledgeView, Reader, Source, as_view
 
 REFUSAL = "No relevant knowledge found"
 MAX_WEIGHED_TERMS = 64  # question terms weighed (one keyword lookup each); the rest are ignored
@@ -159,8 +160,17 @@ class Evidence:
             return self.id
         return location(self.source, self.line, hit_page(self.metadata))
 
+    @property
+    def stale_words(self) -> str | None:
+        """What the sources say beside this passage when it may not be what its file says
+        now (``changed since indexed``, ``file missing``, ``vector pending``), else None."""
+        return state_words(self.result.freshness)
+
     def to_dict(self) -> dict[str, Any]:
-        """``{n, source, location, line, page, id, text, note_by}`` (the JSON of a citation)."""
+        """``{n, source, location, line, page, id, text, note_by}`` (the JSON of a citation),
+        with ``freshness`` (``{state, indexed_at}``) when the passage may not be what its
+        file says now."""
+        fresh = self.result.freshness
         return {
             "n": self.n,
             "source": self.source,
@@ -170,6 +180,7 @@ class Evidence:
             "id": self.id,
             "text": self.text,
             "note_by": self.note_by,
+            **({"freshness": fresh.as_json()} if fresh and self.stale_words else {}),
         }
 
 
@@ -456,6 +467,14 @@ def select_evidence(
     )
 
 
+def _check_freshness(view: Reader, evidence: list[Evidence]) -> None:
+    """Each passage's freshness (its file changed or went missing since it was indexed), so
+    that the answer's sources say so beside any such passage it cites."""
+    kb = as_view(view).kb
+    limit = hash_limit(getattr(kb, "config", None))
+    check_hits(store_of(kb), [e.result for e in evidence], limit=limit)
+
+
 def _locate(
     view: Reader,
     question: str,
@@ -540,6 +559,7 @@ def ask(
         return Answer(question, refused=True, reason=chosen.reason, language=language)
     evidence = budget_evidence(chosen.passed, settings.max_evidence, settings.evidence_unit)
     _locate(view, question, evidence, options, chosen.weights)
+    _check_freshness(view, evidence)
     messages = build_messages(question, evidence, language, prompt)
     answer = Answer(question, evidence=evidence, messages=messages, language=language)
     if dry_run:

@@ -41,8 +41,9 @@ from kbcli.errors import InvalidOptionError, KBError, NotFoundError
 from kbcli.ingest import DefaultDocumentLoader
 from kbcli.ingest.lines import file_lines, is_text_file
 from kbcli.protocols import DocumentCatalog, DocumentLoaderProtocol, FileLedger, supports
+from kbcli.search.freshness import check_hits, hash_limit, store_of
 from kbcli.system.paths import source_forms, source_name, source_path
-from kbcli.types import Document, note_author
+from kbcli.types import Document, Freshness, SearchResult, note_author
 from kbcli.views import KnowledgeView, Reader, Source, as_view
 
 DEFAULT_COUNT = 20  # lines shown from PATH:LINE when no COUNT is given
@@ -80,9 +81,10 @@ class Shown:
     notes: list[str] = field(default_factory=list)
     documents: list[Document] = field(default_factory=list)
     following: int | None = None  # chunks: the first line of the next chunk past the range
+    freshness: Freshness | None = None  # the file's (a chunk's) state against the disk
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``kb get --json`` object."""
+        """The ``kb get --json`` object (``freshness``: ``{state, indexed_at}`` or null)."""
         return {
             "source": self.source,
             "origin": self.origin,
@@ -92,7 +94,17 @@ class Shown:
             "end_line": self.lines[-1][0] if self.lines else None,
             "total_lines": self.total,
             "lines": [{"line": n, "text": t} for n, t in self.lines],
+            "freshness": None if self.freshness is None else self.freshness.as_json(),
         }
+
+
+def freshness_of(kb: Reader, doc: Document) -> Freshness | None:
+    """The freshness of ``doc`` (a chunk) as a search hit would have it (one ledger lookup,
+    one stat; :func:`~kbcli.search.freshness.check_hits`)."""
+    hit = SearchResult(doc, 0.0)
+    view = as_view(kb)
+    check_hits(store_of(view), [hit], limit=hash_limit(getattr(view.kb, "config", None)))
+    return hit.freshness
 
 
 class LinesCache:
@@ -291,6 +303,14 @@ def read_chunk(kb: Reader, chunk_id: str) -> Shown | None:
     meta = doc.metadata
     line = meta.get("line")
     source = meta.get("source")
+    fresh = freshness_of(kb, doc)
+    notes = []
+    if fresh is not None and fresh.stale:
+        gone = "is gone" if fresh.state == "missing" else "changed"
+        notes.append(
+            f"{source} {gone} since this chunk was indexed ({fresh.indexed_at}): run kb "
+            "ingest to refresh"
+        )
     return Shown(
         str(source) if source is not None else None,
         "chunk",
@@ -298,7 +318,9 @@ def read_chunk(kb: Reader, chunk_id: str) -> Shown | None:
         1,
         id=doc.id,
         metadata=meta,
+        notes=notes,
         documents=[doc],
+        freshness=fresh,
     )
 
 
@@ -336,13 +358,14 @@ def _read(
     # Recognised text (OCR) is shown as indexed: loading the file again would recognise it again.
     recognised = any(doc.metadata.get("ocr") is True for doc in docs)
     lines = _file_lines(view.kb, source, cache) if whole and not recognised else None
+    fresh = freshness_of(view, docs[0]) if docs else None
     if lines is not None:
         total = len(lines)
         if first > total:
             raise InvalidOptionError(f"Line {first} is past the end of {source} ({total} lines)")
         end = total if last is None else min(last, total)
         numbered = [(n, lines[n - 1]) for n in range(first, end + 1)]
-        return Shown(source, "file", numbered, total)
+        return Shown(source, "file", numbered, total, freshness=fresh)
     chosen, entries, later = [], [], []
     for place, doc in enumerate(sorted(docs, key=_order), start=1):
         start, stop = chunk_lines(doc, place)
@@ -369,6 +392,7 @@ def _read(
         notes=notes,
         documents=chosen,
         following=min(later, default=None),
+        freshness=fresh,
     )
 
 

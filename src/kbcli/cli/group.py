@@ -45,6 +45,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "list": ("list_", "List stored chunks, oldest first."),
     "stats": ("stats", "Show what the index holds: files, chunks, embedder, last ingest."),
+    "status": (
+        "status",
+        "Show whether the index is behind its files: per ingested root, the files new, changed"
+        " or gone since its last sync (a stat per file; a hash only where the size matches and "
+        "the mtime does not), chunks without vectors, a kb watch running. Exit 0 when current,"
+        " 6 when behind (kb ingest brings it up to date).",
+    ),
     "doctor": ("doctor", "Check the keyword index and the vector caches against the catalog."),
     "init": ("init", "Write a commented jianmu.yaml listing every setting with its default."),
     "config": ("config_", "Show the effective configuration and where each value came from."),

@@ -22,6 +22,7 @@ from kbcli.cli.options import (
 from kbcli.cli.state import global_options
 from kbcli.filters.syntax import parse_filter_expressions, under_folders
 from kbcli.pipeline import KnowledgeBase
+from kbcli.search.freshness import index_watermark, stale_policy
 from kbcli.search.hints import unindexed, unknown_keys
 from kbcli.search.query import search as run_search
 from kbcli.types import SearchOptions
@@ -38,6 +39,7 @@ app = command_app()
         'kb search "install" --in docs --format files',
         'kb search -- "-v flag"',
         'kb search "reset password" --rerank --candidates 50 --min-relevance 0.3',
+        'kb search "deploy steps" --stale fail --json',
     ),
 )
 @global_options()
@@ -137,6 +139,15 @@ def search(
             "or both [default: config, none].",
         ),
     ] = None,
+    stale: Annotated[
+        str,
+        typer.Option(
+            "--stale",
+            metavar="POLICY",
+            help="Hits whose file changed or is gone since it was indexed: flag (marked), "
+            "hide (left out, more hits fill in) or fail (exit 6).",
+        ),
+    ] = "flag",
     fmt: Annotated[
         str,
         typer.Option(
@@ -155,7 +166,8 @@ def search(
     """Search the knowledge base; hits show path:line ($EDITOR +LINE path).
 
     Hits are files by default (each with its best chunk and how many chunks matched); --by
-    chunk lists every matching chunk."""
+    chunk lists every matching chunk. Each hit says whether its file changed or went missing
+    since it was indexed (--stale)."""
 
     query = words(query, "query", "give the words to look for, as in kb search 'reset password'")
     fmt = files_format(output_format(fmt, json_out, render.SEARCH_FORMATS), null)
@@ -173,17 +185,19 @@ def search(
         candidates=candidates,
         min_relevance=min_relevance,
         rewrite=rewrite,
+        stale=stale_policy(stale),
     )
     kb = open_kb(ctx, create=False)
     try:
         hits = run_search(kb, query, options, by=unit)
+        index = index_watermark(kb).as_json() if fmt in ("json", "jsonl") else None
         terms = kb.analyzer.query_terms(query)
         unindexed = _unindexed_folders(kb, in_) if not hits and in_ else []
         unknown = unknown_keys(kb.store, options.filter) if not hits and not unindexed else []
     finally:
         kb.close()
     if fmt != "table":
-        render.search_output(hits, fmt, unit, explain, null)
+        render.search_output(hits, fmt, unit, explain, null, index)
     if not hits and unindexed:
         where = ", ".join(str(folder) for folder in unindexed)
         render.message(

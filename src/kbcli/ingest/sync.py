@@ -57,6 +57,7 @@ from kbcli.ingest.settings import (
     settings_with_meta,
     split_settings,
 )
+from kbcli.ingest.status import Root, record_roots
 from kbcli.ingest.vector_fill import fill_vectors
 from kbcli.ingest.writes import (
     CHECKPOINT_EVERY,
@@ -215,7 +216,11 @@ def sync(
                 report.removed += 1
             report.stale = len(stale) - len(going)
             report.missing = len(gone) if prune is False else 0
-            store.set_meta("last_ingest", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            store.set_meta("last_ingest", now)
+            if only is None:  # a whole sync: kb status walks these roots with these rules
+                rules = Root("", extensions, recursive, include_hidden, follow_symlinks)
+                record_roots(store, found, rules, now)
             store.checkpoint()
             changed = bool(report.chunks_added or report.chunks_removed or report.rebuilt)
             if changed:

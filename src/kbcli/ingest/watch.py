@@ -39,6 +39,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from kbcli.ingest.discovery import (
 from kbcli.ingest.files import file_kind
 from kbcli.ingest.report import SyncReport
 from kbcli.ingest.sync import sync
+from kbcli.ingest.watch_marker import watching
 from kbcli.ingest.writes import Indexable, ledger_store
 from kbcli.system.paths import source_name, source_path
 
@@ -228,7 +230,8 @@ class Watch:
 
     ``scan_every`` scans every that many seconds instead of following events. Notes (the
     fallback to scanning, a batch tried again) go to ``note``. Events on the files of
-    ``database`` (its path: ``-wal``, the lock file...) are not changes to index.
+    ``database`` (its path: ``-wal``, the lock file...) are not changes to index; until
+    :meth:`close` the watch holds its marker (:mod:`kbcli.ingest.watch_marker`, ``kb status``).
     """
 
     def __init__(
@@ -271,6 +274,9 @@ class Watch:
                     self._leaving[own] = (folder.given, folder.real)
         self._scan_every = scan_every
         self._source: _Events | _Scans = self._open(scan_every)
+        self._marker = ExitStack()  # kb status sees the watch while it runs (close ends it)
+        if database is not None:
+            self._marker.enter_context(watching(database))
 
     @property
     def mode(self) -> str:
@@ -446,6 +452,7 @@ class Watch:
     def close(self) -> None:
         """Stop following events (the knowledge base stays open: its caller closes it)."""
         self._source.close()
+        self._marker.close()
 
     def _relevant(self, changes: set[Path]) -> set[Path]:
         picked = {p for p in map(self._roots.relevant, changes) if p is not None}

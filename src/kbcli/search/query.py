@@ -10,11 +10,13 @@ line (:mod:`kbcli.search.location`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
 from kbcli.errors import InvalidOptionError
+from kbcli.search.freshness import hash_limit, settle, store_of
 from kbcli.search.location import locate_lines
 from kbcli.search.phrases import parse_query
 from kbcli.search.place import hit_line, hit_page, location
@@ -98,7 +100,13 @@ def group_by_file(results: Sequence[SearchResult], k: int) -> list[Hit]:
 
 
 def search(
-    kb: Source, query: str, options: SearchOptions, by: str = "file", *, locate: bool = True
+    kb: Source,
+    query: str,
+    options: SearchOptions,
+    by: str = "file",
+    *,
+    locate: bool = True,
+    fresh: bool = True,
 ) -> Hits:
     """Search ``kb`` (a knowledge base or a view of one) for ``query`` with its phrase and
     exclusion syntax, returning hits by ``file`` or by ``chunk``, each located on its
@@ -107,7 +115,10 @@ def search(
 
     Hits failing a phrase or an exclusion never reach a reranker. With a reranker its pool
     is ``candidates`` chunks (at least 2×k) whatever ``by`` (see
-    :class:`~kbcli.search.pool.Pool`); the reranked pool is then grouped by file."""
+    :class:`~kbcli.search.pool.Pool`); the reranked pool is then grouped by file.
+
+    Each hit returned says how fresh it is (:func:`~kbcli.search.freshness.settle`, under
+    ``options.stale``; ``fresh`` False: not checked, for callers that only rank)."""
     if by not in UNITS:
         raise InvalidOptionError(f"Unknown result unit {by!r}: choose file or chunk")
     parsed = parse_query(query)
@@ -115,9 +126,25 @@ def search(
     if not parsed.text.strip():
         return Hits()
     analyzer = kb.analyzer if not parsed.plain else None
-    pool = Pool(parsed, k, by, analyzer)
-    answered = kb.search_with(parsed.text, options, pool=pool)
-    chosen = group_by_file(answered, k) if by == "file" else [Hit(r) for r in answered[:k]]
+    answers: list[Sequence[SearchResult]] = []
+
+    def ranked(depth: int) -> list[Hit]:
+        opts = options if depth == k else dataclasses.replace(options, k=depth)
+        answered = kb.search_with(parsed.text, opts, pool=Pool(parsed, depth, by, analyzer))
+        answers.append(answered)
+        return (
+            group_by_file(answered, depth) if by == "file" else [Hit(r) for r in answered[:depth]]
+        )
+
+    if fresh:
+        limit = hash_limit(getattr(kb, "config", None))
+        chosen = settle(store_of(kb), k, options.stale, ranked, _result, limit=limit)
+    else:
+        chosen = ranked(k)
     if locate:
         locate_lines(kb, query, [hit.result for hit in chosen], options.filter, options.scope)
-    return Hits(chosen, answered)
+    return Hits(chosen, answers[-1])
+
+
+def _result(hit: Hit) -> SearchResult:
+    return hit.result

@@ -4,9 +4,10 @@ The reference :class:`~kbcli.protocols.VectorStoreProtocol` is the least a store
 capabilities say what else it can do: :class:`DocumentCatalog` (made of
 :class:`DocumentReader`, :class:`DocumentWriter`, :class:`IndexMetadata` and
 :class:`EmbedderRecord`), :class:`KeywordIndex`, :class:`VectorIndex`, :class:`FileLedger`,
-:class:`EmbeddingCache`, :class:`VectorWriter` and :class:`Doctor`. Code outside ``stores/``
-talks to a store only through them, asking with :func:`supports`. Users import them from
-:mod:`kbcli.protocols`, which re-exports every name here.
+:class:`EmbeddingCache`, :class:`VectorWriter`, :class:`FreshnessReads` and
+:class:`Doctor`. Code outside ``stores/`` talks to a store only through them, asking with
+:func:`supports`. Users import them from :mod:`kbcli.protocols`, which re-exports every name
+here.
 """
 
 from __future__ import annotations
@@ -322,6 +323,26 @@ class FileLedger(Protocol):
     def prepare_search(self) -> None:
         """Build now what the next search would otherwise build first (a derived index), at
         the end of an ingest that changed the index (may do nothing)."""
+        ...
+
+
+@runtime_checkable
+class FreshnessReads(Protocol):
+    """The small reads that say how fresh a search's hits and the index are
+    (:mod:`kbcli.search.freshness`): a few files' ledger records, whether an ingest is
+    writing, how many chunks wait for a vector. Each costs a lookup, never a scan of files."""
+
+    def file_records_of(self, paths: Sequence[str]) -> dict[str, FileRecord]:
+        """The records of those of ``paths`` that are indexed files, by path."""
+        ...
+
+    def ingest_running(self) -> bool:
+        """True when an ingest holds :meth:`FileLedger.writer_lock` now, found out without
+        taking it (a search never makes an ingest wait)."""
+        ...
+
+    def vectors_missing(self) -> int:
+        """How many chunks have no vector yet."""
         ...
 
 

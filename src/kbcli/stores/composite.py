@@ -16,6 +16,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic
 
 from kbcli.embedders.base import EmbedderInfo
@@ -40,6 +41,9 @@ from kbcli.stores.upkeep import Upkeep
 from kbcli.text.analysis import Analyzer
 from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from kbcli.types import Document, FileRecord, Finding, SearchResult
+
+#: the meta key holding when the index last committed a change to its chunks or vectors
+CHANGED_AT = "changed_at"
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -219,6 +223,8 @@ class Store(Generic[Conn, RowT]):
                 if embedder is not None:
                     self._vectors.record_embedder(conn, embedder, dim)
             self._vectors.upsert(conn, [(doc, vectors[i]) for i, doc in rowids.items()])
+            if rowids:
+                self._changed(conn)
             self._cache.drop(conn, list(rowids.values()))
             self._vectors.finish(conn)
         return len(rowids)
@@ -233,6 +239,7 @@ class Store(Generic[Conn, RowT]):
         rows: list[NewRow] = [
             (doc, vec, {term_ids[t]: n for t, n in counts.items()}) for doc, vec, counts in prepared
         ]
+        self._changed(conn)
         chunks, new_sources = self._catalog.insert(conn, rows)
         self._keywords.add(conn, chunks, new_sources)
         with_vectors = [(c.doc, vec) for c, (_, vec, _) in zip(chunks, rows) if vec is not None]
@@ -243,11 +250,18 @@ class Store(Generic[Conn, RowT]):
         if not rows:
             return 0
         docs = [r.doc for r in rows]
+        self._changed(conn)
         self._cache.keep(conn, docs)  # before their vectors go: an edit undone embeds nothing
         self._keywords.remove(conn, rows)
         self._vectors.remove(conn, docs)
         self._catalog.delete_rows(conn, docs)
         return len(rows)
+
+    def _changed(self, conn: Conn) -> None:
+        """Record in the write transaction that the chunks or vectors changed (the
+        watermark's ``changed_at``: it commits with them or not at all)."""
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        self._catalog.set_meta(conn, CHANGED_AT, now)
 
     def delete(self, ids: list[str]) -> bool:
         """Delete documents by id in one transaction; True when at least one existed."""
@@ -319,6 +333,7 @@ class Store(Generic[Conn, RowT]):
                 progress(done_before + start + len(part), total)
         with self._engine.transaction() as conn:
             self._vectors.swap_staged(conn, info)
+            self._changed(conn)
         return len(todo)
 
     # --- file ledger and embedding cache --------------------------------------------------------
@@ -332,6 +347,20 @@ class Store(Generic[Conn, RowT]):
         """Every indexed file, by absolute path."""
         with self._engine.read(latest=True) as conn:
             return self._ledger.records(conn)
+
+    def file_records_of(self, paths: Sequence[str]) -> dict[str, FileRecord]:
+        """The records of those of ``paths`` that are indexed files (a few lookups)."""
+        with self._engine.read(latest=True) as conn:
+            return self._ledger.records_of(conn, paths)
+
+    def ingest_running(self) -> bool:
+        """True when an ingest holds the writer lock now (asked without taking it)."""
+        return self._engine.writer_busy()
+
+    def vectors_missing(self) -> int:
+        """How many chunks have no vector (written, their vectors not filled in yet)."""
+        with self._engine.read(latest=True) as conn:
+            return max(0, self._catalog.totals(conn)[0] - self._vectors.count(conn))
 
     def replace_file(
         self,

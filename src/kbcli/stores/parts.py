@@ -142,6 +142,11 @@ class Engine(Protocol[Conn]):
         """The one-writer-at-a-time lock, waiting up to ``wait`` seconds."""
         ...
 
+    def writer_busy(self) -> bool:
+        """True when a writer (an ingest) holds :meth:`writer_lock` now, found out without
+        taking it (a search must never make an ingest wait or fail)."""
+        ...
+
     def generation(self, conn: Conn) -> int:
         """A counter every committed write changes."""
         ...
@@ -375,6 +380,10 @@ class Vectors(Staging[Conn_contra], Protocol[Conn_contra]):
 
 class Ledger(Protocol[Conn_contra]):
     """What ``kb ingest`` indexed from which file."""
+
+    def records_of(self, conn: Conn_contra, paths: Sequence[str]) -> dict[str, FileRecord]:
+        """The records of those of ``paths`` that are recorded, by path (lookups, no scan)."""
+        ...
 
     def records(self, conn: Conn_contra) -> dict[str, FileRecord]:
         """Every file record, by path."""

@@ -43,3 +43,43 @@ def lock_file(path: Path, wait: float, holder: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the flock
+
+
+def lock_held(path: Path) -> bool:
+    """True when a process holds the :func:`lock_file` lock on ``path`` now, found out without
+    taking it: Linux lists every ``flock`` in ``/proc/locks`` by device and inode. Where that
+    list cannot be read, a shared lock is tried without waiting and let go at once (a writer
+    starting in that instant waits its ``--wait``). A missing file: no one holds it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    try:
+        with open("/proc/locks", "rb") as listing:
+            locks = listing.read().decode("ascii", "replace")
+    except OSError:
+        return _probe(path)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123 0 EOF" (" -> ..." lines wait, not hold)
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == inode:
+            return True
+    return False
+
+
+def _probe(path: Path) -> bool:
+    """Whether a shared ``flock`` on ``path`` is refused right now (taken and let go)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EACCES)
+    finally:
+        os.close(fd)
+    return False

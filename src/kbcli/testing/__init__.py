@@ -33,7 +33,7 @@ from kbcli.testing.cache import EmbeddingCacheContract
 from kbcli.testing.catalog import DocumentCatalogContract
 from kbcli.testing.filters import FilterDifferentialContract
 from kbcli.testing.keyword import KeywordIndexContract
-from kbcli.testing.ledger import FileLedgerContract
+from kbcli.testing.ledger import FileLedgerContract, FreshnessReadsContract
 from kbcli.testing.persistence import PersistenceContract
 from kbcli.testing.routes import RoutesContract
 from kbcli.testing.vector_store import VectorStoreContract
@@ -44,6 +44,7 @@ __all__ = [
     "EmbeddingCacheContract",
     "FileLedgerContract",
     "FilterDifferentialContract",
+    "FreshnessReadsContract",
     "KeywordIndexContract",
     "PersistenceContract",
     "RoutesContract",

@@ -1,7 +1,8 @@
 """``kb mcp``: the knowledge tools over the Model Context Protocol (official ``mcp`` SDK 2.x).
 
-Tools: ``knowledge_search``, ``knowledge_get`` and ``knowledge_stats`` (and, when writing is
-allowed, ``knowledge_add`` and ``knowledge_delete``) from :mod:`kbcli.agent.tools.read`,
+Tools: ``knowledge_search``, ``knowledge_get``, ``knowledge_stats`` and ``knowledge_status``
+(and, when writing is allowed, ``knowledge_add`` and ``knowledge_delete``) from
+:mod:`kbcli.agent.tools` (``read``, ``status``, ``write``),
 served as they are: the server lists each tool's own JSON Schema and hands the raw arguments to
 the tool, which validates them (unknown keys, bounds, filters) and answers with text. A failure
 is an error result with one ``Error: ...`` line, never a traceback. The SDK's low-level
@@ -58,11 +59,13 @@ from kbcli import __version__
 from kbcli.agent.mcp.audit import AuditLog
 from kbcli.agent.tools.base import KnowledgeTool, ToolResult
 from kbcli.agent.tools.read import knowledge_tools
+from kbcli.agent.tools.status import KnowledgeStatusTool
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import KBError, require
 from kbcli.knowledge_base import ScopedKnowledgeBase
 from kbcli.serve.limits import Limits, address, serve
 from kbcli.serve.tokens import IDENTITY_KEY, BearerTokens, Identity
+from kbcli.search.freshness import index_watermark
 from kbcli.views import Source
 
 SERVER_NAME = "kbcli"
@@ -120,6 +123,8 @@ class KnowledgeMCP:
             tools = knowledge_tools(
                 self.base, scope, allow_write=write, writer=writer, **self.search_options
             )
+            view = self.base.scoped(scope) if scope else self.base
+            tools.insert(3, KnowledgeStatusTool(view))  # after knowledge_stats
             self._tools[key] = {tool.name: tool for tool in tools}
         return self._tools[key]
 
@@ -165,6 +170,7 @@ class KnowledgeMCP:
                 return error("Error: not authenticated")
             arguments = dict(params.arguments or {})
             tool = tools.get(params.name)
+            structured: dict[str, Any] | None = None
             if tool is None:
                 result = ToolResult(
                     f"Error: Unknown tool {params.name[:60]!r}: use {', '.join(tools)}",
@@ -174,6 +180,9 @@ class KnowledgeMCP:
             else:
                 started = time.perf_counter()
                 result = await anyio.to_thread.run_sync(tool.call, arguments)
+                if params.name in WATERMARKED and not result.is_error:
+                    mark = await anyio.to_thread.run_sync(index_watermark, self.kb)
+                    structured = {"index": mark.as_json()}
             if self.audit is not None:
                 who = identity.name if identity is not None else "stdio"
                 elapsed = (time.perf_counter() - started) * 1000
@@ -183,6 +192,7 @@ class KnowledgeMCP:
                     return error(f"Error: {exc}")
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=result.text)],
+                structured_content=structured,
                 is_error=result.is_error,
             )
 
@@ -191,7 +201,8 @@ class KnowledgeMCP:
             version=__version__,
             instructions=(
                 "A local knowledge base. Use knowledge_search to find passages (cite their "
-                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts"
+                "sources), knowledge_get to read a chunk or a file, knowledge_stats for counts, "
+                "knowledge_status to learn whether the index is behind its files"
                 + (
                     "; knowledge_add stores a note, knowledge_delete removes one (where allowed)."
                     if self.allow_write

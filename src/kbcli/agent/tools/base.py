@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbcli.errors import InvalidOptionError, KBError
+from kbcli.search.freshness import state_words
 from kbcli.search.place import hit_line, location
-from kbcli.types import SearchResult, note_author
+from kbcli.types import Freshness, SearchResult, note_author
 from kbcli.views import KnowledgeView, Reader, as_view
 
 MAX_QUERY_CHARS = 2000
@@ -43,6 +44,7 @@ class Citation:
     line_end: int | None = None
     note_by: str | None = None
     line_start: int | None = None
+    freshness: Freshness | None = None
 
     @classmethod
     def from_result(cls, number: int, hit: SearchResult) -> Citation:
@@ -59,6 +61,7 @@ class Citation:
                 source=str(source) if source is not None else None,
                 score=hit.score,
                 note_by=author,
+                freshness=hit.freshness,
             )
         line = hit_line(hit)
         return cls(
@@ -72,7 +75,13 @@ class Citation:
             line=line if _line_number(line) else None,
             line_end=line_end if _line_number(line_end) else None,
             line_start=start if _line_number(start) else None,
+            freshness=hit.freshness,
         )
+
+    @property
+    def state_words(self) -> str | None:
+        """What the citation's freshness says beside its source (:func:`state_words`)."""
+        return state_words(self.freshness)
 
     @property
     def location(self) -> str | None:
@@ -93,7 +102,8 @@ class Citation:
         if self.note_by is not None:
             where.append(f"note by {self.note_by}")
         if self.source:
-            where.append(f"source: {self.source}")
+            words = self.state_words
+            where.append(f"source: {self.source}" + (f" ({words})" if words else ""))
             if self.line is not None:
                 start = self.line if self.line_start is None else self.line_start
                 end = self.line if self.line_end is None else max(self.line_end, self.line)
@@ -106,7 +116,8 @@ class Citation:
         return "; ".join(part for part in (", ".join(where), f"id: {self.id}") if part)
 
     def to_dict(self) -> dict[str, Any]:
-        """The citation as JSON-ready data."""
+        """The citation as JSON-ready data; ``freshness`` (``{state, indexed_at}``) only when
+        the passage may not be what its file says now (changed, missing, vector pending)."""
         return {
             "number": self.number,
             "id": self.id,
@@ -118,6 +129,11 @@ class Citation:
             "line_start": self.line_start,
             "line_end": self.line_end,
             "note_by": self.note_by,
+            **(
+                {"freshness": self.freshness.as_json()}
+                if self.freshness and self.state_words
+                else {}
+            ),
         }
 
 

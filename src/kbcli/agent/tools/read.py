@@ -21,6 +21,7 @@ The MCP server (:mod:`kbcli.agent.mcp.server`) serves these same tool objects.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -54,9 +55,10 @@ from kbcli.errors import InvalidOptionError, NotFoundError
 from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.protocols import DocumentCatalog, supports
 from kbcli.search import hints
+from kbcli.search.freshness import hash_limit, settle, state_words, store_of
 from kbcli.search.location import locate_lines
 from kbcli.search.pipeline import RAGPipeline
-from kbcli.types import SearchOptions, SearchResult, normalize_mode
+from kbcli.types import STALE_POLICIES, SearchOptions, SearchResult, normalize_mode
 from kbcli.views import Reader
 
 NO_RESULTS = "No relevant knowledge found."
@@ -97,7 +99,9 @@ class KnowledgeSearchTool(KnowledgeTool):
     :meth:`~kbcli.pipeline.KnowledgeBase.scoped`); a caller's ``filter`` argument is ANDed with
     it, so it can narrow the search, never widen it. Arguments: ``query`` (at most
     ``max_query_chars`` characters), ``k`` (1 to ``max_k``), ``mode`` (keyword, semantic,
-    hybrid), ``filter`` (optional).
+    hybrid), ``filter`` (optional), ``stale`` (``flag``, ``hide`` or ``fail``: see
+    :mod:`kbcli.search.freshness`; over a knowledge base each hit's state is checked and a
+    stale one says so beside its source; a bare pipeline has no ledger to check against).
     """
 
     name = "knowledge_search"
@@ -153,6 +157,16 @@ class KnowledgeSearchTool(KnowledgeTool):
                     "description": "keyword (BM25), semantic (vectors) or hybrid (both).",
                     "default": self.default_mode,
                 },
+                "stale": {
+                    "type": "string",
+                    "enum": list(STALE_POLICIES),
+                    "description": (
+                        "Passages whose file changed or is gone since it was indexed: flag "
+                        "(returned, marked beside their source), hide (left out, others fill "
+                        "in) or fail (an error saying the index is behind)."
+                    ),
+                    "default": "flag",
+                },
                 "filter": {
                     "type": "object",
                     "description": (
@@ -198,8 +212,15 @@ class KnowledgeSearchTool(KnowledgeTool):
                 caller = canonical_paths(validate_filter(caller))
             except InvalidOptionError as exc:
                 raise ToolArgumentError(f"invalid filter: {exc}") from None
+        stale = arguments.get("stale", "flag")
+        if stale not in STALE_POLICIES:
+            raise ToolArgumentError(
+                f"stale must be one of {', '.join(STALE_POLICIES)}, got {str(stale)[:40]!r}"
+            )
         # the access filter is a scope: it confines the statistics too (kbcli.text.bm25, "Scopes")
-        options = SearchOptions(k=k, mode=mode, filter=caller, scope=self.access_filter)
+        options = SearchOptions(
+            k=k, mode=mode, filter=caller, scope=self.access_filter, stale=stale
+        )
         return query, options, caller
 
     def search(self, arguments: dict[str, Any]) -> list[Citation]:
@@ -210,9 +231,17 @@ class KnowledgeSearchTool(KnowledgeTool):
         results: Sequence[SearchResult]
         if isinstance(self.pipeline, RAGPipeline):
             results = self.pipeline.search(query, options)
-        else:  # a KnowledgeBase or a scoped view of one: each hit on its best line
-            results = self.pipeline.search_with(query, options)
-            locate_lines(self.pipeline, query, results, options.filter, options.scope)
+        else:  # a KnowledgeBase or a scoped view of one: each hit fresh, on its best line
+            view = self.pipeline
+
+            def ranked(depth: int) -> Sequence[SearchResult]:
+                opts = options if depth == options.k else dataclasses.replace(options, k=depth)
+                return view.search_with(query, opts)
+
+            store = store_of(view)
+            limit = hash_limit(getattr(reader_of(view).kb, "config", None))
+            results = settle(store, options.k, options.stale, ranked, _same, limit=limit)
+            locate_lines(view, query, results, options.filter, options.scope)
         return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
 
     def empty_answer(self, caller_filter: dict[str, Any] | None) -> str:
@@ -354,7 +383,7 @@ class KnowledgeGetTool(KnowledgeTool):
             # The id is not echoed: a hidden id and an unknown one get the very same answer.
             return error_result(NO_CHUNK)
         doc = shown.documents[0]
-        citation = Citation.from_result(1, SearchResult(doc, 1.0))
+        citation = Citation.from_result(1, SearchResult(doc, 1.0, freshness=shown.freshness))
         citation.score = None
         index = doc.metadata.get("chunk_index")
         extra = f", chunk {index}" if isinstance(index, int) else ""
@@ -391,6 +420,7 @@ class KnowledgeGetTool(KnowledgeTool):
         else:
             text, shown_last = self._chunks(shown, start)
         citation = Citation(number=1, id="", text=text.split("\n", 1)[-1], source=shown.source)
+        citation.freshness = shown.freshness
         citation.line = citation.line_start = start
         citation.line_end = shown_last
         return ToolResult(text, [citation])
@@ -408,7 +438,9 @@ class KnowledgeGetTool(KnowledgeTool):
             used += len(row) + 1
         first, last = shown.lines[0][0], shown.lines[len(body) - 1][0]
         more = "" if last == shown.total else f" (more: start_line={last + 1})"
-        header = f"[source: {shown.source}; lines {first}-{last} of {shown.total}{more}]"
+        header = (
+            f"[source: {shown.source}; lines {first}-{last} of {shown.total}{more}{_state(shown)}]"
+        )
         return "\n".join([header, *body]), last
 
     def _chunks(self, shown: Shown, start: int) -> tuple[str, int]:
@@ -436,7 +468,7 @@ class KnowledgeGetTool(KnowledgeTool):
         header = (
             f"[source: {shown.source}; indexed chunks covering lines {start}-{last}{more}; "
             "the file's own lines are not available, so each chunk is shown from the line "
-            "it starts on]"
+            f"it starts on{_state(shown)}]"
         )
         return "\n".join([header, *blocks]), last
 
@@ -444,6 +476,16 @@ class KnowledgeGetTool(KnowledgeTool):
         if len(line) <= self.line_width:
             return line
         return f"{line[: self.line_width]}{CUT.format(count=len(line) - self.line_width)}"
+
+
+def _same(result: SearchResult) -> SearchResult:
+    return result
+
+
+def _state(shown: Shown) -> str:
+    """``; changed since indexed`` (the file's state) for a header, when it is not current."""
+    words = state_words(shown.freshness)
+    return f"; {words}" if words else ""
 
 
 class KnowledgeStatsTool(KnowledgeTool):

@@ -20,13 +20,14 @@ value; the index is left as it was.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from kbcli.agent.seams import note_base
 from kbcli.agent.tools.base import (
@@ -39,11 +40,20 @@ from kbcli.agent.tools.base import (
     reader_of,
     text_argument,
 )
+from kbcli.embedders.base import embedder_info
 from kbcli.errors import InvalidOptionError, KBError
 from kbcli.filters.model import matches
-from kbcli.protocols import FileLedger, supports
+from kbcli.ingest.pipeline import IngestPipeline, new_id
+from kbcli.protocols import (
+    DocumentCatalog,
+    EmbedderProtocol,
+    FileLedger,
+    VectorStoreProtocol,
+    VectorWriter,
+    supports,
+)
 from kbcli.system.paths import normal_source
-from kbcli.types import LOCATION_KEYS, NOTE_BY, note_author
+from kbcli.types import LOCATION_KEYS, NOTE_BY, Document, note_author
 from kbcli.views import KnowledgeView, Reader
 
 NO_NOTE = "Error: No note with that id in this knowledge base (knowledge_search gives ids)"
@@ -51,6 +61,10 @@ MAX_NOTE_CHARS = 100_000  # characters of one knowledge_add note
 MAX_NOTE_KEYS = 32  # metadata keys of one note
 WINDOW = 60.0  # seconds of the notes_per_minute window
 RECOUNT_EVERY = 60.0  # seconds a writer's count of its bytes in the index is trusted
+VECTOR_WAIT = 2.0  # seconds knowledge_add waits for a note's vector before saying "pending"
+MAX_WAITING_VECTORS = 1000  # notes of one writer waiting for their vectors, at most
+
+logger = logging.getLogger("kbcli.agent.tools.write")
 
 
 class WriteLimitError(KBError):
@@ -107,7 +121,12 @@ class NoteWriter:
     counted here. The bytes the writer's notes hold are counted in the index (a restart
     forgets nothing) at its first note, after it deleted one, and at least every
     :data:`RECOUNT_EVERY` seconds; in between its own notes are added to that count (a read of
-    every chunk's metadata per note would cost about 180 ms at 100,000 chunks)."""
+    every chunk's metadata per note would cost about 180 ms at 100,000 chunks).
+
+    A note is written first without its vector (searchable by keyword when :meth:`add`
+    returns), then embedded by the writer's :class:`NoteVectors`; :meth:`write` waits up to
+    ``vector_wait`` seconds for the vector and says whether it is still pending (an embedder
+    that is slow or down never holds a note back)."""
 
     def __init__(
         self,
@@ -115,6 +134,7 @@ class NoteWriter:
         limits: WriteLimits | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        vector_wait: float = VECTOR_WAIT,
     ):
         self.name = name
         self.limits = limits or WriteLimits()
@@ -123,6 +143,8 @@ class NoteWriter:
         self._held: int | None = None  # bytes in the index, as last counted plus notes since
         self._counted_at = 0.0
         self._lock = threading.Lock()
+        self._vectors = NoteVectors()
+        self.vector_wait = vector_wait
 
     def held(self, view: KnowledgeView) -> int:
         """Bytes the writer's notes hold in the whole index under ``view`` (every scope)."""
@@ -133,6 +155,12 @@ class NoteWriter:
     def add(self, view: KnowledgeView, text: str, metadata: dict[str, Any]) -> str:
         """Store the note ``text`` with ``metadata`` (its writer set) through ``view``'s
         knowledge base; returns its id. Raises :class:`WriteLimitError` naming the limit."""
+        return self.write(view, text, metadata)[0]
+
+    def write(self, view: KnowledgeView, text: str, metadata: dict[str, Any]) -> tuple[str, bool]:
+        """:meth:`add`, returning ``(id, vector_pending)``: whether the note's vector was
+        still not stored ``vector_wait`` seconds after the note was (keyword search finds it
+        either way)."""
         limits = self.limits
         metadata = {**metadata, NOTE_BY: self.name}
         size = note_size(text, metadata)
@@ -161,10 +189,13 @@ class NoteWriter:
                     f"{self.name} hold {held:,} bytes and this one is {size:,}; delete notes "
                     "(knowledge_delete) or ask for a larger total_bytes"
                 )
-            new_id = note_base(view).add(text, metadata)
+            new_id, written = _keyword_first(view, text, metadata)
             self._recent.append(now)
             self._held = held + size
-        return new_id
+        if written is None:  # written with its vector (a knowledge base without the seam)
+            return new_id, False
+        # its vector follows: wait a little for it, not longer
+        return new_id, not self._vectors.fill(written, new_id, text, self.vector_wait)
 
     def recount(self) -> None:
         """Count the writer's bytes in the index again at its next note (after a delete)."""
@@ -188,6 +219,105 @@ def scope_metadata(filter: dict[str, Any] | None) -> dict[str, Any]:
         else:
             forced[key] = value
     return forced
+
+
+@runtime_checkable
+class Embeds(Protocol):
+    """A knowledge base a note can be written to keyword-first: its store, the ingest steps
+    that embed (with the embedding cache) and its embedder (the write path's
+    :class:`~kbcli.ingest.writes.Indexable`, checked at run time here)."""
+
+    @property
+    def store(self) -> VectorStoreProtocol: ...
+
+    @property
+    def ingestor(self) -> IngestPipeline: ...
+
+    @property
+    def embedder(self) -> EmbedderProtocol: ...
+
+
+def _keyword_first(
+    view: KnowledgeView, text: str, metadata: dict[str, Any]
+) -> tuple[str, Embeds | None]:
+    """Write a note without its vector, in one transaction: searchable by keyword once this
+    returns. Returns its id and the knowledge base its vector is to be filled in (None: a
+    knowledge base that cannot take vectors afterwards, which added the note whole)."""
+    kb = view.kb
+    if not isinstance(kb, Embeds):
+        return note_base(view).add(text, metadata), None
+    store = kb.store
+    if not (supports(store, DocumentCatalog) and supports(store, VectorWriter)):
+        return note_base(view).add(text, metadata), None
+    kb.ingestor.check_embedder()  # an index of another embedder refuses the note now
+    doc = Document(new_id(), text, dict(metadata))
+    return store.add([doc])[0], kb
+
+
+class NoteVectors:
+    """The vectors of a writer's notes, filled after the notes were written: one daemon
+    thread embeds the notes waiting (in one call, through the embedding cache) and stores
+    their vectors (``set_vectors``: rows and keyword postings untouched). An embedding that
+    fails is logged and tried again with the writer's next note; at most
+    :data:`MAX_WAITING_VECTORS` wait (the oldest dropped: keyword-searchable, no vector). A
+    daemon thread, so a server that stops does not wait for a stuck embedder; the notes it
+    leaves without a vector are counted as pending (``kb status``, ``knowledge_status``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting: dict[str, tuple[Embeds, str]] = {}
+        self._stored: dict[str, threading.Event] = {}
+        self._failed: dict[str, tuple[Embeds, str]] = {}
+        self._thread: threading.Thread | None = None
+
+    def fill(self, kb: Embeds, note_id: str, text: str, wait: float) -> bool:
+        """Queue ``note_id``'s vector; True when it was stored within ``wait`` seconds."""
+        stored = threading.Event()
+        with self._cond:
+            self._waiting.update(self._failed)
+            self._failed.clear()
+            self._waiting[note_id] = (kb, text)
+            self._stored[note_id] = stored
+            while len(self._waiting) > MAX_WAITING_VECTORS:
+                dropped = next(iter(self._waiting))
+                del self._waiting[dropped]
+                self._stored.pop(dropped, None)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="kb-note-vectors", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+        return stored.wait(wait)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._waiting:
+                    self._cond.wait()
+                batch, self._waiting = self._waiting, {}
+            kb = next(iter(batch.values()))[0]
+            mine = {i: t for i, (k, t) in batch.items() if k is kb}
+            with self._cond:  # another knowledge base's notes: the next round
+                self._waiting.update({i: v for i, v in batch.items() if i not in mine})
+            try:
+                texts = list(dict.fromkeys(mine.values()))
+                vectors = dict(zip(texts, kb.ingestor.embed(texts)))
+                store = kb.store
+                assert supports(store, VectorWriter)
+                store.set_vectors(
+                    {i: vectors[t] for i, t in mine.items()}, embedder=embedder_info(kb.embedder)
+                )
+            except Exception:
+                logger.warning("a note's vector could not be made; tried again", exc_info=True)
+                with self._cond:
+                    self._failed.update({i: (kb, t) for i, t in mine.items()})
+                continue
+            with self._cond:
+                for note_id in mine:
+                    event = self._stored.pop(note_id, None)
+                    if event is not None:
+                        event.set()
 
 
 class KnowledgeAddTool(KnowledgeTool):
@@ -267,8 +397,14 @@ class KnowledgeAddTool(KnowledgeTool):
                 f"metadata source {metadata['source'][:200]!r} is an indexed file: a note "
                 "cannot pose as a file's chunk; leave source out or name another path"
             )
-        new_id = self.writer.add(self.view, text, metadata)
-        return ToolResult(f"Added note {new_id} (searchable now).")
+        new_id, pending = self.writer.write(self.view, text, metadata)
+        if pending:
+            return ToolResult(
+                f"Added note {new_id} (searchable by keyword now; its vector is pending: "
+                "semantic search finds it once the embedder has answered, knowledge_status "
+                "counts pending vectors)."
+            )
+        return ToolResult(f"Added note {new_id} (searchable now, by keyword and by meaning).")
 
 
 class KnowledgeDeleteTool(KnowledgeTool):

@@ -28,6 +28,13 @@ def cited_location(evidence: Any) -> tuple[str, str]:
     return where + location_suffix(evidence.line, hit_page(evidence.metadata)), ""
 
 
+def _stale(evidence: Any) -> str:
+    """`` (changed since indexed)`` beside a cited passage that may not be what its file says
+    now: such a passage is never cited without saying so."""
+    words = getattr(evidence, "stale_words", None)
+    return f" ({words})" if words else ""
+
+
 def _unknown_note(given: int) -> str:
     shown = f"[1]-[{given}]" if given > 1 else "[1]"
     return f"the model was given {shown} only"
@@ -50,7 +57,7 @@ def answer_output(answer: Any, fmt: str, *, streamed: bool = False) -> None:
         for e in answer.citations:
             where, page = cited_location(e)
             heading = f" — {' '.join(e.heading.split())}" if e.heading else ""
-            result(f"- [{e.n}] `{where}`{page}{heading}")
+            result(f"- [{e.n}] `{where}`{page}{heading}{_stale(e)}")
         for n in answer.unknown_citations:
             result(f"- [{n}] **unknown citation**: {_unknown_note(given)}")
         if not answer.citations and not answer.unknown_citations:
@@ -64,7 +71,7 @@ def answer_output(answer: Any, fmt: str, *, streamed: bool = False) -> None:
     result("Sources:")
     for e in answer.citations:
         where, page = cited_location(e)
-        result(f"  [{e.n}] {where}{page}")
+        result(f"  [{e.n}] {where}{page}{_stale(e)}")
     for n in answer.unknown_citations:
         result(f"  [{n}] unknown citation: {_unknown_note(given)}")
 

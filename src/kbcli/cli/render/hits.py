@@ -3,13 +3,14 @@ terminal)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from kbcli.cli.render.explain import explain_facts, shared_facts
 from kbcli.cli.render.messages import print_json, print_jsonl, result, rich_console
-from kbcli.cli.render.names import chunk_location, file_names
+from kbcli.cli.render.names import chunk_location, file_names, needs_quoting, quote_name
 from kbcli.cli.render.snippets import rich_lines, snippet_lines, term_pattern
 from kbcli.types import note_author
 
@@ -45,12 +46,56 @@ def no_results_text(results: Any) -> str:
 SEARCH_FORMATS = ("table", "json", "jsonl", "csv", "md", "files")
 
 
-def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
-    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by}``
-    (``note_by``: the writer of an agent's note, else null), with ``matched_chunks`` for file
-    hits and ``explain`` when asked. ``line`` and ``location`` are the line the hit is for (its
-    best-matching line; ``path#page=N`` for a page); the chunk's own first line stays in
-    ``metadata``."""
+# The short marker the table shows on a hit that is not ``current`` (what each means: NOTES).
+MARKERS = {
+    "changed": "changed",
+    "missing": "missing",
+    "vectors_pending": "no vector",
+    "not_a_file": "note",
+}
+MARKER_NOTES = {
+    "changed": "changed = the file differs from what was indexed",
+    "missing": "missing = the file is gone or unreadable",
+    "vectors_pending": "no vector = found by keyword, semantic search cannot find it yet",
+    "not_a_file": "note = text added to the index, no file behind it",
+}
+
+
+def freshness_marker(result_: Any) -> str | None:
+    """The table's marker for a hit that is not ``current`` (None: current, or unknown)."""
+    fresh = getattr(result_, "freshness", None)
+    return None if fresh is None else MARKERS.get(fresh.state)
+
+
+def freshness_note(hits: Sequence[Any]) -> str | None:
+    """The one line under the table saying what its markers mean and what to run (None: no
+    hit is marked)."""
+    states = {h.result.freshness.state for h in hits if freshness_marker(h.result) is not None}
+    if not states:
+        return None
+    said = "; ".join(MARKER_NOTES[s] for s in MARKERS if s in states)
+    stale = [h.source for h in hits if h.result.freshness.state in ("changed", "missing")]
+    if stale:
+        from pathlib import Path
+
+        folder = str(Path(stale[0]).parent)
+        shown = quote_name(folder) if needs_quoting(folder) else shlex.quote(folder)
+        return f"{said}. Run: kb ingest {shown}"
+    if "vectors_pending" in states:
+        return f"{said}. kb ingest (or the one running) fills in the vectors."
+    return f"{said}."
+
+
+def hit_json(
+    hit: Any, unit: str, explain: bool = False, index: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by,
+    freshness, index}`` (``note_by``: the writer of an agent's note, else null), with
+    ``matched_chunks`` for file hits and ``explain`` when asked. ``line`` and ``location`` are
+    the line the hit is for (its best-matching line; ``path#page=N`` for a page); the chunk's
+    own first line stays in ``metadata``. ``freshness`` is ``{state, indexed_at}`` (null when
+    the store keeps no ledger), ``index`` the index's watermark (``{changed_at, syncing,
+    vectors_pending}``), the same on every hit."""
     r = hit.result
     item: dict[str, Any] = {
         "id": r.document.id,
@@ -61,6 +106,8 @@ def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
         "location": hit.location,
         "line": hit.line,
         "note_by": note_author(r.document.metadata),
+        "freshness": None if r.freshness is None else r.freshness.as_json(),
+        "index": index,
     }
     if unit == "file":
         item["matched_chunks"] = hit.matched
@@ -70,14 +117,19 @@ def hit_json(hit: Any, unit: str, explain: bool = False) -> dict[str, Any]:
 
 
 def search_output(
-    hits: Sequence[Any], fmt: str, unit: str, explain: bool, null: bool = False
+    hits: Sequence[Any],
+    fmt: str,
+    unit: str,
+    explain: bool,
+    null: bool = False,
+    index: dict[str, Any] | None = None,
 ) -> None:
     """Search hits on stdout as ``fmt`` (every format but ``table``); ``null``: ``files``
-    separated by NUL bytes."""
+    separated by NUL bytes; ``index``: the watermark each JSON hit carries."""
     if fmt == "json":
-        print_json([hit_json(h, unit, explain) for h in hits])
+        print_json([hit_json(h, unit, explain, index) for h in hits])
     elif fmt == "jsonl":
-        print_jsonl([hit_json(h, unit, explain) for h in hits])
+        print_jsonl([hit_json(h, unit, explain, index) for h in hits])
     elif fmt == "files":
         file_names([h.source for h in hits if h.source is not None and not h.note], null)
     elif fmt == "csv":
@@ -85,13 +137,15 @@ def search_output(
 
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["rank", "score", "location", "source", "line", "chunk", "matched", "id"]
-                        + ["text"])  # fmt: skip
+                        + ["text", "freshness", "indexed_at"])  # fmt: skip
         for rank, h in enumerate(hits, 1):
             meta = h.result.document.metadata
+            fresh = h.result.freshness
             writer.writerow(
                 [rank, f"{h.result.score:.4f}", h.location, h.source or "", h.line or "",
                  meta.get("chunk_index", ""), h.matched, h.result.document.id,
-                 " ".join(h.result.document.text.split())]
+                 " ".join(h.result.document.text.split()),
+                 fresh.state if fresh else "", (fresh.indexed_at or "") if fresh else ""]
             )  # fmt: skip
     elif fmt == "md":
         result(f"| # | Score | Location | {'Chunks' if unit == 'file' else 'Chunk'} | Text |")
@@ -100,7 +154,9 @@ def search_output(
             meta = h.result.document.metadata
             lines = [_md_code(text) for _, text, _ in snippet_lines(h.result, None)]
             count = str(h.matched) if unit == "file" else chunk_label(meta, h.page is None)
-            cells = [str(rank), f"{h.result.score:.3f}", f"`{h.location}`", count]
+            marker = freshness_marker(h.result)
+            place = f"`{h.location}`" + (f" ({marker})" if marker else "")
+            cells = [str(rank), f"{h.result.score:.3f}", place, count]
             row = [c.replace("|", "\\|") for c in cells]
             result("| " + " | ".join([*row, "<br>".join(lines)]) + " |")
     else:
@@ -135,7 +191,13 @@ def search_table(
         meta = r.document.metadata
         location = chunk_location(meta, hit.line, page=hit.page)
         count = str(hit.matched) if unit == "file" else chunk_label(meta, hit.page is None)
-        rows.append((str(rank), f"{r.score:.3f}", location, count, rich_lines(r, pattern)))
+        body = rich_lines(r, pattern)
+        marker = freshness_marker(r)
+        if marker is not None:  # the location stays whole (it is copied): the snippet says it
+            from rich.text import Text
+
+            body = Text(f"({marker})\n", style="yellow") + body
+        rows.append((str(rank), f"{r.score:.3f}", location, count, body))
     header = ("#", "Score", "Location", "Chunks" if unit == "file" else "Chunk")
     longest = max((line.cell_len for row in rows for line in row[4].split("\n")), default=0)
     room = max(MIN_SNIPPET, min(longest, SNIPPET_ROOM))
@@ -143,6 +205,11 @@ def search_table(
         _hits_table(console, header, rows)
     else:
         _hits_blocks(console, unit, rows)
+    note = freshness_note(hits)
+    if note is not None:
+        from rich.text import Text
+
+        console.print(Text(note, style="dim"), soft_wrap=True)
     if explain:
         explain_blocks(
             console, [(row[0], row[2], hit.result.explain) for row, hit in zip(rows, hits)]

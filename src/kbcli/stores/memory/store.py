@@ -157,6 +157,10 @@ class MemoryEngine(Nesting[None]):
         finally:
             self._writer.release()
 
+    def writer_busy(self) -> bool:
+        """True while a thread holds :meth:`writer_lock`."""
+        return self._writer.locked()
+
     def generation(self, conn: None) -> int:
         """The change counter."""
         return self.version
@@ -481,6 +485,11 @@ class MemoryLedger:
     def records(self, conn: None) -> dict[str, FileRecord]:
         """Every file record (a copy), by path."""
         return {p: copy.deepcopy(r) for p, r in self.state.records.items()}
+
+    def records_of(self, conn: None, paths: Sequence[str]) -> dict[str, FileRecord]:
+        """The records (copies) of those of ``paths`` that are recorded."""
+        records = self.state.records
+        return {p: copy.deepcopy(records[p]) for p in paths if p in records}
 
     def count(self, conn: None) -> int:
         """How many files are recorded."""

@@ -106,6 +106,22 @@ class Database(Nesting["PgConnection"]):
             ) from None
         return conn
 
+    def writer_busy(self) -> bool:
+        """True when a session holds the index's ingest advisory lock now (``pg_locks`` on
+        the primary: asked, never taken)."""
+        key = self.ingest_key & 0xFFFFFFFFFFFFFFFF  # pg_locks splits the key into two oids
+        with self.primary(), self.read() as conn:
+            row = schema.one(
+                conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'"
+                    " AND granted AND objsubid = 1 AND classid = %s AND objid = %s"
+                    " AND database = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database()))",
+                    (key >> 32, key & 0xFFFFFFFF),
+                )
+            )
+        return bool(row[0])
+
     def failure(self, exc: BaseException) -> StoreError:
         """The one-line error for a failed statement: a lost connection says so and what to
         do; anything else names the server and PostgreSQL's message (passwords redacted)."""

@@ -6,6 +6,7 @@ the index holds chunks."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from kbcli.embedders.base import EmbedderInfo
@@ -23,6 +24,17 @@ if TYPE_CHECKING:
 def records(conn: PgConnection, t: Tables) -> dict[str, FileRecord]:
     """Every file record, by path."""
     rows = conn.execute(f"SELECT {common.FILE_COLUMNS} FROM {t.files}")
+    return {r[0]: common.file_record(r) for r in rows}
+
+
+def records_of(conn: PgConnection, t: Tables, paths: Sequence[str]) -> dict[str, FileRecord]:
+    """The records of those of ``paths`` that are recorded, by path (primary-key lookups)."""
+    wanted = list(dict.fromkeys(paths))
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        f"SELECT {common.FILE_COLUMNS} FROM {t.files} WHERE path = ANY(%s)", (wanted,)
+    )
     return {r[0]: common.file_record(r) for r in rows}
 
 

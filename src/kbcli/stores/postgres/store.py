@@ -241,6 +241,10 @@ class PgLedger:
         """Every file record, by path."""
         return ledger.records(conn, self.t)
 
+    def records_of(self, conn: PgConnection, paths: Sequence[str]) -> dict[str, FileRecord]:
+        """The records of those of ``paths`` that are recorded."""
+        return ledger.records_of(conn, self.t, paths)
+
     def count(self, conn: PgConnection) -> int:
         """How many files are recorded."""
         return ledger.count(conn, self.t)

@@ -37,7 +37,7 @@ from kbcli.errors import (
 from kbcli.stores.nesting import Nesting
 from kbcli.stores.sqlite import schema
 from kbcli.system.crashpoints import crash_point
-from kbcli.system.locking import lock_file
+from kbcli.system.locking import lock_file, lock_held
 
 DEFAULT_BUSY_TIMEOUT = 60.0
 
@@ -372,6 +372,10 @@ class Database(Nesting[sqlite3.Connection]):
         with lock_file(Path(f"{self.path}.ingest-lock"), wait, str(self.path)):
             self.check_writable()
             yield
+
+    def writer_busy(self) -> bool:
+        """True when a process holds the ingest lock file now (:func:`lock_held`: not taken)."""
+        return lock_held(Path(f"{self.path}.ingest-lock"))
 
     @staticmethod
     def generation(conn: sqlite3.Connection) -> int:

@@ -13,6 +13,7 @@ Schema 5 cached every vector a second time, in ``WITHOUT ROWID`` rows of about 4
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from kbcli.embedders.base import EmbedderInfo
@@ -35,6 +36,19 @@ def records(conn: sqlite3.Connection) -> dict[str, FileRecord]:
     """Every file record, by path."""
     rows = conn.execute(f"SELECT {FILE_COLUMNS} FROM files")
     return {r[0]: file_record(r) for r in rows}
+
+
+def records_of(conn: sqlite3.Connection, paths: Sequence[str]) -> dict[str, FileRecord]:
+    """The records of those of ``paths`` that are recorded, by path (the primary key: one
+    lookup each, never a scan)."""
+    found: dict[str, FileRecord] = {}
+    wanted = list(dict.fromkeys(paths))
+    for start in range(0, len(wanted), BATCH):
+        part = wanted[start : start + BATCH]
+        marks = ", ".join("?" * len(part))
+        rows = conn.execute(f"SELECT {FILE_COLUMNS} FROM files WHERE path IN ({marks})", part)
+        found.update((r[0], file_record(r)) for r in rows)
+    return found
 
 
 def count(conn: sqlite3.Connection) -> int:

@@ -242,6 +242,26 @@ class MatrixCache:
         """Drop the mapped matrix."""
         self._index = None
 
+    def known_count(self, conn: sqlite3.Connection) -> int | None:
+        """How many vectors ``conn``'s snapshot holds, when the matrix of its generation is
+        mapped or its file's header names that generation (None: count them). A header read
+        instead of ``count(*)`` over every vector row (40 ms at 100k chunks on a busy
+        machine: what ``kb search --json``'s watermark would pay each time)."""
+        tag = generation_tag(conn)
+        if self._index is not None and self._index[0] == tag:
+            return len(self._index[1])
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(HEADER_SIZE)
+            if not head.startswith(CACHE_MAGIC):
+                return None
+            header = json.loads(head[len(CACHE_MAGIC) :].rstrip(b"\0 \n"))
+            if not isinstance(header, dict) or header.get("tag") != tag:
+                return None
+            return int(header["n"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def verify(self, conn: sqlite3.Connection) -> str | None:
         """Why the cache file of the current generation disagrees with the ``vectors`` table
         (ids or unit rows), or None (agrees, missing, or stale: rebuilt by the next search)."""
@@ -444,7 +464,12 @@ class TableVectors:
         """Nothing to do at the end of a write."""
 
     def count(self, conn: sqlite3.Connection) -> int:
-        """How many vectors are stored."""
+        """How many vectors are stored (the matrix cache's header says, when it is of this
+        generation; else they are counted)."""
+        if isinstance(self.derived, MatrixCache):
+            known = self.derived.known_count(conn)
+            if known is not None:
+                return known
         return int(conn.execute("SELECT count(*) FROM vectors").fetchone()[0])
 
     def search(self, conn: sqlite3.Connection, query: Vector, k: int, filter: Filter) -> list[Hit]:
