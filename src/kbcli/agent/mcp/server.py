@@ -63,14 +63,18 @@ from kbcli.agent.tools.status import KnowledgeStatusTool
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import KBError, require
 from kbcli.knowledge_base import ScopedKnowledgeBase
+from kbcli.search.freshness import index_watermark
 from kbcli.serve.limits import Limits, address, serve
 from kbcli.serve.tokens import IDENTITY_KEY, BearerTokens, Identity
-from kbcli.search.freshness import index_watermark
 from kbcli.views import Source
 
 SERVER_NAME = "kbcli"
 
 logger = logging.getLogger("kbcli.mcp")
+
+#: the replies that carry the index's watermark, once per reply, as structured content
+#: ``{"index": {"changed_at", "syncing", "vectors_pending"}}`` beside their text
+WATERMARKED = ("knowledge_search", "knowledge_get", "knowledge_status", "knowledge_add")
 
 
 # --- the server ---------------------------------------------------------------------------------
