@@ -1,0 +1,856 @@
+// kb ui: the search page. Plain ES2020, no framework, no build step.
+// Every piece of text that comes from the index is put into the page with textContent or
+// createTextNode, never innerHTML: a document holding <script> or an onerror attribute shows as
+// text and runs nothing. Links from Markdown keep only http(s) and relative targets.
+"use strict";
+
+(() => {
+  const DEBOUNCE_MS = 150;
+  const START = new URLSearchParams(location.search);
+  const TOKEN = START.get("token") || "";
+
+  const $ = (id) => document.getElementById(id);
+  const ui = {
+    error: $("error"), q: $("q"), mode: $("mode"), folder: $("folder"), filter: $("filter"),
+    explain: $("explain"), results: $("results"), summary: $("summary"),
+    views: { search: $("view-search"), doc: $("view-doc"), status: $("view-status"), ask: $("view-ask") },
+    docPath: $("doc-path"), docEditor: $("doc-editor"), docKbget: $("doc-kbget"),
+    docBody: $("doc-body"), docSource: $("doc-source"), docBack: $("doc-back"),
+    statusList: $("status-list"), navAsk: $("nav-ask"),
+    question: $("question"), answer: $("answer"), askButton: $("ask-button"),
+  };
+
+  // ---------- DOM helpers (text only) ----------
+
+  /** An element with a class and children; strings become text nodes, never markup. */
+  function el(tag, className, ...children) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    for (const child of children) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(typeof child === "string" || typeof child === "number" ? String(child) : child);
+    }
+    return node;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+  }
+
+  function showError(message) {
+    ui.error.textContent = message || "";
+    ui.error.hidden = !message;
+  }
+
+  // ---------- URLs and the API ----------
+
+  /** A URL of this page for a state (the token kept, so it can be bookmarked and reloaded). */
+  function pageUrl(state) {
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries(state)) {
+      if (value !== undefined && value !== null && value !== "" && value !== false) {
+        params.set(key, value === true ? "1" : String(value));
+      }
+    }
+    if (TOKEN) params.set("token", TOKEN);
+    return location.pathname + "?" + params.toString();
+  }
+
+  function docUrl(path, line) {
+    return pageUrl({ ...searchState(), doc: path, line: line || "" });
+  }
+
+  class ApiError extends Error {
+    constructor(message, status) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  /** fetch() an /api route with the token header; the JSON body, or an ApiError of one line. */
+  async function api(path, options = {}) {
+    const headers = { Accept: "application/json", Authorization: "Bearer " + TOKEN };
+    if (options.body) headers["Content-Type"] = "application/json";
+    let response;
+    try {
+      response = await fetch(path, { ...options, headers, cache: "no-store", credentials: "omit" });
+    } catch (err) {
+      if (err && err.name === "AbortError") throw err;
+      throw new ApiError("kb ui is not answering: is `kb ui` still running?", 0);
+    }
+    let data = null;
+    try {
+      data = await response.json();
+    } catch (_) {
+      data = null;
+    }
+    if (!response.ok) {
+      const message = data && typeof data.error === "string" ? data.error : `HTTP ${response.status}`;
+      throw new ApiError(firstLine(message), response.status);
+    }
+    if (data === null || typeof data !== "object") throw new ApiError("kb ui sent no JSON", response.status);
+    return data;
+  }
+
+  function firstLine(text) {
+    return String(text).split("\n")[0].slice(0, 500);
+  }
+
+  function copyText(text, button) {
+    const done = () => {
+      const label = button.textContent;
+      button.textContent = "Copied";
+      setTimeout(() => { button.textContent = label; }, 1200);
+    };
+    const fallback = () => {
+      const area = el("textarea", "offscreen");
+      area.value = text;
+      document.body.append(area);
+      area.select();
+      try { document.execCommand("copy"); done(); } catch (_) { /* nothing more to try */ }
+      area.remove();
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, fallback);
+    } else {
+      fallback();
+    }
+  }
+
+  // ---------- search ----------
+
+  function searchState() {
+    return {
+      q: ui.q.value.trim(),
+      mode: ui.mode.value === "hybrid" ? "" : ui.mode.value,
+      folder: ui.folder.value.trim(),
+      filter: ui.filter.value.trim(),
+      explain: ui.explain.checked,
+    };
+  }
+
+  function fillSearch(params) {
+    ui.q.value = params.get("q") || "";
+    const mode = params.get("mode") || "hybrid";
+    ui.mode.value = ["keyword", "semantic", "hybrid"].includes(mode) ? mode : "hybrid";
+    ui.folder.value = params.get("folder") || "";
+    ui.filter.value = params.get("filter") || "";
+    ui.explain.checked = params.get("explain") === "1";
+  }
+
+  let searchSeq = 0;
+  let searchTimer = 0;
+  let searchAbort = null;
+  let hitNodes = [];
+  let selected = -1;
+
+  function scheduleSearch() {
+    clearTimeout(searchTimer);
+    history.replaceState(null, "", pageUrl(searchState()));
+    searchTimer = setTimeout(runSearch, DEBOUNCE_MS);
+  }
+
+  /** One search; a response that is not the latest one asked for is dropped. */
+  async function runSearch() {
+    clearTimeout(searchTimer);
+    const state = searchState();
+    const seq = ++searchSeq;
+    if (searchAbort) searchAbort.abort();
+    if (!state.q) {
+      searchAbort = null;
+      showError("");
+      renderResults(null);
+      return;
+    }
+    searchAbort = new AbortController();
+    const params = new URLSearchParams({ q: state.q, mode: ui.mode.value, k: "20", by: "chunk" });
+    if (state.folder) params.set("folder", state.folder);
+    if (state.filter) params.set("filter", state.filter);
+    if (state.explain) params.set("explain", "1");
+    ui.results.setAttribute("aria-busy", "true");
+    try {
+      const data = await api("/api/search?" + params.toString(), { signal: searchAbort.signal });
+      if (seq !== searchSeq) return;
+      showError("");
+      renderResults(data);
+    } catch (err) {
+      if (seq !== searchSeq || (err && err.name === "AbortError")) return;
+      showError(err.message);
+      renderResults(null);
+    } finally {
+      if (seq === searchSeq) ui.results.removeAttribute("aria-busy");
+    }
+  }
+
+  /** The snippet as text nodes with the API's highlight spans (code-point offsets) in <mark>. */
+  function highlighted(snippet, spans) {
+    const chars = Array.from(String(snippet || ""));
+    const out = el("span", "snippet");
+    const clean = (Array.isArray(spans) ? spans : [])
+      .filter((s) => Array.isArray(s) && Number.isInteger(s[0]) && Number.isInteger(s[1]))
+      .map(([a, b]) => [Math.max(0, a), Math.min(chars.length, b)])
+      .filter(([a, b]) => a < b)
+      .sort((x, y) => x[0] - y[0]);
+    let at = 0;
+    for (const [a, b] of clean) {
+      if (b <= at) continue;
+      const from = Math.max(a, at);
+      if (from > at) out.append(chars.slice(at, from).join(""));
+      out.append(el("mark", "", chars.slice(from, b).join("")));
+      at = b;
+    }
+    if (at < chars.length) out.append(chars.slice(at).join(""));
+    return out;
+  }
+
+  function freshnessBadge(freshness) {
+    if (!freshness || typeof freshness !== "object" || !freshness.state || freshness.state === "current") {
+      return null;
+    }
+    const badge = el("span", "badge fresh-" + String(freshness.state).replace(/[^a-z_-]/gi, ""),
+      String(freshness.state));
+    badge.title = freshness.indexed_at ? "indexed " + freshness.indexed_at : "not current";
+    return badge;
+  }
+
+  function renderResults(data) {
+    clear(ui.results);
+    hitNodes = [];
+    selected = -1;
+    if (!data) {
+      ui.summary.textContent = "";
+      return;
+    }
+    const hits = Array.isArray(data.hits) ? data.hits : [];
+    const took = typeof data.took_ms === "number" ? ` in ${Math.round(data.took_ms)} ms` : "";
+    if (!hits.length) {
+      ui.summary.textContent = data.refused
+        ? "Nothing relevant found" + took + "."
+        : "No results" + took + ".";
+      return;
+    }
+    const groups = new Map();
+    for (const hit of hits) {
+      const key = String(hit.path ?? "");
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(hit);
+    }
+    ui.summary.textContent =
+      `${hits.length} result${hits.length === 1 ? "" : "s"} in ${groups.size} file${groups.size === 1 ? "" : "s"}${took}`;
+    for (const [path, fileHits] of groups) {
+      const head = el("h2", "file-path");
+      const open = el("a", "", path);
+      open.href = docUrl(path, fileHits[0].line);
+      head.append(open);
+      if (fileHits.length > 1) head.append(el("span", "count", `${fileHits.length} chunks`));
+      const list = el("div", "hits");
+      for (const hit of fileHits) list.append(hitNode(hit));
+      ui.results.append(el("section", "file", head, list));
+    }
+  }
+
+  function hitNode(hit) {
+    const link = el("a", "hit");
+    link.href = docUrl(hit.path, hit.line);
+    link.setAttribute("role", "option");
+    link.dataset.path = String(hit.path ?? "");
+    if (Number.isInteger(hit.line)) link.dataset.line = String(hit.line);
+    const meta = el("div", "hit-meta", el("span", "loc", placeText(hit)));
+    meta.title = String(hit.location || hit.path || "");
+    if (hit.note_by) meta.append(el("span", "badge", "note by " + hit.note_by));
+    const fresh = freshnessBadge(hit.freshness);
+    if (fresh) meta.append(fresh);
+    if (ui.explain.checked && typeof hit.score === "number") {
+      meta.append(el("span", "score", hit.score.toFixed(3)));
+    }
+    link.append(meta, highlighted(hit.snippet, hit.highlights));
+    if (ui.explain.checked && hit.explain) link.append(el("pre", "explain", String(hit.explain)));
+    hitNodes.push(link);
+    return link;
+  }
+
+  /** Where a hit is inside its file ("line 61", "page 2"); the file is the group's heading. */
+  function placeText(hit) {
+    if (Number.isInteger(hit.page)) return "page " + hit.page;
+    if (Number.isInteger(hit.line)) return "line " + hit.line;
+    return String(hit.location || hit.path || "");
+  }
+
+  function select(index) {
+    if (!hitNodes.length) return;
+    const next = Math.max(0, Math.min(hitNodes.length - 1, index));
+    if (selected >= 0 && hitNodes[selected]) {
+      hitNodes[selected].classList.remove("selected");
+      hitNodes[selected].setAttribute("aria-selected", "false");
+    }
+    selected = next;
+    const node = hitNodes[selected];
+    node.classList.add("selected");
+    node.setAttribute("aria-selected", "true");
+    node.scrollIntoView({ block: "nearest" });
+  }
+
+  // ---------- routing ----------
+
+  let pushedDoc = false;
+
+  function go(url, push) {
+    if (push) history.pushState(null, "", url);
+    else history.replaceState(null, "", url);
+    route();
+  }
+
+  function showView(name) {
+    for (const [key, node] of Object.entries(ui.views)) node.hidden = key !== name;
+    for (const link of document.querySelectorAll("nav a")) {
+      link.classList.toggle("active", link.dataset.view === name);
+    }
+    document.body.dataset.view = name;
+  }
+
+  function route() {
+    const params = new URLSearchParams(location.search);
+    fillSearch(params);
+    showError("");
+    if (params.get("doc")) {
+      showView("doc");
+      openDocument(params.get("doc"), parseInt(params.get("line") || "", 10));
+    } else if (params.get("view") === "status") {
+      showView("status");
+      loadStatus();
+    } else if (params.get("view") === "ask") {
+      showView("ask");
+      ui.question.focus();
+    } else {
+      showView("search");
+      if (ui.q.value.trim()) runSearch();
+      else renderResults(null);
+    }
+  }
+
+  function backToSearch() {
+    if (pushedDoc && history.length > 1) {
+      pushedDoc = false;
+      history.back();
+    } else {
+      go(pageUrl(searchState()), false);
+    }
+  }
+
+  // ---------- the document view ----------
+
+  let docSeq = 0;
+
+  async function openDocument(path, line) {
+    const seq = ++docSeq;
+    ui.docPath.textContent = path;
+    ui.docEditor.textContent = "";
+    ui.docKbget.textContent = "";
+    ui.docSource.hidden = true;
+    ui.docBack.href = pageUrl(searchState());
+    clear(ui.docBody);
+    ui.docBody.append(el("p", "summary", "Loading…"));
+    const params = new URLSearchParams({ path });
+    if (Number.isInteger(line) && line > 0) params.set("line", String(line));
+    let data;
+    try {
+      data = await api("/api/document?" + params.toString());
+    } catch (err) {
+      if (seq !== docSeq) return;
+      clear(ui.docBody);
+      showError(err.message);
+      return;
+    }
+    if (seq !== docSeq) return;
+    renderDocument(data, line);
+  }
+
+  function hitRange(data, line) {
+    if (Array.isArray(data.hit_lines) && data.hit_lines.length === 2) {
+      const [a, b] = data.hit_lines.map(Number);
+      if (Number.isInteger(a) && Number.isInteger(b)) return [a, Math.max(a, b)];
+    }
+    return Number.isInteger(line) && line > 0 ? [line, line] : null;
+  }
+
+  function renderDocument(data, line) {
+    const path = String(data.path ?? "");
+    ui.docPath.textContent = path;
+    const editor = String(data.editor || path);
+    ui.docEditor.textContent = editor;
+    ui.docEditor.href = editorHref(editor);
+    ui.docKbget.textContent = String(data.kb_get || `kb get '${editor}'`);
+    const range = hitRange(data, line);
+    clear(ui.docBody);
+    if (data.kind === "pages") {
+      ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], range));
+    } else if (data.kind === "markdown") {
+      const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
+      const rendered = markdownView(lines, range, path);
+      const source = linesView(lines, range);
+      source.hidden = true;
+      ui.docSource.hidden = false;
+      ui.docSource.textContent = "Show source";
+      ui.docSource.onclick = () => {
+        source.hidden = !source.hidden;
+        rendered.hidden = !source.hidden;
+        ui.docSource.textContent = source.hidden ? "Show source" : "Show rendered";
+        scrollToHit();
+      };
+      ui.docBody.append(rendered, source);
+    } else {
+      ui.docBody.append(linesView(Array.isArray(data.lines) ? data.lines.map(String) : [], range));
+    }
+    scrollToHit();
+  }
+
+  /** A vscode:// link for an absolute path, else the page's own document URL (nothing else). */
+  function editorHref(editor) {
+    if (editor.startsWith("/")) return "vscode://file" + encodeURI(editor);
+    return location.href;
+  }
+
+  function scrollToHit() {
+    const target = Array.from(ui.docBody.querySelectorAll(".hit")).find((n) => n.offsetParent !== null);
+    if (target) target.scrollIntoView({ block: "center" });
+  }
+
+  function inRange(range, from, to) {
+    return !!range && from <= range[1] && to >= range[0];
+  }
+
+  /** Numbered lines (from 1), the hit's lines marked. */
+  function linesView(lines, range) {
+    const box = el("div", "lines");
+    lines.forEach((text, i) => {
+      const number = i + 1;
+      const row = el("div", "line", el("span", "ln", String(number)), el("span", "text", text || "\u200b"));
+      row.id = "L" + number;
+      if (inRange(range, number, number)) row.classList.add("hit");
+      box.append(row);
+    });
+    if (!lines.length) box.append(el("p", "summary", "This file has no indexed text."));
+    return box;
+  }
+
+  function pagesView(pages, range) {
+    const box = el("div", "pages");
+    pages.forEach((page, i) => {
+      const number = Number.isInteger(page.page) ? page.page : i + 1;
+      const title = page.heading ? String(page.heading) : "Page " + number;
+      const section = el("section", "page", el("h2", "page-head", title));
+      section.id = "page-" + number;
+      if (inRange(range, number, number)) section.classList.add("hit");
+      section.append(el("div", "page-text", String(page.text ?? "")));
+      box.append(section);
+    });
+    if (!pages.length) box.append(el("p", "summary", "This file has no extracted text."));
+    return box;
+  }
+
+  // ---------- a small Markdown renderer producing DOM nodes ----------
+
+  const SCHEME = /^([a-z][a-z0-9+.-]*):/i;
+
+  /** A safe href for a Markdown link: http(s) as is, a relative path as the document view of
+   * that file; anything else (javascript:, data:, vbscript:, ...) gives null: shown as text. */
+  function safeHref(raw, basePath) {
+    // Browsers drop tabs and newlines inside URLs ("java\nscript:"), so judge what they would.
+    const url = String(raw).replace(/[\u0000-\u0020\u007f-\u009f]/g, "");
+    if (!url) return null;
+    const scheme = SCHEME.exec(url);
+    if (scheme) return /^https?$/i.test(scheme[1]) ? url : null;
+    if (url.startsWith("//")) return "https:" + url;
+    if (url.startsWith("#")) return null;
+    const target = url.split(/[?#]/)[0];
+    if (!target) return null;
+    let decoded = target;
+    try { decoded = decodeURIComponent(target); } catch (_) { /* keep as written */ }
+    const dir = basePath.includes("/") ? basePath.slice(0, basePath.lastIndexOf("/") + 1) : "";
+    const parts = [];
+    for (const part of (decoded.startsWith("/") ? decoded : dir + decoded).split("/")) {
+      if (part === "..") parts.pop();
+      else if (part !== "." && (part !== "" || parts.length === 0)) parts.push(part);
+    }
+    return docUrl(parts.join("/"), "");
+  }
+
+  const INLINE = new RegExp([
+    "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)",                    // 1,2 code span
+    "(!?)\\[([^\\]\\n]*)\\]\\(\\s*<?([^)\\s>]*)>?(?:\\s+\"[^\"]*\")?\\s*\\)", // 3,4,5 link/image
+    "<((?:https?|mailto|javascript|data|vbscript):[^>\\s]*)>", // 6 autolink (judged by safeHref)
+    "(\\*\\*|__)(?=\\S)([\\s\\S]*?\\S)\\7",                     // 7,8 strong
+    "(\\*|(?<![\\w])_)(?=\\S)([\\s\\S]*?\\S)(?:\\*|_(?![\\w]))",  // 9,10 emphasis
+  ].join("|"), "g");
+
+  function inline(text, parent, basePath, depth = 0) {
+    if (depth > 8) {
+      parent.append(text);
+      return parent;
+    }
+    let at = 0;
+    INLINE.lastIndex = 0;
+    const matches = Array.from(text.matchAll(INLINE));
+    for (const m of matches) {
+      if (m.index < at) continue;
+      if (m.index > at) parent.append(text.slice(at, m.index));
+      if (m[1] !== undefined) {
+        parent.append(el("code", "", m[2]));
+      } else if (m[4] !== undefined) {
+        const href = safeHref(m[5], basePath);
+        const label = m[4] || m[5];
+        if (href) {
+          const a = el("a", m[3] ? "image-link" : "");
+          a.href = href;
+          if (/^https?:/i.test(href)) {
+            a.target = "_blank";
+            a.rel = "noopener noreferrer";
+          }
+          if (m[3]) a.append("🖼 " + label);
+          else inline(label, a, basePath, depth + 1);
+          parent.append(a);
+        } else {
+          parent.append(m[0]);
+        }
+      } else if (m[6] !== undefined) {
+        const href = safeHref(m[6], basePath);
+        if (href && /^https?:/i.test(href)) {
+          const a = el("a", "", m[6]);
+          a.href = href;
+          a.target = "_blank";
+          a.rel = "noopener noreferrer";
+          parent.append(a);
+        } else {
+          parent.append(m[0]);
+        }
+      } else if (m[8] !== undefined) {
+        parent.append(inline(m[8], el("strong"), basePath, depth + 1));
+      } else if (m[10] !== undefined) {
+        parent.append(inline(m[10], el("em"), basePath, depth + 1));
+      }
+      at = m.index + m[0].length;
+    }
+    if (at < text.length) parent.append(text.slice(at));
+    return parent;
+  }
+
+  /** Markdown lines as blocks; each block knows its first and last source line (from 1). */
+  function markdownView(lines, range, basePath) {
+    const box = el("div", "markdown");
+    const add = (node, from, to) => {
+      node.dataset.from = String(from);
+      node.dataset.to = String(to);
+      node.id = "L" + from;
+      node.title = to > from ? `lines ${from}–${to}` : `line ${from}`;
+      if (inRange(range, from, to)) node.classList.add("hit");
+      box.append(node);
+    };
+    let i = 0;
+    while (i < lines.length) {
+      const line = lines[i];
+      const start = i + 1;
+      let m;
+      if (/^\s*$/.test(line)) {
+        i++;
+      } else if ((m = /^\s{0,3}(`{3,}|~{3,})(.*)$/.exec(line))) {
+        const fence = m[1];
+        const body = [];
+        i++;
+        while (i < lines.length && !lines[i].trimStart().startsWith(fence)) body.push(lines[i++]);
+        i++;
+        const lang = m[2].trim().split(/\s+/)[0];
+        const code = el("code", "", body.join("\n"));
+        if (lang) code.dataset.lang = lang;
+        add(el("pre", "code", code), start, Math.min(i, lines.length));
+      } else if ((m = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line))) {
+        add(inline(m[2], el("h" + m[1].length), basePath), start, start);
+        i++;
+      } else if (/^\s{0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) {
+        add(el("hr"), start, start);
+        i++;
+      } else if (/^\s{0,3}>/.test(line)) {
+        const quoted = [];
+        while (i < lines.length && /^\s{0,3}>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s{0,3}>\s?/, ""));
+        add(inline(quoted.join(" "), el("blockquote"), basePath), start, i);
+      } else if (/^\s*([-*+]|\d{1,9}[.)])\s+/.test(line)) {
+        const end = listEnd(lines, i);
+        add(listNode(lines.slice(i, end), basePath), start, end);
+        i = end;
+      } else {
+        const para = [];
+        while (i < lines.length && !/^\s*$/.test(lines[i]) && (para.length === 0 || !blockStart(lines[i]))) {
+          para.push(lines[i++].trim());
+        }
+        add(inline(para.join(" "), el("p"), basePath), start, i);
+      }
+    }
+    return box;
+  }
+
+  function blockStart(line) {
+    return /^\s{0,3}(#{1,6}\s|`{3,}|~{3,}|>)/.test(line) || /^\s*([-*+]|\d{1,9}[.)])\s+/.test(line);
+  }
+
+  function listEnd(lines, i) {
+    let j = i;
+    while (j < lines.length && !/^\s*$/.test(lines[j]) && (j === i || !/^\s{0,3}(#{1,6}\s|`{3,}|~{3,}|>)/.test(lines[j]))) j++;
+    return j;
+  }
+
+  /** List lines as nested <ul>/<ol> by indentation; continuation lines join their item. */
+  function listNode(lines, basePath) {
+    const ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
+    const root = { indent: -1, list: null, children: [] };
+    const stack = [root];
+    let last = null;
+    for (const line of lines) {
+      const m = ITEM.exec(line);
+      if (!m) {
+        if (last) last.text += " " + line.trim();
+        continue;
+      }
+      const indent = m[1].replace(/\t/g, "    ").length;
+      while (stack.length > 1 && indent <= stack[stack.length - 1].indent) stack.pop();
+      const parent = stack[stack.length - 1];
+      const item = { indent, ordered: /\d/.test(m[2]), text: m[3], children: [] };
+      (parent === root ? root.children : parent.children).push(item);
+      stack.push(item);
+      last = item;
+    }
+    const build = (items) => {
+      const list = el(items[0] && items[0].ordered ? "ol" : "ul");
+      for (const item of items) {
+        const li = inline(item.text, el("li"), basePath);
+        if (item.children.length) li.append(build(item.children));
+        list.append(li);
+      }
+      return list;
+    };
+    return build(root.children);
+  }
+
+  // ---------- status ----------
+
+  const STATUS_LABELS = [
+    ["chunks", "Chunks"], ["files", "Files"], ["size", "Size"], ["size_bytes", "Size"],
+    ["embedder", "Embedder"], ["store", "Store"], ["backend", "Store"], ["last_sync", "Last sync"],
+    ["vectors_pending", "Vectors pending"], ["pending_vectors", "Vectors pending"],
+    ["chat_model", "Chat model"],
+  ];
+
+  let statusData = null;
+
+  function formatValue(key, value) {
+    if (typeof value === "number" && /bytes|size/.test(key)) {
+      const units = ["B", "KB", "MB", "GB", "TB"];
+      let n = value;
+      let u = 0;
+      while (n >= 1024 && u < units.length - 1) { n /= 1024; u++; }
+      return (u ? n.toFixed(1) : String(n)) + " " + units[u];
+    }
+    if (typeof value === "boolean") return value ? "yes" : "no";
+    if (value === null || value === undefined || value === "") return "—";
+    return String(value);
+  }
+
+  function statusRows(data, list, depth) {
+    const known = STATUS_LABELS.filter(([key]) => key in data);
+    const seen = new Set(known.map(([key]) => key));
+    const rest = Object.keys(data).filter((key) => !seen.has(key)).sort();
+    for (const [key, label] of [...known, ...rest.map((key) => [key, key.replace(/_/g, " ")])]) {
+      const value = data[key];
+      list.append(el("dt", "", label));
+      if (value && typeof value === "object" && !Array.isArray(value) && depth < 3) {
+        list.append(el("dd", "", statusRows(value, el("dl", "status nested"), depth + 1)));
+      } else if (Array.isArray(value)) {
+        list.append(el("dd", "", value.map((v) => (typeof v === "object" ? JSON.stringify(v) : String(v))).join(", ") || "—"));
+      } else {
+        list.append(el("dd", "", formatValue(key, value)));
+      }
+    }
+    return list;
+  }
+
+  async function fetchStatus() {
+    statusData = await api("/api/status");
+    const chat = statusData.chat_model ?? (statusData.chat && (statusData.chat.model ?? statusData.chat));
+    ui.navAsk.hidden = !chat;
+    return statusData;
+  }
+
+  async function loadStatus() {
+    clear(ui.statusList);
+    try {
+      const data = await fetchStatus();
+      statusRows(data, ui.statusList, 0);
+    } catch (err) {
+      showError(err.message);
+    }
+  }
+
+  // ---------- ask ----------
+
+  async function ask(event) {
+    event.preventDefault();
+    const question = ui.question.value.trim();
+    if (!question) return;
+    showError("");
+    clear(ui.answer);
+    ui.askButton.disabled = true;
+    ui.answer.append(el("p", "summary", "Thinking…"));
+    try {
+      const data = await api("/api/ask", {
+        method: "POST",
+        body: JSON.stringify({ question, mode: ui.mode.value }),
+      });
+      renderAnswer(data);
+    } catch (err) {
+      clear(ui.answer);
+      showError(err.message);
+    } finally {
+      ui.askButton.disabled = false;
+    }
+  }
+
+  function renderAnswer(data) {
+    clear(ui.answer);
+    const citations = Array.isArray(data.citations) ? data.citations : [];
+    const byNumber = new Map(citations.map((c) => [Number(c.n), c]));
+    const text = el("div", data.refused ? "answer-text refused" : "answer-text");
+    for (const para of String(data.answer || "").split(/\n{2,}/)) {
+      const p = el("p");
+      let at = 0;
+      for (const m of para.matchAll(/\[(\d{1,3})\]/g)) {
+        if (m.index > at) p.append(para.slice(at, m.index));
+        const cite = byNumber.get(Number(m[1]));
+        if (cite) {
+          const a = el("a", "cite", `[${m[1]}]`);
+          a.href = docUrl(cite.path, cite.line);
+          a.title = String(cite.location || cite.path);
+          p.append(a);
+        } else {
+          p.append(m[0]);
+        }
+        at = m.index + m[0].length;
+      }
+      if (at < para.length) p.append(para.slice(at));
+      text.append(p);
+    }
+    ui.answer.append(text);
+    if (citations.length) {
+      const list = el("ol", "citations");
+      for (const cite of citations) {
+        const a = el("a", "", String(cite.location || cite.path));
+        a.href = docUrl(cite.path, cite.line);
+        const li = el("li", "", a);
+        if (Number.isInteger(Number(cite.n))) li.value = Number(cite.n);
+        list.append(li);
+      }
+      ui.answer.append(list);
+    }
+  }
+
+  // ---------- events ----------
+
+  /** Links of this page open in place (history kept); modified clicks keep the browser's way. */
+  function onClick(event) {
+    if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    const copy = event.target.closest("button.copy");
+    if (copy) {
+      const source = $(copy.dataset.copy);
+      copyText(source ? source.textContent : "", copy);
+      return;
+    }
+    const link = event.target.closest("a");
+    if (!link) return;
+    const nav = link.dataset.view;
+    if (nav) {
+      event.preventDefault();
+      go(pageUrl({ ...searchState(), view: nav === "search" ? "" : nav }), true);
+      if (nav === "search") ui.q.focus();
+      return;
+    }
+    if (link === ui.docBack) {
+      event.preventDefault();
+      backToSearch();
+      return;
+    }
+    if (link.origin === location.origin && link.pathname === location.pathname && link.search.includes("doc=")) {
+      event.preventDefault();
+      openLink(link.href);
+    }
+  }
+
+  function openLink(href) {
+    pushedDoc = document.body.dataset.view === "search";
+    go(href, true);
+  }
+
+  function typing(target) {
+    return target instanceof HTMLElement && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  function onKey(event) {
+    if (event.metaKey || event.ctrlKey || event.altKey) return;
+    const view = document.body.dataset.view;
+    if (event.key === "/" && !typing(event.target)) {
+      event.preventDefault();
+      if (view !== "search") go(pageUrl(searchState()), false);
+      ui.q.focus();
+      ui.q.select();
+      return;
+    }
+    if (event.key === "Escape") {
+      if (view === "doc") {
+        event.preventDefault();
+        backToSearch();
+      } else if (view !== "search") {
+        event.preventDefault();
+        go(pageUrl(searchState()), false);
+      } else if (event.target === ui.q && selected >= 0) {
+        event.preventDefault();
+        hitNodes[selected].classList.remove("selected");
+        selected = -1;
+      } else if (typing(event.target)) {
+        event.target.blur();
+      }
+      return;
+    }
+    if (view !== "search") return;
+    const inBox = event.target === ui.q || !typing(event.target);
+    if (!inBox) return;
+    if (event.key === "ArrowDown" && hitNodes.length) {
+      event.preventDefault();
+      select(selected + 1);
+    } else if (event.key === "ArrowUp" && hitNodes.length) {
+      event.preventDefault();
+      select(selected <= 0 ? 0 : selected - 1);
+    } else if (event.key === "Enter") {
+      if (selected >= 0 && hitNodes[selected]) {
+        event.preventDefault();
+        openLink(hitNodes[selected].href);
+      } else if (event.target === ui.q) {
+        event.preventDefault();
+        runSearch();
+      }
+    }
+  }
+
+  document.addEventListener("click", onClick);
+  document.addEventListener("keydown", onKey);
+  ui.q.addEventListener("input", scheduleSearch);
+  ui.folder.addEventListener("input", scheduleSearch);
+  ui.filter.addEventListener("input", scheduleSearch);
+  ui.mode.addEventListener("change", scheduleSearch);
+  ui.explain.addEventListener("change", scheduleSearch);
+  $("search-form").addEventListener("submit", (event) => { event.preventDefault(); runSearch(); });
+  $("ask-form").addEventListener("submit", ask);
+  window.addEventListener("popstate", route);
+  for (const link of document.querySelectorAll("nav a, .brand")) {
+    link.href = pageUrl({ view: link.dataset.view && link.dataset.view !== "search" ? link.dataset.view : "" });
+  }
+
+  route();
+  if (document.body.dataset.view === "search") ui.q.focus();
+  if (!statusData) fetchStatus().catch((err) => { if (err.status === 401 || err.status === 403) showError(err.message); });
+})();
