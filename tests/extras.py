@@ -14,6 +14,8 @@ EXTRA_OF = {
     "psycopg": "postgres",
     "pgvector": "postgres",
     "mcp": "mcp",
+    "starlette": "ui",
+    "uvicorn": "ui",
     "httptools": "test",
     "h11": "mcp",
     "jsonschema": "mcp",

@@ -575,7 +575,8 @@ def test_token_file_errors(tmp_path, content, message):
 
 def test_the_start_up_filter_and_a_token_scope_combine(tmp_path):
     from kbcli import KnowledgeBase
-    from kbcli.agent.mcp.server import Identity, KnowledgeMCP
+    from kbcli.agent.mcp.server import KnowledgeMCP
+    from kbcli.serve.tokens import Identity
 
     kb = KnowledgeBase()
     kb.add("ops password guide", {"team": "ops", "lang": "en"})

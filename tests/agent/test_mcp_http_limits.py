@@ -1,4 +1,4 @@
-"""The limits of ``kb mcp --http`` (kbcli.agent.mcp.http_limits) on a real uvicorn server in a
+"""The limits of ``kb mcp --http`` (kbcli.serve.limits) on a real uvicorn server in a
 thread,
 over real loopback sockets, with both of uvicorn's HTTP parsers (httptools and h11) and short
 timeouts. The 2,000-socket run against the real ``kb mcp --http`` is in agent/test_mcp.py."""
@@ -22,9 +22,9 @@ from extras import need
 
 need("mcp")  # uvicorn comes with the mcp extra
 
-from kbcli.agent.mcp.http_limits import Limits, bind, connection_cap, make_server  # noqa: E402
-from kbcli.agent.mcp.server import BearerTokens, Identity  # noqa: E402
 from kbcli.errors import InvalidOptionError, ListenError  # noqa: E402
+from kbcli.serve.limits import Limits, bind, connection_cap, make_server  # noqa: E402
+from kbcli.serve.tokens import BearerTokens, Identity  # noqa: E402
 
 TOKEN = "a-valid-token-0123456789"
 SHORT = Limits(request_timeout=0.5, keep_alive=1, max_connections=6, max_header_bytes=4096)
@@ -255,7 +255,7 @@ def test_the_soft_open_file_limit_is_raised_toward_the_hard_one():
     if hard != resource.RLIM_INFINITY and hard <= 1024:
         pytest.skip(f"the hard open-file limit is {hard}: nothing to raise toward")
     code = (
-        "import resource; from kbcli.agent.mcp.http_limits import raise_open_files; "
+        "import resource; from kbcli.serve.limits import raise_open_files; "
         "print(raise_open_files(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
     )
 
@@ -300,7 +300,7 @@ def test_bind_errors_name_the_address_and_the_fix():
 NO_DESCRIPTORS_SERVER = """
 import logging, os, resource, signal, sys, threading
 sys.modules["uvloop"] = None  # asyncio's own loop: the one that logged tracebacks
-from kbcli.agent.mcp.http_limits import Limits, bind, make_server
+from kbcli.serve.limits import Limits, bind, make_server
 
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 

@@ -201,8 +201,8 @@ def test_write_true_without_the_flag_lists_no_write_tool_and_says_so(index, tmp_
 
 
 def test_write_must_be_true_or_false(tmp_path):
-    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
+    from kbcli.serve.tokens import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - {{token: {ACME_TOKEN}, filter: {{}}, write: 'yes'}}\n")
@@ -573,8 +573,8 @@ def test_the_per_minute_limit_is_a_sliding_window(tmp_path):
     ],
 )
 def test_token_file_write_limit_errors(tmp_path, entry, message):
-    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
+    from kbcli.serve.tokens import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"tokens:\n  - token: {ACME_TOKEN}\n    filter: {{}}\n    {entry}\n")
@@ -583,8 +583,8 @@ def test_token_file_write_limit_errors(tmp_path, entry, message):
 
 
 def test_entries_of_one_name_share_their_write_limits(tmp_path):
-    from kbcli.agent.mcp.server import load_tokens
     from kbcli.errors import ConfigError
+    from kbcli.serve.tokens import load_tokens
 
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(

@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "intervals, the misses, a suggested --min-score; --compare, --report).",
     ),
     "mcp": ("mcp", "Serve the knowledge base to agents over MCP (stdio or HTTP)."),
+    "ui": ("ui", "Serve a web page to search and read the knowledge base (read-only)."),
     "copy": (
         "copy_",
         "Copy the whole index (chunks, vectors, file records) into another, empty store "

@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from kbcli.agent.mcp.audit import AuditLog
-from kbcli.agent.mcp.server import KnowledgeMCP, load_tokens, parse_host_port
+from kbcli.agent.mcp.server import KnowledgeMCP
 from kbcli.agent.tools.write import WriteLimits
 from kbcli.cli import render
 from kbcli.cli.context import open_kb, search_filter
@@ -15,6 +15,7 @@ from kbcli.cli.options import FilterOption, example
 from kbcli.cli.state import get_state, global_options
 from kbcli.errors import InvalidOptionError, require
 from kbcli.filters.syntax import parse_filter_expressions
+from kbcli.serve.tokens import load_tokens, parse_host_port
 
 app = command_app()
 

@@ -1,7 +1,7 @@
-"""The limits that keep ``kb mcp --http`` answering its token holders while sockets without a
-token hang on it: a deadline for each request, a bound on open connections, room made by
-closing the connection that has waited longest, and the listening socket bound before the
-server says it is serving.
+"""The limits that keep an HTTP surface of kb (``kb mcp --http``, ``kb ui``) answering its
+token holders while sockets without a token hang on it: a deadline for each request, a bound on
+open connections, room made by closing the connection that has waited longest, and the
+listening socket bound before the server says it is serving.
 
 uvicorn alone has no header-read timeout: its keep-alive timer starts after a first response
 and any byte received cancels it, so a socket that sends nothing, or one header byte a second,
@@ -44,7 +44,7 @@ from typing import Any
 
 from kbcli.errors import InvalidOptionError, KBError, ListenError
 
-logger = logging.getLogger("kbcli.mcp")
+logger = logging.getLogger("kbcli.mcp")  # the name kb mcp's log filters already use
 
 RESERVED_FILES = 256  # descriptors kept for the database, its threads and the process itself
 OPEN_FILES_TARGET = 65536  # the soft open-file limit asked for at start (at most the hard one)
@@ -110,8 +110,11 @@ class Guard:
     waiting for their request (oldest first) and the count of connections closed, by reason,
     logged at most every :data:`REPORT_EVERY` seconds."""
 
-    def __init__(self, cap: int, limits: Limits, open_files: int | None = None):
+    def __init__(
+        self, cap: int, limits: Limits, open_files: int | None = None, name: str = "kb mcp"
+    ):
         self.cap = cap
+        self.name = name  # the command its log lines start with
         self.limits = limits
         self.open_files = open_files
         self.open: set[Any] = set()
@@ -178,8 +181,9 @@ class Guard:
             parts = [f"{n:,} {REASONS[reason]}" for reason, n in sorted(self.closed.items())]
             self.closed.clear()
             logger.warning(
-                "kb mcp: closed HTTP connections: %s (a request must arrive within %g s; at "
+                "%s: closed HTTP connections: %s (a request must arrive within %g s; at "
                 "most %d connections)",
+                self.name,
                 "; ".join(parts),
                 self.limits.request_timeout,
                 self.cap,
@@ -187,8 +191,9 @@ class Guard:
         if self.pauses:
             limit = f"{self.open_files:,} " if self.open_files else ""
             logger.warning(
-                "kb mcp: the open-file limit (%sdescriptors) was reached %s: new connections "
+                "%s: the open-file limit (%sdescriptors) was reached %s: new connections "
                 "waited 1 s in the kernel's queue each time (raise it: ulimit -n)",
+                self.name,
                 limit,
                 "once" if self.pauses == 1 else f"{self.pauses:,} times",
             )
@@ -304,12 +309,12 @@ def address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def bind(host: str, port: int) -> list[socket.socket]:
+def bind(host: str, port: int, name: str = "kb mcp") -> list[socket.socket]:
     """Sockets bound to every address of ``host`` at ``port`` (not yet listening).
 
     Raises :class:`ListenError` naming the address and the fix when the port is taken, needs
     privileges or the address is not this machine's, and :class:`InvalidOptionError` for a
-    host name that does not resolve.
+    host name that does not resolve; ``name`` (the command) starts the message.
     """
     where = address(host, port)
     try:
@@ -332,16 +337,16 @@ def bind(host: str, port: int) -> list[socket.socket]:
     except OSError as exc:
         for sock in sockets:
             sock.close()
-        raise ListenError(_cannot_listen(host, port, exc)) from None
+        raise ListenError(_cannot_listen(host, port, exc, name)) from None
     return sockets
 
 
-def _cannot_listen(host: str, port: int, exc: OSError) -> str:
+def _cannot_listen(host: str, port: int, exc: OSError, name: str) -> str:
     where = address(host, port)
     if exc.errno == errno.EADDRINUSE:
         other = where.rsplit(":", 1)[0] + ":PORT"
         why = (
-            "the port is already in use (another kb mcp, or another server): stop it, or give "
+            f"the port is already in use (another {name}, or another server): stop it, or give "
             f"another port with --http {other}"
         )
     elif exc.errno == errno.EACCES:
@@ -350,7 +355,7 @@ def _cannot_listen(host: str, port: int, exc: OSError) -> str:
         why = f"{host} is not an address of this machine: use 127.0.0.1 or one of its own"
     else:
         why = f"{exc.strerror or exc}"
-    return f"kb mcp cannot listen on {where}: {why}"
+    return f"{name} cannot listen on {where}: {why}"
 
 
 def serve(
@@ -361,17 +366,21 @@ def serve(
     *,
     on_start: Callable[[], None] | None = None,
     http: str = "auto",
+    name: str = "kb mcp",
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve the ASGI ``app`` on ``host:port`` under ``limits`` until interrupted; the socket is
-    bound first (:func:`bind`), ``on_start`` runs once the server accepts connections."""
-    sockets = bind(host, port)
-    server = make_server(app, limits, on_start=on_start, http=http)
+    bound first (:func:`bind`; or ``sockets`` already bound, e.g. to learn a free port's
+    number), ``on_start`` runs once the server accepts connections. ``name`` (the command)
+    starts its messages."""
+    sockets = sockets if sockets is not None else bind(host, port, name)
+    server = make_server(app, limits, on_start=on_start, http=http, name=name)
     try:
         server.run(sockets=sockets)
     except SystemExit as exc:  # uvicorn's exit when the app's start-up failed
         if exc.code in (0, None):
             raise
-        raise KBError("kb mcp: the HTTP server failed to start (see the lines above)") from None
+        raise KBError(f"{name}: the HTTP server failed to start (see the lines above)") from None
     finally:
         for sock in sockets:
             sock.close()
@@ -383,6 +392,7 @@ def make_server(
     *,
     on_start: Callable[[], None] | None = None,
     http: str = "auto",
+    name: str = "kb mcp",
 ) -> Any:
     """A ``uvicorn.Server`` for ``app`` with ``limits`` (``http``: uvicorn's protocol name);
     run it with ``run(sockets=bind(host, port))``. Raises the open-file limit."""
@@ -392,14 +402,15 @@ def make_server(
 
     open_files = raise_open_files()
     cap = connection_cap(limits, open_files)
-    guard = Guard(cap, limits, open_files)
+    guard = Guard(cap, limits, open_files, name)
     protocol = guarded(import_from_string(HTTP_PROTOCOLS[http]), guard)
     config = uvicorn.Config(
         app,
         http=protocol,
-        ws="none",  # streamable HTTP has no websockets
+        ws="none",  # neither streamable HTTP nor kb ui has websockets
         lifespan="on",
         log_level="warning",
+        access_log=False,  # a request line may carry a token (kb ui's ?token=): never logged
         backlog=accept_burst(cap),  # how many connections asyncio accepts in one go
         timeout_keep_alive=limits.keep_alive,
         timeout_graceful_shutdown=limits.shutdown_timeout,

@@ -1,0 +1,1 @@
+"""``kb ui``: the web page (assets/), its server (server) and its JSON API (api)."""
