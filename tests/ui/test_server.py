@@ -119,3 +119,222 @@ def test_the_search_api_finds_the_right_file_first(index):
     assert marked == {"reset", "password"}
     assert answer.headers["server-timing"].startswith("app;dur=")
     assert data["took_ms"] >= 0
+
+
+def test_a_foreign_host_gets_421_and_a_foreign_origin_403(index):
+    client = client_for(index[0])
+    rebound = client.get("/api/search?q=password", headers={**auth(), "Host": "evil.example"})
+    assert rebound.status_code == 421
+    assert client.get(f"/?token={TOKEN}", headers={"Host": "evil.example:80"}).status_code == 421
+    foreign = client.get("/api/search?q=password", headers={**auth(), "Origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    assert foreign.json() == {"error": "requests from another site are refused"}
+    own = client.get("/api/search?q=password", headers={**auth(), "Origin": f"http://{HOST}"})
+    assert own.status_code == 200
+
+
+def test_the_loopback_names_of_the_bound_port_are_the_only_hosts():
+    from kbcli.ui.server import host_names
+
+    assert host_names("127.0.0.1", 8766) == {
+        "127.0.0.1:8766", "localhost:8766", "[::1]:8766"
+    }
+    assert host_names("kb.example.org", 80) == {"kb.example.org:80"}
+    assert host_names("::1", 9) == {"[::1]:9", "127.0.0.1:9", "localhost:9"}
+
+
+def test_bad_searches_answer_400_with_the_line_kb_search_prints(index):
+    client = client_for(index[0])
+    cases = {
+        "/api/search?q=": "The query is empty: give the words to look for, as in kb search "
+        "'reset password'",
+        "/api/search?q=x&mode=fuzzy": "Unknown mode 'fuzzy': choose keyword, semantic or hybrid",
+        "/api/search?q=x&k=0": "k must be a whole number from 1 to 100, got '0'",
+        "/api/search?q=x&k=101": "k must be a whole number from 1 to 100, got '101'",
+        "/api/search?q=" + "a" * 1001: "The query is longer than 1,000 characters",
+    }
+    for url, error in cases.items():
+        answer = client.get(url, headers=auth())
+        assert answer.status_code == 400, url
+        assert answer.json() == {"error": error}
+    bad_filter = client.get("/api/search?q=x&filter=year>>2", headers=auth())
+    assert bad_filter.status_code == 400
+    cli = run("search", "x", "--filter", "year>>2")
+    assert cli.exit_code == 2
+    assert bad_filter.json()["error"] in cli.stderr.replace("\n", " ")
+
+
+def test_folder_and_filter_narrow_the_search(index):
+    kb, root = index
+    client = client_for(kb)
+    everywhere = client.get("/api/search?q=invoices+password&mode=keyword", headers=auth()).json()
+    assert {Path(hit["path"]).parent.name for hit in everywhere["hits"]} == {"team_a", "team_b"}
+    folder = str(root / "team_b")
+    narrowed = client.get(
+        "/api/search", params={"q": "invoices password", "mode": "keyword", "folder": folder},
+        headers=auth(),
+    ).json()
+    assert [Path(hit["path"]).name for hit in narrowed["hits"]] == ["invoices.md"]
+    explained = client.get("/api/search?q=invoices&explain=1", headers=auth()).json()
+    assert explained["hits"][0]["explain"]
+
+
+def test_the_document_api_gives_the_lines_and_the_hit(index):
+    kb, root = index
+    client = client_for(kb)
+    path = str(root / "team_a" / "password.md")
+    answer = client.get("/api/document", params={"path": path, "line": 5}, headers=auth())
+    assert answer.status_code == 200
+    data = answer.json()
+    assert data["path"] == path and data["kind"] == "markdown"
+    assert data["lines"][0] == "# Passwords"
+    assert data["lines"][4] == "To reset your password open Settings and click Reset."
+    start, stop = data["hit_lines"]
+    assert start <= 5 <= stop
+    assert data["editor"] == f"{path}:5"
+    assert data["kb_get"] == f"kb get {path}:5"
+    text = client.get(
+        "/api/document", params={"path": str(root / "team_a" / "garden.txt")}, headers=auth()
+    ).json()
+    assert text["kind"] == "text" and text["lines"] == ["Water the tomatoes every morning."]
+
+
+def test_unknown_and_out_of_scope_documents_are_the_same_404(index, tmp_path):
+    kb, root = index
+    tokens = token_file(tmp_path, root)
+    client = client_for(kb, tokens)
+    hidden = str(root / "team_b" / "invoices.md")
+    unknown = str(root / "team_b" / "nothing.md")
+    seen = client.get("/api/document", params={"path": hidden}, headers=auth(SCOPED))
+    missing = client.get("/api/document", params={"path": unknown}, headers=auth(SCOPED))
+    assert seen.status_code == missing.status_code == 404
+    assert seen.json()["error"] == missing.json()["error"].replace(unknown, hidden)
+    assert client.get("/api/document", params={"path": hidden}, headers=auth()).status_code == 200
+    # the end of a path is matched inside the scope only
+    assert client.get(
+        "/api/document", params={"path": "invoices.md"}, headers=auth(SCOPED)
+    ).status_code == 404
+
+
+SCOPED = "a-scoped-token-for-team-a-0123456789"
+
+
+def token_file(tmp_path: Path, root: Path):
+    from kbcli.serve.tokens import load_tokens
+
+    file = tmp_path / "tokens.yaml"
+    file.write_text(
+        "tokens:\n"
+        f"  - {{token: {TOKEN}, name: all, filter: {{}}}}\n"
+        f"  - token: {SCOPED}\n"
+        "    name: team-a\n"
+        f"    filter: {{source: {{$prefix: '{root / 'team_a'}/'}}}}\n",
+        encoding="utf-8",
+    )
+    return load_tokens(file)
+
+
+def test_a_scoped_token_sees_only_its_scope(index, tmp_path):
+    kb, root = index
+    client = client_for(kb, token_file(tmp_path, root))
+    found = client.get("/api/search?q=invoices+due&mode=keyword", headers=auth(SCOPED)).json()
+    assert all("/team_a/" in hit["path"] for hit in found["hits"])
+    assert "team_b" not in json_text(found)
+    whole = client.get("/api/search?q=invoices+due&mode=keyword", headers=auth()).json()
+    assert whole["hits"][0]["path"].endswith("team_b/invoices.md")
+    scoped = client.get("/api/status", headers=auth(SCOPED)).json()
+    assert scoped["scoped"] is True and scoped["chunks"] == 2 and scoped["sources"] == 2
+    assert "vocabulary" not in scoped and "path" not in scoped  # index-wide figures
+    everything = client.get("/api/status", headers=auth()).json()
+    assert everything["scoped"] is False and everything["chunks"] == 3
+    assert everything["files"] == 3 and everything["vectors_pending"] == 0
+    assert everything["store"] == "sqlite"
+    # a filter in the request only narrows the token's scope
+    widened = client.get(
+        "/api/search", params={"q": "invoices", "filter": f"source={root}/team_b/invoices.md"},
+        headers=auth(SCOPED),
+    ).json()
+    assert widened["hits"] == []
+
+
+def json_text(data) -> str:
+    import json
+
+    return json.dumps(data)
+
+
+def test_ask_without_a_chat_model_is_409(index):
+    client = client_for(index[0])
+    answer = client.post("/api/ask", json={"question": "how do I reset my password?"},
+                         headers=auth())
+    assert answer.status_code == 409
+    assert answer.json()["error"].startswith("no chat model configured: ")
+
+
+def test_ask_answers_with_citations_from_the_fake_chat_server(index, tmp_path):
+    from fake_chat import FakeChatServer
+    from kbcli.config.lookup import AnswerConfig, Config, RAGConfig
+
+    _, root = index
+    with FakeChatServer() as chat:
+        config = Config(rag=RAGConfig(answer=AnswerConfig(base_url=chat.url + "/v1")))
+        kb = KnowledgeBase.from_config(config, db=os.environ["KB_DB"], create=False)
+        try:
+            client = client_for(kb, token_file(tmp_path, root))
+            answer = client.post(
+                "/api/ask", json={"question": "how do I reset my password?"}, headers=auth()
+            )
+            assert answer.status_code == 200, answer.text
+            data = answer.json()
+            assert data["refused"] is False and "[1]" in data["answer"]
+            assert data["citations"][0]["n"] == 1
+            assert data["citations"][0]["path"] == str(root / "team_a" / "password.md")
+            # the scoped token's question reads its scope only
+            made = len(chat.requests)
+            scoped = client.post(
+                "/api/ask", json={"question": "when are invoices due?"}, headers=auth(SCOPED)
+            ).json()
+            assert all("/team_a/" in c["path"] for c in scoped["citations"])
+            assert "thirty days" not in json_text([r[2] for r in chat.requests[made:]])
+            refused = client.post(
+                "/api/ask", json={"question": "zzyzx qwxv?", "mode": "keyword"}, headers=auth()
+            ).json()
+            assert refused["refused"] is True and refused["answer"] is None
+        finally:
+            kb.close()
+
+
+def test_ask_needs_the_header_token_and_a_small_json_body(index):
+    client = client_for(index[0])
+    question = {"question": "reset?"}
+    assert client.post(f"/api/ask?token={TOKEN}", json=question).status_code == 403
+    big = client.post("/api/ask", content=b"{" + b" " * (16 * 1024) + b"}",
+                      headers={**auth(), "Content-Type": "application/json"})
+    assert big.status_code == 413
+    assert big.json() == {"error": "the body is larger than 16,384 bytes"}
+
+    def chunks():
+        for _ in range(40):
+            yield b" " * 1024
+
+    streamed = client.post("/api/ask", content=chunks(), headers=auth())
+    assert streamed.status_code == 413
+    assert client.post("/api/ask", content=b"not json", headers=auth()).status_code == 400
+    assert client.post("/api/ask", json={"q": 1}, headers=auth()).status_code == 400
+    foreign = client.post("/api/ask", json=question,
+                          headers={**auth(), "Origin": "http://evil.example"})
+    assert foreign.status_code == 403
+
+
+def test_no_route_writes(index):
+    kb, root = index
+    client = client_for(kb)
+    before = client.get("/api/status", headers=auth()).json()["chunks"]
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        for path in ("/api/ingest", "/api/add", "/api/delete", "/api/document", "/api/search",
+                     "/", "/api/documents/x"):
+            answer = client.request(method, path, headers=auth())
+            assert answer.status_code in (404, 405), (method, path)
+    assert client.get("/assets/..%2Fserver.py", headers=auth()).status_code == 404
+    assert client.get("/assets/index.html", headers=auth()).status_code == 404
+    assert client.get("/api/status", headers=auth()).json()["chunks"] == before

@@ -4,7 +4,7 @@ import ipaddress
 import secrets
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -85,7 +85,7 @@ def ui(
     kb = None
     try:
         kb = open_kb(ctx, create=False)
-        server = UI(kb, answerer=_answerer(ctx))
+        server = UI(kb)
         settings = Settings(host_names(host, port), identities)
 
         def started() -> None:
@@ -127,8 +127,3 @@ def _open_browser(url: str) -> None:
     except Exception as exc:  # webbrowser may raise anything its launcher raises
         print(f"kb ui: could not open a web browser ({exc}): open the address above",
               file=sys.stderr)
-
-
-def _answerer(ctx: typer.Context) -> Any:
-    """The chat model that answers the page's questions (none yet)."""
-    return None

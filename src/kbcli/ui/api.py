@@ -9,19 +9,34 @@ writes to the index.
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbcli.agent.answer import answer_settings
+from kbcli.agent.answer import ask as answer_question
+from kbcli.agent.get import (
+    LinesCache,
+    Shown,
+    chunk_lines,
+    find_page,
+    find_source,
+    page_lines,
+    read_file,
+)
 from kbcli.cli.render.snippets import snippet_lines, term_pattern
-from kbcli.errors import InvalidOptionError, KBError
+from kbcli.errors import AnswerError, InvalidOptionError, KBError, NotFoundError
 from kbcli.filters.model import MAX_FILTER_CONDITIONS, ensure_checked
 from kbcli.filters.syntax import parse_filter_expressions, under_folders, with_source_paths
+from kbcli.protocols import ChatModelProtocol, DocumentCatalog, supports
+from kbcli.providers.chat import build_chat_model
 from kbcli.search.query import Hit
 from kbcli.search.query import search as run_search
 from kbcli.system.paths import canonical_source
-from kbcli.types import SearchOptions, note_author
+from kbcli.types import Document, SearchOptions, note_author
 from kbcli.views import KnowledgeView
 
 MAX_K = 100  # hits a page asks for at most (a person reads 10)
@@ -172,4 +187,207 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
         ],
         "refused": bool(getattr(results, "refused", False)),
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
+    }
+
+
+# --- documents ----------------------------------------------------------------------------------
+
+MAX_LINES = 20_000  # lines of one document sent at once (a window around the hit beyond that)
+MARKDOWN = (".md", ".markdown", ".mdown", ".mkd")
+NOT_FOUND = "No indexed file {path!r}: search for it, or see 'kb list' for sources"
+
+
+def _line(params: Mapping[str, Sequence[str]], name: str) -> int | None:
+    raw = (_one(params, name, "") or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 1 <= int(raw) <= 10**9:
+        raise ApiError(400, f"{name} must be a line number from 1, got {raw[:20]!r}")
+    return int(raw)
+
+
+def _numbered(shown: Shown) -> list[str]:
+    """The file's lines, numbered from 1 (index 0 is line 1). A file read again gives its
+    lines as they are; a changed one its indexed chunks, each placed from the line it starts
+    on (where chunks overlap, the earlier chunk's text of a line is kept)."""
+    if shown.origin == "file":
+        return [text for _, text in shown.lines]
+    placed: dict[int, str] = {}
+    for start, text in shown.lines:
+        for offset, line in enumerate(text.split("\n")):
+            placed.setdefault(start + offset, line)
+    last = max(placed, default=0)
+    return [placed.get(n, "") for n in range(1, last + 1)]
+
+
+def _in_order(docs: list[Document]) -> list[Document]:
+    """A file's chunks in the order they cover it (``kb get`` numbers a chunk without lines by
+    its place in this order)."""
+    return sorted(docs, key=lambda d: (_whole(d.metadata.get("char_start")), _whole(
+        d.metadata.get("chunk_index"))))
+
+
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else -1
+
+
+def _hit_lines(docs: list[Document], line: int | None, chunk: str | None) -> list[int] | None:
+    """``[from, to]``: the lines of the chunk ``chunk`` names, else of the narrowest chunk
+    covering ``line``, else ``[line, line]``; None without either."""
+    spans = {d.id: chunk_lines(d, n) for n, d in enumerate(_in_order(docs), 1)}
+    if chunk is not None and chunk in spans:
+        return list(spans[chunk])
+    if line is None:
+        return None
+    covering = [span for span in spans.values() if span[0] <= line <= span[1]]
+    if covering:
+        start, stop = min(covering, key=lambda span: span[1] - span[0])
+        return [start, stop]
+    return [line, line]
+
+
+def _sections(source: str, docs: list[Document], lines: list[str]) -> list[dict[str, Any]]:
+    """A PDF's (or an image's) pages, or a document's sections by heading (DOCX), each with
+    the text of the lines its chunks span."""
+    ordered = _in_order(docs)
+    pages = sorted({p for d in docs if isinstance(p := d.metadata.get("page"), int)})
+    out: list[dict[str, Any]] = []
+    if pages:
+        for page in pages:
+            first, last = page_lines(source, docs, page)
+            out.append({"page": page, "heading": None, "text": "\n".join(lines[first - 1 : last])})
+        return out
+    groups: list[tuple[str | None, int, int]] = []
+    for place, doc in enumerate(ordered, 1):
+        heading = doc.metadata.get("heading")
+        heading = heading if isinstance(heading, str) and heading else None
+        start, stop = chunk_lines(doc, place)
+        if groups and groups[-1][0] == heading:
+            groups[-1] = (heading, groups[-1][1], max(groups[-1][2], stop))
+        else:
+            groups.append((heading, start, stop))
+    for heading, start, stop in groups:
+        text = "\n".join(lines[start - 1 : stop])
+        out.append({"page": None, "heading": heading, "text": text})
+    return out
+
+
+def document(
+    view: KnowledgeView, params: Mapping[str, Sequence[str]], cache: LinesCache | None = None
+) -> dict[str, Any]:
+    """``GET /api/document``: ``path`` (as a hit names it; ``PATH#page=N`` too), ``line``
+    and ``chunk`` (the hit's) -> the file's indexed text by line (what ``kb get`` shows), its
+    pages or sections, and the hit's lines. A file outside the scope is not found, exactly
+    like an unknown one."""
+    path = (_one(params, "path", "") or "").strip()
+    if not path:
+        raise ApiError(400, "path is missing: give the path of an indexed file")
+    if "\0" in path:
+        raise ApiError(400, "The path contains a NUL character")
+    line = _line(params, "line")
+    chunk = _one(params, "chunk")
+    try:
+        paged = find_page(view, path)
+        found = (paged[0], paged[1]) if paged is not None else find_source(view, path)
+        if found is None:
+            raise ApiError(404, NOT_FOUND.format(path=path))
+        source, docs = found
+        if paged is not None and line is None:
+            line = page_lines(source, docs, paged[2])[0]
+        shown = read_file(view, source, cache=cache)
+    except NotFoundError:
+        raise ApiError(404, NOT_FOUND.format(path=path)) from None
+    except KBError as exc:  # an ambiguous end of a path (naming files in scope only)
+        raise ApiError(400, str(exc)) from None
+    lines = _numbered(shown)
+    first = 1
+    if len(lines) > MAX_LINES:
+        first = max(1, min((line or 1) - MAX_LINES // 2, len(lines) - MAX_LINES + 1))
+    hit = _hit_lines(docs, line, chunk)
+    suffix = Path(source).suffix.lower()
+    paginated = suffix in (".pdf", ".docx") or any(
+        isinstance(d.metadata.get("page"), int) for d in docs
+    )
+    kind = "pages" if paginated else "markdown" if suffix in MARKDOWN else "text"
+    at = line or (hit[0] if hit else 1)
+    return {
+        "path": source,
+        "kind": kind,
+        "lines": lines[first - 1 : first - 1 + MAX_LINES],
+        "first_line": first,
+        "total_lines": len(lines),
+        "pages": _sections(source, docs, lines) if paginated else [],
+        "hit_lines": hit,
+        "origin": shown.origin,
+        "notes": list(shown.notes),
+        "editor": f"{source}:{at}",
+        "kb_get": f"kb get {shlex.quote(f'{source}:{at}')}",
+    }
+
+
+# --- status and ask -----------------------------------------------------------------------------
+
+
+def status(view: KnowledgeView) -> dict[str, Any]:
+    """``GET /api/status``: ``kb stats``' figures (for a scoped token: the scope's own, no
+    index-wide figure), the store's backend and the vectors still to be made."""
+    store = view.kb.store
+    if view.filter is None and supports(store, DocumentCatalog):
+        figures = dict(store.stats())
+    else:
+        figures = view.stats()
+    config = view.kb.config
+    figures["scoped"] = view.filter is not None
+    figures["store"] = config.store.backend if config is not None else None
+    chunks, vectors = figures.get("chunks"), figures.get("vectors")
+    if isinstance(chunks, int) and isinstance(vectors, int):
+        figures["vectors_pending"] = max(0, chunks - vectors)
+    plain: dict[str, Any] = json.loads(json.dumps(figures, default=str))  # dates, paths: text
+    return plain
+
+
+MAX_QUESTION_CHARS = 2000
+
+
+def ask(
+    view: KnowledgeView, body: Any, chat: Callable[[], ChatModelProtocol] | None = None
+) -> dict[str, Any]:
+    """``POST /api/ask``: ``{"question", "mode"?}`` -> ``{"answer", "citations", "refused",
+    "reason"}``, as ``kb ask --json`` answers; 409 when no chat model is configured. ``chat``
+    makes the chat model (default: the knowledge base's ``rag.answer``)."""
+    if not isinstance(body, dict) or not isinstance(body.get("question"), str):
+        raise ApiError(400, 'the body must be JSON: {"question": "...", "mode": "hybrid"}')
+    question = body["question"]
+    if not question.strip():
+        raise ApiError(400, "The question is empty: ask it in words, as in 'how do I reset it?'")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ApiError(400, f"The question is longer than {MAX_QUESTION_CHARS:,} characters")
+    mode = body.get("mode", "hybrid")
+    if mode not in MODES:
+        raise ApiError(400, f"Unknown mode {str(mode)[:40]!r}: choose keyword, semantic or hybrid")
+    try:
+        model = chat() if chat is not None else build_chat_model(answer_settings(view))
+    except KBError as exc:
+        raise ApiError(409, f"no chat model configured: {exc}") from None
+    try:
+        answer = answer_question(view, question, SearchOptions(k=8, mode=mode), chat=model)
+    except AnswerError as exc:
+        raise ApiError(502, str(exc)) from None
+    except KBError as exc:
+        raise ApiError(400, str(exc)) from None
+    return {
+        "answer": answer.text,
+        "citations": [
+            {
+                "n": e.n,
+                "path": e.source,
+                "location": e.location,
+                "line": e.line,
+                "page": e.page,
+                "chunk_id": e.id,
+            }
+            for e in answer.citations
+        ],
+        "refused": answer.refused,
+        "reason": answer.message or None,
     }

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbcli.agent.get import LinesCache
+from kbcli.protocols import ChatModelProtocol
 from kbcli.serve.tokens import IDENTITY_KEY, Identity, compare_token
 from kbcli.ui import api
 from kbcli.views import KnowledgeView, Reader, as_view
@@ -93,14 +95,15 @@ def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
     return None
 
 
-def _token_of(scope: dict[str, Any]) -> bytes | None:
-    """The token a request presents: ``Authorization: Bearer T``, else ``?token=T``."""
+def _token_of(scope: dict[str, Any]) -> tuple[bytes | None, str]:
+    """The token a request presents and where: ``Authorization: Bearer T`` (``header``), else
+    ``?token=T`` (``query``)."""
     header = _header(scope, b"authorization")
     if header is not None and header[:7].lower() == b"bearer ":
-        return header[7:].strip()
+        return header[7:].strip(), "header"
     query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
     values = query.get("token")
-    return values[-1].encode("latin-1", "replace") if values else None
+    return (values[-1].encode("utf-8", "replace") if values else None), "query"
 
 
 async def _refuse(send: Callable[..., Any], status: int, message: str, api: bool) -> None:
@@ -153,7 +156,7 @@ class Gate:
         if len(path) + len(scope.get("query_string", b"")) > MAX_URL:
             await _refuse(send, 414, f"the URL is longer than {MAX_URL:,} bytes", is_api)
             return
-        presented = _token_of(scope)
+        presented, where = _token_of(scope)
         if not presented:
             await _refuse(send, 401, "a token is needed: open the address kb ui printed", is_api)
             return
@@ -170,7 +173,12 @@ class Gate:
             await send(message)
 
         await self.app(
-            {**scope, IDENTITY_KEY: identity, "kbcli.token": presented.decode("latin-1")},
+            {
+                **scope,
+                IDENTITY_KEY: identity,
+                "kbcli.token": presented.decode("utf-8", "replace"),
+                "kbcli.token_from": where,
+            },
             receive,
             with_headers,
         )
@@ -180,10 +188,11 @@ class UI:
     """The routes of ``kb ui`` over ``kb`` (opened once, read-only), each caller reading the
     view of its token's scope."""
 
-    def __init__(self, kb: Reader, *, answerer: Callable[..., Any] | None = None):
+    def __init__(self, kb: Reader, *, chat: Callable[[], ChatModelProtocol] | None = None):
         self.kb = kb
         self.base = as_view(kb)
-        self.answerer = answerer  # question, view -> api.ask's JSON; None: no chat model
+        self.chat = chat  # makes the chat model of questions (None: the index's rag.answer)
+        self.lines = LinesCache()  # the lines of the last few documents read again
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kb-ui")
         self.pending = 0
         self._views: dict[str, KnowledgeView] = {}
@@ -240,6 +249,32 @@ class UI:
         params = _params(request)
         return await self._answer(lambda: api.search(view, params), timed=True)
 
+    async def api_document(self, request: Any) -> Any:
+        view = self.view_for(request.scope[IDENTITY_KEY])
+        params = _params(request)
+        return await self._answer(lambda: api.document(view, params, self.lines))
+
+    async def api_status(self, request: Any) -> Any:
+        view = self.view_for(request.scope[IDENTITY_KEY])
+        return await self._answer(lambda: api.status(view))
+
+    async def api_ask(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        if request.scope.get("kbcli.token_from") != "header":
+            return JSONResponse(
+                {"error": "a question needs the token in the Authorization header"},
+                status_code=403,
+            )
+        try:
+            body = json.loads(await _read_body(request, MAX_BODY))
+        except api.ApiError as exc:
+            return JSONResponse({"error": exc.message}, status_code=exc.status)
+        except ValueError:
+            return JSONResponse({"error": "the body is not JSON"}, status_code=400)
+        view = self.view_for(request.scope[IDENTITY_KEY])
+        return await self._answer(lambda: api.ask(view, body, self.chat))
+
     async def _answer(self, work: Callable[[], Any], timed: bool = False) -> Any:
         from starlette.responses import JSONResponse
 
@@ -261,8 +296,25 @@ class UI:
             Route("/", self.index, methods=["GET", "HEAD"]),
             Route("/assets/{name}", self.asset, methods=["GET", "HEAD"]),
             Route("/api/search", self.api_search, methods=["GET"]),
+            Route("/api/document", self.api_document, methods=["GET"]),
+            Route("/api/status", self.api_status, methods=["GET"]),
+            Route("/api/ask", self.api_ask, methods=["POST"]),
         ]
         return Gate(Starlette(routes=routes), settings)
+
+
+async def _read_body(request: Any, limit: int) -> bytes:
+    """The request's body, at most ``limit`` bytes (:class:`api.ApiError` 413 beyond: a
+    declared length is refused before anything is read, a longer stream as it arrives)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise api.ApiError(413, f"the body is larger than {limit:,} bytes")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise api.ApiError(413, f"the body is larger than {limit:,} bytes")
+    return bytes(body)
 
 
 def _params(request: Any) -> dict[str, list[str]]:
