@@ -56,8 +56,8 @@
     return location.pathname + "?" + params.toString();
   }
 
-  function docUrl(path, line) {
-    return pageUrl({ ...searchState(), doc: path, line: line || "" });
+  function docUrl(path, line, page, chunk) {
+    return pageUrl({ ...searchState(), doc: path, line: line || "", page: page || "", chunk: chunk || "" });
   }
 
   class ApiError extends Error {
@@ -239,8 +239,9 @@
       `${hits.length} result${hits.length === 1 ? "" : "s"} in ${groups.size} file${groups.size === 1 ? "" : "s"}${took}`;
     for (const [path, fileHits] of groups) {
       const head = el("h2", "file-path");
-      const open = el("a", "", path);
-      open.href = docUrl(path, fileHits[0].line);
+      const cut = path.lastIndexOf("/") + 1;
+      const open = el("a", "", el("span", "dir", path.slice(0, cut)), el("span", "base", path.slice(cut)));
+      open.href = docUrl(path, fileHits[0].line, fileHits[0].page, fileHits[0].chunk_id);
       head.append(open);
       if (fileHits.length > 1) head.append(el("span", "count", `${fileHits.length} chunks`));
       const list = el("div", "hits");
@@ -251,7 +252,7 @@
 
   function hitNode(hit) {
     const link = el("a", "hit");
-    link.href = docUrl(hit.path, hit.line);
+    link.href = docUrl(hit.path, hit.line, hit.page, hit.chunk_id);
     link.setAttribute("role", "option");
     link.dataset.path = String(hit.path ?? "");
     if (Number.isInteger(hit.line)) link.dataset.line = String(hit.line);
@@ -314,7 +315,8 @@
     showError("");
     if (params.get("doc")) {
       showView("doc");
-      openDocument(params.get("doc"), parseInt(params.get("line") || "", 10));
+      openDocument(params.get("doc"), parseInt(params.get("line") || "", 10),
+        parseInt(params.get("page") || "", 10), params.get("chunk") || "");
     } else if (params.get("view") === "status") {
       showView("status");
       loadStatus();
@@ -341,7 +343,7 @@
 
   let docSeq = 0;
 
-  async function openDocument(path, line) {
+  async function openDocument(path, line, page, chunk) {
     const seq = ++docSeq;
     ui.docPath.textContent = path;
     ui.docEditor.textContent = "";
@@ -352,6 +354,7 @@
     ui.docBody.append(el("p", "summary", "Loading…"));
     const params = new URLSearchParams({ path });
     if (Number.isInteger(line) && line > 0) params.set("line", String(line));
+    if (chunk) params.set("chunk", chunk);
     let data;
     try {
       data = await api("/api/document?" + params.toString());
@@ -362,7 +365,7 @@
       return;
     }
     if (seq !== docSeq) return;
-    renderDocument(data, line);
+    renderDocument(data, line, page);
   }
 
   function hitRange(data, line) {
@@ -373,7 +376,7 @@
     return Number.isInteger(line) && line > 0 ? [line, line] : null;
   }
 
-  function renderDocument(data, line) {
+  function renderDocument(data, line, page) {
     const path = String(data.path ?? "");
     ui.docPath.textContent = path;
     const editor = String(data.editor || path);
@@ -381,13 +384,21 @@
     ui.docEditor.href = editorHref(editor);
     ui.docKbget.textContent = String(data.kb_get || `kb get '${editor}'`);
     const range = hitRange(data, line);
+    const first = Number.isInteger(data.first_line) && data.first_line > 0 ? data.first_line : 1;
+    const at = Number.isInteger(line) && line > 0 ? line : range ? range[0] : 0;
     clear(ui.docBody);
+    const notes = Array.isArray(data.notes) ? data.notes.map(String) : [];
+    if (Number.isInteger(data.total_lines) && Array.isArray(data.lines) && data.lines.length < data.total_lines) {
+      notes.push(`Lines ${first}–${first + data.lines.length - 1} of ${data.total_lines}.`);
+    }
+    for (const note of notes) ui.docBody.append(el("p", "note", note));
     if (data.kind === "pages") {
-      ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], range));
+      const pageRange = Number.isInteger(page) && page > 0 ? [page, page] : range;
+      ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], pageRange));
     } else if (data.kind === "markdown") {
       const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
-      const rendered = markdownView(lines, range, path);
-      const source = linesView(lines, range);
+      const rendered = markdownView(lines, range, path, first);
+      const source = linesView(lines, range, first, at);
       source.hidden = true;
       ui.docSource.hidden = false;
       ui.docSource.textContent = "Show source";
@@ -399,7 +410,7 @@
       };
       ui.docBody.append(rendered, source);
     } else {
-      ui.docBody.append(linesView(Array.isArray(data.lines) ? data.lines.map(String) : [], range));
+      ui.docBody.append(linesView(Array.isArray(data.lines) ? data.lines.map(String) : [], range, first, at));
     }
     scrollToHit();
   }
@@ -411,7 +422,9 @@
   }
 
   function scrollToHit() {
-    const target = Array.from(ui.docBody.querySelectorAll(".hit")).find((n) => n.offsetParent !== null);
+    const shown = (n) => n.offsetParent !== null;
+    const target = Array.from(ui.docBody.querySelectorAll(".at")).find(shown)
+      || Array.from(ui.docBody.querySelectorAll(".hit")).find(shown);
     if (target) target.scrollIntoView({ block: "center" });
   }
 
@@ -419,14 +432,15 @@
     return !!range && from <= range[1] && to >= range[0];
   }
 
-  /** Numbered lines (from 1), the hit's lines marked. */
-  function linesView(lines, range) {
+  /** Numbered lines (the first is ``first``), the hit's lines marked and its own line ``at``. */
+  function linesView(lines, range, first = 1, at = 0) {
     const box = el("div", "lines");
     lines.forEach((text, i) => {
-      const number = i + 1;
+      const number = first + i;
       const row = el("div", "line", el("span", "ln", String(number)), el("span", "text", text || "\u200b"));
       row.id = "L" + number;
       if (inRange(range, number, number)) row.classList.add("hit");
+      if (number === at) row.classList.add("at");
       box.append(row);
     });
     if (!lines.length) box.append(el("p", "summary", "This file has no indexed text."));
@@ -535,9 +549,11 @@
   }
 
   /** Markdown lines as blocks; each block knows its first and last source line (from 1). */
-  function markdownView(lines, range, basePath) {
+  function markdownView(lines, range, basePath, first = 1) {
     const box = el("div", "markdown");
-    const add = (node, from, to) => {
+    const add = (node, start, end) => {
+      const from = start + first - 1;
+      const to = end + first - 1;
       node.dataset.from = String(from);
       node.dataset.to = String(to);
       node.id = "L" + from;
@@ -632,15 +648,22 @@
   // ---------- status ----------
 
   const STATUS_LABELS = [
-    ["chunks", "Chunks"], ["files", "Files"], ["size", "Size"], ["size_bytes", "Size"],
-    ["embedder", "Embedder"], ["store", "Store"], ["backend", "Store"], ["last_sync", "Last sync"],
-    ["vectors_pending", "Vectors pending"], ["pending_vectors", "Vectors pending"],
-    ["chat_model", "Chat model"],
+    ["path", "Index"], ["files", "Files"], ["chunks", "Chunks"], ["size_bytes", "Size"],
+    ["embedder", "Embedder"], ["store", "Store"], ["last_ingest", "Last sync"],
+    ["last_sync", "Last sync"], ["vectors_pending", "Vectors pending"], ["chat_model", "Chat model"],
+    ["scoped", "Scoped token"],
   ];
 
   let statusData = null;
 
   function formatValue(key, value) {
+    if (key === "embedder" && value && typeof value === "object") {
+      const dims = value.dimension ? ` (${value.dimension} dimensions)` : "";
+      return [value.provider, value.model].filter(Boolean).join("/") + dims;
+    }
+    if (/^last_/.test(key) && typeof value === "string" && !Number.isNaN(Date.parse(value))) {
+      return new Date(value).toLocaleString() + " (" + value + ")";
+    }
     if (typeof value === "number" && /bytes|size/.test(key)) {
       const units = ["B", "KB", "MB", "GB", "TB"];
       let n = value;
@@ -653,14 +676,29 @@
     return String(value);
   }
 
+  const label = (key) => key.charAt(0).toUpperCase() + key.slice(1).replace(/_/g, " ");
+
+  /** The figures people look for first, then the others under "More". */
   function statusRows(data, list, depth) {
-    const known = STATUS_LABELS.filter(([key]) => key in data);
+    const known = depth ? [] : STATUS_LABELS.filter(([key]) => key in data);
     const seen = new Set(known.map(([key]) => key));
     const rest = Object.keys(data).filter((key) => !seen.has(key)).sort();
-    for (const [key, label] of [...known, ...rest.map((key) => [key, key.replace(/_/g, " ")])]) {
+    addRows(data, known, list, depth);
+    if (!depth && rest.length) {
+      const more = el("dl", "status");
+      addRows(data, rest.map((key) => [key, label(key)]), more, depth + 1);
+      list.after(el("details", "more", el("summary", "", "More"), more));
+    } else {
+      addRows(data, rest.map((key) => [key, label(key)]), list, depth);
+    }
+    return list;
+  }
+
+  function addRows(data, rows, list, depth) {
+    for (const [key, name] of rows) {
       const value = data[key];
-      list.append(el("dt", "", label));
-      if (value && typeof value === "object" && !Array.isArray(value) && depth < 3) {
+      list.append(el("dt", "", name));
+      if (key !== "embedder" && value && typeof value === "object" && !Array.isArray(value) && depth < 3) {
         list.append(el("dd", "", statusRows(value, el("dl", "status nested"), depth + 1)));
       } else if (Array.isArray(value)) {
         list.append(el("dd", "", value.map((v) => (typeof v === "object" ? JSON.stringify(v) : String(v))).join(", ") || "—"));
@@ -673,15 +711,22 @@
 
   async function fetchStatus() {
     statusData = await api("/api/status");
+    // Ask shows when the status names a chat model; a server that does not say offers it
+    // anyway (asking without one answers one line: "no chat model configured").
+    const says = "chat_model" in statusData || "chat" in statusData;
     const chat = statusData.chat_model ?? (statusData.chat && (statusData.chat.model ?? statusData.chat));
-    ui.navAsk.hidden = !chat;
+    ui.navAsk.hidden = says && !chat;
     return statusData;
   }
 
   async function loadStatus() {
     clear(ui.statusList);
+    for (const old of document.querySelectorAll("#view-status .more")) old.remove();
     try {
-      const data = await fetchStatus();
+      const data = { ...(await fetchStatus()) };
+      // a scoped view counts "sources" (its files); show one "Files" either way
+      if (!("files" in data) && "sources" in data) data.files = data.sources;
+      if (data.files === data.sources) delete data.sources;
       statusRows(data, ui.statusList, 0);
     } catch (err) {
       showError(err.message);
@@ -717,7 +762,10 @@
     const citations = Array.isArray(data.citations) ? data.citations : [];
     const byNumber = new Map(citations.map((c) => [Number(c.n), c]));
     const text = el("div", data.refused ? "answer-text refused" : "answer-text");
-    for (const para of String(data.answer || "").split(/\n{2,}/)) {
+    let said = String(data.answer || "");
+    if (data.refused && !said.trim()) said = String(data.reason || "Nothing relevant was found in the knowledge base.");
+    else if (data.reason && !said.trim()) said = String(data.reason);
+    for (const para of said.split(/\n{2,}/)) {
       const p = el("p");
       let at = 0;
       for (const m of para.matchAll(/\[(\d{1,3})\]/g)) {
@@ -725,7 +773,7 @@
         const cite = byNumber.get(Number(m[1]));
         if (cite) {
           const a = el("a", "cite", `[${m[1]}]`);
-          a.href = docUrl(cite.path, cite.line);
+          a.href = docUrl(cite.path, cite.line, cite.page, cite.chunk_id);
           a.title = String(cite.location || cite.path);
           p.append(a);
         } else {
@@ -741,7 +789,7 @@
       const list = el("ol", "citations");
       for (const cite of citations) {
         const a = el("a", "", String(cite.location || cite.path));
-        a.href = docUrl(cite.path, cite.line);
+        a.href = docUrl(cite.path, cite.line, cite.page, cite.chunk_id);
         const li = el("li", "", a);
         if (Number.isInteger(Number(cite.n))) li.value = Number(cite.n);
         list.append(li);
