@@ -34,11 +34,13 @@ HOSTILE = """# Payloads
 
 <script>window.__pwned = 'script'</script>
 
-An image: <img src=x onerror="window.__pwned = 'img'"> and <svg onload="window.__pwned='svg'"></svg>.
+An image: <img src=x onerror="window.__pwned = 'img'"> and
+<svg onload="window.__pwned='svg'"></svg>.
 
 [click me](javascript:window.__pwned='link') and [tabbed](java\tscript:window.__pwned='tab')
 and [data](data:text/html,<script>window.__pwned='data'</script>) and
-<javascript:window.__pwned='auto'> and [fine](https://example.com/ok) and [sibling](guide/baking.md).
+<javascript:window.__pwned='auto'> and [fine](https://example.com/ok) and
+[sibling](guide/baking.md).
 
 <div onclick="window.__pwned='div'"><iframe src="javascript:window.__pwned='iframe'"></iframe></div>
 

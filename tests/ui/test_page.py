@@ -217,7 +217,7 @@ def test_a_hostile_document_shows_as_text_and_runs_nothing(server, tab):
     body = page.locator("#doc-body")
     text = body.text_content()
     assert "<script>window.__pwned = 'script'</script>" in text
-    assert 'onerror="window.__pwned = \'img\'"' in text
+    assert "onerror=\"window.__pwned = 'img'\"" in text
     found = page.evaluate(
         """() => ({
             pwned: window.__pwned === undefined ? null : String(window.__pwned),
@@ -317,7 +317,8 @@ def test_each_view_fits_its_width_and_is_kept_as_a_screenshot(server, chrome, sh
         assert facts["scrollWidth"] <= facts["innerWidth"], facts
         assert in_viewport(page, "#q") and in_viewport(page, "#results .hit")
 
-        page.goto(server.page(q=SYNC_QUERY, doc=_first_path(server, SYNC_QUERY), line=str(SYNC_LINE)))
+        sync = _first_path(server, SYNC_QUERY)
+        page.goto(server.page(q=SYNC_QUERY, doc=sync, line=str(SYNC_LINE)))
         page.wait_for_selector(".line.hit")
         page.wait_for_timeout(200)
         screenshot(page, shots, f"document-{width}")
@@ -375,9 +376,10 @@ def test_ask_answers_with_numbered_citations_that_open_the_document(corpus, chro
     from fake_chat import FakeChatServer
 
     _, db, home = corpus
-    with FakeChatServer() as chat, ui_server(
-        db, home, env={"OPENAI_BASE_URL": chat.url + "/v1"}
-    ) as server:
+    with (
+        FakeChatServer() as chat,
+        ui_server(db, home, env={"OPENAI_BASE_URL": chat.url + "/v1"}) as server,
+    ):
         for width in (DESKTOP, PHONE):
             tab = Watched(chrome, width)
             page = tab.page
