@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from cli_helpers import minimal_pdf
 from mcp_clients import _env
 from webdriver import REQUIRE_CHROMIUM_ENV, find
 
@@ -29,6 +30,7 @@ CANARY = "quokkasecret"  # the one word only the folder outside the scoped token
 # The line of notes/sync.txt a search for SYNC_QUERY must open at (far down: it has to scroll).
 SYNC_LINE = 61
 SYNC_QUERY = "flamingo reconnect"
+PDF_TEXT = "Reset the heron router password from the admin page."
 
 HOSTILE = """# Payloads
 
@@ -53,7 +55,7 @@ Search word: pelicanpayload.
 
 
 def write_corpus(root: Path) -> Path:
-    """docs/ with guide/ (Markdown), notes/ (plain text), hostile.md and secret/."""
+    """docs/ with guide/ (Markdown), notes/ (plain text and a PDF), hostile.md and secret/."""
     docs = root / "docs"
     (docs / "guide").mkdir(parents=True)
     (docs / "notes").mkdir()
@@ -77,6 +79,7 @@ def write_corpus(root: Path) -> Path:
         "Notes on tomatoes: the cherry tomatoes ripened first this year.\n", encoding="utf-8"
     )
     (docs / "hostile.md").write_text(HOSTILE, encoding="utf-8")
+    (docs / "notes" / "manual.pdf").write_bytes(minimal_pdf(PDF_TEXT))
     (docs / "secret" / "plans.md").write_text(
         f"# Plans\n\nThe {CANARY} launch is in May; tomatoes are the code word.\n",
         encoding="utf-8",

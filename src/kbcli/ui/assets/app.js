@@ -556,7 +556,6 @@
       const to = end + first - 1;
       node.dataset.from = String(from);
       node.dataset.to = String(to);
-      node.id = "L" + from;
       node.title = to > from ? `lines ${from}–${to}` : `line ${from}`;
       if (inRange(range, from, to)) node.classList.add("hit");
       box.append(node);
