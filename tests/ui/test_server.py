@@ -20,7 +20,7 @@ from kbcli.serve.tokens import Identity  # noqa: E402
 from kbcli.ui.server import CSP, UI, Settings  # noqa: E402
 
 TOKEN = "a-token-for-the-tests-0123456789"
-HOST = "testserver"  # TestClient's Host header
+HOST = "testserver:80"  # TestClient's Host header (testserver), with the port it leaves out
 
 
 def corpus(root: Path) -> Path:
@@ -129,8 +129,12 @@ def test_a_foreign_host_gets_421_and_a_foreign_origin_403(index):
     foreign = client.get("/api/search?q=password", headers={**auth(), "Origin": "http://evil.example"})
     assert foreign.status_code == 403
     assert foreign.json() == {"error": "requests from another site are refused"}
-    own = client.get("/api/search?q=password", headers={**auth(), "Origin": f"http://{HOST}"})
-    assert own.status_code == 200
+    for own in ("http://testserver:80", "http://testserver"):
+        answer = client.get("/api/search?q=password", headers={**auth(), "Origin": own})
+        assert answer.status_code == 200, own
+    for other in ("https://testserver", "http://testserver:81", "null", "http://testserver.evil"):
+        answer = client.get("/api/search?q=password", headers={**auth(), "Origin": other})
+        assert answer.status_code == 403, other
 
 
 def test_the_loopback_names_of_the_bound_port_are_the_only_hosts():
@@ -338,3 +342,50 @@ def test_no_route_writes(index):
     assert client.get("/assets/..%2Fserver.py", headers=auth()).status_code == 404
     assert client.get("/assets/index.html", headers=auth()).status_code == 404
     assert client.get("/api/status", headers=auth()).json()["chunks"] == before
+
+
+def test_a_wildcard_bind_answers_the_machines_names_and_allow_host_adds_one():
+    import socket
+
+    from kbcli.ui.server import host_names
+
+    everywhere = host_names("0.0.0.0", 8766)
+    assert f"{socket.gethostname().lower()}:8766" in everywhere
+    assert "127.0.0.1:8766" in everywhere and "evil.example:8766" not in everywhere
+    proxied = host_names("127.0.0.1", 8766, ("KB.example.org", "proxy.example:443", "::5"))
+    assert {"kb.example.org:8766", "proxy.example:443", "[::5]:8766"} <= proxied
+
+
+def test_a_host_without_a_port_is_port_80(index):
+    from starlette.testclient import TestClient
+
+    settings = Settings(frozenset({"kb.example.org:80"}), {TOKEN: Identity("ui", None)})
+    client = TestClient(UI(index[0]).app(settings))
+    for host, status in (("kb.example.org", 200), ("kb.example.org:81", 421)):
+        answer = client.get("/api/status", headers={**auth(), "Host": host})
+        assert answer.status_code == status, host
+
+
+def test_a_request_past_its_deadline_is_504_and_a_full_queue_503(index, monkeypatch):
+    import asyncio
+    import time
+
+    from kbcli.ui import server
+    from kbcli.ui.api import ApiError
+
+    ui = UI(index[0])
+    monkeypatch.setattr(server, "DEADLINE", 0.2)
+    with pytest.raises(ApiError) as late:
+        asyncio.run(ui.run(lambda: time.sleep(1)))
+    assert late.value.status == 504 and late.value.message == "the request took over 0.2 s"
+    monkeypatch.setattr(server, "MAX_PENDING", 2)
+
+    async def flood():
+        return await asyncio.gather(
+            *(ui.run(lambda: time.sleep(0.1)) for _ in range(3)), return_exceptions=True
+        )
+
+    outcomes = asyncio.run(flood())
+    refused = [o for o in outcomes if isinstance(o, ApiError)]
+    assert len(refused) == 1 and refused[0].status == 503
+    ui.close()

@@ -24,6 +24,7 @@ app = command_app()
         "kb ui --open",
         "kb ui --http 127.0.0.1:8766",
         "kb ui --http 0.0.0.0:8766 --tokens tokens.yaml",
+        "kb ui --http 127.0.0.1:8766 --tokens tokens.yaml --allow-host kb.example.org:443",
     ),
 )
 @global_options()
@@ -45,6 +46,15 @@ def ui(
             metavar="FILE",
             help="YAML file of tokens and their scopes, as for kb mcp --tokens (each person "
             "opens the page with ?token=THEIRS; a scoped token sees only its scope).",
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME[:PORT]",
+            help="Also answer requests addressed to NAME (a reverse proxy's public name; "
+            "repeatable). Others get 421 (DNS rebinding).",
         ),
     ] = None,
     open_: Annotated[
@@ -86,7 +96,8 @@ def ui(
     try:
         kb = open_kb(ctx, create=False)
         server = UI(kb)
-        settings = Settings(host_names(host, port), identities)
+        extra = tuple(_host_name(name) for name in allow_host or [])
+        settings = Settings(host_names(host, port, extra), identities)
 
         def started() -> None:
             print(f"kb ui: {url}", flush=True)
@@ -105,6 +116,16 @@ def ui(
             sock.close()
         if kb is not None:
             kb.close()
+
+
+def _host_name(value: str) -> str:
+    """An ``--allow-host`` value, checked: a host name or address, an optional port."""
+    name = value.strip()
+    if not name or len(name) > 255 or any(c.isspace() or c in "/?#@" for c in name):
+        raise InvalidOptionError(
+            f"--allow-host needs a host name such as kb.example.org, got {value[:60]!r}"
+        )
+    return name
 
 
 def _loopback(host: str) -> bool:

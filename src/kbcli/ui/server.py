@@ -79,13 +79,67 @@ class Settings:
         return frozenset(f"http://{host}" for host in self.hosts)
 
 
-def host_names(host: str, port: int) -> frozenset[str]:
-    """The ``Host`` header values a server bound to ``host:port`` answers: that address, and
-    for a loopback or wildcard bind the loopback names."""
-    names = {f"[{host}]:{port}" if ":" in host else f"{host}:{port}"}
-    if host in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::") or host.startswith("127."):
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def host_names(host: str, port: int, extra: tuple[str, ...] = ()) -> frozenset[str]:
+    """The ``Host`` header values a server bound to ``host:port`` answers: that address; for
+    a loopback bind the loopback names; for a wildcard bind (``0.0.0.0``, ``::``) also this
+    machine's names and addresses (:func:`machine_names`); and ``extra`` names (``NAME`` or
+    ``NAME:PORT``: a reverse proxy's public name; without a port, this port)."""
+    names = {_with_port(host, port)}
+    if host in ("localhost", "::1") or host.startswith("127.") or host in WILDCARDS:
         names |= {f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"}
+    if host in WILDCARDS:
+        names |= {_with_port(name, port) for name in machine_names()}
+    for name in extra:
+        names.add(name if _has_port(name) else _with_port(name.strip("[]"), port))
     return frozenset(name.lower() for name in names)
+
+
+def _has_port(name: str) -> bool:
+    """``NAME:PORT`` or ``[ADDRESS]:PORT`` (a bare IPv6 address has colons, no port)."""
+    if name.startswith("["):
+        return "]:" in name and name.rsplit(":", 1)[1].isdigit()
+    return name.count(":") == 1 and name.rsplit(":", 1)[1].isdigit()
+
+
+def _with_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def machine_names() -> set[str]:
+    """This machine's host name, its fully qualified name and the addresses they resolve to,
+    and the address it reaches other machines from (what a colleague types to reach a server
+    bound to every address)."""
+    import socket
+
+    names: set[str] = set()
+    for name in {socket.gethostname(), socket.getfqdn()}:
+        if not name:
+            continue
+        names.add(name)
+        try:
+            names |= {str(info[4][0]) for info in socket.getaddrinfo(name, None)}
+        except OSError:
+            pass
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        try:  # a UDP "connection" sends nothing: it picks the outgoing address
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.connect((probe, 9))
+                names.add(str(sock.getsockname()[0]))
+        except OSError:
+            pass
+    return {name.split("%", 1)[0] for name in names}  # an IPv6 zone is not in a Host header
+
+
+def _origin(value: bytes) -> str:
+    """An ``Origin`` header as ``http://host:port`` (a browser leaves out port 80)."""
+    origin = value.decode("latin-1").strip().lower()
+    scheme, sep, host = origin.partition("://")
+    if sep and scheme == "http" and host and not _has_port(host):
+        return f"http://{_with_port(host.strip('[]'), 80)}"
+    return origin
 
 
 def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
@@ -146,11 +200,13 @@ class Gate:
         path = str(scope.get("path", ""))
         is_api = path.startswith("/api/")
         host = (_header(scope, b"host") or b"").decode("latin-1").strip().lower()
+        if host and not _has_port(host):
+            host = _with_port(host.strip("[]"), 80)  # a browser leaves out the default port
         if host not in self.settings.hosts:
             await _refuse(send, 421, "this server does not answer for that host name", is_api)
             return
         origin = _header(scope, b"origin")
-        if origin is not None and origin.decode("latin-1").lower() not in self.settings.origins:
+        if origin is not None and _origin(origin) not in self.settings.origins:
             await _refuse(send, 403, "requests from another site are refused", is_api)
             return
         if len(path) + len(scope.get("query_string", b"")) > MAX_URL:
