@@ -495,3 +495,25 @@ def test_a_freshness_state_other_than_current_is_marked(server, tab):
     badges = page.locator("#results .badge").all_text_contents()
     assert badges == ["stale"]
     assert page.locator("#results mark").first.text_content() == "old"
+
+
+UNSAFE_LINKS = [
+    "javascript:window.__pwned=1", " JaVaScRiPt:window.__pwned=1", "java\nscript:x",
+    "java\tscript:x", "\x00javascript:x", "\u0085javascript:x", "data:text/html,<b>x</b>",
+    "DATA:image/svg+xml,<svg onload=x>", "vbscript:x", "file:///etc/passwd", "#top", "",
+]  # fmt: skip
+
+
+def test_markdown_links_keep_only_http_and_relative_targets(server, tab):
+    page = tab.page
+    page.goto(server.page())
+    page.wait_for_function("window.kb && window.kb.markdown")
+    judged = page.evaluate(
+        """(urls) => urls.map(u => window.kb.markdown.safeHref(u, '/docs/a/b.md',
+            p => 'doc:' + p))""",
+        [*UNSAFE_LINKS, "https://example.com/x", "http://e.org", "//cdn.example/x", "../c.md#h"],
+    )
+    assert judged[: len(UNSAFE_LINKS)] == [None] * len(UNSAFE_LINKS)
+    assert judged[len(UNSAFE_LINKS) :] == [
+        "https://example.com/x", "http://e.org", "https://cdn.example/x", "doc:/docs/c.md",
+    ]  # fmt: skip
