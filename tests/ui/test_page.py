@@ -541,3 +541,22 @@ def test_markdown_links_keep_only_http_and_relative_targets(server, tab):
     assert judged[len(UNSAFE_LINKS) :] == [
         "https://example.com/x", "http://e.org", "https://cdn.example/x", "doc:/docs/c.md",
     ]  # fmt: skip
+
+
+def test_markdown_inline_marks_and_underscores_inside_words(server, tab):
+    page = tab.page
+    page.goto(server.page())
+    page.wait_for_function("window.kb && window.kb.markdown")
+    shape = page.evaluate(
+        """(line) => { const box = window.kb.markdown.render([line], {link: p => p});
+            const p = box.querySelector('p');
+            return { strong: Array.from(p.querySelectorAll('strong')).map(n => n.textContent),
+                     em: Array.from(p.querySelectorAll('em')).map(n => n.textContent),
+                     code: p.querySelector('code').textContent,
+                     elements: p.querySelectorAll('*').length,
+                     text: p.textContent }; }""",
+        "A **b** and *i*, _e_ and __s__, `<b>x</b>`, snake_case_name and window.__pwned__x.",
+    )
+    assert shape["strong"] == ["b", "s"] and shape["em"] == ["i", "e"]
+    assert shape["code"] == "<b>x</b>" and shape["elements"] == 5
+    assert "snake_case_name and window.__pwned__x." in shape["text"]

@@ -32,12 +32,18 @@
     return link(parts.join("/"));
   }
 
+  // An underscore opens emphasis only at a word's start and closes only at its end
+  // (snake_case and window.__name stay as written); an asterisk anywhere.
+  const OPEN_ = "(?<![^\\s(\\[])";
+  const CLOSE_ = "(?![\\w])";
   const INLINE = new RegExp([
-    "(`+)([^`]|[^`][\\s\\S]*?[^`])\\1(?!`)",                    // 1,2 code span
-    "(!?)\\[([^\\]\\n]*)\\]\\(\\s*<?([^)\\s>]*)>?(?:\\s+\"[^\"]*\")?\\s*\\)", // 3,4,5 link/image
-    "<((?:https?|mailto|javascript|data|vbscript):[^>\\s]*)>", // 6 autolink (judged by safeHref)
-    "(\\*\\*|__)(?=\\S)([\\s\\S]*?\\S)\\7",                     // 7,8 strong
-    "(\\*|(?<![\\w])_)(?=\\S)([\\s\\S]*?\\S)(?:\\*|_(?![\\w]))",  // 9,10 emphasis
+    "(?<tick>`+)(?<code>[^`]|[^`][\\s\\S]*?[^`])\\k<tick>(?!`)",
+    "(?<bang>!?)\\[(?<label>[^\\]\\n]*)\\]\\(\\s*<?(?<url>[^)\\s>]*)>?(?:\\s+\"[^\"]*\")?\\s*\\)",
+    "<(?<auto>(?:https?|mailto|javascript|data|vbscript):[^>\\s]*)>",  // judged by safeHref
+    "\\*\\*(?=\\S)(?<strong>[\\s\\S]*?\\S)\\*\\*",
+    OPEN_ + "__(?=\\S)(?<strong2>[\\s\\S]*?\\S)__" + CLOSE_,
+    "\\*(?=\\S)(?<em>[\\s\\S]*?\\S)\\*",
+    OPEN_ + "_(?=\\S)(?<em2>[\\s\\S]*?\\S)_" + CLOSE_,
   ].join("|"), "g");
 
   function inline(text, parent, ctx, depth = 0) {
@@ -51,28 +57,29 @@
     for (const m of matches) {
       if (m.index < at) continue;
       if (m.index > at) parent.append(text.slice(at, m.index));
-      if (m[1] !== undefined) {
-        parent.append(el("code", "", m[2]));
-      } else if (m[4] !== undefined) {
-        const href = safeHref(m[5], ctx.basePath, ctx.link);
-        const label = m[4] || m[5];
+      const g = m.groups;
+      if (g.code !== undefined) {
+        parent.append(el("code", "", g.code));
+      } else if (g.label !== undefined) {
+        const href = safeHref(g.url, ctx.basePath, ctx.link);
+        const label = g.label || g.url;
         if (href) {
-          const a = el("a", m[3] ? "image-link" : "");
+          const a = el("a", g.bang ? "image-link" : "");
           a.href = href;
           if (/^https?:/i.test(href)) {
             a.target = "_blank";
             a.rel = "noopener noreferrer";
           }
-          if (m[3]) a.append("🖼 " + label);
+          if (g.bang) a.append("🖼 " + label);
           else inline(label, a, ctx, depth + 1);
           parent.append(a);
         } else {
           parent.append(m[0]);
         }
-      } else if (m[6] !== undefined) {
-        const href = safeHref(m[6], ctx.basePath, ctx.link);
+      } else if (g.auto !== undefined) {
+        const href = safeHref(g.auto, ctx.basePath, ctx.link);
         if (href && /^https?:/i.test(href)) {
-          const a = el("a", "", m[6]);
+          const a = el("a", "", g.auto);
           a.href = href;
           a.target = "_blank";
           a.rel = "noopener noreferrer";
@@ -80,10 +87,10 @@
         } else {
           parent.append(m[0]);
         }
-      } else if (m[8] !== undefined) {
-        parent.append(inline(m[8], el("strong"), ctx, depth + 1));
-      } else if (m[10] !== undefined) {
-        parent.append(inline(m[10], el("em"), ctx, depth + 1));
+      } else if ((g.strong ?? g.strong2) !== undefined) {
+        parent.append(inline(g.strong ?? g.strong2, el("strong"), ctx, depth + 1));
+      } else if ((g.em ?? g.em2) !== undefined) {
+        parent.append(inline(g.em ?? g.em2, el("em"), ctx, depth + 1));
       }
       at = m.index + m[0].length;
     }
