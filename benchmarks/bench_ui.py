@@ -13,6 +13,13 @@ says in its ``Server-Timing`` header (the request's wait for a worker thread, th
 hits' lines and snippets); the round trip is measured by this client (urllib, a new
 connection a request). Prints p50 / p95 in milliseconds per mode, the load average before and
 after, and the machine.
+
+``--during-ingest FILES`` writes FILES Markdown files (about 2 KB each) and runs ``kb ingest``
+on them, into the same index, while the queries are timed (the issue's "usable while kb ingest
+runs"; into a copy of the index, so the next run meets the index as built); the ingest's
+seconds, how many queries it overlapped and their server time alone are printed too.
+
+    python benchmarks/bench_ui.py --during-ingest 3000
 """
 
 from __future__ import annotations
@@ -82,6 +89,21 @@ def queries(n: int) -> list[str]:
     ]
 
 
+def ingest_folder(workdir: Path, files: int) -> Path:
+    """``files`` Markdown files of Zipf words under ``workdir`` (new ones each run, so the
+    ingest has work: the folder is emptied first)."""
+    import shutil
+
+    folder = workdir / "ingest-src"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    rng = random.Random(int(time.time()))
+    for i in range(files):
+        paragraphs = [" ".join(words(rng, 50)) for _ in range(5)]
+        (folder / f"n{i:05d}.md").write_text(f"# Note {i}\n\n" + "\n\n".join(paragraphs))
+    return folder
+
+
 def start(db: Path) -> tuple[subprocess.Popen[str], str, str]:
     """``kb --db DB ui``: the process, its base URL and its token."""
     process = subprocess.Popen(
@@ -121,6 +143,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--modes", default="keyword,hybrid,semantic")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kb-bench-ui"))
+    parser.add_argument("--during-ingest", type=int, default=0, metavar="FILES")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     db = args.workdir / f"ui-{args.chunks}.db"
@@ -129,23 +152,52 @@ def main() -> None:
         built = round(build(db, args.chunks), 1)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     asked = queries(args.queries + 1)
+    folder = ingest_folder(args.workdir, args.during_ingest) if args.during_ingest else None
+    if folder is not None:  # the ingest writes into a copy: the measured index stays as built
+        import sqlite3
+
+        copy = args.workdir / f"ui-{args.chunks}-ingest.db"
+        for stale in args.workdir.glob(f"{copy.name}*"):
+            stale.unlink()
+        with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
+            source.backup(target)  # the whole database, its WAL included
+        db = copy
     load_before = load_average()
     process, base, token = start(db)
+    ingest: subprocess.Popen[bytes] | None = None
+    overlapped = 0
+    during: dict[str, list[float]] = {m: [] for m in modes}  # server ms while ingest ran
+    ingest_started = 0.0
     server: dict[str, list[float]] = {m: [] for m in modes}
     trip: dict[str, list[float]] = {m: [] for m in modes}
     empty: dict[str, int] = {m: 0 for m in modes}
     try:
         for mode in modes:
             search(base, token, asked[0], mode)  # warm-up: the index's caches, the model
+        if folder is not None:
+            ingest_started = time.perf_counter()
+            ingest = subprocess.Popen(
+                [sys.executable, "-m", "kbcli", "--db", str(db), "-q", "ingest", str(folder)],
+                stdout=subprocess.DEVNULL,
+                env=tree_env(),
+            )
         for i, query in enumerate(asked[1:]):
+            running = ingest is not None and ingest.poll() is None
+            overlapped += running
             for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 ms, total, hits = search(base, token, query, mode)
                 server[mode].append(ms)
+                if running:
+                    during[mode].append(ms)
                 trip[mode].append(total)
                 empty[mode] += hits == 0
+        if ingest is not None:
+            ingest.wait()
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
+        if ingest is not None and ingest.poll() is None:
+            ingest.kill()
     result = {
         "chunks": args.chunks,
         "queries": args.queries,
@@ -154,6 +206,15 @@ def main() -> None:
         "round_trip_ms": {m: p50_p95(trip[m]) for m in modes},
         "queries_without_hits": empty,
         "goal_ms": 50,
+        "during_ingest": None
+        if ingest is None
+        else {
+            "files": args.during_ingest,
+            "ingest_exit": ingest.returncode,
+            "ingest_s": round(time.perf_counter() - ingest_started, 1),
+            "queries_overlapping_it": overlapped,
+            "server_ms_while_it_ran": {m: p50_p95(during[m]) for m in modes if during[m]},
+        },
         "load_before": load_before,
         "load_after": load_average(),
         "cpus": os.cpu_count(),

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,24 @@ def test_a_silent_connection_is_closed_by_the_limits_kb_mcp_has(indexed):
             assert silent.recv(1) == b""  # closed after the 10 s request deadline
         assert fetch(server.url)[0] == 200
     assert "kb ui: closed HTTP connections: 1 sent no whole request in time" in server.stderr
+
+
+def test_concurrent_searches_share_the_index_safely(indexed):
+    """The knowledge base is opened once and searched from the server's worker threads: many
+    requests at once give the answers one at a time gives."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    queries = ["reset password", "tomatoes morning", "settings", "water", "click reset"] * 6
+    with ui_server() as server:
+        bearer = {"Authorization": f"Bearer {server.token}"}
+
+        def ask(query: str) -> tuple[int, list[str]]:
+            url = f"{server.base}/api/search?" + urllib.parse.urlencode({"q": query})
+            status, _, body = fetch(url, bearer)
+            return status, [hit["location"] for hit in json.loads(body)["hits"]]
+
+        alone = {query: ask(query) for query in set(queries)}
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            together = list(pool.map(ask, queries))
+    assert together == [alone[query] for query in queries]
+    assert all(status == 200 for status, _ in together)

@@ -389,3 +389,23 @@ def test_a_request_past_its_deadline_is_504_and_a_full_queue_503(index, monkeypa
     refused = [o for o in outcomes if isinstance(o, ApiError)]
     assert len(refused) == 1 and refused[0].status == 503
     ui.close()
+
+
+def test_highlights_count_utf16_units_as_the_page_slices(tmp_path):
+    from kbcli.ui.api import utf16
+
+    text = "🔑 reset the password"
+    start = text.index("reset")
+    assert utf16(text, start) == start + 1  # the key emoji is two UTF-16 units
+    as_js = text.encode("utf-16-le")
+    assert as_js[2 * utf16(text, start) : 2 * utf16(text, start + 5)].decode("utf-16-le") == (
+        "reset"
+    )
+
+
+def test_explain_is_kb_search_explain_text(index):
+    client = client_for(index[0])
+    hit = client.get("/api/search?q=invoices&explain=1", headers=auth()).json()["hits"][0]
+    assert "{" not in hit["explain"] and "True" not in hit["explain"]
+    assert "keyword" in hit["explain"]
+    assert hit["snippet_lines"][0] is None or isinstance(hit["snippet_lines"][0], int)

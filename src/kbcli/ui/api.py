@@ -27,6 +27,7 @@ from kbcli.agent.get import (
     page_lines,
     read_file,
 )
+from kbcli.cli.render.explain import explain_text
 from kbcli.cli.render.snippets import snippet_lines, term_pattern
 from kbcli.errors import AnswerError, InvalidOptionError, KBError, NotFoundError
 from kbcli.filters.model import MAX_FILTER_CONDITIONS, ensure_checked
@@ -106,19 +107,24 @@ def search_scope(filters: list[str], folders: list[str]) -> dict[str, Any] | Non
     return ensure_checked(parts[0] if len(parts) == 1 else {"$and": parts})
 
 
+def utf16(text: str, index: int) -> int:
+    """The offset ``index`` (in code points) of ``text`` in UTF-16 code units: what a
+    JavaScript string's ``slice`` counts (a character beyond the BMP, an emoji, is two)."""
+    return index + sum(1 for char in text[:index] if ord(char) > 0xFFFF)
+
+
 def hit_json(rank: int, hit: Hit, pattern: Any, explain: bool) -> dict[str, Any]:
     """One hit as the page shows it: where it is, its score and its snippet (the lines
-    ``kb search`` shows, joined by newlines) with the query's terms as spans inside it."""
+    ``kb search`` shows, joined by newlines, and their line numbers) with the query's terms
+    as ``[start, end)`` spans inside it, in UTF-16 code units (``snippet.slice(start, end)``
+    in the page)."""
     lines = snippet_lines(hit.result, pattern)
-    text_parts: list[str] = []
+    snippet = "\n".join(text for _, text, _ in lines)
     spans: list[list[int]] = []
     offset = 0
-    for n, (_, text, found) in enumerate(lines):
-        if n:
-            offset += 1  # the newline
-        spans += [[offset + start, offset + end] for start, end in found]
-        text_parts.append(text)
-        offset += len(text)
+    for _, text, found in lines:
+        spans += [[utf16(snippet, offset + a), utf16(snippet, offset + b)] for a, b in found]
+        offset += len(text) + 1  # the newline
     meta = hit.result.document.metadata
     item: dict[str, Any] = {
         "rank": rank,
@@ -129,22 +135,14 @@ def hit_json(rank: int, hit: Hit, pattern: Any, explain: bool) -> dict[str, Any]
         "chunk_id": hit.result.document.id,
         "score": round(float(hit.result.score), 6),
         "matched": hit.matched,
-        "snippet": "\n".join(text_parts),
+        "snippet": snippet,
+        "snippet_lines": [number for number, _, _ in lines],
         "highlights": spans,
         "note_by": note_author(meta),
     }
     if explain:
-        item["explain"] = _explain_text(hit.result.explain)
+        item["explain"] = explain_text(hit.result.explain)
     return item
-
-
-def _explain_text(explain: Any) -> str:
-    """``--explain``'s facts about one hit as text (a fact a line)."""
-    if not explain:
-        return ""
-    if isinstance(explain, Mapping):
-        return "\n".join(f"{key}: {value}" for key, value in explain.items())
-    return str(explain)
 
 
 def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str, Any]:
