@@ -62,7 +62,7 @@ def write_corpus(root: Path) -> Path:
     (docs / "secret").mkdir()
     (docs / "guide" / "baking.md").write_text(
         "# Baking bread\n\nA short guide to **sourdough** at home.\n\n## Starter\n\n"
-        "Feed the sourdough starter twice a day with flour and water; keep it warm.\n\n"
+        "Feed the sourdough starter 🍞🍞 twice a day (the 🍞 sourdough starter likes warmth).\n\n"
         "- rye flour works well\n- wheat flour is fine\n  - whole wheat is better\n\n"
         "## Baking\n\nBake at 250 degrees for forty minutes with steam for a crisp crust.\n",
         encoding="utf-8",

@@ -166,24 +166,37 @@
     }
   }
 
-  /** The snippet as text nodes with the API's highlight spans (code-point offsets) in <mark>. */
-  function highlighted(snippet, spans) {
-    const chars = Array.from(String(snippet || ""));
-    const out = el("span", "snippet");
-    const clean = (Array.isArray(spans) ? spans : [])
+  /** The snippet as text nodes, a line a row numbered as ``snippet_lines`` says, with the
+   * API's highlight spans ([start, end) in UTF-16 code units, as String.slice counts) in <mark>. */
+  function highlighted(snippet, spans, numbers) {
+    const text = String(snippet || "");
+    const marks = (Array.isArray(spans) ? spans : [])
       .filter((s) => Array.isArray(s) && Number.isInteger(s[0]) && Number.isInteger(s[1]))
-      .map(([a, b]) => [Math.max(0, a), Math.min(chars.length, b)])
+      .map(([a, b]) => [Math.max(0, a), Math.min(text.length, b)])
       .filter(([a, b]) => a < b)
       .sort((x, y) => x[0] - y[0]);
-    let at = 0;
-    for (const [a, b] of clean) {
-      if (b <= at) continue;
-      const from = Math.max(a, at);
-      if (from > at) out.append(chars.slice(at, from).join(""));
-      out.append(el("mark", "", chars.slice(from, b).join("")));
-      at = b;
-    }
-    if (at < chars.length) out.append(chars.slice(at).join(""));
+    const out = el("div", "snippet");
+    let offset = 0;
+    text.split("\n").forEach((line, i) => {
+      const end = offset + line.length;
+      const row = el("div", "snippet-line");
+      const number = Array.isArray(numbers) ? numbers[i] : null;
+      if (Number.isInteger(number)) row.append(el("span", "ln", String(number)));
+      const body = el("span", "text");
+      let at = offset;
+      for (const [a, b] of marks) {
+        const from = Math.max(a, at);
+        const to = Math.min(b, end);
+        if (to <= from) continue;
+        if (from > at) body.append(text.slice(at, from));
+        body.append(el("mark", "", text.slice(from, to)));
+        at = to;
+      }
+      if (at < end) body.append(text.slice(at, end));
+      row.append(body);
+      out.append(row);
+      offset = end + 1;
+    });
     return out;
   }
 
@@ -240,7 +253,8 @@
     link.setAttribute("role", "option");
     link.dataset.path = String(hit.path ?? "");
     if (Number.isInteger(hit.line)) link.dataset.line = String(hit.line);
-    const meta = el("div", "hit-meta", el("span", "loc", placeText(hit)));
+    const numbered = Array.isArray(hit.snippet_lines) && hit.snippet_lines.some(Number.isInteger);
+    const meta = el("div", "hit-meta", numbered && !Number.isInteger(hit.page) ? null : el("span", "loc", placeText(hit)));
     meta.title = String(hit.location || hit.path || "");
     if (hit.note_by) meta.append(el("span", "badge", "note by " + hit.note_by));
     const fresh = freshnessBadge(hit.freshness);
@@ -248,7 +262,7 @@
     if (ui.explain.checked && typeof hit.score === "number") {
       meta.append(el("span", "score", hit.score.toFixed(3)));
     }
-    link.append(meta, highlighted(hit.snippet, hit.highlights));
+    link.append(meta, highlighted(hit.snippet, hit.highlights, hit.snippet_lines));
     if (ui.explain.checked && hit.explain) link.append(el("pre", "explain", String(hit.explain)));
     hitNodes.push(link);
     return link;
