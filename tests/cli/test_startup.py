@@ -66,7 +66,7 @@ def test_the_group_lists_every_command_and_loads_it_by_name():
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
         "ingest", "add", "search", "ask", "delete", "get", "list", "stats", "doctor", "init",
-        "config", "trust", "eval", "mcp", "copy", "watch",
+        "config", "trust", "eval", "mcp", "ui", "copy", "watch",
     ]  # fmt: skip
 
 

@@ -409,3 +409,21 @@ def test_explain_is_kb_search_explain_text(index):
     assert "{" not in hit["explain"] and "True" not in hit["explain"]
     assert "keyword" in hit["explain"]
     assert hit["snippet_lines"][0] is None or isinstance(hit["snippet_lines"][0], int)
+
+
+def test_a_file_hit_lists_its_other_matching_chunks(tmp_path):
+    from kbcli import Document, SimpleEmbedder
+
+    kb = KnowledgeBase.open(tmp_path / "many.db", embedder=SimpleEmbedder())
+    try:
+        for n in range(4):
+            meta = {"source": "/docs/long.md", "chunk_index": n, "line": 1 + 10 * n}
+            kb.store.add([Document(f"c{n}", f"password reset step {n}", meta)])
+        client = client_for(kb)
+        hits = client.get("/api/search?q=password+reset&mode=keyword", headers=auth()).json()
+    finally:
+        kb.close()
+    [hit] = hits["hits"]
+    assert hit["matched"] == 4 and len(hit["chunks"]) == 3
+    assert {c["chunk_id"] for c in hit["chunks"]} | {hit["chunk_id"]} == {"c0", "c1", "c2", "c3"}
+    assert all(c["location"] == f"/docs/long.md:{c['line']}" for c in hit["chunks"])

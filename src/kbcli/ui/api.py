@@ -34,6 +34,7 @@ from kbcli.filters.model import MAX_FILTER_CONDITIONS, ensure_checked
 from kbcli.filters.syntax import parse_filter_expressions, under_folders, with_source_paths
 from kbcli.protocols import ChatModelProtocol, DocumentCatalog, supports
 from kbcli.providers.chat import build_chat_model
+from kbcli.search.pool import source_key
 from kbcli.search.query import Hit
 from kbcli.search.query import search as run_search
 from kbcli.system.paths import canonical_source
@@ -44,6 +45,7 @@ MAX_K = 100  # hits a page asks for at most (a person reads 10)
 MAX_QUERY_CHARS = 1000  # a search box's text, at most
 MAX_FILTERS = 20  # filter= and folder= parameters in one request, each
 MAX_PARAM_CHARS = 2000  # any other parameter's text
+MAX_CHUNKS_SHOWN = 5  # a file hit's other matching chunks listed under it
 MODES = ("keyword", "semantic", "hybrid", "sparse", "vector", "dense")
 
 
@@ -113,11 +115,10 @@ def utf16(text: str, index: int) -> int:
     return index + sum(1 for char in text[:index] if ord(char) > 0xFFFF)
 
 
-def hit_json(rank: int, hit: Hit, pattern: Any, explain: bool) -> dict[str, Any]:
-    """One hit as the page shows it: where it is, its score and its snippet (the lines
-    ``kb search`` shows, joined by newlines, and their line numbers) with the query's terms
-    as ``[start, end)`` spans inside it, in UTF-16 code units (``snippet.slice(start, end)``
-    in the page)."""
+def chunk_json(hit: Hit, pattern: Any) -> dict[str, Any]:
+    """Where one chunk is, its score and its snippet (the lines ``kb search`` shows, joined by
+    newlines, and their line numbers) with the query's terms as ``[start, end)`` spans inside
+    it, in UTF-16 code units (``snippet.slice(start, end)`` in the page)."""
     lines = snippet_lines(hit.result, pattern)
     snippet = "\n".join(text for _, text, _ in lines)
     spans: list[list[int]] = []
@@ -125,20 +126,32 @@ def hit_json(rank: int, hit: Hit, pattern: Any, explain: bool) -> dict[str, Any]
     for _, text, found in lines:
         spans += [[utf16(snippet, offset + a), utf16(snippet, offset + b)] for a, b in found]
         offset += len(text) + 1  # the newline
-    meta = hit.result.document.metadata
-    item: dict[str, Any] = {
-        "rank": rank,
-        "path": hit.source,
+    return {
         "location": hit.location,
         "line": hit.line,
         "page": hit.page,
         "chunk_id": hit.result.document.id,
         "score": round(float(hit.result.score), 6),
-        "matched": hit.matched,
         "snippet": snippet,
         "snippet_lines": [number for number, _, _ in lines],
         "highlights": spans,
-        "note_by": note_author(meta),
+    }
+
+
+def hit_json(
+    rank: int, hit: Hit, pattern: Any, explain: bool, others: Sequence[Hit] = ()
+) -> dict[str, Any]:
+    """One hit as the page shows it: :func:`chunk_json` of its (best) chunk, its file, how
+    many of the file's chunks matched and ``chunks``, the file's other matching chunks (at
+    most :data:`MAX_CHUNKS_SHOWN`, best first; each at its chunk's first line: only the best
+    is located on its best-matching line)."""
+    item: dict[str, Any] = {
+        "rank": rank,
+        "path": hit.source,
+        **chunk_json(hit, pattern),
+        "matched": hit.matched,
+        "note_by": note_author(hit.result.document.metadata),
+        "chunks": [chunk_json(other, pattern) for other in others[:MAX_CHUNKS_SHOWN]],
     }
     if explain:
         item["explain"] = explain_text(hit.result.explain)
@@ -175,13 +188,29 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
         raise ApiError(400, str(exc)) from None
     pattern = term_pattern(view.analyzer.query_terms(query))
     results = hits.results
+    shown = [hit for hit in hits if view.visible(hit.result.document)]  # a guard: the stores
+    # filter before ranking; a result outside the scope is dropped, never shown
+    by_file: dict[str, list[Hit]] = {}
+    if by == "file":
+        for result in results:
+            if view.visible(result.document):
+                by_file.setdefault(source_key(result), []).append(Hit(result))
     return {
         "query": query,
         "mode": mode,
         "hits": [
-            hit_json(rank, hit, pattern, explain)
-            for rank, hit in enumerate(hits, 1)
-            if view.visible(hit.result.document)  # a guard: the stores filter before ranking
+            hit_json(
+                rank,
+                hit,
+                pattern,
+                explain,
+                [
+                    other
+                    for other in by_file.get(source_key(hit.result), [])
+                    if other.result.document.id != hit.result.document.id
+                ],
+            )
+            for rank, hit in enumerate(shown, 1)
         ],
         "refused": bool(getattr(results, "refused", False)),
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
