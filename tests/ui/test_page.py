@@ -126,6 +126,17 @@ def test_a_page_loaded_with_q_shows_its_results_without_typing(server, tab):
     assert page.input_value("#mode") == "keyword"
 
 
+def test_a_file_shows_its_matching_chunks_under_one_heading(server, tab):
+    page = tab.page
+    page.goto(server.page(q="routine log entry", mode="keyword"))
+    results = _results(page)
+    assert results[0]["path"].endswith("notes/sync.txt")
+    assert [r["path"] for r in results].count(results[0]["path"]) == 1
+    lines = [int(hit["line"]) for hit in results[0]["hits"]]
+    assert len(lines) > 1 and len(set(lines)) == len(lines)
+    assert page.locator("#results .file .count").first.text_content() == f"{len(lines)} chunks"
+
+
 def test_an_older_answer_arriving_late_is_dropped(server, tab):
     page = tab.page
     # the first search is sent 1 s late and cannot be cancelled, so its answer comes after

@@ -147,7 +147,7 @@
       return;
     }
     searchAbort = new AbortController();
-    const params = new URLSearchParams({ q: state.q, mode: ui.mode.value, k: "20", by: "chunk" });
+    const params = new URLSearchParams({ q: state.q, mode: ui.mode.value, k: "10" });
     if (state.folder) params.set("folder", state.folder);
     if (state.filter) params.set("filter", state.filter);
     if (state.explain) params.set("explain", "1");
@@ -226,14 +226,19 @@
         : "No results" + took + ".";
       return;
     }
+    // Hits come by file, each with its other matching chunks (by chunk, grouped here).
     const groups = new Map();
+    let count = 0;
     for (const hit of hits) {
       const key = String(hit.path ?? "");
       if (!groups.has(key)) groups.set(key, []);
-      groups.get(key).push(hit);
+      const chunks = Array.isArray(hit.chunks) ? hit.chunks : [];
+      groups.get(key).push(hit, ...chunks.map((chunk) => ({ ...chunk, path: hit.path })));
+      count += 1 + chunks.length;
     }
+    const files = groups.size;
     ui.summary.textContent =
-      `${hits.length} result${hits.length === 1 ? "" : "s"} in ${groups.size} file${groups.size === 1 ? "" : "s"}${took}`;
+      `${count} result${count === 1 ? "" : "s"} in ${files} file${files === 1 ? "" : "s"}${took}`;
     for (const [path, fileHits] of groups) {
       const head = el("h2", "file-path");
       const cut = path.lastIndexOf("/") + 1;
