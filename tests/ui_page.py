@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from cli_helpers import minimal_pdf
+from hostile import make_docx
 from mcp_clients import _env
 from webdriver import REQUIRE_CHROMIUM_ENV, find
 
@@ -31,6 +32,10 @@ CANARY = "quokkasecret"  # the one word only the folder outside the scoped token
 SYNC_LINE = 61
 SYNC_QUERY = "flamingo reconnect"
 PDF_TEXT = "Reset the heron router password from the admin page."
+DOCX_BLOCKS = [
+    ("h1", "Install"), ("p", "Download the installer and run it once."),
+    ("h1", "Usage"), ("p", "Run the ibis command to start the service."),
+]  # fmt: skip
 
 HOSTILE = """# Payloads
 
@@ -55,7 +60,7 @@ Search word: pelicanpayload.
 
 
 def write_corpus(root: Path) -> Path:
-    """docs/ with guide/ (Markdown), notes/ (plain text and a PDF), hostile.md and secret/."""
+    """docs/ with guide/ (Markdown, a DOCX), notes/ (plain text, a PDF), hostile.md, secret/."""
     docs = root / "docs"
     (docs / "guide").mkdir(parents=True)
     (docs / "notes").mkdir()
@@ -80,6 +85,7 @@ def write_corpus(root: Path) -> Path:
     )
     (docs / "hostile.md").write_text(HOSTILE, encoding="utf-8")
     (docs / "notes" / "manual.pdf").write_bytes(minimal_pdf(PDF_TEXT))
+    make_docx(docs / "guide" / "install.docx", DOCX_BLOCKS)
     (docs / "secret" / "plans.md").write_text(
         f"# Plans\n\nThe {CANARY} launch is in May; tomatoes are the code word.\n",
         encoding="utf-8",

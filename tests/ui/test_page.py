@@ -269,7 +269,7 @@ def test_the_status_panel_shows_the_index(server, tab, shots):
     page = tab.page
     page.goto(server.page(view="status"))
     shown = _status(page)
-    assert shown.get("Files") == "7", shown
+    assert shown.get("Files") == "8", shown
     assert int(shown["Chunks"]) >= 6
     assert "simple" in shown.get("Embedder", "")
     screenshot(page, shots, f"status-{DESKTOP}")
@@ -323,7 +323,7 @@ def test_a_scoped_token_sees_nothing_outside_its_scope(corpus, chrome, tmp_path)
             assert unknown.replace("none.md", "plans.md") == outside
             page.goto(scoped.page(token=SCOPED_TOKEN, view="status"))
             shown = _status(page)
-            assert shown["Files"] == "2" and shown["Scoped token"] == "yes", shown
+            assert shown["Files"] == "3" and shown["Scoped token"] == "yes", shown
         finally:
             tab.close()
 
@@ -467,6 +467,16 @@ def test_markdown_is_rendered_as_elements_and_a_pdf_as_its_pages(server, tab):
     page.wait_for_selector("#view-doc:not([hidden]) .pages .page.hit")
     assert "heron router" in page.text_content(".page.hit")
     assert page.text_content(".page.hit .page-head") == "Page 1"
+
+    page.goto(server.page(q="ibis command"))
+    assert _results(page)[0]["path"].endswith("install.docx")
+    page.click("#results .hit >> nth=0")
+    page.wait_for_selector("#view-doc:not([hidden]) .pages .page.hit")
+    heads = page.locator(".pages .page .page-head").all_text_contents()
+    assert "Usage" in heads, heads
+    hit = page.locator(".page.hit")
+    assert "Usage" in hit.locator(".page-head").all_text_contents()
+    assert "ibis command" in hit.last.text_content()
 
 
 def test_scores_on_demand_show_the_explain_text(server, tab):

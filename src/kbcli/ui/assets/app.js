@@ -396,8 +396,9 @@
     }
     for (const note of notes) ui.docBody.append(el("p", "note", note));
     if (data.kind === "pages") {
-      const pageRange = Number.isInteger(page) && page > 0 ? [page, page] : range;
-      ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], pageRange));
+      const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
+      const wanted = Number.isInteger(page) && page > 0 ? page : null;
+      ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], lines, first, range, wanted));
     } else if (data.kind === "markdown") {
       const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
       const link = (target) => docUrl(target, "");
@@ -447,15 +448,38 @@
     return box;
   }
 
-  function pagesView(pages, range) {
+  /** A PDF's pages or a DOCX's sections, each headed; the one holding the hit is marked: the
+   * page asked for, else the section whose lines (found in order in the file's indexed
+   * lines) meet the hit's. */
+  function pagesView(pages, lines, first, range, wanted) {
     const box = el("div", "pages");
+    const whole = lines.join("\n");
+    let cursor = 0;
+    let cursorLine = first; // the line number at ``cursor`` (counted forward only once)
+    const newlines = (from, to) => {
+      let n = 0;
+      for (let k = whole.indexOf("\n", from); k >= 0 && k < to; k = whole.indexOf("\n", k + 1)) n++;
+      return n;
+    };
     pages.forEach((page, i) => {
-      const number = Number.isInteger(page.page) ? page.page : i + 1;
-      const title = page.heading ? String(page.heading) : "Page " + number;
+      const text = String(page.text ?? "");
+      const number = Number.isInteger(page.page) ? page.page : null;
+      const title = page.heading ? String(page.heading) : "Page " + (number ?? i + 1);
       const section = el("section", "page", el("h2", "page-head", title));
-      section.id = "page-" + number;
-      if (inRange(range, number, number)) section.classList.add("hit");
-      section.append(el("div", "page-text", String(page.text ?? "")));
+      section.id = "page-" + (number ?? i + 1);
+      const at = text ? whole.indexOf(text, cursor) : -1;
+      let meets = false;
+      if (at >= 0) {
+        const from = cursorLine + newlines(cursor, at);
+        const to = from + newlines(at, at + text.length);
+        cursor = at + text.length;
+        cursorLine = to;
+        section.dataset.from = String(from);
+        section.dataset.to = String(to);
+        meets = inRange(range, from, to);
+      }
+      if (wanted !== null ? number === wanted : meets) section.classList.add("hit");
+      section.append(el("div", "page-text", text));
       box.append(section);
     });
     if (!pages.length) box.append(el("p", "summary", "This file has no extracted text."));
