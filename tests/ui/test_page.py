@@ -457,6 +457,7 @@ def test_markdown_is_rendered_as_elements_and_a_pdf_as_its_pages(server, tab):
     assert shape["h1"] == "Baking bread" and shape["h2"] == 2 and shape["strong"] == "sourdough"
     assert shape["nested"] == 1
     assert any("Feed the sourdough starter" in text for text in shape["hit"])
+    assert "Feed the sourdough starter" in page.text_content(".markdown > .at")
     page.click("#doc-source")
     assert page.locator("#L7").is_visible() and "at" in page.get_attribute("#L7", "class")
 

@@ -402,7 +402,7 @@
     } else if (data.kind === "markdown") {
       const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
       const link = (target) => docUrl(target, "");
-      const rendered = window.kb.markdown.render(lines, { range, first, basePath: path, link });
+      const rendered = window.kb.markdown.render(lines, { range, first, at, basePath: path, link });
       const source = linesView(lines, range, first, at);
       source.hidden = true;
       ui.docSource.hidden = false;

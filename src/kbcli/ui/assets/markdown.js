@@ -99,7 +99,7 @@
   }
 
   /** Markdown lines as blocks; each block knows its first and last source line (from 1). */
-  function render(lines, { range = null, first = 1, basePath = "", link }) {
+  function render(lines, { range = null, first = 1, at = 0, basePath = "", link }) {
     const ctx = { basePath, link };
     const box = el("div", "markdown");
     const add = (node, start, end) => {
@@ -109,6 +109,7 @@
       node.dataset.to = String(to);
       node.title = to > from ? `lines ${from}–${to}` : `line ${from}`;
       if (inRange(range, from, to)) node.classList.add("hit");
+      if (at && from <= at && at <= to) node.classList.add("at");
       box.append(node);
     };
     let i = 0;
