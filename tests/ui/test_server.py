@@ -427,3 +427,41 @@ def test_a_file_hit_lists_its_other_matching_chunks(tmp_path):
     assert hit["matched"] == 4 and len(hit["chunks"]) == 3
     assert {c["chunk_id"] for c in hit["chunks"]} | {hit["chunk_id"]} == {"c0", "c1", "c2", "c3"}
     assert all(c["location"] == f"/docs/long.md:{c['line']}" for c in hit["chunks"])
+
+
+def test_the_window_grows_around_the_hit_within_its_bounds():
+    from kbcli.ui.api import window
+
+    assert window([1] * 10, 5, 3, 100) == (4, 6)
+    assert window([1] * 10, 1, 3, 100) == (1, 3)
+    assert window([1] * 10, 10, 4, 100) == (7, 10)
+    assert window([5, 5, 50, 5, 5], 3, 10, 60) == (2, 4)  # characters bound it first
+    assert window([500], 1, 10, 60) == (1, 1)  # the hit's own line always
+    assert window([], 1, 10, 10) == (1, 0)
+
+
+def test_a_long_document_comes_as_a_window_around_the_hit(tmp_path):
+    from kbcli.ui import api
+
+    docs = tmp_path / "long"
+    docs.mkdir()
+    (docs / "big.txt").write_text(
+        "".join(f"line {n} filler\n" for n in range(1, 30_001))
+        + "needle " * 3000 + "\n", encoding="utf-8",
+    )
+    assert run("ingest", str(docs)).exit_code == 0
+    kb = KnowledgeBase.from_config(None, db=os.environ["KB_DB"], create=False)
+    try:
+        client = client_for(kb)
+        path = str((docs / "big.txt").resolve())
+        data = client.get("/api/document", params={"path": path, "line": 25_000},
+                          headers=auth()).json()
+        assert len(data["lines"]) == api.MAX_LINES and data["truncated"] is True
+        assert data["total_lines"] == 30_001
+        first = data["first_line"]
+        assert first > 1 and data["lines"][25_000 - first] == "line 25000 filler"
+        end = client.get("/api/document", params={"path": path, "line": 30_001},
+                         headers=auth()).json()
+        assert end["lines"][-1].endswith("…") and len(end["lines"][-1]) == api.MAX_LINE_CHARS + 1
+    finally:
+        kb.close()

@@ -220,6 +220,8 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
 # --- documents ----------------------------------------------------------------------------------
 
 MAX_LINES = 20_000  # lines of one document sent at once (a window around the hit beyond that)
+MAX_TEXT_CHARS = 2_000_000  # characters of those lines, and of the pages, at most
+MAX_LINE_CHARS = 10_000  # one line longer than this is cut (a minified file's one line)
 MARKDOWN = (".md", ".markdown", ".mdown", ".mkd")
 NOT_FOUND = "No indexed file {path!r}: search for it, or see 'kb list' for sources"
 
@@ -283,7 +285,7 @@ def _sections(source: str, docs: list[Document], lines: list[str]) -> list[dict[
         for page in pages:
             first, last = page_lines(source, docs, page)
             out.append({"page": page, "heading": None, "text": "\n".join(lines[first - 1 : last])})
-        return out
+        return _within(out, MAX_TEXT_CHARS)
     groups: list[tuple[str | None, int, int]] = []
     for place, doc in enumerate(ordered, 1):
         heading = doc.metadata.get("heading")
@@ -296,7 +298,45 @@ def _sections(source: str, docs: list[Document], lines: list[str]) -> list[dict[
     for heading, start, stop in groups:
         text = "\n".join(lines[start - 1 : stop])
         out.append({"page": None, "heading": heading, "text": text})
-    return out
+    return _within(out, MAX_TEXT_CHARS)
+
+
+def _within(sections: list[dict[str, Any]], chars: int) -> list[dict[str, Any]]:
+    """``sections`` until their text reaches ``chars`` characters (the last one cut)."""
+    kept: list[dict[str, Any]] = []
+    for section in sections:
+        if chars <= 0:
+            break
+        kept.append({**section, "text": _cut(section["text"], chars)})
+        chars -= len(section["text"])
+    return kept
+
+
+def window(lengths: Sequence[int], at: int, lines: int, chars: int) -> tuple[int, int]:
+    """``(first, last)`` line numbers (1-based, inclusive) of at most ``lines`` lines and
+    ``chars`` characters (``lengths``: each line's), grown from line ``at`` one line before
+    and one after in turn; the line ``at`` is always in."""
+    if not lengths:
+        return 1, 0
+    at = min(max(1, at), len(lengths))
+    first = last = at
+    used = lengths[at - 1]
+    grew = True
+    while grew and last - first + 1 < lines:
+        grew = False
+        for side in (-1, 1):
+            n = first - 1 if side < 0 else last + 1
+            if 1 <= n <= len(lengths) and used + lengths[n - 1] <= chars:
+                if last - first + 1 >= lines:
+                    break
+                used += lengths[n - 1]
+                first, last = (n, last) if side < 0 else (first, n)
+                grew = True
+    return first, last
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def document(
@@ -326,11 +366,14 @@ def document(
         raise ApiError(404, NOT_FOUND.format(path=path)) from None
     except KBError as exc:  # an ambiguous end of a path (naming files in scope only)
         raise ApiError(400, str(exc)) from None
-    lines = _numbered(shown)
-    first = 1
-    if len(lines) > MAX_LINES:
-        first = max(1, min((line or 1) - MAX_LINES // 2, len(lines) - MAX_LINES + 1))
+    numbered = _numbered(shown)
+    cut = any(len(text) > MAX_LINE_CHARS for text in numbered)
+    lines = [_cut(text, MAX_LINE_CHARS) for text in numbered]
     hit = _hit_lines(docs, line, chunk)
+    first, last = window(
+        [len(text) + 1 for text in lines], line or (hit[0] if hit else 1), MAX_LINES,
+        MAX_TEXT_CHARS,
+    )
     suffix = Path(source).suffix.lower()
     paginated = suffix in (".pdf", ".docx") or any(
         isinstance(d.metadata.get("page"), int) for d in docs
@@ -340,10 +383,11 @@ def document(
     return {
         "path": source,
         "kind": kind,
-        "lines": lines[first - 1 : first - 1 + MAX_LINES],
+        "lines": lines[first - 1 : last],
         "first_line": first,
         "total_lines": len(lines),
         "pages": _sections(source, docs, lines) if paginated else [],
+        "truncated": cut or first > 1 or last < len(lines),
         "hit_lines": hit,
         "origin": shown.origin,
         "notes": list(shown.notes),
