@@ -111,6 +111,7 @@ def test_typing_a_query_shows_the_right_file_first_with_its_terms_marked(server,
     assert marks == {"sourdough", "starter"}  # exact, after emoji (two UTF-16 units each)
     # the search lives in the URL, token kept: reloading shows the same results
     assert "q=sourdough+starter" in page.url and f"token={server.token}" in page.url
+    assert page.title() == "sourdough starter · kb"
     page.reload()
     assert _results(page)[0]["path"].endswith("guide/baking.md")
     assert page.input_value("#q") == "sourdough starter"

@@ -131,6 +131,7 @@
   function scheduleSearch() {
     clearTimeout(searchTimer);
     history.replaceState(null, "", pageUrl(searchState()));
+    document.title = searchState().q ? searchState().q + " · kb" : "kb";
     searchTimer = setTimeout(runSearch, DEBOUNCE_MS);
   }
 
@@ -316,7 +317,14 @@
     const params = new URLSearchParams(location.search);
     fillSearch(params);
     showError("");
-    if (params.get("doc")) {
+    const doc = params.get("doc");
+    const q = params.get("q");
+    // the tab's and a bookmark's name: what the view shows
+    document.title = doc ? doc.slice(doc.lastIndexOf("/") + 1) + " · kb"
+      : params.get("view") === "status" ? "Status · kb"
+      : params.get("view") === "ask" ? "Ask · kb"
+      : q ? q + " · kb" : "kb";
+    if (doc) {
       showView("doc");
       openDocument(params.get("doc"), parseInt(params.get("line") || "", 10),
         parseInt(params.get("page") || "", 10), params.get("chunk") || "");
