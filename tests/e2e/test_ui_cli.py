@@ -205,3 +205,14 @@ def test_concurrent_searches_share_the_index_safely(indexed):
             together = list(pool.map(ask, queries))
     assert together == [alone[query] for query in queries]
     assert all(status == 200 for status, _ in together)
+
+
+def test_ctrl_c_stops_it_quietly(indexed):
+    import signal
+
+    with ui_server() as server:
+        assert fetch(server.url)[0] == 200
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(timeout=20)
+    assert server.process.returncode == 130
+    assert server.stderr == ""

@@ -465,3 +465,51 @@ def test_a_long_document_comes_as_a_window_around_the_hit(tmp_path):
         assert end["lines"][-1].endswith("…") and len(end["lines"][-1]) == api.MAX_LINE_CHARS + 1
     finally:
         kb.close()
+
+
+def test_searches_answer_while_questions_wait_for_a_slow_chat_model(index):
+    """Questions run in threads of their own: as many questions as there are search threads,
+    held by a chat model that does not answer, leave the searches' threads free."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    from kbcli.providers.chat import Completion
+    from kbcli.ui import server
+
+    release = threading.Event()
+
+    class Stuck:
+        def complete(self, messages, max_tokens=None, temperature=None, on_text=None):
+            release.wait(20)
+            return Completion(text="Open Settings [1].", model="stuck")
+
+    ui = UI(index[0], chat=Stuck)
+    app = ui.app(Settings(frozenset({HOST}), {TOKEN: Identity("ui", None)}))
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as c:
+            question = {"question": "how do I reset my password?", "mode": "keyword"}
+            asks = [
+                asyncio.create_task(c.post("/api/ask", json=question, headers=auth()))
+                for _ in range(server.WORKERS)
+            ]
+            await asyncio.sleep(0.5)  # the questions are with the chat model, or waiting
+            search = await asyncio.wait_for(
+                c.get("/api/search?q=reset+password", headers=auth()), 10
+            )
+            still_waiting = not any(task.done() for task in asks)
+            release.set()
+            answers = await asyncio.gather(*asks)
+            return search, still_waiting, answers
+
+    try:
+        search, still_waiting, answers = asyncio.run(scenario())
+    finally:
+        release.set()
+        ui.close()
+    assert search.status_code == 200 and search.json()["hits"]
+    assert still_waiting
+    assert [a.json()["answer"] for a in answers] == ["Open Settings [1]."] * server.WORKERS

@@ -60,6 +60,8 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
 ]
 WORKERS = 4  # searches run at once (a 2-core machine: more only queue inside SQLite)
+ASK_WORKERS = 2  # questions at once, in threads of their own: a slow chat model never holds
+# the threads searches run in
 MAX_PENDING = 32  # requests waiting for a worker; beyond, 503
 DEADLINE = 30.0  # seconds a request may take in a worker before the answer is 504
 MAX_BODY = 16 * 1024  # bytes of a POST body (a question)
@@ -250,6 +252,7 @@ class UI:
         self.chat = chat  # makes the chat model of questions (None: the index's rag.answer)
         self.lines = LinesCache()  # the lines of the last few documents read again
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="kb-ui")
+        self.ask_pool = ThreadPoolExecutor(max_workers=ASK_WORKERS, thread_name_prefix="kb-ui-ask")
         self.pending = 0
         self._views: dict[str, KnowledgeView] = {}
 
@@ -262,15 +265,16 @@ class UI:
             self._views[key] = self.base.scoped(identity.filter)
         return self._views[key]
 
-    async def run(self, work: Callable[[], Any]) -> Any:
-        """``work()`` in a worker thread, under :data:`DEADLINE`; :class:`api.ApiError` 503
-        when :data:`MAX_PENDING` requests already wait."""
+    async def run(self, work: Callable[[], Any], pool: ThreadPoolExecutor | None = None) -> Any:
+        """``work()`` in a worker thread (of ``pool``, default the searches'), under
+        :data:`DEADLINE`; :class:`api.ApiError` 503 when :data:`MAX_PENDING` requests already
+        wait."""
         if self.pending >= MAX_PENDING:
             raise api.ApiError(503, "kb ui is busy: try again in a moment")
         self.pending += 1
         try:
             loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(self.pool, work)
+            future = loop.run_in_executor(pool or self.pool, work)
             try:
                 return await asyncio.wait_for(future, DEADLINE)
             except asyncio.TimeoutError:
@@ -280,6 +284,7 @@ class UI:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.ask_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- routes -------------------------------------------------------------------------------
 
@@ -329,14 +334,16 @@ class UI:
         except ValueError:
             return JSONResponse({"error": "the body is not JSON"}, status_code=400)
         view = self.view_for(request.scope[IDENTITY_KEY])
-        return await self._answer(lambda: api.ask(view, body, self.chat))
+        return await self._answer(lambda: api.ask(view, body, self.chat), pool=self.ask_pool)
 
-    async def _answer(self, work: Callable[[], Any], timed: bool = False) -> Any:
+    async def _answer(
+        self, work: Callable[[], Any], timed: bool = False, pool: ThreadPoolExecutor | None = None
+    ) -> Any:
         from starlette.responses import JSONResponse
 
         started = time.perf_counter()
         try:
-            data = await self.run(work)
+            data = await self.run(work, pool)
         except api.ApiError as exc:
             return JSONResponse({"error": exc.message}, status_code=exc.status)
         took = (time.perf_counter() - started) * 1000
