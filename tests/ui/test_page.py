@@ -583,3 +583,29 @@ def test_markdown_inline_marks_and_underscores_inside_words(server, tab):
     assert shape["strong"] == ["b", "s"] and shape["em"] == ["i", "e"]
     assert shape["code"] == "<b>x</b>" and shape["elements"] == 5
     assert "snake_case_name and window.__pwned__x." in shape["text"]
+
+
+def test_a_huge_markdown_file_is_shown_as_its_lines(server, tab):
+    """Past 2,000,000 characters the page shows a Markdown file's numbered lines instead of
+    rendering it (the API's answer is stood in for: the page's choice is what is tested)."""
+    lines = [
+        "# Big",
+        "",
+        *(
+            f"Line {n} *of* a [long](https://example.com) file, " + "padding " * 8
+            for n in range(25_000)
+        ),
+    ]
+    body = json.dumps({
+        "path": "/docs/big.md", "kind": "markdown", "lines": lines, "first_line": 1,
+        "total_lines": len(lines), "pages": [], "hit_lines": [20_000, 20_002],
+        "editor": "/docs/big.md:20001", "kb_get": "kb get /docs/big.md:20001",
+    })  # fmt: skip
+    page = tab.page
+    page.route("**/api/document?*", lambda route: route.fulfill(
+        status=200, content_type="application/json", body=body))  # fmt: skip
+    page.goto(server.page(doc="/docs/big.md", line="20001"))
+    page.wait_for_selector(".lines .line.at")
+    assert "Too large to render as Markdown" in page.text_content("#doc-body")
+    assert not page.locator(".markdown").count() and page.locator("#doc-source").is_hidden()
+    assert in_viewport(page, "#L20001")

@@ -6,6 +6,7 @@
 
 (() => {
   const DEBOUNCE_MS = 150;
+  const MAX_MARKDOWN_CHARS = 2_000_000; // larger Markdown is shown as its numbered lines
   const START = new URLSearchParams(location.search);
   const TOKEN = START.get("token") || "";
 
@@ -407,6 +408,9 @@
       const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
       const wanted = Number.isInteger(page) && page > 0 ? page : null;
       ui.docBody.append(pagesView(Array.isArray(data.pages) ? data.pages : [], lines, first, range, wanted));
+    } else if (data.kind === "markdown" && textSize(data.lines) > MAX_MARKDOWN_CHARS) {
+      ui.docBody.append(el("p", "note", "Too large to render as Markdown: shown as text."));
+      ui.docBody.append(linesView(data.lines.map(String), range, first, at));
     } else if (data.kind === "markdown") {
       const lines = Array.isArray(data.lines) ? data.lines.map(String) : [];
       const link = (target) => docUrl(target, "");
@@ -426,6 +430,10 @@
       ui.docBody.append(linesView(Array.isArray(data.lines) ? data.lines.map(String) : [], range, first, at));
     }
     scrollToHit();
+  }
+
+  function textSize(lines) {
+    return Array.isArray(lines) ? lines.reduce((n, line) => n + String(line).length + 1, 0) : 0;
   }
 
   /** A vscode:// link for an absolute path, else the page's own document URL (nothing else). */

@@ -33,17 +33,21 @@
   }
 
   // An underscore opens emphasis only at a word's start and closes only at its end
-  // (snake_case and window.__name stay as written); an asterisk anywhere.
+  // (snake_case and window.__name stay as written); an asterisk anywhere. Every span is
+  // bounded (SPAN characters), so a hostile paragraph costs at most SPAN steps a character.
+  const SPAN = 1000;
   const OPEN_ = "(?<![^\\s(\\[])";
   const CLOSE_ = "(?![\\w])";
+  const inner = (name) => `(?=\\S)(?<${name}>[\\s\\S]{0,${SPAN}}?\\S)`;
   const INLINE = new RegExp([
-    "(?<tick>`+)(?<code>[^`]|[^`][\\s\\S]*?[^`])\\k<tick>(?!`)",
-    "(?<bang>!?)\\[(?<label>[^\\]\\n]*)\\]\\(\\s*<?(?<url>[^)\\s>]*)>?(?:\\s+\"[^\"]*\")?\\s*\\)",
-    "<(?<auto>(?:https?|mailto|javascript|data|vbscript):[^>\\s]*)>",  // judged by safeHref
-    "\\*\\*(?=\\S)(?<strong>[\\s\\S]*?\\S)\\*\\*",
-    OPEN_ + "__(?=\\S)(?<strong2>[\\s\\S]*?\\S)__" + CLOSE_,
-    "\\*(?=\\S)(?<em>[\\s\\S]*?\\S)\\*",
-    OPEN_ + "_(?=\\S)(?<em2>[\\s\\S]*?\\S)_" + CLOSE_,
+    `(?<tick>\`{1,16})(?<code>[^\`]|[^\`][\\s\\S]{0,${SPAN}}?[^\`])\\k<tick>(?!\`)`,
+    `(?<bang>!?)\\[(?<label>[^\\]\\n]{0,${SPAN}})\\]` +
+      `\\(\\s*<?(?<url>[^)\\s>]{0,${2 * SPAN}})>?(?:\\s+"[^"\\n]{0,${SPAN}}")?\\s*\\)`,
+    `<(?<auto>(?:https?|mailto|javascript|data|vbscript):[^>\\s]{0,${2 * SPAN}})>`, // judged by safeHref
+    "\\*\\*" + inner("strong") + "\\*\\*",
+    OPEN_ + "__" + inner("strong2") + "__" + CLOSE_,
+    "\\*" + inner("em") + "\\*",
+    OPEN_ + "_" + inner("em2") + "_" + CLOSE_,
   ].join("|"), "g");
 
   function inline(text, parent, ctx, depth = 0) {
