@@ -6,10 +6,11 @@ the document view's numbered lines.
     python benchmarks/bench_ui_page.py                  # 2,000 / 20,000 / 200,000 characters
     python benchmarks/bench_ui_page.py --sizes 1000000 --lines 20000
 
-The page's own scripts (``kbcli/ui/assets/dom.js``, ``markdown.js``) are loaded into a blank
-page of Debian's ``chromium`` through playwright (no server: nothing but the rendering is
-timed); each case is rendered once (a first call, the cases in turns) after one untimed
-warm-up. Prints milliseconds per case, the load average before and after, and the machine.
+The page's own scripts (``kbcli/ui/assets/dom.js``, ``markdown.js``) and stylesheet are
+loaded into a blank page of Debian's ``chromium`` through playwright (no server: nothing but
+the rendering is timed); each case is rendered once (a first call, the cases in turns) after
+one untimed warm-up. Prints milliseconds per case, the load average before and after, and
+the machine.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ TIME_RENDER = """([unit, size]) => {
 }"""
 
 TIME_LINES = """(count) => {
-    const box = document.createElement('div');
+    const box = window.kb.el('div', 'lines');
     const started = performance.now();
     for (let n = 1; n <= count; n++) {
         box.append(window.kb.el('div', 'line', window.kb.el('span', 'ln', String(n)),
@@ -78,6 +79,7 @@ def main() -> None:
         page = browser.new_page()
         page.set_content("<!doctype html><html><body></body></html>")
         page.add_script_tag(content=script)
+        page.add_style_tag(content=(ASSETS / "style.css").read_text(encoding="utf-8"))
         page.evaluate(TIME_RENDER, ["*warm* up ", 1000])
         for size in sizes:
             for name, unit in PATTERNS.items():
