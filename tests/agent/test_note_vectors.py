@@ -80,3 +80,33 @@ def test_a_slow_embedder_does_not_hold_the_reply_back(tmp_path):
     finally:
         embedder.hold.set()
         kb.close()
+
+
+def test_a_note_left_without_its_vector_is_filled_by_the_next_ingest(tmp_path):
+    """The server stopped before the note's vector was stored: the next ``kb ingest`` (a sync
+    of any folder) fills it, so the index is not left behind for ever."""
+    from kbcli.ingest.sync import sync
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# A\n\nplain file text about gardens\n")
+    embedder = FlakyEmbedder()
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=embedder)
+    try:
+        sync(kb, [docs])
+        named = tools(kb, wait=0.2)
+        embedder.down = True
+        reply = named["knowledge_add"].call({"text": "quokka migration notes"})
+        assert "its vector is pending" in reply.text, reply.text
+        note_id = reply.text.split()[2]
+    finally:
+        kb.close()  # the server goes; the note's vector was never stored
+    embedder.down = False
+    kb = KnowledgeBase.open(tmp_path / "kb.db", embedder=embedder)
+    try:
+        assert not has_vector(kb, note_id)
+        report = sync(kb, [docs])  # nothing changed on disk
+        assert has_vector(kb, note_id)
+        assert report.vectors_missing == 0
+    finally:
+        kb.close()

@@ -513,3 +513,28 @@ def test_searches_answer_while_questions_wait_for_a_slow_chat_model(index):
     assert search.status_code == 200 and search.json()["hits"]
     assert still_waiting
     assert [a.json()["answer"] for a in answers] == ["Open Settings [1]."] * server.WORKERS
+
+
+def test_hits_say_how_fresh_they_are_and_stale_hide_leaves_them_out(index):
+    kb, root = index
+    client = client_for(kb)
+    first = client.get("/api/search?q=invoices&mode=keyword", headers=auth()).json()
+    assert first["hits"][0]["freshness"]["state"] == "current"
+    assert first["hits"][0]["freshness"]["indexed_at"]
+    assert set(first["index"]) == {"changed_at", "syncing", "vectors_pending"}
+    (root / "team_b" / "invoices.md").write_text("# Invoices\n\nrewritten since\n")
+    flagged = client.get("/api/search?q=invoices&mode=keyword", headers=auth()).json()
+    assert flagged["hits"][0]["path"].endswith("invoices.md")
+    assert flagged["hits"][0]["freshness"]["state"] == "changed"
+    hidden = client.get("/api/search?q=invoices&mode=keyword&stale=hide", headers=auth()).json()
+    assert all(not h["path"].endswith("invoices.md") for h in hidden["hits"])
+    bad = client.get("/api/search?q=invoices&stale=sometimes", headers=auth())
+    assert bad.status_code == 400 and "--stale" in bad.json()["error"]
+
+
+def test_status_says_whether_a_chat_model_can_answer(index, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    status = client_for(index[0]).get("/api/status", headers=auth()).json()
+    assert status["chat_model"] is None  # the page offers no Ask
+    assert set(status["index"]) == {"changed_at", "syncing", "vectors_pending"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from kbcli.embedders.base import embedder_info
 from kbcli.ingest.report import SyncReport
@@ -43,7 +43,8 @@ def fill_vectors(
     time (the first batch: one request of the embedder's, so its rate is known soon), each
     batch committed (an interrupted fill keeps what it stored; the next sync
     resumes). The sources in ``first`` (written by this run) are looked at first, then, while
-    chunks are still missing, every other file. ``progress(done, total)`` counts chunks.
+    chunks are still missing, every other file, then the chunks of no file (notes, added
+    text). ``progress(done, total)`` counts chunks.
 
     Vectors go in alone where the store can (:class:`~kbcli.protocols.VectorWriter`: the
     chunks' rows and keyword postings stay as written), else by the catalog's ``add`` with the
@@ -57,11 +58,27 @@ def fill_vectors(
         return
     first = list(dict.fromkeys(first))
 
-    def others() -> Iterator[str]:  # read only when this run's files do not hold them all
+    def others() -> Iterator[Iterable[Document]]:  # read only while chunks are still missing
         seen = set(first)
-        yield from (p for p in store.file_records() if p not in seen)
+        files = store.file_records()
+        for source in files:
+            if source not in seen:
+                yield store.iter_documents(source=source, with_embeddings=True)
+        # then the chunks no file holds: notes written keyword-first (an agent's note whose
+        # vector was never stored) and text added under a source of its own, then those
+        # without a source; a scan, reached only when the files held too few
+        for source, _ in store.sources():
+            if source not in files and source not in seen:
+                yield store.iter_documents(source=source, with_embeddings=True)
+        yield (
+            d
+            for d in store.iter_documents(with_embeddings=True)
+            if d.metadata.get("source") is None
+        )
 
-    order = itertools.chain(first, others())
+    order = itertools.chain(
+        (store.iter_documents(source=s, with_embeddings=True) for s in first), others()
+    )
     total = missing if missing is not None else 0
     batch = max(1, int(getattr(kb.embedder, "batch_size", 64) or 64))
     size = max(batch, FILL_BATCH // batch * batch)
@@ -69,14 +86,10 @@ def fill_vectors(
     done = 0
     if progress is not None and total:
         progress(0, total)
-    for source in order:
+    for documents in order:
         if missing is not None and done + len(waiting) >= missing:
             break  # every missing chunk found: the other files are not read
-        waiting += [
-            d
-            for d in store.iter_documents(source=source, with_embeddings=True)
-            if d.embedding is None or not len(d.embedding)
-        ]
+        waiting += [d for d in documents if d.embedding is None or not len(d.embedding)]
         # The first batch is one request of the embedder: its rate is known in seconds, and
         # a long embedding says so early (kbcli.cli.render.progress_lines.long_embed).
         while len(waiting) >= (step := size if done else batch):

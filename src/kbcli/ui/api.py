@@ -34,6 +34,7 @@ from kbcli.filters.model import MAX_FILTER_CONDITIONS, ensure_checked
 from kbcli.filters.syntax import parse_filter_expressions, under_folders, with_source_paths
 from kbcli.protocols import ChatModelProtocol, DocumentCatalog, supports
 from kbcli.providers.chat import build_chat_model
+from kbcli.search.freshness import index_watermark, stale_policy
 from kbcli.search.pool import source_key
 from kbcli.search.query import Hit
 from kbcli.search.query import search as run_search
@@ -135,6 +136,7 @@ def chunk_json(hit: Hit, pattern: Any) -> dict[str, Any]:
         "snippet": snippet,
         "snippet_lines": [number for number, _, _ in lines],
         "highlights": spans,
+        "freshness": fresh.as_json() if (fresh := hit.result.freshness) is not None else None,
     }
 
 
@@ -177,11 +179,12 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
         raise ApiError(400, f"by must be file or chunk, got {by[:20]!r}")
     explain = _flag(params, "explain")
     try:
+        stale = stale_policy(_one(params, "stale"))
         scope = search_scope(_many(params, "filter"), _many(params, "folder"))
         # the view's scope travels as options.scope (what KnowledgeView.search_with does), so
         # ranking, keyword statistics and the located lines are the scope's alone
         options = SearchOptions(
-            k=_k(params), mode=mode, filter=scope, explain=explain, scope=view.filter
+            k=_k(params), mode=mode, filter=scope, explain=explain, scope=view.filter, stale=stale
         )
         hits = run_search(view.kb, query, options, by=by)
     except KBError as exc:
@@ -213,6 +216,7 @@ def search(view: KnowledgeView, params: Mapping[str, Sequence[str]]) -> dict[str
             for rank, hit in enumerate(shown, 1)
         ],
         "refused": bool(getattr(results, "refused", False)),
+        "index": index_watermark(view).as_json(),
         "took_ms": round((time.perf_counter() - started) * 1000, 2),
     }
 
@@ -252,8 +256,10 @@ def _numbered(shown: Shown) -> list[str]:
 def _in_order(docs: list[Document]) -> list[Document]:
     """A file's chunks in the order they cover it (``kb get`` numbers a chunk without lines by
     its place in this order)."""
-    return sorted(docs, key=lambda d: (_whole(d.metadata.get("char_start")), _whole(
-        d.metadata.get("chunk_index"))))
+    return sorted(
+        docs,
+        key=lambda d: (_whole(d.metadata.get("char_start")), _whole(d.metadata.get("chunk_index"))),
+    )
 
 
 def _whole(value: Any) -> int:
@@ -371,7 +377,9 @@ def document(
     lines = [_cut(text, MAX_LINE_CHARS) for text in numbered]
     hit = _hit_lines(docs, line, chunk)
     first, last = window(
-        [len(text) + 1 for text in lines], line or (hit[0] if hit else 1), MAX_LINES,
+        [len(text) + 1 for text in lines],
+        line or (hit[0] if hit else 1),
+        MAX_LINES,
         MAX_TEXT_CHARS,
     )
     suffix = Path(source).suffix.lower()
@@ -399,7 +407,9 @@ def document(
 # --- status and ask -----------------------------------------------------------------------------
 
 
-def status(view: KnowledgeView) -> dict[str, Any]:
+def status(
+    view: KnowledgeView, chat: Callable[[], ChatModelProtocol] | None = None
+) -> dict[str, Any]:
     """``GET /api/status``: ``kb stats``' figures (for a scoped token: the scope's own, no
     index-wide figure), the store's backend and the vectors still to be made."""
     store = view.kb.store
@@ -413,11 +423,24 @@ def status(view: KnowledgeView) -> dict[str, Any]:
     chunks, vectors = figures.get("chunks"), figures.get("vectors")
     if isinstance(chunks, int) and isinstance(vectors, int):
         figures["vectors_pending"] = max(0, chunks - vectors)
+    figures["index"] = index_watermark(view).as_json()
+    figures["chat_model"] = "given" if chat is not None else chat_model_name(view)
     plain: dict[str, Any] = json.loads(json.dumps(figures, default=str))  # dates, paths: text
     return plain
 
 
 MAX_QUESTION_CHARS = 2000
+
+
+def chat_model_name(view: KnowledgeView) -> str | None:
+    """The chat model ``kb ask`` would use (``provider/model``), or None when ``rag.answer``
+    names none that can be used here (no key, no server): the page then offers no Ask."""
+    settings = answer_settings(view)
+    try:
+        build_chat_model(settings)
+    except KBError:
+        return None
+    return f"{settings.provider}/{settings.model or 'default'}"
 
 
 def ask(

@@ -317,7 +317,7 @@ class UI:
 
     async def api_status(self, request: Any) -> Any:
         view = self.view_for(request.scope[IDENTITY_KEY])
-        return await self._answer(lambda: api.status(view))
+        return await self._answer(lambda: api.status(view, self.chat))
 
     async def api_ask(self, request: Any) -> Any:
         from starlette.responses import JSONResponse
