@@ -1,10 +1,9 @@
 """InMemoryStore: every storage capability in Python objects, for tests, notebooks and agents.
 
-:class:`~kbcli.stores.composite.Store` over parts that share one :class:`MemoryState`: the
-engine takes a copy of the state when a transaction starts and puts it back when one fails; the
-catalog keeps documents in insertion order; the keyword index is :mod:`kbcli.text.bm25` in dicts
-(:class:`~.keyword_memory.MemoryKeywordIndex`); dense search is exact
-(:class:`~.numpy_index.NumpyVectorIndex`).
+:class:`~kbcli.stores.composite.Store` over parts that share one :class:`MemoryState`: the engine
+takes a copy of the state when a transaction starts and puts it back when one fails; the catalog
+keeps documents in insertion order; the keyword index is :mod:`kbcli.text.bm25` in dicts
+(:class:`~.keyword_memory.MemoryKeywordIndex`); dense search is exact (:class:`NumpyVectorIndex`).
 """
 
 from __future__ import annotations
@@ -105,11 +104,9 @@ class MemoryState:
         """The source id of ``doc`` (created when new; a doc without a source has its own)."""
         source = doc.metadata.get("source")
         key = str(source) if source is not None else f"\0{doc.id}"
-        src = self.sources.get(key)
-        if src is None:
-            src = self.sources[key] = self.next_src
-            self.next_src += 1
-        return src
+        if key not in self.sources:
+            self.sources[key], self.next_src = self.next_src, self.next_src + 1
+        return self.sources[key]
 
 
 class MemoryEngine(Nesting[None]):
@@ -488,8 +485,7 @@ class MemoryLedger:
 
     def records_of(self, conn: None, paths: Sequence[str]) -> dict[str, FileRecord]:
         """The records (copies) of those of ``paths`` that are recorded."""
-        records = self.state.records
-        return {p: copy.deepcopy(records[p]) for p in paths if p in records}
+        return {p: copy.deepcopy(self.state.records[p]) for p in paths if p in self.state.records}
 
     def count(self, conn: None) -> int:
         """How many files are recorded."""
