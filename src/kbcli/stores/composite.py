@@ -360,7 +360,7 @@ class Store(Generic[Conn, RowT]):
     def vectors_missing(self) -> int:
         """How many chunks have no vector (written, their vectors not filled in yet)."""
         with self._engine.read(latest=True) as conn:
-            return max(0, self._catalog.totals(conn)[0] - self._vectors.count(conn))
+            return max(0, self._catalog.totals(conn)[0] - self._vectors.count(conn, cached=True))
 
     def replace_file(
         self,

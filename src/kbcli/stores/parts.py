@@ -356,8 +356,9 @@ class Vectors(Staging[Conn_contra], Protocol[Conn_contra]):
         """At the end of a write, after every row is in."""
         ...
 
-    def count(self, conn: Conn_contra) -> int:
-        """How many vectors are stored."""
+    def count(self, conn: Conn_contra, *, cached: bool = False) -> int:
+        """How many vectors are stored; ``cached``: a figure a derived file already holds
+        for this generation may answer (the watermark's cheap read; sync and stats count)."""
         ...
 
     def search(self, conn: Conn_contra, query: Vector, k: int, filter: Filter) -> list[Hit]:

@@ -408,7 +408,7 @@ class MemoryVectors:
     def finish(self, conn: None) -> None:
         """Nothing to do at the end of a write."""
 
-    def count(self, conn: None) -> int:
+    def count(self, conn: None, *, cached: bool = False) -> int:
         """How many vectors are indexed."""
         return len(self.state.vectors)
 

@@ -186,8 +186,8 @@ class PgVectors:
         if dim is not None and vectors.column_dimension(conn, self.t) == dim:
             vectors.create_index(conn, self.t, dim)
 
-    def count(self, conn: PgConnection) -> int:
-        """How many chunks have a vector."""
+    def count(self, conn: PgConnection, *, cached: bool = False) -> int:
+        """How many chunks have a vector (counted: nothing caches it)."""
         sql = f"SELECT count(*) FROM {self.t.chunks} WHERE embedding IS NOT NULL"
         return int(one(conn.execute(sql))[0])
 

@@ -463,10 +463,10 @@ class TableVectors:
     def finish(self, conn: sqlite3.Connection) -> None:
         """Nothing to do at the end of a write."""
 
-    def count(self, conn: sqlite3.Connection) -> int:
-        """How many vectors are stored (the matrix cache's header says, when it is of this
-        generation; else they are counted)."""
-        if isinstance(self.derived, MatrixCache):
+    def count(self, conn: sqlite3.Connection, *, cached: bool = False) -> int:
+        """How many vectors are stored: counted, or with ``cached`` read from the matrix
+        cache's header when it is of this generation (the watermark's read)."""
+        if cached and isinstance(self.derived, MatrixCache):
             known = self.derived.known_count(conn)
             if known is not None:
                 return known
