@@ -11,6 +11,7 @@ from typing import Any
 
 from kbcli.ingest.writes import Indexable
 from kbcli.protocols import DocumentReader
+from kbcli.text.analysis import TITLE_KEY, document_title
 from kbcli.types import Document, FileRecord
 
 
@@ -74,8 +75,6 @@ def relabel(
 ) -> tuple[FileRecord, list[Document], None, list[list[float] | None]]:
     """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
     vectors (no embedder call), and its record with the new meta."""
-    from kbcli.text.analysis import TITLE_KEY, document_title
-
     docs = list(store.iter_documents(source=record.path, with_embeddings=True))
     # The title as build_documents gives it: --meta title wins, else the first heading or name.
     in_order = sorted(docs, key=lambda d: d.metadata.get("chunk_index", 0))

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kbcli.errors import IndexMismatchError
+from kbcli.text.vector_math import as_unit_matrix, cosine_scores, top_k_scores
 
 
 class NumpyVectorIndex:
@@ -35,8 +36,6 @@ class NumpyVectorIndex:
 
     def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
         """Insert or replace the vectors of ``ids``."""
-        from kbcli.text.vector_math import as_unit_matrix
-
         if not len(ids):
             return
         unit = as_unit_matrix(vectors)
@@ -56,8 +55,6 @@ class NumpyVectorIndex:
         self, query: Sequence[float], k: int, allowed: Sequence[int] | None = None
     ) -> list[tuple[int, float]]:
         """``(id, cosine)`` of the ``k`` nearest rows among ``allowed``, best first."""
-        from kbcli.text.vector_math import cosine_scores, top_k_scores
-
         self._fold()
         if self._ids.shape[0] == 0 or k <= 0:
             return []
@@ -71,8 +68,6 @@ class NumpyVectorIndex:
     def ranking(self, query: Sequence[float]) -> Callable[[int], list[tuple[int, float]]]:
         """``top(n)``: the ``n`` nearest ``(id, cosine)`` for ``query``, best first, from one
         scoring of the matrix (the snapshot of this call) however often it is asked."""
-        from kbcli.text.vector_math import cosine_scores, top_k_scores
-
         self._fold()
         ids = self._ids
         scores = cosine_scores(self._matrix, query) if ids.shape[0] else None
