@@ -26,7 +26,8 @@ from kbcli.protocols import (
 from kbcli.stores import InMemoryStore
 from kbcli.system.crashpoints import crash_point
 from kbcli.system.paths import canonical_source, source_path
-from kbcli.text.analysis import TITLE_KEY, document_title
+from kbcli.text import analysis
+from kbcli.text.analysis import TITLE_KEY
 from kbcli.types import Document, Section
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -259,7 +260,7 @@ class IngestPipeline:
         shared = dict(metadata or {})
         if not shared.get(TITLE_KEY):
             source = shared.get("source")
-            title = document_title(
+            title = analysis.document_title(
                 (c.metadata.get("heading") for c in chunks),
                 source if isinstance(source, str) else None,
             )
