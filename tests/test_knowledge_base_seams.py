@@ -21,7 +21,7 @@ from kbcli.agent.get import read_target
 from kbcli.agent.tools.read import KnowledgeGetTool
 from kbcli.config.lookup import load_config, reset_config_cache
 from kbcli.embedders import SimpleEmbedder
-from kbcli.errors import EmbedderError
+from kbcli.errors import EmbedderError, KBError
 from kbcli.ingest.report import SyncReport
 from kbcli.ingest.sync import sync
 from kbcli.providers.chat import Completion
@@ -240,15 +240,17 @@ class FailingModel(SimpleEmbedder):
         raise EmbedderError("the embedding server went away")
 
 
-def test_a_failing_sync_leaves_its_report_with_the_caller(tmp_path):
+def test_a_failing_sync_raises_its_error_carrying_its_report(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name in ("a", "b", "c"):
         (docs / f"{name}.md").write_text(f"# {name}\n\n{TEXT}")
-    report = SyncReport()
     with KnowledgeBase.open(tmp_path / "kb.db", embedder=FailingModel()) as kb:
-        with pytest.raises(EmbedderError) as failed:
-            sync(kb, [docs], report=report)
+        with pytest.raises(EmbedderError) as failed:  # the error keeps its class
+            sync(kb, [docs])
         assert len(kb.store.file_records()) == 3
+    report = failed.value.report  # declared on KBError: typed, nothing attached ad hoc
+    assert isinstance(report, SyncReport)
     assert report.added == 3 and report.chunks_added > 0 and report.seconds > 0
-    assert not hasattr(failed.value, "report")  # the error is what it was, nothing attached
+    assert "report" in KBError.__annotations__
+    assert EmbedderError("raised elsewhere").report is None

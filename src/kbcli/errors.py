@@ -27,7 +27,10 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kbcli.ingest.report import SyncReport
 
 
 class KBError(Exception):
@@ -36,9 +39,15 @@ class KBError(Exception):
     ``exit_code`` is what the ``kb`` command exits with: 1 for a failure, 2 for a usage error
     (bad option, filter, config or database path), 3 when the database stayed locked, 4 when
     ``kb mcp --http`` cannot listen on its address, 6 when the index is behind its files.
+
+    ``report`` is what the index kept when the error stopped a sync
+    (:func:`kbcli.ingest.sync.sync` sets it: the files written before the error, the time
+    taken; ``kb ingest --json`` prints it with the error), None for an error raised anywhere
+    else. The error keeps its own class, so callers catch what they caught before.
     """
 
     exit_code = 1
+    report: SyncReport | None = None
 
 
 class ConfigError(KBError, ValueError):

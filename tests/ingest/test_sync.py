@@ -12,6 +12,7 @@ import pytest
 import kbcli.ingest.sync as sync_module
 from counting_embedder import CountingEmbedder
 from kbcli import DatabaseLockedError, IndexMismatchError, InvalidOptionError, KnowledgeBase
+from kbcli.ingest.report import SyncReport
 from kbcli.ingest.sync import discover, parse_extensions, sync
 from kbcli.system.locking import lock_file
 
@@ -254,10 +255,13 @@ def test_second_ingest_waits_then_fails_with_lock_error(tmp_path):
     t.start()
     holding.wait(5)
     started = time.monotonic()
-    with pytest.raises(DatabaseLockedError, match="waited 0.3 s"):
+    with pytest.raises(DatabaseLockedError, match="waited 0.3 s") as failed:
         sync(kb, [docs], wait=0.3)
     assert 0.25 <= time.monotonic() - started < 5
     assert kb.store.count() == 0
+    kept = failed.value.report  # the sync found the file, wrote nothing
+    assert kept is not None and (kept.added, kept.chunks_added) == (0, 0)
+    assert kept.seconds >= 0.25
     release.set()
     t.join()
     assert sync(kb, [docs], wait=0.3).added == 1
@@ -416,3 +420,35 @@ def test_an_interrupt_just_after_commit_stays_an_interrupt(tmp_path, monkeypatch
     monkeypatch.undo()
     assert kb.store.get_meta("probe") == "kept"
     kb.store.set_meta("probe", "again")  # the connection is usable: no transaction left open
+
+
+def test_an_error_that_stops_a_sync_carries_what_the_index_kept(tmp_path, monkeypatch):
+    """A sync stopped after some files were written: the error keeps its class and exit code,
+    and its typed ``report`` counts the files the index holds (the library's view of what
+    ``kb ingest --json`` prints with the error)."""
+    docs = tmp_path / "docs"
+    make_tree(docs, 4)
+    kb = open_kb(tmp_path)
+    calls = []
+
+    def write_then_fail(*args, **kwargs):
+        calls.append(1)
+        raise DatabaseLockedError("the vector fill could not write: locked")
+
+    monkeypatch.setattr(sync_module, "fill_vectors", write_then_fail)
+    with pytest.raises(DatabaseLockedError) as failed:
+        sync(kb, [docs])
+    error = failed.value
+    assert calls and error.exit_code == 3 and str(error).endswith("locked")
+    assert isinstance(error.report, SyncReport)
+    assert error.report.added == 4 == len(kb.store.file_records())
+    assert error.report.chunks_added == kb.store.count() > 0
+    assert error.report.to_dict()["added"] == 4
+
+
+def test_an_error_raised_before_the_sync_reads_anything_carries_an_empty_report(tmp_path):
+    kb = open_kb(tmp_path)
+    with pytest.raises(InvalidOptionError) as failed:
+        sync(kb, [tmp_path], extensions="")
+    kept = failed.value.report
+    assert kept is not None and kept.to_dict() == {**SyncReport().to_dict(), "seconds": 0.0}

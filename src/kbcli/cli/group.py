@@ -1,24 +1,30 @@
 """The ``kb`` group and its commands' class: commands loaded when named, ``--json`` before the
-command, and the one place that turns errors into a message and an exit code."""
+command, and the one place that turns errors into a message and an exit code.
+
+Both subclass typer's public ``TyperGroup`` and ``TyperCommand`` and override click's documented
+methods. Typer ships click privately and exports its ``Context`` only as the subclass
+``typer.Context``: both classes make their contexts ``typer.Context`` (click's documented
+``context_class``), so the overrides take one, narrower than the private base (hence their
+``type: ignore[override]``), and name click's other classes by what they use."""
 
 from __future__ import annotations
 
 import sqlite3
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from contextlib import AbstractContextManager
+from typing import Any, NoReturn, Protocol
 
 import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from kbcli.cli.params import plain
+from kbcli.cli.params import plain_params
 from kbcli.cli.render.messages import error, reader_gone, settle_stdout, silence
 from kbcli.cli.state import get_state
 from kbcli.errors import KBError
 
-if TYPE_CHECKING:
-    # click as typer ships it: types only
-    from typer._click import Command, Context, HelpFormatter, Parameter
+#: A command of kb's group: one of typer's (each module's ``app`` makes a :class:`KBCommand`)
+Command = TyperCommand | TyperGroup
 
 EXIT_INTERRUPTED = 130
 EXIT_READER_GONE = 0  # stdout's reader went away (kb ... | head): kb stops quietly
@@ -95,25 +101,34 @@ def command_app() -> typer.Typer:
     return typer.Typer(add_completion=False, rich_markup_mode=None)
 
 
+class HelpSections(Protocol):
+    """What :meth:`KBGroup.format_commands` uses of click's help formatter."""
+
+    def section(self, name: str) -> AbstractContextManager[None]: ...
+
+    def write_dl(self, rows: list[tuple[str, str]]) -> None: ...
+
+
 class KBGroup(TyperGroup):
     """kb's commands, each imported when it is named (click's lazy group: ``get_command`` and
     ``list_commands``), and the one place that turns errors into a message and an exit code."""
 
-    def get_params(self, ctx: Context) -> list[Parameter]:
-        return plain(super().get_params(ctx))
+    context_class = typer.Context
+    get_params = plain_params(TyperGroup.get_params)
 
-    def list_commands(self, ctx: Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
         return list(COMMANDS)
 
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Command | None:  # type: ignore[override]
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             # __import__, not importlib: python -X importtime (the tests, the benchmark) sees it
             module = __import__(f"{__package__}.{COMMANDS[cmd_name][0]}", fromlist=["app"])
             self.commands[cmd_name] = typer.main.get_command(module.app)
-        return self.commands.get(cmd_name)
+        command = self.commands.get(cmd_name)
+        return command if isinstance(command, (TyperCommand, TyperGroup)) else None
 
-    def resolve_command(
-        self, ctx: Context, args: list[str]
+    def resolve_command(  # type: ignore[override]
+        self, ctx: typer.Context, args: list[str]
     ) -> tuple[str | None, Command | None, list[str]]:
         """The command named first in ``args``, with a ``--json`` given before it (``kb --json
         stats``); a misspelt name gets typer's suggestions from every command."""
@@ -123,27 +138,27 @@ class KBGroup(TyperGroup):
         name, command, rest = super().resolve_command(ctx, args)
         if ctx.params.get("json_first"):
             rest = ["--json", *rest]
-        return name, command, rest
+        return name, command if isinstance(command, (TyperCommand, TyperGroup)) else None, rest
 
-    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
         try:  # kb --version and kb --help print here
             return super().parse_args(ctx, args)
         except BrokenPipeError as exc:
             _reader_gone(exc)
 
-    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+    def format_commands(self, ctx: typer.Context, formatter: HelpSections) -> None:  # type: ignore[override]
         """Each command with its whole one-line description (Click cuts them at 45 chars),
         from :data:`COMMANDS`."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]
         try:
             return self._invoke(ctx)
         finally:
             settle_stdout()  # what is still buffered, now: not at the interpreter's exit
 
-    def _invoke(self, ctx: Context) -> Any:
+    def _invoke(self, ctx: typer.Context) -> Any:
         # get_state(ctx).debug is read when the error comes: kb search x --debug sets it late
         try:
             return super().invoke(ctx)
@@ -192,7 +207,8 @@ def _environment_error(exc: BaseException) -> str | None:
 
 
 class KBCommand(TyperCommand):
-    """A command whose parameters are kb's (:func:`.params.plain`)."""
+    """A command whose parameters are kb's (:func:`.params.plain`) and whose contexts are
+    ``typer.Context``."""
 
-    def get_params(self, ctx: Context) -> list[Parameter]:
-        return plain(super().get_params(ctx))
+    context_class = typer.Context
+    get_params = plain_params(TyperCommand.get_params)

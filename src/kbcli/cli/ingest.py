@@ -69,7 +69,6 @@ def ingest(
     extensions = parse_extensions(ext) if ext is not None else DEFAULT_EXTENSIONS
     metadata = parse_meta(meta) or None
 
-    partial: SyncReport | None = None  # what the index kept, once the sync runs
     try:
         # SIGTERM and SIGHUP (cron, systemd, timeout, a closed terminal) stop it as Ctrl-C does
         with interrupt_on_termination():
@@ -92,7 +91,6 @@ def ingest(
                         def on_vectors(done: int, total: int) -> None:
                             bar("", done, total, unit="chunks")
 
-                    partial = SyncReport()
                     report = sync(
                         kb,
                         list(paths),
@@ -107,7 +105,6 @@ def ingest(
                         follow_symlinks=follow_symlinks,
                         allow_mass_delete=allow_mass_delete,
                         vector_progress=on_vectors,
-                        report=partial,
                     )
             finally:
                 kb.close()
@@ -119,8 +116,8 @@ def ingest(
         render.message(render.interrupted_summary(stopped))
         raise typer.Exit(exit_code(stop)) from None
     except KBError as exc:  # the one-line error follows; the summary counts what was written
-        if json_out and partial is not None:
-            render.print_json({**partial.to_dict(), "error": str(exc)}, one_line=True)
+        if json_out and exc.report is not None:  # the sync ran: what the index kept
+            render.print_json({**exc.report.to_dict(), "error": str(exc)}, one_line=True)
         raise
     report_output(report, quiet=state.quiet, json_out=json_out)
     if report.failed:

@@ -8,14 +8,11 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from kbcli.config.lookup import use_config_file
-
-if TYPE_CHECKING:
-    from typer._click import Context  # click as typer ships it (types only)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +28,7 @@ class State:
     store: str | None = None
 
 
-def get_state(ctx: Context) -> State:
+def get_state(ctx: typer.Context) -> State:
     obj = ctx.find_object(State)
     return obj if obj is not None else State()
 

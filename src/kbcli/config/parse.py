@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from kbcli.config.registry import is_class_path
+from kbcli.config.registry import CHAT_MODELS, RERANKERS, is_class_path
 from kbcli.config.schema import (
     ANALYZER_LANGUAGES,
     CHUNKERS,
@@ -392,8 +392,6 @@ def target_store_config(config: Config, backend: str, sets: list[str]) -> Config
 
 
 def _rerank_section(r: _Reader, sec: dict[str, Any], base: Path) -> RerankConfig:
-    from kbcli.config.registry import RERANKERS
-
     prefix = "rag.rerank"
     r.check_keys(sec, prefix, [f.name for f in fields(RerankConfig)])
     d = RerankConfig()
@@ -475,8 +473,6 @@ def parse_evidence_budget(value: Any) -> tuple[int, str] | None:
 
 
 def _answer_section(r: _Reader, sec: dict[str, Any]) -> AnswerConfig:
-    from kbcli.config.registry import CHAT_MODELS
-
     prefix = "rag.answer"
     r.check_keys(sec, prefix, list(ANSWER_KEYS))
     d = AnswerConfig()

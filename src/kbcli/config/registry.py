@@ -210,6 +210,7 @@ def check_class(obj: Any, kind: str, what: str) -> None:
     ``kind`` (:data:`PROTOCOLS`); ``what`` names it in the message. Nothing is called."""
     import inspect
 
+    # lazy: a circle: protocols -> stores.capabilities runs stores/__init__, which imports us
     from kbcli import protocols
 
     if not inspect.isclass(obj):

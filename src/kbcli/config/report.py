@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kbcli.config import trust
 from kbcli.config.lookup import (
     CONFIG_FILENAME,
     FOUND_CWD,
@@ -20,6 +21,8 @@ from kbcli.config.lookup import (
     read_file,
 )
 from kbcli.config.parse import parse_yaml
+from kbcli.config.registry import EMBEDDER_NOTES
+from kbcli.embedders.lazy import automatic_provider
 from kbcli.errors import InvalidOptionError
 from kbcli.system.redaction import redact
 
@@ -52,8 +55,6 @@ def trust_row(config: Config, found: str | None, raw: bytes) -> dict[str, str]:
     send data to a model or server, run code or write outside its folder
     (:mod:`kbcli.config.trust`),
     and why."""
-    from kbcli.config import trust
-
     if found != FOUND_CWD:
         return {"key": "config trust", "value": "not needed: a file you named or keep",
                 "origin": str(found)}  # fmt: skip
@@ -114,14 +115,11 @@ def effective(
                          "origin": "$KB_EMBEDDER"})  # fmt: skip
             continue
         if f.name == "provider" and not emb.provider_set:
-            from kbcli.embedders.lazy import automatic_provider
-
             rows.append({"key": "rag.embedding.provider", "value": "auto",
                          "origin": f"default: by API keys, now {automatic_provider()} "
                                    "(an index keeps the embedder it was built with)"})  # fmt: skip
             continue
         add(f"rag.embedding.{f.name}", value)
-    from kbcli.config.registry import EMBEDDER_NOTES
 
     rows.append({"key": "embedders", "value": ", ".join(EMBEDDER_NOTES),
                  "origin": "choose: kb ingest --embedder NAME, $KB_EMBEDDER or "

@@ -31,8 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.parse import read_file
 from kbcli.config.registry import is_class_path
+from kbcli.config.schema import CONFIG_FILENAME, default_db_path, user_data_dir
 from kbcli.errors import ConfigError
+from kbcli.system.locking import lock_file
 from kbcli.system.redaction import redact
 
 if TYPE_CHECKING:
@@ -162,8 +165,6 @@ def _postgres(c: Config, key: str) -> tuple[Any, str] | None:
 
 
 def _database(c: Config, key: str) -> tuple[Any, str] | None:
-    from kbcli.config.schema import default_db_path
-
     db = c.paths.knowledge_db
     if db != default_db_path() and not _inside(db, _folder(c)):
         return db, OUTSIDE
@@ -268,8 +269,6 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def trust_file() -> Path:
     """Where trust records live: ``$XDG_DATA_HOME/kbcli/trusted.json``."""
-    from kbcli.config.schema import user_data_dir
-
     return user_data_dir() / TRUST_FILENAME
 
 
@@ -353,8 +352,6 @@ def revoke(path: Path) -> bool:
 
 def _update(change: Any) -> Any:
     """Apply ``change(files)`` to the records under a lock and write them atomically."""
-    from kbcli.system.locking import lock_file
-
     path = trust_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with lock_file(path.with_name(f"{TRUST_FILENAME}.lock"), 10.0, str(path)):
@@ -369,8 +366,6 @@ def _update(change: Any) -> Any:
 def config_path(path: Path | None) -> Path:
     """The ``jianmu.yaml`` that ``kb trust PATH`` means: PATH, the one in the folder PATH, or
     ``./jianmu.yaml`` without PATH."""
-    from kbcli.config.schema import CONFIG_FILENAME
-
     target = Path(path).expanduser() if path is not None else Path.cwd()
     if target.is_dir():
         target = target / CONFIG_FILENAME
@@ -380,8 +375,6 @@ def config_path(path: Path | None) -> Path:
 def trust_config(path: Path | None) -> tuple[Path, str, list[Risk]]:
     """Check the file ``kb trust PATH`` means (it must be a valid configuration) and trust it as
     it is now: returns the file, the digest recorded and what the trust allows."""
-    from kbcli.config.parse import read_file
-
     file = config_path(path)
     if not file.is_file():
         raise ConfigError(f"No configuration file {file}: give the path of a jianmu.yaml")

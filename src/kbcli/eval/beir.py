@@ -27,7 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.lookup import StoreConfig, defaults
+from kbcli.embedders import SimpleEmbedder
+from kbcli.embedders.base import embedder_info
 from kbcli.errors import KBError
+from kbcli.pipeline import KnowledgeBase, LazyEmbedder
+from kbcli.protocols import DocumentCatalog, supports
+from kbcli.search.calibration import calibrate_index, has_floor
+from kbcli.types import SearchOptions, Section, normalize_mode
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.config.schema import Config
@@ -302,9 +309,6 @@ def evaluate(
     Returns ``{"dataset", "split", "mode", "queries", "ndcg@10", "recall@10", "recall@100",
     "mrr@10", "latency_ms": {"mean", "p95"}}`` (``@10`` follows ``k``).
     """
-    from kbcli.config.lookup import defaults
-    from kbcli.types import SearchOptions, normalize_mode
-
     mode = normalize_mode(mode)
     config = config or defaults()
     # built whole: alpha set after construction would not count as chosen (alpha_chosen)
@@ -342,11 +346,6 @@ def _open_index(
     mode: str,
     progress: Progress | None,
 ) -> KnowledgeBase:
-    from kbcli.config.lookup import StoreConfig
-    from kbcli.pipeline import KnowledgeBase
-    from kbcli.protocols import DocumentCatalog, supports
-    from kbcli.search.calibration import calibrate_index, has_floor
-
     if embedder is None:
         embedder = _default_embedder(config, mode)
     limits = config.limits
@@ -389,9 +388,6 @@ def _open_index(
 def _check_reuse(kb: KnowledgeBase, path: Path) -> None:
     """A kept index must match the embedder of this run (one built with another analyzer or
     keyword fields re-tokenises itself at its first search, without re-embedding)."""
-    from kbcli.embedders.base import embedder_info
-    from kbcli.protocols import DocumentCatalog, supports
-
     store = kb.store
     assert supports(store, DocumentCatalog)  # as _open_index checked
     recorded = store.embedder_info
@@ -410,8 +406,6 @@ def _check_reuse(kb: KnowledgeBase, path: Path) -> None:
 
 
 def _default_embedder(config: Config, mode: str) -> EmbedderProtocol:
-    from kbcli.embedders import SimpleEmbedder
-
     if mode == "keyword":
         return SimpleEmbedder()
     try:
@@ -420,7 +414,6 @@ def _default_embedder(config: Config, mode: str) -> EmbedderProtocol:
         importlib.import_module("kbcli.embedders.resolve")
     except ImportError:
         return SimpleEmbedder()
-    from kbcli.pipeline import LazyEmbedder
 
     return LazyEmbedder(config)
 
@@ -431,7 +424,6 @@ def _ingest_corpus(kb: KnowledgeBase, data: BeirDataset, progress: Progress | No
     ingestor = kb.ingestor
     items = list(data.corpus.items())
     total = len(items)
-    from kbcli.types import Section
 
     for start in range(0, total, INGEST_BATCH):
         docs = []

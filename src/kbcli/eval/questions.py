@@ -28,6 +28,11 @@ from kbcli.search.query import search as search_files
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.knowledge_base import KnowledgeBase
     from kbcli.protocols import VectorStoreProtocol
+from kbcli.agent.get import AmbiguousPathError, path_suffix_match
+from kbcli.embedders.base import EmbedderInfo, embedder_info
+from kbcli.protocols import DocumentCatalog, FileLedger, supports
+from kbcli.search.calibration import stored_floors
+from kbcli.system.paths import source_name
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
 
 # A question whose expected page is not in the first k files is searched again (untimed) for
@@ -117,8 +122,6 @@ def _expected_of(value: Any, where: str) -> dict[str, int]:
 
 def indexed_sources(store: VectorStoreProtocol) -> list[str]:
     """Every source the index holds, sorted: its file records, else its chunks' ``source``."""
-    from kbcli.protocols import DocumentCatalog, FileLedger, supports
-
     if supports(store, FileLedger):
         sources = sorted(store.file_records())
         if sources:
@@ -138,9 +141,6 @@ def resolve_expected(
     that matches nothing or more than one source."""
     import os
     import re
-
-    from kbcli.agent.get import AmbiguousPathError, path_suffix_match
-    from kbcli.system.paths import source_name
 
     known = set(sources)
 
@@ -412,9 +412,6 @@ def _load_models(
 def index_facts(store: VectorStoreProtocol) -> dict[str, Any]:
     """What names the index a report was made on: its location, backend, size, embedder,
     last ingest and generation (from the store's ``stats()``, when it has one)."""
-    from kbcli.embedders.base import EmbedderInfo
-    from kbcli.protocols import DocumentCatalog, supports
-
     if not supports(store, DocumentCatalog):
         return {"store": type(store).__name__}
     stats = store.stats()
@@ -490,10 +487,6 @@ def _compare(summaries: Mapping[str, Any], modes: Sequence[str], k: int) -> dict
 
 
 def _floors_of(kb: KnowledgeBase) -> dict[str, float] | None:
-    from kbcli.embedders.base import embedder_info
-    from kbcli.protocols import DocumentCatalog, supports
-    from kbcli.search.calibration import stored_floors
-
     if not supports(kb.store, DocumentCatalog) or kb.store.embedder_info is None:
         return None
     floors = stored_floors(kb.store, embedder_info(kb.embedder))

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from kbcli.errors import FilterError
+from kbcli.errors import FilterError, InvalidOptionError
 from kbcli.filters.model import (
     INT64_MAX,
     INT64_MIN,
@@ -189,8 +189,6 @@ def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
 
     Raises :class:`InvalidOptionError` for an expression without ``=`` or with an empty key.
     """
-    from kbcli.errors import InvalidOptionError
-
     out: dict[str, Any] = {}
     for expr in exprs or ():
         key, sep, value = expr.partition("=")

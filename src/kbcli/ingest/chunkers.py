@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from kbcli.config.registry import CHUNKERS, is_class_path, load_class
 from kbcli.errors import InvalidOptionError
 from kbcli.ingest.markdown import Heading, find_headings
 from kbcli.ingest.normalizers import StructurePreservingNormalizer
@@ -276,8 +277,6 @@ class StructureAwareChunker(_BaseChunker):
 
 
 def _chunker_name(chunker: str) -> str:
-    from kbcli.config.registry import CHUNKERS, is_class_path
-
     name = str(chunker).strip()
     if is_class_path(name):
         return name
@@ -293,8 +292,6 @@ def _chunker_name(chunker: str) -> str:
 def make_chunker(chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50) -> Any:
     """Build the chunker named in ``rag.chunker`` (a registered name or a
     ``package.module:Class`` path) with ``limits.chunk_size``/``chunk_overlap``."""
-    from kbcli.config.registry import CHUNKERS, load_class
-
     name = _chunker_name(chunker)
     if name == "simple":
         return SimpleTextChunker(chunk_size=chunk_size, overlap=chunk_overlap)

@@ -15,6 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from kbcli.errors import UnsupportedFormatError
+from kbcli.ingest.loaders.text_encoding import read_text
+
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x84\x86-\x9f\u200b\ufeff]")
 LOOKAHEAD = 200  # raw lines searched for the next loaded line before guessing
@@ -70,7 +73,7 @@ def _lines(text: str) -> Iterator[str]:
 
 def is_text_file(path: str | Path) -> bool:
     """True when the built-in loader reads ``path`` as plain text (one section, no parser)."""
-    from kbcli.errors import UnsupportedFormatError
+    # lazy: the loaders (zipfile, html.parser, email) stay off a search's start
     from kbcli.ingest.loaders.registry import TextLoader, loader_for
 
     try:
@@ -95,8 +98,6 @@ def map_file_lines(raw: str, loaded: str, chunks: list[Any]) -> None:
 
 def file_lines(path: Path, encoding: str = "utf-8", max_bytes: int | None = None) -> list[str]:
     """The lines of a text file as an editor numbers them (LoaderError past ``max_bytes``)."""
-    from kbcli.ingest.loaders.text_encoding import read_text
-
     lines = _LINE_BREAK.split(read_text(path, encoding, max_bytes=max_bytes))
     if len(lines) > 1 and lines[-1] == "":
         lines.pop()  # the final newline ends the last line; it does not start another

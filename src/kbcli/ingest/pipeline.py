@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbcli.config.lookup import Config, defaults
+from kbcli.embedders import SimpleEmbedder
 from kbcli.embedders.base import EmbedderInfo, embedder_info, is_cheap
 from kbcli.protocols import (
     DocumentCatalog,
@@ -22,8 +23,11 @@ from kbcli.protocols import (
     VectorStoreProtocol,
     supports,
 )
+from kbcli.stores import InMemoryStore
 from kbcli.system.crashpoints import crash_point
 from kbcli.system.paths import canonical_source, source_path
+from kbcli.text import analysis
+from kbcli.text.analysis import TITLE_KEY
 from kbcli.types import Document, Section
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,6 +48,7 @@ def default_loader(config: Config) -> Loader:
     """The default document loader with ``config``'s settings: a
     :class:`~kbcli.ingest.DefaultDocumentLoader` with ``limits.max_file_mb``,
     ``limits.file_timeout`` and ``ocr``."""
+    # lazy: the loaders (zipfile, html.parser, email) stay off a search's start
     from kbcli.ingest import DefaultDocumentLoader
 
     limits = config.limits
@@ -55,6 +60,7 @@ def default_loader(config: Config) -> Loader:
 def _add_lines(chunks: list[Section], sections: list[Section]) -> None:
     """Give each chunk with ``char_start``/``char_end`` its ``line``/``line_end`` (1-based) in
     the text its offsets point into: the sections joined by a blank line, as loaded."""
+    # lazy: chunkers (markdown, normalizers: ~10 ms) stay off a search's start
     from kbcli.ingest.chunkers import SECTION_SEPARATOR
 
     text = SECTION_SEPARATOR.join(s.text for s in sections)
@@ -92,12 +98,8 @@ class IngestPipeline:
     ):
         self.config = config  # None: the configuration found by the default lookup
         if embedder is None:
-            from kbcli.embedders import SimpleEmbedder
-
             embedder = SimpleEmbedder()
         if store is None:
-            from kbcli.stores import InMemoryStore
-
             store = InMemoryStore()
         self.embedder: EmbedderProtocol = embedder
         self.store: VectorStoreProtocol = store
@@ -118,6 +120,7 @@ class IngestPipeline:
     def chunker(self) -> Chunker:
         """The chunker (default: ``rag.chunker`` with ``limits.chunk_size/chunk_overlap``)."""
         if self._chunker is None:
+            # lazy: chunkers (markdown, normalizers: ~10 ms) off a search's start
             from kbcli.ingest import make_chunker
 
             config = self.settings
@@ -136,6 +139,7 @@ class IngestPipeline:
     def normalizer(self) -> TextNormalizerProtocol:
         """The normaliser applied to each chunk (default: whitespace collapsing)."""
         if self._normalizer is None:
+            # lazy: normalizers stay off a search's start
             from kbcli.ingest import WhitespaceNormalizer
 
             self._normalizer = WhitespaceNormalizer()
@@ -179,6 +183,7 @@ class IngestPipeline:
     def takes_bytes(self, path: str | os.PathLike[str]) -> bool:
         """True when :meth:`load_content` loads ``path`` from the bytes read (a text file with
         the default loader): a sync keeps them."""
+        # lazy: the loaders (zipfile, html.parser, email) stay off a search's start
         from kbcli.ingest import DefaultDocumentLoader
 
         loader = self.loader
@@ -189,6 +194,7 @@ class IngestPipeline:
         the default loader takes its bytes or checks its hash
         (:meth:`~kbcli.ingest.DefaultDocumentLoader.load_content`); another loader reads the
         path again (``confirmed`` False: the sync hashes the file once more)."""
+        # lazy: the loaders (zipfile, html.parser, email) stay off a search's start
         from kbcli.ingest import DefaultDocumentLoader
         from kbcli.ingest.loaders.registry import Loaded
 
@@ -250,13 +256,11 @@ class IngestPipeline:
         """Documents for chunks: shared metadata + chunk metadata + ``chunk_index`` + the
         document's ``title`` (given in ``metadata``, else its first heading, else the file
         name of ``metadata["source"]``; see :func:`kbcli.text.analysis.document_title`)."""
-        from kbcli.text.analysis import TITLE_KEY, document_title
-
         now = datetime.now(timezone.utc)
         shared = dict(metadata or {})
         if not shared.get(TITLE_KEY):
             source = shared.get("source")
-            title = document_title(
+            title = analysis.document_title(
                 (c.metadata.get("heading") for c in chunks),
                 source if isinstance(source, str) else None,
             )

@@ -11,6 +11,8 @@ from typing import Any
 
 from kbcli.ingest.writes import Indexable
 from kbcli.protocols import DocumentReader
+from kbcli.text import analysis
+from kbcli.text.analysis import TITLE_KEY
 from kbcli.types import Document, FileRecord
 
 
@@ -74,12 +76,10 @@ def relabel(
 ) -> tuple[FileRecord, list[Document], None, list[list[float] | None]]:
     """The file's chunks with ``old`` meta keys swapped for ``new`` ones, same ids, texts and
     vectors (no embedder call), and its record with the new meta."""
-    from kbcli.text.analysis import TITLE_KEY, document_title
-
     docs = list(store.iter_documents(source=record.path, with_embeddings=True))
     # The title as build_documents gives it: --meta title wins, else the first heading or name.
     in_order = sorted(docs, key=lambda d: d.metadata.get("chunk_index", 0))
-    title = new.get(TITLE_KEY) or document_title(
+    title = new.get(TITLE_KEY) or analysis.document_title(
         (d.metadata.get("heading") for d in in_order), record.path
     )
     relabelled = []

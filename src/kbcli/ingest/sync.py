@@ -114,7 +114,6 @@ def sync(
     allow_mass_delete: bool = False,
     vector_progress: Callable[[int, int], None] | None = None,
     only: Collection[Path] | None = None,
-    report: SyncReport | None = None,
 ) -> SyncReport:
     """Bring the index in line with the files under ``paths`` (see the module docstring).
 
@@ -140,16 +139,16 @@ def sync(
     limits the run to those files and folders, with the same rules (:func:`discover`): a
     path gone from disk leaves the index, a folder's files with it.
 
-    ``report`` is the report the run fills and returns (default: a new one). A caller that
-    passes its own still holds what the index kept when the run stops with an error (a
-    :class:`~kbcli.errors.KBError`, raised as it is: ``kb ingest --json`` prints it with the
-    error); an interrupt carries it (:class:`SyncInterrupted`).
+    A run stopped by an error raises it as it is (its class unchanged), carrying the report
+    of what the index kept (the files written before the error) in its typed
+    :attr:`~kbcli.errors.KBError.report` (``kb ingest --json`` prints it with the error); an
+    interrupt carries it too (:class:`SyncInterrupted`).
     """
     started = time.monotonic()
-    store = ledger_store(kb)
-    extensions = parse_extensions(extensions)
-    report = report if report is not None else SyncReport()
-    with _interrupts_kept(report, started), _timed_on_error(report, started):
+    report = SyncReport()
+    with _interrupts_kept(report, started), _reported_on_error(report, started):
+        store = ledger_store(kb)
+        extensions = parse_extensions(extensions)
         found = discover(
             list(paths),
             extensions,
@@ -307,13 +306,14 @@ def _name_taken(name: str) -> str:
 
 
 @contextmanager
-def _timed_on_error(report: SyncReport, started: float) -> Iterator[None]:
-    """A :class:`KBError` that stops the sync leaves ``report`` (what the index kept: the
-    files written before the error) with its time, for the caller that passed it."""
+def _reported_on_error(report: SyncReport, started: float) -> Iterator[None]:
+    """A :class:`KBError` that stops the sync leaves with ``report`` (what the index kept:
+    the files written before the error), timed, in its declared ``report`` attribute."""
     try:
         yield
-    except KBError:
+    except KBError as failed:
         report.seconds = time.monotonic() - started
+        failed.report = report
         raise
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from kbcli.config.registry import STORE_ENTRIES, STORES, load_class
 from kbcli.system.exports import lazy_exports
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
@@ -52,8 +53,6 @@ def build_store(
     (``db`` does not apply). A user's class (``package.module:Class``) is called with the
     ``store`` settings as keyword arguments.
     """
-    from kbcli.config.registry import STORE_ENTRIES, STORES, load_class
-
     backend = config.store.backend
     settings = dict(config.store.settings)
     cls = load_class(backend, STORES, kind="store")

@@ -38,7 +38,7 @@ from kbcli.stores.parts import (
     Vectors,
 )
 from kbcli.stores.upkeep import Upkeep
-from kbcli.text.analysis import Analyzer
+from kbcli.text.analysis import Analyzer, analyzer_from_config
 from kbcli.text.bm25 import K1, SOURCE_WEIGHT, B, BM25Params
 from kbcli.types import Document, FileRecord, Finding, SearchResult
 
@@ -97,8 +97,6 @@ class Store(Generic[Conn, RowT]):
         validated ``store:`` keys) with the configured analyzer. A store kept in a file opens
         ``db`` (default ``paths.knowledge_db``); ``create=False`` refuses to create a missing
         index and ``busy_timeout`` overrides ``store.busy_timeout``."""
-        from kbcli.text.analysis import analyzer_from_config
-
         options = {**settings, "analyzer": analyzer_from_config(config)}
         if cls._persistent:
             options["create"] = create

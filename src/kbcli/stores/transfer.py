@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kbcli.embedders.base import EmbedderInfo
+from kbcli.embedders.resolve import CHOICE_KEY
 from kbcli.errors import StoreError
 from kbcli.protocols import VectorStoreProtocol
+from kbcli.search.calibration import meta_key, probes_key
 from kbcli.stores.capabilities import (
     DocumentCatalog,
     DocumentWriter,
@@ -32,9 +34,6 @@ def _meta_keys(info: EmbedderInfo | None) -> list[str]:
     """The index metadata a copy carries: :data:`META_KEYS`, the embedder an ingest chose and
     the relevance floors calibrated for the index's embedder (a copy without them would
     return the junk hits the floors hold back) and the probes' vectors they came from."""
-    from kbcli.embedders.resolve import CHOICE_KEY
-    from kbcli.search.calibration import meta_key, probes_key
-
     own = [meta_key(info), probes_key(info)] if info is not None else []
     return [*META_KEYS, CHOICE_KEY, *own]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
-from kbcli.errors import InvalidOptionError
+from kbcli.errors import InvalidOptionError, require
 
 ANALYZER_VERSION = 2
 # Distinct query terms looked up (and scored, see kbcli.text.bm25.MAX_SCORED_TERMS) at most.
@@ -63,8 +63,6 @@ def _stemmer() -> Any:
 
 @lru_cache(maxsize=1)
 def _jieba() -> Any:
-    from kbcli.errors import require
-
     jieba = require("jieba", extra="zh", feature="The jieba Chinese tokenizer")
     import logging
 

@@ -43,6 +43,7 @@ from kbcli.stores.sqlite.connection import DEFAULT_BUSY_TIMEOUT
 from kbcli.stores.sqlite.store import catalog_path
 from kbcli.stores.sqlite.vectors import TableVectors
 from kbcli.text.analysis import Analyzer
+from kbcli.text.vector_math import as_unit_matrix, top_k_cosine
 
 if TYPE_CHECKING:
     from kbcli.config.schema import Config
@@ -222,8 +223,6 @@ def _exact_scan(
 ) -> list[tuple[int, float]]:
     """Cosine top ``k`` over the stored vectors of ``allowed`` (None: every chunk's), from
     the catalog (the truth, not the index)."""
-    from kbcli.text.vector_math import as_unit_matrix, top_k_cosine
-
     if allowed is not None and not len(allowed):
         return []
     if allowed is None:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from kbcli.errors import IndexMismatchError, InvalidOptionError, require
+from kbcli.text.vector_math import distinct_rows, row_fingerprints
 
 METRICS = ("ip", "cosine", "l2")
 TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
@@ -180,8 +181,6 @@ class FaissVectorIndex:
         """Replace the whole index with ``vectors`` under ``ids`` (trains when needed; the
         last of a repeated id wins). ``reuse``: ``vectors`` (a writable float32 array the
         caller no longer needs) may be overwritten, saving a copy of the distinct vectors."""
-        from kbcli.text.vector_math import distinct_rows, row_fingerprints
-
         np = self._np
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         self._clear()
@@ -213,8 +212,6 @@ class FaissVectorIndex:
 
     def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
         """Insert or replace the vectors of ``ids`` (the last of a repeated id wins)."""
-        from kbcli.text.vector_math import distinct_rows, row_fingerprints
-
         np = self._np
         if not len(ids):
             return
@@ -463,8 +460,6 @@ class FaissVectorIndex:
         """How many of ``ids`` (with their ``vectors``, as stored) this index does not hold, or
         holds in a group of another vector (compared by
         :func:`~kbcli.text.vector_math.row_fingerprints`)."""
-        from kbcli.text.vector_math import row_fingerprints
-
         np = self._np
         ids = np.asarray(ids, dtype=np.int64)
         if not len(ids):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
 from kbcli.stores.common import check_embedder
+from kbcli.stores.postgres.catalog import vector_text
 from kbcli.stores.postgres.filters import scan_filter
 from kbcli.stores.postgres.schema import Tables, one
 
@@ -217,8 +218,6 @@ def unstaged(conn: PgConnection, t: Tables) -> tuple[list[tuple[int, str]], int]
 def put(conn: PgConnection, t: Tables, rows: list[tuple[int, Any]]) -> None:
     """Store the vectors of chunks already written (by ``doc``); a chunk that holds that
     vector already (the catalog wrote it with its row) is not rewritten."""
-    from kbcli.stores.postgres.catalog import vector_text
-
     conn.execute(
         f"UPDATE {t.chunks} AS c SET embedding = x.vec::vector"
         " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"
@@ -231,8 +230,6 @@ def put_staged(
     conn: PgConnection, t: Tables, rows: list[tuple[int, str]], vectors: list[list[float]]
 ) -> None:
     """Stage vectors of ``rows``."""
-    from kbcli.stores.postgres.catalog import vector_text
-
     conn.execute(
         f"INSERT INTO {t.staging} SELECT doc, vec::vector"
         " FROM unnest(%s::bigint[], %s::text[]) AS x(doc, vec)"

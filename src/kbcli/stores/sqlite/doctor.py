@@ -116,6 +116,7 @@ def _pack(store: Checked) -> list[str]:
     with store._db.read() as conn:
         if header.get("tag") != current_tag(conn):
             return []  # stale: replaced by the next search
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite import packed
 
         if packed.map_pack(path, header["tag"]) is None:

@@ -332,6 +332,7 @@ class KeywordTables(SignedKeywords[sqlite3.Connection, ChunkRow], PackedRanking)
     def _write(self, pack: Pack) -> Pack:
         """``pack`` (built in memory) written to the pack file and mapped; ``pack`` itself when
         the folder cannot be written (that costs only speed) or another writer replaced it."""
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite import packed
 
         self._due = False
@@ -354,6 +355,7 @@ class KeywordTables(SignedKeywords[sqlite3.Connection, ChunkRow], PackedRanking)
         generation holds, else the mapped pack plus the log's delta. When there is no pack, it
         is void, or the delta has grown too large, a new pack is built from the snapshot:
         written at once with ``write`` (a writer), else kept in memory and marked :attr:`due`."""
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite import packed
 
         if state is None:
@@ -397,6 +399,7 @@ class KeywordTables(SignedKeywords[sqlite3.Connection, ChunkRow], PackedRanking)
 
 def _built_view(conn: sqlite3.Connection, pack: Pack) -> View:
     """The view of a pack just built from ``conn``'s own snapshot (its log holds no delta)."""
+    # lazy: packed imports numpy: off the keyword search of an index with no pack
     from kbcli.stores.sqlite import packed
 
     view = packed.make_view(conn, pack)

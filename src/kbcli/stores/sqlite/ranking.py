@@ -80,6 +80,7 @@ class PackedRanking:
         view = self.view(conn, state)
         if not filter:
             return self._score(view, terms, stats, k, params, None)
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite.packed import FILTER_PROBE
 
         # a new filter is checked on every candidate at once only when they are fewer than
@@ -175,6 +176,7 @@ class PackedRanking:
         scope: Scope | None = None,
     ) -> list[tuple[int, float, float, float]]:
         """:func:`packed.score` of ``terms`` weighted with ``stats``."""
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite import packed
 
         weighted = [
@@ -197,6 +199,7 @@ class PackedRanking:
     def _scope(self, conn: sqlite3.Connection, view: View, scope: dict[str, Any]) -> Scope:
         """The :class:`packed.Scope` of ``scope`` for ``view`` (kept with the filters'
         bitmaps while the generation holds)."""
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite.packed import Scope
 
         key = "scope:" + json.dumps(scope, sort_keys=True, default=str)
@@ -221,6 +224,7 @@ class PackedRanking:
     def _probe(view: View) -> int:
         """How many chunks a new filter is checked on in SQL before the whole index's bitmap
         is read instead (a full scan reads every chunk's row)."""
+        # lazy: packed imports numpy: off the keyword search of an index with no pack
         from kbcli.stores.sqlite.packed import FILTER_PROBE
 
         return int(max(FILTER_PROBE, view.slots // 16))

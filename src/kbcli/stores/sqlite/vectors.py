@@ -26,6 +26,7 @@ from kbcli.stores.numpy_index import NumpyVectorIndex
 from kbcli.stores.parts import Filter, Hit, Vector
 from kbcli.stores.sqlite import catalog
 from kbcli.system.crashpoints import crash_point
+from kbcli.text.vector_math import as_unit_matrix
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -267,8 +268,6 @@ class MatrixCache:
         (ids or unit rows), or None (agrees, missing, or stale: rebuilt by the next search)."""
         import numpy as np
 
-        from kbcli.text.vector_math import as_unit_matrix
-
         if not self.path.exists():
             return None
         try:
@@ -328,8 +327,6 @@ class MatrixCache:
         written (a read-only folder costs only speed)."""
         import numpy as np
 
-        from kbcli.text.vector_math import as_unit_matrix
-
         n = conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
         dim = dimension(conn) or 0
         ids = np.fromiter(
@@ -383,8 +380,6 @@ class MatrixCache:
     @staticmethod
     def _build_in_memory(conn: sqlite3.Connection, ids: Any, dim: int) -> tuple[Any, Any]:
         import numpy as np
-
-        from kbcli.text.vector_math import as_unit_matrix
 
         matrix = np.empty((ids.shape[0], dim), np.float32)
         done = 0
