@@ -12,8 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras import need
 
-from ui_page import (
+need("starlette")  # kb ui's server: the ui extra
+
+from ui_page import (  # noqa: E402
     CANARY,
     DESKTOP,
     PHONE,
@@ -28,8 +31,6 @@ from ui_page import (
     screenshot,
     ui_server,
 )
-
-pytest.importorskip("starlette", reason="kb ui needs starlette: pip install 'kbcli[ui]'")
 
 FULL_TOKEN = "full-access-token-0123456789abcdef"
 SCOPED_TOKEN = "guide-only-token-0123456789abcdef"
