@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from extras import need
 
 need("starlette")  # kb ui's server: the ui extra
