@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -175,22 +174,23 @@ class FileLedgerContract:
     @staticmethod
     def _try_lock(store: FileLedger, wait: float) -> tuple[BaseException | None, float]:
         """Try the lock from another thread; returns (its error or None, seconds taken)."""
-        out: list[Any] = []
+        errors: list[BaseException | None] = []
+        took: list[float] = []
 
         def run() -> None:
             start = time.monotonic()
             try:
                 with store.writer_lock(wait):
-                    out.append(None)
+                    errors.append(None)
             except BaseException as exc:  # reported to the test thread
-                out.append(exc)
-            out.append(time.monotonic() - start)
+                errors.append(exc)
+            took.append(time.monotonic() - start)
 
         thread = threading.Thread(target=run)
         thread.start()
         thread.join(10)
         assert not thread.is_alive(), "writer_lock never returned"
-        return out[0], out[1]
+        return errors[0], took[0]
 
     def test_writer_lock_is_free_when_nobody_holds_it(self, store: LedgerStore) -> None:
         with store.writer_lock(WAIT):
