@@ -230,7 +230,7 @@ class Answer:
         }
 
 
-def _whole(value: Any) -> int | None:
+def _whole(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

@@ -40,9 +40,12 @@ import socket
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.errors import InvalidOptionError, KBError, ListenError
+
+if TYPE_CHECKING:  # starlette comes with the mcp and ui extras, imported when serving
+    from starlette.types import ASGIApp
 
 logger = logging.getLogger("kbcli.mcp")  # the name kb mcp's log filters already use
 
@@ -105,6 +108,14 @@ def accept_burst(cap: int) -> int:
     return max(1, cap // 4)
 
 
+class Connection(Protocol):
+    """One HTTP connection as the guard sees it (the protocol :func:`guarded` makes)."""
+
+    def drop(self, reason: str) -> None:
+        """Close the connection now, counting it under ``reason``."""
+        ...
+
+
 class Guard:
     """What every connection of one server shares: the bound, the open connections, those
     waiting for their request (oldest first) and the count of connections closed, by reason,
@@ -117,13 +128,13 @@ class Guard:
         self.name = name  # the command its log lines start with
         self.limits = limits
         self.open_files = open_files
-        self.open: set[Any] = set()
-        self.waiting: OrderedDict[Any, None] = OrderedDict()
+        self.open: set[Connection] = set()
+        self.waiting: OrderedDict[Connection, None] = OrderedDict()
         self.closed: Counter[str] = Counter()
         self.pauses = 0  # times accept() found no descriptor free since the last report
         self._report: asyncio.TimerHandle | None = None
 
-    def admit(self, connection: Any) -> bool:
+    def admit(self, connection: Connection) -> bool:
         """Count a new connection in, closing the longest-waiting one when at the bound;
         False when every open connection is busy (the new one is then refused)."""
         if len(self.open) >= self.cap:
@@ -136,16 +147,16 @@ class Guard:
         self.open.add(connection)
         return True
 
-    def wait(self, connection: Any) -> None:
+    def wait(self, connection: Connection) -> None:
         """``connection`` now waits for a request (and may be closed to make room)."""
         self.waiting[connection] = None
         self.waiting.move_to_end(connection)
 
-    def busy(self, connection: Any) -> None:
+    def busy(self, connection: Connection) -> None:
         """``connection`` has sent its request's headers: it is never closed for room."""
         self.waiting.pop(connection, None)
 
-    def gone(self, connection: Any) -> None:
+    def gone(self, connection: Connection) -> None:
         """``connection`` is closed."""
         self.open.discard(connection)
         self.waiting.pop(connection, None)
@@ -206,7 +217,11 @@ class AcceptFailures:
     that found no descriptor free (with a traceback, each time) becomes a count in the
     guard's report line; anything else goes to the handler there was before."""
 
-    def __init__(self, guard: Guard, previous: Callable[..., Any] | None = None):
+    def __init__(
+        self,
+        guard: Guard,
+        previous: Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object] | None = None,
+    ):
         self.guard = guard
         self.previous = previous
 
@@ -244,10 +259,10 @@ def guarded(base: type, guard: Guard) -> type:
 
     class GuardedProtocol(base):  # type: ignore[misc, unused-ignore]  # uvicorn's class, known at run time
         _deadline: asyncio.TimerHandle | None = None
-        _armed: Any = None  # the request cycle when the deadline was set
+        _armed: object = None  # the request cycle when the deadline was set
         _received = 0
 
-        def connection_made(self, transport: Any) -> None:
+        def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             if not guard.admit(self):
                 transport.write(BUSY)
@@ -359,7 +374,7 @@ def _cannot_listen(host: str, port: int, exc: OSError, name: str) -> str:
 
 
 def serve(
-    app: Any,
+    app: ASGIApp,
     host: str,
     port: int,
     limits: Limits = Limits(),
@@ -386,14 +401,27 @@ def serve(
             sock.close()
 
 
+class GuardedServer(Protocol):
+    """What :func:`make_server` returns: a ``uvicorn.Server`` (its class is made when
+    uvicorn is imported) with the :class:`Guard` of its connections."""
+
+    guard: Guard
+    should_exit: bool
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve on ``sockets`` until :attr:`should_exit` is set or the process is
+        interrupted."""
+        ...
+
+
 def make_server(
-    app: Any,
+    app: ASGIApp,
     limits: Limits = Limits(),
     *,
     on_start: Callable[[], None] | None = None,
     http: str = "auto",
     name: str = "kb mcp",
-) -> Any:
+) -> GuardedServer:
     """A ``uvicorn.Server`` for ``app`` with ``limits`` (``http``: uvicorn's protocol name);
     run it with ``run(sockets=bind(host, port))``. Raises the open-file limit."""
     import uvicorn
@@ -420,7 +448,9 @@ def make_server(
     count_invalid = CountInvalid(guard)
 
     class Server(uvicorn.Server):
-        async def startup(self, sockets: Any = None) -> None:
+        guard: Guard
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             logging.getLogger("uvicorn.error").addFilter(count_invalid)  # configured by now
             loop = asyncio.get_running_loop()
             loop.set_exception_handler(AcceptFailures(guard, loop.get_exception_handler()))
@@ -432,11 +462,11 @@ def make_server(
             if self.started and on_start is not None:
                 on_start()
 
-        async def shutdown(self, sockets: Any = None) -> None:
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
             await super().shutdown(sockets=sockets)
             logging.getLogger("uvicorn.error").removeFilter(count_invalid)
             guard.flush()
 
     server = Server(config)
-    server.guard = guard  # type: ignore[attr-defined]
+    server.guard = guard
     return server

@@ -23,12 +23,15 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.agent.tools.write import WriteLimits
 from kbcli.errors import ConfigError, InvalidOptionError
 from kbcli.filters.model import canonical_paths, validate_filter
 from kbcli.filters.syntax import parse_filter_expressions
+
+if TYPE_CHECKING:  # starlette comes with the mcp and ui extras; nothing here imports it
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MIN_TOKEN_CHARS = 16
 MAX_NAME_CHARS = 64  # a token's name: in the audit file and on every note it writes
@@ -54,6 +57,7 @@ class Identity:
 
 
 def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
+    """The scope of an entry's ``filter:`` (``value``: whatever the YAML held), checked."""
     if value is None or value == [] or value == "":
         # "filter:" with the value forgotten must not mean "everything".
         raise ConfigError(f"{where}: filter is empty (write filter: {{}} for the whole index)")
@@ -68,6 +72,7 @@ def _scope_from(value: Any, where: str) -> dict[str, Any] | None:
 
 
 def _limits_from(value: Any, where: str) -> WriteLimits:
+    """An entry's ``write_limits:`` (``value``: whatever the YAML held), checked."""
     if not isinstance(value, dict) or not value:
         raise ConfigError(
             f"{where}: write_limits must be a mapping such as {{notes_per_minute: 10}}"
@@ -132,8 +137,6 @@ def load_tokens(path: str | os.PathLike[str]) -> dict[str, Identity]:
     return tokens
 
 
-
-
 class BearerTokens:
     """ASGI middleware: every HTTP request needs ``Authorization: Bearer <known token>``.
 
@@ -142,16 +145,16 @@ class BearerTokens:
     empty body before the app sees it. Tokens are compared in constant time.
     """
 
-    def __init__(self, app: Any, tokens: dict[str, Identity], audit: RefusalLog | None = None):
+    def __init__(self, app: ASGIApp, tokens: dict[str, Identity], audit: RefusalLog | None = None):
         self.app = app
         self.audit = audit
         self._tokens = [(token.encode(), identity) for token, identity in tokens.items()]
 
-    def _at_shutdown(self, receive: Any) -> Any:
+    def _at_shutdown(self, receive: Receive) -> Receive:
         """``receive`` of the lifespan, writing the audit's last summary of refused requests
         when the server shuts down (uvicorn then re-raises SIGTERM: no later code runs)."""
 
-        async def receiving() -> Any:
+        async def receiving() -> Message:
             message = await receive()
             if message.get("type") == "lifespan.shutdown" and self.audit is not None:
                 self.audit.summarise()
@@ -165,7 +168,7 @@ class BearerTokens:
             return None
         return compare_token(header[7:].strip(), self._tokens)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # not part of streamable HTTP
             await send({"type": "websocket.close", "code": 1008})
             return

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol, TypeVar
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.protocols import (
@@ -11,10 +11,12 @@ from kbcli.protocols import (
     DocumentWriter,
     EmbeddingCache,
     FileLedger,
+    FreshnessReads,
     KeywordIndex,
     VectorStoreProtocol,
+    VectorWriter,
 )
-from kbcli.types import Document
+from kbcli.types import Document, SearchResult
 
 
 class KeywordStore(DocumentCatalog, KeywordIndex, Protocol):
@@ -32,6 +34,20 @@ class CacheStore(DocumentCatalog, EmbeddingCache, Protocol):
 
 class SearchStore(DocumentCatalog, VectorStoreProtocol, Protocol):
     """A store the filter and route suites run on: a catalog that searches by vector."""
+
+
+class FreshnessStore(LedgerStore, FreshnessReads, VectorWriter, Protocol):
+    """A store the freshness suite runs on: a ledger that answers the freshness reads and
+    gives chunks their vectors alone."""
+
+
+class Closable(Protocol):
+    """Anything :func:`reopener` can close: a store, an index."""
+
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Closable)
 
 
 class FullStore(SearchStore, KeywordIndex, FileLedger, EmbeddingCache, Protocol):
@@ -65,9 +81,9 @@ def fill(
     return store.add(make_docs(rows), [list(vec) for _, _, _, vec in rows])
 
 
-def ids(docs: Any) -> list[str]:
+def ids(docs: Iterable[Document | SearchResult]) -> list[str]:
     """The ids of documents or search results, in order."""
-    return [getattr(d, "document", d).id for d in docs]
+    return [(d.document if isinstance(d, SearchResult) else d).id for d in docs]
 
 
 class Boom(Exception):
@@ -104,13 +120,13 @@ class TableEmbedder:
         return self._embed(text)
 
 
-def reopener(store: Any, open_again: Callable[[Any], Any]) -> Iterator[Callable[[], Any]]:
+def reopener(store: S, open_again: Callable[[S], S]) -> Iterator[Callable[[], S]]:
     """The body of a ``reopen`` fixture: yields a callable that closes the store it last
     returned (at first ``store``) and returns ``open_again(closed_store)``; the last one is
     closed at teardown. Use as ``yield from reopener(store, lambda old: MyStore(old.path))``."""
     current = [store]
 
-    def swap() -> Any:
+    def swap() -> S:
         current[-1].close()
         current.append(open_again(current[-1]))
         return current[-1]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from kbcli.errors import FilterError
-from kbcli.protocols import KeywordIndex, supports
+from kbcli.protocols import DocumentWriter, KeywordIndex, supports
 from kbcli.testing._common import Boom, KeywordStore, ids
+from kbcli.text.analysis import Analyzer
 from kbcli.types import Document
 
 FRUIT = [
@@ -61,7 +61,7 @@ def _idf(n: int, df: int) -> float:
 
 
 def expected_scores(
-    docs: list[Document], analyzer: Any, query: str, k1: float, b: float, weight: float
+    docs: list[Document], analyzer: Analyzer, query: str, k1: float, b: float, weight: float
 ) -> dict[str, float]:
     """Plain-Python BM25 with source context for ``docs`` (no heading, no filter)."""
     terms = {d.id: Counter(analyzer.terms(d.text)) for d in docs}
@@ -91,7 +91,7 @@ def expected_scores(
 class KeywordIndexContract:
     """Ranking, k, filters, source context, explain and upkeep of a keyword index."""
 
-    def fill(self, store: Any, docs: list[Document] = FRUIT) -> None:
+    def fill(self, store: DocumentWriter, docs: list[Document] = FRUIT) -> None:
         store.add([Document(d.id, d.text, dict(d.metadata)) for d in docs])
 
     def test_is_a_keyword_index(self, store: KeywordStore) -> None:

@@ -10,6 +10,7 @@ writes to the index.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -116,7 +117,7 @@ def utf16(text: str, index: int) -> int:
     return index + sum(1 for char in text[:index] if ord(char) > 0xFFFF)
 
 
-def chunk_json(hit: Hit, pattern: Any) -> dict[str, Any]:
+def chunk_json(hit: Hit, pattern: re.Pattern[str] | None) -> dict[str, Any]:
     """Where one chunk is, its score and its snippet (the lines ``kb search`` shows, joined by
     newlines, and their line numbers) with the query's terms as ``[start, end)`` spans inside
     it, in UTF-16 code units (``snippet.slice(start, end)`` in the page)."""
@@ -141,7 +142,7 @@ def chunk_json(hit: Hit, pattern: Any) -> dict[str, Any]:
 
 
 def hit_json(
-    rank: int, hit: Hit, pattern: Any, explain: bool, others: Sequence[Hit] = ()
+    rank: int, hit: Hit, pattern: re.Pattern[str] | None, explain: bool, others: Sequence[Hit] = ()
 ) -> dict[str, Any]:
     """One hit as the page shows it: :func:`chunk_json` of its (best) chunk, its file, how
     many of the file's chunks matched and ``chunks``, the file's other matching chunks (at
@@ -262,7 +263,7 @@ def _in_order(docs: list[Document]) -> list[Document]:
     )
 
 
-def _whole(value: Any) -> int:
+def _whole(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 

@@ -29,13 +29,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbcli.agent.get import LinesCache
 from kbcli.protocols import ChatModelProtocol
 from kbcli.serve.tokens import IDENTITY_KEY, Identity, compare_token
 from kbcli.ui import api
 from kbcli.views import KnowledgeView, Reader, as_view
+
+if TYPE_CHECKING:  # starlette is imported when kb ui serves
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+T = TypeVar("T")
 
 ASSETS = Path(__file__).parent / "assets"
 ASSET_TYPES = {
@@ -144,14 +151,14 @@ def _origin(value: bytes) -> str:
     return origin
 
 
-def _header(scope: dict[str, Any], name: bytes) -> bytes | None:
+def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers") or ():
         if key.lower() == name:
             return bytes(value)
     return None
 
 
-def _token_of(scope: dict[str, Any]) -> tuple[bytes | None, str]:
+def _token_of(scope: Scope) -> tuple[bytes | None, str]:
     """The token a request presents and where: ``Authorization: Bearer T`` (``header``), else
     ``?token=T`` (``query``)."""
     header = _header(scope, b"authorization")
@@ -162,7 +169,7 @@ def _token_of(scope: dict[str, Any]) -> tuple[bytes | None, str]:
     return (values[-1].encode("utf-8", "replace") if values else None), "query"
 
 
-async def _refuse(send: Callable[..., Any], status: int, message: str, api: bool) -> None:
+async def _refuse(send: Send, status: int, message: str, api: bool) -> None:
     if api:
         body = json.dumps({"error": message}).encode()
         kind = b"application/json"
@@ -187,12 +194,12 @@ class Gate:
     """ASGI middleware: the Host, Origin and token checks of the module docstring, and the
     security headers on every answer."""
 
-    def __init__(self, app: Any, settings: Settings):
+    def __init__(self, app: ASGIApp, settings: Settings):
         self.app = app
         self.settings = settings
         self._tokens = [(token.encode(), identity) for token, identity in settings.tokens.items()]
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
@@ -223,7 +230,7 @@ class Gate:
             await _refuse(send, 403, "unknown token: open the address kb ui printed", is_api)
             return
 
-        async def with_headers(message: dict[str, Any]) -> None:
+        async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {key.lower() for key, _ in message.get("headers") or ()}
                 extra = [(k, v) for k, v in SECURITY_HEADERS if k not in names]
@@ -265,7 +272,7 @@ class UI:
             self._views[key] = self.base.scoped(identity.filter)
         return self._views[key]
 
-    async def run(self, work: Callable[[], Any], pool: ThreadPoolExecutor | None = None) -> Any:
+    async def run(self, work: Callable[[], T], pool: ThreadPoolExecutor | None = None) -> T:
         """``work()`` in a worker thread (of ``pool``, default the searches'), under
         :data:`DEADLINE`; :class:`api.ApiError` 503 when :data:`MAX_PENDING` requests already
         wait."""
@@ -288,14 +295,14 @@ class UI:
 
     # --- routes -------------------------------------------------------------------------------
 
-    async def index(self, request: Any) -> Any:
+    async def index(self, request: Request) -> Response:
         from starlette.responses import HTMLResponse
 
         page = (ASSETS / "index.html").read_text(encoding="utf-8")
         token = urllib.parse.quote(request.scope.get("kbcli.token", ""), safe="")
         return HTMLResponse(page.replace(TOKEN_MARK, html.escape(token, quote=True)))
 
-    async def asset(self, request: Any) -> Any:
+    async def asset(self, request: Request) -> Response:
         from starlette.responses import PlainTextResponse, Response
 
         name = str(request.path_params.get("name", ""))
@@ -305,21 +312,21 @@ class UI:
             return PlainTextResponse("404: no such asset\n", status_code=404)
         return Response(file.read_bytes(), media_type=kind)
 
-    async def api_search(self, request: Any) -> Any:
+    async def api_search(self, request: Request) -> Response:
         view = self.view_for(request.scope[IDENTITY_KEY])
         params = _params(request)
         return await self._answer(lambda: api.search(view, params), timed=True)
 
-    async def api_document(self, request: Any) -> Any:
+    async def api_document(self, request: Request) -> Response:
         view = self.view_for(request.scope[IDENTITY_KEY])
         params = _params(request)
         return await self._answer(lambda: api.document(view, params, self.lines))
 
-    async def api_status(self, request: Any) -> Any:
+    async def api_status(self, request: Request) -> Response:
         view = self.view_for(request.scope[IDENTITY_KEY])
         return await self._answer(lambda: api.status(view, self.chat))
 
-    async def api_ask(self, request: Any) -> Any:
+    async def api_ask(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
 
         if request.scope.get("kbcli.token_from") != "header":
@@ -337,8 +344,11 @@ class UI:
         return await self._answer(lambda: api.ask(view, body, self.chat), pool=self.ask_pool)
 
     async def _answer(
-        self, work: Callable[[], Any], timed: bool = False, pool: ThreadPoolExecutor | None = None
-    ) -> Any:
+        self,
+        work: Callable[[], dict[str, Any]],
+        timed: bool = False,
+        pool: ThreadPoolExecutor | None = None,
+    ) -> Response:
         from starlette.responses import JSONResponse
 
         started = time.perf_counter()
@@ -350,7 +360,7 @@ class UI:
         headers = {"server-timing": f"app;dur={took:.2f}"} if timed else None
         return JSONResponse(data, headers=headers)
 
-    def app(self, settings: Settings) -> Any:
+    def app(self, settings: Settings) -> Gate:
         """The ASGI app: these routes behind :class:`Gate`."""
         from starlette.applications import Starlette
         from starlette.routing import Route
@@ -366,7 +376,7 @@ class UI:
         return Gate(Starlette(routes=routes), settings)
 
 
-async def _read_body(request: Any, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int) -> bytes:
     """The request's body, at most ``limit`` bytes (:class:`api.ApiError` 413 beyond: a
     declared length is refused before anything is read, a longer stream as it arrives)."""
     declared = request.headers.get("content-length")
@@ -380,7 +390,7 @@ async def _read_body(request: Any, limit: int) -> bytes:
     return bytes(body)
 
 
-def _params(request: Any) -> dict[str, list[str]]:
+def _params(request: Request) -> dict[str, list[str]]:
     """The query string as ``name -> values`` (the token left out)."""
     out: dict[str, list[str]] = {}
     for key, value in request.query_params.multi_items():

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from kbcli.agent.tools.base import ToolResult
 from kbcli.errors import ConfigError, StoreError
 
 QUERY_KEYS = ("query", "input")  # arguments whose text is the caller's question
@@ -112,7 +113,7 @@ class AuditLog:
         self._summariser.start()
 
     def call(
-        self, who: str, tool: str, arguments: dict[str, Any], result: Any, elapsed_ms: float
+        self, who: str, tool: str, arguments: dict[str, Any], result: ToolResult, elapsed_ms: float
     ) -> None:
         """Record one tool call and its ``result`` (a :class:`~kbcli.agent.tools.read.ToolResult`);
         raises StoreError when the line cannot be written."""
@@ -122,8 +123,8 @@ class AuditLog:
             "tool": str(tool)[:MAX_KEY_CHARS],
             "arguments": argument_sizes(arguments),
             "filter_keys": filter_keys(arguments.get("filter")),
-            "ids": [str(c.id)[:MAX_ID_CHARS] for c in getattr(result, "citations", [])][:MAX_IDS],
-            "refused": bool(getattr(result, "is_error", False)),
+            "ids": [str(c.id)[:MAX_ID_CHARS] for c in result.citations][:MAX_IDS],
+            "refused": result.is_error,
             "ms": round(elapsed_ms, 1),
         }
         if len(arguments) > MAX_KEYS:

@@ -53,12 +53,12 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli import __version__
 from kbcli.agent.mcp.audit import AuditLog
 from kbcli.agent.tools.base import KnowledgeTool, ToolResult
-from kbcli.agent.tools.read import knowledge_tools
+from kbcli.agent.tools.read import SearchToolOptions, knowledge_tools
 from kbcli.agent.tools.status import KnowledgeStatusTool
 from kbcli.agent.tools.write import NoteWriter, WriteLimits
 from kbcli.errors import KBError, require
@@ -67,6 +67,18 @@ from kbcli.search.freshness import index_watermark
 from kbcli.serve.limits import Limits, address, serve
 from kbcli.serve.tokens import IDENTITY_KEY, BearerTokens, Identity
 from kbcli.views import Source
+
+if TYPE_CHECKING:  # mcp is imported when kb mcp serves (see the module docstring)
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.lowlevel import Server
+    from mcp.types import (
+        CallToolRequestParams,
+        CallToolResult,
+        ListToolsResult,
+        PaginatedRequestParams,
+    )
+    from starlette.types import ASGIApp
+    from typing_extensions import Unpack
 
 SERVER_NAME = "kbcli"
 
@@ -97,7 +109,7 @@ class KnowledgeMCP:
         allow_write: bool = False,
         audit: AuditLog | None = None,
         write_limits: WriteLimits | None = None,
-        **search_options: Any,
+        **search_options: Unpack[SearchToolOptions],
     ):
         self.kb = kb
         self.base = ScopedKnowledgeBase(kb, filter)
@@ -132,14 +144,14 @@ class KnowledgeMCP:
             self._tools[key] = {tool.name: tool for tool in tools}
         return self._tools[key]
 
-    def server(self, *, http: bool = False) -> Any:
+    def server(self, *, http: bool = False) -> Server:
         """An SDK low-level ``Server`` serving the tools (``http``: scope per bearer token)."""
         require("mcp", extra="mcp", feature="kb mcp")
         import anyio
         import mcp.types as types
         from mcp.server.lowlevel import Server
 
-        def identity_of(ctx: Any) -> Identity | None:
+        def identity_of(ctx: ServerRequestContext) -> Identity | None:
             if not http:
                 return None
             request = getattr(ctx, "request", None)
@@ -148,12 +160,14 @@ class KnowledgeMCP:
                 raise PermissionError("no authenticated identity on this request")
             return identity
 
-        def error(text: str) -> Any:
+        def error(text: str) -> CallToolResult:
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=text)], is_error=True
             )
 
-        async def list_tools(ctx: Any, params: Any) -> Any:
+        async def list_tools(
+            ctx: ServerRequestContext, params: PaginatedRequestParams | None
+        ) -> ListToolsResult:
             tools = self.tools_for(identity_of(ctx))
             return types.ListToolsResult(
                 tools=[
@@ -164,7 +178,9 @@ class KnowledgeMCP:
                 ]
             )
 
-        async def call_tool(ctx: Any, params: Any) -> Any:
+        async def call_tool(
+            ctx: ServerRequestContext, params: CallToolRequestParams
+        ) -> CallToolResult:
             try:
                 identity = identity_of(ctx)
                 tools = self.tools_for(identity)
@@ -239,7 +255,7 @@ class KnowledgeMCP:
             # quietly on, rather than the task group's traceback
             raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE)) from None
 
-    def http_app(self, tokens: dict[str, Identity], host: str = "127.0.0.1") -> Any:
+    def http_app(self, tokens: dict[str, Identity], host: str = "127.0.0.1") -> ASGIApp:
         """The streamable HTTP ASGI app at ``/mcp``, behind the bearer-token check."""
         server = self.server(http=True)
         app = server.streamable_http_app(

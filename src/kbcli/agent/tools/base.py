@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from kbcli.errors import InvalidOptionError, KBError
 from kbcli.search.freshness import state_words
@@ -37,7 +37,7 @@ class Citation:
     id: str
     text: str
     source: str | None = None
-    page: Any = None
+    page: Any = None  # the chunk's metadata value: an int from the loaders, else as given
     heading: str | None = None
     score: float | None = None
     line: int | None = None
@@ -147,7 +147,7 @@ class ToolResult:
     is_error: bool = False
 
 
-def _line_number(value: Any) -> bool:
+def _line_number(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
@@ -161,7 +161,7 @@ def reader_of(view: Reader) -> KnowledgeView:
     return as_view(view)
 
 
-def whole_number(name: str, value: Any, low: int, high: int) -> int:
+def whole_number(name: str, value: object, low: int, high: int) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -171,7 +171,7 @@ def whole_number(name: str, value: Any, low: int, high: int) -> int:
     return value
 
 
-def text_argument(name: str, value: Any, limit: int) -> str:
+def text_argument(name: str, value: object, limit: int) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ToolArgumentError(f"{name} must be a non-empty string, got {value!r}"[:200])
     if len(value) > limit:

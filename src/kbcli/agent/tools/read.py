@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from kbcli.agent.get import (
     SHARED,
@@ -61,6 +61,9 @@ from kbcli.search.pipeline import RAGPipeline
 from kbcli.types import STALE_POLICIES, SearchOptions, SearchResult, normalize_mode
 from kbcli.views import Reader
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 NO_RESULTS = "No relevant knowledge found."
 # Empty answers with the caller's filter to blame (``where``: "under '/docs/'", "at '/a.md'"):
 NO_SOURCE = (
@@ -85,6 +88,17 @@ MAX_LINES = 2000  # lines of a file per knowledge_get answer
 MAX_CHARS = 100_000  # about this many characters per knowledge_get answer
 LINE_WIDTH = 2000  # a longer line is cut (with CUT), never wrapped: its number stays the file's
 CUT = " [... {count} more characters cut]"
+
+
+class SearchToolOptions(TypedDict, total=False):
+    """The keyword options of :class:`KnowledgeSearchTool`, as :func:`knowledge_tools` and
+    ``kb mcp`` pass them on."""
+
+    default_k: int
+    default_mode: str
+    access_filter: dict[str, Any] | None
+    max_k: int
+    max_query_chars: int
 
 
 class KnowledgeSearchTool(KnowledgeTool):
@@ -534,7 +548,7 @@ def knowledge_tools(
     *,
     allow_write: bool = False,
     writer: NoteWriter | None = None,
-    **search_options: Any,
+    **search_options: Unpack[SearchToolOptions],
 ) -> list[KnowledgeTool]:
     """``[knowledge_search, knowledge_get, knowledge_stats]`` over ``kb`` (a knowledge base or
     a scoped view), narrowed to ``filter`` when given; with ``allow_write`` (an explicit

@@ -17,7 +17,7 @@ from kbcli.errors import InvalidOptionError
 from kbcli.ingest.files import limit_bytes
 from kbcli.ingest.status import IndexStatus, database_file, index_status, scope_status
 from kbcli.ingest.watch_marker import watch_running
-from kbcli.protocols import DocumentCatalog, FileLedger, supports
+from kbcli.protocols import DocumentCatalog, DocumentReader, FileLedger, supports
 from kbcli.search.freshness import index_watermark
 from kbcli.views import KnowledgeView, Reader
 
@@ -99,7 +99,7 @@ class KnowledgeStatusTool(KnowledgeTool):
         return ToolResult("\n".join(lines))
 
 
-def _in_scope(store: Any, view: KnowledgeView) -> tuple[set[str], int]:
+def _in_scope(store: DocumentReader, view: KnowledgeView) -> tuple[set[str], int]:
     """The sources with chunks in ``view``'s scope, and how many of its chunks have no
     vector (one pass over the scope, as ``knowledge_stats`` makes)."""
     sources: set[str] = set()
