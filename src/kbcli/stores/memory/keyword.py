@@ -72,7 +72,7 @@ class MemoryKeywordIndex:
             )
             self.apply(change)
 
-    def _source_postings(self, src: int, term: Any) -> int:
+    def _source_postings(self, src: int, term: str) -> int:
         return self.source_terms.get(src, Counter())[term]
 
     def apply(self, change: PostingsChange) -> None:
