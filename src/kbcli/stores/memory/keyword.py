@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kbcli.text.analysis import Analyzer, keyword_counts
 from kbcli.text.bm25 import (

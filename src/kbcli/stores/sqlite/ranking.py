@@ -210,7 +210,9 @@ class PackedRanking:
         found: Scope = self._filters[key]
         return found
 
-    def _full_mask(self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]) -> np.ndarray:
+    def _full_mask(
+        self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]
+    ) -> np.ndarray:
         """The live slots passing ``filter``, over the whole index (the allowed rowids)."""
         import numpy as np
 
