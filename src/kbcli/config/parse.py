@@ -457,7 +457,7 @@ MAX_ANSWER_MB = 100.0  # a bigger cap is a typo: the reply is held in memory up 
 EVIDENCE_UNITS = {"chars": "chars", "characters": "chars", "tokens": "tokens"}
 
 
-def parse_evidence_budget(value: Any) -> tuple[int, str] | None:
+def parse_evidence_budget(value: object) -> tuple[int, str] | None:
     """``6000`` or ``"6000 chars"`` -> ``(6000, "chars")``; ``"1500 tokens"`` ->
     ``(1500, "tokens")``; None when ``value`` is neither (or not positive)."""
     if isinstance(value, bool):

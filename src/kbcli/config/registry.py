@@ -192,7 +192,7 @@ def load_class(
         raise InvalidOptionError(
             f"Cannot import module {module_name!r} for {kind} {name!r}: {exc}"
         ) from None
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -102,7 +102,7 @@ def setting_value(config: Config, key: str) -> Any:
     section, _, name = key.partition(".")
     if section == "store" and name != "backend":
         return config.store.settings.get(name)
-    node: Any = config
+    node: object = config
     for part in key.split("."):
         node = getattr(node, part)
     return node
