@@ -33,6 +33,7 @@ class E5Model(Protocol):
 
     def query(self, texts: str | list[str]) -> NDArray[np.float32]: ...
 
+
 MODEL_NAME = "multilingual-e5-small"
 INSTALL_EXTRA = "multilingual"
 _LOCK = threading.Lock()

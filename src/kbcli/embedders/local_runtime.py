@@ -272,7 +272,8 @@ class OnnxModel:
 
     def encode(self, texts: list[str], batch_size: int = 32) -> NDArray[np.float32]:
         """Normalised float32 vectors, one row per text, in the order of ``texts``."""
-        import numpy as np  # loaded with the model: a name, for the types
+        import numpy as np  # already loaded with the model; imported here for its types
+
         if len(texts) == 1 and not self._sessions and self._singles < QUERY_RUNS:
             self._singles += 1
             session = self.query_session()
@@ -307,7 +308,8 @@ class OnnxModel:
     def _run(
         self, encodings: Sequence[Encoded], width: int, session: _Session | None = None
     ) -> NDArray[np.float32]:
-        import numpy as np  # loaded with the model: a name, for the types
+        import numpy as np  # already loaded with the model; imported here for its types
+
         session = session if session is not None else self.session
         ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)

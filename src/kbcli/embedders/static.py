@@ -63,9 +63,7 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def sif_weights(
-    vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT
-) -> NDArray[np.float32]:
+def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> NDArray[np.float32]:
     """``a / (a + p(rank))`` per token id, with ``p`` a Zipf distribution over frequency ranks:
     frequent tokens count little, rare ones fully. BERT's WordPiece vocabulary lists special
     tokens, then single characters, then words and pieces in frequency order: a word's rank is
