@@ -22,7 +22,7 @@ import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kbcli.embedders.base import BaseEmbedder
 from kbcli.embedders.local import default_model_files, load_model
@@ -32,6 +32,8 @@ if TYPE_CHECKING:  # numpy and tokenizers are imported when the embedder is buil
     import numpy as np
     from numpy.typing import NDArray
     from tokenizers import Tokenizer
+
+    from kbcli.embedders.local_runtime import OnnxModel
 
     Table = NDArray[np.float32]  # a row of dims per token id
 
@@ -85,7 +87,7 @@ def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> 
 
 
 def distill(
-    runtime: Any,  # an OnnxModel; load_model's type says "or a SentenceTransformerModel"
+    runtime: OnnxModel,
     tokenizer: Tokenizer,
     *,
     dims: int = DIMENSIONS,
