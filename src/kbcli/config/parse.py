@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import fields, replace
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from kbcli.config.registry import CHAT_MODELS, RERANKERS, is_class_path
@@ -79,7 +80,7 @@ def parse_yaml(raw: bytes, file: Path) -> dict[str, Any]:
     return data
 
 
-def _load_yaml(yaml: Any, text: str) -> Any:
+def _load_yaml(yaml: ModuleType, text: str) -> Any:
     """``yaml.safe_load(text)``, parsed by libyaml when PyYAML has it (about ten times faster
     on a commented file). An error is the pure-Python loader's own, so that its line number is
     the same with or without libyaml (they differ at an unclosed bracket at the end of a file).
@@ -456,7 +457,7 @@ MAX_ANSWER_MB = 100.0  # a bigger cap is a typo: the reply is held in memory up 
 EVIDENCE_UNITS = {"chars": "chars", "characters": "chars", "tokens": "tokens"}
 
 
-def parse_evidence_budget(value: Any) -> tuple[int, str] | None:
+def parse_evidence_budget(value: object) -> tuple[int, str] | None:
     """``6000`` or ``"6000 chars"`` -> ``(6000, "chars")``; ``"1500 tokens"`` ->
     ``(1500, "tokens")``; None when ``value`` is neither (or not positive)."""
     if isinstance(value, bool):

@@ -165,7 +165,7 @@ def choices(registry: Mapping[str, str]) -> str:
 
 def load_class(
     name: str, registry: Mapping[str, str] = EMBEDDERS, *, kind: str = "embedder"
-) -> Any:
+) -> type[Any]:
     """The class registered as ``name`` in ``registry``, or at the path ``"package.module:Class"``.
 
     Raises :class:`InvalidOptionError` for an unknown name, a path that cannot be imported, or
@@ -192,7 +192,7 @@ def load_class(
         raise InvalidOptionError(
             f"Cannot import module {module_name!r} for {kind} {name!r}: {exc}"
         ) from None
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -201,13 +201,12 @@ def load_class(
                 f"Module {module_name!r} has no {attr!r} (for {kind} {name!r})"
             ) from None
     setting = SETTINGS.get(kind)
-    check_class(obj, kind, f"{name!r} ({setting})" if setting else f"{kind} {name!r}")
-    return obj
+    return check_class(obj, kind, f"{name!r} ({setting})" if setting else f"{kind} {name!r}")
 
 
-def check_class(obj: Any, kind: str, what: str) -> None:
-    """Raise :class:`InvalidOptionError` unless ``obj`` is a class implementing the protocol of
-    ``kind`` (:data:`PROTOCOLS`); ``what`` names it in the message. Nothing is called."""
+def check_class(obj: object, kind: str, what: str) -> type[Any]:
+    """``obj``, a class implementing the protocol of ``kind`` (:data:`PROTOCOLS`); else raise
+    :class:`InvalidOptionError`, ``what`` naming it in the message. Nothing is called."""
     import inspect
 
     # lazy: a circle: protocols -> stores.capabilities runs stores/__init__, which imports us
@@ -230,13 +229,14 @@ def check_class(obj: Any, kind: str, what: str) -> None:
             f"{what} is not a {kind}: the class lacks the methods of {needed}; name a class "
             f"that implements kbcli.protocols.{names[0]}"
         )
+    return obj
 
 
-def load_embedder_class(name: str) -> Any:
+def load_embedder_class(name: str) -> type[Any]:
     """The embedder class for a registered name or a ``"package.module:Class"`` path."""
     return load_class(name, EMBEDDERS, kind="embedder")
 
 
-def load_reranker_class(name: str) -> Any:
+def load_reranker_class(name: str) -> type[Any]:
     """The reranker class for a registered name or a ``"package.module:Class"`` path."""
     return load_class(name, RERANKERS, kind="reranker")

@@ -78,7 +78,7 @@ def trust_row(config: Config, found: str | None, raw: bytes) -> dict[str, str]:
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> bool:
-    node: Any = data
+    node: object = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node or node[part] is None:
             return False

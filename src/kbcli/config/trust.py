@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbcli.config.parse import read_file
 from kbcli.config.registry import is_class_path
@@ -102,13 +102,13 @@ def setting_value(config: Config, key: str) -> Any:
     section, _, name = key.partition(".")
     if section == "store" and name != "backend":
         return config.store.settings.get(name)
-    node: Any = config
+    node: object = config
     for part in key.split("."):
         node = getattr(node, part)
     return node
 
 
-def _set(found: Any) -> bool:
+def _set(found: object) -> bool:
     return found is not None and bool(str(found).strip())
 
 
@@ -350,7 +350,10 @@ def revoke(path: Path) -> bool:
     return _update(lambda files: files.pop(key(path), None)) is not None
 
 
-def _update(change: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _update(change: Callable[[dict[str, dict[str, Any]]], _T]) -> _T:
     """Apply ``change(files)`` to the records under a lock and write them atomically."""
     path = trust_file()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,8 @@ class APIEmbedder(BaseEmbedder):
         return given
 
     def _make_client(self) -> Any:
-        """A new SDK client with its own retries off (ours are :mod:`kbcli.providers.retry`)."""
+        """A new SDK client with its own retries off (ours are :mod:`kbcli.providers.retry`).
+        ``Any``: each subclass's SDK (openai, google-genai: optional packages) has its own."""
         raise NotImplementedError
 
     def _classify(self, exc: BaseException) -> Failure | None:

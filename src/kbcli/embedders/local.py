@@ -38,7 +38,7 @@ import importlib.util
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from kbcli.embedders.base import BaseEmbedder
 from kbcli.embedders.local_runtime import OnnxModel, SentenceTransformerModel, available_cpus
@@ -223,6 +223,26 @@ def _plan(model: str | None, backend: str) -> tuple[str, str, dict[str, Any]]:
     if model.startswith((".", "/", "~")) or Path(model).is_absolute():
         raise EmbedderError(f"Local model folder {model} does not exist")
     return model, "sentence-transformers", {"name_or_path": model}
+
+
+@overload
+def load_model(
+    model: str | None,
+    backend: Literal["onnx"],
+    device: str = ...,
+    threads: int | None = ...,
+    max_tokens: int | None = ...,
+) -> OnnxModel: ...  # the onnx backend is asked for: an ONNX model (or an error)
+
+
+@overload
+def load_model(
+    model: str | None = ...,
+    backend: str = ...,
+    device: str = ...,
+    threads: int | None = ...,
+    max_tokens: int | None = ...,
+) -> OnnxModel | SentenceTransformerModel: ...
 
 
 def load_model(

@@ -9,12 +9,16 @@ import functools
 import mmap
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.embedders.onnx_graph import gather_first
 from kbcli.errors import EmbedderError, require
+
+if TYPE_CHECKING:  # numpy is imported when a model loads
+    import numpy as np
+    from numpy.typing import NDArray
 
 # Padded tokens per ONNX run: small runs of similar length waste the least on padding and ran
 # fastest here (2-core AMD EPYC: 32 texts of 77 tokens on average, 99 chunks per CPU-second in
@@ -75,6 +79,38 @@ def fit_threads(cpus: int, load: float, own: float = 0.0) -> int:
     return threads
 
 
+class Encoded(Protocol):
+    """One tokenised text: a ``tokenizers.Encoding``, or a stand-in with the same two fields."""
+
+    @property
+    def ids(self) -> list[int]: ...
+
+    @property
+    def type_ids(self) -> list[int]: ...
+
+
+class _NodeArg(Protocol):
+    """An input or output of an onnxruntime session (onnxruntime ships no types)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> Sequence[int | str | None]: ...
+
+
+class _Session(Protocol):
+    """What kbcli calls on an ``onnxruntime.InferenceSession``."""
+
+    def get_inputs(self) -> list[_NodeArg]: ...
+
+    def get_outputs(self) -> list[_NodeArg]: ...
+
+    def run(
+        self, output_names: list[str], input_feed: dict[str, NDArray[np.int64]]
+    ) -> list[NDArray[np.float32]]: ...
+
+
 class OnnxModel:
     """A transformer encoder run by onnxruntime: tokenise, run, mean-pool, normalise.
 
@@ -132,15 +168,15 @@ class OnnxModel:
             self._providers.insert(0, "CUDAExecutionProvider")
         self.adaptive = not threads
         self.threads = threads or default_threads()
-        self._sessions: dict[int, Any] = {}
-        self._query: Any = None
+        self._sessions: dict[int, _Session] = {}
+        self._query: _Session | None = None
         self._singles = 0
         self._fitted = (time.monotonic(), time.process_time())
         self._inputs: set[str] | None = None
         self._output = ""
         self._dimension = dimension
 
-    def _load(self, options: Any) -> Any:
+    def _load(self, options: Any) -> _Session:  # options: an onnxruntime.SessionOptions
         """A session over the model, its word-embedding lookup rewritten where it can be."""
         rewritten = None
         try:
@@ -150,7 +186,7 @@ class OnnxModel:
         except (OSError, ValueError):  # unreadable or empty: onnxruntime says what is wrong
             pass
         model: str | bytes = rewritten if rewritten is not None else str(self._onnx_path)
-        session = self._ort.InferenceSession(model, options, providers=self._providers)
+        session: _Session = self._ort.InferenceSession(model, options, providers=self._providers)
         if self._inputs is None:
             self._inputs = {i.name for i in session.get_inputs()}
             outputs = session.get_outputs()
@@ -161,7 +197,7 @@ class OnnxModel:
                 self._dimension = shape[-1]
         return session
 
-    def _options(self, threads: int, optimise: bool) -> Any:
+    def _options(self, threads: int, optimise: bool) -> Any:  # onnxruntime has no types
         ort = self._ort
         options = ort.SessionOptions()
         options.log_severity_level = 3
@@ -179,7 +215,7 @@ class OnnxModel:
             options.enable_cpu_mem_arena = False  # one run: an arena only keeps its peak
         return options
 
-    def _session(self, threads: int) -> Any:
+    def _session(self, threads: int) -> _Session:
         session = self._sessions.get(threads)
         if session is None:
             session = self._sessions[threads] = self._load(self._options(threads, True))
@@ -187,11 +223,11 @@ class OnnxModel:
         return session
 
     @property
-    def session(self) -> Any:
+    def session(self) -> _Session:
         """The batch session of the current thread count (built now if needed)."""
         return self._session(self.threads)
 
-    def query_session(self) -> Any:
+    def query_session(self) -> _Session:
         """The session for single texts (see the class docstring)."""
         if self._sessions:
             return self.session
@@ -234,9 +270,10 @@ class OnnxModel:
         self.threads = fit_threads(available_cpus(), load_average(), own)
         self._fitted = (wall, cpu)
 
-    def encode(self, texts: list[str], batch_size: int = 32) -> Any:
+    def encode(self, texts: list[str], batch_size: int = 32) -> NDArray[np.float32]:
         """Normalised float32 vectors, one row per text, in the order of ``texts``."""
-        np = self._np
+        import numpy as np  # already loaded with the model; imported here for its types
+
         if len(texts) == 1 and not self._sessions and self._singles < QUERY_RUNS:
             self._singles += 1
             session = self.query_session()
@@ -246,7 +283,7 @@ class OnnxModel:
         encodings = self._encode_batch(list(texts))
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         order = np.argsort(lengths, kind="stable")
-        out: Any = None
+        out: NDArray[np.float32] | None = None
         start = 0
         while start < len(order):
             # Shortest first, so the next text sets the width: grow the batch while it stays
@@ -268,8 +305,11 @@ class OnnxModel:
             return np.zeros((0, self.dimension or 0), dtype=np.float32)
         return out
 
-    def _run(self, encodings: list[Any], width: int, session: Any = None) -> Any:
-        np = self._np
+    def _run(
+        self, encodings: Sequence[Encoded], width: int, session: _Session | None = None
+    ) -> NDArray[np.float32]:
+        import numpy as np  # already loaded with the model; imported here for its types
+
         session = session if session is not None else self.session
         ids = np.full((len(encodings), width), self.pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)
@@ -286,7 +326,8 @@ class OnnxModel:
             weights = mask[..., None].astype(np.float32)
             out = (out * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return (out / np.clip(norms, 1e-12, None)).astype(np.float32)
+        unit: NDArray[np.float32] = (out / np.clip(norms, 1e-12, None)).astype(np.float32)
+        return unit
 
 
 class SentenceTransformerModel:
@@ -324,12 +365,13 @@ class SentenceTransformerModel:
             get_dim = self.model.get_sentence_embedding_dimension
         self.dimension = get_dim()
 
-    def encode(self, texts: list[str], batch_size: int = 32) -> Any:
+    def encode(self, texts: list[str], batch_size: int = 32) -> NDArray[np.float32]:
         """Normalised float32 vectors, one row per text."""
-        return self.model.encode(
+        vectors: NDArray[np.float32] = self.model.encode(
             texts,
             batch_size=batch_size,
             normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
+        return vectors

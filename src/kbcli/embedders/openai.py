@@ -18,6 +18,7 @@ Limits, chosen conservatively (class attributes, so a subclass may change them):
 from __future__ import annotations
 
 import logging
+from types import ModuleType
 from typing import Any
 
 from kbcli.embedders.api import APIEmbedder
@@ -34,7 +35,7 @@ logger = logging.getLogger("kbcli.embedders")
 
 
 def classify_error(
-    openai: Any, exc: BaseException, *, api_key: str | None, timeout: float
+    openai: ModuleType, exc: BaseException, *, api_key: str | None, timeout: float
 ) -> Failure | None:
     """What an exception of the ``openai`` SDK means to the retry policy (None: not the
     SDK's). Shared by every client of the SDK (embeddings, chat); the server's message is

@@ -20,12 +20,22 @@ import hashlib
 import os
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kbcli.embedders.base import BaseEmbedder
 from kbcli.embedders.local import default_model_files, load_model
 from kbcli.errors import EmbedderError, MissingDependencyError, require
+
+if TYPE_CHECKING:  # numpy and tokenizers are imported when the embedder is built
+    import numpy as np
+    from numpy.typing import NDArray
+    from tokenizers import Tokenizer
+
+    from kbcli.embedders.local_runtime import OnnxModel
+
+    Table = NDArray[np.float32]  # a row of dims per token id
 
 DIMENSIONS = 256
 SIF_COEFFICIENT = 1e-4
@@ -33,7 +43,7 @@ VERSION = 2  # of the recipe: a new one is distilled again
 DISTILL_BATCH = 512
 MODEL_NAME = "minilm-static"
 _LOCK = threading.Lock()
-_TABLES: dict[Path, Any] = {}
+_TABLES: dict[Path, Table] = {}
 
 
 class _Encoding(NamedTuple):
@@ -55,7 +65,7 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> Any:
+def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> NDArray[np.float32]:
     """``a / (a + p(rank))`` per token id, with ``p`` a Zipf distribution over frequency ranks:
     frequent tokens count little, rare ones fully. BERT's WordPiece vocabulary lists special
     tokens, then single characters, then words and pieces in frequency order: a word's rank is
@@ -72,10 +82,17 @@ def sif_weights(vocab: dict[str, int], coefficient: float = SIF_COEFFICIENT) -> 
     for token, i in vocab.items():
         if len(token) == 1 and not token.isalnum():
             weights[i] = 0.0
-    return weights.astype(np.float32)
+    weights32: NDArray[np.float32] = weights.astype(np.float32)
+    return weights32
 
 
-def distill(runtime: Any, tokenizer: Any, *, dims: int = DIMENSIONS, tokens: Any = None) -> Any:
+def distill(
+    runtime: OnnxModel,
+    tokenizer: Tokenizer,
+    *,
+    dims: int = DIMENSIONS,
+    tokens: Iterable[int] | None = None,
+) -> Table:
     """The static table (vocabulary size × ``dims``, float32) of the ONNX sentence model
     ``runtime`` (a :class:`~kbcli.embedders.local.OnnxModel`) and its ``tokenizer``.
 
@@ -116,7 +133,7 @@ def distill(runtime: Any, tokenizer: Any, *, dims: int = DIMENSIONS, tokens: Any
     return table
 
 
-def load_table(dims: int = DIMENSIONS, *, announce: bool = True) -> tuple[Any, Path]:
+def load_table(dims: int = DIMENSIONS, *, announce: bool = True) -> tuple[Table, Path]:
     """The distilled table of the bundled model and its tokenizer file: read from the cache,
     or distilled now and cached (``announce``: one line on stderr first)."""
     import numpy as np
@@ -157,7 +174,7 @@ def load_table(dims: int = DIMENSIONS, *, announce: bool = True) -> tuple[Any, P
     return table, tokenizer_path
 
 
-def embed_with(table: Any, tokenizer: Any, texts: list[str]) -> Any:
+def embed_with(table: Table, tokenizer: Tokenizer, texts: list[str]) -> NDArray[np.float32]:
     """Mean of each text's token rows, L2-normalised (a zero vector when no token is known)."""
     import numpy as np
 
@@ -172,7 +189,8 @@ def embed_with(table: Any, tokenizer: Any, texts: list[str]) -> Any:
     sums = np.add.reduceat(table[ids], starts[nonempty], axis=0)
     out[nonempty] = sums / lengths[nonempty, None]
     norms = np.linalg.norm(out, axis=1, keepdims=True)
-    return out / np.clip(norms, 1e-12, None)
+    unit: NDArray[np.float32] = out / np.clip(norms, 1e-12, None)
+    return unit
 
 
 class StaticEmbedder(BaseEmbedder):

@@ -30,7 +30,7 @@ and a trailing separator, so ``/docs/a`` does not match ``/docs/ab/x.md``. In SQ
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NoReturn
 
 from kbcli.errors import FilterError
 from kbcli.system.paths import normal_source
@@ -60,13 +60,13 @@ class CheckedFilter(dict[str, Any]):
 
     __slots__ = ()
 
-    def _frozen(self, *args: Any, **kwargs: Any) -> Any:
+    def _frozen(self, *args: object, **kwargs: object) -> NoReturn:
         raise TypeError("a checked filter cannot be changed: build a new filter dict")
 
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _frozen
     __ior__ = _frozen
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> tuple[type[CheckedFilter], tuple[dict[str, Any]]]:
         return (CheckedFilter, (dict(self),))
 
 

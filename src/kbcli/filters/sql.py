@@ -7,7 +7,7 @@ are :func:`kbcli.filters.model.matches`'s (a differential test holds every store
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kbcli.filters.model import _ORDER, LOGICAL_OPERATORS, _kind
@@ -186,7 +186,7 @@ def _typed_equal_raw(column: str, key: str, value: Any, params: list[Any]) -> st
     return f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) = ?)"
 
 
-def _typed_any(column: str, key: str, values: Any, params: list[Any]) -> str:
+def _typed_any(column: str, key: str, values: Sequence[Any], params: list[Any]) -> str:
     """Typed equality with any of ``values``: the text values in one ``IN`` list, the numbers
     in another (SQLite tests a list in log time; an OR per value made every row pay for
     every value), true, false and null each on their own."""

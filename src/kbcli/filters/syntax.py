@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kbcli.errors import FilterError, InvalidOptionError
@@ -201,7 +202,9 @@ def parse_meta(exprs: list[str] | tuple[str, ...] | None) -> dict[str, Any]:
     return out
 
 
-def with_source_paths(filter: dict[str, Any] | None, resolve: Any) -> dict[str, Any] | None:
+def with_source_paths(
+    filter: dict[str, Any] | None, resolve: Callable[[str], str]
+) -> dict[str, Any] | None:
     """``filter`` where every text value compared with ``source`` (``=``, ``!=``, any of,
     none of) also matches ``resolve(value)``: ``source=docs/a.md`` finds the file that ingest
     recorded as ``/home/me/docs/a.md``, as ``kb list --source docs/a.md`` does. A value that

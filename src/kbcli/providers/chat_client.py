@@ -225,6 +225,8 @@ class ChatModel:
         )
 
     def _make_client(self) -> Any:
+        """A new SDK client. ``Any``: each subclass's SDK (openai, google-genai: optional
+        packages) has its own, read defensively (a server may send anything)."""
         raise NotImplementedError
 
     def _create(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 READ_BLOCK = 64 << 10
 MAX_ERROR_BYTES = 64 << 10  # of an error's body: only its message is shown
@@ -34,7 +34,32 @@ def megabytes(size: int) -> str:
     return f"{size / (1 << 20):.3g} MB"
 
 
-def read_capped(response: Any, limit: int) -> bytes:
+class _Readable(Protocol):
+    """What :func:`read_capped` calls on a urllib response."""
+
+    def read(self, amt: int, /) -> bytes: ...
+
+
+class _Inner(Protocol):
+    """An httpx (or httpx2) ``SyncByteStream``: the reply's body, in blocks."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class _Capped(Protocol):
+    """The fields :func:`reply_cap_hook` sets on a ``CappedStream`` (a class made at run time,
+    see :func:`_capped_class`)."""
+
+    inner: _Inner
+    limit: int
+    inflate: Callable[[bytes], Iterator[bytes]] | None
+    per_line: bool
+    cut: bool
+
+
+def read_capped(response: _Readable, limit: int) -> bytes:
     """The body of the urllib ``response``, read in blocks; :class:`ReplyTooLarge` as soon as
     it passes ``limit`` bytes."""
     parts: list[bytes] = []
@@ -73,7 +98,7 @@ def reply_cap_hook(limit: int) -> Callable[[Any], None]:
     Raises :class:`ReplyTooLarge` from the reading of the body (the SDK's call, or its
     stream's iteration)."""
 
-    def hook(response: Any) -> None:
+    def hook(response: Any) -> None:  # an httpx or an httpx2 Response: either library
         module = sys.modules[type(response).__module__.split(".")[0]]
         kind = response.headers.get("content-type", "").lower()
         encoding = response.headers.get("content-encoding", "").strip().lower()
@@ -104,7 +129,7 @@ def _capped_class(base: type) -> type:
     return _CAPPED[base]
 
 
-def _capped_iter(self: Any) -> Iterator[bytes]:
+def _capped_iter(self: _Capped) -> Iterator[bytes]:
     seen = 0  # bytes of the body, or of the line being read (an event stream)
     for raw in self.inner:
         for chunk in self.inflate(raw) if self.inflate is not None else (raw,):
@@ -121,7 +146,7 @@ def _capped_iter(self: Any) -> Iterator[bytes]:
             yield chunk
 
 
-def _close(self: Any) -> None:
+def _close(self: _Capped) -> None:
     self.inner.close()
 
 

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kbcli.errors import IndexMismatchError
 from kbcli.text import vector_math  # called through the module: tests count its scorings
+
+if TYPE_CHECKING:  # numpy is imported when the index is built, not at start-up
+    import numpy as np
+    from numpy.typing import NDArray
+
+    from kbcli.text.vector_math import UnitMatrix
 
 
 class NumpyVectorIndex:
@@ -20,13 +26,15 @@ class NumpyVectorIndex:
 
     exact = True
 
-    def __init__(self, ids: Any = None, matrix: Any = None):
+    def __init__(
+        self, ids: NDArray[np.int64] | None = None, matrix: UnitMatrix | None = None
+    ) -> None:
         import numpy as np
 
         self._np = np
         self._ids = np.zeros(0, dtype=np.int64) if ids is None else ids
         self._matrix = np.zeros((0, 0), dtype=np.float32) if matrix is None else matrix
-        self._pending: dict[int, Any] = {}
+        self._pending: dict[int, NDArray[np.float32] | None] = {}
 
     @property
     def dimension(self) -> int | None:

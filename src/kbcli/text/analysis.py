@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -54,16 +54,37 @@ ENGLISH_STOPWORDS = frozenset(
 )
 
 
+class _Stemmer(Protocol):
+    """The one method used of PyStemmer's (untyped) ``Stemmer.Stemmer``."""
+
+    def stemWord(self, word: str) -> str: ...
+
+
+class _Jieba(Protocol):
+    """What kbcli uses of the (untyped) ``jieba`` module."""
+
+    def setLogLevel(self, log_level: int) -> None: ...
+
+    def initialize(self) -> None: ...
+
+    def cut_for_search(self, sentence: str) -> Iterator[str]: ...
+
+
+# Maps one lower-cased alphanumeric word to its term ('' to drop it).
+WordFunction = Callable[[str], str]
+
+
 @lru_cache(maxsize=1)
-def _stemmer() -> Any:
+def _stemmer() -> _Stemmer:
     import Stemmer  # PyStemmer
 
-    return Stemmer.Stemmer("english")
+    stemmer: _Stemmer = Stemmer.Stemmer("english")
+    return stemmer
 
 
 @lru_cache(maxsize=1)
-def _jieba() -> Any:
-    jieba = require("jieba", extra="zh", feature="The jieba Chinese tokenizer")
+def _jieba() -> _Jieba:
+    jieba: _Jieba = require("jieba", extra="zh", feature="The jieba Chinese tokenizer")
     import logging
 
     jieba.setLogLevel(logging.WARNING)
@@ -161,11 +182,11 @@ class Analyzer:
         return list(self.query_counts(text))
 
     @staticmethod
-    def _word_function(stem: bool, stopwords: bool) -> Any:
+    def _word_function(stem: bool, stopwords: bool) -> WordFunction:
         return _WORD_FUNCTIONS[(stem, stopwords)]
 
 
-def _make_word(stem: bool, stopwords: bool) -> Any:
+def _make_word(stem: bool, stopwords: bool) -> WordFunction:
     """A function mapping one lower-cased alphanumeric word to its term ('' to drop it)."""
     drop = ENGLISH_STOPWORDS if stopwords else frozenset()
 
@@ -184,7 +205,7 @@ def _make_word(stem: bool, stopwords: bool) -> Any:
 _WORD_FUNCTIONS = {(s, t): _make_word(s, t) for s in (False, True) for t in (False, True)}
 
 
-def _compound_terms(token: str, word: Any) -> list[str]:
+def _compound_terms(token: str, word: WordFunction) -> list[str]:
     """Terms of a token that is not one plain word: identifiers, dotted versions, hyphenations,
     apostrophes. Possessive ``'s`` is dropped and other apostrophes removed (``don't`` ->
     ``dont``); otherwise the token is kept whole as written, plus its parts as words."""
@@ -207,7 +228,7 @@ def _compound_terms(token: str, word: Any) -> list[str]:
     return out
 
 
-def _mixed_terms(token: str, scheme: str, word: Any) -> list[str]:
+def _mixed_terms(token: str, scheme: str, word: WordFunction) -> list[str]:
     """Split a token holding CJK runs: CJK runs by ``scheme``, the rest as ordinary tokens."""
     out: list[str] = []
     pos = 0
@@ -221,7 +242,7 @@ def _mixed_terms(token: str, scheme: str, word: Any) -> list[str]:
     return out
 
 
-def _rest_terms(piece: str, word: Any) -> list[str]:
+def _rest_terms(piece: str, word: WordFunction) -> list[str]:
     out: list[str] = []
     for token in _TOKEN.findall(piece):
         if token.isalnum():
@@ -339,7 +360,7 @@ def chunk_title(chunks: Iterable[Mapping[str, Any]]) -> str | None:
     return document_title((m.get("heading") for m in ordered), source)
 
 
-def _index_of(value: Any) -> int:
+def _index_of(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kbcli.errors import IndexMismatchError
 
+if TYPE_CHECKING:  # numpy is imported when a dense search runs, not at start-up
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
 
-def as_unit_matrix(vectors: Sequence[Sequence[float]] | Any, dim: int | None = None) -> Any:
+    UnitMatrix = NDArray[np.float32]  # float32 rows of length 1 (or 0)
+    Scores = NDArray[np.float32]
+    Mask = NDArray[np.bool_]
+    Fingerprints = NDArray[np.uint64]
+    Rows = NDArray[np.int64]  # row numbers or group numbers
+
+
+def as_unit_matrix(vectors: ArrayLike, dim: int | None = None) -> UnitMatrix:
     """float32 matrix whose rows are L2-normalised (zero rows stay zero)."""
     import numpy as np
 
@@ -20,7 +30,7 @@ def as_unit_matrix(vectors: Sequence[Sequence[float]] | Any, dim: int | None = N
     return matrix
 
 
-def cosine_scores(unit_matrix: Any, query: Sequence[float]) -> Any:
+def cosine_scores(unit_matrix: UnitMatrix, query: Sequence[float]) -> Scores:
     """Cosine of ``query`` against every row of ``unit_matrix`` (rows already unit length)."""
     import numpy as np
 
@@ -36,7 +46,7 @@ def cosine_scores(unit_matrix: Any, query: Sequence[float]) -> Any:
     return unit_matrix @ (q / norm)
 
 
-def top_k_scores(scores: Any, k: int, mask: Any = None) -> list[tuple[int, float]]:
+def top_k_scores(scores: Scores, k: int, mask: Mask | None = None) -> list[tuple[int, float]]:
     """Indices and values of the ``k`` largest ``scores`` (within ``mask``), best first;
     ties keep index order."""
     import numpy as np
@@ -61,7 +71,7 @@ def top_k_scores(scores: Any, k: int, mask: Any = None) -> list[tuple[int, float
 
 
 def top_k_cosine(
-    unit_matrix: Any, query: Sequence[float], k: int, mask: Any = None
+    unit_matrix: UnitMatrix, query: Sequence[float], k: int, mask: Mask | None = None
 ) -> list[tuple[int, float]]:
     """Indices and cosine scores of the ``k`` rows most similar to ``query``, best first.
 
@@ -75,7 +85,7 @@ def top_k_cosine(
 FINGERPRINT_ROWS = 8192  # rows hashed per step (8192 x 384 dims of uint64: 25 MB)
 
 
-def row_fingerprints(matrix: Any) -> Any:
+def row_fingerprints(matrix: ArrayLike) -> Fingerprints:
     """A 64-bit hash (uint64) of each row's float32 bit pattern: equal rows hash equal.
 
     A weighted sum of the rows' 32-bit words modulo 2**64, in integer arithmetic, so a row
@@ -96,7 +106,7 @@ def row_fingerprints(matrix: Any) -> Any:
     return out
 
 
-def distinct_rows(matrix: Any, fingerprints: Any) -> tuple[Any, Any]:
+def distinct_rows(matrix: ArrayLike, fingerprints: Fingerprints) -> tuple[Rows, Rows]:
     """Bit-identical rows of ``matrix`` grouped: ``(groups, firsts)``, where ``groups[i]`` is
     row ``i``'s group, numbered from 0 in the order of each group's first row, and
     ``firsts[g]`` is that first row. ``fingerprints`` are the rows' :func:`row_fingerprints`;

@@ -19,8 +19,9 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import kbcli.stores.chroma.folder as chroma_folder
@@ -31,15 +32,21 @@ from kbcli.stores.sqlite import vectors as sqlite_vectors
 from kbcli.system.crashpoints import crash_point
 from kbcli.system.locking import lock_file
 
+# what _load reads of the state file: (tag, {id: stamp}, embedder, dirty)
+State = tuple[str, dict[int, int], str, bool]
+# Chroma's client and collections are typed Any: chromadb's annotations want invariant list
+# types and optional results that the values kb passes and reads here do not match.
+
 STATE_MAGIC = b"KBCHROMA"
 SYNC_BATCH = 5000  # rows per Chroma upsert (its maximum batch size is 5461)
 SEARCH_SAMPLE = 8  # vectors compared with the catalog once per generation, before searching
 DOCTOR_SAMPLE = 256  # vectors compared by kb doctor
 
 
-def _chromadb() -> Any:
+def _chromadb() -> ModuleType:
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-    return require("chromadb", extra="chroma", feature="The chroma store")
+    chromadb: ModuleType = require("chromadb", extra="chroma", feature="The chroma store")
+    return chromadb
 
 
 class ChromaVectorIndex:
@@ -52,7 +59,7 @@ class ChromaVectorIndex:
 
     exact = False
 
-    def __init__(self, collection: Any):
+    def __init__(self, collection: Any) -> None:  # a chromadb Collection
         self.collection = collection
 
     def upsert(
@@ -157,12 +164,12 @@ class ChromaCollection:
         self.name = name
         self.catalog = catalog
         self.state_path = chroma_folder.state_path(path, name)
-        self._client: Any = None
+        self._client: Any = None  # a chromadb ClientAPI, once opened
         self._index: ChromaVectorIndex | None = None
         self._tag: str | None = None
         self.rebuilds = 0
 
-    def _lock(self) -> Any:
+    def _lock(self) -> AbstractContextManager[None]:
         return lock_file(self.path / f"{self.name}.kbcli-lock", 60.0, str(self.path))
 
     def _collection(self, reset: bool = False) -> Any:
@@ -228,13 +235,13 @@ class ChromaCollection:
             "'kb doctor --repair' to rebuild it from the catalog"
         )
 
-    def _sync(self, conn: sqlite3.Connection, tag: str, state: Any) -> bool:
+    def _sync(self, conn: sqlite3.Connection, tag: str, state: State | None) -> bool:
         """Bring the collection to ``tag`` by difference from ``state``, or rebuild it (no
         usable state, another embedder); True when rebuilt."""
         embedder = _embedder_key(conn)
         current = sqlite_vectors.stamps(conn)
         rebuild = state is None or state[3] or state[2] != embedder
-        held: dict[int, int] = {} if rebuild else state[1]
+        held: dict[int, int] = {} if rebuild or state is None else state[1]
         self._save(state[0] if state else "", held, state[2] if state else "", dirty=True)
         index = ChromaVectorIndex(self._collection(reset=rebuild))
         if rebuild:
@@ -331,7 +338,7 @@ class ChromaCollection:
         except (OSError, ValueError):
             return None
 
-    def _load(self) -> tuple[str, dict[int, int], str, bool] | None:
+    def _load(self) -> State | None:
         import numpy as np
 
         try:

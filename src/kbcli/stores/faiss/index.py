@@ -7,12 +7,25 @@ Used by :class:`~kbcli.stores.faiss.file.FaissFile` (the index kept beside a cat
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
 from kbcli.errors import IndexMismatchError, InvalidOptionError, require
 from kbcli.text.vector_math import distinct_rows, row_fingerprints
+
+if TYPE_CHECKING:  # numpy is imported with faiss, when the index is built
+    import numpy as np
+    from numpy.typing import ArrayLike, NDArray
+
+    from kbcli.text.vector_math import Fingerprints, Mask, Rows
+
+    Matrix = NDArray[np.float32]
+    Bitmap = NDArray[np.uint8]  # np.packbits of a Mask
+
+# FAISS's objects (indexes, selectors, search parameters) are typed Any: its SWIG classes get
+# their Python signatures replaced when faiss is imported, so its own types do not describe them.
 
 METRICS = ("ip", "cosine", "l2")
 TIE_SLACK = 8  # extra candidates fetched so ties at the k-th place are broken by id
@@ -34,8 +47,11 @@ SCAN_RUNS = 1024
 SCAN_SHARE = 0.25
 
 
-def _faiss() -> Any:
-    return require("faiss", extra="faiss", feature="The faiss store", package="faiss-cpu")
+def _faiss() -> ModuleType:
+    faiss: ModuleType = require(
+        "faiss", extra="faiss", feature="The faiss store", package="faiss-cpu"
+    )
+    return faiss
 
 
 def default_ef_search(vectors: int) -> int:
@@ -108,13 +124,16 @@ class FaissVectorIndex:
     def _clear(self) -> None:
         np = self._np
         self._index: Any = None
-        self._rowids = np.zeros(0, np.int64)  # every id held, sorted
-        self._group = np.zeros(0, np.int64)  # the group (FAISS id) of each, aligned
-        self._fingerprint = np.zeros(0, np.uint64)  # by group number (vectors.row_fingerprints)
-        self._dead = np.zeros(0, np.int64)  # groups FAISS holds that no id holds, sorted
-        self._members: tuple[Any, Any] | None = None  # (groups, ids) sorted by group, lazily
-        self._live: Any = None  # bitmap of the groups some id holds, lazily (while any are dead)
-        self._rows: Any = None  # HNSW's stored vectors by group, a view (False: none), lazily
+        self._rowids: Rows = np.zeros(0, np.int64)  # every id held, sorted
+        self._group: Rows = np.zeros(0, np.int64)  # the group (FAISS id) of each, aligned
+        # by group number (vector_math.row_fingerprints)
+        self._fingerprint: Fingerprints = np.zeros(0, np.uint64)
+        self._dead: Rows = np.zeros(0, np.int64)  # groups FAISS holds that no id holds, sorted
+        self._members: tuple[Rows, Rows] | None = None  # (groups, ids) sorted by group, lazily
+        # bitmap of the groups some id holds, lazily (while any are dead)
+        self._live: Bitmap | None = None
+        # HNSW's stored vectors by group, a view (False: none), lazily
+        self._rows: Matrix | Literal[False] | None = None
 
     @property
     def exact(self) -> bool:
@@ -135,7 +154,7 @@ class FaissVectorIndex:
         f = self._faiss
         return int(f.METRIC_INNER_PRODUCT if self.metric == "ip" else f.METRIC_L2)
 
-    def _new(self, matrix: Any) -> Any:
+    def _new(self, matrix: Matrix) -> Any:
         f = self._faiss
         inner = f.index_factory(self.dim, self.index_factory, self._metric_type())
         self._flat_standin = False
@@ -156,10 +175,10 @@ class FaissVectorIndex:
         index = f.IndexIDMap2(inner)  # faiss keeps a reference to inner
         return index
 
-    def _matrix(self, vectors: Any) -> Any:
+    def _matrix(self, vectors: ArrayLike) -> Matrix:
         """``vectors`` as a float32 matrix of ``dim`` columns (sets ``dim`` when unset)."""
         np = self._np
-        matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
+        matrix: Matrix = np.ascontiguousarray(np.asarray(vectors, dtype=np.float32))
         if matrix.ndim != 2:
             matrix = matrix.reshape(len(matrix), -1)
         if self.dim is None:
@@ -170,25 +189,25 @@ class FaissVectorIndex:
             )
         return matrix
 
-    def _unit(self, matrix: Any, owned: bool = False) -> Any:
+    def _unit(self, matrix: Matrix, owned: bool = False) -> Matrix:
         """``matrix`` as FAISS holds it (normalised when ``normalize``; in place if ``owned``)."""
         if self.normalize and len(matrix):
             matrix = matrix if owned else matrix.copy()
             self._faiss.normalize_L2(matrix)
         return matrix
 
-    def build(self, ids: Any, vectors: Any, *, reuse: bool = False) -> None:
+    def build(self, ids: ArrayLike, vectors: ArrayLike, *, reuse: bool = False) -> None:
         """Replace the whole index with ``vectors`` under ``ids`` (trains when needed; the
         last of a repeated id wins). ``reuse``: ``vectors`` (a writable float32 array the
         caller no longer needs) may be overwritten, saving a copy of the distinct vectors."""
         np = self._np
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        id_arr: Rows = np.asarray(ids, dtype=np.int64).reshape(-1)
         self._clear()
-        if not len(ids):
+        if not len(id_arr):
             return
         raw = self._matrix(vectors)
-        if len(ids) > 1 and not bool((ids[1:] > ids[:-1]).all()):
-            ids, last = _last_of_each(np, ids)
+        if len(id_arr) > 1 and not bool((id_arr[1:] > id_arr[:-1]).all()):
+            id_arr, last = _last_of_each(id_arr)
             raw = raw[last]
         fingerprints = row_fingerprints(raw)
         groups, firsts = distinct_rows(raw, fingerprints)
@@ -204,18 +223,19 @@ class FaissVectorIndex:
         index = self._new(held)
         index.add_with_ids(held, np.arange(len(firsts), dtype=np.int64))
         self._index = index
-        self._rowids, self._group, self._fingerprint = ids, groups, fingerprints[firsts]
+        self._rowids, self._group, self._fingerprint = id_arr, groups, fingerprints[firsts]
 
-    def ids(self) -> Any:
+    def ids(self) -> Rows:
         """The ids in the index (int64 array, sorted)."""
-        return self._rowids.copy()
+        ids: Rows = self._rowids.copy()
+        return ids
 
     def upsert(self, ids: Sequence[int], vectors: Sequence[Sequence[float]]) -> None:
         """Insert or replace the vectors of ``ids`` (the last of a repeated id wins)."""
         np = self._np
         if not len(ids):
             return
-        id_arr, last = _last_of_each(np, np.asarray(ids, dtype=np.int64).reshape(-1))
+        id_arr, last = _last_of_each(np.asarray(ids, dtype=np.int64).reshape(-1))
         raw = self._matrix(vectors)[last]
         self.remove(id_arr)
         fingerprints = row_fingerprints(raw)
@@ -236,16 +256,16 @@ class FaissVectorIndex:
         self._group = np.concatenate([self._group, joined[local]])[order]
         self._members = self._live = self._rows = None
 
-    def _group_mask(self, groups: Any) -> Any:
+    def _group_mask(self, groups: Rows) -> Mask:
         """A boolean array over group numbers, True at ``groups``."""
         mask = self._np.zeros(len(self._fingerprint), bool)
         mask[groups] = True
         return mask
 
-    def _held_groups(self, fingerprints: Any, unit_rows: Any) -> Any:
+    def _held_groups(self, fingerprints: Fingerprints, unit_rows: Matrix) -> Rows:
         """For each row, the group FAISS holds exactly it in (as FAISS gives it back), or -1."""
         np = self._np
-        out = np.full(len(unit_rows), -1, dtype=np.int64)
+        out: Rows = np.full(len(unit_rows), -1, dtype=np.int64)
         if self._index is None:
             return out
         held = self._group_mask(self._group)
@@ -266,7 +286,7 @@ class FaissVectorIndex:
                     break
         return out
 
-    def remove(self, ids: Sequence[int]) -> None:
+    def remove(self, ids: Sequence[int] | Rows) -> None:
         """Remove the vectors of ``ids`` (unknown ids are ignored). A group left without ids
         leaves FAISS with ``remove_ids``; an index type that cannot remove (HNSW, IVF) keeps it,
         unseen by search, until such groups pass :data:`DEAD_SHARE` of the index, and is then
@@ -274,7 +294,7 @@ class FaissVectorIndex:
         np = self._np
         if self._index is None or not len(ids):
             return
-        gone = _in_sorted(np, self._rowids, np.unique(np.asarray(ids, dtype=np.int64)))
+        gone = _in_sorted(self._rowids, np.unique(np.asarray(ids, dtype=np.int64)))
         if not gone.any():
             return
         dropped = np.unique(self._group[gone])
@@ -310,7 +330,7 @@ class FaissVectorIndex:
         the distinct vectors held."""
         return self.ef_search or default_ef_search(self.distinct)
 
-    def _params(self, selector: Any, k: int) -> Any:
+    def _params(self, selector: Any, k: int) -> Any:  # FAISS objects
         f = self._faiss
         inner = f.downcast_index(self._index.index)
         if isinstance(inner, f.IndexHNSW):
@@ -376,7 +396,9 @@ class FaissVectorIndex:
         hits.sort(key=lambda h: (-h[1], h[0]))
         return hits[:k]
 
-    def _expand(self, groups: Any, distances: Any, k: int, wanted: Any) -> list[tuple[int, float]]:
+    def _expand(
+        self, groups: Rows, distances: NDArray[np.float32], k: int, wanted: Rows | None
+    ) -> list[tuple[int, float]]:
         """Each found group's ids (at most ``k``, lowest first, within ``wanted``) with its
         score."""
         np = self._np
@@ -391,12 +413,12 @@ class FaissVectorIndex:
             start, end = np.searchsorted(by_group, [group, group + 1])
             members = ids[start:end]
             if wanted is not None:
-                members = members[_in_sorted(np, members, wanted)]
+                members = members[_in_sorted(members, wanted)]
             score = self._score(float(distance))
             hits.extend((int(i), score) for i in members[:k])
         return hits
 
-    def _flat_rows(self) -> Any:
+    def _flat_rows(self) -> Matrix | None:
         """HNSW's stored vectors as a read-only view, row = group number (no copy), or None
         (another index type, or positions that are not the group numbers). The view points
         into FAISS's memory: it is dropped on every change, before FAISS may move it."""
@@ -412,7 +434,7 @@ class FaissVectorIndex:
                     self._rows = flat.reshape(storage.ntotal, storage.d)
         return None if self._rows is False else self._rows
 
-    def _few_runs(self, groups: Any) -> bool:
+    def _few_runs(self, groups: Rows) -> bool:
         """Whether an exact scan of ``groups`` (sorted) beats the graph: few contiguous runs,
         at most :data:`SCAN_SHARE` of the index, and vectors readable in place."""
         np = self._np
@@ -421,7 +443,9 @@ class FaissVectorIndex:
         runs = 1 + int(np.count_nonzero(np.diff(groups) != 1))
         return runs <= SCAN_RUNS and self._flat_rows() is not None
 
-    def _scan(self, q: Any, groups: Any, k: int, wanted: Any) -> list[tuple[int, float]]:
+    def _scan(
+        self, q: Matrix, groups: Rows, k: int, wanted: Rows | None
+    ) -> list[tuple[int, float]]:
         """Exact search over ``groups`` (sorted): run by run on HNSW's stored vectors when
         they can be read in place, else on vectors FAISS gives back."""
         np = self._np
@@ -456,17 +480,17 @@ class FaissVectorIndex:
             return distance
         return 1.0 - distance / 2.0 if self.normalize else -distance
 
-    def disagreements(self, ids: Any, vectors: Any) -> int:
+    def disagreements(self, ids: ArrayLike, vectors: ArrayLike) -> int:
         """How many of ``ids`` (with their ``vectors``, as stored) this index does not hold, or
         holds in a group of another vector (compared by
         :func:`~kbcli.text.vector_math.row_fingerprints`)."""
         np = self._np
-        ids = np.asarray(ids, dtype=np.int64)
-        if not len(ids):
+        id_arr: Rows = np.asarray(ids, dtype=np.int64)
+        if not len(id_arr):
             return len(self)
-        at = np.minimum(np.searchsorted(self._rowids, ids), max(len(self._rowids) - 1, 0))
-        held = self._rowids[at] == ids if len(self._rowids) else np.zeros(len(ids), bool)
-        same = np.zeros(len(ids), bool)
+        at = np.minimum(np.searchsorted(self._rowids, id_arr), max(len(self._rowids) - 1, 0))
+        held = self._rowids[at] == id_arr if len(self._rowids) else np.zeros(len(id_arr), bool)
+        same = np.zeros(len(id_arr), bool)
         same[held] = (
             row_fingerprints(self._matrix(vectors)[held])
             == self._fingerprint[self._group[at[held]]]
@@ -491,7 +515,7 @@ class FaissVectorIndex:
             ),
         ]
 
-    def load(self, read: Any, dim: int | None, flat_standin: bool) -> None:
+    def load(self, read: Callable[[int], bytes], dim: int | None, flat_standin: bool) -> None:
         """Replace the index with one written by :meth:`serialize`; ``read(n)`` gives the
         next ``n`` bytes of it (the FAISS part is streamed, never held twice in memory)."""
         np = self._np
@@ -503,11 +527,12 @@ class FaissVectorIndex:
             return
         rows, slots = (int(x) for x in np.frombuffer(head, dtype="<i8"))
 
-        def array(count: int, dtype: str) -> Any:
+        def array(count: int, dtype: str) -> NDArray[Any]:  # of the dtype named at run time
             data = read(8 * count)
             if len(data) != 8 * count:
                 raise ValueError("cut short")
-            return np.frombuffer(data, dtype=dtype).astype(dtype[1:])
+            values: NDArray[Any] = np.frombuffer(data, dtype=dtype).astype(dtype[1:])
+            return values
 
         rowids, group, fingerprint = array(rows, "<i8"), array(rows, "<i8"), array(slots, "<u8")
         index = self._faiss.read_index(self._faiss.PyCallbackIOReader(read))
@@ -521,29 +546,34 @@ class FaissVectorIndex:
             or live[0] < 0
             or held[-1] >= slots
             or len(np.unique(held)) != len(held)
-            or not _in_sorted(np, live, held).all()
+            or not _in_sorted(live, held).all()
         ):
             raise ValueError("the groups disagree with the index")
         self._index, self._rowids, self._group = index, rowids, group
         self._fingerprint, self._dead = fingerprint, np.setdiff1d(held, live, assume_unique=True)
 
 
-def _in_sorted(np: Any, values: Any, sorted_unique: Any) -> Any:
+def _in_sorted(values: Rows, sorted_unique: Rows) -> Mask:
     """Which of ``values`` are in ``sorted_unique`` (a boolean mask; a binary search each)."""
+    import numpy as np
+
     if not len(sorted_unique):
         return np.zeros(len(values), bool)
     at = np.minimum(np.searchsorted(sorted_unique, values), len(sorted_unique) - 1)
-    return sorted_unique[at] == values
+    found: Mask = sorted_unique[at] == values
+    return found
 
 
-def _last_of_each(np: Any, ids: Any) -> tuple[Any, Any]:
+def _last_of_each(ids: Rows) -> tuple[Rows, Rows]:
     """The distinct ``ids`` sorted, and where each one last occurs in ``ids``."""
+    import numpy as np
+
     unique, from_end = np.unique(ids[::-1], return_index=True)
     return unique, len(ids) - 1 - from_end
 
 
 @contextmanager
-def _one_thread(faiss: Any) -> Iterator[None]:
+def _one_thread(faiss: ModuleType) -> Iterator[None]:
     """Run one query on one OpenMP thread: splitting a single query's scan over threads
     gains little and, on a busy machine, costs several times more (measured: 100k x 384
     Flat, 2 loaded cores: 79 ms with 2 threads, 17 ms with 1). Builds keep every thread."""
@@ -555,7 +585,7 @@ def _one_thread(faiss: Any) -> Iterator[None]:
         faiss.omp_set_num_threads(before)
 
 
-def _nlist(inner: Any) -> int:
+def _nlist(inner: Any) -> int:  # a FAISS index
     """How many lists an IVF index has (1 for other indexes that need training)."""
     import faiss
 

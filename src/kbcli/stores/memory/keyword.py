@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from kbcli.text.analysis import Analyzer, keyword_counts
 from kbcli.text.bm25 import (
@@ -72,7 +71,7 @@ class MemoryKeywordIndex:
             )
             self.apply(change)
 
-    def _source_postings(self, src: int, term: Any) -> int:
+    def _source_postings(self, src: int, term: str) -> int:
         return self.source_terms.get(src, Counter())[term]
 
     def apply(self, change: PostingsChange) -> None:

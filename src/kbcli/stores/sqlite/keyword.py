@@ -109,14 +109,14 @@ class KeywordTables(SignedKeywords[sqlite3.Connection, ChunkRow], PackedRanking)
     @staticmethod
     def _source_postings(
         conn: sqlite3.Connection, skip: frozenset[int] = frozenset()
-    ) -> Callable[[int, Any], int]:
+    ) -> Callable[[int, int], int]:
         """``count(src, term)``: how many of ``src``'s chunks (but ``skip``) hold ``term``,
         from their forward indexes, each source read once."""
-        seen: dict[int, Counter[Any]] = {}
+        seen: dict[int, Counter[int]] = {}
 
-        def count(src: int, term: Any) -> int:
+        def count(src: int, term: int) -> int:
             if src not in seen:
-                held: Counter[Any] = Counter()
+                held: Counter[int] = Counter()
                 rows = conn.execute("SELECT doc, terms FROM chunks WHERE src = ?", (src,))
                 for doc, blob in rows:
                     if doc not in skip:

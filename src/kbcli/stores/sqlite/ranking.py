@@ -40,16 +40,16 @@ class _Within:
     other part (lengths, sources, norms) the view's: scored with ``keep`` as the filter it
     ranks like the view, from those postings alone (the sparse executor, for few)."""
 
-    def __init__(self, view: View, keep: Any):
+    def __init__(self, view: View, keep: np.ndarray) -> None:
         self._view = view
         self._keep = keep
 
-    def postings(self, term: int) -> tuple[Any, Any]:
+    def postings(self, term: int) -> tuple[np.ndarray, np.ndarray]:
         slot, tf = self._view.postings(term)
         kept = self._keep[slot]
         return slot[kept], tf[kept]
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # any attribute of View
         return getattr(self._view, name)
 
 
@@ -210,7 +210,9 @@ class PackedRanking:
         found: Scope = self._filters[key]
         return found
 
-    def _full_mask(self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]) -> Any:
+    def _full_mask(
+        self, conn: sqlite3.Connection, view: View, filter: dict[str, Any]
+    ) -> np.ndarray:
         """The live slots passing ``filter``, over the whole index (the allowed rowids)."""
         import numpy as np
 

@@ -16,7 +16,7 @@ import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.embedders.base import EmbedderInfo
 from kbcli.errors import IndexMismatchError
@@ -27,6 +27,11 @@ from kbcli.stores.parts import Filter, Hit, Vector
 from kbcli.stores.sqlite import catalog
 from kbcli.system.crashpoints import crash_point
 from kbcli.text.vector_math import as_unit_matrix
+
+if TYPE_CHECKING:  # numpy is imported when a dense search runs
+    from kbcli.text.vector_math import Rows, UnitMatrix
+
+    Arrays = tuple[Rows, UnitMatrix]  # a NumpyVectorIndex's ids and rows
 
 CACHE_MAGIC = b"KBVECS2\n"
 HEADER_SIZE = 256  # magic + JSON header, padded: the arrays start aligned
@@ -300,7 +305,7 @@ class MatrixCache:
         self.path.unlink(missing_ok=True)
         remove_dead_temp_files(self.path)
 
-    def _map(self, tag: str) -> tuple[Any, Any] | None:
+    def _map(self, tag: str) -> Arrays | None:
         import numpy as np
 
         try:
@@ -322,7 +327,7 @@ class MatrixCache:
         except (OSError, ValueError, KeyError):
             return None
 
-    def _build(self, conn: sqlite3.Connection, tag: str) -> tuple[Any, Any]:
+    def _build(self, conn: sqlite3.Connection, tag: str) -> Arrays:
         """Stream the vectors into a new cache file and map it; in memory if it cannot be
         written (a read-only folder costs only speed)."""
         import numpy as np
@@ -378,7 +383,7 @@ class MatrixCache:
         return mapped if mapped is not None else self._build_in_memory(conn, ids, dim)
 
     @staticmethod
-    def _build_in_memory(conn: sqlite3.Connection, ids: Any, dim: int) -> tuple[Any, Any]:
+    def _build_in_memory(conn: sqlite3.Connection, ids: Rows, dim: int) -> Arrays:
         import numpy as np
 
         matrix = np.empty((ids.shape[0], dim), np.float32)
