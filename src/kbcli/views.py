@@ -35,6 +35,7 @@ from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
 from kbcli.search.pool import Pool
+from kbcli.system.paths import source_forms, source_name
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
@@ -273,8 +274,6 @@ def file_text(view: KnowledgeView, path: str | os.PathLike[str]) -> tuple[str, s
 
     See :meth:`KnowledgeView.file_text`.
     """
-    from kbcli.system.paths import source_forms, source_name
-
     given = os.fspath(path)
     candidates = dict.fromkeys([source_name(given), *source_forms(given)])
     for source in candidates:
