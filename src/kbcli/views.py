@@ -42,6 +42,8 @@ from kbcli.types import Document, SearchOptions, SearchResult, note_author
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
 
+    from kbcli.embedders.base import EmbedderInfo
+
 
 @runtime_checkable
 class Source(Protocol):
@@ -261,7 +263,8 @@ class KnowledgeView:
 Reader = Source | KnowledgeView
 
 
-def _embedder_dict(info: Any) -> dict[str, Any] | None:
+def _embedder_dict(info: EmbedderInfo | None) -> dict[str, Any] | None:
+    # a store of another make may report something else: said as its text
     if info is None:
         return None
     if dataclasses.is_dataclass(info) and not isinstance(info, type):
