@@ -123,7 +123,7 @@ def signature(options: OcrConfig) -> str:
 # --- the child: rendering and recognising one page ---------------------------------------------
 
 
-# RapidOCR's engine, opencv's images and the modules _require returns are untyped: Any.
+# RapidOCR's engine, its detections and the modules _require returns are untyped (hence Any).
 _engine: Any = None
 
 
