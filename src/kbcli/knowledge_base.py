@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kbcli.config.lookup import defaults, get_config
+from kbcli.embedders import SimpleEmbedder
 from kbcli.embedders.lazy import LazyEmbedder, remembered
 from kbcli.errors import FilterError
 from kbcli.filters.model import and_filters, validate_filter
@@ -38,6 +39,7 @@ from kbcli.protocols import (
 from kbcli.search.freshness import hash_limit, settle, store_of
 from kbcli.search.pipeline import Pool, RAGPipeline
 from kbcli.search.retrievers import HybridRetriever
+from kbcli.stores import InMemoryStore, build_store
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult, SearchResults
 from kbcli.views import KnowledgeView, Reader, as_view, file_text, join_chunks
@@ -102,6 +104,7 @@ class ViewEntryPoints:
         term weights and a refusal's hints read nothing outside it; ``filter`` only narrows).
         Extra keyword arguments are :class:`~kbcli.types.SearchOptions` fields. Returns a
         :class:`~kbcli.agent.answer.Answer`."""
+        # lazy: the answer path (chat providers: ~45 ms to import) stays off a search's start
         from kbcli.agent.answer import ask
 
         return ask(
@@ -121,6 +124,7 @@ class ViewEntryPoints:
         """This knowledge base or view as a :class:`~kbcli.agent.tools.read.KnowledgeSearchTool` for
         agents; with ``filter`` the tool reads through :meth:`scoped` and no argument can widen
         it."""
+        # lazy: the agent tools (kb get's loaders: ~60 ms to import) stay off a search's start
         from kbcli.agent.tools.read import KnowledgeSearchTool
 
         return KnowledgeSearchTool(self.scoped(filter) if filter else self.reader(), **options)
@@ -186,9 +190,6 @@ class KnowledgeBase(ViewEntryPoints):
         *,
         config: Config | None = None,
     ):
-        from kbcli.embedders import SimpleEmbedder
-        from kbcli.stores import InMemoryStore
-
         self.config = config
         self.store: VectorStoreProtocol = store if store is not None else InMemoryStore()
         self.embedder: EmbedderProtocol = embedder if embedder is not None else SimpleEmbedder()
@@ -212,8 +213,6 @@ class KnowledgeBase(ViewEntryPoints):
         ``reranker``, ``loader``, ``normalizer`` and ``chunker`` (else ``rag.chunker`` with the
         ``limits`` sizes).
         """
-        from kbcli.stores import build_store
-
         unknown = sorted(set(overrides) - OVERRIDES)
         if unknown:
             raise TypeError(f"from_config() got unexpected overrides: {', '.join(unknown)}")

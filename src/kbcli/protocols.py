@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = [
     "Capability",
+    "ChatCompletion",
     "ChatModelProtocol",
     "Doctor",
     "DocumentCatalog",
@@ -180,6 +181,19 @@ class SectionChunkerProtocol(Protocol):
         ...
 
 
+class ChatCompletion(Protocol):
+    """What a chat model's answer carries (:class:`kbcli.providers.chat.Completion` is one)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def finish_reason(self) -> str | None: ...
+
+
 @runtime_checkable
 class ChatModelProtocol(Protocol):
     """Writes ``kb ask``'s answers (``rag.answer.provider``; :mod:`kbcli.providers.chat`)."""
@@ -191,7 +205,7 @@ class ChatModelProtocol(Protocol):
         max_tokens: int = 800,
         temperature: float = 0.0,
         on_text: Callable[[str], None] | None = None,
-    ) -> Any:
+    ) -> ChatCompletion:
         """The answer to ``messages`` (``[{role, content}]``) as a
         :class:`kbcli.providers.chat.Completion`
         (``text``, ``model``, ``finish_reason``); with ``on_text``, each piece of the text is

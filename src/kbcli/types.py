@@ -298,7 +298,7 @@ class SearchOptions:
         return ensure_checked(self.scope)
 
 
-def _finite(name: str, value: Any) -> float | None:
+def _finite(name: str, value: object) -> float | None:
     """``value`` as a float (None stays None), or InvalidOptionError unless a finite number."""
     if value is None:
         return None

@@ -35,11 +35,14 @@ from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
 from kbcli.search.pool import Pool
+from kbcli.system.paths import source_forms, source_name
 from kbcli.text.analysis import Analyzer
 from kbcli.types import Document, SearchOptions, SearchResult, note_author
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Self
+
+    from kbcli.embedders.base import EmbedderInfo
 
 
 @runtime_checkable
@@ -260,7 +263,8 @@ class KnowledgeView:
 Reader = Source | KnowledgeView
 
 
-def _embedder_dict(info: Any) -> dict[str, Any] | None:
+def _embedder_dict(info: EmbedderInfo | None) -> dict[str, Any] | None:
+    # a store of another make may report something else: said as its text
     if info is None:
         return None
     if dataclasses.is_dataclass(info) and not isinstance(info, type):
@@ -273,8 +277,6 @@ def file_text(view: KnowledgeView, path: str | os.PathLike[str]) -> tuple[str, s
 
     See :meth:`KnowledgeView.file_text`.
     """
-    from kbcli.system.paths import source_forms, source_name
-
     given = os.fspath(path)
     candidates = dict.fromkeys([source_name(given), *source_forms(given)])
     for source in candidates:

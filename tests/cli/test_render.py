@@ -226,3 +226,17 @@ def test_a_located_hit_shows_its_lines_and_an_unlocated_one_its_text():
         (10, "Reset the password:", [(10, 18)]),
         (12, "`kb reset`", []),
     ]
+
+
+def test_the_freshness_note_reads_past_a_hit_that_carries_no_freshness():
+    from kbcli.cli.render.hits import freshness_note
+    from kbcli.search.query import Hit
+    from kbcli.types import Document, Freshness, SearchResult
+
+    changed = SearchResult(
+        Document("a", "x", {"source": "/docs/guide/a.md"}), 1.0, freshness=Freshness("changed")
+    )
+    unknown = SearchResult(Document("b", "y", {"source": "/docs/b.md"}), 0.5)  # no ledger read
+    note = freshness_note([Hit(changed), Hit(unknown)])
+    assert note == "changed = the file differs from what was indexed. Run: kb ingest /docs/guide"
+    assert freshness_note([Hit(unknown)]) is None

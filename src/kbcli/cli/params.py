@@ -35,6 +35,8 @@ TRUE = ("1", "true", "yes", "on", "y", "t")
 FALSE = ("0", "false", "no", "off", "n", "f")
 P = ParamSpec("P")
 T = TypeVar("T")
+#: A converted value of one of the :data:`SIMPLE` types.
+Plain = str | int | float | Path | bool
 
 
 def plain_kind(param: TyperOption | TyperArgument) -> type | None:
@@ -46,7 +48,7 @@ def plain_kind(param: TyperOption | TyperArgument) -> type | None:
     return annotation if annotation in SIMPLE else None
 
 
-def convert(kind: type, value: Any, param: TyperOption | TyperArgument) -> Any:
+def convert(kind: type, value: Any, param: TyperOption | TyperArgument) -> Plain:
     """One value of ``param`` as ``kind``, within the parameter's min and max. A
     ``BadParameter`` raised here names no context or parameter: click adds both on its way
     out of ``process_value`` (its usage errors name the option and show the usage)."""
@@ -64,7 +66,7 @@ def convert(kind: type, value: Any, param: TyperOption | TyperArgument) -> Any:
     if kind is Path:
         return value if isinstance(value, Path) else Path(value)
     try:
-        number = kind(value)
+        number: int | float = kind(value)
     except (TypeError, ValueError):
         name = "integer" if kind is int else "number"
         raise typer.BadParameter(f"{value!r} is not a valid {name}.") from None
@@ -86,8 +88,11 @@ def convert(kind: type, value: Any, param: TyperOption | TyperArgument) -> Any:
     return number
 
 
-def convert_value(kind: type, param: TyperOption | TyperArgument, value: Any) -> Any:
-    """``value`` as click hands it over (None, one value, or a sequence for a list) converted
+def convert_value(
+    kind: type, param: TyperOption | TyperArgument, value: Any
+) -> Plain | list[Plain] | tuple[()] | None:
+    """``value`` as click hands it over (None, one value, or a sequence for a list: the
+    command line's strings or a declared default, hence ``Any``) converted
     with :func:`convert`: None becomes ``()`` for a list, as typer has it."""
     many = param.multiple or param.nargs == -1
     if value is None:

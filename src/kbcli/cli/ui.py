@@ -73,6 +73,7 @@ def ui(
 
     require("starlette", extra="ui", feature="kb ui")
     require("uvicorn", extra="ui", feature="kb ui")
+    # lazy: these import starlette and uvicorn, optional (the ui extra): require() says so first
     from kbcli.serve.limits import Limits, bind, serve
     from kbcli.ui.server import UI, Settings, host_names
 

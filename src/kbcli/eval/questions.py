@@ -27,10 +27,9 @@ from kbcli.search.query import search as search_files
 
 if TYPE_CHECKING:  # pragma: no cover
     from kbcli.knowledge_base import KnowledgeBase
-    from kbcli.protocols import VectorStoreProtocol
 from kbcli.agent.get import AmbiguousPathError, path_suffix_match
 from kbcli.embedders.base import EmbedderInfo, embedder_info
-from kbcli.protocols import DocumentCatalog, FileLedger, supports
+from kbcli.protocols import DocumentCatalog, FileLedger, VectorStoreProtocol, supports
 from kbcli.search.calibration import stored_floors
 from kbcli.system.paths import source_name
 from kbcli.types import SearchOptions, SearchResult, normalize_mode
@@ -200,14 +199,14 @@ def ranked_files(hits: Hits) -> list[tuple[str, list[SearchResult]]]:
     return out
 
 
-def _covers(hit: Any, line: int) -> bool:
+def _covers(hit: SearchResult, line: int) -> bool:
     meta = hit.document.metadata
     start, end = meta.get("line"), meta.get("line_end", meta.get("line"))
     return isinstance(start, int) and isinstance(end, int) and start <= line <= end
 
 
 def rank_expected(
-    groups: Sequence[tuple[str, Sequence[Any]]], expected: Sequence[Expectation]
+    groups: Sequence[tuple[str, Sequence[SearchResult]]], expected: Sequence[Expectation]
 ) -> dict[str, int | None]:
     """The 1-based file rank at which each expectation is found (None: not in ``groups``)."""
     ranks: dict[str, int | None] = {}

@@ -179,7 +179,7 @@ def tick_text(ticks: Sequence[float]) -> list[str]:
 # --- SVG plots ---------------------------------------------------------------------------------
 
 
-def _esc(text: Any) -> str:
+def _esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from kbcli.config.registry import CHUNKERS, is_class_path, load_class
 from kbcli.errors import InvalidOptionError
 from kbcli.ingest.markdown import Heading, find_headings
 from kbcli.ingest.normalizers import StructurePreservingNormalizer
+from kbcli.protocols import SectionChunkerProtocol, TextChunkerProtocol
 from kbcli.types import Section
 
 SECTION_SEPARATOR = "\n\n"
@@ -289,7 +289,9 @@ def _chunker_name(chunker: str) -> str:
     return name
 
 
-def make_chunker(chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50) -> Any:
+def make_chunker(
+    chunker: str = "structure", chunk_size: int = 500, chunk_overlap: int = 50
+) -> TextChunkerProtocol | SectionChunkerProtocol:
     """Build the chunker named in ``rag.chunker`` (a registered name or a
     ``package.module:Class`` path) with ``limits.chunk_size``/``chunk_overlap``."""
     name = _chunker_name(chunker)
@@ -297,7 +299,10 @@ def make_chunker(chunker: str = "structure", chunk_size: int = 500, chunk_overla
         return SimpleTextChunker(chunk_size=chunk_size, overlap=chunk_overlap)
     if name == "structure":
         return StructureAwareChunker(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-    return load_class(name, CHUNKERS, kind="chunker")(chunk_size, chunk_overlap)
+    built: TextChunkerProtocol | SectionChunkerProtocol = load_class(
+        name, CHUNKERS, kind="chunker"
+    )(chunk_size, chunk_overlap)
+    return built
 
 
 def make_normalizer(chunker: str = "structure") -> StructurePreservingNormalizer:

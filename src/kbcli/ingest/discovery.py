@@ -339,7 +339,7 @@ def _walk(
 
 
 def check_prune(
-    found: Discovery, records: Any, stale: list[str], extensions: tuple[str, ...]
+    found: Discovery, records: Collection[str], stale: list[str], extensions: tuple[str, ...]
 ) -> None:
     """Raise :class:`UnsafePruneError` when removing the indexed files ``stale`` looks like
     an accident.

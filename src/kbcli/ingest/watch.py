@@ -56,7 +56,7 @@ from kbcli.ingest.discovery import (
 )
 from kbcli.ingest.files import file_kind
 from kbcli.ingest.report import SyncReport
-from kbcli.ingest.sync import sync
+from kbcli.ingest.sync import Progress, sync
 from kbcli.ingest.watch_marker import watching
 from kbcli.ingest.writes import Indexable, ledger_store
 from kbcli.system.paths import source_name, source_path
@@ -327,7 +327,7 @@ class Watch:
             listing[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
         return listing
 
-    def index(self, progress: Any = None) -> SyncReport:
+    def index(self, progress: Progress | None = None) -> SyncReport:
         """The first, full sync of the paths (``kb ingest`` with the same settings;
         ``progress`` as :func:`~kbcli.ingest.sync.sync` takes it)."""
         removed, chunks, kept = self._leave()
@@ -542,7 +542,7 @@ class Watch:
         return removed, chunks, " / ".join(refusals) or None
 
     def _sync(
-        self, only: set[Path] | None, keep_removed: bool = False, progress: Any = None
+        self, only: set[Path] | None, keep_removed: bool = False, progress: Progress | None = None
     ) -> SyncReport:
         s = self.settings
         return sync(

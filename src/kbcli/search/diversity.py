@@ -12,11 +12,19 @@ vectors).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kbcli.search.fusion import max_scale, min_max
 from kbcli.text.analysis import Analyzer
+from kbcli.text.vector_math import as_unit_matrix
 from kbcli.types import SearchResult
+
+if TYPE_CHECKING:  # numpy is imported when an MMR search runs, not by the keyword path
+    import numpy as np
+    from numpy.typing import NDArray
+
+    #: A pool's vectors: one per candidate (None when it has none), or a float matrix.
+    Vectors = Sequence[Sequence[float] | None] | NDArray[np.floating[Any]]
 
 
 def duplicate_key(text: str) -> str:
@@ -49,7 +57,7 @@ def jaccard(a: frozenset[str] | set[str], b: frozenset[str] | set[str]) -> float
 class Similarity(Protocol):
     """Similarities of every candidate in a pool to one of them."""
 
-    def to(self, j: int) -> Any:
+    def to(self, j: int) -> NDArray[np.floating[Any]]:
         """A float array: the similarity of each candidate to candidate ``j``."""
         ...
 
@@ -58,15 +66,13 @@ class VectorSimilarity:
     """Cosine over the pool's vectors, one row at a time: the unit matrix (n x d, float32) is
     all it keeps. A pairwise matrix (n x n) was 6.4 GB for a pool of 40,000."""
 
-    def __init__(self, vectors: Any):
+    def __init__(self, vectors: Vectors):
         import numpy as np
 
-        from kbcli.text.vector_math import as_unit_matrix
-
         # d x n: one candidate's row times it reads memory in order (twice as fast as n x d)
-        self.columns = np.ascontiguousarray(as_unit_matrix(vectors).T)
+        self.columns: NDArray[np.float32] = np.ascontiguousarray(as_unit_matrix(vectors).T)
 
-    def to(self, j: int) -> Any:
+    def to(self, j: int) -> NDArray[np.float32]:
         return self.columns[:, j] @ self.columns
 
 
@@ -89,7 +95,7 @@ class TermSimilarity:
                 holders[term].append(row)
         self.postings = [np.array(rows, np.int64) for rows in holders]
 
-    def to(self, j: int) -> Any:
+    def to(self, j: int) -> NDArray[np.float64]:
         import numpy as np
 
         shared = np.zeros(len(self.terms), np.float64)
@@ -137,7 +143,7 @@ def mmr_rerank(
     lam: float,
     k: int,
     *,
-    vectors: Sequence[Sequence[float] | None] | None = None,
+    vectors: Vectors | None = None,
     analyzer: Analyzer | None = None,
     explain: bool = False,
 ) -> list[SearchResult]:
@@ -157,8 +163,6 @@ def mmr_rerank(
         measure = "cosine"
     else:
         if analyzer is None:
-            from kbcli.text.analysis import Analyzer
-
             analyzer = Analyzer()
         similarity = TermSimilarity([h.document.text for h in hits], analyzer)
         measure = "jaccard"
@@ -171,8 +175,8 @@ def mmr_rerank(
     return out
 
 
-def _complete(vectors: Any) -> bool:
+def _complete(vectors: Vectors) -> bool:
     """True when every candidate has a vector (a matrix always has)."""
-    if hasattr(vectors, "ndim"):
+    if not isinstance(vectors, Sequence):  # a matrix
         return bool(vectors.ndim == 2 and vectors.shape[1])
     return all(v is not None and len(v) for v in vectors)

@@ -24,8 +24,9 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from datetime import timezone
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from kbcli.config.schema import Config
 from kbcli.errors import IndexBehindError, InvalidOptionError, LoaderError
 from kbcli.ingest.files import MB, read_content
 from kbcli.protocols import (
@@ -91,10 +92,10 @@ def stale_policy(value: str | None) -> str:
     return policy
 
 
-def hash_limit(config: Any) -> int:
-    """The most bytes :func:`check_hits` hashes of one file: ``limits.max_file_mb``."""
-    limits = getattr(config, "limits", None)
-    mb = getattr(limits, "max_file_mb", None)
+def hash_limit(config: Config | None) -> int:
+    """The most bytes :func:`check_hits` hashes of one file: ``limits.max_file_mb`` (None:
+    the default)."""
+    mb = None if config is None else config.limits.max_file_mb
     return int(float(mb) * MB) if isinstance(mb, (int, float)) else DEFAULT_HASH_LIMIT
 
 
@@ -215,7 +216,7 @@ def apply_stale(results: list[SearchResult], policy: str) -> list[SearchResult]:
     return [r for r in results if not is_stale(r)]
 
 
-def index_watermark(kb: Any) -> Watermark:
+def index_watermark(kb: object) -> Watermark:
     """How current ``kb``'s index is (a knowledge base, a view of one, or a store): when it
     last committed a change, whether an ingest is writing now, how many chunks wait for a
     vector. A store that cannot say leaves ``changed_at`` None, ``syncing`` False and
@@ -227,9 +228,9 @@ def index_watermark(kb: Any) -> Watermark:
     return Watermark(changed_at, False, 0)
 
 
-def store_of(kb: Any) -> object:
+def store_of(kb: object) -> object:
     """The store behind ``kb``: a view's knowledge base's, a knowledge base's, or ``kb``
-    itself (a store)."""
+    itself (a store). Any of the three is taken, so ``kb`` is read by duck typing."""
     inner = getattr(kb, "kb", None)  # a KnowledgeView
     if inner is not None:
         kb = inner

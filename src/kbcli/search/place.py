@@ -35,9 +35,10 @@ def hit_line(result: SearchResult) -> int | None:
     return line if isinstance(line, int) and not isinstance(line, bool) else None
 
 
-def location_suffix(line: int | None, page: int | None) -> str:
+def location_suffix(line: int | str | None, page: int | None) -> str:
     """``#page=N`` for a page (a viewer opens a PDF there, ``kb get`` reads it), else
-    ``:LINE`` (``$EDITOR +LINE``, ``kb get path:LINE``), else nothing."""
+    ``:LINE`` (``$EDITOR +LINE``, ``kb get path:LINE``; ``kb get`` shows a chunk's span as
+    ``"12-15"``), else nothing."""
     if page is not None:
         return f"#page={page}"
     return f":{line}" if line is not None else ""

@@ -6,7 +6,7 @@ import inspect
 import json
 import warnings
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from kbcli.embedders.base import capabilities_of, embedder_info
 from kbcli.embedders.simple import SimpleEmbedder
@@ -42,6 +42,10 @@ from kbcli.stores.memory.keyword import index_documents
 from kbcli.text.analysis import Analyzer, has_cjk
 from kbcli.text.bm25 import SOURCE_WEIGHT
 from kbcli.types import DEFAULT_ALPHA, Document, SearchOptions, SearchResult
+
+if TYPE_CHECKING:  # numpy is imported when a pool's vectors are read, not by the keyword path
+    import numpy as np
+    from numpy.typing import NDArray
 
 # Candidates recalled per route before fusion (and MMR's pool): enough that fusion can promote
 # a document that one route ranks modestly, small enough to stay fast. Hybrid search recalls
@@ -439,7 +443,7 @@ class HybridRetriever:
                 vectors.update(zip(probes, found_vectors))
             found: list[bool] = []
 
-            def search(vector: Any, k: int) -> list[SearchResult]:
+            def search(vector: Sequence[float], k: int) -> list[SearchResult]:
                 hits = self.store.search(list(vector), k, scope)
                 found.append(bool(hits))
                 return hits
@@ -529,7 +533,7 @@ class HybridRetriever:
         return hits
 
 
-def _pool_vectors(store: DocumentCatalog, ids: list[str]) -> Any:
+def _pool_vectors(store: DocumentCatalog, ids: list[str]) -> NDArray[np.float32] | None:
     """The stored vectors of ``ids`` as one float32 matrix, read a slice at a time (a
     pool's vectors as Python lists took 30 bytes a number), or None when one is missing
     or of another length."""

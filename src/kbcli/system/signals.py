@@ -15,7 +15,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import FrameType
 
 # (Windows has no SIGHUP)
 TERMINATION = tuple(
@@ -57,7 +57,7 @@ def _interrupt(signum: int) -> KeyboardInterrupt:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
-def _raise(signum: int, frame: Any) -> None:
+def _raise(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if _deferring:
         _held.append(signum)
@@ -135,7 +135,7 @@ def stop_between(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
-    def _note(signum: int, frame: Any) -> None:
+    def _note(signum: int, frame: FrameType | None) -> None:
         stopped_by.append(signum)
         stop.set()
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kbcli.cli.render.messages import print_json, result
 from kbcli.cli.render.names import shorten_source
 from kbcli.search.place import hit_page, location_suffix
 
+if TYPE_CHECKING:
+    from kbcli.agent.answer import Answer, Evidence
 
-def cited_location(evidence: Any) -> tuple[str, str]:
+
+def cited_location(evidence: Evidence) -> tuple[str, str]:
     """``(location, " (p. N)")`` of a cited passage: ``path:line`` (its best-matching line) or
     ``path#page=N`` as ``kb search`` shows it, the path as the user would type it (relative to
     the current folder or ``~``, never cut); the page part only for a passage without a
@@ -28,10 +31,10 @@ def cited_location(evidence: Any) -> tuple[str, str]:
     return where + location_suffix(evidence.line, hit_page(evidence.metadata)), ""
 
 
-def _stale(evidence: Any) -> str:
+def _stale(evidence: Evidence) -> str:
     """`` (changed since indexed)`` beside a cited passage that may not be what its file says
     now: such a passage is never cited without saying so."""
-    words = getattr(evidence, "stale_words", None)
+    words = evidence.stale_words
     return f" ({words})" if words else ""
 
 
@@ -40,7 +43,7 @@ def _unknown_note(given: int) -> str:
     return f"the model was given {shown} only"
 
 
-def answer_output(answer: Any, fmt: str, *, streamed: bool = False) -> None:
+def answer_output(answer: Answer, fmt: str, *, streamed: bool = False) -> None:
     """``kb ask``'s answer on stdout as ``text`` or ``md``: the answer (unless ``streamed``
     already printed it), then each source it cited as ``[n] path:line`` and each citation
     naming no source, flagged."""
@@ -76,7 +79,7 @@ def answer_output(answer: Any, fmt: str, *, streamed: bool = False) -> None:
         result(f"  [{n}] unknown citation: {_unknown_note(given)}")
 
 
-def prompt_output(answer: Any, as_json: bool = False) -> None:
+def prompt_output(answer: Answer, as_json: bool = False) -> None:
     """``kb ask --show-prompt``: the messages that would be sent (and, as JSON, the numbered
     evidence)."""
     if as_json:

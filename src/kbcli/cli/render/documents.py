@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.cli.render.hits import MIN_SNIPPET, chunk_label, table_fits
 from kbcli.cli.render.messages import print_json, print_jsonl, result, rich_console
 from kbcli.cli.render.names import chunk_location, file_names
 from kbcli.cli.render.snippets import snippet
-from kbcli.types import note_author
+from kbcli.types import Document, note_author
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kbcli.agent.get import Shown
 
 
-def numbered(shown: Any) -> None:
+def numbered(shown: Shown) -> None:
     """``kb get`` output: a ``path:line`` header for a chunk, then ``NUMBER  text`` lines."""
     if shown.origin == "chunk":
         meta = shown.metadata or {}
@@ -32,7 +37,7 @@ def numbered(shown: Any) -> None:
     out.flush()
 
 
-def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
+def documents_json(docs: Sequence[Document]) -> list[dict[str, Any]]:
     """The JSON shape of listed chunks: ``{id, text, metadata, created_at}``."""
     return [
         {
@@ -45,7 +50,7 @@ def documents_json(docs: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def documents_output(docs: Sequence[Any], fmt: str, null: bool = False) -> None:
+def documents_output(docs: Sequence[Document], fmt: str, null: bool = False) -> None:
     """Listed chunks on stdout as ``fmt`` (every format but ``table``); ``null``: ``files``
     separated by NUL bytes."""
     items = documents_json(docs)
@@ -81,7 +86,7 @@ def documents_output(docs: Sequence[Any], fmt: str, null: bool = False) -> None:
         raise ValueError(f"unknown format {fmt!r}")
 
 
-def documents_table(docs: Sequence[Any], console: Any = None) -> None:
+def documents_table(docs: Sequence[Document], console: Console | None = None) -> None:
     """Id, source, chunk index and the start of each chunk; the source is never cut (as in
     :func:`search_table`: a narrow terminal gets one block per chunk)."""
     from rich.cells import cell_len

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def explain_text(explain: Any) -> str:
+def explain_text(explain: dict[str, Any] | None) -> str:
     """``--explain`` of a hit, one fact a line, in words: ``keyword #1 (4.187 = chunk
     1.396 + 2.000×file 1.396)``, ``dense not found``, ``alpha 0.001 (keyword-first: ...)``;
     never a Python literal (``True``, ``{...}``, ``[...]``)."""
@@ -14,7 +14,7 @@ def explain_text(explain: Any) -> str:
     return "\n".join(fact for _, fact in explain_facts(explain))
 
 
-def explain_facts(explain: Any) -> list[tuple[str, str]]:
+def explain_facts(explain: dict[str, Any] | None) -> list[tuple[str, str]]:
     """The facts of :func:`explain_text` as ``(key, fact)`` pairs, in order (the key says
     which entry of the explain mapping each came from)."""
     if not explain:
@@ -48,7 +48,7 @@ def explain_facts(explain: Any) -> list[tuple[str, str]]:
     return lines
 
 
-def shared_facts(explains: list[Any]) -> list[str]:
+def shared_facts(explains: list[dict[str, Any] | None]) -> list[str]:
     """The facts every one of several hits' explains states alike (the fusion, alpha and why,
     a route that found none of them), said once above the hits rather than under each."""
     if len(explains) < 2:

@@ -6,16 +6,24 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.cli.render.explain import explain_facts, shared_facts
 from kbcli.cli.render.messages import print_json, print_jsonl, result, rich_console
 from kbcli.cli.render.names import chunk_location, file_names, needs_quoting, quote_name
 from kbcli.cli.render.snippets import rich_lines, snippet_lines, term_pattern
-from kbcli.types import note_author
+from kbcli.types import SearchResult, SearchResults, note_author
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
+
+    from kbcli.search.query import Hit
+
+    _Row = tuple[str, str, str, str, Text]  # rank, score, location, chunk(s), snippet
 
 
-def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str, Any]]:
+def search_json(results: Sequence[SearchResult], explain: bool = False) -> list[dict[str, Any]]:
     """The JSON shape of search results: ``{id, score, text, metadata}`` (+ ``explain``)."""
     out = []
     for r in results:
@@ -31,9 +39,9 @@ def search_json(results: Sequence[Any], explain: bool = False) -> list[dict[str,
     return out
 
 
-def no_results_text(results: Any) -> str:
+def no_results_text(results: Sequence[SearchResult]) -> str:
     """What an empty search says; a reranker's refusal also says why."""
-    if getattr(results, "refused", False):
+    if isinstance(results, SearchResults) and results.refused:
         best = results.best_relevance
         return (
             f"No relevant knowledge found: none of the {results.candidates} candidates reached "
@@ -61,20 +69,25 @@ MARKER_NOTES = {
 }
 
 
-def freshness_marker(result_: Any) -> str | None:
+def freshness_marker(result_: SearchResult) -> str | None:
     """The table's marker for a hit that is not ``current`` (None: current, or unknown)."""
-    fresh = getattr(result_, "freshness", None)
+    fresh = result_.freshness
     return None if fresh is None else MARKERS.get(fresh.state)
 
 
-def freshness_note(hits: Sequence[Any]) -> str | None:
+def freshness_note(hits: Sequence[Hit]) -> str | None:
     """The one line under the table saying what its markers mean and what to run (None: no
     hit is marked)."""
-    states = {h.result.freshness.state for h in hits if freshness_marker(h.result) is not None}
+    marked = [(h, h.result.freshness) for h in hits if freshness_marker(h.result) is not None]
+    states = {fresh.state for _, fresh in marked if fresh is not None}
     if not states:
         return None
     said = "; ".join(MARKER_NOTES[s] for s in MARKERS if s in states)
-    stale = [h.source for h in hits if h.result.freshness.state in ("changed", "missing")]
+    stale = [
+        h.source
+        for h, fresh in marked
+        if fresh is not None and fresh.stale and h.source is not None
+    ]
     if stale:
         from pathlib import Path
 
@@ -87,7 +100,7 @@ def freshness_note(hits: Sequence[Any]) -> str | None:
 
 
 def hit_json(
-    hit: Any, unit: str, explain: bool = False, index: dict[str, Any] | None = None
+    hit: Hit, unit: str, explain: bool = False, index: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """One search hit as JSON: ``{id, score, text, metadata, unit, location, line, note_by,
     freshness, index}`` (``note_by``: the writer of an agent's note, else null), with
@@ -117,7 +130,7 @@ def hit_json(
 
 
 def search_output(
-    hits: Sequence[Any],
+    hits: Sequence[Hit],
     fmt: str,
     unit: str,
     explain: bool,
@@ -170,11 +183,11 @@ SNIPPET_ROOM = 60
 
 
 def search_table(
-    hits: Sequence[Any],
+    hits: Sequence[Hit],
     terms: Sequence[str],
     explain: bool = False,
     unit: str = "chunk",
-    console: Any = None,
+    console: Console | None = None,
 ) -> None:
     """Rank, score, location, chunk (or matched chunks) and a snippet for each hit: the line
     the hit is for with its neighbours, line breaks kept, terms highlighted. The location
@@ -185,7 +198,7 @@ def search_table(
     hits, a few lines per hit (:func:`explain_blocks`)."""
     console = console or rich_console()
     pattern = term_pattern(terms)
-    rows = []
+    rows: list[_Row] = []
     for rank, hit in enumerate(hits, 1):
         r = hit.result
         meta = r.document.metadata
@@ -228,7 +241,7 @@ def table_fits(
     return sum(widths) + 2 * (len(widths) + 1) + borders + room <= width
 
 
-def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+def _hits_table(console: Console, header: Sequence[str], rows: Sequence[_Row]) -> None:
     """The table: every column but the snippet as wide as its cells, never wrapped; the
     snippet as wide as its longest line, up to what is left of the terminal (then its lines
     wrap at spaces)."""
@@ -247,7 +260,7 @@ def _hits_table(console: Any, header: Sequence[str], rows: Sequence[Sequence[Any
     console.print(table)
 
 
-def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None:
+def _hits_blocks(console: Console, unit: str, rows: Sequence[_Row]) -> None:
     """A narrow terminal: ``#1  0.873  2 chunks``, the location alone on the next line (the
     terminal may fold it, the text stays one line), the snippet indented under it."""
     from rich.text import Text
@@ -261,7 +274,7 @@ def _hits_blocks(console: Any, unit: str, rows: Sequence[Sequence[Any]]) -> None
         indented(console, body)
 
 
-def indented(console: Any, text: Any, indent: int = 3) -> None:
+def indented(console: Console, text: Text, indent: int = 3) -> None:
     """``text`` (Rich text) under an ``indent``, each line wrapped at spaces to the width left
     (a word longer than it folded), no spaces added after a line."""
     from rich.text import Text
@@ -272,7 +285,9 @@ def indented(console: Any, text: Any, indent: int = 3) -> None:
         console.print(Text(" " * indent) + line, soft_wrap=True)
 
 
-def explain_blocks(console: Any, hits: Sequence[tuple[str, str, Any]]) -> None:
+def explain_blocks(
+    console: Console, hits: Sequence[tuple[str, str, dict[str, Any] | None]]
+) -> None:
     """``--explain`` under the hits: the facts every hit shares once (the fusion, alpha and
     why), then each hit's ``#rank location`` and its own facts, indented, one a line (a long
     one wraps under its indent)."""

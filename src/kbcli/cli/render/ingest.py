@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from kbcli.cli.render.messages import plural
+from kbcli.ingest.report import SyncReport
 
 
-def ingest_summary(report: Any) -> list[str]:
+def ingest_summary(report: SyncReport) -> list[str]:
     """The human summary of a sync report, one line per fact worth saying."""
     indexed = report.added + report.updated
     # every file seen is counted once: new, changed, relabelled (same bytes, new --meta) or
@@ -82,7 +81,7 @@ def ingest_summary(report: Any) -> list[str]:
     return lines
 
 
-def interrupted_summary(report: Any) -> str:
+def interrupted_summary(report: SyncReport) -> str:
     """What an interrupted ingest kept, and that the next run resumes."""
     kept = report.added + report.updated
     relabelled = f", {report.metadata_updated} relabelled" if report.metadata_updated else ""

@@ -8,9 +8,12 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def reader_gone(stream: IO[Any] | None = None) -> bool:
@@ -104,7 +107,7 @@ def print_jsonl(items: Sequence[Any]) -> None:
     sys.stdout.flush()
 
 
-def rich_console(stderr: bool = False) -> Any:
+def rich_console(stderr: bool = False) -> Console:
     """A Rich console on stdout (or stderr) whose closed pipe raises ``BrokenPipeError``, as
     every other write does, rather than Rich's own ``SystemExit(1)``."""
     from rich.console import Console

@@ -24,7 +24,7 @@ def human_size(n: int | float) -> str:
     return f"{size:.1f} TB"  # pragma: no cover
 
 
-def shorten_source(source: Any, width: int = 48) -> str:
+def shorten_source(source: str | Path | None, width: int = 48) -> str:
     """A source path as the user would type it: relative to the current folder, or ``~/...``;
     long paths keep their tail (``.../folder/file.md``)."""
     if source is None or source == "":
@@ -39,7 +39,7 @@ def shorten_source(source: Any, width: int = 48) -> str:
     return "…/" + tail
 
 
-def display_path(source: Any) -> str:
+def display_path(source: str | Path | None) -> str:
     """A source as the user would type it, whole: relative to the current folder or ``~/...``
     (both open in a shell), never cut, and shell-quoted by :func:`quote_name` when it holds a
     newline or another control character."""
@@ -50,9 +50,9 @@ def display_path(source: Any) -> str:
 
 def chunk_location(
     meta: dict[str, Any],
-    line: Any = None,
+    line: int | str | None = None,
     path: Callable[[Any], str] = display_path,
-    page: Any = None,
+    page: int | None = None,
 ) -> str:
     """Where a chunk is, as every listing shows it: ``docs/a.md:12`` (the source through
     ``path``, then ``line`` when given; ``docs/a.pdf#page=3`` with ``page``, see

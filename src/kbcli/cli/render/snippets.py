@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+from kbcli.types import SearchResult
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 SNIPPET_WIDTH = 160
 HIGHLIGHT_STYLE = "bold yellow"
@@ -116,13 +121,13 @@ def _spans(text: str, pattern: re.Pattern[str] | None, shift: int) -> list[tuple
 
 
 def snippet_lines(
-    result: Any, pattern: re.Pattern[str] | None, width: int = SNIPPET_WIDTH
+    result: SearchResult, pattern: re.Pattern[str] | None, width: int = SNIPPET_WIDTH
 ) -> list[tuple[int | None, str, list[tuple[int, int]]]]:
     """What a hit's snippet shows, as ``(line number, text, match spans)`` lines: the line it
     is for with its neighbours, their line breaks kept (the file's own lines, each cut to
     ``width`` cells), when it was located; else one line of its chunk's text around the
     first match (whitespace collapsed, as stored), numbered None."""
-    match = getattr(result, "match", None)
+    match = result.match
     if match is not None and match.context:
         out: list[tuple[int | None, str, list[tuple[int, int]]]] = []
         for number, text in match.context:
@@ -133,12 +138,14 @@ def snippet_lines(
     return [(None, flat, spans)]
 
 
-def rich_lines(result: Any, pattern: re.Pattern[str] | None, width: int = SNIPPET_WIDTH) -> Any:
+def rich_lines(
+    result: SearchResult, pattern: re.Pattern[str] | None, width: int = SNIPPET_WIDTH
+) -> Text:
     """A hit's snippet (:func:`snippet_lines`) as Rich text, one line a line, the query's
     terms highlighted and the neighbours of the line it is for dimmed."""
     from rich.text import Text
 
-    best = getattr(getattr(result, "match", None), "line", None)
+    best = None if result.match is None else result.match.line
     out = Text()
     for n, (number, text, spans) in enumerate(snippet_lines(result, pattern, width)):
         if n:

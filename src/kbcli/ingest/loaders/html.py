@@ -57,7 +57,7 @@ class _TextBuilder(HTMLParser):
         if self.heading is None and not self.hidden:
             self.out.append(text)
 
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "body" and self.open.get("head"):
             self.handle_endtag("head")  # </head> may be left out; the body is not hidden
         if tag in VOID_TAGS:
@@ -77,7 +77,7 @@ class _TextBuilder(HTMLParser):
         elif tag in HEADING_TAGS and self.heading is None and not self.hidden:
             self.heading = (int(tag[1]), [])
 
-    def handle_startendtag(self, tag: str, attrs: Any) -> None:
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
         if tag not in VOID_TAGS:
             self.handle_endtag(tag)

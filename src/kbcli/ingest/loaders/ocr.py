@@ -39,12 +39,16 @@ import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.config.schema import OcrConfig
 from kbcli.errors import LoaderError, missing_message
 from kbcli.ingest.files import open_regular, too_large
 from kbcli.ingest.loaders.bounded import ParseTimeout, keep_resident, run_bounded
+
+if TYPE_CHECKING:  # Pillow and opencv are imported in the child, when a page needs OCR
+    from cv2.typing import MatLike
+    from PIL.Image import Image
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".bmp")
 # What Pillow may open them as (never its other plugins: EPS would run Ghostscript).
@@ -119,6 +123,7 @@ def signature(options: OcrConfig) -> str:
 # --- the child: rendering and recognising one page ---------------------------------------------
 
 
+# RapidOCR's engine, its detections and the modules _require returns are untyped (hence Any).
 _engine: Any = None
 
 
@@ -143,7 +148,7 @@ def _recogniser() -> Any:
     return _engine
 
 
-def _grey(image: Any) -> Any:
+def _grey(image: Image) -> Image:
     """``image`` as 8-bit grey on white (transparency over white, 16-bit scaled)."""
     from PIL import Image
 
@@ -160,7 +165,7 @@ def _grey(image: Any) -> Any:
     return image.convert("L")
 
 
-def _stretch(grey: Any) -> Any | None:
+def _stretch(grey: Image) -> Image | None:
     """``grey`` with its contrast stretched, or None when the page is blank."""
     import numpy as np
     from PIL import ImageFilter, ImageOps
@@ -176,7 +181,7 @@ def _stretch(grey: Any) -> Any | None:
     return stretched.filter(ImageFilter.UnsharpMask(radius=2, percent=150, threshold=0))
 
 
-def _fit_line(crop: Any) -> Any:
+def _fit_line(crop: MatLike) -> MatLike:
     import cv2
 
     height, width = crop.shape[:2]
@@ -187,7 +192,7 @@ def _fit_line(crop: Any) -> Any:
     return cv2.copyMakeBorder(crop, m, m, m, m, cv2.BORDER_REPLICATE)
 
 
-def _detect(engine: Any, page: Any) -> list[Any]:
+def _detect(engine: Any, page: MatLike) -> list[Any]:
     """Text line quadrilaterals (4 x 2 float arrays) in ``page``'s pixels."""
     import cv2
     import numpy as np
@@ -249,7 +254,7 @@ def _clean(text: str, languages: Sequence[str]) -> str:
     return text.strip()
 
 
-def recognise(image: Any, number: int, options: OcrConfig) -> PageScan:
+def recognise(image: Image, number: int, options: OcrConfig) -> PageScan:
     """Recognise the PIL ``image`` as page ``number`` (see the module docstring)."""
     import numpy as np
 
@@ -341,7 +346,7 @@ def _our_pixel_limit() -> Iterator[None]:
 
 
 @contextmanager
-def _open_image(path: str, max_bytes: int | None, options: OcrConfig) -> Iterator[Any]:
+def _open_image(path: str, max_bytes: int | None, options: OcrConfig) -> Iterator[Image]:
     """The image at ``path``, opened (read lazily, not decoded: a multi-page TIFF is not read
     whole for each page); LoaderError for a bomb or a non-image."""
     from PIL import Image, UnidentifiedImageError
@@ -363,7 +368,7 @@ def _open_image(path: str, max_bytes: int | None, options: OcrConfig) -> Iterato
         yield image
 
 
-def _check_size(path: str, image: Any, options: OcrConfig) -> None:
+def _check_size(path: str, image: Image, options: OcrConfig) -> None:
     width, height = image.size
     limit = options.max_megapixels * 1e6
     if width * height > limit:
@@ -437,7 +442,7 @@ def run_pages(
     path: str,
     max_bytes: int | None,
     numbers: Sequence[int],
-    options: Any,
+    options: OcrConfig,
     *,
     bounded: bool,
     deadline: float | None = None,

@@ -13,11 +13,16 @@ import logging
 import re
 import zipfile
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbcli.errors import LoaderError
 from kbcli.ingest.files import open_regular, read_bounded
 from kbcli.ingest.markdown import HEADING_SEPARATOR
+
+if TYPE_CHECKING:  # pypdf and python-docx are imported when such a file is read
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+    from pypdf import PageObject
 
 Extracted = tuple[list[tuple[str, dict[str, Any]]], list[str]]
 # ... the pages to recognise, (page number, its text, whether it shows an image), and the count
@@ -137,7 +142,7 @@ def _extract_pdf(
     return sections, warnings, scanned, count
 
 
-def _shows_image(page: Any, errors: tuple[type[BaseException], ...]) -> bool:
+def _shows_image(page: PageObject, errors: tuple[type[BaseException], ...]) -> bool:
     """Whether a page draws an image XObject (a scan does; a blank page does not). Read from
     its resources only: parsing the content stream for inline images would inflate it whole,
     and a bomb's inflates to gigabytes."""
@@ -148,6 +153,7 @@ def _shows_image(page: Any, errors: tuple[type[BaseException], ...]) -> bool:
 
 
 def _has_image(resources: Any, depth: int) -> bool:
+    # ``resources``: a pypdf object of whatever kind the file holds (read with get_object)
     if resources is None or depth > 4:  # forms inside forms: deeper is not a scan
         return False
     xobjects = resources.get_object().get("/XObject")
@@ -344,7 +350,7 @@ def _check_xml_prolog(path: str, name: str, archive: zipfile.ZipFile) -> None:
         raise LoaderError(f"{path}: {name} does not start like an XML part Word writes; not loaded")
 
 
-def _heading_level(paragraph: Any) -> int | None:
+def _heading_level(paragraph: Paragraph) -> int | None:
     name = getattr(paragraph.style, "name", None) or ""
     if name.strip().lower() == "title":
         return 0
@@ -352,7 +358,7 @@ def _heading_level(paragraph: Any) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _table_text(table: Any) -> str:
+def _table_text(table: Table) -> str:
     rows = []
     for row in table.rows:
         cells, seen = [], set()

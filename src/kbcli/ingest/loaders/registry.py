@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import kbcli.ingest.loaders.ocr as ocr_pages
 from kbcli.config.lookup import OcrConfig
@@ -21,11 +22,17 @@ from kbcli.errors import InvalidOptionError, LoaderError, UnsupportedFormatError
 from kbcli.ingest.files import FileContent, limit_bytes, not_regular, timed_out
 from kbcli.ingest.loaders import layout
 from kbcli.ingest.loaders.bounded import ParseTimeout, run_bounded
-from kbcli.ingest.loaders.html import extract_html
+from kbcli.ingest.loaders.html import Extracted, extract_html
 from kbcli.ingest.loaders.office import check_docx_zip, extract_docx, extract_pdf
 from kbcli.ingest.loaders.text_encoding import decode_text, read_text
 from kbcli.ingest.normalizers import StructurePreservingNormalizer
+from kbcli.protocols import DocumentLoaderProtocol, SectionLoaderProtocol
 from kbcli.types import Section
+
+T = TypeVar("T")
+#: What :func:`register_loader` takes: an object with ``load(path)``, ``load_sections(path)``
+#: or both (and optionally ``last_warnings``).
+RegisteredLoader = DocumentLoaderProtocol | SectionLoaderProtocol
 
 SECTION_SEPARATOR = "\n\n"
 
@@ -68,7 +75,9 @@ class BuiltinLoader:
         """The file as sections of text with structural metadata."""
         raise NotImplementedError
 
-    def _extract_bounded(self, extract: Any, path: str | Path) -> list[Section]:
+    def _extract_bounded(
+        self, extract: Callable[..., Extracted], path: str | Path
+    ) -> list[Section]:
         """Run ``extract(path)`` in the bounded worker (``bounded.py``); keep its warnings."""
         self.last_warnings = []
         self._start_clock()
@@ -89,7 +98,7 @@ class BuiltinLoader:
         assert self._deadline is not None
         return self._deadline - time.monotonic()
 
-    def _bounded(self, func: Any, path: str | Path, *args: Any) -> Any:
+    def _bounded(self, func: Callable[..., T], path: str | Path, *args: object) -> T:
         """``func(path, max_bytes, *args)`` in the bounded worker, within what is left of the
         file's ``timeout``."""
         self.last_ocr = None
@@ -115,7 +124,11 @@ class BuiltinLoader:
         return ocr_pages.missing()
 
     def _recognise(
-        self, scan: Any, path: str | Path, numbers: list[int], kind: str = "scanned pages"
+        self,
+        scan: Callable[..., ocr_pages.PageScan],
+        path: str | Path,
+        numbers: list[int],
+        kind: str = "scanned pages",
     ) -> dict[int, str]:
         """Recognise pages ``numbers`` of ``path`` with ``scan``, one bounded call each, at
         most ``ocr.max_pages`` of them (a warning names the file and how many were read) and
@@ -293,7 +306,7 @@ class HtmlLoader(BuiltinLoader):
         return self._extract_bounded(extract_html, path)
 
 
-_LOADERS: dict[str, Any] = {}
+_LOADERS: dict[str, RegisteredLoader] = {}
 
 
 def _extension(ext: str) -> str:
@@ -303,7 +316,7 @@ def _extension(ext: str) -> str:
     return ext if ext.startswith(".") else "." + ext
 
 
-def register_loader(extensions: list[str] | str, loader: Any) -> None:
+def register_loader(extensions: list[str] | str, loader: RegisteredLoader) -> None:
     """Make ``loader`` handle files with these extensions (``".csv"`` or ``"csv"``).
 
     ``loader`` is an object with ``load(path) -> str`` and optionally
@@ -329,7 +342,7 @@ def supported_extensions() -> list[str]:
     return sorted(_LOADERS)
 
 
-def loader_for(path: str | Path) -> Any:
+def loader_for(path: str | Path) -> RegisteredLoader:
     """The loader registered for ``path``'s extension; UnsupportedFormatError when none is."""
     ext = Path(path).suffix.lower()
     loader = _LOADERS.get(ext)
@@ -403,7 +416,7 @@ class DefaultDocumentLoader:
         self.last_warnings: list[str] = []
         self.last_ocr: dict[str, Any] | None = None
         self._normalizer = StructurePreservingNormalizer()
-        self._last_loader: Any = None
+        self._last_loader: RegisteredLoader | None = None
 
     def ocr_signature(self, path: str | Path) -> str | None:
         """The OCR settings that decide ``path``'s text, when its loader may recognise it (a
@@ -512,7 +525,7 @@ class DefaultDocumentLoader:
             loader.sha256 = sha256
         self._last_loader = loader
         try:
-            if callable(getattr(loader, "load_sections", None)):
+            if isinstance(loader, SectionLoaderProtocol):
                 sections = list(loader.load_sections(path))
             else:
                 sections = [Section(loader.load(path))]

@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kbcli.config.schema import RerankConfig
 from kbcli.errors import InvalidOptionError, RerankerError, require
@@ -58,9 +58,16 @@ def _beside(onnx_file: Path, name: str) -> Path | None:
     return None
 
 
+class _Runner(Protocol):
+    """A loaded cross-encoder backend."""
+
+    def relevance(self, query: str, texts: list[str], batch_size: int) -> list[float]: ...
+
+
 def _relevance(logits: Any) -> list[float]:
     """Relevance in [0, 1] from a batch of logits: shape (n,) or (n, 1) -> sigmoid; (n, 2) ->
-    softmax of the second ("relevant") class."""
+    softmax of the second ("relevant") class. ``logits`` is what an untyped backend returned
+    (onnxruntime's or sentence-transformers' array, or a list): hence ``Any``."""
     import math
 
     rows = logits.tolist() if hasattr(logits, "tolist") else list(logits)
@@ -104,7 +111,7 @@ class CrossEncoderReranker:
         self.max_length = int(max_length)
         self.device = device
         self._backend = backend
-        self._runner: Any = None
+        self._runner: _Runner | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -129,6 +136,9 @@ class CrossEncoderReranker:
 
     def load(self) -> None:
         """Load the model now (otherwise the first :meth:`rerank` does)."""
+        self._loaded()
+
+    def _loaded(self) -> _Runner:
         with self._lock:
             if self._runner is None:
                 if self.backend == "onnx":
@@ -137,18 +147,19 @@ class CrossEncoderReranker:
                     self._runner = _SentenceTransformersRunner(
                         self.model, self.max_length, self.device
                     )
+            return self._runner
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Relevance of each text to ``query``, in [0, 1], in the order given."""
         if not texts:
             return []
-        self.load()
+        runner = self._loaded()
         # Similar lengths in a batch pad less: score in length order, answer in input order.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         scores = [0.0] * len(texts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            values = self._runner.relevance(query, [texts[i] for i in chunk], self.batch_size)
+            values = runner.relevance(query, [texts[i] for i in chunk], self.batch_size)
             for i, value in zip(chunk, values):
                 scores[i] = value
         return scores
@@ -293,6 +304,7 @@ def export_onnx(model_dir: str | Path, output_dir: str | Path | None = None) -> 
     """
     import shutil
 
+    # torch is untyped here (an optional package): its module, models and tensors are Any
     torch: Any = require("torch", extra="local-st", feature="Exporting a cross-encoder to ONNX")
     transformers = require(
         "transformers", extra="local-st", feature="Exporting a cross-encoder to ONNX"
