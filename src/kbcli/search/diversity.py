@@ -21,7 +21,7 @@ from kbcli.types import SearchResult
 
 if TYPE_CHECKING:  # numpy is imported when an MMR search runs, not by the keyword path
     import numpy as np
-    from numpy.typing import NDArray
+    from numpy.typing import ArrayLike, NDArray
 
     #: A pool's vectors: one per candidate (None when it has none), or a float matrix.
     Vectors = Sequence[Sequence[float] | None] | NDArray[np.floating[Any]]
@@ -66,7 +66,7 @@ class VectorSimilarity:
     """Cosine over the pool's vectors, one row at a time: the unit matrix (n x d, float32) is
     all it keeps. A pairwise matrix (n x n) was 6.4 GB for a pool of 40,000."""
 
-    def __init__(self, vectors: Vectors):
+    def __init__(self, vectors: ArrayLike):  # complete: every candidate has its vector
         import numpy as np
 
         # d x n: one candidate's row times it reads memory in order (twice as fast as n x d)
