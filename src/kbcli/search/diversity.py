@@ -12,7 +12,7 @@ vectors).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 from kbcli.search.fusion import max_scale, min_max
 from kbcli.text.analysis import Analyzer
@@ -21,10 +21,12 @@ from kbcli.types import SearchResult
 
 if TYPE_CHECKING:  # numpy is imported when an MMR search runs, not by the keyword path
     import numpy as np
-    from numpy.typing import ArrayLike, NDArray
+    from numpy.typing import NDArray
 
     #: A pool's vectors: one per candidate (None when it has none), or a float matrix.
     Vectors = Sequence[Sequence[float] | None] | NDArray[np.floating[Any]]
+    #: The same with a vector for every candidate.
+    Complete = Sequence[Sequence[float]] | NDArray[np.floating[Any]]
 
 
 def duplicate_key(text: str) -> str:
@@ -66,7 +68,7 @@ class VectorSimilarity:
     """Cosine over the pool's vectors, one row at a time: the unit matrix (n x d, float32) is
     all it keeps. A pairwise matrix (n x n) was 6.4 GB for a pool of 40,000."""
 
-    def __init__(self, vectors: ArrayLike):  # complete: every candidate has its vector
+    def __init__(self, vectors: Complete):
         import numpy as np
 
         # d x n: one candidate's row times it reads memory in order (twice as fast as n x d)
@@ -175,7 +177,7 @@ def mmr_rerank(
     return out
 
 
-def _complete(vectors: Vectors) -> bool:
+def _complete(vectors: Vectors) -> TypeGuard[Complete]:
     """True when every candidate has a vector (a matrix always has)."""
     if not isinstance(vectors, Sequence):  # a matrix
         return bool(vectors.ndim == 2 and vectors.shape[1])
