@@ -36,12 +36,12 @@ from kbcli.protocols import (
     VectorStoreProtocol,
     supports,
 )
-from kbcli.search.freshness import hash_limit, settle, store_of
+from kbcli.search.freshness import hash_limit, settle
 from kbcli.search.pipeline import Pool, RAGPipeline
 from kbcli.search.retrievers import HybridRetriever
 from kbcli.stores import InMemoryStore, build_store
 from kbcli.text.analysis import Analyzer
-from kbcli.types import Document, SearchOptions, SearchResult, SearchResults
+from kbcli.types import Document, SearchOptions, SearchResults
 from kbcli.views import KnowledgeView, Reader, as_view, file_text, join_chunks
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,28 +143,6 @@ class ScopedKnowledgeBase(KnowledgeView, ViewEntryPoints):
     def reader(self) -> Reader:
         """This scope: what answers and tools read through."""
         return self
-
-    def search(
-        self,
-        query: str,
-        k: int = 5,
-        mode: str = "hybrid",
-        filter: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> list[SearchResult]:
-        """Search inside the scope (arguments as :meth:`KnowledgeBase.search`), each hit with
-        its freshness."""
-        opts = SearchOptions(k=k, mode=mode, filter=filter, **options)
-
-        def ranked(depth: int) -> list[SearchResult]:
-            return list(self.search_with(query, dataclasses.replace(opts, k=depth)))
-
-        limit = hash_limit(self.kb.config)
-        return settle(store_of(self), opts.k, opts.stale, ranked, _same, limit=limit)
-
-
-def _same(result: SearchResult) -> SearchResult:
-    return result
 
 
 class KnowledgeBase(ViewEntryPoints):

@@ -34,6 +34,7 @@ from kbcli.config.schema import Config
 from kbcli.errors import FilterError, NotFoundError
 from kbcli.filters.model import and_filters, canonical_paths, matches, validate_filter
 from kbcli.protocols import DocumentCatalog, KeywordIndex, VectorStoreProtocol, supports
+from kbcli.search.freshness import hash_limit, settle, store_of
 from kbcli.search.pool import Pool
 from kbcli.system.paths import source_forms, source_name
 from kbcli.text.analysis import Analyzer
@@ -128,10 +129,15 @@ class KnowledgeView:
         filter: dict[str, Any] | None = None,
         **options: Any,
     ) -> list[SearchResult]:
-        """Search inside the scope; arguments as :meth:`KnowledgeBase.search`."""
-        return list(
-            self.search_with(query, SearchOptions(k=k, mode=mode, filter=filter, **options))
-        )
+        """Search inside the scope; arguments as :meth:`KnowledgeBase.search`, each hit with
+        its freshness (:mod:`kbcli.search.freshness`, under ``stale``)."""
+        opts = SearchOptions(k=k, mode=mode, filter=filter, **options)
+
+        def ranked(depth: int) -> list[SearchResult]:
+            return list(self.search_with(query, dataclasses.replace(opts, k=depth)))
+
+        limit = hash_limit(self.kb.config)
+        return settle(store_of(self), opts.k, opts.stale, ranked, _same, limit=limit)
 
     def search_with(
         self, query: str, options: SearchOptions, *, pool: Pool | None = None
@@ -323,3 +329,8 @@ def _overlap(before: str, after: str, limit: int = 4000, shortest: int = 8) -> i
             return len(before) - at
         at = before.find(probe, at + 1)
     return 0
+
+
+def _same(result: SearchResult) -> SearchResult:
+    """A search result is its own hit (:func:`~kbcli.search.freshness.settle`'s ``result``)."""
+    return result

@@ -223,3 +223,27 @@ def test_kb_get_says_the_state(kb, folder):
     assert shown.to_dict()["freshness"]["state"] == "changed"
     assert any("changed since this chunk was indexed" in note for note in shown.notes)
     assert read_file(kb, str(path)).freshness.state == "changed"
+
+
+def test_a_view_of_the_knowledge_base_says_how_fresh_its_hits_are(tmp_path):
+    """KnowledgeView.search (what kb.scoped() and the readers return) checks its hits as
+    KnowledgeBase.search does."""
+    from kbcli import KnowledgeBase
+    from kbcli.ingest.sync import sync
+    from kbcli.views import KnowledgeView
+
+    docs = tmp_path / "docs"
+    (docs / "a").mkdir(parents=True)
+    (docs / "a" / "one.md").write_text("# One\n\nzebra crossing rules\n")
+    kb = KnowledgeBase.open(tmp_path / "kb.db")
+    try:
+        sync(kb, [docs])
+        view = KnowledgeView(kb, {"source": {"$prefix": str(docs / "a")}})
+        [hit] = view.search("zebra", mode="keyword", k=3)
+        assert hit.freshness is not None and hit.freshness.state == "current"
+        (docs / "a" / "one.md").write_text("# One\n\nrewritten, longer than before\n")
+        [hit] = view.search("zebra", mode="keyword", k=3)
+        assert hit.freshness is not None and hit.freshness.state == "changed"
+        assert view.search("zebra", mode="keyword", k=3, stale="hide") == []
+    finally:
+        kb.close()
