@@ -471,7 +471,7 @@ def _check_freshness(view: Reader, evidence: list[Evidence]) -> None:
     """Each passage's freshness (its file changed or went missing since it was indexed), so
     that the answer's sources say so beside any such passage it cites."""
     kb = as_view(view).kb
-    limit = hash_limit(kb.config)
+    limit = hash_limit(getattr(kb, "config", None))
     check_hits(store_of(kb), [e.result for e in evidence], limit=limit)
 
 

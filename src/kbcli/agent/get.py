@@ -103,7 +103,7 @@ def freshness_of(kb: Reader, doc: Document) -> Freshness | None:
     one stat; :func:`~kbcli.search.freshness.check_hits`)."""
     hit = SearchResult(doc, 0.0)
     view = as_view(kb)
-    check_hits(store_of(view), [hit], limit=hash_limit(view.kb.config))
+    check_hits(store_of(view), [hit], limit=hash_limit(getattr(view.kb, "config", None)))
     return hit.freshness
 
 

@@ -137,7 +137,7 @@ def search(
         )
 
     if fresh:
-        limit = hash_limit(kb.config)
+        limit = hash_limit(getattr(kb, "config", None))
         chosen = settle(store_of(kb), k, options.stale, ranked, _result, limit=limit)
     else:
         chosen = ranked(k)

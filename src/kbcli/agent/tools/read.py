@@ -253,7 +253,7 @@ class KnowledgeSearchTool(KnowledgeTool):
                 return view.search_with(query, opts)
 
             store = store_of(view)
-            limit = hash_limit(reader_of(view).kb.config)
+            limit = hash_limit(getattr(reader_of(view).kb, "config", None))
             results = settle(store, options.k, options.stale, ranked, _same, limit=limit)
             locate_lines(view, query, results, options.filter, options.scope)
         return [Citation.from_result(n, hit) for n, hit in enumerate(results, start=1)]
