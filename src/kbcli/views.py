@@ -136,7 +136,7 @@ class KnowledgeView:
         def ranked(depth: int) -> list[SearchResult]:
             return list(self.search_with(query, dataclasses.replace(opts, k=depth)))
 
-        limit = hash_limit(self.kb.config)
+        limit = hash_limit(getattr(self.kb, "config", None))
         return settle(store_of(self), opts.k, opts.stale, ranked, _same, limit=limit)
 
     def search_with(
