@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fake_providers import FakeServer
@@ -288,3 +290,36 @@ class EchoChat:
         if on_text is not None:
             on_text(text)
         return Completion(text, self.model, "stop")
+
+
+@contextmanager
+def huge_error_server() -> Iterator[tuple[str, list[int]]]:
+    """A server answering every POST ``500`` with a 400 MB error body, written in 64 KB blocks
+    until the client goes: yields its base URL (``.../v1``) and ``[bytes written]``."""
+    sent = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(400 << 20))
+            self.end_headers()
+            block = (b'{"error": {"message": "' + b"x" * (1 << 16))[: 1 << 16]
+            try:
+                for _ in range(400 << 4):
+                    self.wfile.write(block)
+                    sent[0] += 1 << 16
+            except OSError:
+                pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", sent
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -9,12 +9,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
+import fake_chat
 import kbcli.providers
 from fake_chat import FakeChatServer, prompt_text
 from kbcli import Document, SearchResult
@@ -187,33 +186,8 @@ def test_an_empty_answer_fails_kb_ask_and_scores_zero_in_a_rerank(server):
 @pytest.fixture
 def huge_error_server():
     """Answers every request 500 with a 400 MB error body, counting what it wrote."""
-    sent = [0]
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(400 << 20))
-            self.end_headers()
-            block = (b'{"error": {"message": "' + b"x" * (1 << 16))[: 1 << 16]
-            try:
-                for _ in range(400 << 4):
-                    self.wfile.write(block)
-                    sent[0] += 1 << 16
-            except OSError:
-                pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", sent
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with fake_chat.huge_error_server() as served:
+        yield served
 
 
 def test_a_huge_error_body_is_read_only_as_far_as_its_message_by_kb_ask(huge_error_server):

@@ -284,38 +284,11 @@ def test_deadlines_come_from_the_config_and_are_checked(tmp_path, key):
 
 
 def test_a_huge_error_body_is_read_only_as_far_as_its_message():
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from fake_chat import huge_error_server
 
-    sent = [0]
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(400 << 20))
-            self.end_headers()
-            block = (b'{"error": {"message": "' + b"x" * (1 << 16))[: 1 << 16]
-            try:
-                for _ in range(400 << 4):  # 400 MB in 64 KB blocks, until the client goes
-                    self.wfile.write(block)
-                    sent[0] += 1 << 16
-            except OSError:
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with huge_error_server() as (url, sent):
         reranker = LLMReranker("m", url, SECRET, workers=1, max_retries=0)
         with pytest.raises(RerankerError) as err:
             reranker.rerank("q", hits()[:1])
-    finally:
-        server.shutdown()
-        server.server_close()
     assert "(status 500)" in str(err.value) and len(str(err.value)) < 600
     assert sent[0] < (64 << 20)  # the 64 KB kb reads, plus what the sockets buffer
