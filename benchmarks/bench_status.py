@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sync import write_file  # noqa: E402
+from bench_sync import write_file, write_tree  # noqa: E402
 from common import load_average, run_child, tree_env  # noqa: E402
 
 GOAL_CPU_S = 1.0
@@ -48,13 +48,7 @@ def main() -> None:
     rng = random.Random(7)
     work = Path(tempfile.mkdtemp(prefix="kb-bench-status-"))
     docs = work / "docs"
-    files = []
-    for i in range(args.files):
-        folder = docs / f"d{i // 500:03d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"note{i:05d}.md"
-        write_file(path, rng)
-        files.append(path)
+    files = write_tree(docs, args.files, rng)
     db = work / "kb.db"
     ingest = [sys.executable, "-m", "kbcli", "-q", "ingest", str(docs)]
     run_child(ingest, tree_env(KB_DB=str(db)), work).check()

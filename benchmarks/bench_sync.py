@@ -67,6 +67,18 @@ def show(label: str, seconds: float, summary: dict) -> None:
     print(f"{label:<28} {seconds:7.2f} s   ({counts})")
 
 
+def write_tree(docs: Path, count: int, rng: random.Random) -> list[Path]:
+    """``count`` Markdown notes under ``docs``, 500 a folder (:func:`write_file`)."""
+    files = []
+    for i in range(count):
+        folder = docs / f"d{i // 500:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"note{i:05d}.md"
+        write_file(path, rng)
+        files.append(path)
+    return files
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=10_000)
@@ -74,13 +86,7 @@ def main() -> None:
     rng = random.Random(5)
     work = Path(tempfile.mkdtemp(prefix="kb-bench-sync-"))
     docs = work / "docs"
-    files = []
-    for i in range(args.files):
-        folder = docs / f"d{i // 500:03d}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"note{i:05d}.md"
-        write_file(path, rng)
-        files.append(path)
+    files = write_tree(docs, args.files, rng)
     size = sum(p.stat().st_size for p in files) / 1e6
     print(f"tree: {args.files:,} markdown files, {size:.1f} MB, in {docs}")
     db = work / "kb.db"
